@@ -1,0 +1,37 @@
+# Two commands for a newcomer: `make demo` and `make test`. Both create .venv when missing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test lint unit dev clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@ $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(PY) -m agentloop.demo.run_demo
+
+dev: $(VENV)/.installed
+	$(VENV)/bin/agentloop dev
+
+lint: $(VENV)/.installed-dev
+	$(VENV)/bin/ruff check agentloop tests
+	$(VENV)/bin/mypy
+
+test: lint
+	$(VENV)/bin/pytest
+
+unit: $(VENV)/.installed-dev
+	$(VENV)/bin/pytest -m "not integration"
+
+clean:
+	rm -rf $(VENV) .agentloop .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""agentloop: a durable AI-agent tool-calling loop that runs as a Temporal service."""

@@ -1,0 +1,26 @@
+"""Heartbeats while an activity body runs, so a dead worker is noticed within the heartbeat
+timeout instead of the (much longer) start-to-close timeout."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from temporalio import activity
+
+HEARTBEAT_EVERY_SECONDS = 1.0
+
+
+@asynccontextmanager
+async def keep_heartbeating(every: float = HEARTBEAT_EVERY_SECONDS) -> AsyncIterator[None]:
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(every)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()

@@ -1,0 +1,42 @@
+"""Activity inputs and outputs: made of canonical events, so the workflow never sees SDK types."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from agentloop.adapters.base import ModelSettings, ProviderName
+from agentloop.events import Event, ModelOutput
+from agentloop.tools.contract import ToolSpec
+
+
+class CallModelInput(BaseModel):
+    run_id: str
+    turn: int
+    provider: ProviderName
+    model: str
+    head: str
+    """The transcript so far, by reference: the activity loads it from the store."""
+    new_events: list[Event] = Field(default_factory=list)
+    """Events since the last model call; they travel inline once and are then persisted."""
+    tools: list[ToolSpec] = Field(default_factory=list)
+    settings: ModelSettings = Field(default_factory=ModelSettings)
+
+
+class CallModelResult(BaseModel):
+    head: str
+    """The transcript head after `new_events` and `output` were appended."""
+    output: ModelOutput
+
+
+class RunToolInput(BaseModel):
+    workflow_id: str
+    call_id: str
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    idempotency_key: str = ""
+
+
+class DescribeToolsInput(BaseModel):
+    names: list[str] = Field(default_factory=list)

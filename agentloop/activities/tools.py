@@ -1,0 +1,83 @@
+"""`describe_tools` and `run_tool`: the only place where tools touch the outside world."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from agentloop.activities.heartbeat import keep_heartbeating
+from agentloop.activities.messages import DescribeToolsInput, RunToolInput
+from agentloop.events import ToolResult
+from agentloop.tools.contract import ToolContext, ToolError, ToolSpec
+from agentloop.tools.registry import ToolRegistry, UnknownToolError
+
+
+class ToolActivities:
+    def __init__(self, registry: ToolRegistry, services: Any) -> None:
+        self._registry = registry
+        self._services = services
+
+    @activity.defn(name="describe_tools")
+    async def describe_tools(self, request: DescribeToolsInput) -> list[ToolSpec]:
+        """The specs in force when the run starts; recorded in history, so replay is stable."""
+        try:
+            return self._registry.specs(request.names)
+        except UnknownToolError as exc:
+            known = ", ".join(self._registry.names())
+            raise ApplicationError(
+                f"tools: unknown tool {exc.args[0]!r}; this worker has: {known}",
+                type="InvalidInput",
+                non_retryable=True,
+            ) from None
+
+    @activity.defn(name="run_tool")
+    async def run_tool(self, request: RunToolInput) -> ToolResult:
+        tool = self._registry.get(request.tool)
+        context = ToolContext(
+            call_id=request.call_id,
+            workflow_id=request.workflow_id,
+            idempotency_key=request.idempotency_key,
+            services=self._services,
+        )
+        try:
+            async with keep_heartbeating():
+                value = await tool.handler(request.arguments, context)
+        except ToolError as exc:
+            if exc.retryable:
+                # Raised so Temporal retries it (reads only; writes get one attempt).
+                raise ApplicationError(str(exc), type=f"Tool:{exc.error_class}") from exc
+            return _failure(request, tool.spec, exc.error_class, str(exc))
+        return ToolResult(
+            call_id=request.call_id,
+            tool=request.tool,
+            status="succeeded",
+            content=bounded(_to_text(value), tool.spec.max_result_chars),
+            side_effect=tool.spec.effect == "write",
+        )
+
+
+def _failure(request: RunToolInput, spec: ToolSpec, error_class: str, message: str) -> ToolResult:
+    return ToolResult(
+        call_id=request.call_id,
+        tool=request.tool,
+        status="failed",
+        content=bounded(
+            json.dumps({"error": {"class": error_class, "message": message}}), spec.max_result_chars
+        ),
+        error_class=error_class,
+    )
+
+
+def _to_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def bounded(text: str, limit: int) -> str:
+    """Tool output the model sees never exceeds the tool's cap."""
+    if len(text) <= limit:
+        return text
+    marker = f"\n[truncated: showing {limit} of {len(text)} characters]"
+    return text[: max(0, limit - len(marker))] + marker

@@ -1,0 +1,169 @@
+"""Pieces every provider adapter shares: tool-call arguments, runner notes, SDK errors.
+
+Pure apart from `_map_sdk_errors`, which only translates exceptions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import anthropic
+import httpx2
+import openai
+
+from agentloop.adapters.base import ProviderError
+from agentloop.digests import args_digest
+from agentloop.events import ToolCall
+from agentloop.policies.errors import classify_connection_error, classify_http_error
+
+RUNNER_NOTE_PREFIX = "[agentloop] "
+"""Marks text the runner (not the user) put in front of the model."""
+
+_MAX_ERROR_MESSAGE_CHARS = 500
+
+
+class ArgumentsError(ValueError):
+    """Tool-call arguments that are not one JSON object."""
+
+
+def runner_note(text: str) -> str:
+    return RUNNER_NOTE_PREFIX + text
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_arguments(raw: str) -> dict[str, Any]:
+    """The arguments string as a JSON object; an empty string is `{}`.
+
+    Raises `ArgumentsError` saying what is wrong (invalid JSON, NaN/Infinity, not an object)."""
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw, parse_constant=_reject_constant)
+    except ValueError as err:
+        raise ArgumentsError(f"arguments are not valid JSON ({err})") from err
+    if not isinstance(value, dict):
+        raise ArgumentsError(f"arguments are a JSON {type(value).__name__}, not an object")
+    return value
+
+
+def make_tool_call(call_id: str, name: str, raw_arguments: str) -> tuple[ToolCall, str]:
+    """A `ToolCall` with its digest, plus the reason it must not run ("" when it may).
+
+    A call whose arguments do not parse is still returned (with empty `arguments` and the
+    raw string verbatim) so the record shows what the model sent."""
+    problem = ""
+    try:
+        arguments = parse_arguments(raw_arguments)
+    except ArgumentsError as err:
+        arguments, problem = {}, str(err)
+    if not call_id:
+        problem = "call has no id"
+    elif not name:
+        problem = "call has no tool name"
+    call = ToolCall(
+        call_id=call_id,
+        name=name,
+        arguments=arguments,
+        raw_arguments=raw_arguments,
+        args_digest=args_digest(name, arguments),
+    )
+    return call, problem
+
+
+# The SDK exception families, one entry per installed SDK (both are built on httpx2).
+_VALIDATION_ERRORS = (openai.APIResponseValidationError, anthropic.APIResponseValidationError)
+_STATUS_ERRORS = (openai.APIStatusError, anthropic.APIStatusError)
+_CONNECTION_ERRORS = (
+    openai.APIConnectionError,
+    anthropic.APIConnectionError,
+    httpx2.TransportError,
+)
+_API_ERRORS = (openai.APIError, anthropic.APIError)
+_SDK_ERRORS = (openai.OpenAIError, anthropic.AnthropicError)
+
+# An error *event* inside a 200 stream has no HTTP status of its own: infer one from its type.
+_ERROR_TYPE_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "server_error": 500,
+    "overloaded_error": 529,
+}
+
+
+def _bounded(message: str) -> str:
+    return message[:_MAX_ERROR_MESSAGE_CHARS]
+
+
+def _error_event_status(body: object) -> int:
+    """Status implied by an error event's body; unknown kinds count as a server failure."""
+    if isinstance(body, Mapping) and isinstance(body.get("error"), Mapping):
+        body = body["error"]  # anthropic: {"type": "error", "error": {"type": ...}}
+    kind = body.get("type") if isinstance(body, Mapping) else None
+    return _ERROR_TYPE_STATUS.get(kind, 500) if isinstance(kind, str) else 500
+
+
+def _classified(
+    message: str, status: int | None, inferred: int, headers: Mapping[str, str]
+) -> ProviderError:
+    advice = classify_http_error(inferred, headers, message)
+    return ProviderError(
+        _bounded(message),
+        error_class=advice.error_class,
+        retryable=advice.retryable,
+        status_code=status,
+        retry_after_seconds=advice.retry_after_seconds,
+    )
+
+
+@contextmanager
+def _map_sdk_errors() -> Iterator[None]:
+    """Re-raise any `openai`/`anthropic` SDK (or httpx2 transport) error as `ProviderError`.
+
+    HTTP errors are classified by `policies.errors.classify_http_error` (status, headers,
+    message + error code); connection failures and timeouts, including a connection dropped
+    mid-stream, by `classify_connection_error`. An error event inside a streamed 200 response
+    is classified by its error type (`status_code` stays None). A body the SDK could not
+    validate is a non-retryable `protocol` error; anything else from the SDK is `internal`."""
+    try:
+        yield
+    except _VALIDATION_ERRORS as err:
+        raise ProviderError(
+            _bounded(f"invalid provider response: {err.message}"),
+            error_class="protocol",
+            retryable=False,
+            status_code=err.status_code,
+        ) from err
+    except _STATUS_ERRORS as err:
+        message = f"{err.message} {getattr(err, 'code', None) or ''}".strip()
+        headers = err.response.headers
+        if err.status_code >= 400:
+            raise _classified(message, err.status_code, err.status_code, headers) from err
+        inferred = _error_event_status(err.body)
+        raise _classified(f"error event in stream: {message}", None, inferred, headers) from err
+    except _CONNECTION_ERRORS as err:
+        advice = classify_connection_error()
+        raise ProviderError(
+            _bounded(f"connection failed: {type(err).__name__}: {err}"),
+            error_class=advice.error_class,
+            retryable=advice.retryable,
+            retry_after_seconds=advice.retry_after_seconds,
+        ) from err
+    except _API_ERRORS as err:
+        message = f"error event in stream: {err.message} {getattr(err, 'code', None) or ''}"
+        message = message.strip()
+        raise _classified(message, None, _error_event_status(err.body), {}) from err
+    except _SDK_ERRORS as err:
+        raise ProviderError(
+            _bounded(f"{type(err).__name__}: {err}"), error_class="internal", retryable=False
+        ) from err

@@ -1,0 +1,69 @@
+"""What every provider adapter is, and the errors it may raise.
+
+Contract (every adapter, tested both ways):
+- `build_request` turns the canonical transcript into the provider's own request, honouring its
+  ordering rules; every `ToolResult` is sent under the `call_id` of its `ToolCall`.
+- `complete` returns one *complete* `ModelOutput`. A response that is not complete (a stream
+  that ended before the provider's completion event, a length stop while emitting tool
+  arguments, arguments that do not parse) comes back with `stop="truncated"` and its calls are
+  never offered for execution. Every returned tool call has a non-empty `call_id`.
+- SDK exceptions leave an adapter only as `ProviderError`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentloop.events import Event, ModelOutput
+from agentloop.tools.contract import ToolSpec
+
+ProviderName = Literal["openai-chat", "openai-responses", "anthropic"]
+
+
+class ModelSettings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    stream: bool = True
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+
+
+class ModelRequest(BaseModel):
+    """One model call: the whole transcript so far, the tools allowed, the settings."""
+
+    model_config = ConfigDict(frozen=True)
+
+    provider: ProviderName
+    model: str
+    events: list[Event] = Field(default_factory=list)
+    tools: list[ToolSpec] = Field(default_factory=list)
+    settings: ModelSettings = Field(default_factory=ModelSettings)
+
+
+class ProviderError(Exception):
+    """A failed model call, already classified (see `policies.errors`)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        error_class: str,
+        retryable: bool,
+        status_code: int | None = None,
+        retry_after_seconds: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.retryable = retryable
+        self.status_code = status_code
+        self.retry_after_seconds = retry_after_seconds
+
+
+class UnsupportedEventError(Exception):
+    """An event the provider's protocol cannot express: never silently dropped."""
+
+
+class ProviderAdapter(Protocol):
+    async def complete(self, request: ModelRequest) -> ModelOutput: ...

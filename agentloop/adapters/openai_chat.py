@@ -1,0 +1,377 @@
+"""OpenAI Chat Completions <-> the canonical event model.
+
+`build_request`, `parse_response` and `ChatStreamAssembler` are pure translations;
+`OpenAIChatAdapter.complete` adds the one SDK call. Streams are read from the raw chunk
+iterator (`create(stream=True)`), never from the SDK's `.stream()` helper, which reports empty
+arguments when the fragments of parallel calls interleave.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, assert_never
+
+from openai import AsyncOpenAI
+
+from agentloop.adapters._shared import _map_sdk_errors, make_tool_call, runner_note
+from agentloop.adapters.base import ModelRequest, UnsupportedEventError
+from agentloop.digests import canonical_json
+from agentloop.events import (
+    Event,
+    Instruction,
+    ModelOutput,
+    ProviderRef,
+    StateUpdate,
+    StopKind,
+    ToolCall,
+    ToolResult,
+    Usage,
+    UserInput,
+)
+from agentloop.tools.contract import ToolSpec
+
+PROVIDER = "openai-chat"
+API = "chat.completions"
+
+Message = dict[str, Any]
+
+
+# --------------------------------------------------------------------------- request
+
+
+def build_request(request: ModelRequest) -> dict[str, Any]:
+    """Keyword arguments for `client.chat.completions.create`."""
+    settings = request.settings
+    kwargs: dict[str, Any] = {
+        "model": request.model,
+        "messages": _map_events(request.events),
+        "stream": settings.stream,
+    }
+    if settings.stream:
+        kwargs["stream_options"] = {"include_usage": True}
+    if request.tools:
+        kwargs["tools"] = [_map_tool_spec(spec) for spec in request.tools]
+    if settings.max_output_tokens is not None:
+        kwargs["max_completion_tokens"] = settings.max_output_tokens
+    if settings.temperature is not None:
+        kwargs["temperature"] = settings.temperature
+    return kwargs
+
+
+def _map_tool_spec(spec: ToolSpec) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": spec.name,
+            "description": spec.description,
+            "parameters": spec.parameters,
+        },
+    }
+
+
+@dataclass
+class _Conversation:
+    """The messages so far, enforcing the API's rule: an assistant turn with `tool_calls` is
+    followed directly by one `tool` message per call id. Anything else that arrives while
+    results are outstanding is held back until the last one is in."""
+
+    messages: list[Message] = field(default_factory=list)
+    waiting: dict[str, None] = field(default_factory=dict)
+    """Call ids of the open assistant turn still without a result (ordered)."""
+    held: list[Message] = field(default_factory=list)
+    answered: set[str] = field(default_factory=set)
+
+    def say(self, message: Message) -> None:
+        (self.held if self.waiting else self.messages).append(message)
+
+    def assistant(self, message: Message) -> None:
+        self.require_closed("before the next model output")
+        self.messages.append(message)
+        self.waiting = dict.fromkeys(call["id"] for call in message.get("tool_calls") or [])
+
+    def result(self, result: ToolResult) -> None:
+        call_id = result.call_id
+        if call_id in self.answered:
+            raise UnsupportedEventError(f"duplicate tool result for call_id {call_id!r}")
+        if call_id not in self.waiting:
+            raise UnsupportedEventError(
+                f"tool result for call_id {call_id!r} answers no call of the assistant turn "
+                "before it"
+            )
+        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": result.content})
+        self.answered.add(call_id)
+        del self.waiting[call_id]
+        if not self.waiting:
+            self.messages.extend(self.held)
+            self.held.clear()
+
+    def require_closed(self, where: str) -> None:
+        if self.waiting:
+            missing = ", ".join(repr(call_id) for call_id in self.waiting)
+            raise UnsupportedEventError(f"no tool result for call_id {missing} {where}")
+
+
+def _map_events(events: list[Event]) -> list[Message]:
+    conversation = _Conversation()
+    for event in events:
+        _map_event(event, conversation)
+    conversation.require_closed("at the end of the transcript")
+    return conversation.messages
+
+
+def _map_event(event: Event, conversation: _Conversation) -> None:
+    match event:
+        case Instruction(text=text):
+            conversation.say({"role": "system", "content": text})
+        case UserInput(text=text):
+            conversation.say({"role": "user", "content": text})
+        case StateUpdate(text=text):
+            if text:
+                conversation.say({"role": "user", "content": runner_note(text)})
+        case ModelOutput():
+            conversation.assistant(_assistant_message(event))
+        case ToolResult():
+            conversation.result(event)
+        case ToolCall():
+            raise UnsupportedEventError(
+                f"standalone ToolCall {event.call_id!r}: tool calls travel inside a ModelOutput"
+            )
+        case _:
+            assert_never(event)
+
+
+def _assistant_message(output: ModelOutput) -> Message:
+    """The assistant message as the provider sent it when we have it, else rebuilt.
+
+    Calls of an output that did not stop for `tool_calls` (truncated, refused, filtered) were
+    never offered for execution and will never get results, so they are not sent."""
+    offered = output.stop == "tool_calls"
+    ref = output.provider_ref
+    if ref.provider == PROVIDER and len(ref.raw_items) == 1:
+        raw = ref.raw_items[0]
+        if raw.get("role") == "assistant" and (offered or not raw.get("tool_calls")):
+            return copy.deepcopy(raw)
+    calls = output.tool_calls if offered else []
+    message: Message = {"role": "assistant", "content": output.text or (None if calls else "")}
+    if calls:
+        message["tool_calls"] = [_map_tool_call(call) for call in calls]
+    return message
+
+
+def _map_tool_call(call: ToolCall) -> Message:
+    arguments = call.raw_arguments or canonical_json(call.arguments)
+    return {
+        "id": call.call_id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": arguments},
+    }
+
+
+# -------------------------------------------------------------------------- response
+
+
+def parse_response(raw: dict[str, Any], request_id: str = "") -> ModelOutput:
+    """A `ModelOutput` from a non-streamed `chat.completion` body (`response.model_dump()`)."""
+    choices = raw.get("choices") or []
+    choice: dict[str, Any] = choices[0] if choices else {}
+    message: dict[str, Any] = choice.get("message") or {}
+    return _finish(
+        content=message.get("content"),
+        refusal=message.get("refusal"),
+        calls=[_call_fields(call) for call in message.get("tool_calls") or []],
+        finish_reason=choice.get("finish_reason"),
+        usage=raw.get("usage"),
+        ref=_ref(raw.get("id"), raw.get("model"), request_id),
+        unfinished="response without a finish reason",
+    )
+
+
+def _call_fields(call: dict[str, Any]) -> Message:
+    function: dict[str, Any] = call.get("function") or {}
+    return _call_message(
+        call.get("id") or "", function.get("name") or "", function.get("arguments") or ""
+    )
+
+
+def _call_message(call_id: str, name: str, arguments: str) -> Message:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def _ref(response_id: Any, model: Any, request_id: str) -> ProviderRef:
+    return ProviderRef(
+        provider=PROVIDER,
+        api=API,
+        model=model or "",
+        response_id=response_id or "",
+        request_id=request_id,
+    )
+
+
+@dataclass
+class _CallParts:
+    call_id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+class ChatStreamAssembler:
+    """Assembles `chat.completion.chunk` dicts into one `ModelOutput`.
+
+    Tool calls are keyed by `index` (their id and name arrive on the first fragment only, and
+    the fragments of parallel calls may interleave). The result counts only once a finish
+    reason arrived; the usage chunk (no choices) may follow it."""
+
+    def __init__(self, request_id: str = "") -> None:
+        self._request_id = request_id
+        self._response_id = ""
+        self._model = ""
+        self._content: list[str] | None = None
+        self._refusal: list[str] | None = None
+        self._calls: dict[int, _CallParts] = {}
+        self._finish_reason: str | None = None
+        self._usage: dict[str, Any] | None = None
+
+    def feed(self, chunk: dict[str, Any]) -> None:
+        self._response_id = self._response_id or chunk.get("id") or ""
+        self._model = self._model or chunk.get("model") or ""
+        if chunk.get("usage"):
+            self._usage = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue  # n > 1 is never requested
+            self._feed_delta(choice.get("delta") or {})
+            if choice.get("finish_reason"):
+                self._finish_reason = choice["finish_reason"]
+
+    def _feed_delta(self, delta: dict[str, Any]) -> None:
+        if delta.get("content") is not None:
+            self._content = self._content or []
+            self._content.append(delta["content"])
+        if delta.get("refusal") is not None:
+            self._refusal = self._refusal or []
+            self._refusal.append(delta["refusal"])
+        for fragment in delta.get("tool_calls") or []:
+            parts = self._calls.setdefault(fragment.get("index", 0), _CallParts())
+            function: dict[str, Any] = fragment.get("function") or {}
+            parts.call_id = parts.call_id or fragment.get("id") or ""
+            parts.name = parts.name or function.get("name") or ""
+            if function.get("arguments"):
+                parts.arguments.append(function["arguments"])
+
+    def finish(self) -> ModelOutput:
+        calls = [
+            _call_message(parts.call_id, parts.name, "".join(parts.arguments))
+            for _, parts in sorted(self._calls.items())
+        ]
+        content = "".join(self._content or [])
+        refusal = None if self._refusal is None else "".join(self._refusal)
+        # The opening chunk carries `content: ""` even when the message turns out to be only
+        # tool calls or a refusal; the non-streamed message has `content: null` then.
+        absent = self._content is None or (not content and (calls or refusal is not None))
+        return _finish(
+            content=None if absent else content,
+            refusal=refusal,
+            calls=calls,
+            finish_reason=self._finish_reason,
+            usage=self._usage,
+            ref=_ref(self._response_id, self._model, self._request_id),
+            unfinished="stream ended before a finish reason",
+        )
+
+
+def _finish(
+    *,
+    content: str | None,
+    refusal: str | None,
+    calls: list[Message],
+    finish_reason: str | None,
+    usage: dict[str, Any] | None,
+    ref: ProviderRef,
+    unfinished: str,
+) -> ModelOutput:
+    """The one place a finished (or unfinished) assistant message becomes a `ModelOutput`."""
+    echo: Message = {"role": "assistant", "content": content}
+    if calls:
+        echo["tool_calls"] = calls
+    if refusal is not None:
+        echo["refusal"] = refusal
+    tool_calls: list[ToolCall] = []
+    problems: list[str] = []
+    for index, call in enumerate(calls):
+        function = call["function"]
+        tool_call, problem = make_tool_call(call["id"], function["name"], function["arguments"])
+        tool_calls.append(tool_call)
+        if problem:
+            problems.append(f"call {call['id'] or f'#{index}'}: {problem}")
+    stop, detail = _map_finish_reason(finish_reason, bool(calls))
+    if finish_reason is None:
+        detail = unfinished
+    elif refusal is not None:
+        stop, detail = "refused", f"refusal ({finish_reason})"
+    elif problems and stop in ("tool_calls", "truncated"):
+        stop, detail = "truncated", "; ".join([detail, *problems])
+    return ModelOutput(
+        text=refusal if stop == "refused" and refusal is not None else content or "",
+        tool_calls=tool_calls,
+        stop=stop,
+        stop_detail=detail,
+        usage=_map_usage(usage),
+        provider_ref=ref.model_copy(update={"raw_items": [echo]}),
+    )
+
+
+def _map_finish_reason(reason: str | None, has_calls: bool) -> tuple[StopKind, str]:
+    match reason:
+        case "stop":
+            # Some compatible servers end a tool-call turn with "stop": the calls still stand.
+            return ("tool_calls", "stop with tool calls") if has_calls else ("final", "stop")
+        case "tool_calls" | "function_call":
+            if has_calls:
+                return "tool_calls", reason
+            return "truncated", f"{reason} without any tool call"
+        case "length":
+            if has_calls:
+                return "truncated", "length while emitting tool arguments"
+            return "truncated", "length"
+        case "content_filter":
+            return "content_filtered", reason
+        case None:
+            return "truncated", "no finish reason"
+        case _:
+            return "truncated", f"unknown finish reason {reason!r}"
+
+
+def _map_usage(usage: dict[str, Any] | None) -> Usage:
+    usage = usage or {}
+    return Usage(
+        input_tokens=usage.get("prompt_tokens") or 0,
+        output_tokens=usage.get("completion_tokens") or 0,
+    )
+
+
+# --------------------------------------------------------------------------- adapter
+
+
+class OpenAIChatAdapter:
+    """`ProviderAdapter` for Chat Completions. Build the client with `max_retries=0`:
+    retries belong to Temporal, driven by the `ProviderError` classification."""
+
+    def __init__(self, client: AsyncOpenAI) -> None:
+        self._client = client
+
+    async def complete(self, request: ModelRequest) -> ModelOutput:
+        kwargs = build_request(request)
+        with _map_sdk_errors():
+            if kwargs["stream"]:
+                return await self._complete_streamed(kwargs)
+            response = await self._client.chat.completions.create(**kwargs)
+            return parse_response(response.model_dump(), request_id=response._request_id or "")
+
+    async def _complete_streamed(self, kwargs: dict[str, Any]) -> ModelOutput:
+        stream = await self._client.chat.completions.create(**kwargs)
+        assembler = ChatStreamAssembler(stream.response.headers.get("x-request-id") or "")
+        async with stream:
+            async for chunk in stream:
+                assembler.feed(chunk.model_dump())
+        return assembler.finish()

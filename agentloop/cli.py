@@ -1,0 +1,244 @@
+"""The `agentloop` command: a dev stack, a worker, and the client side of runs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.service import RPCError
+
+from agentloop.config import Settings
+from agentloop.contract import (
+    WORKFLOW_NAME,
+    AgentRunInput,
+    AgentRunResult,
+    CancelRequest,
+    Limits,
+    Principal,
+    RunStatusView,
+)
+from agentloop.worker import connect
+
+FOLLOW_POLL_SECONDS = 0.5
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentloop", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    dev = commands.add_parser(
+        "dev",
+        help="run Temporal dev server + UI, example service, "
+        "scripted provider and a worker until Ctrl-C",
+    )
+    dev.add_argument("--port", type=int, default=7233, help="Temporal frontend port")
+    dev.add_argument("--ui-port", type=int, default=8233)
+    dev.add_argument("--example-port", type=int, default=8787)
+    dev.add_argument("--provider-port", type=int, default=8788)
+    dev.add_argument("--state-dir", type=Path, default=Path(".agentloop"))
+    dev.add_argument(
+        "--persist",
+        action="store_true",
+        help="keep workflow history across restarts (in STATE_DIR/temporal.db)",
+    )
+
+    commands.add_parser("worker", help="run a worker (configuration from the environment)")
+
+    run = commands.add_parser("run", help="start an agent run and print its id and UI link")
+    run.add_argument("task")
+    run.add_argument("--provider", default="openai-chat")
+    run.add_argument("--model", default="travel")
+    run.add_argument(
+        "--tool", action="append", default=[], dest="tools", help="allow this tool (repeat)"
+    )
+    run.add_argument("--instructions", default="")
+    run.add_argument("--id", help="workflow id (default: a new one)")
+    run.add_argument("--subject", default="cli-user")
+    run.add_argument("--scope", action="append", default=[], dest="scopes")
+    run.add_argument("--max-model-calls", type=int)
+    run.add_argument("--max-tool-calls", type=int)
+    run.add_argument("--no-stream", action="store_true")
+    run.add_argument("--follow", action="store_true", help="print progress until the run ends")
+
+    for name, text in (("status", "show a run's status"), ("cancel", "cancel a run")):
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("run_id")
+        if name == "cancel":
+            sub.add_argument("--reason", default="")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        sys.exit(asyncio.run(dispatch(args)))
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+async def dispatch(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    if args.command == "dev":
+        return await dev(args)
+    if args.command == "worker":
+        from agentloop.worker import serve
+
+        await serve(settings)
+        return 0
+    try:
+        client = await connect(settings)
+    except RuntimeError as exc:
+        print(
+            f"cannot reach Temporal at {settings.temporal_address}: {exc}\n"
+            "start one with `agentloop dev`, or set TEMPORAL_ADDRESS",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        if args.command == "run":
+            return await run(client, settings, args)
+        handle = client.get_workflow_handle(args.run_id, result_type=AgentRunResult)
+        if args.command == "status":
+            return await show_status(handle)
+        await handle.signal("cancel", CancelRequest(reason=args.reason))
+        print(f"cancel requested for {args.run_id}")
+        return 0
+    except RPCError as exc:
+        print(f"temporal: {exc}", file=sys.stderr)
+        return 1
+
+
+async def run(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    limits: dict[str, Any] = {}
+    if args.max_model_calls is not None:
+        limits["max_model_calls"] = args.max_model_calls
+    if args.max_tool_calls is not None:
+        limits["max_tool_calls"] = args.max_tool_calls
+    try:
+        run_input = AgentRunInput(
+            task=args.task,
+            instructions=args.instructions,
+            provider=args.provider,
+            model=args.model,
+            tools=args.tools,
+            principal=Principal(subject=args.subject, scopes=args.scopes),
+            limits=Limits.model_validate(limits),
+            stream=not args.no_stream,
+        )
+    except ValidationError as exc:
+        print(f"invalid run input:\n{exc}", file=sys.stderr)
+        return 2
+    workflow_id = args.id or f"agent-run-{uuid.uuid4().hex[:12]}"
+    handle = await client.start_workflow(
+        WORKFLOW_NAME,
+        run_input,
+        id=workflow_id,
+        task_queue=settings.task_queue,
+        result_type=AgentRunResult,
+    )
+    print(f"started {workflow_id}\n  {settings.run_url(workflow_id)}", flush=True)
+    if not args.follow:
+        return 0
+    return await follow(handle)
+
+
+async def follow(handle: WorkflowHandle[Any, AgentRunResult]) -> int:
+    """Print each phase change and each call outcome until the run ends, then the result."""
+    result_task = asyncio.ensure_future(handle.result())
+    seen: set[str] = set()
+    while not result_task.done():
+        try:
+            view = await handle.query("status", result_type=RunStatusView)
+        except RPCError:
+            view = None
+        if view is not None:
+            for line in progress_lines(view):
+                if line not in seen:
+                    seen.add(line)
+                    print(line, flush=True)
+        await asyncio.wait([result_task], timeout=FOLLOW_POLL_SECONDS)
+    try:
+        result = result_task.result()
+    except WorkflowFailureError as exc:
+        print(f"run failed: {exc.cause}", file=sys.stderr)
+        return 1
+    print(format_result(result))
+    return 0 if result.status == "completed" else 1
+
+
+def progress_lines(view: RunStatusView) -> list[str]:
+    lines = [f"turn {view.turn}: {view.phase}"]
+    lines += [
+        f"  {c.call_id} {c.tool} -> {c.status}"
+        for c in view.calls
+        if c.status not in ("proposed", "running")
+    ]
+    return lines
+
+
+def format_result(result: AgentRunResult) -> str:
+    lines = [f"status: {result.status} ({result.stop_reason})"]
+    for call in result.calls:
+        lines.append(
+            f"  call {call.call_id}: {call.tool} {json.dumps(call.arguments)} "
+            f"-> {call.status} {call.result_summary[:120]}"
+        )
+    usage = result.usage
+    lines.append(
+        f"usage: {usage.model_calls} model calls, {usage.tool_calls} tool calls, "
+        f"{usage.input_tokens + usage.output_tokens} tokens"
+    )
+    if result.output is not None:
+        output = result.output if isinstance(result.output, str) else json.dumps(result.output)
+        lines.append(f"answer: {output}")
+    return "\n".join(lines)
+
+
+async def show_status(handle: WorkflowHandle[Any, AgentRunResult]) -> int:
+    description = await handle.describe()
+    print(f"{handle.id}: {description.status.name if description.status else 'UNKNOWN'}")
+    view = await handle.query("status", result_type=RunStatusView)
+    print(json.dumps(view.model_dump(mode="json"), indent=2))
+    return 0
+
+
+async def dev(args: argparse.Namespace) -> int:
+    from agentloop.devstack import DevStack, DevStackError, DevStackPorts
+
+    ports = DevStackPorts(args.port, args.ui_port, args.example_port, args.provider_port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with DevStack(ports, state_dir=args.state_dir, persist_history=args.persist) as stack:
+            model_source = (
+                f"the scripted provider at {stack.settings.openai_base_url}"
+                if stack.scripted_provider
+                else "the OpenAI API"
+            )
+            print(
+                "agentloop dev is up\n"
+                f"  Temporal     127.0.0.1:{ports.temporal} (namespace default)\n"
+                f"  Temporal UI  http://localhost:{ports.ui}\n"
+                f"  example svc  {stack.settings.example_service_url}\n"
+                f"  models       {model_source}\n"
+                f"  worker       task queue {stack.settings.task_queue!r}\n"
+                "Ctrl-C stops everything.",
+                flush=True,
+            )
+            await stop.wait()
+    except DevStackError as exc:
+        print(f"agentloop dev: {exc}", file=sys.stderr)
+        return 2
+    print("agentloop dev stopped", flush=True)
+    return 0

@@ -1,0 +1,42 @@
+"""Worker and client configuration, read from the environment."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from pydantic import BaseModel
+
+from agentloop.contract import DEFAULT_TASK_QUEUE
+
+DEFAULT_STORE_URL = "sqlite:///.agentloop/store.db"
+DEFAULT_EXAMPLE_SERVICE_URL = "http://127.0.0.1:8787"
+
+
+class Settings(BaseModel):
+    temporal_address: str = "localhost:7233"
+    temporal_namespace: str = "default"
+    task_queue: str = DEFAULT_TASK_QUEUE
+    store_url: str = DEFAULT_STORE_URL
+    example_service_url: str = DEFAULT_EXAMPLE_SERVICE_URL
+    openai_api_key: str | None = None
+    openai_base_url: str | None = None
+    ui_url: str = "http://localhost:8233"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        names = {
+            "temporal_address": "TEMPORAL_ADDRESS",
+            "temporal_namespace": "TEMPORAL_NAMESPACE",
+            "task_queue": "AGENT_LOOP_TASK_QUEUE",
+            "store_url": "AGENTLOOP_STORE_URL",
+            "example_service_url": "AGENTLOOP_EXAMPLE_SERVICE_URL",
+            "openai_api_key": "OPENAI_API_KEY",
+            "openai_base_url": "OPENAI_BASE_URL",
+            "ui_url": "AGENTLOOP_UI_URL",
+        }
+        return cls(**{field: env[var] for field, var in names.items() if env.get(var)})
+
+    def run_url(self, workflow_id: str) -> str:
+        return f"{self.ui_url}/namespaces/{self.temporal_namespace}/workflows/{workflow_id}"

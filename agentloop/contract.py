@@ -1,0 +1,142 @@
+"""The public contract of the `AgentRun` workflow: input, result, signals, status.
+
+Other programs drive agentloop through these shapes (DESIGN.md §3), so fields are only ever
+added, with defaults. Pure pydantic: imported by the workflow, the CLI and callers alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+WORKFLOW_NAME = "AgentRun"
+DEFAULT_TASK_QUEUE = "agent-loop"
+
+Provider = Literal["openai-chat", "openai-responses", "anthropic"]
+
+RunStatus = Literal[
+    "completed",
+    "limit_reached",
+    "stalled",
+    "denied",
+    "refused",
+    "incomplete",
+    "rejected",
+    "approval_timeout",
+    "input_timeout",
+    "unresolved",
+    "failed",
+    "cancelled",
+]
+
+Phase = Literal[
+    "calling_model",
+    "validating",
+    "awaiting_approval",
+    "executing_tools",
+    "awaiting_reconciliation",
+    "awaiting_input",
+    "verifying",
+    "finished",
+]
+
+
+class _Strict(BaseModel):
+    # Unknown fields in a caller's input are a mistake worth naming, not something to ignore.
+    model_config = ConfigDict(extra="forbid")
+
+
+class Principal(_Strict):
+    subject: str = Field(min_length=1)
+    tenant: str = "default"
+    scopes: list[str] = Field(default_factory=list)
+
+
+class Limits(_Strict):
+    max_model_calls: int = Field(default=8, ge=1)
+    max_tool_calls: int = Field(default=32, ge=0)
+    max_total_tokens: int | None = Field(default=None, ge=1)
+    max_cost_usd: float | None = Field(default=None, ge=0)
+    deadline_seconds: float | None = Field(default=600, gt=0)
+    per_tool: dict[str, int] = Field(default_factory=dict)
+
+
+class AgentRunInput(_Strict):
+    task: str = Field(min_length=1)
+    instructions: str = ""
+    provider: Provider
+    model: str = Field(min_length=1)
+    tools: list[str] = Field(default_factory=list)
+    principal: Principal = Field(default_factory=lambda: Principal(subject="anonymous"))
+    limits: Limits = Field(default_factory=Limits)
+    stream: bool = True
+    approval_timeout_seconds: float = Field(default=86400, gt=0)
+    output_schema: dict[str, Any] | None = None
+    completion_check: str | None = None
+    continue_from: str | None = None
+
+
+class Usage(BaseModel):
+    model_calls: int = 0
+    tool_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class CallRecord(BaseModel):
+    """One line of the call ledger, keyed by the provider's call id."""
+
+    call_id: str
+    tool: str
+    tool_version: str = ""
+    args_digest: str = ""
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    decision: str = ""
+    """`allowed`, or why the runner refused it (`unknown_tool`, `invalid_arguments`, ...)."""
+    status: str = "pending"
+    """`pending`, `running`, or the `ToolResult` status."""
+    attempts: int = 0
+    idempotency_key: str = ""
+    result_summary: str = ""
+    turn: int = 0
+
+
+class AgentRunResult(BaseModel):
+    status: RunStatus
+    stop_reason: str
+    output: str | dict[str, Any] | list[Any] | None = None
+    usage: Usage = Field(default_factory=Usage)
+    calls: list[CallRecord] = Field(default_factory=list)
+    side_effects: list[dict[str, Any]] = Field(default_factory=list)
+    pending: list[dict[str, Any]] = Field(default_factory=list)
+    transcript_head: str = ""
+    """Key of the last transcript node in the store: `agentloop transcript` starts there."""
+
+
+class LimitsLeft(BaseModel):
+    model_calls: int
+    tool_calls: int
+    total_tokens: int | None = None
+    seconds: float | None = None
+
+
+class RunStatusView(BaseModel):
+    """What the `status` query returns."""
+
+    phase: Phase
+    turn: int
+    pending_approvals: list[dict[str, Any]] = Field(default_factory=list)
+    unresolved: list[dict[str, Any]] = Field(default_factory=list)
+    question: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    limits_left: LimitsLeft | None = None
+    calls: list[CallRecord] = Field(default_factory=list)
+    refused_decisions: list[dict[str, Any]] = Field(default_factory=list)
+    run_chain: list[str] = Field(default_factory=list)
+    stop_reason: str | None = None
+
+
+class CancelRequest(BaseModel):
+    reason: str = ""

@@ -1,0 +1,152 @@
+"""Scenario scripts the provider plays, and the placeholders their text may contain.
+
+Nothing here knows a wire protocol: a script is a list of assistant turns, and rendering a
+placeholder needs only the tool results of the conversation, keyed by tool-call id.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+# The values the Chat Completions API itself may send; anything else would not be realistic.
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
+
+# `{{CALL_ID}}` or `{{CALL_ID.key.key}}`; call ids never contain dots, so the first dot splits.
+_PLACEHOLDER = re.compile(r"\{\{\s*([^{}.\s]+)((?:\.[^{}.\s]+)*)\s*\}\}")
+
+# A rough "4 characters per token" keeps the default usage small, deterministic and plausible.
+_CHARS_PER_TOKEN = 4
+
+
+class ScriptedToolCall(BaseModel):
+    id: str
+    name: str
+    # A str is sent verbatim, which lets a script send arguments that are not valid JSON.
+    arguments: dict[str, Any] | str
+
+    def arguments_text(self) -> str:
+        """The exact argument string sent on the wire (and expected back when echoed)."""
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(self.arguments, ensure_ascii=False, separators=(",", ":"))
+
+
+class ScriptUsage(BaseModel):
+    prompt_tokens: int = Field(ge=0)
+    completion_tokens: int = Field(ge=0)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class ScriptTurn(BaseModel):
+    text: str | None = None
+    tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
+    refusal: str | None = None
+    finish_reason: FinishReason | None = None
+    cut_stream_after_chars: int | None = Field(default=None, ge=0)
+    expect_tool_results: dict[str, str] = Field(default_factory=dict)
+    usage: ScriptUsage | None = None
+    undeclared_tools: list[str] = Field(default_factory=list)
+    """Tools this turn calls although the request does not offer them: a model that
+    hallucinates a tool name, which the runner must refuse."""
+
+    @model_validator(mode="after")
+    def _expectations_name_own_calls(self) -> ScriptTurn:
+        # An expectation about a call this turn never makes could never be met.
+        unknown = set(self.expect_tool_results) - {call.id for call in self.tool_calls}
+        if unknown:
+            raise ValueError(f"expect_tool_results names calls this turn does not make: {unknown}")
+        return self
+
+    def effective_finish_reason(self) -> FinishReason:
+        if self.finish_reason is not None:
+            return self.finish_reason
+        return "tool_calls" if self.tool_calls else "stop"
+
+    def completion_chars(self) -> int:
+        calls = sum(len(call.name) + len(call.arguments_text()) for call in self.tool_calls)
+        return len(self.text or "") + len(self.refusal or "") + calls
+
+    def usage_for(self, prompt_chars: int) -> ScriptUsage:
+        """The scripted usage, or a deterministic estimate so retries report the same numbers."""
+        if self.usage is not None:
+            return self.usage
+        return ScriptUsage(
+            prompt_tokens=_estimate_tokens(prompt_chars),
+            completion_tokens=_estimate_tokens(self.completion_chars()),
+        )
+
+
+class Script(BaseModel):
+    name: str = Field(min_length=1)
+    turns: list[ScriptTurn] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _call_ids_unique(self) -> Script:
+        # Placeholders and pairing checks look tool results up by call id across the whole
+        # conversation, so an id reused by two calls would make both ambiguous.
+        ids = [call.id for turn in self.turns for call in turn.tool_calls]
+        duplicates = sorted({call_id for call_id in ids if ids.count(call_id) > 1})
+        if duplicates:
+            raise ValueError(f"tool call ids must be unique within a script: {duplicates}")
+        return self
+
+
+def _estimate_tokens(chars: int) -> int:
+    return chars // _CHARS_PER_TOKEN + 1
+
+
+def load_builtin_scripts() -> dict[str, Script]:
+    """The scripts shipped in `agentloop/demo/scripts/*.json`, by name."""
+    folder = resources.files("agentloop.demo").joinpath("scripts")
+    scripts: dict[str, Script] = {}
+    for entry in sorted(folder.iterdir(), key=lambda item: item.name):
+        if entry.name.endswith(".json"):
+            script = Script.model_validate_json(entry.read_text(encoding="utf-8"))
+            scripts[script.name] = script
+    return scripts
+
+
+def render_placeholders(text: str, tool_results: Mapping[str, str]) -> tuple[str, list[str]]:
+    """Fill `{{CALL_ID.path}}` from tool results; returns the text and the unresolvable ones.
+
+    An unresolvable placeholder renders as `<missing CALL_ID.path>` instead of failing the
+    turn, so the run goes on and the caller can report it.
+    """
+    missing: list[str] = []
+
+    def substitute(match: re.Match[str]) -> str:
+        call_id, dotted = match.group(1), match.group(2)
+        value = _lookup(tool_results.get(call_id), dotted.split(".")[1:])
+        if value is None:
+            missing.append(f"{call_id}{dotted}")
+            return f"<missing {call_id}{dotted}>"
+        return value
+
+    return _PLACEHOLDER.sub(substitute, text), missing
+
+
+def _lookup(content: str | None, path: list[str]) -> str | None:
+    if content is None or not path:
+        return content
+    try:
+        node: Any = json.loads(content)
+    except ValueError:
+        return None
+    for key in path:
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            return None
+    # Strings go in bare; numbers, booleans and objects as the JSON a reader would expect.
+    return node if isinstance(node, str) else json.dumps(node, ensure_ascii=False)

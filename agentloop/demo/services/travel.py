@@ -1,0 +1,248 @@
+"""Travel: train status and weather, public data, no auth.
+
+Any well-formed question gets an answer. The first answer for a key is synthesized from a
+sha256 of the inputs (never `random`, so every fresh database agrees) and stored; from then on
+the stored row is the answer, as with a real system of record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+import unicodedata
+from datetime import date
+from typing import Any
+
+from aiohttp import web
+
+from .control import invalid_argument
+from .db import DB_KEY, Database
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS train_status (
+    train_number        TEXT NOT NULL,
+    date                TEXT NOT NULL,
+    status              TEXT NOT NULL,
+    delay_minutes       INTEGER NOT NULL,
+    origin              TEXT NOT NULL,
+    destination         TEXT NOT NULL,
+    scheduled_departure TEXT NOT NULL,
+    platform            TEXT NOT NULL,
+    created_at          REAL NOT NULL,
+    PRIMARY KEY (train_number, date)
+);
+CREATE TABLE IF NOT EXISTS weather_report (
+    city_key             TEXT NOT NULL,
+    date                 TEXT NOT NULL,
+    city                 TEXT NOT NULL,
+    condition            TEXT NOT NULL,
+    high_c               INTEGER NOT NULL,
+    low_c                INTEGER NOT NULL,
+    precipitation_chance INTEGER NOT NULL,
+    created_at           REAL NOT NULL,
+    PRIMARY KEY (city_key, date)
+);
+"""
+
+TRAIN_FIELDS = (
+    "train_number",
+    "date",
+    "status",
+    "delay_minutes",
+    "origin",
+    "destination",
+    "scheduled_departure",
+    "platform",
+)
+WEATHER_FIELDS = ("city", "date", "condition", "high_c", "low_c", "precipitation_chance")
+
+STATIONS = (
+    "Amsterdam Centraal",
+    "Berlin Hbf",
+    "Bruxelles-Midi",
+    "Frankfurt Hbf",
+    "Köln Hbf",
+    "London St Pancras",
+    "Lyon Part-Dieu",
+    "Marseille Saint-Charles",
+    "Milano Centrale",
+    "München Hbf",
+    "Paris Gare de Lyon",
+    "Paris Nord",
+    "Rotterdam Centraal",
+    "Torino Porta Nuova",
+    "Wien Hbf",
+    "Zürich HB",
+)
+
+# Offset of the typical daily high by month (northern-hemisphere seasons), so a city's
+# synthetic January is colder than its July.
+SEASONAL_OFFSET_C = (-8, -7, -4, 0, 4, 7, 8, 7, 4, 0, -4, -7)
+
+# --- validation ----------------------------------------------------------------------------
+
+_DATE_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_TRAIN_RE = re.compile(r"[A-Z]{0,2}[0-9]{1,5}")
+_CITY_PUNCTUATION = frozenset(" -'\u2019")
+MAX_CITY_LEN = 64
+
+
+def parse_date(raw: str | None) -> date:
+    # fromisoformat alone also accepts "20260101" and week dates; the API promises YYYY-MM-DD.
+    message = "date must be an ISO date YYYY-MM-DD"
+    if raw is None or not _DATE_RE.fullmatch(raw):
+        raise invalid_argument(message)
+    try:
+        return date.fromisoformat(raw)
+    except ValueError as exc:  # well-formed but impossible, e.g. 2026-02-30
+        raise invalid_argument(message) from exc
+
+
+def parse_train_number(raw: str) -> str:
+    if not _TRAIN_RE.fullmatch(raw):
+        raise invalid_argument(
+            "train_number must be up to 2 uppercase letters followed by 1-5 digits"
+        )
+    return raw
+
+
+def parse_city(raw: str) -> str:
+    """Returns the display name (NFC, single spaces); its casefold is the storage key."""
+    # NFC first: a decomposed "é" is "e" + a combining mark, which is not a letter by itself.
+    city = re.sub(" +", " ", unicodedata.normalize("NFC", raw).strip(" "))
+    valid = (
+        0 < len(city) <= MAX_CITY_LEN
+        and all(ch.isalpha() or ch in _CITY_PUNCTUATION for ch in city)
+        and any(ch.isalpha() for ch in city)
+    )
+    if not valid:
+        raise invalid_argument(
+            f"city must be 1-{MAX_CITY_LEN} letters, spaces, hyphens or apostrophes"
+        )
+    return city
+
+
+# --- synthetic answers ---------------------------------------------------------------------
+
+
+def _draw(n: int, *parts: str) -> int:
+    """A deterministic integer in [0, n) derived from `parts`."""
+    digest = hashlib.sha256("\x1f".join(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big") % n
+
+
+def synth_train(train_number: str, day: date) -> dict[str, Any]:
+    # Route, departure time and platform belong to the train; the status belongs to the day.
+    origin = _draw(len(STATIONS), "train", train_number, "origin")
+    # Offset from the origin by 1..len-1 so a train never terminates where it starts.
+    destination = (origin + 1 + _draw(len(STATIONS) - 1, "train", train_number, "dest")) % len(
+        STATIONS
+    )
+    departure = 5 * 60 + 5 * _draw(18 * 12, "train", train_number, "departure")  # 05:00-22:55
+    roll = _draw(100, "train", train_number, day.isoformat(), "status")
+    status = "on_time" if roll < 70 else "delayed" if roll < 93 else "cancelled"
+    delay = 5 + _draw(116, "train", train_number, day.isoformat(), "delay")
+    return {
+        "train_number": train_number,
+        "date": day.isoformat(),
+        "status": status,
+        "delay_minutes": delay if status == "delayed" else 0,
+        "origin": STATIONS[origin],
+        "destination": STATIONS[destination],
+        "scheduled_departure": f"{departure // 60:02d}:{departure % 60:02d}",
+        "platform": str(1 + _draw(24, "train", train_number, "platform")),
+    }
+
+
+_PRECIPITATION_RANGE = {
+    "sunny": (0, 10),
+    "cloudy": (10, 40),
+    "fog": (5, 30),
+    "rain": (60, 100),
+    "snow": (60, 100),
+}
+
+
+def synth_weather(city: str, day: date) -> dict[str, Any]:
+    key, iso = city.casefold(), day.isoformat()
+    typical_high = _draw(31, "weather", key, "climate") - 3  # the city's climate: -3..27
+    high = typical_high + SEASONAL_OFFSET_C[day.month - 1] + _draw(7, "weather", key, iso, "hi") - 3
+    low = high - 3 - _draw(8, "weather", key, iso, "spread")
+    roll = _draw(100, "weather", key, iso, "condition")
+    if roll < 35:
+        condition = "sunny"
+    elif roll < 62:
+        condition = "cloudy"
+    elif roll < 90:
+        condition = "snow" if high <= 2 else "rain"  # keep the answer physically plausible
+    else:
+        condition = "fog"
+    lo, hi = _PRECIPITATION_RANGE[condition]
+    return {
+        "city": city,
+        "date": iso,
+        "condition": condition,
+        "high_c": high,
+        "low_c": low,
+        "precipitation_chance": lo + _draw(hi - lo + 1, "weather", key, iso, "precip"),
+    }
+
+
+# --- storage -------------------------------------------------------------------------------
+
+
+def _insert_if_absent(db: Database, table: str, row: dict[str, Any]) -> None:
+    # INSERT OR IGNORE makes concurrent first requests race-free: whichever lands first is the
+    # record and every later read returns it.
+    columns = [*row, "created_at"]
+    placeholders = ", ".join("?" for _ in columns)
+    db.execute(
+        f"INSERT OR IGNORE INTO {table} ({', '.join(columns)}) VALUES ({placeholders})",
+        (*row.values(), time.time()),
+    )
+
+
+def train_status(db: Database, train_number: str, day: date) -> dict[str, Any]:
+    select = f"SELECT {', '.join(TRAIN_FIELDS)} FROM train_status WHERE train_number=? AND date=?"
+    params = (train_number, day.isoformat())
+    row = db.fetch_one(select, params)
+    if row is None:
+        _insert_if_absent(db, "train_status", synth_train(train_number, day))
+        row = db.fetch_one(select, params)
+    assert row is not None
+    return row
+
+
+def weather_report(db: Database, city: str, day: date) -> dict[str, Any]:
+    select = f"SELECT {', '.join(WEATHER_FIELDS)} FROM weather_report WHERE city_key=? AND date=?"
+    params = (city.casefold(), day.isoformat())
+    row = db.fetch_one(select, params)
+    if row is None:
+        _insert_if_absent(
+            db, "weather_report", {"city_key": city.casefold(), **synth_weather(city, day)}
+        )
+        row = db.fetch_one(select, params)
+    assert row is not None
+    return row
+
+
+# --- routes --------------------------------------------------------------------------------
+
+
+async def _trains(request: web.Request) -> web.Response:
+    train_number = parse_train_number(request.match_info["train_number"])
+    day = parse_date(request.query.get("date"))
+    return web.json_response(train_status(request.app[DB_KEY], train_number, day))
+
+
+async def _weather(request: web.Request) -> web.Response:
+    city = parse_city(request.match_info["city"])
+    day = parse_date(request.query.get("date"))
+    return web.json_response(weather_report(request.app[DB_KEY], city, day))
+
+
+def add_routes(app: web.Application) -> None:
+    # The route names are the endpoint names of the request log and the delay knob.
+    app.router.add_get("/travel/trains/{train_number}", _trains, name="trains")
+    app.router.add_get("/travel/weather/{city}", _weather, name="weather")

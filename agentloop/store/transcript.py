@@ -1,0 +1,45 @@
+"""The transcript as a content-addressed chain, like git commits.
+
+A node is `{event, parent}` and its key is the hash of its canonical JSON, so appending the same
+events to the same head always gives the same key, on the workflow side (which never reads the
+store) and on the activity side (which persists). Writing a node twice is harmless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from agentloop.digests import canonical_json, sha256_hex
+from agentloop.events import Event
+
+ROOT = ""
+"""The head of an empty transcript."""
+
+_EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def node_body(event: Event, parent: str) -> dict[str, Any]:
+    return {"event": event.model_dump(mode="json"), "parent": parent or None}
+
+
+def node_key(body: dict[str, Any]) -> str:
+    return "sha256:" + sha256_hex(canonical_json(body))
+
+
+def append(head: str, events: Sequence[Event]) -> tuple[str, list[tuple[str, str]]]:
+    """Chain `events` after `head`: the new head and the `(key, canonical json)` nodes."""
+    nodes: list[tuple[str, str]] = []
+    for event in events:
+        body = node_body(event, head)
+        head = node_key(body)
+        nodes.append((head, canonical_json(body)))
+    return head, nodes
+
+
+def parse_node(text: str) -> tuple[Event, str]:
+    """A stored node back into `(event, parent key)`."""
+    body = TypeAdapter(dict[str, Any]).validate_json(text)
+    return _EVENT_ADAPTER.validate_python(body["event"]), body.get("parent") or ROOT

@@ -1,0 +1,52 @@
+"""The tool registry: which tools this worker can run, by name."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel
+
+from agentloop.tools.contract import Tool, ToolHandler, ToolSpec
+
+
+def define_tool(name: str, args_model: type[BaseModel], handler: ToolHandler, **spec: Any) -> Tool:
+    """A tool whose argument schema is generated from its pydantic model."""
+    return Tool(
+        spec=ToolSpec(name=name, parameters=args_model.model_json_schema(), **spec),
+        handler=handler,
+    )
+
+
+class UnknownToolError(KeyError):
+    pass
+
+
+class ToolRegistry:
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.add(tool)
+
+    def add(self, tool: Tool) -> None:
+        if tool.spec.name in self._tools:
+            raise ValueError(f"tool {tool.spec.name!r} is registered twice")
+        self._tools[tool.spec.name] = tool
+
+    def get(self, name: str) -> Tool:
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise UnknownToolError(name) from None
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def specs(self, names: Iterable[str]) -> list[ToolSpec]:
+        return [self.get(name).spec for name in names]
+
+
+def default_registry() -> ToolRegistry:
+    from agentloop.tools.travel import TRAVEL_TOOLS
+
+    return ToolRegistry(TRAVEL_TOOLS)

@@ -1,0 +1,88 @@
+"""Wiring only: a Temporal client with the pydantic converter, and a worker on `agent-loop`."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import aiohttp
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
+
+from agentloop.activities.model import ModelActivities
+from agentloop.activities.tools import ToolActivities
+from agentloop.adapters import AdapterFactory
+from agentloop.config import Settings
+from agentloop.store import open_store
+from agentloop.tools.http import DEFAULT_TIMEOUT, ServiceClient
+from agentloop.tools.registry import default_registry
+from agentloop.workflows.agent_run import AgentRun
+
+
+async def connect(settings: Settings) -> Client:
+    return await Client.connect(
+        settings.temporal_address,
+        namespace=settings.temporal_namespace,
+        data_converter=pydantic_data_converter,
+    )
+
+
+@dataclass(frozen=True)
+class ToolServices:
+    """What example tools reach: the example service standing in for systems of record."""
+
+    example: ServiceClient
+
+
+@asynccontextmanager
+async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
+    """A worker polling `settings.task_queue` for as long as the context is open."""
+    store = open_store(settings.store_url)
+    async with aiohttp.ClientSession(timeout=DEFAULT_TIMEOUT) as session:
+        services = ToolServices(example=ServiceClient(settings.example_service_url, session))
+        model = ModelActivities(
+            store,
+            AdapterFactory(
+                openai_api_key=settings.openai_api_key, openai_base_url=settings.openai_base_url
+            ),
+        )
+        tools = ToolActivities(default_registry(), services)
+        worker = Worker(
+            client,
+            task_queue=settings.task_queue,
+            workflows=[AgentRun],
+            activities=[model.call_model, tools.describe_tools, tools.run_tool],
+        )
+        try:
+            async with worker:
+                yield worker
+        finally:
+            await store.close()
+
+
+async def serve(settings: Settings) -> None:
+    """Run a worker until SIGINT or SIGTERM."""
+    client = await connect(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with running_worker(client, settings):
+        print(
+            f"agentloop worker polling task queue {settings.task_queue!r} "
+            f"on {settings.temporal_address}",
+            flush=True,
+        )
+        await stop.wait()
+
+
+def main() -> None:
+    asyncio.run(serve(Settings.from_env()))
+
+
+if __name__ == "__main__":
+    main()

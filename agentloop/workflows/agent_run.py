@@ -1,0 +1,266 @@
+"""`AgentRun`: the Temporal shell around the pure loop in `loop.py`.
+
+Each pass asks `decide` for the next step and makes the Temporal calls it names. Everything
+here is deterministic: no I/O, no clock but `workflow.now()`, activities referred to by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    import jsonschema  # noqa: F401  (validation runs in the sandbox; import it once, outside)
+    from pydantic import ValidationError
+
+    from agentloop.activities.messages import (
+        CallModelInput,
+        CallModelResult,
+        DescribeToolsInput,
+        RunToolInput,
+    )
+    from agentloop.adapters.base import ModelSettings
+    from agentloop.contract import (
+        WORKFLOW_NAME,
+        AgentRunInput,
+        AgentRunResult,
+        CancelRequest,
+        RunStatusView,
+    )
+    from agentloop.events import ToolCall, ToolResult
+    from agentloop.policies import budgets
+    from agentloop.store.transcript import append
+    from agentloop.tools.contract import ToolSpec
+    from agentloop.workflows import loop
+    from agentloop.workflows.loop import CallModel, Finish, LoopState, RunTools
+
+DESCRIBE_TOOLS_TIMEOUT = timedelta(seconds=30)
+MODEL_START_TO_CLOSE = timedelta(seconds=180)
+MODEL_HEARTBEAT = timedelta(seconds=30)
+MODEL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=5,
+)
+TOOL_HEARTBEAT = timedelta(seconds=5)
+"""A worker that dies mid-tool is noticed this fast (the activity heartbeats every second)."""
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class AgentRun:
+    def __init__(self) -> None:
+        self._state: LoopState | None = None
+        self._cancel_reason: str | None = None
+
+    @workflow.run
+    async def run(self, raw_input: Any) -> AgentRunResult:
+        run_input = parse_input(raw_input)
+        specs = await _describe_tools(run_input.tools)
+        state = self._state = LoopState.start(run_input, specs, workflow.now())
+        state.cancel_reason = self._cancel_reason
+        while True:
+            step = loop.decide(state, workflow.now())
+            match step:
+                case CallModel():
+                    await self._call_model(state, step)
+                case RunTools():
+                    await self._run_tools(state, step)
+                case Finish():
+                    return self._finish(state, step)
+
+    @workflow.signal
+    def cancel(self, request: CancelRequest) -> None:
+        self._cancel_reason = request.reason
+        if self._state is not None and self._state.cancel_reason is None:
+            self._state.cancel_reason = request.reason
+
+    @workflow.query
+    def status(self) -> RunStatusView:
+        state = self._state
+        if state is None:
+            return RunStatusView(phase="calling_model", turn=0)
+        return RunStatusView(
+            phase=state.phase,
+            turn=state.turn,
+            usage=state.usage,
+            limits_left=budgets.limits_left(
+                state.run_input.limits, state.usage, state.started_at, workflow.now()
+            ),
+            calls=list(state.calls.values()),
+            run_chain=[workflow.info().run_id],
+            stop_reason=state.stop_reason,
+        )
+
+    # --- steps ------------------------------------------------------------------------
+
+    async def _call_model(self, state: LoopState, step: CallModel) -> None:
+        run_input = state.run_input
+        new_events = list(state.outbox)
+        loop.record_model_call_started(state, step)
+        handle = workflow.start_activity(
+            "call_model",
+            CallModelInput(
+                run_id=workflow.info().workflow_id,
+                turn=step.turn,
+                provider=run_input.provider,
+                model=run_input.model,
+                head=state.head,
+                new_events=new_events,
+                tools=list(state.tools.values()),
+                settings=ModelSettings(stream=run_input.stream),
+            ),
+            result_type=CallModelResult,
+            start_to_close_timeout=MODEL_START_TO_CLOSE,
+            heartbeat_timeout=MODEL_HEARTBEAT,
+            retry_policy=MODEL_RETRY,
+            summary=f"{run_input.provider} {run_input.model} · turn {step.turn}",
+        )
+        if not await self._until_done_or_stopped(state, [handle]):
+            return
+        try:
+            result = await handle
+        except ActivityError as exc:
+            loop.record_failure(state, f"model_error: {_describe_failure(exc)}")
+            return
+        expected, _ = append(state.head, [*new_events, result.output])
+        if expected != result.head:
+            raise ApplicationError(
+                f"transcript diverged: the store's head {result.head} is not {expected}",
+                type="TranscriptDiverged",
+                non_retryable=True,
+            )
+        loop.record_model_output(state, result.output, result.head)
+
+    async def _run_tools(self, state: LoopState, step: RunTools) -> None:
+        loop.record_batch_started(state, step)
+        results: list[ToolResult] = list(step.refused)
+        reads = [self._start_tool(call, spec) for call, spec in step.reads]
+        if not await self._until_done_or_stopped(state, reads):
+            return
+        for (call, spec), handle in zip(step.reads, reads, strict=True):
+            results.append(await self._tool_outcome(call, spec, handle))
+        for call, spec in step.writes:
+            # Writes run one at a time, in the model's order, and are never cut short.
+            results.append(await self._tool_outcome(call, spec, self._start_tool(call, spec)))
+        loop.record_tool_results(state, results)
+
+    def _start_tool(self, call: ToolCall, spec: ToolSpec) -> workflow.ActivityHandle[ToolResult]:
+        workflow_id = workflow.info().workflow_id
+        is_write = spec.effect == "write"
+        return workflow.start_activity(
+            "run_tool",
+            RunToolInput(
+                workflow_id=workflow_id,
+                call_id=call.call_id,
+                tool=call.name,
+                arguments=call.arguments,
+                idempotency_key=f"{workflow_id}/{call.call_id}" if is_write else "",
+            ),
+            result_type=ToolResult,
+            start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
+            heartbeat_timeout=TOOL_HEARTBEAT,
+            # A write is never retried blindly: its outcome must be looked up first.
+            retry_policy=RetryPolicy(maximum_attempts=1 if is_write else spec.max_attempts),
+            summary=f"{call.name} · {call.call_id}",
+        )
+
+    async def _tool_outcome(
+        self, call: ToolCall, spec: ToolSpec, handle: workflow.ActivityHandle[ToolResult]
+    ) -> ToolResult:
+        try:
+            return await handle
+        except ActivityError as exc:
+            # A read that kept failing is reported to the model; a write whose attempt failed
+            # may or may not have happened, so it is `unknown` and stops the run.
+            return loop.failed_result(call, spec, _describe_failure(exc))
+
+    async def _until_done_or_stopped(
+        self, state: LoopState, handles: list[workflow.ActivityHandle[Any]]
+    ) -> bool:
+        """Wait for the activities, unless a cancel or the deadline comes first: then cancel
+        them and return False (the next `decide` turns that into the stop)."""
+        seconds = budgets.limits_left(
+            state.run_input.limits, state.usage, state.started_at, workflow.now()
+        ).seconds
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                lambda: all(h.done() for h in handles) or state.cancel_reason is not None,
+                timeout=None if seconds is None else max(seconds, 0.001),
+            )
+        if all(h.done() for h in handles):
+            return True
+        for handle in handles:
+            handle.cancel()
+        return False
+
+    def _finish(self, state: LoopState, step: Finish) -> AgentRunResult:
+        state.phase = "finished"
+        state.stop_reason = step.stop_reason
+        return AgentRunResult(
+            status=step.status,
+            stop_reason=step.stop_reason,
+            output=step.output,
+            usage=state.usage,
+            calls=list(state.calls.values()),
+            pending=[
+                {"call_id": r.call_id, "tool": r.tool, "status": r.status}
+                for r in state.calls.values()
+                if r.status in ("proposed", "running")
+            ],
+            transcript_head=state.head,
+        )
+
+
+def parse_input(raw_input: Any) -> AgentRunInput:
+    """Bad input fails the run at once, naming the field, instead of failing a workflow task
+    (which Temporal would retry for ever)."""
+    try:
+        run_input = AgentRunInput.model_validate(raw_input)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'input'}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise ApplicationError(
+            f"invalid AgentRunInput: {problems}", type="InvalidInput", non_retryable=True
+        ) from None
+    for field in ("completion_check", "continue_from"):
+        if getattr(run_input, field) is not None:
+            raise ApplicationError(
+                f"invalid AgentRunInput: {field}: not supported by this version of agentloop",
+                type="InvalidInput",
+                non_retryable=True,
+            )
+    return run_input
+
+
+async def _describe_tools(names: list[str]) -> list[ToolSpec]:
+    try:
+        specs: list[ToolSpec] = await workflow.execute_activity(
+            "describe_tools",
+            DescribeToolsInput(names=names),
+            result_type=list[ToolSpec],
+            start_to_close_timeout=DESCRIBE_TOOLS_TIMEOUT,
+            summary=f"tools: {', '.join(names) or 'none'}",
+        )
+    except ActivityError as exc:
+        # An unknown tool name is bad input: say so as the run's own failure.
+        raise ApplicationError(
+            f"invalid AgentRunInput: {_describe_failure(exc)}",
+            type="InvalidInput",
+            non_retryable=True,
+        ) from None
+    return specs
+
+
+def _describe_failure(exc: ActivityError) -> str:
+    cause = exc.cause
+    if isinstance(cause, ApplicationError):
+        return f"{cause.type}: {cause.message}"
+    return str(cause or exc)

@@ -1,0 +1,94 @@
+"""Shared fixtures: one real Temporal dev server, example service, scripted provider and
+in-process worker per test session. Every run gets its own workflow id."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from agentloop.config import Settings
+from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult
+from agentloop.demo.scripted_provider import ScriptedProvider
+from agentloop.demo.services import ExampleService
+from agentloop.devstack import FAST_DEV_SERVER, temporal_binary
+from agentloop.worker import running_worker
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        dev_server_extra_args=FAST_DEV_SERVER,
+        data_converter=pydantic_data_converter,
+    )
+    async with env:
+        yield env
+
+
+@pytest.fixture(scope="session")
+def client(temporal_env: WorkflowEnvironment) -> Client:
+    return temporal_env.client
+
+
+@pytest.fixture(scope="session")
+def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("agentloop")
+
+
+@pytest.fixture(scope="session")
+async def example_service(session_dir: Path) -> AsyncIterator[ExampleService]:
+    service = ExampleService(session_dir / "example.db")
+    await service.start(host="127.0.0.1", port=0)
+    yield service
+    await service.stop()
+
+
+@pytest.fixture(scope="session")
+async def scripted_provider() -> AsyncIterator[ScriptedProvider]:
+    provider = ScriptedProvider()
+    await provider.start(host="127.0.0.1", port=0)
+    yield provider
+    await provider.stop()
+
+
+@pytest.fixture(scope="session")
+def worker_settings(
+    session_dir: Path, example_service: ExampleService, scripted_provider: ScriptedProvider
+) -> Settings:
+    return Settings(
+        task_queue=f"agent-loop-test-{uuid.uuid4().hex[:8]}",
+        store_url=f"sqlite:///{session_dir / 'store.db'}",
+        example_service_url=example_service.base_url,
+        openai_api_key="scripted",
+        openai_base_url=scripted_provider.base_url,
+    )
+
+
+@pytest.fixture(scope="session")
+async def worker(client: Client, worker_settings: Settings) -> AsyncIterator[Settings]:
+    async with running_worker(client, worker_settings):
+        yield worker_settings
+
+
+@pytest.fixture
+def run_id(request: pytest.FixtureRequest) -> str:
+    return f"{request.node.name}-{uuid.uuid4().hex[:8]}"
+
+
+async def start_run(
+    client: Client, settings: Settings, workflow_id: str, run_input: AgentRunInput | dict[str, Any]
+) -> WorkflowHandle[Any, AgentRunResult]:
+    return await client.start_workflow(
+        WORKFLOW_NAME,
+        run_input,
+        id=workflow_id,
+        task_queue=settings.task_queue,
+        result_type=AgentRunResult,
+    )

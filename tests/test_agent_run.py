@@ -1,0 +1,361 @@
+"""AgentRun end to end: real dev server, the official openai client over HTTP to the scripted
+provider (which checks call-id pairing on every request), example tools over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+
+from agentloop.config import Settings
+from agentloop.contract import AgentRunInput, Limits, RunStatusView
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.demo.services import ExampleService
+from tests.conftest import start_run
+
+pytestmark = pytest.mark.integration
+
+TRAIN_ARGS = {"train_number": "G1234", "date": "2026-12-01"}
+WEATHER_ARGS = {"city": "Shanghai", "date": "2026-12-01"}
+
+
+@pytest.fixture(autouse=True)
+async def clean_fakes(
+    scripted_provider: ScriptedProvider, example_service: ExampleService
+) -> AsyncIterator[None]:
+    """Every test starts with empty logs, and ends with no protocol violation seen."""
+    scripted_provider.reset()
+    example_service.reset()
+    yield
+    assert scripted_provider.violations == []
+
+
+def run_input(model: str, **overrides: Any) -> AgentRunInput:
+    fields: dict[str, Any] = {
+        "task": "Is train G1234 late on 2026-12-01, and what is the weather in Shanghai?",
+        "provider": "openai-chat",
+        "model": model,
+        "tools": ["get_train_status", "get_weather"],
+    }
+    fields.update(overrides)
+    return AgentRunInput.model_validate(fields)
+
+
+def tool_call(call_id: str, name: str, arguments: dict[str, Any] | str) -> ScriptedToolCall:
+    return ScriptedToolCall(id=call_id, name=name, arguments=arguments)
+
+
+def tool_messages(provider: ScriptedProvider, script: str) -> dict[str, list[str]]:
+    """Every tool message the model received, by tool_call_id."""
+    seen: dict[str, list[str]] = {}
+    last = [r for r in provider.requests if r["script"] == script][-1]
+    for message in last["body"]["messages"]:
+        if message["role"] == "tool":
+            seen.setdefault(message["tool_call_id"], []).append(message["content"])
+    return seen
+
+
+async def test_final_answer_without_tools(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="All on time.")]))
+    handle = await start_run(client, worker, run_id, run_input(run_id))
+    result = await handle.result()
+    assert result.status == "completed"
+    assert result.output == "All on time."
+    assert (result.usage.model_calls, result.usage.tool_calls) == (1, 0)
+    assert result.calls == []
+    first = scripted_provider.requests[0]["body"]["messages"]
+    assert first[-1] == {"role": "user", "content": run_input(run_id).task}
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_one_tool_call_result_comes_back_under_its_id(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+    stream: bool,
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[tool_call("call_only", "get_train_status", TRAIN_ARGS)],
+                    expect_tool_results={"call_only": "G1234"},
+                ),
+                ScriptTurn(text="G1234 is {{call_only.status}}."),
+            ],
+        )
+    )
+    result = await (
+        await start_run(client, worker, run_id, run_input(run_id, stream=stream))
+    ).result()
+    assert result.status == "completed", result.stop_reason
+    assert example_service.stats()["counts"]["trains"] == 1
+    assert [(c.call_id, c.tool, c.status) for c in result.calls] == [
+        ("call_only", "get_train_status", "succeeded")
+    ]
+    assert result.output == f"G1234 is {await _train_status(example_service)}."
+    assert list(tool_messages(scripted_provider, run_id)) == ["call_only"]
+    assert all(r["stream"] is stream for r in scripted_provider.requests)
+
+
+async def _train_status(example_service: ExampleService) -> str:
+    # The service is the system of record: asking again returns the stored answer.
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(
+            f"{example_service.base_url}/travel/trains/G1234", params={"date": "2026-12-01"}
+        ) as response,
+    ):
+        return str((await response.json())["status"])
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_parallel_reads_finishing_out_of_order_pair_by_call_id(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+    stream: bool,
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        tool_call("call_train", "get_train_status", TRAIN_ARGS),
+                        tool_call("call_weather", "get_weather", WEATHER_ARGS),
+                    ],
+                    expect_tool_results={
+                        "call_train": '"train_number": "G1234"',
+                        "call_weather": '"city": "Shanghai"',
+                    },
+                ),
+                ScriptTurn(text="{{call_train.train_number}} / {{call_weather.city}}"),
+            ],
+        )
+    )
+    example_service.set_delay("trains", 300)
+    try:
+        handle = await start_run(client, worker, run_id, run_input(run_id, stream=stream))
+        result = await handle.result()
+    finally:
+        example_service.set_delay("trains", 0)
+    assert result.status == "completed", result.stop_reason
+    assert result.output == "G1234 / Shanghai"
+    stats = example_service.stats()
+    assert stats["counts"]["trains"] == 1 and stats["counts"]["weather"] == 1
+    by_endpoint = {r["endpoint"]: r for r in stats["requests"]}
+    # Both were in flight together, and the first-requested one finished last.
+    assert by_endpoint["weather"]["started_seq"] < by_endpoint["trains"]["finished_seq"]
+    assert by_endpoint["trains"]["started_seq"] < by_endpoint["weather"]["finished_seq"]
+    assert by_endpoint["weather"]["finished_seq"] < by_endpoint["trains"]["finished_seq"]
+    results = tool_messages(scripted_provider, run_id)
+    assert set(results) == {"call_train", "call_weather"}
+    assert all(len(contents) == 1 for contents in results.values())
+    assert '"city": "Shanghai"' in results["call_weather"][0]
+    assert '"train_number": "G1234"' in results["call_train"][0]
+    assert {c.call_id: c.status for c in result.calls} == {
+        "call_train": "succeeded",
+        "call_weather": "succeeded",
+    }
+
+
+async def test_stream_cut_inside_tool_arguments_is_incomplete_and_runs_nothing(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[tool_call("call_cut", "get_train_status", TRAIN_ARGS)],
+                    cut_stream_after_chars=12,
+                ),
+            ],
+        )
+    )
+    result = await (await start_run(client, worker, run_id, run_input(run_id))).result()
+    assert result.status == "incomplete"
+    assert "truncated" in result.stop_reason
+    assert result.usage.tool_calls == 0
+    assert sum(example_service.stats()["counts"].values()) == 0
+    assert result.pending == [] or all(p["status"] != "succeeded" for p in result.pending)
+
+
+async def test_length_stop_inside_tool_arguments_is_incomplete(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[tool_call("call_len", "get_train_status", '{"train_number": "G12')],
+                    finish_reason="length",
+                ),
+            ],
+        )
+    )
+    result = await (await start_run(client, worker, run_id, run_input(run_id))).result()
+    assert result.status == "incomplete"
+    assert sum(example_service.stats()["counts"].values()) == 0
+
+
+async def test_unknown_tool_and_bad_arguments_go_back_to_the_model_under_their_ids(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        tool_call("call_unknown", "book_flight", {"to": "Shanghai"}),
+                        tool_call("call_bad", "get_weather", {"city": "Shanghai"}),
+                        tool_call("call_ok", "get_weather", WEATHER_ARGS),
+                    ],
+                    expect_tool_results={
+                        "call_unknown": "unknown_tool",
+                        "call_bad": "invalid_arguments",
+                        "call_ok": "Shanghai",
+                    },
+                    undeclared_tools=["book_flight"],
+                ),
+                ScriptTurn(
+                    tool_calls=[tool_call("call_fixed", "get_weather", WEATHER_ARGS)],
+                    expect_tool_results={"call_fixed": "Shanghai"},
+                ),
+                ScriptTurn(text="done"),
+            ],
+        )
+    )
+    result = await (await start_run(client, worker, run_id, run_input(run_id))).result()
+    assert result.status == "completed", result.stop_reason
+    calls = {c.call_id: c for c in result.calls}
+    assert (calls["call_unknown"].status, calls["call_unknown"].decision) == (
+        "rejected",
+        "unknown_tool",
+    )
+    assert (calls["call_bad"].status, calls["call_bad"].decision) == (
+        "rejected",
+        "invalid_arguments",
+    )
+    assert "date" in calls["call_bad"].result_summary
+    assert calls["call_ok"].status == calls["call_fixed"].status == "succeeded"
+    # Only the two valid calls reached the service; refused calls cost no tool budget.
+    assert example_service.stats()["counts"]["weather"] == 2
+    assert result.usage.tool_calls == 2
+
+
+async def test_max_model_calls_stops_with_the_calls_so_far(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    turns = [
+        ScriptTurn(tool_calls=[tool_call(f"call_{i}", "get_weather", WEATHER_ARGS)])
+        for i in range(5)
+    ]
+    scripted_provider.register(Script(name=run_id, turns=turns))
+    run = run_input(run_id, limits=Limits(max_model_calls=2))
+    result = await (await start_run(client, worker, run_id, run)).result()
+    assert result.status == "limit_reached"
+    assert "max_model_calls" in result.stop_reason
+    assert result.usage.model_calls == 2
+    assert [(c.call_id, c.status) for c in result.calls] == [
+        ("call_0", "succeeded"),
+        ("call_1", "succeeded"),
+    ]
+    assert example_service.stats()["counts"]["weather"] == 2
+    assert len(scripted_provider.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("bad_input", "field"),
+    [
+        ({"provider": "cohere"}, "provider"),
+        ({"task": ""}, "task"),
+        ({"limits": {"max_model_calls": -1}}, "limits.max_model_calls"),
+        ({"tools": ["no_such_tool"]}, "tools"),
+    ],
+)
+async def test_bad_input_fails_the_run_at_once_naming_the_field(
+    client: Client, worker: Settings, run_id: str, bad_input: dict[str, Any], field: str
+) -> None:
+    raw = run_input("unused").model_dump(mode="json") | bad_input
+    handle = await start_run(client, worker, run_id, raw)
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert cause.type == "InvalidInput" and cause.non_retryable
+    assert field in cause.message
+    events = [e async for e in handle.fetch_history_events()]
+    assert not any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED for e in events)
+
+
+async def test_cancel_signal_stops_a_run_waiting_on_a_tool(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(tool_calls=[tool_call("call_slow", "get_train_status", TRAIN_ARGS)]),
+                ScriptTurn(text="never reached"),
+            ],
+        )
+    )
+    example_service.set_delay("trains", 5_000)
+    try:
+        handle = await start_run(client, worker, run_id, run_input(run_id))
+        await _wait_for_phase(handle, "executing_tools")
+        await handle.signal("cancel", {"reason": "user gave up"})
+        result = await handle.result()
+    finally:
+        example_service.set_delay("trains", 0)
+    assert result.status == "cancelled"
+    assert "user gave up" in result.stop_reason
+    assert result.usage.model_calls == 1
+    assert [p["call_id"] for p in result.pending] == ["call_slow"]
+
+
+async def _wait_for_phase(handle: Any, phase: str) -> None:
+    """Poll the `status` query until the run is in `phase` (bounded)."""
+    for _ in range(200):
+        view = await handle.query("status", result_type=RunStatusView)
+        if view.phase == phase:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"run never reached phase {phase}")

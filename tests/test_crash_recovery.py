@@ -1,0 +1,148 @@
+"""A worker process killed with SIGKILL mid-tool: a new worker process finishes the run.
+
+The worker runs as a real OS process here, so the kill is the real thing: no cleanup, no
+goodbye to the server. The read tool's attempt is lost and re-run (reads are safe to redo);
+the model still gets exactly one result per call id."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from agentloop.config import Settings
+from agentloop.contract import AgentRunInput
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.demo.services import ExampleService
+from tests.conftest import start_run
+
+pytestmark = pytest.mark.integration
+
+READY_LINE = "agentloop worker polling"
+
+
+@asynccontextmanager
+async def worker_process(env: dict[str, str]) -> AsyncIterator[asyncio.subprocess.Process]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agentloop.worker",
+        env={**os.environ, **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        assert process.stdout is not None
+        while True:
+            line = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
+            if not line:
+                raise AssertionError("worker process exited before it was ready")
+            if READY_LINE in line:
+                break
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
+
+
+async def wait_until(predicate: Callable[[], bool], what: str, seconds: float = 30) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def test_sigkill_while_a_read_is_in_flight(
+    temporal_env: WorkflowEnvironment,
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    task_queue = f"crash-{uuid.uuid4().hex[:8]}"
+    env = {
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "AGENT_LOOP_TASK_QUEUE": task_queue,
+        "AGENTLOOP_STORE_URL": f"sqlite:///{tmp_path / 'store.db'}",
+        "AGENTLOOP_EXAMPLE_SERVICE_URL": example_service.base_url,
+        "OPENAI_API_KEY": "scripted",
+        "OPENAI_BASE_URL": scripted_provider.base_url,
+    }
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(
+                            id="call_train",
+                            name="get_train_status",
+                            arguments={"train_number": "G1234", "date": "2026-12-01"},
+                        ),
+                        ScriptedToolCall(
+                            id="call_weather",
+                            name="get_weather",
+                            arguments={"city": "Shanghai", "date": "2026-12-01"},
+                        ),
+                    ],
+                    expect_tool_results={"call_train": "G1234", "call_weather": "Shanghai"},
+                ),
+                ScriptTurn(text="{{call_train.train_number}} and {{call_weather.city}}"),
+            ],
+        )
+    )
+    scripted_provider.reset()
+    example_service.reset()
+    example_service.set_delay("trains", 2_000)
+    settings = worker_settings.model_copy(update={"task_queue": task_queue})
+    run_input = AgentRunInput(
+        task="train and weather",
+        provider="openai-chat",
+        model=run_id,
+        tools=["get_train_status", "get_weather"],
+    )
+    try:
+        async with worker_process(env) as first:
+            handle = await start_run(client, settings, run_id, run_input)
+            await wait_until(
+                lambda: example_service.stats()["counts"]["trains"] == 1,
+                "the train read to reach the service",
+            )
+            first.send_signal(signal.SIGKILL)
+            await first.wait()
+        example_service.set_delay("trains", 0)
+        async with worker_process(env):
+            result = await asyncio.wait_for(handle.result(), 60)
+    finally:
+        example_service.set_delay("trains", 0)
+
+    assert result.status == "completed", result.stop_reason
+    assert result.output == "G1234 and Shanghai"
+    assert {c.call_id: c.status for c in result.calls} == {
+        "call_train": "succeeded",
+        "call_weather": "succeeded",
+    }
+    counts = example_service.stats()["counts"]
+    # The lost attempt of the read ran again on the new worker; nothing ran a third time.
+    assert counts["trains"] == 2
+    assert counts["weather"] in (1, 2)
+    assert scripted_provider.violations == []
+    last = scripted_provider.requests[-1]["body"]["messages"]
+    assert sorted(m["tool_call_id"] for m in last if m["role"] == "tool") == [
+        "call_train",
+        "call_weather",
+    ]

@@ -1,0 +1,65 @@
+"""History stays linear in the number of turns: the transcript travels by reference
+(DESIGN.md §2), so a late turn adds no more history than an early one."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from agentloop.config import Settings
+from agentloop.contract import AgentRunInput, Limits
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from tests.conftest import start_run
+
+pytestmark = pytest.mark.integration
+
+TURNS = 30
+
+
+def weather_turn(i: int) -> ScriptTurn:
+    call_id = f"call_{i:03d}"
+    return ScriptTurn(
+        tool_calls=[
+            ScriptedToolCall(
+                id=call_id,
+                name="get_weather",
+                arguments={"city": "Shanghai", "date": f"2026-12-{i:02d}"},
+            )
+        ],
+        expect_tool_results={call_id: f"2026-12-{i:02d}"},
+    )
+
+
+async def test_history_bytes_per_turn_do_not_grow(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    turns = [weather_turn(i) for i in range(1, TURNS + 1)] + [ScriptTurn(text="done")]
+    scripted_provider.register(Script(name=run_id, turns=turns))
+    run_input = AgentRunInput(
+        task="Weather in Shanghai every day of December, please.",
+        provider="openai-chat",
+        model=run_id,
+        tools=["get_weather"],
+        limits=Limits(max_model_calls=TURNS + 1, max_tool_calls=TURNS),
+    )
+    handle = await start_run(client, worker, run_id, run_input)
+    result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    assert result.usage.model_calls == TURNS + 1
+    assert [c.status for c in result.calls] == ["succeeded"] * TURNS
+
+    per_turn: list[int] = []
+    async for event in handle.fetch_history_events():
+        scheduled = event.activity_task_scheduled_event_attributes
+        if (
+            event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+            and scheduled.activity_type.name == "call_model"
+        ):
+            per_turn.append(0)
+        if per_turn:
+            per_turn[-1] += event.ByteSize()
+    assert len(per_turn) == TURNS + 1
+    first, last = per_turn[:10], per_turn[TURNS - 10 : TURNS]
+    ratio = sum(last) / sum(first)
+    assert 0.8 <= ratio <= 1.2, f"bytes per turn grew: first {first}, last {last}"

@@ -1,0 +1,246 @@
+"""The loop's decisions, without a server: `decide` is a pure function of the run state."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from agentloop.contract import AgentRunInput, Limits
+from agentloop.digests import args_digest
+from agentloop.events import ModelOutput, StateUpdate, ToolCall, ToolResult, UserInput
+from agentloop.tools.contract import ToolSpec
+from agentloop.workflows import loop
+from agentloop.workflows.loop import CallModel, Finish, LoopState, RunTools
+
+T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+
+WEATHER = ToolSpec(
+    name="get_weather",
+    parameters={
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "date": {"type": "string"}},
+        "required": ["city", "date"],
+        "additionalProperties": False,
+    },
+)
+TRAIN = ToolSpec(name="get_train_status", parameters={"type": "object"})
+WRITE = ToolSpec(name="reserve_seat", effect="write", parameters={"type": "object"})
+
+
+def new_state(**overrides: object) -> LoopState:
+    fields: dict[str, object] = {
+        "task": "is my train late?",
+        "provider": "openai-chat",
+        "model": "m",
+        "tools": ["get_weather", "get_train_status", "reserve_seat"],
+    }
+    fields.update(overrides)
+    return LoopState.start(AgentRunInput.model_validate(fields), [WEATHER, TRAIN, WRITE], T0)
+
+
+def call(call_id: str, name: str, **arguments: object) -> ToolCall:
+    return ToolCall(
+        call_id=call_id, name=name, arguments=arguments, args_digest=args_digest(name, arguments)
+    )
+
+
+def model_turn(state: LoopState, output: ModelOutput) -> None:
+    step = loop.decide(state, T0)
+    assert isinstance(step, CallModel)
+    loop.record_model_call_started(state, step)
+    loop.record_model_output(state, output, head=f"h{step.turn}")
+
+
+def tool_output(*calls: ToolCall) -> ModelOutput:
+    return ModelOutput(stop="tool_calls", tool_calls=list(calls))
+
+
+def test_first_step_is_a_model_call_with_the_task_verbatim() -> None:
+    state = new_state(task="  exact task text  ")
+    assert loop.decide(state, T0) == CallModel(turn=1)
+    assert state.outbox == [UserInput(text="  exact task text  ", sender="anonymous")]
+
+
+def test_final_answer_completes() -> None:
+    state = new_state()
+    model_turn(state, ModelOutput(text="on time", stop="final"))
+    assert loop.decide(state, T0) == Finish("completed", "final answer", "on time")
+    assert state.usage.model_calls == 1 and state.usage.tool_calls == 0
+
+
+@pytest.mark.parametrize(
+    ("stop", "status"),
+    [("refused", "refused"), ("content_filtered", "refused"), ("truncated", "incomplete")],
+)
+def test_refusal_and_truncation_stop_without_running_anything(stop: str, status: str) -> None:
+    state = new_state()
+    output = ModelOutput(stop=stop, tool_calls=[call("c1", "get_weather", city="X")])  # type: ignore[arg-type]
+    model_turn(state, output)
+    step = loop.decide(state, T0)
+    assert isinstance(step, Finish) and step.status == status
+    assert state.usage.tool_calls == 0
+
+
+def test_tool_calls_are_validated_and_refusals_keep_their_call_ids() -> None:
+    state = new_state()
+    good = call("c_good", "get_weather", city="Paris", date="2026-12-01")
+    bad_args = call("c_bad", "get_weather", city=3)
+    unknown = call("c_unknown", "delete_everything")
+    model_turn(state, tool_output(good, bad_args, unknown))
+    step = loop.decide(state, T0)
+    assert isinstance(step, RunTools)
+    assert [c.call_id for c, _ in step.reads] == ["c_good"]
+    refused = {r.call_id: r for r in step.refused}
+    assert set(refused) == {"c_bad", "c_unknown"}
+    assert refused["c_bad"].status == "rejected"
+    assert refused["c_bad"].error_class == "invalid_arguments"
+    assert "date" in refused["c_bad"].content and "city" in refused["c_bad"].content
+    assert refused["c_unknown"].error_class == "unknown_tool"
+
+
+def test_a_tool_not_whitelisted_for_the_run_is_unknown() -> None:
+    state = new_state(tools=["get_weather"])
+    model_turn(state, tool_output(call("c1", "get_train_status")))
+    step = loop.decide(state, T0)
+    assert isinstance(step, RunTools) and step.reads == []
+    assert step.refused[0].error_class == "unknown_tool"
+
+
+def test_writes_are_separated_from_reads_in_model_order() -> None:
+    state = new_state()
+    calls = [call("w2", "reserve_seat"), call("r1", "get_train_status"), call("w1", "reserve_seat")]
+    model_turn(state, tool_output(*calls))
+    step = loop.decide(state, T0)
+    assert isinstance(step, RunTools)
+    assert [c.call_id for c, _ in step.writes] == ["w2", "w1"]
+    assert [c.call_id for c, _ in step.reads] == ["r1"]
+
+
+def test_results_are_recorded_by_call_id_not_position() -> None:
+    state = new_state()
+    a, b = call("call_a", "get_train_status"), call("call_b", "get_weather", city="X", date="d")
+    model_turn(state, tool_output(a, b))
+    step = loop.decide(state, T0)
+    assert isinstance(step, RunTools)
+    loop.record_batch_started(state, step)
+    # Completion order is b then a; the outbox follows the model's order, keyed by id.
+    loop.record_tool_results(
+        state,
+        [
+            ToolResult(call_id="call_b", tool="get_weather", content="sunny"),
+            ToolResult(call_id="call_a", tool="get_train_status", content="late"),
+        ],
+    )
+    assert [(r.call_id, r.content) for r in state.outbox] == [
+        ("call_a", "late"),
+        ("call_b", "sunny"),
+    ]
+    assert state.calls["call_a"].result_summary == "late"
+    assert state.calls["call_b"].result_summary == "sunny"
+    assert state.usage.tool_calls == 2
+    assert loop.decide(state, T0) == CallModel(turn=2)
+
+
+def test_results_that_do_not_answer_the_calls_are_refused() -> None:
+    state = new_state()
+    model_turn(state, tool_output(call("call_a", "get_train_status")))
+    with pytest.raises(ValueError, match="do not answer"):
+        loop.record_tool_results(state, [ToolResult(call_id="call_x")])
+
+
+@pytest.mark.parametrize("ids", [["c1", "c1"], ["", "c2"]])
+def test_duplicate_or_empty_call_ids_are_a_protocol_failure(ids: list[str]) -> None:
+    state = new_state()
+    model_turn(state, tool_output(*(call(i, "get_train_status") for i in ids)))
+    step = loop.decide(state, T0)
+    assert isinstance(step, Finish) and step.status == "failed"
+    assert step.stop_reason.startswith("protocol")
+
+
+def test_max_model_calls_is_checked_before_the_call() -> None:
+    state = new_state(limits=Limits(max_model_calls=1))
+    model_turn(state, tool_output(call("c1", "get_train_status")))
+    step = loop.decide(state, T0)
+    assert isinstance(step, RunTools)
+    loop.record_batch_started(state, step)
+    loop.record_tool_results(state, [ToolResult(call_id="c1", tool="get_train_status")])
+    step = loop.decide(state, T0)
+    assert isinstance(step, Finish) and step.status == "limit_reached"
+    assert "max_model_calls" in step.stop_reason
+
+
+def test_a_tool_batch_that_does_not_fit_does_not_start_at_all() -> None:
+    state = new_state(limits=Limits(max_tool_calls=1))
+    model_turn(state, tool_output(call("c1", "get_train_status"), call("c2", "get_train_status")))
+    step = loop.decide(state, T0)
+    assert isinstance(step, Finish) and step.status == "limit_reached"
+    assert "max_tool_calls" in step.stop_reason
+    assert state.usage.tool_calls == 0
+
+
+def test_per_tool_cap() -> None:
+    state = new_state(limits=Limits(per_tool={"get_train_status": 1}))
+    model_turn(state, tool_output(call("c1", "get_train_status"), call("c2", "get_train_status")))
+    step = loop.decide(state, T0)
+    assert isinstance(step, Finish) and "per_tool" in step.stop_reason
+
+
+def test_deadline_and_cancel_win_over_everything() -> None:
+    state = new_state(limits=Limits(deadline_seconds=10))
+    assert loop.decide(state, T0 + timedelta(seconds=9)) == CallModel(turn=1)
+    step = loop.decide(state, T0 + timedelta(seconds=10))
+    assert isinstance(step, Finish) and step.status == "limit_reached"
+    state.cancel_reason = "user changed their mind"
+    step = loop.decide(state, T0)
+    assert isinstance(step, Finish) and step.status == "cancelled"
+    assert "user changed their mind" in step.stop_reason
+
+
+def test_an_unknown_write_outcome_stops_the_run_unresolved() -> None:
+    state = new_state()
+    model_turn(state, tool_output(call("w1", "reserve_seat")))
+    step = loop.decide(state, T0)
+    assert isinstance(step, RunTools)
+    loop.record_batch_started(state, step)
+    loop.record_tool_results(state, [loop.failed_result(step.writes[0][0], WRITE, "timeout")])
+    step = loop.decide(state, T0)
+    assert isinstance(step, Finish) and step.status == "unresolved"
+    assert "w1" in step.stop_reason
+
+
+def test_output_schema_rejection_goes_back_to_the_model_then_stops() -> None:
+    schema = {"type": "object", "required": ["late"]}
+    state = new_state(output_schema=schema)
+    model_turn(state, ModelOutput(text="not json", stop="final"))
+    assert loop.decide(state, T0) == CallModel(turn=2)
+    note = state.outbox[0]
+    assert isinstance(note, StateUpdate) and "not valid JSON" in note.text
+    model_turn(state, ModelOutput(text='{"late": true}', stop="final"))
+    assert loop.decide(state, T0) == Finish(
+        "completed", "final answer matches output_schema", {"late": True}
+    )
+
+
+def test_output_schema_corrections_are_bounded() -> None:
+    state = new_state(output_schema={"type": "object"})
+    for _ in range(loop.MAX_OUTPUT_CORRECTIONS + 1):
+        model_turn(state, ModelOutput(text="[]", stop="final"))
+    step = loop.decide(state, T0)
+    assert isinstance(step, Finish) and step.status == "failed"
+    assert step.stop_reason.startswith("verification")
+    assert state.usage.model_calls == loop.MAX_OUTPUT_CORRECTIONS + 1
+
+
+def test_a_call_id_reused_from_an_earlier_turn_is_a_protocol_failure() -> None:
+    state = new_state()
+    model_turn(state, tool_output(call("c1", "get_train_status")))
+    step = loop.decide(state, T0)
+    assert isinstance(step, RunTools)
+    loop.record_batch_started(state, step)
+    loop.record_tool_results(state, [ToolResult(call_id="c1", tool="get_train_status")])
+    model_turn(state, tool_output(call("c1", "get_train_status")))
+    step = loop.decide(state, T0)
+    assert isinstance(step, Finish) and step.status == "failed"
+    assert "reused" in step.stop_reason
+    assert state.calls["c1"].status == "succeeded"
