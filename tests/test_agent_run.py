@@ -359,3 +359,100 @@ async def _wait_for_phase(handle: Any, phase: str) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"run never reached phase {phase}")
+
+
+@pytest.mark.parametrize(
+    ("turn", "stop_word"),
+    [
+        (ScriptTurn(refusal="I can't help with that."), "refused"),
+        (ScriptTurn(text="partial", finish_reason="content_filter"), "content_filter"),
+    ],
+)
+async def test_refusal_and_content_filter_stop_the_run_refused(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+    turn: ScriptTurn,
+    stop_word: str,
+) -> None:
+    scripted_provider.register(Script(name=run_id, turns=[turn]))
+    result = await (await start_run(client, worker, run_id, run_input(run_id))).result()
+    assert result.status == "refused"
+    assert stop_word in result.stop_reason
+    assert result.output is None
+
+
+async def test_a_non_retryable_provider_error_fails_the_run_after_one_attempt(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    # No script by this name: the provider answers 404 model_not_found.
+    result = await (await start_run(client, worker, run_id, run_input(run_id))).result()
+    assert result.status == "failed"
+    assert result.stop_reason.startswith("model_error: Provider:not_found")
+    assert len(scripted_provider.requests) == 1
+
+
+async def test_the_deadline_stops_a_run_waiting_on_a_slow_tool(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(tool_calls=[tool_call("call_slow", "get_train_status", TRAIN_ARGS)]),
+                ScriptTurn(text="never reached"),
+            ],
+        )
+    )
+    example_service.set_delay("trains", 5_000)
+    try:
+        handle = await start_run(
+            client, worker, run_id, run_input(run_id, limits=Limits(deadline_seconds=1))
+        )
+        result = await handle.result()
+    finally:
+        example_service.set_delay("trains", 0)
+    assert result.status == "limit_reached"
+    assert result.stop_reason.startswith("deadline")
+    assert [(p["call_id"], p["status"]) for p in result.pending] == [("call_slow", "running")]
+    assert len(scripted_provider.requests) == 1
+
+
+async def test_status_query_reports_phase_usage_and_limits_left(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(tool_calls=[tool_call("call_slow", "get_train_status", TRAIN_ARGS)]),
+                ScriptTurn(text="ok"),
+            ],
+        )
+    )
+    example_service.set_delay("trains", 1_000)
+    try:
+        handle = await start_run(
+            client, worker, run_id, run_input(run_id, limits=Limits(max_model_calls=3))
+        )
+        await _wait_for_phase(handle, "executing_tools")
+        view = await handle.query("status", result_type=RunStatusView)
+        result = await handle.result()
+    finally:
+        example_service.set_delay("trains", 0)
+    assert (view.turn, view.usage.model_calls, view.usage.tool_calls) == (1, 1, 1)
+    assert view.limits_left is not None
+    assert (view.limits_left.model_calls, view.limits_left.tool_calls) == (2, 31)
+    assert [(c.call_id, c.status) for c in view.calls] == [("call_slow", "running")]
+    assert result.status == "completed"
+    final = await handle.query("status", result_type=RunStatusView)
+    assert (final.phase, final.stop_reason) == ("finished", "final answer")

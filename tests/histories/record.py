@@ -1,0 +1,87 @@
+"""Re-record the histories the replay test checks: `python -m tests.histories.record`.
+
+Each scenario runs on a throw-away dev stack with the scripted provider and is saved as the
+JSON Temporal exports. Never edit the files by hand: record them again after an intended change
+of workflow commands (and guard that change with `workflow.patched`, see README).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, Limits
+from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
+from agentloop.devstack import DevStack, DevStackPorts
+
+HERE = Path(__file__).parent
+WEATHER = {"city": "Shanghai", "date": "2026-12-01"}
+
+
+def scenarios() -> dict[str, tuple[Script | None, dict[str, Any]]]:
+    """name -> (script to register, run input overrides)."""
+    invalid = Script(
+        name="replay-invalid-calls",
+        turns=[
+            ScriptTurn(
+                tool_calls=[
+                    ScriptedToolCall(id="call_unknown", name="book_flight", arguments={}),
+                    ScriptedToolCall(id="call_bad", name="get_weather", arguments={"city": "X"}),
+                    ScriptedToolCall(id="call_ok", name="get_weather", arguments=WEATHER),
+                ],
+                undeclared_tools=["book_flight"],
+            ),
+            ScriptTurn(text="done"),
+        ],
+    )
+    looping = Script(
+        name="replay-limit",
+        turns=[
+            ScriptTurn(
+                tool_calls=[ScriptedToolCall(id=f"call_{i}", name="get_weather", arguments=WEATHER)]
+            )
+            for i in range(3)
+        ],
+    )
+    return {
+        "travel": (None, {"model": "travel"}),
+        "travel_unstreamed": (None, {"model": "travel", "stream": False}),
+        "invalid_calls": (invalid, {"model": invalid.name}),
+        "limit_reached": (looping, {"model": looping.name, "limits": Limits(max_model_calls=2)}),
+    }
+
+
+async def record() -> None:
+    with tempfile.TemporaryDirectory() as state_dir:
+        async with DevStack(DevStackPorts.free(), state_dir=Path(state_dir), quiet=True) as stack:
+            assert stack.client is not None and stack.scripted_provider is not None
+            for name, (script, overrides) in scenarios().items():
+                if script is not None:
+                    stack.scripted_provider.register(script)
+                run_input = AgentRunInput.model_validate(
+                    {
+                        "task": "Is train G1234 late on 2026-12-01, and the weather in Shanghai?",
+                        "provider": "openai-chat",
+                        "tools": ["get_train_status", "get_weather"],
+                        **overrides,
+                    }
+                )
+                handle = await stack.client.start_workflow(
+                    WORKFLOW_NAME,
+                    run_input,
+                    id=f"replay-{name}",
+                    task_queue=stack.settings.task_queue,
+                    result_type=AgentRunResult,
+                )
+                result = await handle.result()
+                history = await handle.fetch_history()
+                path = HERE / f"{name}.json"
+                path.write_text(json.dumps(json.loads(history.to_json()), indent=1) + "\n")
+                print(f"{path.name}: {result.status} ({result.stop_reason})")
+
+
+if __name__ == "__main__":
+    asyncio.run(record())
