@@ -224,9 +224,9 @@ def test_tool_messages_follow_their_assistant_turn_and_notes_wait() -> None:
     assert [m["role"] for m in sent] == [
         "system", "user", "assistant", "tool", "tool", "user", "user", "assistant", "tool",
     ]  # fmt: skip
-    # results keyed by call id, in the order they were recorded
-    assert sent[3] == {"role": "tool", "tool_call_id": "call_b", "content": "B"}
-    assert sent[4] == {"role": "tool", "tool_call_id": "call_a", "content": "A"}
+    # results keyed by call id and sent in the model's call order, whatever order they arrived in
+    assert sent[3] == {"role": "tool", "tool_call_id": "call_a", "content": "A"}
+    assert sent[4] == {"role": "tool", "tool_call_id": "call_b", "content": "B"}
     assert sent[5] == {"role": "user", "content": "[agentloop] approved by ops"}
     assert sent[6] == {"role": "user", "content": "also this"}
     assert sent[8] == {"role": "tool", "tool_call_id": "call_c", "content": "C"}

@@ -8,15 +8,24 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, assert_never
 
 import anthropic
 import httpx2
 import openai
 
-from agentloop.adapters.base import ProviderError
+from agentloop.adapters.base import ProviderError, UnsupportedEventError
 from agentloop.digests import args_digest
-from agentloop.events import ToolCall
+from agentloop.events import (
+    Event,
+    Instruction,
+    ModelOutput,
+    StateUpdate,
+    ToolCall,
+    ToolResult,
+    UserInput,
+)
 from agentloop.policies.errors import classify_connection_error, classify_http_error
 
 RUNNER_NOTE_PREFIX = "[agentloop] "
@@ -74,6 +83,85 @@ def make_tool_call(call_id: str, name: str, raw_arguments: str) -> tuple[ToolCal
         args_digest=args_digest(name, arguments),
     )
     return call, problem
+
+
+@dataclass(frozen=True)
+class ToolTurn:
+    """A model output that asked for tools, with one result per call, in the model's order."""
+
+    output: ModelOutput
+    results: list[ToolResult]
+
+
+Segment = Instruction | UserInput | StateUpdate | ModelOutput | ToolTurn
+"""A unit of conversation every protocol can render; `ModelOutput` here asked for no tools."""
+
+
+def offers_calls(output: ModelOutput) -> bool:
+    """Only an output that stopped for `tool_calls` had its calls offered for execution;
+    the calls of a truncated, refused or filtered output never run and get no results."""
+    return output.stop == "tool_calls" and bool(output.tool_calls)
+
+
+def group_turns(events: list[Event]) -> list[Segment]:
+    """The transcript as segments, every protocol's pairing rule checked once.
+
+    Results are matched to their calls by `call_id`, never by position. Whatever else
+    arrives while an assistant turn still waits for results (a runner note, a user message)
+    is placed after that turn, which every provider's ordering rules accept. A result that
+    answers no open call, a duplicate, a call left without a result, and a standalone
+    `ToolCall` raise `UnsupportedEventError`: an invalid conversation is never sent."""
+    segments: list[Segment] = []
+    held: list[Segment] = []
+    open_turn: ModelOutput | None = None
+    results: dict[str, ToolResult] = {}
+
+    def waiting() -> list[str]:
+        assert open_turn is not None
+        return [c.call_id for c in open_turn.tool_calls if c.call_id not in results]
+
+    for event in events:
+        match event:
+            case ToolResult():
+                if event.call_id in results:
+                    raise UnsupportedEventError(
+                        f"duplicate tool result for call_id {event.call_id!r}"
+                    )
+                if open_turn is None or event.call_id not in waiting():
+                    raise UnsupportedEventError(
+                        f"tool result for call_id {event.call_id!r} answers no call of the "
+                        "assistant turn before it"
+                    )
+                results[event.call_id] = event
+                if not waiting():
+                    calls = open_turn.tool_calls
+                    segments.append(ToolTurn(open_turn, [results[c.call_id] for c in calls]))
+                    segments.extend(held)
+                    open_turn, held = None, []
+            case ModelOutput():
+                if open_turn is not None:
+                    raise UnsupportedEventError(
+                        f"no tool result for call_id {', '.join(map(repr, waiting()))} "
+                        "before the next model output"
+                    )
+                if offers_calls(event):
+                    open_turn = event
+                else:
+                    segments.append(event)
+            case ToolCall():
+                raise UnsupportedEventError(
+                    f"standalone ToolCall {event.call_id!r}: tool calls travel inside a ModelOutput"
+                )
+            case Instruction() | UserInput() | StateUpdate():
+                (held if open_turn is not None else segments).append(event)
+            case _:
+                assert_never(event)
+    if open_turn is not None:
+        raise UnsupportedEventError(
+            f"no tool result for call_id {', '.join(map(repr, waiting()))} "
+            "at the end of the transcript"
+        )
+    return segments
 
 
 # The SDK exception families, one entry per installed SDK (both are built on httpx2).

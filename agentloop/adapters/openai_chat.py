@@ -14,8 +14,16 @@ from typing import Any, assert_never
 
 from openai import AsyncOpenAI
 
-from agentloop.adapters._shared import _map_sdk_errors, make_tool_call, runner_note
-from agentloop.adapters.base import ModelRequest, UnsupportedEventError
+from agentloop.adapters._shared import (
+    Segment,
+    ToolTurn,
+    _map_sdk_errors,
+    group_turns,
+    make_tool_call,
+    offers_calls,
+    runner_note,
+)
+from agentloop.adapters.base import ModelRequest
 from agentloop.digests import canonical_json
 from agentloop.events import (
     Event,
@@ -25,7 +33,6 @@ from agentloop.events import (
     StateUpdate,
     StopKind,
     ToolCall,
-    ToolResult,
     Usage,
     UserInput,
 )
@@ -70,75 +77,30 @@ def _map_tool_spec(spec: ToolSpec) -> dict[str, Any]:
     }
 
 
-@dataclass
-class _Conversation:
-    """The messages so far, enforcing the API's rule: an assistant turn with `tool_calls` is
-    followed directly by one `tool` message per call id. Anything else that arrives while
-    results are outstanding is held back until the last one is in."""
-
-    messages: list[Message] = field(default_factory=list)
-    waiting: dict[str, None] = field(default_factory=dict)
-    """Call ids of the open assistant turn still without a result (ordered)."""
-    held: list[Message] = field(default_factory=list)
-    answered: set[str] = field(default_factory=set)
-
-    def say(self, message: Message) -> None:
-        (self.held if self.waiting else self.messages).append(message)
-
-    def assistant(self, message: Message) -> None:
-        self.require_closed("before the next model output")
-        self.messages.append(message)
-        self.waiting = dict.fromkeys(call["id"] for call in message.get("tool_calls") or [])
-
-    def result(self, result: ToolResult) -> None:
-        call_id = result.call_id
-        if call_id in self.answered:
-            raise UnsupportedEventError(f"duplicate tool result for call_id {call_id!r}")
-        if call_id not in self.waiting:
-            raise UnsupportedEventError(
-                f"tool result for call_id {call_id!r} answers no call of the assistant turn "
-                "before it"
-            )
-        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": result.content})
-        self.answered.add(call_id)
-        del self.waiting[call_id]
-        if not self.waiting:
-            self.messages.extend(self.held)
-            self.held.clear()
-
-    def require_closed(self, where: str) -> None:
-        if self.waiting:
-            missing = ", ".join(repr(call_id) for call_id in self.waiting)
-            raise UnsupportedEventError(f"no tool result for call_id {missing} {where}")
-
-
 def _map_events(events: list[Event]) -> list[Message]:
-    conversation = _Conversation()
-    for event in events:
-        _map_event(event, conversation)
-    conversation.require_closed("at the end of the transcript")
-    return conversation.messages
+    messages: list[Message] = []
+    for segment in group_turns(events):
+        messages.extend(_map_segment(segment))
+    return messages
 
 
-def _map_event(event: Event, conversation: _Conversation) -> None:
-    match event:
+def _map_segment(segment: Segment) -> list[Message]:
+    match segment:
         case Instruction(text=text):
-            conversation.say({"role": "system", "content": text})
+            return [{"role": "system", "content": text}]
         case UserInput(text=text):
-            conversation.say({"role": "user", "content": text})
+            return [{"role": "user", "content": text}]
         case StateUpdate(text=text):
-            if text:
-                conversation.say({"role": "user", "content": runner_note(text)})
+            return [{"role": "user", "content": runner_note(text)}] if text else []
         case ModelOutput():
-            conversation.assistant(_assistant_message(event))
-        case ToolResult():
-            conversation.result(event)
-        case ToolCall():
-            raise UnsupportedEventError(
-                f"standalone ToolCall {event.call_id!r}: tool calls travel inside a ModelOutput"
-            )
+            return [_assistant_message(segment)]
+        case ToolTurn(output=output, results=results):
+            # This API's rule: one `tool` message per call, right after the assistant message.
+            return [_assistant_message(output)] + [
+                {"role": "tool", "tool_call_id": r.call_id, "content": r.content} for r in results
+            ]
         case _:
-            assert_never(event)
+            assert_never(segment)
 
 
 def _assistant_message(output: ModelOutput) -> Message:
@@ -146,7 +108,7 @@ def _assistant_message(output: ModelOutput) -> Message:
 
     Calls of an output that did not stop for `tool_calls` (truncated, refused, filtered) were
     never offered for execution and will never get results, so they are not sent."""
-    offered = output.stop == "tool_calls"
+    offered = offers_calls(output)
     ref = output.provider_ref
     if ref.provider == PROVIDER and len(ref.raw_items) == 1:
         raw = ref.raw_items[0]
