@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import signal
 import sys
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from agentloop.config import Settings
 from agentloop.contract import (
@@ -29,6 +31,7 @@ from agentloop.contract import (
 from agentloop.worker import connect
 
 FOLLOW_POLL_SECONDS = 0.5
+CONNECT_TIMEOUT_SECONDS = 10.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,9 +83,23 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
-        sys.exit(asyncio.run(dispatch(args)))
+        code = asyncio.run(dispatch(args))
     except KeyboardInterrupt:
-        sys.exit(130)
+        code = 130
+    exit_now(code)
+
+
+def exit_now(code: int) -> NoReturn:
+    """Exit without interpreter teardown, once all output is flushed.
+
+    The Temporal client's Rust threads can outlive the event loop and abort a finalizing
+    interpreter ("Fatal Python error: PyGILState_Release", exit -6) after the command has done
+    its work (temporalio/sdk-python#300). Everything that needs closing is closed by now.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 async def dispatch(args: argparse.Namespace) -> int:
@@ -94,18 +111,27 @@ async def dispatch(args: argparse.Namespace) -> int:
 
         await serve(settings)
         return 0
+    run_input: AgentRunInput | None = None
+    if args.command == "run":
+        # Bad input is reported before anything else, Temporal reachable or not.
+        try:
+            run_input = build_run_input(args)
+        except ValidationError as exc:
+            print(f"invalid run input: {describe_errors(exc)}", file=sys.stderr)
+            return 2
     try:
-        client = await connect(settings)
-    except RuntimeError as exc:
+        client = await asyncio.wait_for(connect(settings), CONNECT_TIMEOUT_SECONDS)
+    except (RuntimeError, TimeoutError) as exc:
+        reason = str(exc) or f"no answer within {CONNECT_TIMEOUT_SECONDS:g} s"
         print(
-            f"cannot reach Temporal at {settings.temporal_address}: {exc}\n"
+            f"cannot reach Temporal at {settings.temporal_address}: {reason}\n"
             "start one with `agentloop dev`, or set TEMPORAL_ADDRESS",
             file=sys.stderr,
         )
         return 2
     try:
-        if args.command == "run":
-            return await run(client, settings, args)
+        if run_input is not None:
+            return await run(client, settings, args, run_input)
         handle = client.get_workflow_handle(args.run_id, result_type=AgentRunResult)
         if args.command == "status":
             return await show_status(handle)
@@ -113,30 +139,49 @@ async def dispatch(args: argparse.Namespace) -> int:
         print(f"cancel requested for {args.run_id}")
         return 0
     except RPCError as exc:
-        print(f"temporal: {exc}", file=sys.stderr)
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            what = f"run {args.run_id!r}" if hasattr(args, "run_id") else "namespace"
+            print(
+                f"{what} not found on {settings.temporal_address} "
+                f"(namespace {settings.temporal_namespace}): {exc.message}",
+                file=sys.stderr,
+            )
+        else:
+            print(f"temporal: {exc}", file=sys.stderr)
         return 1
 
 
-async def run(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+def build_run_input(args: argparse.Namespace) -> AgentRunInput:
+    """The run input from the command line; raises ValidationError naming the bad field."""
     limits: dict[str, Any] = {}
     if args.max_model_calls is not None:
         limits["max_model_calls"] = args.max_model_calls
     if args.max_tool_calls is not None:
         limits["max_tool_calls"] = args.max_tool_calls
-    try:
-        run_input = AgentRunInput(
-            task=args.task,
-            instructions=args.instructions,
-            provider=args.provider,
-            model=args.model,
-            tools=args.tools,
-            principal=Principal(subject=args.subject, scopes=args.scopes),
-            limits=Limits.model_validate(limits),
-            stream=not args.no_stream,
-        )
-    except ValidationError as exc:
-        print(f"invalid run input:\n{exc}", file=sys.stderr)
-        return 2
+    return AgentRunInput(
+        task=args.task,
+        instructions=args.instructions,
+        provider=args.provider,
+        model=args.model,
+        tools=args.tools,
+        principal=Principal(subject=args.subject, scopes=args.scopes),
+        limits=Limits.model_validate(limits),
+        stream=not args.no_stream,
+    )
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """A validation error on one line, one clause per field, without pydantic's URLs."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        field = ".".join(str(part) for part in error["loc"]) or "input"
+        parts.append(f"{field}: {error['msg']} (got {error.get('input')!r})")
+    return "; ".join(parts)
+
+
+async def run(
+    client: Client, settings: Settings, args: argparse.Namespace, run_input: AgentRunInput
+) -> int:
     workflow_id = args.id or f"agent-run-{uuid.uuid4().hex[:12]}"
     handle = await client.start_workflow(
         WORKFLOW_NAME,
@@ -242,3 +287,7 @@ async def dev(args: argparse.Namespace) -> int:
         return 2
     print("agentloop dev stopped", flush=True)
     return 0
+
+
+if __name__ == "__main__":
+    main()

@@ -10,12 +10,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
 import tempfile
 import uuid
 from pathlib import Path
 
-from agentloop.cli import format_result
+from agentloop.cli import exit_now, format_result
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, Principal
 from agentloop.devstack import DevStack, DevStackPorts
 
@@ -78,9 +77,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     try:
-        sys.exit(asyncio.run(run_demo(args.keep_running)))
+        code = asyncio.run(run_demo(args.keep_running))
     except KeyboardInterrupt:
-        sys.exit(0)
+        code = 0
+    exit_now(code)  # not sys.exit: see exit_now
 
 
 if __name__ == "__main__":

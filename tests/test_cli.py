@@ -1,0 +1,452 @@
+"""The `agentloop` command as a user runs it: real OS processes, no mocks.
+
+`agentloop dev` is started, used by `run`/`status` processes and by the Temporal CLI, then
+stopped with Ctrl-C (SIGINT); `cancel` and the error messages are checked against the session's
+dev server; the demo runs end to end. Every wait is on a real condition (a line of output, a
+process exit, the example service having seen a request) and is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import pytest
+from temporalio.client import Client
+
+from agentloop.config import Settings
+from agentloop.contract import AgentRunResult
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.demo.services import ExampleService
+from agentloop.devstack import free_port, temporal_binary
+
+pytestmark = pytest.mark.integration
+
+AGENTLOOP = (sys.executable, "-m", "agentloop.cli")
+CONSOLE_SCRIPT = Path(sys.executable).parent / "agentloop"
+DEV_READY = "agentloop dev is up"
+DEV_BANNER_END = "Ctrl-C stops everything."
+DEV_STOPPED = "agentloop dev stopped"
+TRAVEL_TASK = "Is train G1234 late on 2026-12-01, and what is the weather in Shanghai?"
+
+# Variables of the caller's shell that would change what the processes under test do.
+_SCRUBBED = (
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "TEMPORAL_ADDRESS",
+    "TEMPORAL_NAMESPACE",
+    "AGENT_LOOP_TASK_QUEUE",
+    "AGENTLOOP_STORE_URL",
+    "AGENTLOOP_EXAMPLE_SERVICE_URL",
+    "AGENTLOOP_UI_URL",
+)
+
+
+def process_env(**overrides: str) -> dict[str, str]:
+    """This environment without OPENAI_API_KEY and agentloop's settings, plus `overrides`."""
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
+    return {**env, **overrides}
+
+
+@dataclass
+class Finished:
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def explain(self) -> str:
+        return f"exit {self.returncode}\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
+
+
+async def run_process(
+    *argv: str | Path, env: Mapping[str, str], cwd: Path | None = None, timeout: float = 30
+) -> Finished:
+    """Run a command to its exit (bounded) and collect its output."""
+    started = time.monotonic()
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        env=dict(env),
+        cwd=cwd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise AssertionError(f"{argv} did not exit within {timeout} s") from None
+    assert process.returncode is not None
+    return Finished(
+        process.returncode, stdout.decode(), stderr.decode(), time.monotonic() - started
+    )
+
+
+async def agentloop(*args: str, env: Mapping[str, str], cwd: Path | None = None) -> Finished:
+    return await run_process(*AGENTLOOP, *args, env=env, cwd=cwd)
+
+
+def assert_no_traceback(finished: Finished) -> None:
+    assert "Traceback" not in finished.stderr, finished.explain()
+    assert "Traceback" not in finished.stdout, finished.explain()
+
+
+def port_is_listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def port_can_be_bound(port: int) -> bool:
+    """Whether a new server (which sets SO_REUSEADDR, as Temporal's does) could listen here."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen()
+        except OSError:
+            return False
+        return True
+
+
+async def wait_until(predicate: Callable[[], bool], what: str, seconds: float = 20) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+# --- agentloop dev ---------------------------------------------------------------------
+
+
+@dataclass
+class DevProcess:
+    process: asyncio.subprocess.Process
+    lines: list[str] = field(default_factory=list)
+    reader: asyncio.Task[None] | None = None
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+
+@asynccontextmanager
+async def dev_process(
+    argv: list[str], env: Mapping[str, str], cwd: Path
+) -> AsyncIterator[DevProcess]:
+    """`agentloop dev` running until its banner is complete; stopped (SIGTERM) on the way out
+    if the test did not stop it."""
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        env=dict(env),
+        cwd=cwd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    dev = DevProcess(process)
+    assert process.stdout is not None
+    stdout = process.stdout
+    try:
+        while DEV_BANNER_END not in dev.output:
+            line = (await asyncio.wait_for(stdout.readline(), 30)).decode()
+            if not line:
+                raise AssertionError(f"agentloop dev exited before it was up:\n{dev.output}")
+            dev.lines.append(line)
+
+        async def drain() -> None:
+            # Keep reading so the pipe never fills; ends at EOF, when every writer is gone.
+            while line := await stdout.readline():
+                dev.lines.append(line.decode())
+
+        dev.reader = asyncio.ensure_future(drain())
+        yield dev
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)  # handled like Ctrl-C: the stack stops in order
+            try:
+                await asyncio.wait_for(process.wait(), 20)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        if dev.reader is not None:
+            dev.reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await dev.reader
+
+
+async def test_agentloop_dev_serves_runs_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    port, ui_port, example_port, provider_port = (free_port() for _ in range(4))
+    argv = [
+        str(CONSOLE_SCRIPT) if CONSOLE_SCRIPT.exists() else sys.executable,
+        *([] if CONSOLE_SCRIPT.exists() else ["-m", "agentloop.cli"]),
+        "dev",
+        "--port",
+        str(port),
+        "--ui-port",
+        str(ui_port),
+        "--example-port",
+        str(example_port),
+        "--provider-port",
+        str(provider_port),
+        "--state-dir",
+        str(tmp_path / "state"),
+    ]
+    started = time.monotonic()
+    async with dev_process(argv, process_env(), cwd=tmp_path) as dev:
+        up_seconds = time.monotonic() - started
+        assert DEV_READY in dev.output
+        assert f"127.0.0.1:{port}" in dev.output
+        assert f"http://localhost:{ui_port}" in dev.output
+        assert "the scripted provider" in dev.output  # no OPENAI_API_KEY in its environment
+
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http,
+            http.get(f"http://127.0.0.1:{ui_port}/") as response,
+        ):
+            assert response.status == 200
+
+        env = process_env(TEMPORAL_ADDRESS=f"127.0.0.1:{port}")
+        run_id = f"cli-dev-{os.getpid()}-{int(time.time() * 1000)}"
+        ran = await agentloop(
+            "run",
+            TRAVEL_TASK,
+            "--model",
+            "travel",
+            "--tool",
+            "get_train_status",
+            "--tool",
+            "get_weather",
+            "--id",
+            run_id,
+            "--follow",
+            env=env,
+            cwd=tmp_path,
+        )
+        assert ran.returncode == 0, ran.explain()
+        assert f"started {run_id}" in ran.stdout
+        assert "status: completed" in ran.stdout, ran.explain()
+        for call_id in ("call_train", "call_weather"):
+            assert any(
+                call_id in line and "succeeded" in line for line in ran.stdout.splitlines()
+            ), ran.explain()
+        assert re.search(r"^answer: .*G1234.*Shanghai", ran.stdout, re.MULTILINE), ran.explain()
+
+        status = await agentloop("status", run_id, env=env, cwd=tmp_path)
+        assert status.returncode == 0, status.explain()
+        first_line, _, document = status.stdout.partition("\n")
+        assert first_line == f"{run_id}: COMPLETED"
+        view = json.loads(document)
+        assert view["phase"] == "finished"
+        assert {c["call_id"]: c["status"] for c in view["calls"]} == {
+            "call_train": "succeeded",
+            "call_weather": "succeeded",
+        }
+
+        listed = await run_process(
+            temporal_binary(),
+            "workflow",
+            "list",
+            "--address",
+            f"127.0.0.1:{port}",
+            env=process_env(),
+            cwd=tmp_path,
+        )
+        assert listed.returncode == 0, listed.explain()
+        assert run_id in listed.stdout, listed.explain()
+
+        stop_started = time.monotonic()
+        dev.process.send_signal(signal.SIGINT)
+        returncode = await asyncio.wait_for(dev.process.wait(), 15)
+        stop_seconds = time.monotonic() - stop_started
+        assert dev.reader is not None
+        # EOF on the shared stdout: the temporal server child, which wrote there too, is gone.
+        await asyncio.wait_for(dev.reader, 5)
+
+    assert returncode == 0, dev.output
+    assert DEV_STOPPED in dev.output
+    assert "Traceback" not in dev.output, dev.output
+    assert not port_is_listening(port)
+    assert port_can_be_bound(port)
+    print(
+        f"dev up in {up_seconds:.1f} s, run --follow {ran.seconds:.1f} s, stop {stop_seconds:.1f} s"
+    )
+
+
+# --- agentloop cancel ------------------------------------------------------------------
+
+
+async def test_cancel_stops_a_run_started_from_the_command_line(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+    tmp_path: Path,
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(
+                            id="call_slow",
+                            name="get_train_status",
+                            arguments={"train_number": "G1234", "date": "2026-12-01"},
+                        )
+                    ]
+                ),
+                ScriptTurn(text="never reached"),
+            ],
+        )
+    )
+    env = process_env(
+        TEMPORAL_ADDRESS=client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
+    )
+    trains_before = example_service.stats()["counts"]["trains"]
+    example_service.set_delay("trains", 5_000)
+    try:
+        started = await agentloop(
+            "run",
+            "Is my train late?",
+            "--model",
+            run_id,
+            "--tool",
+            "get_train_status",
+            "--id",
+            run_id,
+            env=env,
+            cwd=tmp_path,
+        )
+        assert started.returncode == 0, started.explain()
+        first, link = started.stdout.splitlines()[:2]
+        assert first == f"started {run_id}"
+        assert re.fullmatch(rf"\s*https?://\S+/workflows/{re.escape(run_id)}", link), link
+
+        # Cancel while the train read is in flight at the service.
+        await wait_until(
+            lambda: example_service.stats()["counts"]["trains"] > trains_before,
+            "the train read to reach the example service",
+        )
+        cancelled = await agentloop("cancel", run_id, "--reason", "test", env=env, cwd=tmp_path)
+        assert cancelled.returncode == 0, cancelled.explain()
+        assert run_id in cancelled.stdout
+
+        handle = client.get_workflow_handle(run_id, result_type=AgentRunResult)
+        result = await asyncio.wait_for(handle.result(), 20)
+    finally:
+        example_service.set_delay("trains", 0)
+    assert result.status == "cancelled", result.stop_reason
+    assert "test" in result.stop_reason
+
+
+# --- errors are messages ---------------------------------------------------------------
+
+
+async def test_bad_run_input_is_a_one_paragraph_message(tmp_path: Path) -> None:
+    # Nobody listens on TEMPORAL_ADDRESS: the input is judged before Temporal is reached.
+    env = process_env(TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}")
+    finished = await agentloop("run", "x", "--provider", "nope", env=env, cwd=tmp_path)
+    assert finished.returncode != 0, finished.explain()
+    assert_no_traceback(finished)
+    message = finished.stderr.strip()
+    assert "provider" in message, finished.explain()
+    assert "nope" in message
+    assert "\n\n" not in message and "Temporal" not in message, finished.explain()
+
+
+async def test_unreachable_temporal_is_reported_quickly(tmp_path: Path) -> None:
+    env = process_env(TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}")
+    finished = await run_process(CONSOLE_SCRIPT, "status", "some-id", env=env, cwd=tmp_path)
+    assert finished.returncode != 0, finished.explain()
+    assert_no_traceback(finished)
+    assert "cannot reach Temporal" in finished.stderr, finished.explain()
+    assert env["TEMPORAL_ADDRESS"] in finished.stderr
+    assert finished.seconds < 10, f"took {finished.seconds:.1f} s"
+
+
+async def test_status_of_an_unknown_run_says_not_found(
+    client: Client, worker: Settings, tmp_path: Path
+) -> None:
+    env = process_env(
+        TEMPORAL_ADDRESS=client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
+    )
+    finished = await agentloop("status", "does-not-exist", env=env, cwd=tmp_path)
+    assert finished.returncode != 0, finished.explain()
+    assert_no_traceback(finished)
+    assert "not found" in finished.stderr.lower(), finished.explain()
+    assert "does-not-exist" in finished.stderr
+
+
+async def test_dev_refuses_a_port_in_use_naming_port_and_flag(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        finished = await agentloop(
+            "dev",
+            "--port",
+            str(port),
+            "--ui-port",
+            str(free_port()),
+            "--example-port",
+            str(free_port()),
+            "--provider-port",
+            str(free_port()),
+            "--state-dir",
+            str(tmp_path / "state"),
+            env=process_env(),
+            cwd=tmp_path,
+        )
+    assert finished.returncode == 2, finished.explain()
+    assert_no_traceback(finished)
+    assert str(port) in finished.stderr and "--port" in finished.stderr, finished.explain()
+
+
+# --- the demo --------------------------------------------------------------------------
+
+
+async def test_demo_runs_offline_and_the_slow_read_finishes_last(tmp_path: Path) -> None:
+    finished = await run_process(
+        sys.executable,
+        "-m",
+        "agentloop.demo.run_demo",
+        env=process_env(),
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert finished.returncode == 0, finished.explain()
+    assert_no_traceback(finished)
+    out = finished.stdout
+    assert "status: completed" in out, finished.explain()
+    for call_id in ("call_train", "call_weather"):
+        assert re.search(rf"call {call_id}: .* -> succeeded", out), finished.explain()
+    assert re.search(r"^answer: \S", out, re.MULTILINE), finished.explain()
+    order = {
+        endpoint: int(done)
+        for endpoint, done in re.findall(
+            r"^\s+(\w+)\s+started #\d+, finished #(\d+)$", out, re.MULTILINE
+        )
+    }
+    assert set(order) >= {"trains", "weather"}, finished.explain()
+    assert order["weather"] < order["trains"], finished.explain()
+    print(f"demo took {finished.seconds:.1f} s")
