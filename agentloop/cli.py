@@ -27,6 +27,7 @@ from agentloop.contract import (
     Limits,
     Principal,
     RunStatusView,
+    describe_validation_error,
 )
 from agentloop.worker import connect
 
@@ -117,7 +118,7 @@ async def dispatch(args: argparse.Namespace) -> int:
         try:
             run_input = build_run_input(args)
         except ValidationError as exc:
-            print(f"invalid run input: {describe_errors(exc)}", file=sys.stderr)
+            print(f"invalid run input: {describe_validation_error(exc)}", file=sys.stderr)
             return 2
     try:
         client = await asyncio.wait_for(connect(settings), CONNECT_TIMEOUT_SECONDS)
@@ -168,15 +169,6 @@ def build_run_input(args: argparse.Namespace) -> AgentRunInput:
         limits=Limits.model_validate(limits),
         stream=not args.no_stream,
     )
-
-
-def describe_errors(exc: ValidationError) -> str:
-    """A validation error on one line, one clause per field, without pydantic's URLs."""
-    parts = []
-    for error in exc.errors(include_url=False):
-        field = ".".join(str(part) for part in error["loc"]) or "input"
-        parts.append(f"{field}: {error['msg']} (got {error.get('input')!r})")
-    return "; ".join(parts)
 
 
 async def run(

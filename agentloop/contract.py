@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 WORKFLOW_NAME = "AgentRun"
 DEFAULT_TASK_QUEUE = "agent-loop"
@@ -40,6 +40,18 @@ Phase = Literal[
     "verifying",
     "finished",
 ]
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """A validation error on one line, one clause per field (`limits.max_model_calls: ...`),
+    without pydantic's URLs: what a caller needs to fix its input."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        field = ".".join(str(part) for part in error["loc"]) or "input"
+        got = repr(error.get("input"))
+        got = got if len(got) <= 80 else got[:77] + "..."
+        parts.append(f"{field}: {error['msg']} (got {got})")
+    return "; ".join(parts)
 
 
 class _Strict(BaseModel):

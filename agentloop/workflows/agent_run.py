@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         AgentRunResult,
         CancelRequest,
         RunStatusView,
+        describe_validation_error,
     )
     from agentloop.events import ToolCall, ToolResult
     from agentloop.policies import budgets
@@ -223,12 +224,10 @@ def parse_input(raw_input: Any) -> AgentRunInput:
     try:
         run_input = AgentRunInput.model_validate(raw_input)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc']) or 'input'}: {error['msg']}"
-            for error in exc.errors()
-        )
         raise ApplicationError(
-            f"invalid AgentRunInput: {problems}", type="InvalidInput", non_retryable=True
+            f"invalid AgentRunInput: {describe_validation_error(exc)}",
+            type="InvalidInput",
+            non_retryable=True,
         ) from None
     for field in ("completion_check", "continue_from"):
         if getattr(run_input, field) is not None:
