@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel
 
+from agentloop.adapters import ProviderEndpoints
 from agentloop.contract import DEFAULT_TASK_QUEUE
 
 DEFAULT_STORE_URL = "sqlite:///.agentloop/store.db"
@@ -21,6 +22,8 @@ class Settings(BaseModel):
     example_service_url: str = DEFAULT_EXAMPLE_SERVICE_URL
     openai_api_key: str | None = None
     openai_base_url: str | None = None
+    anthropic_api_key: str | None = None
+    anthropic_base_url: str | None = None
     ui_url: str = "http://localhost:8233"
 
     @classmethod
@@ -34,9 +37,19 @@ class Settings(BaseModel):
             "example_service_url": "AGENTLOOP_EXAMPLE_SERVICE_URL",
             "openai_api_key": "OPENAI_API_KEY",
             "openai_base_url": "OPENAI_BASE_URL",
+            "anthropic_api_key": "ANTHROPIC_API_KEY",
+            "anthropic_base_url": "ANTHROPIC_BASE_URL",
             "ui_url": "AGENTLOOP_UI_URL",
         }
         return cls(**{field: env[var] for field, var in names.items() if env.get(var)})
+
+    def provider_endpoints(self) -> ProviderEndpoints:
+        return ProviderEndpoints(
+            openai_api_key=self.openai_api_key,
+            openai_base_url=self.openai_base_url,
+            anthropic_api_key=self.anthropic_api_key,
+            anthropic_base_url=self.anthropic_base_url,
+        )
 
     def run_url(self, workflow_id: str) -> str:
         return f"{self.ui_url}/namespaces/{self.temporal_namespace}/workflows/{workflow_id}"

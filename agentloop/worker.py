@@ -44,12 +44,7 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
     store = open_store(settings.store_url)
     async with aiohttp.ClientSession(timeout=DEFAULT_TIMEOUT) as session:
         services = ToolServices(example=ServiceClient(settings.example_service_url, session))
-        model = ModelActivities(
-            store,
-            AdapterFactory(
-                openai_api_key=settings.openai_api_key, openai_base_url=settings.openai_base_url
-            ),
-        )
+        model = ModelActivities(store, AdapterFactory(settings.provider_endpoints()))
         tools = ToolActivities(default_registry(), services)
         worker = Worker(
             client,

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from agentloop.adapters.base import ProviderAdapter, ProviderError, ProviderName
+
+
+@dataclass(frozen=True)
+class ProviderEndpoints:
+    """Keys and base URLs for the official clients (None: the client's own default)."""
+
+    openai_api_key: str | None = None
+    openai_base_url: str | None = None
+    anthropic_api_key: str | None = None
+    anthropic_base_url: str | None = None
 
 
 class AdapterFactory:
     """Builds each provider's SDK client once per worker (connection pools are reused) with
     `max_retries=0`: Temporal owns retries, so every attempt is visible in history."""
 
-    def __init__(self, *, openai_api_key: str | None = None, openai_base_url: str | None = None):
-        self._openai_api_key = openai_api_key
-        self._openai_base_url = openai_base_url
+    def __init__(self, endpoints: ProviderEndpoints) -> None:
+        self._endpoints = endpoints
         self._adapters: dict[str, ProviderAdapter] = {}
 
     def get(self, provider: ProviderName) -> ProviderAdapter:
@@ -20,23 +31,35 @@ class AdapterFactory:
         return self._adapters[provider]
 
     def _build(self, provider: ProviderName) -> ProviderAdapter:
-        if provider == "openai-chat":
-            from openai import AsyncOpenAI
+        endpoints = self._endpoints
+        if provider == "anthropic":
+            from anthropic import AsyncAnthropic
 
-            from agentloop.adapters.openai_chat import OpenAIChatAdapter
+            from agentloop.adapters.anthropic_messages import AnthropicMessagesAdapter
 
-            if not self._openai_api_key:
-                raise ProviderError(
-                    "OPENAI_API_KEY is not set on the worker",
-                    error_class="authentication",
-                    retryable=False,
-                )
-            client = AsyncOpenAI(
-                api_key=self._openai_api_key, base_url=self._openai_base_url, max_retries=0
+            key = _required(endpoints.anthropic_api_key, "ANTHROPIC_API_KEY")
+            return AnthropicMessagesAdapter(
+                AsyncAnthropic(api_key=key, base_url=endpoints.anthropic_base_url, max_retries=0)
             )
-            return OpenAIChatAdapter(client)
+        from openai import AsyncOpenAI
+
+        key = _required(endpoints.openai_api_key, "OPENAI_API_KEY")
+        client = AsyncOpenAI(api_key=key, base_url=endpoints.openai_base_url, max_retries=0)
+        if provider == "openai-responses":
+            from agentloop.adapters.openai_responses import OpenAIResponsesAdapter
+
+            return OpenAIResponsesAdapter(client)
+        from agentloop.adapters.openai_chat import OpenAIChatAdapter
+
+        return OpenAIChatAdapter(client)
+
+
+def _required(key: str | None, variable: str) -> str:
+    if not key:
         raise ProviderError(
-            f"provider {provider!r} is not available on this worker yet",
-            error_class="provider_not_available",
-            retryable=False,
+            f"{variable} is not set on the worker", error_class="authentication", retryable=False
         )
+    return key
+
+
+__all__ = ["AdapterFactory", "ProviderAdapter", "ProviderEndpoints", "ProviderError"]

@@ -6,7 +6,7 @@ Pure apart from `_map_sdk_errors`, which only translates exceptions.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, assert_never
@@ -22,6 +22,7 @@ from agentloop.events import (
     Instruction,
     ModelOutput,
     StateUpdate,
+    StopKind,
     ToolCall,
     ToolResult,
     UserInput,
@@ -83,6 +84,26 @@ def make_tool_call(call_id: str, name: str, raw_arguments: str) -> tuple[ToolCal
         args_digest=args_digest(name, arguments),
     )
     return call, problem
+
+
+def make_tool_calls(raw_calls: Iterable[tuple[str, str, str]]) -> tuple[list[ToolCall], list[str]]:
+    """`(call_id, name, raw arguments)` triples as `ToolCall`s, plus one problem line per call
+    that must not run (`call <id or #n>: ...`)."""
+    calls: list[ToolCall] = []
+    problems: list[str] = []
+    for index, (call_id, name, raw_arguments) in enumerate(raw_calls):
+        call, problem = make_tool_call(call_id, name, raw_arguments)
+        calls.append(call)
+        if problem:
+            problems.append(f"call {call_id or f'#{index}'}: {problem}")
+    return calls, problems
+
+
+def demote_broken_calls(stop: StopKind, detail: str, problems: list[str]) -> tuple[StopKind, str]:
+    """A tool-call output with any broken call is `truncated`: none of its calls runs."""
+    if problems and stop in ("tool_calls", "truncated"):
+        return "truncated", "; ".join([detail, *problems])
+    return stop, detail
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ from agentloop.adapters._shared import (
     Segment,
     ToolTurn,
     _map_sdk_errors,
+    demote_broken_calls,
     group_turns,
-    make_tool_call,
+    make_tool_calls,
     offers_calls,
     runner_note,
 )
@@ -258,21 +259,16 @@ def _finish(
         echo["tool_calls"] = calls
     if refusal is not None:
         echo["refusal"] = refusal
-    tool_calls: list[ToolCall] = []
-    problems: list[str] = []
-    for index, call in enumerate(calls):
-        function = call["function"]
-        tool_call, problem = make_tool_call(call["id"], function["name"], function["arguments"])
-        tool_calls.append(tool_call)
-        if problem:
-            problems.append(f"call {call['id'] or f'#{index}'}: {problem}")
+    tool_calls, problems = make_tool_calls(
+        (c["id"], c["function"]["name"], c["function"]["arguments"]) for c in calls
+    )
     stop, detail = _map_finish_reason(finish_reason, bool(calls))
     if finish_reason is None:
         detail = unfinished
     elif refusal is not None:
         stop, detail = "refused", f"refusal ({finish_reason})"
-    elif problems and stop in ("tool_calls", "truncated"):
-        stop, detail = "truncated", "; ".join([detail, *problems])
+    else:
+        stop, detail = demote_broken_calls(stop, detail, problems)
     return ModelOutput(
         text=refusal if stop == "refused" and refusal is not None else content or "",
         tool_calls=tool_calls,

@@ -1,0 +1,393 @@
+"""Anthropic Messages API <-> the canonical event model.
+
+`build_request`, `parse_response` and `MessagesStreamAssembler` are pure translations;
+`AnthropicMessagesAdapter.complete` adds the SDK calls and continues a `pause_turn`. Streams are
+read from the raw event iterator (`create(stream=True)`), never from the SDK's `.stream()`
+helper, which raises `ValueError` on tool input that is not valid JSON.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, assert_never
+
+from anthropic import AsyncAnthropic
+
+from agentloop.adapters._shared import (
+    ArgumentsError,
+    Segment,
+    ToolTurn,
+    _classified,
+    _error_event_status,
+    _map_sdk_errors,
+    demote_broken_calls,
+    group_turns,
+    make_tool_calls,
+    offers_calls,
+    parse_arguments,
+    runner_note,
+)
+from agentloop.adapters.base import ModelRequest, ProviderError, UnsupportedEventError
+from agentloop.digests import canonical_json
+from agentloop.events import (
+    Event,
+    Instruction,
+    ModelOutput,
+    ProviderRef,
+    StateUpdate,
+    StopKind,
+    ToolCall,
+    ToolResult,
+    Usage,
+    UserInput,
+)
+from agentloop.tools.contract import ToolSpec
+
+PROVIDER = "anthropic"
+API = "messages"
+DEFAULT_MAX_TOKENS = 4096  # `max_tokens` is required by this API
+MAX_PAUSE_CONTINUATIONS = 5  # how many times `complete` re-sends a turn paused by `pause_turn`
+
+Block = dict[str, Any]
+Message = dict[str, Any]
+
+_SUCCEEDED = frozenset({"succeeded", "confirmed_after_query"})
+_INPUT_BLOCKS = frozenset({"tool_use", "server_tool_use"})  # input streamed as JSON fragments
+
+
+# --------------------------------------------------------------------------- request
+
+
+def build_request(request: ModelRequest) -> dict[str, Any]:
+    """Keyword arguments for `client.messages.create`."""
+    settings = request.settings
+    system, messages = _map_events(request.events)
+    kwargs: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": settings.max_output_tokens or DEFAULT_MAX_TOKENS,
+        "messages": messages,
+        "stream": settings.stream,
+    }
+    if system:
+        kwargs["system"] = "\n\n".join(system)
+    if request.tools:
+        kwargs["tools"] = [_map_tool_spec(spec) for spec in request.tools]
+    if settings.temperature is not None:
+        kwargs["temperature"] = settings.temperature
+    return kwargs
+
+
+def _map_tool_spec(spec: ToolSpec) -> dict[str, Any]:
+    return {"name": spec.name, "description": spec.description, "input_schema": spec.parameters}
+
+
+def _map_events(events: list[Event]) -> tuple[list[str], list[Message]]:
+    """Instruction texts (for the top-level `system`) and the alternating messages."""
+    system: list[str] = []
+    messages: list[Message] = []
+    for segment in group_turns(events):
+        for role, blocks in _map_segment(segment):
+            if role == "system":
+                system.extend(block["text"] for block in blocks)
+            else:
+                messages = _append(messages, role, blocks)
+    if not messages or messages[0]["role"] != "user":
+        raise UnsupportedEventError("an Anthropic conversation must start with user content")
+    return system, messages
+
+
+def _map_segment(segment: Segment) -> list[tuple[str, list[Block]]]:
+    match segment:
+        case Instruction(text=text):
+            return [("system", _text(text))]
+        case UserInput(text=text):
+            return [("user", _text(text))]
+        case StateUpdate(text=text):
+            return [("user", _text(runner_note(text) if text else ""))]
+        case ModelOutput():
+            return [("assistant", _assistant_blocks(segment))]
+        case ToolTurn(output=output, results=results):
+            # This API's rule: the next user message starts with one tool_result per tool_use.
+            results_blocks = [_map_tool_result(result) for result in results]
+            return [("assistant", _assistant_blocks(output)), ("user", results_blocks)]
+        case _:
+            assert_never(segment)
+
+
+def _append(messages: list[Message], role: str, blocks: list[Block]) -> list[Message]:
+    """Roles alternate: same-role content joins the last message. Returns a new list."""
+    if not blocks:
+        return messages
+    if messages and messages[-1]["role"] == role:
+        last = messages[-1]
+        return [*messages[:-1], {**last, "content": [*last["content"], *blocks]}]
+    return [*messages, {"role": role, "content": blocks}]
+
+
+def _text(text: str) -> list[Block]:
+    return [{"type": "text", "text": text}] if text else []
+
+
+def _map_tool_result(result: ToolResult) -> Block:
+    block: Block = {"type": "tool_result", "tool_use_id": result.call_id}
+    if result.content:  # an empty string is not valid content: leave it out
+        block["content"] = result.content
+    if result.status not in _SUCCEEDED:
+        block["is_error"] = True
+    return block
+
+
+def _assistant_blocks(output: ModelOutput) -> list[Block]:
+    """The content blocks as the provider sent them (thinking signatures included) when we have
+    them, else rebuilt. Calls of an output that did not stop for tool use never ran and will
+    never get results, so their `tool_use` blocks are left out."""
+    calls = output.tool_calls if offers_calls(output) else []
+    raw = _raw_blocks(output.provider_ref)
+    if raw is not None:
+        kept = [b for b in raw if calls or b.get("type") != "tool_use"]
+        ids = [b.get("id") for b in kept if b.get("type") == "tool_use"]
+        if ids == [call.call_id for call in calls]:
+            return [_echo(block) for block in kept]
+    return _text(output.text) + [_map_tool_call(call) for call in calls]
+
+
+def _raw_blocks(ref: ProviderRef) -> list[Block] | None:
+    if ref.provider != PROVIDER or len(ref.raw_items) != 1:
+        return None
+    item = ref.raw_items[0]
+    content = item.get("content")
+    if item.get("role") != "assistant" or not isinstance(content, list):
+        return None
+    return content
+
+
+def _echo(block: Block) -> Block:
+    """A copy of a received block without its null fields: `model_dump()` fills in every
+    optional field the API did not send, and some (`caller`) may not be sent back as null."""
+    return {key: copy.deepcopy(value) for key, value in block.items() if value is not None}
+
+
+def _map_tool_call(call: ToolCall) -> Block:
+    arguments = copy.deepcopy(call.arguments)
+    return {"type": "tool_use", "id": call.call_id, "name": call.name, "input": arguments}
+
+
+# -------------------------------------------------------------------------- response
+
+
+@dataclass
+class _Response:
+    """One assistant message as received (a `Message.model_dump()`), not yet interpreted."""
+
+    message: Message
+    request_id: str = ""
+    raw_inputs: dict[int, str] = field(default_factory=dict)  # unparsed tool input, by position
+    fault: str = ""  # why the message is incomplete (stream ended early, ...); "" if complete
+
+    @property
+    def blocks(self) -> list[Block]:
+        return list(self.message.get("content") or [])
+
+    @property
+    def paused(self) -> bool:  # stopped for `pause_turn` with nothing wrong: may be continued
+        stopped = self.message.get("stop_reason") == "pause_turn"
+        return stopped and not self.fault and not self.raw_inputs
+
+
+def parse_response(raw: dict[str, Any], request_id: str = "") -> ModelOutput:
+    """A `ModelOutput` from a non-streamed `Message` (`message.model_dump()`)."""
+    return _to_output([_Response(raw, request_id)])
+
+
+def _to_output(parts: list[_Response]) -> ModelOutput:
+    """The one place received messages become a `ModelOutput`; several parts are one turn the
+    provider paused and `complete` continued (content joined, usage summed, last stop wins)."""
+    last = parts[-1]
+    blocks: list[Block] = []
+    raw_inputs: dict[int, str] = {}
+    for part in parts:
+        raw_inputs.update({len(blocks) + i: raw for i, raw in part.raw_inputs.items()})
+        blocks.extend(part.blocks)
+    tool_calls, problems = make_tool_calls(
+        (b.get("id") or "", b.get("name") or "", raw_inputs.get(i, canonical_json(b.get("input"))))
+        for i, b in enumerate(blocks)
+        if b.get("type") == "tool_use"
+    )
+    stop, detail = _map_stop_reason(last.message.get("stop_reason"), blocks)
+    if last.fault:
+        stop, detail = "truncated", last.fault
+    elif stop == "refused":
+        category = (last.message.get("stop_details") or {}).get("category")
+        detail += f" ({category})" if category else ""
+    else:
+        stop, detail = demote_broken_calls(stop, detail, problems)
+    if len(parts) > 1:
+        detail += f" ({len(parts) - 1} pause_turn continuation(s))"
+    return ModelOutput(
+        text="".join(b.get("text") or "" for b in blocks if b.get("type") == "text"),
+        tool_calls=tool_calls,
+        stop=stop,
+        stop_detail=detail,
+        usage=_map_usage([part.message.get("usage") or {} for part in parts]),
+        provider_ref=ProviderRef(
+            provider=PROVIDER,
+            api=API,
+            model=last.message.get("model") or "",
+            response_id=last.message.get("id") or "",
+            request_id=last.request_id,
+            raw_items=[{"role": "assistant", "content": blocks}],
+        ),
+    )
+
+
+def _map_stop_reason(reason: str | None, blocks: list[Block]) -> tuple[StopKind, str]:
+    has_calls = any(block.get("type") == "tool_use" for block in blocks)
+    match reason:
+        case "end_turn" | "stop_sequence":
+            return ("tool_calls", f"{reason} with tool calls") if has_calls else ("final", reason)
+        case "tool_use":
+            return ("tool_calls", reason) if has_calls else ("truncated", f"{reason} without calls")
+        case "max_tokens" | "model_context_window_exceeded":
+            if blocks and blocks[-1].get("type") in _INPUT_BLOCKS:
+                return "truncated", f"{reason} while emitting tool input"
+            return "truncated", reason
+        case "refusal":
+            return "refused", reason
+        case "pause_turn":
+            return "truncated", "pause_turn: turn still paused, not continued further"
+        case None:
+            return "truncated", "response without a stop reason"
+        case _:
+            return "truncated", f"unknown stop reason {reason!r}"
+
+
+def _map_usage(usages: list[dict[str, Any]]) -> Usage:
+    """Summed over the parts of one turn; cache reads and writes are billed input tokens too."""
+    inputs = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    return Usage(
+        input_tokens=sum(usage.get(key) or 0 for usage in usages for key in inputs),
+        output_tokens=sum(usage.get("output_tokens") or 0 for usage in usages),
+    )
+
+
+class MessagesStreamAssembler:
+    """Assembles raw stream event dicts (`event.model_dump()`) into one `ModelOutput`.
+
+    Blocks are keyed by `index`; tool input fragments are joined per block and parsed only at
+    the end, so input that is not valid JSON truncates the output instead of raising. The
+    result counts only once `message_stop` arrived. An `error` event raises `ProviderError`."""
+
+    def __init__(self, request_id: str = "") -> None:
+        self._request_id = request_id
+        self._message: Message = {}
+        self._blocks: dict[int, Block] = {}
+        self._json: dict[int, list[str]] = {}
+        self._faults: list[str] = []
+        self._stopped = False
+
+    def feed(self, event: dict[str, Any]) -> None:
+        match event.get("type"):
+            case "message_start":
+                self._message = copy.deepcopy(event.get("message") or {})
+            case "content_block_start":
+                self._blocks[event.get("index", 0)] = copy.deepcopy(event["content_block"])
+            case "content_block_delta":
+                self._feed_delta(event.get("index", 0), event.get("delta") or {})
+            case "message_delta":
+                # Counts here are cumulative: they replace those of `message_start`.
+                delta = event.get("delta") or {}
+                self._message.update({k: v for k, v in delta.items() if v is not None})
+                usage = {k: v for k, v in (event.get("usage") or {}).items() if v is not None}
+                self._message["usage"] = {**(self._message.get("usage") or {}), **usage}
+            case "message_stop":
+                self._stopped = True
+            case "error":
+                error = event.get("error") or {}
+                message = f"error event in stream: {error.get('type')}: {error.get('message')}"
+                raise _classified(message, None, _error_event_status(event), {})
+            case _:
+                pass  # content_block_stop, ping, and event kinds added later
+
+    def _feed_delta(self, index: int, delta: dict[str, Any]) -> None:
+        block = self._blocks.get(index)
+        kind = delta.get("type")
+        if block is None:
+            self._faults.append(f"{kind} for block {index} before its content_block_start")
+            return
+        match kind:
+            case "text_delta":
+                block["text"] = (block.get("text") or "") + delta.get("text", "")
+            case "input_json_delta":
+                self._json.setdefault(index, []).append(delta.get("partial_json") or "")
+            case "thinking_delta":
+                block["thinking"] = (block.get("thinking") or "") + delta.get("thinking", "")
+            case "signature_delta":
+                block["signature"] = delta.get("signature", "")
+            case "citations_delta":
+                block["citations"] = [*(block.get("citations") or []), delta.get("citation")]
+            case _:
+                self._faults.append(f"unsupported delta {kind!r} for block {index}")
+
+    def _assembled(self) -> _Response:
+        blocks: list[Block] = []
+        raw_inputs: dict[int, str] = {}
+        faults = list(self._faults)
+        for position, (index, received) in enumerate(sorted(self._blocks.items())):
+            block = dict(received)
+            if index in self._json:
+                text = "".join(self._json[index])
+                try:
+                    block["input"] = parse_arguments(text)
+                except ArgumentsError as err:
+                    block["input"] = {}
+                    if block.get("type") == "tool_use":
+                        raw_inputs[position] = text  # the call carries it and truncates
+                    else:
+                        faults.append(f"block {index}: {err}")
+            blocks.append(block)
+        fault = "; ".join(faults) if self._stopped else "stream ended before message_stop"
+        message = {**self._message, "content": blocks}
+        return _Response(message, self._request_id, raw_inputs, fault)
+
+    def finish(self) -> ModelOutput:
+        return _to_output([self._assembled()])
+
+
+# --------------------------------------------------------------------------- adapter
+
+
+class AnthropicMessagesAdapter:
+    """`ProviderAdapter` for the Messages API. Build the client with `max_retries=0`: retries
+    belong to Temporal, driven by the `ProviderError` classification."""
+
+    def __init__(self, client: AsyncAnthropic) -> None:
+        self._client = client
+
+    async def complete(self, request: ModelRequest) -> ModelOutput:
+        kwargs = build_request(request)
+        with _map_sdk_errors():
+            parts = [await self._create(kwargs)]
+            while parts[-1].paused and len(parts) <= MAX_PAUSE_CONTINUATIONS:
+                parts.append(await self._create(_continuation(kwargs, parts)))
+        return _to_output(parts)
+
+    async def _create(self, kwargs: dict[str, Any]) -> _Response:
+        if not kwargs["stream"]:
+            try:
+                message = await self._client.messages.create(**kwargs)
+            except ValueError as err:  # the SDK refuses a long request unless it is streamed
+                raise ProviderError(str(err), error_class="bad_request", retryable=False) from err
+            return _Response(message.model_dump(), message._request_id or "")
+        stream = await self._client.messages.create(**kwargs)
+        assembler = MessagesStreamAssembler(stream.response.headers.get("request-id") or "")
+        async with stream:
+            async for event in stream:
+                assembler.feed(event.model_dump())
+        return assembler._assembled()
+
+
+def _continuation(kwargs: dict[str, Any], parts: list[_Response]) -> dict[str, Any]:
+    """The same request with the paused turn so far as the last (assistant) message."""
+    paused = [_echo(block) for part in parts for block in part.blocks]
+    return {**kwargs, "messages": _append(kwargs["messages"], "assistant", paused)}
