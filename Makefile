@@ -17,8 +17,10 @@ $(VENV)/.installed-dev: pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@ $(VENV)/.installed
 
+PROVIDER ?= openai-chat
+
 demo: $(VENV)/.installed
-	$(PY) -m agentloop.demo.run_demo
+	$(PY) -m agentloop.demo.run_demo --provider $(PROVIDER)
 
 dev: $(VENV)/.installed
 	$(VENV)/bin/agentloop dev

@@ -258,17 +258,16 @@ async def dev(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         async with DevStack(ports, state_dir=args.state_dir, persist_history=args.persist) as stack:
-            model_source = (
-                f"the scripted provider at {stack.settings.openai_base_url}"
-                if stack.scripted_provider
-                else "the OpenAI API"
-            )
+            settings = stack.settings
+            openai = settings.openai_base_url or "the OpenAI API"
+            anthropic = settings.anthropic_base_url or "the Anthropic API"
             print(
                 "agentloop dev is up\n"
                 f"  Temporal     127.0.0.1:{ports.temporal} (namespace default)\n"
                 f"  Temporal UI  http://localhost:{ports.ui}\n"
                 f"  example svc  {stack.settings.example_service_url}\n"
-                f"  models       {model_source}\n"
+                f"  models       OpenAI: {openai}; Anthropic: {anthropic}"
+                f"{' (scripted provider)' if stack.scripted_provider else ''}\n"
                 f"  worker       task queue {stack.settings.task_queue!r}\n"
                 "Ctrl-C stops everything.",
                 flush=True,

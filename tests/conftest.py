@@ -68,6 +68,8 @@ def worker_settings(
         example_service_url=example_service.base_url,
         openai_api_key="scripted",
         openai_base_url=scripted_provider.base_url,
+        anthropic_api_key="scripted",
+        anthropic_base_url=scripted_provider.anthropic_base_url,
     )
 
 

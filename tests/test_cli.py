@@ -45,6 +45,8 @@ TRAVEL_TASK = "Is train G1234 late on 2026-12-01, and what is the weather in Sha
 _SCRUBBED = (
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
     "TEMPORAL_ADDRESS",
     "TEMPORAL_NAMESPACE",
     "AGENT_LOOP_TASK_QUEUE",
@@ -55,7 +57,7 @@ _SCRUBBED = (
 
 
 def process_env(**overrides: str) -> dict[str, str]:
-    """This environment without OPENAI_API_KEY and agentloop's settings, plus `overrides`."""
+    """This environment without provider keys and agentloop's settings, plus `overrides`."""
     env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED}
     return {**env, **overrides}
 
@@ -214,7 +216,7 @@ async def test_agentloop_dev_serves_runs_and_stops_on_ctrl_c(tmp_path: Path) -> 
         assert DEV_READY in dev.output
         assert f"127.0.0.1:{port}" in dev.output
         assert f"http://localhost:{ui_port}" in dev.output
-        assert "the scripted provider" in dev.output  # no OPENAI_API_KEY in its environment
+        assert "(scripted provider)" in dev.output  # no provider key in its environment
 
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http,

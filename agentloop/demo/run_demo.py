@@ -15,7 +15,13 @@ import uuid
 from pathlib import Path
 
 from agentloop.cli import exit_now, format_result
-from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, Principal
+from agentloop.contract import (
+    WORKFLOW_NAME,
+    AgentRunInput,
+    AgentRunResult,
+    Principal,
+    Provider,
+)
 from agentloop.devstack import DevStack, DevStackPorts
 
 TASK = (
@@ -25,23 +31,33 @@ TASK = (
 TRAIN_DELAY_MS = 400
 
 
-async def run_demo(keep_running: bool) -> int:
-    real_model = bool(os.environ.get("OPENAI_API_KEY"))
-    model = os.environ.get("AGENTLOOP_DEMO_MODEL", "gpt-4o-mini") if real_model else "travel"
+# provider -> (the variable holding its key, the real model the demo uses when it is set)
+REAL_MODELS = {
+    "openai-chat": ("OPENAI_API_KEY", "gpt-4o-mini"),
+    "openai-responses": ("OPENAI_API_KEY", "gpt-4o-mini"),
+    "anthropic": ("ANTHROPIC_API_KEY", "claude-sonnet-4-5"),
+}
+
+
+async def run_demo(provider: Provider, keep_running: bool) -> int:
+    key_variable, default_model = REAL_MODELS[provider]
+    real_model = bool(os.environ.get(key_variable))
+    model = os.environ.get("AGENTLOOP_DEMO_MODEL", default_model) if real_model else "travel"
     with tempfile.TemporaryDirectory(prefix="agentloop-demo-") as state_dir:
         ports = DevStackPorts.free()
         async with DevStack(ports, state_dir=Path(state_dir), quiet=True) as stack:
             assert stack.client is not None and stack.example_service is not None
             stack.example_service.set_delay("trains", TRAIN_DELAY_MS)
             workflow_id = f"demo-travel-{uuid.uuid4().hex[:8]}"
-            print(f"model: {'OpenAI ' + model if real_model else 'scripted provider (offline)'}")
+            source = "the real API" if real_model else "the scripted provider (offline)"
+            print(f"model: {provider} {model}, from {source}")
             print(f"task:  {TASK}")
             handle = await stack.client.start_workflow(
                 WORKFLOW_NAME,
                 AgentRunInput(
                     task=TASK,
                     instructions="You are a travel assistant. Use the tools; answer briefly.",
-                    provider="openai-chat",
+                    provider=provider,
                     model=model,
                     tools=["get_train_status", "get_weather"],
                     principal=Principal(subject="demo-user"),
@@ -75,9 +91,10 @@ def main() -> None:
         action="store_true",
         help="leave the dev stack up to look at the run in the UI",
     )
+    parser.add_argument("--provider", choices=list(REAL_MODELS), default="openai-chat")
     args = parser.parse_args()
     try:
-        code = asyncio.run(run_demo(args.keep_running))
+        code = asyncio.run(run_demo(args.provider, args.keep_running))
     except KeyboardInterrupt:
         code = 0
     exit_now(code)  # not sys.exit: see exit_now

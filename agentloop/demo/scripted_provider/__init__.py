@@ -1,19 +1,34 @@
 """A local model provider that plays scenario scripts over real provider wire protocols.
 
-Used by the tests and `make demo` instead of a real model: the official SDKs talk to it
-unmodified, and it checks every request it receives (see `checks`).
+Used by the tests and `make demo` instead of a real model: the official `openai` (Chat
+Completions, Responses) and `anthropic` (Messages) clients talk to it unmodified, and it
+checks every request it receives (`checks` for what all protocols share, `*_parse` for each
+protocol's own rules). Scripts are protocol-neutral: one `Script` plays over any protocol.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agentloop.demo.scripted_provider.scripts import Script, ScriptedToolCall, ScriptTurn
+from agentloop.demo.scripted_provider.scripts import (
+    Script,
+    ScriptedError,
+    ScriptedToolCall,
+    ScriptTurn,
+    ScriptUsage,
+)
 
 if TYPE_CHECKING:
     from agentloop.demo.scripted_provider.server import ScriptedProvider
 
-__all__ = ["Script", "ScriptTurn", "ScriptedProvider", "ScriptedToolCall"]
+__all__ = [
+    "Script",
+    "ScriptTurn",
+    "ScriptUsage",
+    "ScriptedError",
+    "ScriptedProvider",
+    "ScriptedToolCall",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,237 +1,196 @@
-"""Pure checks of a Chat Completions request against the script being played.
+"""The checks every protocol shares, over the neutral view of a request (`conversation`).
 
-Every function takes the parsed request as untrusted JSON (`Any`) and returns violation
-strings instead of raising: the provider reports *all* that is wrong with a request at once,
-which is what a developer debugging an agent loop wants to see.
+Pure functions that return violation strings instead of raising: the provider reports *all*
+that is wrong with a request at once, which is what a developer debugging an agent loop wants
+to see. What the provider sent at an earlier turn comes from `SentParts`, the protocol's own
+output read back by its own parser, so an echo is compared in the protocol's terms.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
-from agentloop.demo.scripted_provider.scripts import Script, ScriptTurn
+from agentloop.demo.scripted_provider.conversation import (
+    Call,
+    Conversation,
+    ModelTurn,
+    Part,
+    Phase,
+    Reasoning,
+    Text,
+)
+from agentloop.demo.scripted_provider.scripts import Script
 
-ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+SentParts = Callable[[int, Phase], list[Part]]
+"""What the provider sent at turn `k` (placeholders filled), as the protocol's parser sees it."""
+
+_P = TypeVar("_P", Text, Call, Reasoning)
 
 # Tool results are quoted in violation messages; long ones only need their start.
 _QUOTE_CHARS = 200
 
 
-@dataclass(frozen=True)
-class EchoedCall:
-    """A tool call as the client sent it back inside an assistant message."""
-
-    id: str
-    name: str
-    arguments: str
-
-
-def turn_index(messages: list[Any]) -> int:
-    """The script turn a request asks for: one turn per assistant message already answered.
-
-    Derived from the request alone, so a retried request replays the same turn.
-    """
-    return sum(1 for message in messages if _role(message) == "assistant")
-
-
-def tool_results(messages: list[Any]) -> dict[str, str]:
-    """The string content of every well-formed tool message, by `tool_call_id`."""
-    results: dict[str, str] = {}
-    for message in messages:
-        if _role(message) != "tool":
-            continue
-        call_id, content = message.get("tool_call_id"), message.get("content")
-        if isinstance(call_id, str) and isinstance(content, str):
-            results[call_id] = content
-    return results
-
-
-def check_chat_request(body: Mapping[str, Any], script: Script) -> list[str]:
-    """Every protocol violation in `body`, a Chat Completions request playing `script`."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return ["`messages` must be a non-empty list"]
-    turn = turn_index(messages)
+def check_conversation(conversation: Conversation, script: Script, sent: SentParts) -> list[str]:
+    """Every violation in a request playing `script`, protocol-specific problems first."""
+    turn = conversation.turn_index
     return [
-        *_check_roles(messages),
-        *_check_tool_message_shapes(messages),
-        *_check_tool_pairing(messages),
-        *_check_echoes(messages, script),
-        *_check_expected_results(messages, script, turn),
-        *_check_tools_declared(body.get("tools"), script, turn),
+        *conversation.problems,
+        *[v for model_turn in conversation.turns for v in _check_results(model_turn)],
+        *_check_echoes(conversation.turns, script, sent),
+        *_check_pending(conversation.pending, turn, script, sent),
+        *_check_expected_results(conversation.result_texts(), script, turn),
+        *_check_tools_declared(conversation.declared_tools, script, turn),
     ]
 
 
-def _role(message: Any) -> str | None:
-    role = message.get("role") if isinstance(message, dict) else None
-    return role if isinstance(role, str) else None
-
-
-def _check_roles(messages: list[Any]) -> list[str]:
-    violations: list[str] = []
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            violations.append(f"messages[{i}] is not an object")
-        elif _role(message) not in ROLES:
-            role = message.get("role")
-            violations.append(f"messages[{i}] has role {role!r}, not one of {sorted(ROLES)}")
-    return violations
-
-
-def _check_tool_message_shapes(messages: list[Any]) -> list[str]:
-    violations: list[str] = []
-    for i, message in enumerate(messages):
-        if _role(message) != "tool":
-            continue
-        if not isinstance(message.get("content"), str):
-            violations.append(f"messages[{i}] (tool) must have a string `content`")
-        call_id = message.get("tool_call_id")
-        if not isinstance(call_id, str) or not call_id:
-            violations.append(f"messages[{i}] (tool) must have a `tool_call_id`")
-    return violations
-
-
-def parse_tool_calls(message: Any, where: str) -> tuple[list[EchoedCall], list[str]]:
-    """The function tool calls of an assistant message, and what is malformed about them."""
-    raw = message.get("tool_calls") if isinstance(message, dict) else None
-    if raw is None:
-        return [], []
-    if not isinstance(raw, list):
-        return [], [f"{where}.tool_calls must be a list"]
-    calls: list[EchoedCall] = []
-    problems: list[str] = []
-    for k, item in enumerate(raw):
-        call = _parse_tool_call(item)
-        if call is None:
-            problems.append(
-                f"{where}.tool_calls[{k}] must be "
-                '{"id", "type": "function", "function": {"name", "arguments": <string>}}'
-            )
-        else:
-            calls.append(call)
-    return calls, problems
-
-
-def _parse_tool_call(item: Any) -> EchoedCall | None:
-    if not isinstance(item, dict) or item.get("type") != "function":
-        return None
-    function = item.get("function")
-    if not isinstance(function, dict):
-        return None
-    call_id, name, arguments = item.get("id"), function.get("name"), function.get("arguments")
-    if isinstance(call_id, str) and isinstance(name, str) and isinstance(arguments, str):
-        return EchoedCall(id=call_id, name=name, arguments=arguments)
-    return None
-
-
-def _check_tool_pairing(messages: list[Any]) -> list[str]:
-    """Tool messages must come right after the assistant message that issued their ids."""
-    violations: list[str] = []
-    paired: set[int] = set()
-    for i, message in enumerate(messages):
-        if _role(message) != "assistant":
-            continue
-        calls, _ = parse_tool_calls(message, f"messages[{i}]")  # malformed: see _check_echoes
-        if not calls:
-            continue
-        run = _tool_run_after(messages, i)
-        paired.update(run)
-        violations += _check_tool_run(messages, i, [call.id for call in calls], run)
-    violations += [
-        f"messages[{j}] is a tool message that does not directly follow "
-        "an assistant message with tool_calls"
-        for j, message in enumerate(messages)
-        if _role(message) == "tool" and j not in paired
-    ]
-    return violations
-
-
-def _tool_run_after(messages: list[Any], i: int) -> list[int]:
-    """Indices of the consecutive tool messages right after `messages[i]`."""
-    run: list[int] = []
-    for j in range(i + 1, len(messages)):
-        if _role(messages[j]) != "tool":
-            break
-        run.append(j)
-    return run
-
-
-def _check_tool_run(messages: list[Any], i: int, issued: list[str], run: list[int]) -> list[str]:
+def _check_results(turn: ModelTurn) -> list[str]:
+    """One result per call the turn issued: none unknown, none twice, none missing."""
+    issued = [call.call_id for call in turn.calls]
+    if not issued and not turn.results:
+        return []
     violations: list[str] = []
     seen: set[str] = set()
-    for j in run:
-        call_id = messages[j].get("tool_call_id")
-        if not isinstance(call_id, str):
-            continue  # reported by _check_tool_message_shapes
-        if call_id not in issued:
+    for result in turn.results:
+        if result.call_id not in issued:
             violations.append(
-                f"messages[{j}] answers tool call id {call_id!r}, which messages[{i}] "
+                f"{result.where} answers tool call id {result.call_id!r}, which {turn.where} "
                 f"did not issue (it issued {issued})"
             )
-        elif call_id in seen:
-            violations.append(f"messages[{j}] is a duplicate tool result for call id {call_id!r}")
-        seen.add(call_id)
+        elif result.call_id in seen:
+            violations.append(
+                f"{result.where} is a duplicate tool result for call id {result.call_id!r}"
+            )
+        seen.add(result.call_id)
     missing = [call_id for call_id in issued if call_id not in seen]
     if missing:
-        interrupted = _interrupter(messages, i + 1 + len(run))
-        violations.append(f"no tool result for call id(s) {missing} of messages[{i}]{interrupted}")
+        violations.append(
+            f"no tool result for call id(s) {missing} of {turn.where}{turn.missing_hint}"
+        )
     return violations
 
 
-def _interrupter(messages: list[Any], j: int) -> str:
-    # Naming the message that cut the run short points straight at the bug.
-    if j >= len(messages):
-        return ""
-    return f"; messages[{j}] ({_role(messages[j])}) comes before them"
-
-
-def _check_echoes(messages: list[Any], script: Script) -> list[str]:
-    """Each assistant message must be what the script sent at that turn (tool calls verbatim)."""
+def _check_echoes(turns: list[ModelTurn], script: Script, sent: SentParts) -> list[str]:
+    """Each model turn in the request must be what the provider sent at that turn."""
     violations: list[str] = []
-    turn = 0
-    for i, message in enumerate(messages):
-        if _role(message) != "assistant":
-            continue
-        calls, problems = parse_tool_calls(message, f"messages[{i}]")
-        violations += problems
-        if turn < len(script.turns):
-            violations += _compare_echo(calls, script.turns[turn], f"messages[{i}] (turn {turn})")
-        turn += 1
+    for index, turn in enumerate(turns[: len(script.turns)]):
+        where = f"{turn.where} (turn {index})"
+        violations += _compare_parts(turn.parts, sent(index, "whole"), where)
     return violations
 
 
-def _compare_echo(echoed: list[EchoedCall], scripted: ScriptTurn, where: str) -> list[str]:
-    expected = {call.id: call for call in scripted.tool_calls}
-    got: dict[str, EchoedCall] = {}
+def _check_pending(
+    pending: ModelTurn | None, turn: int, script: Script, sent: SentParts
+) -> list[str]:
+    if pending is None:
+        return []
+    if turn >= len(script.turns) or not script.turns[turn].pause_turn:
+        return [
+            f"{pending.where} ends the request as an assistant message, but turn {turn} of the "
+            "script did not pause (only a `pause_turn` answer is continued that way)"
+        ]
+    return _compare_parts(
+        pending.parts, sent(turn, "paused"), f"{pending.where} (paused turn {turn})"
+    )
+
+
+def _compare_parts(echoed: Sequence[Part], expected: Sequence[Part], where: str) -> list[str]:
+    """How an echoed model turn differs from what the provider sent."""
+    return [
+        *_compare_calls(_of(echoed, Call), _of(expected, Call), where),
+        *_compare_reasoning(_of(echoed, Reasoning), _of(expected, Reasoning), where),
+        *_compare_texts(_of(echoed, Text), _of(expected, Text), where),
+        *_check_reasoning_order(echoed, expected, where),
+    ]
+
+
+def _of(parts: Sequence[Part], kind: type[_P]) -> list[_P]:
+    return [part for part in parts if isinstance(part, kind)]
+
+
+def _compare_calls(echoed: list[Call], expected: list[Call], where: str) -> list[str]:
+    want_by_id = {call.call_id: call for call in expected}
+    got: dict[str, Call] = {}
     violations: list[str] = []
     for call in echoed:
-        if call.id in got:
-            violations.append(f"{where} repeats tool call id {call.id!r}")
-        got[call.id] = call
-    missing, extra = expected.keys() - got.keys(), got.keys() - expected.keys()
+        if call.call_id in got:
+            violations.append(f"{where} repeats tool call id {call.call_id!r}")
+        got[call.call_id] = call
+    missing, extra = want_by_id.keys() - got.keys(), got.keys() - want_by_id.keys()
     violations += [f"{where} lacks the scripted tool call {i!r}" for i in sorted(missing)]
     violations += [f"{where} has tool call {i!r}, not in the script" for i in sorted(extra)]
-    for call_id in sorted(expected.keys() & got.keys()):
-        want, have = expected[call_id], got[call_id]
+    for call_id in sorted(want_by_id.keys() & got.keys()):
+        want, have = want_by_id[call_id], got[call_id]
         if have.name != want.name:
             violations.append(
                 f"{where} tool call {call_id!r} is named {have.name!r}, scripted {want.name!r}"
             )
-        if have.arguments != want.arguments_text():
+        if have.arguments != want.arguments:
             violations.append(
                 f"{where} tool call {call_id!r} has arguments {have.arguments!r}, "
-                f"the script sent {want.arguments_text()!r} (must be echoed verbatim)"
+                f"the provider sent {want.arguments!r} (must be echoed verbatim)"
+            )
+        if want.item_id is not None and have.item_id != want.item_id:
+            violations.append(
+                f"{where} tool call {call_id!r} has item id {have.item_id!r}, "
+                f"the provider sent {want.item_id!r} (must be echoed verbatim)"
             )
     return violations
 
 
-def _check_expected_results(messages: list[Any], script: Script, turn: int) -> list[str]:
+def _compare_reasoning(echoed: list[Reasoning], expected: list[Reasoning], where: str) -> list[str]:
+    # Matched by position: a turn carries at most one reasoning item or thinking block.
+    violations: list[str] = []
+    for want, have in zip(expected, echoed, strict=False):
+        if have.id != want.id:
+            violations.append(f"{where} has {have.label} where the provider sent {want.label}")
+        if have.signature != want.signature:
+            violations.append(
+                f"{where} {want.label} has {want.signature_field} {have.signature!r}, "
+                f"the provider sent {want.signature!r} (must be echoed unchanged)"
+            )
+        if want.text is not None and have.text != want.text:
+            violations.append(f"{where} {want.label} text differs from what the provider sent")
+    violations += [
+        f"{where} lacks the {want.label} the provider sent (it must be echoed back)"
+        for want in expected[len(echoed) :]
+    ]
+    violations += [
+        f"{where} has {have.label}, which the provider did not send"
+        for have in echoed[len(expected) :]
+    ]
+    return violations
+
+
+def _compare_texts(echoed: list[Text], expected: list[Text], where: str) -> list[str]:
+    got, want = [part.text for part in echoed], [part.text for part in expected]
+    if got == want:
+        return []
+    return [f"{where} has text {got!r}, the provider sent {want!r} (must be echoed as sent)"]
+
+
+def _check_reasoning_order(
+    echoed: Sequence[Part], expected: Sequence[Part], where: str
+) -> list[str]:
+    """Reasoning must come back before the calls it preceded (the API ties them together)."""
+    wanted = [(i, part) for i, part in enumerate(expected) if isinstance(part, Reasoning)]
+    got_at = [i for i, part in enumerate(echoed) if isinstance(part, Reasoning)]
+    call_at = {part.call_id: i for i, part in enumerate(echoed) if isinstance(part, Call)}
+    violations: list[str] = []
+    for (want_at, reasoning), got in zip(wanted, got_at, strict=False):
+        followers = [part.call_id for part in expected[want_at + 1 :] if isinstance(part, Call)]
+        early = [call_id for call_id in followers if call_at.get(call_id, got) < got]
+        if early:
+            violations.append(
+                f"{where} has tool call(s) {early} before the {reasoning.label} they followed"
+            )
+    return violations
+
+
+def _check_expected_results(results: dict[str, str], script: Script, turn: int) -> list[str]:
     """The previous turn's `expect_tool_results`: proves each result went to the right call."""
     if not 0 < turn <= len(script.turns):
         return []
-    results = tool_results(messages)
     violations: list[str] = []
     for call_id, needle in sorted(script.turns[turn - 1].expect_tool_results.items()):
         content = results.get(call_id)
@@ -247,11 +206,10 @@ def _check_expected_results(messages: list[Any], script: Script, turn: int) -> l
     return violations
 
 
-def _check_tools_declared(tools: Any, script: Script, turn: int) -> list[str]:
+def _check_tools_declared(declared: set[str], script: Script, turn: int) -> list[str]:
     """A model may only call tools the request offers, so the script may not either."""
     if turn >= len(script.turns):
         return []
-    declared = _declared_tool_names(tools)
     scripted = script.turns[turn]
     called = sorted({c.name for c in scripted.tool_calls} - set(scripted.undeclared_tools))
     return [
@@ -259,17 +217,3 @@ def _check_tools_declared(tools: Any, script: Script, turn: int) -> list[str]:
         for name in called
         if name not in declared
     ]
-
-
-def _declared_tool_names(tools: Any) -> set[str]:
-    if not isinstance(tools, list):
-        return set()
-    names: set[str] = set()
-    for tool in tools:
-        if not isinstance(tool, dict) or tool.get("type") != "function":
-            continue
-        function = tool.get("function")
-        name = function.get("name") if isinstance(function, dict) else None
-        if isinstance(name, str):
-            names.add(name)
-    return names

@@ -1,7 +1,8 @@
 """Scenario scripts the provider plays, and the placeholders their text may contain.
 
-Nothing here knows a wire protocol: a script is a list of assistant turns, and rendering a
-placeholder needs only the tool results of the conversation, keyed by tool-call id.
+Nothing here knows a wire protocol: a script is a list of assistant turns (plus the faults to
+inject while playing them), and rendering a placeholder needs only the tool results of the
+conversation, keyed by tool-call id.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ class ScriptedToolCall(BaseModel):
 
 
 class ScriptUsage(BaseModel):
+    """Token counts, in Chat Completions words; each protocol renders them in its own shape
+    (`input_tokens` / `output_tokens` for Responses and Anthropic)."""
+
     prompt_tokens: int = Field(ge=0)
     completion_tokens: int = Field(ge=0)
 
@@ -46,12 +50,47 @@ class ScriptUsage(BaseModel):
         return self.prompt_tokens + self.completion_tokens
 
 
+class ScriptedError(BaseModel):
+    """An HTTP error answered instead of a turn, in the error shape of the protocol asked."""
+
+    status: int = Field(ge=400, le=599)
+    retry_after: str | None = None
+    """Sent as the `retry-after` header (seconds, or an HTTP date) when set."""
+    retry_after_ms: str | None = None
+    """Sent as the `retry-after-ms` header (the OpenAI and Anthropic clients honour it)."""
+    message: str = ""
+    """The error message; empty picks a stock one for the status."""
+
+
 class ScriptTurn(BaseModel):
+    """One model turn, protocol-neutral: the same turn plays over every wire protocol."""
+
     text: str | None = None
     tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
     refusal: str | None = None
     finish_reason: FinishReason | None = None
+    """In Chat Completions words; mapped to Responses `status` / Anthropic `stop_reason`."""
+    stop_sequence: str | None = None
+    """With finish `stop`: Anthropic answers `stop_reason: "stop_sequence"` with this value."""
+    reasoning: str | None = None
+    """Sent first, as a Responses `reasoning` item or an Anthropic `thinking` block (with an
+    opaque `encrypted_content` / `signature`), and checked to come back. Chat ignores it."""
     cut_stream_after_chars: int | None = Field(default=None, ge=0)
+    """Streaming: stop after this many tool-argument characters, without a completion event."""
+    cut_stream_after_events: int | None = Field(default=None, ge=0)
+    """Streaming: send only the first K SSE events, then end the response cleanly."""
+    fragment_chars: int | None = Field(default=None, ge=1)
+    """Streaming: tool-argument fragments of exactly this many characters."""
+    interleave: bool = True
+    """Streaming: interleave the argument fragments of parallel calls (False: call by call)."""
+    pause_turn: bool = False
+    """Anthropic only: answer `pause_turn` with the turn's reasoning and text first; the
+    request that echoes that paused content back gets the rest of the turn."""
+    errors: list[ScriptedError] = Field(default_factory=list)
+    """The first `len(errors)` valid requests for this turn get these errors, in order
+    (counted per script and turn; `register` and `reset` start the count over)."""
+    delay_ms: int = Field(default=0, ge=0)
+    """Every answer to this turn (injected errors included) waits this long first."""
     expect_tool_results: dict[str, str] = Field(default_factory=dict)
     usage: ScriptUsage | None = None
     undeclared_tools: list[str] = Field(default_factory=list)
@@ -66,6 +105,14 @@ class ScriptTurn(BaseModel):
             raise ValueError(f"expect_tool_results names calls this turn does not make: {unknown}")
         return self
 
+    @model_validator(mode="after")
+    def _paused_part_not_empty(self) -> ScriptTurn:
+        # The provider is stateless: it tells a continuation from the first request only by
+        # the paused content echoed at the end, so that content must not be empty.
+        if self.pause_turn and not self.text and self.reasoning is None:
+            raise ValueError("pause_turn needs `text` or `reasoning` to pause after")
+        return self
+
     def effective_finish_reason(self) -> FinishReason:
         if self.finish_reason is not None:
             return self.finish_reason
@@ -73,7 +120,8 @@ class ScriptTurn(BaseModel):
 
     def completion_chars(self) -> int:
         calls = sum(len(call.name) + len(call.arguments_text()) for call in self.tool_calls)
-        return len(self.text or "") + len(self.refusal or "") + calls
+        texts = (self.text, self.refusal, self.reasoning)
+        return sum(len(text or "") for text in texts) + calls
 
     def usage_for(self, prompt_chars: int) -> ScriptUsage:
         """The scripted usage, or a deterministic estimate so retries report the same numbers."""

@@ -1,0 +1,183 @@
+"""Protocol-neutral playback: what to answer to one request, and the logs tests read.
+
+For every protocol alike: pick the script by `model`, derive the turn from the request, run
+the shared and protocol checks, inject the turn's scripted faults, fill placeholders, and log
+the request and any violation. Faults come after the checks: a broken request is reported as
+such at once, never hidden behind an injected error its retry would get past. No HTTP here
+(see `server`), no wire format (see `protocols`).
+
+The only state besides the logs is a counter per (script, turn) of the scripted errors already
+answered, so "fail twice, then succeed" works; everything else is derived from the request.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any, TypedDict
+
+from agentloop.demo.scripted_provider.checks import check_conversation
+from agentloop.demo.scripted_provider.conversation import Conversation, Part, Phase
+from agentloop.demo.scripted_provider.protocols import WireProtocol
+from agentloop.demo.scripted_provider.rendering import Rejection, Reply, TurnOutput
+from agentloop.demo.scripted_provider.scripts import Script, ScriptTurn, render_placeholders
+
+_STOCK_MESSAGES = {
+    429: "Rate limit reached (scripted fault); retry after the delay given.",
+    500: "The server had an error while processing your request (scripted fault).",
+    503: "The service is temporarily unavailable (scripted fault).",
+    529: "Overloaded (scripted fault).",
+}
+
+
+class Violation(TypedDict):
+    script: str
+    turn: int | None
+    message: str
+    protocol: str
+
+
+class RecordedRequest(TypedDict):
+    script: Any  # the request's `model`, whatever the client sent
+    turn: int | None
+    stream: bool
+    body: Any
+    protocol: str
+    received_at: float
+    """`time.monotonic()` on arrival: lets a test check that a retry waited."""
+
+
+class Playback:
+    def __init__(self, scripts: Iterable[Script] = ()) -> None:
+        self._scripts = {script.name: script for script in scripts}
+        self._violations: list[Violation] = []
+        self._requests: list[RecordedRequest] = []
+        self._errors_answered: Counter[tuple[str, int]] = Counter()
+
+    def register(self, script: Script) -> None:
+        """Add or replace a script; its fault counters start over."""
+        self._scripts[script.name] = script
+        for key in [key for key in self._errors_answered if key[0] == script.name]:
+            del self._errors_answered[key]
+
+    @property
+    def scripts(self) -> dict[str, Script]:
+        return dict(self._scripts)
+
+    @property
+    def violations(self) -> list[Violation]:
+        return list(self._violations)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        return list(self._requests)
+
+    def reset(self) -> None:
+        """Clear both logs and every fault counter (scripts stay registered)."""
+        self._violations.clear()
+        self._requests.clear()
+        self._errors_answered.clear()
+
+    def answer(self, protocol: WireProtocol, body: Any, *, received_at: float) -> Reply | Rejection:
+        """The reply (or error) for one request; `body` is the parsed JSON, whatever it is."""
+        if not isinstance(body, dict):
+            self._log(protocol, body, None, received_at)
+            return Rejection(400, "The request body must be a JSON object.", code="invalid_json")
+        conversation = protocol.parse(body)
+        self._log(protocol, body, conversation, received_at)
+        model = body.get("model")
+        script = self._scripts.get(model) if isinstance(model, str) else None
+        if script is None:
+            known = sorted(self._scripts)
+            message = f"The model `{model}` does not exist (no such script; known: {known})."
+            return Rejection(404, message, code="model_not_found", param="model")
+        return self._play(protocol, script, conversation, stream=body.get("stream") is True)
+
+    def _log(
+        self, protocol: WireProtocol, body: Any, conversation: Conversation | None, at: float
+    ) -> None:
+        fields = body if isinstance(body, dict) else {}
+        self._requests.append(
+            RecordedRequest(
+                script=fields.get("model"),
+                turn=conversation.turn_index if conversation is not None else None,
+                stream=fields.get("stream") is True,
+                body=body,
+                protocol=protocol.name,
+                received_at=at,
+            )
+        )
+
+    def _play(
+        self, protocol: WireProtocol, script: Script, conversation: Conversation, *, stream: bool
+    ) -> Reply | Rejection:
+        turn = conversation.turn_index
+        results = conversation.result_texts()
+
+        def sent(index: int, phase: Phase) -> list[Part]:
+            played, _ = _fill(script.turns[index], results)
+            return protocol.sent_parts(TurnOutput(script.name, index, played, phase))
+
+        violations = check_conversation(conversation, script, sent)
+        if violations:
+            self._record(protocol, script.name, turn, violations)
+            message = "Protocol violation: " + "; ".join(violations)
+            return Rejection(400, message, code="protocol_violation")
+        if turn >= len(script.turns):
+            message = (
+                f"script {script.name!r} has {len(script.turns)} turn(s); turn {turn} was requested"
+            )
+            # Recorded too: a loop that asks past the end of its script is misbehaving.
+            self._record(protocol, script.name, turn, [message])
+            return Rejection(400, message, code="script_exhausted")
+        scripted = script.turns[turn]
+        fault = self._next_fault(script.name, turn, scripted)
+        if fault is not None:
+            return fault
+        phase: Phase = "whole"
+        if conversation.pending is not None:
+            phase = "continuation"
+        elif protocol.pauses and scripted.pause_turn:
+            phase = "paused"
+        played, missing = _fill(scripted, results)
+        if phase != "continuation":  # a continuation does not send the text again
+            # A missing value still answers (the marker is visible in the text) but is recorded.
+            notes = [f"placeholder {{{{{m}}}}} has no value" for m in missing]
+            self._record(protocol, script.name, turn, notes)
+        return Reply(
+            output=TurnOutput(script.name, turn, played, phase),
+            usage=scripted.usage_for(conversation.prompt_chars),
+            created=int(time.time()),
+            stream=stream,
+            stream_usage=conversation.stream_usage,
+        )
+
+    def _next_fault(self, script: str, turn: int, scripted: ScriptTurn) -> Rejection | None:
+        answered = self._errors_answered[(script, turn)]
+        if answered >= len(scripted.errors):
+            return None
+        self._errors_answered[(script, turn)] += 1
+        error = scripted.errors[answered]
+        return Rejection(
+            error.status,
+            error.message or _STOCK_MESSAGES.get(error.status, f"HTTP {error.status} (scripted)"),
+            retry_after=error.retry_after,
+            retry_after_ms=error.retry_after_ms,
+            delay_ms=scripted.delay_ms,
+        )
+
+    def _record(
+        self, protocol: WireProtocol, script: str, turn: int | None, messages: list[str]
+    ) -> None:
+        self._violations += [
+            Violation(script=script, turn=turn, message=m, protocol=protocol.name) for m in messages
+        ]
+
+
+def _fill(turn: ScriptTurn, results: dict[str, str]) -> tuple[ScriptTurn, list[str]]:
+    """The turn with its text's placeholders filled, and the placeholders without a value."""
+    if turn.text is None:
+        return turn, []
+    text, missing = render_placeholders(turn.text, results)
+    return turn.model_copy(update={"text": text}), missing
