@@ -1,4 +1,4 @@
-"""Re-record the histories the replay test checks: `python -m tests.histories.record`.
+"""Re-record the histories the replay test checks: `python -m tests.histories.record [NAME...]`.
 
 Each scenario runs on a throw-away dev stack with the scripted provider and is saved as the
 JSON Temporal exports. Never edit the files by hand: record them again after an intended change
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -49,16 +50,20 @@ def scenarios() -> dict[str, tuple[Script | None, dict[str, Any]]]:
     return {
         "travel": (None, {"model": "travel"}),
         "travel_unstreamed": (None, {"model": "travel", "stream": False}),
+        "travel_responses": (None, {"model": "travel", "provider": "openai-responses"}),
+        "travel_anthropic": (None, {"model": "travel", "provider": "anthropic"}),
         "invalid_calls": (invalid, {"model": invalid.name}),
         "limit_reached": (looping, {"model": looping.name, "limits": Limits(max_model_calls=2)}),
     }
 
 
-async def record() -> None:
+async def record(only: set[str]) -> None:
     with tempfile.TemporaryDirectory() as state_dir:
         async with DevStack(DevStackPorts.free(), state_dir=Path(state_dir), quiet=True) as stack:
             assert stack.client is not None and stack.scripted_provider is not None
             for name, (script, overrides) in scenarios().items():
+                if only and name not in only:
+                    continue
                 if script is not None:
                     stack.scripted_provider.register(script)
                 run_input = AgentRunInput.model_validate(
@@ -84,4 +89,5 @@ async def record() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(record())
+    # Names of scenarios to record (default: all of them).
+    asyncio.run(record(set(sys.argv[1:])))
