@@ -34,6 +34,25 @@ class ToolSpec(BaseModel):
     """Attempts for a read; a write is never retried blindly and always gets 1."""
     max_calls_per_run: int | None = None
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
+    needs_approval: bool | str = False
+    """True, or the name of a rule in `policies.approval.APPROVAL_RULES` (a pure predicate
+    over the arguments and the principal) that says when a human must approve the call."""
+    approvers: list[str] = Field(default_factory=list)
+    """Who may decide an approval for this tool; empty: any approver."""
+    action: str = ""
+    """What the call does in the world (default: the tool's name). A rejected action is
+    never run later with the same arguments, whichever tool names it."""
+    on_reject: Literal["stop", "tell_model"] = "stop"
+    """What a rejection does: stop the run `rejected`, or tell the model and go on."""
+    has_precondition: bool = False
+    """A business check against the system of record runs (as an activity) before the call
+    is offered for approval or run; a failure goes back to the model."""
+    has_outcome_lookup: bool = False
+    """Writes: the system of record can say, by idempotency key, whether the write happened."""
+
+    @property
+    def action_name(self) -> str:
+        return self.action or self.name
 
 
 class ToolError(Exception):
@@ -49,6 +68,19 @@ class ToolError(Exception):
 
 
 ToolHandler = Callable[[dict[str, Any], "ToolContext"], Awaitable[Any]]
+Precondition = Callable[[dict[str, Any], "ToolContext"], Awaitable[None]]
+"""Raises `ToolError` (class `business`) when the call must not go ahead."""
+
+
+class Outcome(BaseModel):
+    """What the system of record says about a write, looked up by idempotency key."""
+
+    state: Literal["applied", "not_applied", "unknown"]
+    record: Any = None
+    """The write's result as the system of record holds it, when applied."""
+
+
+OutcomeLookup = Callable[[str, "ToolContext"], Awaitable[Outcome]]
 
 
 @dataclass(frozen=True)
@@ -66,3 +98,5 @@ class ToolContext:
 class Tool:
     spec: ToolSpec
     handler: ToolHandler
+    precondition: Precondition | None = None
+    lookup_outcome: OutcomeLookup | None = None
