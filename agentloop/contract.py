@@ -152,3 +152,21 @@ class RunStatusView(BaseModel):
 
 class CancelRequest(BaseModel):
     reason: str = ""
+
+
+class ApprovalDecision(_Strict):
+    """The `approve` signal (and `decide_approval` update): a decision on one pending call,
+    bound to the args digest the approver was shown in `status`."""
+
+    call_id: str = Field(min_length=1)
+    args_digest: str = Field(min_length=1)
+    approved: bool
+    approver: str = Field(min_length=1)
+    reason: str = ""
+
+
+class ApprovalVerdict(BaseModel):
+    """What the `decide_approval` update answers: whether the decision counted."""
+
+    accepted: bool
+    reason: str = ""

@@ -50,7 +50,12 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
             client,
             task_queue=settings.task_queue,
             workflows=[AgentRun],
-            activities=[model.call_model, tools.describe_tools, tools.run_tool],
+            activities=[
+                model.call_model,
+                tools.describe_tools,
+                tools.check_precondition,
+                tools.run_tool,
+            ],
         )
         try:
             async with worker:

@@ -49,7 +49,23 @@ def model_turn(state: LoopState, output: ModelOutput) -> None:
     step = loop.decide(state, T0)
     assert isinstance(step, CallModel)
     loop.record_model_call_started(state, step)
-    loop.record_model_output(state, output, head=f"h{step.turn}")
+    loop.record_model_output(state, output, head=f"h{step.turn}", now=T0)
+
+
+def run_step(state: LoopState, **contents: str) -> list[str]:
+    """Carry out the next RunTools step with results `contents` (call id -> content)."""
+    step = loop.decide(state, T0)
+    assert isinstance(step, RunTools), step
+    loop.record_calls_started(state, step)
+    ids = [c.call_id for c, _ in step.calls]
+    loop.record_tool_results(
+        state,
+        [
+            ToolResult(call_id=i, tool=state.calls[i].tool, content=contents.get(i, "ok"))
+            for i in ids
+        ],
+    )
+    return ids
 
 
 def tool_output(*calls: ToolCall) -> ModelOutput:
@@ -90,8 +106,9 @@ def test_tool_calls_are_validated_and_refusals_keep_their_call_ids() -> None:
     model_turn(state, tool_output(good, bad_args, unknown))
     step = loop.decide(state, T0)
     assert isinstance(step, RunTools)
-    assert [c.call_id for c, _ in step.reads] == ["c_good"]
-    refused = {r.call_id: r for r in step.refused}
+    assert [c.call_id for c, _ in step.calls] == ["c_good"]
+    assert state.batch is not None
+    refused = state.batch.results
     assert set(refused) == {"c_bad", "c_unknown"}
     assert refused["c_bad"].status == "rejected"
     assert refused["c_bad"].error_class == "invalid_arguments"
@@ -102,19 +119,22 @@ def test_tool_calls_are_validated_and_refusals_keep_their_call_ids() -> None:
 def test_a_tool_not_whitelisted_for_the_run_is_unknown() -> None:
     state = new_state(tools=["get_weather"])
     model_turn(state, tool_output(call("c1", "get_train_status")))
-    step = loop.decide(state, T0)
-    assert isinstance(step, RunTools) and step.reads == []
-    assert step.refused[0].error_class == "unknown_tool"
+    # Nothing to run: the refusal alone answers the batch and goes back to the model.
+    assert loop.decide(state, T0) == CallModel(turn=2)
+    result = state.outbox[0]
+    assert isinstance(result, ToolResult) and result.error_class == "unknown_tool"
 
 
-def test_writes_are_separated_from_reads_in_model_order() -> None:
+def test_reads_run_first_then_writes_one_at_a_time_in_model_order() -> None:
     state = new_state()
     calls = [call("w2", "reserve_seat"), call("r1", "get_train_status"), call("w1", "reserve_seat")]
     model_turn(state, tool_output(*calls))
-    step = loop.decide(state, T0)
-    assert isinstance(step, RunTools)
-    assert [c.call_id for c, _ in step.writes] == ["w2", "w1"]
-    assert [c.call_id for c, _ in step.reads] == ["r1"]
+    assert run_step(state) == ["r1"]
+    assert run_step(state) == ["w2"]
+    assert run_step(state) == ["w1"]
+    assert [r.call_id for r in state.outbox] == ["w2", "r1", "w1"]
+    assert state.calls["w1"].idempotency_key.endswith("/w1")
+    assert state.calls["r1"].idempotency_key == ""
 
 
 def test_results_are_recorded_by_call_id_not_position() -> None:
@@ -123,7 +143,7 @@ def test_results_are_recorded_by_call_id_not_position() -> None:
     model_turn(state, tool_output(a, b))
     step = loop.decide(state, T0)
     assert isinstance(step, RunTools)
-    loop.record_batch_started(state, step)
+    loop.record_calls_started(state, step)
     # Completion order is b then a; the outbox follows the model's order, keyed by id.
     loop.record_tool_results(
         state,
@@ -145,7 +165,7 @@ def test_results_are_recorded_by_call_id_not_position() -> None:
 def test_results_that_do_not_answer_the_calls_are_refused() -> None:
     state = new_state()
     model_turn(state, tool_output(call("call_a", "get_train_status")))
-    with pytest.raises(ValueError, match="do not answer"):
+    with pytest.raises(ValueError, match="does not answer"):
         loop.record_tool_results(state, [ToolResult(call_id="call_x")])
 
 
@@ -161,10 +181,7 @@ def test_duplicate_or_empty_call_ids_are_a_protocol_failure(ids: list[str]) -> N
 def test_max_model_calls_is_checked_before_the_call() -> None:
     state = new_state(limits=Limits(max_model_calls=1))
     model_turn(state, tool_output(call("c1", "get_train_status")))
-    step = loop.decide(state, T0)
-    assert isinstance(step, RunTools)
-    loop.record_batch_started(state, step)
-    loop.record_tool_results(state, [ToolResult(call_id="c1", tool="get_train_status")])
+    run_step(state)
     step = loop.decide(state, T0)
     assert isinstance(step, Finish) and step.status == "limit_reached"
     assert "max_model_calls" in step.stop_reason
@@ -202,8 +219,8 @@ def test_an_unknown_write_outcome_stops_the_run_unresolved() -> None:
     model_turn(state, tool_output(call("w1", "reserve_seat")))
     step = loop.decide(state, T0)
     assert isinstance(step, RunTools)
-    loop.record_batch_started(state, step)
-    loop.record_tool_results(state, [loop.failed_result(step.writes[0][0], WRITE, "timeout")])
+    loop.record_calls_started(state, step)
+    loop.record_tool_results(state, [loop.failed_result(step.calls[0][0], WRITE, "timeout")])
     step = loop.decide(state, T0)
     assert isinstance(step, Finish) and step.status == "unresolved"
     assert "w1" in step.stop_reason
@@ -235,10 +252,7 @@ def test_output_schema_corrections_are_bounded() -> None:
 def test_a_call_id_reused_from_an_earlier_turn_is_a_protocol_failure() -> None:
     state = new_state()
     model_turn(state, tool_output(call("c1", "get_train_status")))
-    step = loop.decide(state, T0)
-    assert isinstance(step, RunTools)
-    loop.record_batch_started(state, step)
-    loop.record_tool_results(state, [ToolResult(call_id="c1", tool="get_train_status")])
+    run_step(state)
     model_turn(state, tool_output(call("c1", "get_train_status")))
     step = loop.decide(state, T0)
     assert isinstance(step, Finish) and step.status == "failed"

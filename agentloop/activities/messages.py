@@ -38,5 +38,10 @@ class RunToolInput(BaseModel):
     idempotency_key: str = ""
 
 
+class PreconditionResult(BaseModel):
+    problem: str | None = None
+    """Why the call must not go ahead; None when the precondition holds."""
+
+
 class DescribeToolsInput(BaseModel):
     names: list[str] = Field(default_factory=list)

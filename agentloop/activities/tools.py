@@ -9,7 +9,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agentloop.activities.heartbeat import keep_heartbeating
-from agentloop.activities.messages import DescribeToolsInput, RunToolInput
+from agentloop.activities.messages import DescribeToolsInput, PreconditionResult, RunToolInput
 from agentloop.events import ToolResult
 from agentloop.tools.contract import ToolContext, ToolError, ToolSpec
 from agentloop.tools.registry import ToolRegistry, UnknownToolError
@@ -33,18 +33,34 @@ class ToolActivities:
                 non_retryable=True,
             ) from None
 
-    @activity.defn(name="run_tool")
-    async def run_tool(self, request: RunToolInput) -> ToolResult:
+    @activity.defn(name="check_precondition")
+    async def check_precondition(self, request: RunToolInput) -> PreconditionResult:
+        """A business check against the system of record, before approval or execution."""
         tool = self._registry.get(request.tool)
-        context = ToolContext(
+        if tool.precondition is None:
+            return PreconditionResult()
+        try:
+            await tool.precondition(request.arguments, self._context(request))
+        except ToolError as exc:
+            if exc.retryable:
+                raise ApplicationError(str(exc), type=f"Tool:{exc.error_class}") from exc
+            return PreconditionResult(problem=str(exc))
+        return PreconditionResult()
+
+    def _context(self, request: RunToolInput) -> ToolContext:
+        return ToolContext(
             call_id=request.call_id,
             workflow_id=request.workflow_id,
             idempotency_key=request.idempotency_key,
             services=self._services,
         )
+
+    @activity.defn(name="run_tool")
+    async def run_tool(self, request: RunToolInput) -> ToolResult:
+        tool = self._registry.get(request.tool)
         try:
             async with keep_heartbeating():
-                value = await tool.handler(request.arguments, context)
+                value = await tool.handler(request.arguments, self._context(request))
         except ToolError as exc:
             if exc.retryable:
                 # Raised so Temporal retries it (reads only; writes get one attempt).

@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
         CallModelInput,
         CallModelResult,
         DescribeToolsInput,
+        PreconditionResult,
         RunToolInput,
     )
     from agentloop.adapters.base import ModelSettings
@@ -29,6 +30,8 @@ with workflow.unsafe.imports_passed_through():
         WORKFLOW_NAME,
         AgentRunInput,
         AgentRunResult,
+        ApprovalDecision,
+        ApprovalVerdict,
         CancelRequest,
         RunStatusView,
         describe_validation_error,
@@ -38,7 +41,14 @@ with workflow.unsafe.imports_passed_through():
     from agentloop.store.transcript import append
     from agentloop.tools.contract import ToolSpec
     from agentloop.workflows import loop
-    from agentloop.workflows.loop import CallModel, Finish, LoopState, RunTools
+    from agentloop.workflows.loop import (
+        AwaitApproval,
+        CallModel,
+        CheckPreconditions,
+        Finish,
+        LoopState,
+        RunTools,
+    )
 
 DESCRIBE_TOOLS_TIMEOUT = timedelta(seconds=30)
 MODEL_START_TO_CLOSE = timedelta(seconds=180)
@@ -49,6 +59,7 @@ MODEL_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=30),
     maximum_attempts=5,
 )
+PRECONDITION_RETRY = RetryPolicy(maximum_attempts=3)
 TOOL_HEARTBEAT = timedelta(seconds=5)
 """A worker that dies mid-tool is noticed this fast (the activity heartbeats every second)."""
 
@@ -58,20 +69,29 @@ class AgentRun:
     def __init__(self) -> None:
         self._state: LoopState | None = None
         self._cancel_reason: str | None = None
+        self._early_decisions: list[ApprovalDecision] = []
 
     @workflow.run
     async def run(self, raw_input: Any) -> AgentRunResult:
         run_input = parse_input(raw_input)
         specs = await _describe_tools(run_input.tools)
-        state = self._state = LoopState.start(run_input, specs, workflow.now())
+        state = self._state = LoopState.start(
+            run_input, specs, workflow.now(), workflow.info().workflow_id
+        )
         state.cancel_reason = self._cancel_reason
+        for decision in self._early_decisions:
+            loop.record_decision(state, decision, workflow.now())
         while True:
             step = loop.decide(state, workflow.now())
             match step:
                 case CallModel():
                     await self._call_model(state, step)
+                case CheckPreconditions():
+                    await self._check_preconditions(state, step)
                 case RunTools():
                     await self._run_tools(state, step)
+                case AwaitApproval():
+                    await self._await_approval(state, step)
                 case Finish():
                     return self._finish(state, step)
 
@@ -81,6 +101,22 @@ class AgentRun:
         if self._state is not None and self._state.cancel_reason is None:
             self._state.cancel_reason = request.reason
 
+    @workflow.signal
+    def approve(self, decision: ApprovalDecision) -> None:
+        """A human's decision on one pending call, bound to the args digest they were shown."""
+        self._decide(decision)
+
+    @workflow.update
+    def decide_approval(self, decision: ApprovalDecision) -> ApprovalVerdict:
+        """The `approve` signal's twin for callers that want to know at once if it counted."""
+        return self._decide(decision)
+
+    def _decide(self, decision: ApprovalDecision) -> ApprovalVerdict:
+        if self._state is None:
+            self._early_decisions.append(decision)
+            return ApprovalVerdict(accepted=False, reason="the run has not started yet")
+        return loop.record_decision(self._state, decision, workflow.now())
+
     @workflow.query
     def status(self) -> RunStatusView:
         state = self._state
@@ -89,11 +125,13 @@ class AgentRun:
         return RunStatusView(
             phase=state.phase,
             turn=state.turn,
+            pending_approvals=loop.pending_approvals(state),
             usage=state.usage,
             limits_left=budgets.limits_left(
-                state.run_input.limits, state.usage, state.started_at, workflow.now()
+                state.run_input.limits, state.usage, state.active_since(), workflow.now()
             ),
             calls=list(state.calls.values()),
+            refused_decisions=state.refused_decisions,
             run_chain=[workflow.info().run_id],
             stop_reason=state.stop_reason,
         )
@@ -136,32 +174,77 @@ class AgentRun:
                 type="TranscriptDiverged",
                 non_retryable=True,
             )
-        loop.record_model_output(state, result.output, result.head)
+        loop.record_model_output(state, result.output, result.head, workflow.now())
+
+    async def _check_preconditions(self, state: LoopState, step: CheckPreconditions) -> None:
+        handles = [
+            workflow.start_activity(
+                "check_precondition",
+                RunToolInput(
+                    workflow_id=workflow.info().workflow_id,
+                    call_id=call.call_id,
+                    tool=call.name,
+                    arguments=call.arguments,
+                ),
+                result_type=PreconditionResult,
+                start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
+                retry_policy=PRECONDITION_RETRY,
+                summary=f"precondition {call.name} · {call.call_id}",
+            )
+            for call, spec in step.calls
+        ]
+        if not await self._until_done_or_stopped(state, handles):
+            return
+        failures: dict[str, str | None] = {}
+        for (call, _), handle in zip(step.calls, handles, strict=True):
+            try:
+                failures[call.call_id] = (await handle).problem
+            except ActivityError as exc:
+                # A check that cannot be made does not let the call through.
+                failures[call.call_id] = f"precondition not checked: {_describe_failure(exc)}"
+        loop.record_preconditions(state, failures)
 
     async def _run_tools(self, state: LoopState, step: RunTools) -> None:
-        loop.record_batch_started(state, step)
-        results: list[ToolResult] = list(step.refused)
-        reads = [self._start_tool(call, spec) for call, spec in step.reads]
-        if not await self._until_done_or_stopped(state, reads):
+        loop.record_calls_started(state, step)
+        handles = [
+            self._start_tool(call, spec, state.calls[call.call_id].idempotency_key)
+            for call, spec in step.calls
+        ]
+        # Reads stop for a cancel or the deadline; a write, once started, is never cut short.
+        if all(spec.effect == "read" for _, spec in step.calls) and not (
+            await self._until_done_or_stopped(state, handles)
+        ):
             return
-        for (call, spec), handle in zip(step.reads, reads, strict=True):
-            results.append(await self._tool_outcome(call, spec, handle))
-        for call, spec in step.writes:
-            # Writes run one at a time, in the model's order, and are never cut short.
-            results.append(await self._tool_outcome(call, spec, self._start_tool(call, spec)))
+        results = [
+            await self._tool_outcome(call, spec, handle)
+            for (call, spec), handle in zip(step.calls, handles, strict=True)
+        ]
         loop.record_tool_results(state, results)
 
-    def _start_tool(self, call: ToolCall, spec: ToolSpec) -> workflow.ActivityHandle[ToolResult]:
-        workflow_id = workflow.info().workflow_id
+    async def _await_approval(self, state: LoopState, step: AwaitApproval) -> None:
+        state.phase = "awaiting_approval"
+        batch = state.batch
+        assert batch is not None
+        since = workflow.now()
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                lambda: not batch.undecided() or state.cancel_reason is not None,
+                timeout=max((step.deadline - since).total_seconds(), 0.001),
+            )
+        loop.record_pause(state, (workflow.now() - since).total_seconds())
+
+    def _start_tool(
+        self, call: ToolCall, spec: ToolSpec, idempotency_key: str
+    ) -> workflow.ActivityHandle[ToolResult]:
         is_write = spec.effect == "write"
         return workflow.start_activity(
             "run_tool",
             RunToolInput(
-                workflow_id=workflow_id,
+                workflow_id=workflow.info().workflow_id,
                 call_id=call.call_id,
                 tool=call.name,
                 arguments=call.arguments,
-                idempotency_key=f"{workflow_id}/{call.call_id}" if is_write else "",
+                idempotency_key=idempotency_key,
             ),
             result_type=ToolResult,
             start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
@@ -187,7 +270,7 @@ class AgentRun:
         """Wait for the activities, unless a cancel or the deadline comes first: then cancel
         them and return False (the next `decide` turns that into the stop)."""
         seconds = budgets.limits_left(
-            state.run_input.limits, state.usage, state.started_at, workflow.now()
+            state.run_input.limits, state.usage, state.active_since(), workflow.now()
         ).seconds
         with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(
@@ -209,11 +292,8 @@ class AgentRun:
             output=step.output,
             usage=state.usage,
             calls=list(state.calls.values()),
-            pending=[
-                {"call_id": r.call_id, "tool": r.tool, "status": r.status}
-                for r in state.calls.values()
-                if r.status in ("proposed", "running")
-            ],
+            side_effects=loop.side_effects(state),
+            pending=loop.pending_at_stop(state),
             transcript_head=state.head,
         )
 

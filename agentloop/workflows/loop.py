@@ -9,14 +9,24 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agentloop.contract import AgentRunInput, CallRecord, Phase, RunStatus, Usage
+from agentloop.contract import (
+    AgentRunInput,
+    ApprovalDecision,
+    ApprovalVerdict,
+    CallRecord,
+    Phase,
+    RunStatus,
+    Usage,
+)
+from agentloop.digests import args_digest
 from agentloop.events import (
+    ErrorClass,
     Event,
     Instruction,
     ModelOutput,
@@ -25,7 +35,8 @@ from agentloop.events import (
     ToolResult,
     UserInput,
 )
-from agentloop.policies import budgets
+from agentloop.policies import approval, authorization, budgets
+from agentloop.policies.approval import PendingApproval
 from agentloop.policies.validation import Allowed, schema_problems, validate_call
 from agentloop.store.transcript import ROOT
 from agentloop.tools.contract import ToolSpec
@@ -36,10 +47,39 @@ MAX_OUTPUT_CORRECTIONS = 2
 SUMMARY_CHARS = 200
 
 
+class Batch(BaseModel):
+    """One model output's tool calls, from validation to the last result.
+
+    The pipeline: validation (whitelist, schema, scope, rejected actions) when the output
+    arrives; then business preconditions; then the reads (in parallel); then the approvals of
+    the writes; then the writes, one at a time in the model's order. Every call id ends with
+    exactly one result."""
+
+    order: list[str]
+    """Call ids in the model's order."""
+    results: dict[str, ToolResult] = Field(default_factory=dict)
+    unchecked: list[str] = Field(default_factory=list)
+    """Allowed calls whose business precondition has not been checked yet."""
+    reads: list[str] = Field(default_factory=list)
+    """Allowed reads not run yet."""
+    writes: list[str] = Field(default_factory=list)
+    """Allowed writes not run yet, in the model's order."""
+    approvals: dict[str, PendingApproval] = Field(default_factory=dict)
+    decisions: dict[str, ApprovalDecision] = Field(default_factory=dict)
+    denied: str | None = None
+    """Set when authorization refused a call: the whole batch is answered and the run stops."""
+
+    def undecided(self) -> list[str]:
+        return [call_id for call_id in self.approvals if call_id not in self.decisions]
+
+
 class LoopState(BaseModel):
     """Run state (DESIGN.md §1): everything the runner decides from, nothing the model reads."""
 
     run_input: AgentRunInput
+    workflow_id: str = ""
+    """Stable across retries, restarts and continue-as-new: write idempotency keys derive
+    from it and the call id."""
     tools: dict[str, ToolSpec] = Field(default_factory=dict)
     started_at: datetime
     phase: Phase = "calling_model"
@@ -52,24 +92,41 @@ class LoopState(BaseModel):
     """The model output not yet acted on; None when the next step is a model call."""
     usage: Usage = Field(default_factory=Usage)
     calls: dict[str, CallRecord] = Field(default_factory=dict)
+    batch: Batch | None = None
+    """The tool calls of `last_output` on their way through the pipeline."""
+    refused_decisions: list[dict[str, Any]] = Field(default_factory=list)
+    """Approval decisions that changed nothing, and why (shown in `status`)."""
+    rejected_actions: list[str] = Field(default_factory=list)
+    """Digests of (action, arguments) an approver rejected: never run in this run."""
+    paused_seconds: float = 0.0
+    """Time spent waiting for humans; the run's deadline does not count it."""
     output_corrections: int = 0
     cancel_reason: str | None = None
     failure: str | None = None
     """Set when an operation failed in a way that ends the run (its error class first)."""
+    limit: str | None = None
+    """Set when a batch could not be reserved in the budget: nothing of it started."""
     stop_reason: str | None = None
 
     @classmethod
-    def start(cls, run_input: AgentRunInput, tools: list[ToolSpec], now: datetime) -> LoopState:
+    def start(
+        cls, run_input: AgentRunInput, tools: list[ToolSpec], now: datetime, workflow_id: str = ""
+    ) -> LoopState:
         outbox: list[Event] = []
         if run_input.instructions:
             outbox.append(Instruction(text=run_input.instructions))
         outbox.append(UserInput(text=run_input.task, sender=run_input.principal.subject))
         return cls(
             run_input=run_input,
+            workflow_id=workflow_id,
             tools={spec.name: spec for spec in tools},
             started_at=now,
             outbox=outbox,
         )
+
+    def active_since(self) -> datetime:
+        """The start of the run's working time: waits for humans do not count."""
+        return self.started_at + _seconds(self.paused_seconds)
 
     def used_per_tool(self) -> Counter[str]:
         return Counter(r.tool for r in self.calls.values() if r.attempts > 0)
@@ -81,13 +138,23 @@ class CallModel:
 
 
 @dataclass(frozen=True)
-class RunTools:
-    """One batch: reads may run in parallel, writes one at a time in the model's order."""
+class CheckPreconditions:
+    """Ask the systems of record whether these calls may go ahead (in parallel)."""
 
-    reads: list[tuple[ToolCall, ToolSpec]]
-    writes: list[tuple[ToolCall, ToolSpec]]
-    refused: list[ToolResult] = field(default_factory=list)
-    """Structured errors for calls that will not run; they go back to the model."""
+    calls: list[tuple[ToolCall, ToolSpec]]
+
+
+@dataclass(frozen=True)
+class RunTools:
+    """Reads run in parallel; a write is always alone in its step."""
+
+    calls: list[tuple[ToolCall, ToolSpec]]
+
+
+@dataclass(frozen=True)
+class AwaitApproval:
+    call_ids: list[str]
+    deadline: datetime
 
 
 @dataclass(frozen=True)
@@ -97,17 +164,21 @@ class Finish:
     output: str | dict[str, Any] | list[Any] | None = None
 
 
-NextStep = CallModel | RunTools | Finish
+NextStep = CallModel | CheckPreconditions | RunTools | AwaitApproval | Finish
 
 
 def decide(state: LoopState, now: datetime) -> NextStep:
     limits = state.run_input.limits
     if state.failure is not None:
         return Finish(*_failure_status(state))
+    if state.limit is not None:
+        return Finish("limit_reached", state.limit)
     if state.cancel_reason is not None:
         return Finish("cancelled", f"cancelled: {state.cancel_reason or 'no reason given'}")
-    if budgets.deadline_passed(limits, state.started_at, now):
+    if budgets.deadline_passed(limits, state.active_since(), now):
         return Finish("limit_reached", f"deadline: {limits.deadline_seconds} s passed")
+    if state.batch is not None:
+        return _next_in_batch(state, state.batch, now)
     output = state.last_output
     if output is None:
         blocked = budgets.model_call_blocked(limits, state.usage)
@@ -118,7 +189,7 @@ def decide(state: LoopState, now: datetime) -> NextStep:
         case "final":
             return _final_candidate(state, output)
         case "tool_calls":
-            return _plan_batch(state, output)
+            raise AssertionError("a tool-call output always has a batch")  # record_model_output
         case "refused":
             return Finish("refused", f"refused: {output.stop_detail or output.text}"[:500])
         case "content_filtered":
@@ -149,38 +220,144 @@ def check_output(schema: dict[str, Any], text: str) -> tuple[Any, list[str]]:
     return parsed, schema_problems(schema, parsed)
 
 
-def _plan_batch(state: LoopState, output: ModelOutput) -> NextStep:
+def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
+    if batch.denied is not None:
+        return Finish("denied", f"denied: {batch.denied}")
+    if batch.unchecked:
+        return CheckPreconditions(_with_specs(state, batch.unchecked))
+    if batch.reads:
+        return RunTools(_with_specs(state, batch.reads))
+    undecided = batch.undecided()
+    if undecided:
+        deadline = min(batch.approvals[c].requested_at for c in undecided) + _seconds(
+            state.run_input.approval_timeout_seconds
+        )
+        if now >= deadline:
+            return Finish("approval_timeout", f"approval_timeout: no decision on {undecided}")
+        return AwaitApproval(undecided, deadline)
+    for call_id, decision in batch.decisions.items():
+        if not decision.approved and _spec(state, call_id).on_reject == "stop":
+            return Finish(
+                "rejected",
+                f"rejected: {call_id} by {decision.approver}"
+                + (f": {decision.reason}" if decision.reason else ""),
+            )
+    if batch.writes:
+        # After a human decided, authorization and budget are checked again before anything runs.
+        call_id = batch.writes[0]
+        denied = authorization.denial(_spec(state, call_id), state.run_input.principal)
+        if denied:
+            return Finish("denied", f"denied: {denied}")
+        return RunTools(_with_specs(state, [call_id]))
+    raise AssertionError(f"batch without a next step: {batch}")  # closed by record_results
+
+
+def _spec(state: LoopState, call_id: str) -> ToolSpec:
+    return state.tools[state.calls[call_id].tool]
+
+
+def _with_specs(state: LoopState, call_ids: list[str]) -> list[tuple[ToolCall, ToolSpec]]:
+    assert state.last_output is not None
+    calls = {call.call_id: call for call in state.last_output.tool_calls}
+    return [(calls[call_id], _spec(state, call_id)) for call_id in call_ids]
+
+
+def _seconds(value: float) -> timedelta:
+    return timedelta(seconds=value)
+
+
+def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> Batch | str:
+    """Validate every proposed call before anything runs; a string is a protocol failure."""
     ids = [call.call_id for call in output.tool_calls]
     # Results pair with calls by id alone, and a write's idempotency key derives from it: an
-    # id that is empty or repeated cannot be trusted (reuse across turns: `record_model_output`).
-    if not output.tool_calls or "" in ids or len(set(ids)) != len(ids):
-        return Finish("failed", f"protocol: tool calls without unique call ids: {ids}")
-    allowed_names = set(state.run_input.tools)
-    reads: list[tuple[ToolCall, ToolSpec]] = []
-    writes: list[tuple[ToolCall, ToolSpec]] = []
-    refused: list[ToolResult] = []
+    # id that is empty, repeated, or reused from an earlier turn cannot be trusted.
+    if "" in ids or len(set(ids)) != len(ids):
+        return f"protocol: tool calls without unique call ids: {ids}"
+    reused = sorted(set(ids) & state.calls.keys())
+    if reused:
+        return f"protocol: call ids reused from an earlier turn: {reused}"
+    batch = Batch(order=ids)
+    allowed: list[tuple[ToolCall, ToolSpec]] = []
+    principal = state.run_input.principal
     for call in output.tool_calls:
-        verdict = validate_call(call, state.tools, allowed_names)
-        if isinstance(verdict, Allowed):
-            (reads if verdict.spec.effect == "read" else writes).append((call, verdict.spec))
-        else:
-            refused.append(_refusal(call, verdict.error_class, verdict.message))
-    batch = [call.name for call, _ in reads + writes]
+        verdict = validate_call(call, state.tools, set(state.run_input.tools))
+        if not isinstance(verdict, Allowed):
+            batch.results[call.call_id] = refusal(call, verdict.error_class, verdict.message)
+            continue
+        spec = verdict.spec
+        denied = authorization.denial(spec, principal)
+        if denied:
+            return _deny_all(batch, output, call, denied)
+        if action_digest(spec, call) in state.rejected_actions:
+            batch.results[call.call_id] = refusal(
+                call,
+                "rejected_action",
+                "an approver rejected this exact action in this run; "
+                "it will not run, under this tool or another",
+            )
+            continue
+        allowed.append((call, spec))
     blocked = budgets.tool_batch_blocked(
-        state.run_input.limits, state.usage, state.used_per_tool(), batch
+        state.run_input.limits, state.usage, state.used_per_tool(), [c.name for c, _ in allowed]
     )
     if blocked:
-        return Finish("limit_reached", blocked)
-    return RunTools(reads=reads, writes=writes, refused=refused)
+        return f"{LIMIT_PREFIX}{blocked}"
+    for call, spec in allowed:
+        if spec.has_precondition:
+            batch.unchecked.append(call.call_id)
+        (batch.reads if spec.effect == "read" else batch.writes).append(call.call_id)
+        if spec.effect == "write" and approval.needs_approval(spec, call.arguments, principal):
+            batch.approvals[call.call_id] = approval.PendingApproval(
+                call_id=call.call_id,
+                tool=call.name,
+                arguments=call.arguments,
+                args_digest=call.args_digest,
+                approvers=spec.approvers,
+                requested_at=now,
+            )
+    return batch
 
 
-def _refusal(call: ToolCall, error_class: str, message: str) -> ToolResult:
+LIMIT_PREFIX = "limit: "
+
+
+def _deny_all(batch: Batch, output: ModelOutput, denied_call: ToolCall, reason: str) -> Batch:
+    """Authorization refused one call: every call id of the batch is answered, none runs."""
+    for call in output.tool_calls:
+        message = (
+            reason
+            if call is denied_call
+            else (f"not run: call {denied_call.call_id} of the same batch was denied")
+        )
+        batch.results[call.call_id] = ToolResult(
+            call_id=call.call_id,
+            tool=call.name,
+            status="denied",
+            error_class="permission",
+            content=json.dumps({"error": {"class": "permission", "message": message}}),
+        )
+    batch.denied = reason
+    return batch
+
+
+def action_digest(spec: ToolSpec, call: ToolCall) -> str:
+    """What a rejection is remembered by: the action in the world and its exact arguments."""
+    return args_digest(spec.action_name, call.arguments)
+
+
+def refusal(call: ToolCall, error_class: str, message: str) -> ToolResult:
+    classes: dict[str, ErrorClass] = {
+        "unknown_tool": "unknown_tool",
+        "invalid_arguments": "invalid_arguments",
+        "rejected_action": "permission",
+        "precondition_failed": "business",
+    }
     return ToolResult(
         call_id=call.call_id,
         tool=call.name,
         status="rejected",
         content=json.dumps({"error": {"class": error_class, "message": message}}),
-        error_class="unknown_tool" if error_class == "unknown_tool" else "invalid_arguments",
+        error_class=classes.get(error_class, "business"),
     )
 
 
@@ -208,6 +385,44 @@ def failed_result(call: ToolCall, spec: ToolSpec, message: str) -> ToolResult:
 # --- folding results back into the state -------------------------------------------------
 
 
+def pending_approvals(state: LoopState) -> list[dict[str, Any]]:
+    """What an approver is shown: each call waiting for a decision with its exact arguments."""
+    batch = state.batch
+    if batch is None:
+        return []
+    return [batch.approvals[c].model_dump(mode="json") for c in batch.undecided()]
+
+
+def side_effects(state: LoopState) -> list[dict[str, Any]]:
+    """Writes that happened (or may have), and how we know."""
+    return [
+        {
+            "call_id": r.call_id,
+            "tool": r.tool,
+            "idempotency_key": r.idempotency_key,
+            "status": r.status,
+        }
+        for r in state.calls.values()
+        if r.tool in state.tools
+        and state.tools[r.tool].effect == "write"
+        and r.status in ("succeeded", "confirmed_after_query", "unknown")
+    ]
+
+
+def pending_at_stop(state: LoopState) -> list[dict[str, Any]]:
+    """What was left undone when the run stopped."""
+    waiting = {c["call_id"] for c in pending_approvals(state)}
+    return [
+        {
+            "call_id": r.call_id,
+            "tool": r.tool,
+            "status": "awaiting_approval" if r.call_id in waiting else r.status,
+        }
+        for r in state.calls.values()
+        if r.status in ("proposed", "running")
+    ]
+
+
 def record_failure(state: LoopState, reason: str) -> None:
     state.failure = reason
 
@@ -218,7 +433,7 @@ def record_model_call_started(state: LoopState, step: CallModel) -> None:
     state.usage.model_calls += 1
 
 
-def record_model_output(state: LoopState, output: ModelOutput, head: str) -> None:
+def record_model_output(state: LoopState, output: ModelOutput, head: str, now: datetime) -> None:
     state.head = head
     state.outbox = []
     state.usage.input_tokens += output.usage.input_tokens
@@ -226,22 +441,41 @@ def record_model_output(state: LoopState, output: ModelOutput, head: str) -> Non
     state.last_output = output
     state.phase = "validating"
     if output.stop == "tool_calls":
-        reused = sorted({c.call_id for c in output.tool_calls} & state.calls.keys())
-        if reused:
-            record_failure(state, f"protocol: call ids reused from an earlier turn: {reused}")
-            return
-        for call in output.tool_calls:
-            state.calls[call.call_id] = CallRecord(
-                call_id=call.call_id,
-                tool=call.name,
-                tool_version=state.tools[call.name].version if call.name in state.tools else "",
-                args_digest=call.args_digest,
-                arguments=call.arguments,
-                status="proposed",
-                turn=state.turn,
-            )
+        _open_batch(state, output, now)
     elif output.stop == "final" and state.run_input.output_schema is not None:
         _send_back_if_rejected(state, output, state.run_input.output_schema)
+
+
+def _open_batch(state: LoopState, output: ModelOutput, now: datetime) -> None:
+    planned = plan_batch(state, output, now)
+    if isinstance(planned, str):
+        if planned.startswith(LIMIT_PREFIX):
+            state.limit = planned.removeprefix(LIMIT_PREFIX)
+        else:
+            record_failure(state, planned)
+        return
+    for call in output.tool_calls:
+        spec = state.tools.get(call.name)
+        state.calls[call.call_id] = CallRecord(
+            call_id=call.call_id,
+            tool=call.name,
+            tool_version=spec.version if spec else "",
+            args_digest=call.args_digest,
+            arguments=call.arguments,
+            decision="allowed",
+            status="proposed",
+            turn=state.turn,
+        )
+    state.batch = planned
+    for result in list(planned.results.values()):
+        state.calls[result.call_id].decision = _decision_of(result)
+        _settle(state, planned, result)
+    _close_if_answered(state)
+
+
+def _decision_of(result: ToolResult) -> str:
+    error = json.loads(result.content).get("error", {}) if result.content else {}
+    return str(error.get("class") or result.status)
 
 
 def _send_back_if_rejected(state: LoopState, output: ModelOutput, schema: dict[str, Any]) -> None:
@@ -260,33 +494,104 @@ def _send_back_if_rejected(state: LoopState, output: ModelOutput, schema: dict[s
     state.last_output = None
 
 
-def record_batch_started(state: LoopState, step: RunTools) -> None:
+def record_preconditions(state: LoopState, failures: dict[str, str | None]) -> None:
+    """`failures`: call id -> why its precondition failed (None: it holds)."""
+    batch = _open(state)
+    for call_id in batch.unchecked:
+        problem = failures[call_id]
+        if problem is not None:
+            call = _with_specs(state, [call_id])[0][0]
+            result = refusal(call, "precondition_failed", problem)
+            state.calls[call_id].decision = "precondition_failed"
+            _settle(state, batch, result)
+    batch.unchecked = []
+    _close_if_answered(state)
+
+
+def record_calls_started(state: LoopState, step: RunTools) -> None:
+    """The calls are reserved in the budget the moment they start."""
+    batch = _open(state)
     state.phase = "executing_tools"
-    for call, _ in step.reads + step.writes:
+    for call, spec in step.calls:
         record = state.calls[call.call_id]
-        record.decision = "allowed"
         record.status = "running"
-        record.attempts = 1
-    state.usage.tool_calls += len(step.reads) + len(step.writes)
-    for result in step.refused:
-        state.calls[result.call_id].decision = result.error_class or "rejected"
+        record.attempts += 1
+        if spec.effect == "write":
+            record.idempotency_key = f"{state.workflow_id}/{call.call_id}"
+        for queue in (batch.reads, batch.writes):
+            if call.call_id in queue:
+                queue.remove(call.call_id)
+    state.usage.tool_calls += len(step.calls)
 
 
 def record_tool_results(state: LoopState, results: list[ToolResult]) -> None:
-    """Record each result under its call id, then queue them for the model in call order."""
-    by_id = {result.call_id: result for result in results}
-    assert state.last_output is not None
-    order = [call.call_id for call in state.last_output.tool_calls]
-    if set(by_id) != set(order):
-        raise ValueError(f"results {sorted(by_id)} do not answer the calls {sorted(order)}")
-    for call_id in order:
-        result = by_id[call_id]
-        record = state.calls[call_id]
-        record.status = result.status
-        record.result_summary = result.content[:SUMMARY_CHARS]
-        state.outbox.append(result)
-    state.last_output = None
+    """Record each result under its call id; an answered batch goes to the model."""
+    batch = _open(state)
+    for result in results:
+        if result.call_id not in batch.order or result.call_id in batch.results:
+            raise ValueError(f"result for {result.call_id!r} does not answer an open call")
+        _settle(state, batch, result)
     unknown = [r.call_id for r in results if r.status == "unknown"]
     if unknown:
         # Never retried blindly and never hidden from the operator (DESIGN.md §3 step 7).
         record_failure(state, "write outcome unknown")
+    _close_if_answered(state)
+
+
+def record_decision(state: LoopState, decision: ApprovalDecision, now: datetime) -> ApprovalVerdict:
+    """Apply a human's decision if it counts; otherwise record why it changed nothing."""
+    batch = state.batch
+    pending = batch.approvals if batch else {}
+    refused = approval.judge(decision, pending, batch.decisions if batch else {})
+    if refused is not None:
+        state.refused_decisions.append(
+            {**decision.model_dump(), "refused_because": refused, "at": now.isoformat()}
+        )
+        return ApprovalVerdict(accepted=False, reason=refused)
+    assert batch is not None
+    batch.decisions[decision.call_id] = decision
+    record = state.calls[decision.call_id]
+    record.decision = f"{'approved' if decision.approved else 'rejected'} by {decision.approver}"
+    if not decision.approved:
+        call, spec = _with_specs(state, [decision.call_id])[0]
+        state.rejected_actions.append(action_digest(spec, call))
+        batch.writes.remove(decision.call_id)
+        message = f"rejected by {decision.approver}" + (
+            f": {decision.reason}" if decision.reason else ""
+        )
+        _settle(state, batch, refusal(call, "rejected_action", message))
+        if spec.on_reject == "tell_model":
+            _close_if_answered(state)
+    return ApprovalVerdict(accepted=True)
+
+
+def record_pause(state: LoopState, seconds: float) -> None:
+    """Time spent waiting for a human is not the agent's working time."""
+    state.paused_seconds += seconds
+
+
+def _open(state: LoopState) -> Batch:
+    if state.batch is None:
+        raise ValueError("no tool calls are open")
+    return state.batch
+
+
+def _settle(state: LoopState, batch: Batch, result: ToolResult) -> None:
+    batch.results[result.call_id] = result
+    record = state.calls[result.call_id]
+    record.status = result.status
+    record.result_summary = result.content[:SUMMARY_CHARS]
+
+
+def _close_if_answered(state: LoopState) -> None:
+    """Once every call id has its result, the results go to the model in the call order."""
+    batch = state.batch
+    if batch is None or batch.denied is not None or len(batch.results) < len(batch.order):
+        return
+    if any(not d.approved for d in batch.decisions.values()) and any(
+        _spec(state, c).on_reject == "stop" for c, d in batch.decisions.items() if not d.approved
+    ):
+        return  # the run stops `rejected`; nothing more goes to the model
+    state.outbox.extend(batch.results[call_id] for call_id in batch.order)
+    state.batch = None
+    state.last_output = None
