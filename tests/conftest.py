@@ -6,15 +6,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from agentloop.config import Settings
-from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult
 from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.demo.services import ExampleService
 from agentloop.devstack import FAST_DEV_SERVER, temporal_binary
@@ -82,15 +80,3 @@ async def worker(client: Client, worker_settings: Settings) -> AsyncIterator[Set
 @pytest.fixture
 def run_id(request: pytest.FixtureRequest) -> str:
     return f"{request.node.name}-{uuid.uuid4().hex[:8]}"
-
-
-async def start_run(
-    client: Client, settings: Settings, workflow_id: str, run_input: AgentRunInput | dict[str, Any]
-) -> WorkflowHandle[Any, AgentRunResult]:
-    return await client.start_workflow(
-        WORKFLOW_NAME,
-        run_input,
-        id=workflow_id,
-        task_queue=settings.task_queue,
-        result_type=AgentRunResult,
-    )

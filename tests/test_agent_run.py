@@ -3,7 +3,6 @@ provider (which checks call-id pairing on every request), example tools over HTT
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,7 +16,7 @@ from agentloop.config import Settings
 from agentloop.contract import AgentRunInput, Limits, RunStatusView
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
-from tests.conftest import start_run
+from tests.support import start_run, wait_for_phase
 
 pytestmark = pytest.mark.integration
 
@@ -340,7 +339,7 @@ async def test_cancel_signal_stops_a_run_waiting_on_a_tool(
     example_service.set_delay("trains", 5_000)
     try:
         handle = await start_run(client, worker, run_id, run_input(run_id))
-        await _wait_for_phase(handle, "executing_tools")
+        await wait_for_phase(handle, "executing_tools")
         await handle.signal("cancel", {"reason": "user gave up"})
         result = await handle.result()
     finally:
@@ -349,16 +348,6 @@ async def test_cancel_signal_stops_a_run_waiting_on_a_tool(
     assert "user gave up" in result.stop_reason
     assert result.usage.model_calls == 1
     assert [p["call_id"] for p in result.pending] == ["call_slow"]
-
-
-async def _wait_for_phase(handle: Any, phase: str) -> None:
-    """Poll the `status` query until the run is in `phase` (bounded)."""
-    for _ in range(200):
-        view = await handle.query("status", result_type=RunStatusView)
-        if view.phase == phase:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"run never reached phase {phase}")
 
 
 @pytest.mark.parametrize(
@@ -444,7 +433,7 @@ async def test_status_query_reports_phase_usage_and_limits_left(
         handle = await start_run(
             client, worker, run_id, run_input(run_id, limits=Limits(max_model_calls=3))
         )
-        await _wait_for_phase(handle, "executing_tools")
+        await wait_for_phase(handle, "executing_tools")
         view = await handle.query("status", result_type=RunStatusView)
         result = await handle.result()
     finally:

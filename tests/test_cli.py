@@ -17,7 +17,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +31,7 @@ from agentloop.contract import AgentRunResult
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.devstack import free_port, temporal_binary
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -123,15 +124,6 @@ def port_can_be_bound(port: int) -> bool:
         except OSError:
             return False
         return True
-
-
-async def wait_until(predicate: Callable[[], bool], what: str, seconds: float = 20) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 # --- agentloop dev ---------------------------------------------------------------------

@@ -7,12 +7,8 @@ the model still gets exactly one result per call id."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -23,45 +19,9 @@ from agentloop.config import Settings
 from agentloop.contract import AgentRunInput
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
-from tests.conftest import start_run
+from tests.support import start_run, wait_until, worker_env, worker_process
 
 pytestmark = pytest.mark.integration
-
-READY_LINE = "agentloop worker polling"
-
-
-@asynccontextmanager
-async def worker_process(env: dict[str, str]) -> AsyncIterator[asyncio.subprocess.Process]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agentloop.worker",
-        env={**os.environ, **env},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    try:
-        assert process.stdout is not None
-        while True:
-            line = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
-            if not line:
-                raise AssertionError("worker process exited before it was ready")
-            if READY_LINE in line:
-                break
-        yield process
-    finally:
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
-
-
-async def wait_until(predicate: Callable[[], bool], what: str, seconds: float = 30) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def test_sigkill_while_a_read_is_in_flight(
@@ -74,14 +34,8 @@ async def test_sigkill_while_a_read_is_in_flight(
     run_id: str,
 ) -> None:
     task_queue = f"crash-{uuid.uuid4().hex[:8]}"
-    env = {
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "AGENT_LOOP_TASK_QUEUE": task_queue,
-        "AGENTLOOP_STORE_URL": f"sqlite:///{tmp_path / 'store.db'}",
-        "AGENTLOOP_EXAMPLE_SERVICE_URL": example_service.base_url,
-        "OPENAI_API_KEY": "scripted",
-        "OPENAI_BASE_URL": scripted_provider.base_url,
-    }
+    settings = worker_settings.model_copy(update={"task_queue": task_queue})
+    env = worker_env(client, settings, tmp_path / "store.db")
     scripted_provider.register(
         Script(
             name=run_id,
@@ -108,7 +62,6 @@ async def test_sigkill_while_a_read_is_in_flight(
     scripted_provider.reset()
     example_service.reset()
     example_service.set_delay("trains", 2_000)
-    settings = worker_settings.model_copy(update={"task_queue": task_queue})
     run_input = AgentRunInput(
         task="train and weather",
         provider="openai-chat",

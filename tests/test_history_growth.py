@@ -10,7 +10,7 @@ from temporalio.client import Client
 from agentloop.config import Settings
 from agentloop.contract import AgentRunInput, Limits
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
-from tests.conftest import start_run
+from tests.support import start_run
 
 pytestmark = pytest.mark.integration
 

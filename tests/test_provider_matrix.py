@@ -19,7 +19,7 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.demo.scripted_provider.scripts import ScriptedError
 from agentloop.demo.services import ExampleService
 from agentloop.workflows.agent_run import MODEL_RETRY
-from tests.conftest import start_run
+from tests.support import start_run
 
 pytestmark = pytest.mark.integration
 

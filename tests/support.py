@@ -1,0 +1,101 @@
+"""Helpers the integration tests share: starting runs, waiting on real conditions, running a
+worker as a separate OS process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+
+from agentloop.config import Settings
+from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, RunStatusView
+
+WORKER_READY_LINE = "agentloop worker polling"
+
+
+async def start_run(
+    client: Client, settings: Settings, workflow_id: str, run_input: AgentRunInput | dict[str, Any]
+) -> WorkflowHandle[Any, AgentRunResult]:
+    return await client.start_workflow(
+        WORKFLOW_NAME,
+        run_input,
+        id=workflow_id,
+        task_queue=settings.task_queue,
+        result_type=AgentRunResult,
+    )
+
+
+async def wait_until(predicate: Callable[[], bool], what: str, seconds: float = 30) -> None:
+    """Poll a cheap condition until it holds (bounded): never a bare sleep."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def wait_for_phase(
+    handle: WorkflowHandle[Any, AgentRunResult], phase: str, seconds: float = 30
+) -> RunStatusView:
+    """Poll the `status` query until the run is in `phase` (bounded); returns that view."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while True:
+        view = await handle.query("status", result_type=RunStatusView)
+        if view.phase == phase:
+            return view
+        if loop.time() > deadline:
+            raise AssertionError(f"run never reached phase {phase}; last: {view.phase}")
+        await asyncio.sleep(0.05)
+
+
+def worker_env(client: Client, settings: Settings, store: Path) -> dict[str, str]:
+    """The environment of a worker process serving `settings` on `client`'s server."""
+    env = {
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "AGENT_LOOP_TASK_QUEUE": settings.task_queue,
+        "AGENTLOOP_STORE_URL": f"sqlite:///{store}",
+        "AGENTLOOP_EXAMPLE_SERVICE_URL": settings.example_service_url,
+    }
+    for name, value in (
+        ("OPENAI_API_KEY", settings.openai_api_key),
+        ("OPENAI_BASE_URL", settings.openai_base_url),
+        ("ANTHROPIC_API_KEY", settings.anthropic_api_key),
+        ("ANTHROPIC_BASE_URL", settings.anthropic_base_url),
+    ):
+        if value:
+            env[name] = value
+    return env
+
+
+@asynccontextmanager
+async def worker_process(env: dict[str, str]) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`python -m agentloop.worker` as its own OS process, yielded once it polls."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agentloop.worker",
+        env={**os.environ, **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        assert process.stdout is not None
+        while True:
+            line = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
+            if not line:
+                raise AssertionError("worker process exited before it was ready")
+            if WORKER_READY_LINE in line:
+                break
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
