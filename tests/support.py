@@ -41,19 +41,28 @@ async def wait_until(predicate: Callable[[], bool], what: str, seconds: float = 
         await asyncio.sleep(0.05)
 
 
-async def wait_for_phase(
-    handle: WorkflowHandle[Any, AgentRunResult], phase: str, seconds: float = 30
+async def wait_for_status(
+    handle: WorkflowHandle[Any, AgentRunResult],
+    predicate: Callable[[RunStatusView], bool],
+    what: str,
+    seconds: float = 30,
 ) -> RunStatusView:
-    """Poll the `status` query until the run is in `phase` (bounded); returns that view."""
+    """Poll the `status` query until `predicate` holds (bounded); returns that view."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     while True:
         view = await handle.query("status", result_type=RunStatusView)
-        if view.phase == phase:
+        if predicate(view):
             return view
         if loop.time() > deadline:
-            raise AssertionError(f"run never reached phase {phase}; last: {view.phase}")
+            raise AssertionError(f"timed out waiting for {what}; last phase: {view.phase}")
         await asyncio.sleep(0.05)
+
+
+async def wait_for_phase(
+    handle: WorkflowHandle[Any, AgentRunResult], phase: str, seconds: float = 30
+) -> RunStatusView:
+    return await wait_for_status(handle, lambda v: v.phase == phase, f"phase {phase}", seconds)
 
 
 def worker_env(client: Client, settings: Settings, store: Path) -> dict[str, str]:

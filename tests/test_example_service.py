@@ -171,7 +171,9 @@ async def test_stats_count_business_requests_per_endpoint(
     await call(http, "GET", f"{svc.base_url}/nowhere")  # not a business route: not logged
 
     stats = await get(http, f"{svc.base_url}/_control/stats")
-    assert stats["counts"] == {"trains": 3, "weather": 1}
+    # Every business endpoint is counted, the idle ones at zero.
+    assert {k: v for k, v in stats["counts"].items() if v} == {"trains": 3, "weather": 1}
+    assert set(stats["counts"]) >= {"trains", "weather", "workshops.reserve", "support.reply"}
     assert [(r["endpoint"], r["status"]) for r in stats["requests"]] == [
         ("trains", 200),
         ("trains", 200),
@@ -233,7 +235,9 @@ async def test_reset_clears_log_and_delays_but_keeps_data(
 
     status, _ = await call(http, "POST", f"{svc.base_url}/_control/reset")
     assert status == 200
-    assert svc.stats() == {"counts": {"trains": 0, "weather": 0}, "requests": [], "delays": {}}
+    stats = svc.stats()
+    assert not any(stats["counts"].values())
+    assert (stats["requests"], stats["delays"], stats["faults"]) == ([], {}, {})
     with closing(sqlite3.connect(svc.db_path)) as conn:
         assert conn.execute("SELECT COUNT(*) FROM weather_report").fetchone() == (1,)
     assert await get(http, f"{svc.base_url}/travel/weather/Riga?date=2026-03-01") == answer

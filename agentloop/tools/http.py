@@ -1,7 +1,14 @@
-"""The HTTP client example tools use to reach their systems of record.
+"""Activity-side: the HTTP client example tools use to reach their systems of record.
 
-Maps transport and HTTP failures onto tool error classes once, for every tool: a lost
-connection or a 5xx is transient (a read may retry), a 4xx is the service saying no.
+Transport and HTTP failures are mapped onto tool error classes here, once, for every tool:
+
+- reads: a lost connection, a timeout or a 5xx is `transient` (a read may be retried);
+- writes: what matters is whether the write may have happened. A failure to connect, a 429 or a
+  503 means the service did not take the request: `transient`, safe to send again with the same
+  idempotency key. A connection lost or a timeout *after* the request was sent, another 5xx, or
+  a 2xx whose body cannot be read mean it may have been applied: `OutcomeUnknown`, which must
+  never be retried blindly; the tool's `lookup_outcome` asks the service by idempotency key;
+- a 4xx is the service saying no: `invalid_arguments` for `invalid_argument`, else `business`.
 """
 
 from __future__ import annotations
@@ -10,37 +17,139 @@ from typing import Any
 
 import aiohttp
 
-from agentloop.tools.contract import ToolError
+from agentloop.tools.contract import Outcome, ToolContext, ToolError
 
 DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=30)
 
+WRITE_TOOL_TIMEOUT_SECONDS = 45.0
+"""The `timeout_seconds` of the example write tools: above `DEFAULT_TIMEOUT`, so a hung write
+ends inside the handler as `OutcomeUnknown` (a result the runner reconciles by idempotency key)
+rather than as an activity timeout."""
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+# Statuses that mean "not processed, try later": nothing was written.
+_NOT_PROCESSED = frozenset({429, 503})
+
+
+class OutcomeUnknown(ToolError):
+    """A write was sent but no usable answer came back: it may or may not have been applied.
+
+    Not retryable: sending it again could apply it twice. The runner asks the tool's
+    `lookup_outcome` with the same idempotency key instead.
+
+    TODO: belongs in `tools/contract.py` next to `ToolError` (kept here for now)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, error_class="outcome_unknown", retryable=False)
+
+
+def idempotency_headers(ctx: ToolContext) -> dict[str, str]:
+    """The headers of a write: its idempotency key, without which it must never be sent.
+
+    Raises:
+        ValueError: the call has no key (a wiring bug, not something the model can fix).
+    """
+    if not ctx.idempotency_key:
+        raise ValueError(f"write {ctx.call_id} has no idempotency key")
+    return {IDEMPOTENCY_HEADER: ctx.idempotency_key}
+
 
 class ServiceClient:
-    def __init__(self, base_url: str, session: aiohttp.ClientSession) -> None:
+    """JSON over HTTP to one service; `timeout`, when given, overrides the session's."""
+
+    def __init__(
+        self,
+        base_url: str,
+        session: aiohttp.ClientSession,
+        *,
+        timeout: aiohttp.ClientTimeout | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self._session = session
+        self._timeout = timeout
 
     async def get_json(self, path: str, params: dict[str, str] | None = None) -> Any:
-        return await self._request("GET", path, params=params)
+        status, body = await self._exchange("GET", path, write=False, params=params)
+        return _checked(status, body, write=False)
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+    async def get_json_or_none(self, path: str, params: dict[str, str] | None = None) -> Any:
+        """Like `get_json`, but a 404 is an answer (None), not an error: for lookups, where
+        "no such thing" is the information asked for."""
+        status, body = await self._exchange("GET", path, write=False, params=params)
+        return None if status == 404 else _checked(status, body, write=False)
+
+    async def post_json(
+        self, path: str, body: Any, *, headers: dict[str, str] | None = None
+    ) -> Any:
+        """A write: failures after sending raise `OutcomeUnknown` (see the module docstring)."""
+        status, answer = await self._exchange("POST", path, write=True, json=body, headers=headers)
+        return _checked(status, answer, write=True)
+
+    async def _exchange(
+        self, method: str, path: str, *, write: bool, **kwargs: Any
+    ) -> tuple[int, Any]:
+        """(status, JSON body or None if unreadable); raises only for transport failures."""
+        if self._timeout is not None:
+            kwargs["timeout"] = self._timeout
         try:
             async with self._session.request(method, self.base_url + path, **kwargs) as resp:
-                body = await resp.json(content_type=None)
                 status = resp.status
-        except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+                try:
+                    return status, await resp.json(content_type=None)
+                except ValueError:  # not JSON (json.JSONDecodeError is a ValueError)
+                    return status, None
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            # Raised while connecting: the request never left, so nothing can have happened.
             raise ToolError(
                 f"service unreachable: {exc!r}", error_class="transient", retryable=True
             ) from exc
-        except aiohttp.ContentTypeError as exc:
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            if write:
+                raise OutcomeUnknown(
+                    f"{method} {path}: no answer after sending ({exc!r}); the write may have "
+                    "been applied"
+                ) from exc
             raise ToolError(
-                "service answered with a non-JSON body", error_class="transient", retryable=True
+                f"service unreachable: {exc!r}", error_class="transient", retryable=True
             ) from exc
-        if status >= 500:
-            raise ToolError(f"service error {status}", error_class="transient", retryable=True)
-        if status >= 400:
-            error = body.get("error", {}) if isinstance(body, dict) else {}
-            code = error.get("code", "")
-            error_class = "invalid_arguments" if code == "invalid_argument" else "business"
-            raise ToolError(error.get("message") or f"HTTP {status}", error_class=error_class)
-        return body
+
+
+def _checked(status: int, body: Any, *, write: bool) -> Any:
+    """The body of a successful answer, or the tool error its status means."""
+    if status in _NOT_PROCESSED or (status >= 500 and not write):
+        raise ToolError(f"service error {status}", error_class="transient", retryable=True)
+    if status >= 500:
+        raise OutcomeUnknown(f"service error {status} during a write; it may have been applied")
+    if status >= 400:
+        error = body.get("error", {}) if isinstance(body, dict) else {}
+        code = error.get("code", "")
+        error_class = "invalid_arguments" if code == "invalid_argument" else "business"
+        raise ToolError(error.get("message") or f"HTTP {status}", error_class=error_class)
+    if body is None:
+        if write:
+            raise OutcomeUnknown(f"HTTP {status} without a readable body after a write")
+        raise ToolError(
+            "service answered with a non-JSON body", error_class="transient", retryable=True
+        )
+    return body
+
+
+async def lookup_operation(client: ServiceClient, path: str) -> Outcome:
+    """What the example service recorded under an idempotency key (`GET .../operations/{key}`).
+
+    `not_applied` only when the service says so (404: no operation ever committed under the key,
+    or a recorded refusal, which a retry with the same key would get again); `unknown` whenever
+    the question itself failed, so the runner never concludes "absent" from an outage."""
+    try:
+        answer = await client.get_json_or_none(path)
+    except ToolError:
+        return Outcome(state="unknown")
+    if answer is None:
+        return Outcome(state="not_applied")
+    state = answer.get("state") if isinstance(answer, dict) else None
+    if state == "applied":
+        return Outcome(state="applied", record=answer.get("record"))
+    if state == "refused":
+        return Outcome(state="not_applied", record=answer.get("error"))
+    return Outcome(state="unknown")

@@ -1,7 +1,9 @@
 """The example service: a small HTTP JSON system of record that the example tools call.
 
-Each domain module contributes a `SCHEMA` and an `add_routes(app)`; the shared pieces (database,
-request log, delay knob, JSON errors, `/_control/*`) live in `db` and `control`.
+Each domain module contributes a `SCHEMA` and an `add_routes(app)`; the seeded domains
+(workshops, support) also a `seed`, a `reset` and a `records` count. The shared pieces
+(database, request log, delay knob, faults, idempotent writes, JSON errors, `/_control/*`) live
+in `db`, `control` and `faults`.
 
 Standalone: `python -m agentloop.demo.services.app --port 8787 --db PATH` (runs until SIGINT).
 """
@@ -16,27 +18,52 @@ from typing import Any, Self
 
 from aiohttp import web
 
-from . import control, travel
+from . import control, support, travel, workshops
 from .control import CONTROL_KEY, Control
-from .db import DB_KEY, open_database
+from .db import DB_KEY, Database, open_database
 
-DOMAIN_SCHEMAS = (travel.SCHEMA,)
+DOMAIN_SCHEMAS = (travel.SCHEMA, workshops.SCHEMA, support.SCHEMA)
+SEEDED_DOMAINS = (workshops, support)
 
 
 def build_app(db_path: str | Path) -> web.Application:
     db = open_database(db_path, (control.SCHEMA, *DOMAIN_SCHEMAS))
+    for domain in SEEDED_DOMAINS:
+        domain.seed(db)
     # Order matters: the request log is outermost so it records the status of rendered errors.
     app = web.Application(middlewares=[control.request_log_middleware, control.error_middleware])
     app[DB_KEY] = db
     travel.add_routes(app)
+    workshops.add_routes(app)
+    support.add_routes(app)
     control.add_routes(app)
-    app[CONTROL_KEY] = Control(db, endpoints=control.business_endpoints(app))
+    app[CONTROL_KEY] = Control(
+        db,
+        endpoints=control.business_endpoints(app),
+        reset_data=lambda: _reset_seeded(db),
+        records=lambda: _records(db),
+    )
     app.on_cleanup.append(_close_db)
     return app
 
 
+def _reset_seeded(db: Database) -> None:
+    for domain in SEEDED_DOMAINS:
+        domain.reset(db)
+
+
+def _records(db: Database) -> dict[str, Any]:
+    return {key: value for domain in SEEDED_DOMAINS for key, value in domain.records(db).items()}
+
+
 async def _close_db(app: web.Application) -> None:
     app[DB_KEY].close()
+
+
+# A request whose client went away is cancelled, as in most servers: an injected hang then
+# ends when the caller times out (logged with status None) instead of outliving it. Writes are
+# synchronous on the event loop, so a cancellation never lands inside one.
+HANDLER_CANCELLATION = True
 
 
 class ExampleService:
@@ -55,7 +82,9 @@ class ExampleService:
         if self._runner is not None:
             raise RuntimeError("ExampleService already started")
         # A short shutdown timeout so `stop()` does not wait out a request held by the delay knob.
-        runner = web.AppRunner(build_app(self.db_path), shutdown_timeout=1.0)
+        runner = web.AppRunner(
+            build_app(self.db_path), shutdown_timeout=1.0, handler_cancellation=HANDLER_CANCELLATION
+        )
         await runner.setup()
         try:
             await web.TCPSite(runner, host, port).start()
@@ -93,8 +122,22 @@ class ExampleService:
         """The same document as `GET /_control/stats`."""
         return self._control().stats()
 
+    def inject_fault(
+        self, endpoint: str, mode: str, count: int = 1, hang_ms: int | None = None
+    ) -> None:
+        """Apply a fault mode (see `faults`) to the next `count` requests to `endpoint`."""
+        self._control().faults.inject(endpoint, mode, count, hang_ms)
+
+    def clear_faults(self) -> None:
+        self._control().faults.clear()
+
+    def records(self) -> dict[str, Any]:
+        """Counts of what the writes created (the `records` of `stats()`)."""
+        return self._control().records()
+
     def reset(self) -> None:
-        """Clear delays and the request log; stored business data stays."""
+        """Clear delays, faults and the request log; workshops and tickets go back to the seed
+        state (travel answers stay: they are deterministic)."""
         self._control().reset()
 
     async def __aenter__(self) -> Self:
@@ -113,13 +156,19 @@ class ExampleService:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m agentloop.demo.services.app",
-        description="Run the example service (travel data over HTTP, stored in SQLite).",
+        description="Run the example service (travel, workshops and support desk over HTTP, "
+        "stored in SQLite).",
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8787)
     parser.add_argument("--db", default="example_service.sqlite3", help="SQLite file path")
     args = parser.parse_args(argv)
-    web.run_app(build_app(args.db), host=args.host, port=args.port)
+    web.run_app(
+        build_app(args.db),
+        host=args.host,
+        port=args.port,
+        handler_cancellation=HANDLER_CANCELLATION,
+    )
 
 
 if __name__ == "__main__":

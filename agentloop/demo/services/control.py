@@ -1,25 +1,31 @@
-"""HTTP plumbing shared by every domain: JSON errors, the request log, the delay knob, and the
-`/_control/*` routes that tests and the demo use to observe and steer the service.
+"""HTTP plumbing shared by every domain: JSON errors, the request log, the delay knob, fault
+injection, idempotent writes, and the `/_control/*` routes that tests and the demo use to
+observe and steer the service.
 
 A request is a *business* request iff its route is named: the route name is the endpoint name
-used by the log, the counts and the delay knob. Control routes are deliberately unnamed, so
-observing the service never changes what is observed.
+used by the log, the counts, the delay knob and the faults. Control routes are deliberately
+unnamed, so observing the service never changes what is observed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import json
 import logging
+import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from .db import Database
+from . import faults
+from .db import DB_KEY, Database
+from .faults import Faults
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +40,16 @@ CREATE TABLE IF NOT EXISTS request_log (
     finished_at  REAL,
     finished_seq INTEGER,
     status       INTEGER
+);
+CREATE TABLE IF NOT EXISTS operations (
+    domain      TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    outcome     TEXT NOT NULL CHECK (outcome IN ('applied', 'refused')),
+    status      INTEGER NOT NULL,
+    body        TEXT NOT NULL,
+    created_at  REAL NOT NULL,
+    PRIMARY KEY (domain, key)
 );
 """
 
@@ -52,8 +68,12 @@ class ApiError(Exception):
         self.message = message
 
 
+def error_body(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
+
+
 def json_error(status: int, code: str, message: str) -> web.Response:
-    return web.json_response({"error": {"code": code, "message": message}}, status=status)
+    return web.json_response(error_body(code, message), status=status)
 
 
 def invalid_argument(message: str) -> ApiError:
@@ -98,12 +118,25 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
 
 
 class Control:
-    """The request log, its sequence numbers and the per-endpoint delays of one app."""
+    """The request log, its sequence numbers, the per-endpoint delays and faults of one app.
 
-    def __init__(self, db: Database, endpoints: Iterable[str]) -> None:
+    `reset_data` puts the seeded domains back to their seed state; `records` counts what the
+    writes created, so a test can check "exactly one write" against the system of record."""
+
+    def __init__(
+        self,
+        db: Database,
+        endpoints: Iterable[str],
+        *,
+        reset_data: Callable[[], None] | None = None,
+        records: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
         self._db = db
         self.endpoints = frozenset(endpoints)
         self._delays_ms: dict[str, int] = {}
+        self.faults = Faults(self.endpoints)
+        self._reset_data = reset_data
+        self._records = records
         # One counter for starts and finishes, so "A finished before B" is a plain comparison;
         # it continues from the log so a restarted service never reuses a number.
         self._seq = itertools.count(self._last_seq() + 1)
@@ -163,12 +196,26 @@ class Control:
             "SELECT endpoint, method, path, query, status, started_seq, finished_seq"
             " FROM request_log ORDER BY started_seq"
         )
-        return {"counts": counts, "requests": requests, "delays": self.delays()}
+        return {
+            "counts": counts,
+            "requests": requests,
+            "delays": self.delays(),
+            "faults": self.faults.pending(),
+            "records": self.records(),
+        }
+
+    def records(self) -> dict[str, Any]:
+        return {} if self._records is None else self._records()
 
     def reset(self) -> None:
-        """Forget delays and the log; stored business data is kept (it is the record)."""
+        """Forget delays, faults and the log, and put the seeded domains back to their seed.
+
+        Travel answers are kept: they are deterministic, so keeping them changes nothing."""
         self._delays_ms.clear()
+        self.faults.clear()
         self._db.execute("DELETE FROM request_log")
+        if self._reset_data is not None:
+            self._reset_data()
 
 
 CONTROL_KEY = web.AppKey("example_service.control", Control)
@@ -180,24 +227,152 @@ def business_endpoints(app: web.Application) -> set[str]:
 
 @web.middleware
 async def request_log_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Log business requests and apply the delay knob before they are answered.
+    """Log business requests, and apply the delay knob and any injected fault.
 
-    Must sit outside `error_middleware` so it sees the status of the rendered error."""
+    Must sit outside `error_middleware` so it sees the status of the rendered error. A request
+    whose connection was dropped or abandoned is logged with status None: no answer arrived."""
     endpoint = request.match_info.route.name
     if endpoint is None:  # control routes and unmatched paths are not business requests
         return await handler(request)
     control = request.app[CONTROL_KEY]
     seq = control.begin(endpoint, request.method, request.path, request.query_string)
+    # Taken on arrival, so N concurrent requests consume exactly N scheduled faults.
+    fault = control.faults.take(endpoint)
     status: int | None = None
     try:
         delay = control.delay_seconds(endpoint)
         if delay:
             await asyncio.sleep(delay)
-        response = await handler(request)
+        if fault is not None and fault.mode.before_commit:
+            response: web.StreamResponse = json_error(
+                503, "unavailable", f"service unavailable (injected fault: {fault.mode})"
+            )
+        else:
+            response = await handler(request)
+            if fault is not None and not await faults.after_commit(request, fault):
+                return response  # the connection is gone: nothing will be delivered
         status = response.status
         return response
     finally:
         control.finish(seq, status)
+
+
+# --- idempotent writes ---------------------------------------------------------------------
+#
+# Every write endpoint takes an `Idempotency-Key` and records its outcome under it, in the same
+# transaction as the write: the record is what `GET /<domain>/operations/{key}` answers, so a
+# caller that lost the response can ask whether the write happened. Business refusals are
+# recorded too, so a retry with the same key gets the same answer even if the world changed.
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+REPLAY_HEADER = "Idempotent-Replay"
+MAX_IDEMPOTENCY_KEY_LEN = 255
+
+Apply = Callable[[sqlite3.Connection], dict[str, Any]]
+"""Performs a write inside the caller's transaction and returns the record it created, or
+raises `ApiError` to refuse it (the refusal is then recorded under the key)."""
+
+
+def utc_now_iso() -> str:
+    """A record's timestamp: UTC, milliseconds, `Z` suffix."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def idempotency_key(request: web.Request) -> str:
+    key = request.headers.get(IDEMPOTENCY_HEADER, "")
+    if not key.strip():
+        raise invalid_argument(f"the {IDEMPOTENCY_HEADER} header is required for this write")
+    if len(key) > MAX_IDEMPOTENCY_KEY_LEN:
+        raise invalid_argument(
+            f"{IDEMPOTENCY_HEADER} must be at most {MAX_IDEMPOTENCY_KEY_LEN} characters"
+        )
+    return key
+
+
+def write_once(
+    db: Database, domain: str, key: str, request_fields: dict[str, Any], apply: Apply
+) -> web.Response:
+    """Run `apply` at most once per (`domain`, `key`); later requests get the first answer.
+
+    The lookup, the write and its record share one `BEGIN IMMEDIATE` transaction, so requests
+    racing with the same key serialize: exactly one applies, the others replay its answer.
+
+    Raises:
+        ApiError: 409 `idempotency_key_reused` when the key was used for a different request.
+    """
+    fingerprint = _fingerprint(request_fields)
+    with db.transaction() as conn:
+        known = conn.execute(
+            "SELECT fingerprint, status, body FROM operations WHERE domain = ? AND key = ?",
+            (domain, key),
+        ).fetchone()
+        if known is None:
+            status, body = _apply_or_refuse(conn, apply)
+            conn.execute(
+                "INSERT INTO operations (domain, key, fingerprint, outcome, status, body,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (domain, key, fingerprint, _outcome(status), status, json.dumps(body), time.time()),
+            )
+            return web.json_response(body, status=status)
+    if known["fingerprint"] != fingerprint:
+        raise ApiError(
+            409,
+            "idempotency_key_reused",
+            f"{IDEMPOTENCY_HEADER} {key!r} was already used for a different request",
+        )
+    return web.json_response(
+        json.loads(known["body"]), status=known["status"], headers={REPLAY_HEADER: "true"}
+    )
+
+
+def _apply_or_refuse(conn: sqlite3.Connection, apply: Apply) -> tuple[int, dict[str, Any]]:
+    # A savepoint so a refusal raised after a partial write leaves only the refusal behind.
+    conn.execute("SAVEPOINT apply_write")
+    try:
+        record = apply(conn)
+    except ApiError as refusal:
+        conn.execute("ROLLBACK TO apply_write")
+        conn.execute("RELEASE apply_write")
+        return refusal.status, error_body(refusal.code, refusal.message)
+    conn.execute("RELEASE apply_write")
+    return 200, record
+
+
+def _outcome(status: int) -> str:
+    return "applied" if status < 400 else "refused"
+
+
+def _fingerprint(request_fields: dict[str, Any]) -> str:
+    canonical = json.dumps(request_fields, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def forget_operations(conn: sqlite3.Connection, domain: str) -> None:
+    """For a domain's reset to its seed: its recorded operations go with its data."""
+    conn.execute("DELETE FROM operations WHERE domain = ?", (domain,))
+
+
+def operation_handler(domain: str) -> Handler:
+    """`GET /<domain>/operations/{key}`: the recorded outcome, or 404 if none ever committed."""
+
+    async def handler(request: web.Request) -> web.Response:
+        key = request.match_info["key"]
+        row = request.app[DB_KEY].fetch_one(
+            "SELECT outcome, status, body FROM operations WHERE domain = ? AND key = ?",
+            (domain, key),
+        )
+        if row is None:
+            raise ApiError(404, "not_found", f"no {domain} operation with key {key!r}")
+        body = json.loads(row["body"])
+        view: dict[str, Any] = {"operation_id": key, "state": row["outcome"]}
+        if row["outcome"] == "applied":
+            view["record"] = body
+        else:
+            view["status"] = row["status"]
+            view["error"] = body["error"]
+        return web.json_response(view)
+
+    return handler
 
 
 # --- /_control routes ----------------------------------------------------------------------
@@ -229,9 +404,34 @@ async def _reset(request: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
 
+async def _inject_fault(request: web.Request) -> web.Response:
+    body = await read_json_object(request)
+    endpoint, mode = body.get("endpoint"), body.get("mode")
+    if not isinstance(endpoint, str) or not isinstance(mode, str):
+        raise invalid_argument("endpoint and mode must be strings")
+    control = request.app[CONTROL_KEY]
+    try:
+        control.faults.inject(endpoint, mode, body.get("count", 1), body.get("hang_ms"))
+    except ValueError as exc:
+        raise invalid_argument(str(exc)) from exc
+    return web.json_response({"faults": control.faults.pending()})
+
+
+async def _list_faults(request: web.Request) -> web.Response:
+    return web.json_response({"faults": request.app[CONTROL_KEY].faults.pending()})
+
+
+async def _clear_faults(request: web.Request) -> web.Response:
+    request.app[CONTROL_KEY].faults.clear()
+    return web.json_response({"faults": {}})
+
+
 def add_routes(app: web.Application) -> None:
     # No `name=`: see the module docstring.
     app.router.add_get("/_control/health", _health)
     app.router.add_get("/_control/stats", _stats)
     app.router.add_post("/_control/delay", _set_delay)
     app.router.add_post("/_control/reset", _reset)
+    app.router.add_get("/_control/faults", _list_faults)
+    app.router.add_post("/_control/faults", _inject_fault)
+    app.router.add_delete("/_control/faults", _clear_faults)
