@@ -25,6 +25,9 @@ class Settings(BaseModel):
     anthropic_api_key: str | None = None
     anthropic_base_url: str | None = None
     ui_url: str = "http://localhost:8233"
+    tool_http_timeout_seconds: float = 30.0
+    """How long an example tool waits for its system of record; a write that gets no answer
+    in time has an unknown outcome and is looked up, never resent blindly."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -40,6 +43,7 @@ class Settings(BaseModel):
             "anthropic_api_key": "ANTHROPIC_API_KEY",
             "anthropic_base_url": "ANTHROPIC_BASE_URL",
             "ui_url": "AGENTLOOP_UI_URL",
+            "tool_http_timeout_seconds": "AGENTLOOP_TOOL_HTTP_TIMEOUT_SECONDS",
         }
         return cls(**{field: env[var] for field, var in names.items() if env.get(var)})
 

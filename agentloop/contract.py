@@ -84,6 +84,9 @@ class AgentRunInput(_Strict):
     limits: Limits = Field(default_factory=Limits)
     stream: bool = True
     approval_timeout_seconds: float = Field(default=86400, gt=0)
+    reconciliation_timeout_seconds: float = Field(default=86400, gt=0)
+    """How long a write whose outcome stayed unknown waits for a `resolve` signal before the
+    run stops `unresolved`."""
     output_schema: dict[str, Any] | None = None
     completion_check: str | None = None
     continue_from: str | None = None
@@ -163,6 +166,15 @@ class ApprovalDecision(_Strict):
     approved: bool
     approver: str = Field(min_length=1)
     reason: str = ""
+
+
+class ResolveRequest(_Strict):
+    """The `resolve` signal: an operator's word on a write whose outcome stayed unknown."""
+
+    call_id: str = Field(min_length=1)
+    outcome: Literal["applied", "not_applied"]
+    operator: str = Field(min_length=1)
+    note: str = ""
 
 
 class ApprovalVerdict(BaseModel):

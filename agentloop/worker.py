@@ -18,7 +18,7 @@ from agentloop.activities.tools import ToolActivities
 from agentloop.adapters import AdapterFactory
 from agentloop.config import Settings
 from agentloop.store import open_store
-from agentloop.tools.http import DEFAULT_TIMEOUT, ServiceClient
+from agentloop.tools.http import ServiceClient
 from agentloop.tools.registry import default_registry
 from agentloop.workflows.agent_run import AgentRun
 
@@ -42,7 +42,8 @@ class ToolServices:
 async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
     """A worker polling `settings.task_queue` for as long as the context is open."""
     store = open_store(settings.store_url)
-    async with aiohttp.ClientSession(timeout=DEFAULT_TIMEOUT) as session:
+    timeout = aiohttp.ClientTimeout(total=settings.tool_http_timeout_seconds)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
         services = ToolServices(example=ServiceClient(settings.example_service_url, session))
         model = ModelActivities(store, AdapterFactory(settings.provider_endpoints()))
         tools = ToolActivities(default_registry(), services)
@@ -55,6 +56,7 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
                 tools.describe_tools,
                 tools.check_precondition,
                 tools.run_tool,
+                tools.lookup_outcome,
             ],
         )
         try:

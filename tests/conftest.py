@@ -68,6 +68,8 @@ def worker_settings(
         openai_base_url=scripted_provider.base_url,
         anthropic_api_key="scripted",
         anthropic_base_url=scripted_provider.anthropic_base_url,
+        # A hung write is given up on (and looked up) quickly in tests.
+        tool_http_timeout_seconds=2.0,
     )
 
 

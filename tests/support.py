@@ -72,6 +72,7 @@ def worker_env(client: Client, settings: Settings, store: Path) -> dict[str, str
         "AGENT_LOOP_TASK_QUEUE": settings.task_queue,
         "AGENTLOOP_STORE_URL": f"sqlite:///{store}",
         "AGENTLOOP_EXAMPLE_SERVICE_URL": settings.example_service_url,
+        "AGENTLOOP_TOOL_HTTP_TIMEOUT_SECONDS": str(settings.tool_http_timeout_seconds),
     }
     for name, value in (
         ("OPENAI_API_KEY", settings.openai_api_key),

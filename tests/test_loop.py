@@ -214,18 +214,6 @@ def test_deadline_and_cancel_win_over_everything() -> None:
     assert "user changed their mind" in step.stop_reason
 
 
-def test_an_unknown_write_outcome_stops_the_run_unresolved() -> None:
-    state = new_state()
-    model_turn(state, tool_output(call("w1", "reserve_seat")))
-    step = loop.decide(state, T0)
-    assert isinstance(step, RunTools)
-    loop.record_calls_started(state, step)
-    loop.record_tool_results(state, [loop.failed_result(step.calls[0][0], WRITE, "timeout")])
-    step = loop.decide(state, T0)
-    assert isinstance(step, Finish) and step.status == "unresolved"
-    assert "w1" in step.stop_reason
-
-
 def test_output_schema_rejection_goes_back_to_the_model_then_stops() -> None:
     schema = {"type": "object", "required": ["late"]}
     state = new_state(output_schema=schema)

@@ -11,7 +11,7 @@ from temporalio.exceptions import ApplicationError
 from agentloop.activities.heartbeat import keep_heartbeating
 from agentloop.activities.messages import DescribeToolsInput, PreconditionResult, RunToolInput
 from agentloop.events import ToolResult
-from agentloop.tools.contract import ToolContext, ToolError, ToolSpec
+from agentloop.tools.contract import Outcome, OutcomeUnknown, ToolContext, ToolError, ToolSpec
 from agentloop.tools.registry import ToolRegistry, UnknownToolError
 
 
@@ -55,6 +55,14 @@ class ToolActivities:
             services=self._services,
         )
 
+    @activity.defn(name="lookup_outcome")
+    async def lookup_outcome(self, request: RunToolInput) -> Outcome:
+        """Ask the system of record whether the write with this idempotency key happened."""
+        tool = self._registry.get(request.tool)
+        if tool.lookup_outcome is None:
+            return Outcome(state="unknown", record=f"{request.tool} has no outcome lookup")
+        return await tool.lookup_outcome(request.idempotency_key, self._context(request))
+
     @activity.defn(name="run_tool")
     async def run_tool(self, request: RunToolInput) -> ToolResult:
         tool = self._registry.get(request.tool)
@@ -62,6 +70,9 @@ class ToolActivities:
             async with keep_heartbeating():
                 value = await tool.handler(request.arguments, self._context(request))
         except ToolError as exc:
+            if tool.spec.effect == "write" and (isinstance(exc, OutcomeUnknown) or exc.retryable):
+                # It may have happened: the runner asks the system of record, never resends.
+                return _unknown(request, str(exc))
             if exc.retryable:
                 # Raised so Temporal retries it (reads only; writes get one attempt).
                 raise ApplicationError(str(exc), type=f"Tool:{exc.error_class}") from exc
@@ -73,6 +84,17 @@ class ToolActivities:
             content=bounded(_to_text(value), tool.spec.max_result_chars),
             side_effect=tool.spec.effect == "write",
         )
+
+
+def _unknown(request: RunToolInput, message: str) -> ToolResult:
+    return ToolResult(
+        call_id=request.call_id,
+        tool=request.tool,
+        status="unknown",
+        content=json.dumps({"error": {"class": "outcome_unknown", "message": message}}),
+        error_class="transient",
+        side_effect=True,
+    )
 
 
 def _failure(request: RunToolInput, spec: ToolSpec, error_class: str, message: str) -> ToolResult:

@@ -67,6 +67,16 @@ class ToolError(Exception):
         self.retryable = retryable
 
 
+class OutcomeUnknown(ToolError):
+    """A write was sent but no usable answer came back: it may or may not have been applied.
+
+    Never retried blindly: sending it again could apply it twice. The runner asks the tool's
+    `lookup_outcome` with the same idempotency key instead."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, error_class="outcome_unknown", retryable=False)
+
+
 ToolHandler = Callable[[dict[str, Any], "ToolContext"], Awaitable[Any]]
 Precondition = Callable[[dict[str, Any], "ToolContext"], Awaitable[None]]
 """Raises `ToolError` (class `business`) when the call must not go ahead."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 
-from agentloop.tools.contract import Outcome, ToolContext, ToolError
+from agentloop.tools.contract import Outcome, OutcomeUnknown, ToolContext, ToolError
 
 DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=30)
 
@@ -30,18 +30,6 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 # Statuses that mean "not processed, try later": nothing was written.
 _NOT_PROCESSED = frozenset({429, 503})
-
-
-class OutcomeUnknown(ToolError):
-    """A write was sent but no usable answer came back: it may or may not have been applied.
-
-    Not retryable: sending it again could apply it twice. The runner asks the tool's
-    `lookup_outcome` with the same idempotency key instead.
-
-    TODO: belongs in `tools/contract.py` next to `ToolError` (kept here for now)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, error_class="outcome_unknown", retryable=False)
 
 
 def idempotency_headers(ctx: ToolContext) -> dict[str, str]:

@@ -33,26 +33,30 @@ with workflow.unsafe.imports_passed_through():
         ApprovalDecision,
         ApprovalVerdict,
         CancelRequest,
+        Phase,
+        ResolveRequest,
         RunStatusView,
         describe_validation_error,
     )
     from agentloop.events import ToolCall, ToolResult
     from agentloop.policies import budgets
     from agentloop.store.transcript import append
-    from agentloop.tools.contract import ToolSpec
+    from agentloop.tools.contract import Outcome, ToolSpec
     from agentloop.workflows import loop
     from agentloop.workflows.loop import (
         AwaitApproval,
+        AwaitReconciliation,
         CallModel,
         CheckPreconditions,
         Finish,
+        LookupOutcome,
         LoopState,
         RunTools,
     )
 
 DESCRIBE_TOOLS_TIMEOUT = timedelta(seconds=30)
 MODEL_START_TO_CLOSE = timedelta(seconds=180)
-MODEL_HEARTBEAT = timedelta(seconds=30)
+MODEL_HEARTBEAT = timedelta(seconds=10)
 MODEL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
@@ -60,6 +64,7 @@ MODEL_RETRY = RetryPolicy(
     maximum_attempts=5,
 )
 PRECONDITION_RETRY = RetryPolicy(maximum_attempts=3)
+LOOKUP_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
 TOOL_HEARTBEAT = timedelta(seconds=5)
 """A worker that dies mid-tool is noticed this fast (the activity heartbeats every second)."""
 
@@ -91,7 +96,11 @@ class AgentRun:
                 case RunTools():
                     await self._run_tools(state, step)
                 case AwaitApproval():
-                    await self._await_approval(state, step)
+                    await self._await_humans(state, step, "awaiting_approval")
+                case LookupOutcome():
+                    await self._lookup_outcome(state, step)
+                case AwaitReconciliation():
+                    await self._await_humans(state, step, "awaiting_reconciliation")
                 case Finish():
                     return self._finish(state, step)
 
@@ -117,6 +126,12 @@ class AgentRun:
             return ApprovalVerdict(accepted=False, reason="the run has not started yet")
         return loop.record_decision(self._state, decision, workflow.now())
 
+    @workflow.signal
+    def resolve(self, request: ResolveRequest) -> None:
+        """An operator's word on a write whose outcome stayed unknown."""
+        if self._state is not None:
+            loop.record_resolution(self._state, request, workflow.now())
+
     @workflow.query
     def status(self) -> RunStatusView:
         state = self._state
@@ -126,6 +141,7 @@ class AgentRun:
             phase=state.phase,
             turn=state.turn,
             pending_approvals=loop.pending_approvals(state),
+            unresolved=loop.unresolved(state),
             usage=state.usage,
             limits_left=budgets.limits_left(
                 state.run_input.limits, state.usage, state.active_since(), workflow.now()
@@ -221,17 +237,42 @@ class AgentRun:
         ]
         loop.record_tool_results(state, results)
 
-    async def _await_approval(self, state: LoopState, step: AwaitApproval) -> None:
-        state.phase = "awaiting_approval"
-        batch = state.batch
-        assert batch is not None
+    async def _await_humans(
+        self, state: LoopState, step: AwaitApproval | AwaitReconciliation, phase: Phase
+    ) -> None:
+        """Wait for the decisions (or a cancel) until the step's deadline; the next `decide`
+        sees what arrived. The wait does not count against the run's deadline."""
+        state.phase = phase
+        waiting = set(step.call_ids)
         since = workflow.now()
         with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(
-                lambda: not batch.undecided() or state.cancel_reason is not None,
+                lambda: (
+                    not waiting & loop.awaiting_humans(state) or state.cancel_reason is not None
+                ),
                 timeout=max((step.deadline - since).total_seconds(), 0.001),
             )
         loop.record_pause(state, (workflow.now() - since).total_seconds())
+
+    async def _lookup_outcome(self, state: LoopState, step: LookupOutcome) -> None:
+        try:
+            outcome = await workflow.execute_activity(
+                "lookup_outcome",
+                RunToolInput(
+                    workflow_id=workflow.info().workflow_id,
+                    call_id=step.call.call_id,
+                    tool=step.call.name,
+                    arguments=step.call.arguments,
+                    idempotency_key=step.idempotency_key,
+                ),
+                result_type=Outcome,
+                start_to_close_timeout=timedelta(seconds=step.spec.timeout_seconds),
+                retry_policy=LOOKUP_RETRY,
+                summary=f"lookup {step.call.name} · {step.call.call_id}",
+            )
+        except ActivityError as exc:
+            outcome = Outcome(state="unknown", record=f"lookup failed: {_describe_failure(exc)}")
+        loop.record_outcome(state, step.call.call_id, outcome, workflow.now())
 
     def _start_tool(
         self, call: ToolCall, spec: ToolSpec, idempotency_key: str

@@ -21,6 +21,7 @@ from agentloop.contract import (
     ApprovalVerdict,
     CallRecord,
     Phase,
+    ResolveRequest,
     RunStatus,
     Usage,
 )
@@ -39,12 +40,26 @@ from agentloop.policies import approval, authorization, budgets
 from agentloop.policies.approval import PendingApproval
 from agentloop.policies.validation import Allowed, schema_problems, validate_call
 from agentloop.store.transcript import ROOT
-from agentloop.tools.contract import ToolSpec
+from agentloop.tools.contract import Outcome, ToolSpec
 
 MAX_OUTPUT_CORRECTIONS = 2
 """How many times a final answer that breaks `output_schema` goes back to the model."""
 
 SUMMARY_CHARS = 200
+
+
+MAX_WRITE_ATTEMPTS = 2
+"""A write the system of record says definitely did not happen is sent again (same key) at
+most this many times in all."""
+
+
+class Reconciliation(BaseModel):
+    call_id: str
+    tool: str
+    idempotency_key: str
+    known: str
+    """What the runner knows: why the outcome is still unknown."""
+    since: datetime
 
 
 class Batch(BaseModel):
@@ -66,6 +81,10 @@ class Batch(BaseModel):
     """Allowed writes not run yet, in the model's order."""
     approvals: dict[str, PendingApproval] = Field(default_factory=dict)
     decisions: dict[str, ApprovalDecision] = Field(default_factory=dict)
+    unknown: list[str] = Field(default_factory=list)
+    """Writes whose outcome is unknown: the system of record is asked before anything else."""
+    reconciling: dict[str, Reconciliation] = Field(default_factory=dict)
+    """Writes the lookup could not settle: they wait for an operator's `resolve`."""
     denied: str | None = None
     """Set when authorization refused a call: the whole batch is answered and the run stops."""
 
@@ -158,13 +177,36 @@ class AwaitApproval:
 
 
 @dataclass(frozen=True)
+class LookupOutcome:
+    """Ask the system of record, by idempotency key, whether an unknown write happened."""
+
+    call: ToolCall
+    spec: ToolSpec
+    idempotency_key: str
+
+
+@dataclass(frozen=True)
+class AwaitReconciliation:
+    call_ids: list[str]
+    deadline: datetime
+
+
+@dataclass(frozen=True)
 class Finish:
     status: RunStatus
     stop_reason: str
     output: str | dict[str, Any] | list[Any] | None = None
 
 
-NextStep = CallModel | CheckPreconditions | RunTools | AwaitApproval | Finish
+NextStep = (
+    CallModel
+    | CheckPreconditions
+    | RunTools
+    | AwaitApproval
+    | LookupOutcome
+    | AwaitReconciliation
+    | Finish
+)
 
 
 def decide(state: LoopState, now: datetime) -> NextStep:
@@ -242,6 +284,18 @@ def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
                 f"rejected: {call_id} by {decision.approver}"
                 + (f": {decision.reason}" if decision.reason else ""),
             )
+    if batch.unknown:
+        call_id = batch.unknown[0]
+        call, spec = _with_specs(state, [call_id])[0]
+        return LookupOutcome(call, spec, state.calls[call_id].idempotency_key)
+    if batch.reconciling:
+        waiting = list(batch.reconciling)
+        deadline = min(r.since for r in batch.reconciling.values()) + _seconds(
+            state.run_input.reconciliation_timeout_seconds
+        )
+        if now >= deadline:
+            return Finish("unresolved", f"unresolved: outcome of {', '.join(waiting)} unknown")
+        return AwaitReconciliation(waiting, deadline)
     if batch.writes:
         # After a human decided, authorization and budget are checked again before anything runs.
         call_id = batch.writes[0]
@@ -409,6 +463,17 @@ def side_effects(state: LoopState) -> list[dict[str, Any]]:
     ]
 
 
+def unresolved(state: LoopState) -> list[dict[str, Any]]:
+    """Writes waiting for an operator's `resolve`, with what is known about each."""
+    batch = state.batch
+    if batch is None:
+        return []
+    return [
+        {**r.model_dump(mode="json"), "arguments": state.calls[c].arguments}
+        for c, r in batch.reconciling.items()
+    ]
+
+
 def pending_at_stop(state: LoopState) -> list[dict[str, Any]]:
     """What was left undone when the run stopped."""
     waiting = {c["call_id"] for c in pending_approvals(state)}
@@ -419,7 +484,7 @@ def pending_at_stop(state: LoopState) -> list[dict[str, Any]]:
             "status": "awaiting_approval" if r.call_id in waiting else r.status,
         }
         for r in state.calls.values()
-        if r.status in ("proposed", "running")
+        if r.status in ("proposed", "running", "unknown")
     ]
 
 
@@ -530,12 +595,84 @@ def record_tool_results(state: LoopState, results: list[ToolResult]) -> None:
     for result in results:
         if result.call_id not in batch.order or result.call_id in batch.results:
             raise ValueError(f"result for {result.call_id!r} does not answer an open call")
-        _settle(state, batch, result)
-    unknown = [r.call_id for r in results if r.status == "unknown"]
-    if unknown:
-        # Never retried blindly and never hidden from the operator (DESIGN.md §3 step 7).
-        record_failure(state, "write outcome unknown")
+        if result.status == "unknown":
+            # Never retried blindly: the system of record is asked first (DESIGN.md §3 step 7).
+            state.calls[result.call_id].status = "unknown"
+            state.calls[result.call_id].result_summary = result.content[:SUMMARY_CHARS]
+            batch.unknown.append(result.call_id)
+        else:
+            _settle(state, batch, result)
     _close_if_answered(state)
+
+
+def record_outcome(state: LoopState, call_id: str, outcome: Outcome, now: datetime) -> None:
+    """What the system of record said about an unknown write."""
+    batch = _open(state)
+    batch.unknown.remove(call_id)
+    call, spec = _with_specs(state, [call_id])[0]
+    record = state.calls[call_id]
+    if outcome.state == "applied":
+        _settle(state, batch, _confirmed(call, outcome.record, "the system of record has it"))
+    elif outcome.state == "not_applied" and outcome.record is not None:
+        # Refused before commit, and the refusal is on record under the key.
+        _settle(state, batch, refusal(call, "business", json.dumps(outcome.record)))
+    elif outcome.state == "not_applied" and record.attempts < MAX_WRITE_ATTEMPTS:
+        batch.writes.insert(0, call_id)  # definitely absent: send again, same key
+    else:
+        known = (
+            f"still absent after {record.attempts} attempts"
+            if outcome.state == "not_applied"
+            else f"lookup inconclusive: {outcome.record or 'no answer'}"
+        )
+        batch.reconciling[call_id] = Reconciliation(
+            call_id=call_id,
+            tool=spec.name,
+            idempotency_key=record.idempotency_key,
+            known=known,
+            since=now,
+        )
+        state.phase = "awaiting_reconciliation"
+    _close_if_answered(state)
+
+
+def record_resolution(state: LoopState, request: ResolveRequest, now: datetime) -> str | None:
+    """An operator's word on an unresolved write; returns why it was refused, if it was."""
+    batch = state.batch
+    if batch is None or request.call_id not in batch.reconciling:
+        reason = f"no write {request.call_id!r} is awaiting reconciliation"
+        state.refused_decisions.append(
+            {**request.model_dump(), "refused_because": reason, "at": now.isoformat()}
+        )
+        return reason
+    del batch.reconciling[request.call_id]
+    call = _with_specs(state, [request.call_id])[0][0]
+    said = f"{request.operator} says {request.outcome}" + (
+        f": {request.note}" if request.note else ""
+    )
+    state.calls[request.call_id].decision += f"; resolved: {said}"
+    if request.outcome == "applied":
+        result = _confirmed(call, None, said)
+    else:
+        result = ToolResult(
+            call_id=call.call_id,
+            tool=call.name,
+            status="failed",
+            error_class="business",
+            content=json.dumps({"error": {"class": "not_applied", "message": said}}),
+        )
+    _settle(state, batch, result)
+    _close_if_answered(state)
+    return None
+
+
+def _confirmed(call: ToolCall, record: Any, how: str) -> ToolResult:
+    return ToolResult(
+        call_id=call.call_id,
+        tool=call.name,
+        status="confirmed_after_query",
+        content=json.dumps({"confirmed": how, "record": record}),
+        side_effect=True,
+    )
 
 
 def record_decision(state: LoopState, decision: ApprovalDecision, now: datetime) -> ApprovalVerdict:
@@ -563,6 +700,12 @@ def record_decision(state: LoopState, decision: ApprovalDecision, now: datetime)
         if spec.on_reject == "tell_model":
             _close_if_answered(state)
     return ApprovalVerdict(accepted=True)
+
+
+def awaiting_humans(state: LoopState) -> set[str]:
+    """Call ids waiting for an approval decision or an operator's resolution."""
+    batch = state.batch
+    return set() if batch is None else {*batch.undecided(), *batch.reconciling}
 
 
 def record_pause(state: LoopState, seconds: float) -> None:
