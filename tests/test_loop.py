@@ -246,3 +246,25 @@ def test_a_call_id_reused_from_an_earlier_turn_is_a_protocol_failure() -> None:
     assert isinstance(step, Finish) and step.status == "failed"
     assert "reused" in step.stop_reason
     assert state.calls["c1"].status == "succeeded"
+
+
+def test_refused_calls_are_capped_per_run() -> None:
+    state = new_state(limits=Limits(max_model_calls=20))
+    for i in range(loop.MAX_REFUSED_CALLS + 1):
+        model_turn(state, tool_output(call(f"c{i}", "no_such_tool")))
+    step = loop.decide(state, T0)
+    assert isinstance(step, Finish) and step.status == "failed"
+    assert step.stop_reason.startswith("invalid_calls")
+
+
+def test_a_tools_own_per_run_cap_applies() -> None:
+    capped = TRAIN.model_copy(update={"max_calls_per_run": 1})
+    state = LoopState.start(
+        AgentRunInput(task="t", provider="openai-chat", model="m", tools=["get_train_status"]),
+        [capped],
+        T0,
+    )
+    model_turn(state, tool_output(call("c1", "get_train_status"), call("c2", "get_train_status")))
+    step = loop.decide(state, T0)
+    assert isinstance(step, Finish) and step.status == "limit_reached"
+    assert "get_train_status" in step.stop_reason

@@ -7,7 +7,7 @@ applies, or None when the operation may start.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from agentloop.contract import Limits, LimitsLeft, Usage
@@ -29,9 +29,14 @@ def model_call_blocked(limits: Limits, usage: Usage) -> str | None:
 
 
 def tool_batch_blocked(
-    limits: Limits, usage: Usage, used_per_tool: Counter[str], batch: Sequence[str]
+    limits: Limits,
+    usage: Usage,
+    used_per_tool: Counter[str],
+    batch: Sequence[str],
+    tool_caps: Mapping[str, int | None] | None = None,
 ) -> str | None:
-    """A batch starts whole or not at all: it reserves all of its calls first."""
+    """A batch starts whole or not at all: it reserves all of its calls first. `tool_caps`
+    are the tools' own per-run caps; the run's `per_tool` limits apply as well."""
     if usage.tool_calls + len(batch) > limits.max_tool_calls:
         return (
             f"max_tool_calls: {usage.tool_calls} used, the next batch needs {len(batch)}, "
@@ -39,7 +44,8 @@ def tool_batch_blocked(
         )
     wanted = Counter(batch)
     for tool, count in sorted(wanted.items()):
-        cap = limits.per_tool.get(tool)
+        caps = [limits.per_tool.get(tool), (tool_caps or {}).get(tool)]
+        cap = min((c for c in caps if c is not None), default=None)
         if cap is not None and used_per_tool[tool] + count > cap:
             return f"per_tool: {tool} used {used_per_tool[tool]} of {cap}, the batch needs {count}"
     return None

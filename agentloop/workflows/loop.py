@@ -42,6 +42,10 @@ from agentloop.policies.validation import Allowed, schema_problems, validate_cal
 from agentloop.store.transcript import ROOT
 from agentloop.tools.contract import Outcome, ToolSpec
 
+MAX_REFUSED_CALLS = 8
+"""Calls refused before running (unknown tool, bad arguments, failed precondition, a rejected
+action) go back to the model as errors; past this many in a run, the run stops."""
+
 MAX_OUTPUT_CORRECTIONS = 2
 """How many times a final answer that breaks `output_schema` goes back to the model."""
 
@@ -215,6 +219,9 @@ def decide(state: LoopState, now: datetime) -> NextStep:
         return Finish(*_failure_status(state))
     if state.limit is not None:
         return Finish("limit_reached", state.limit)
+    refused = refused_calls(state)
+    if refused > MAX_REFUSED_CALLS:
+        return Finish("failed", f"invalid_calls: {refused} tool calls refused before running")
     if state.cancel_reason is not None:
         return Finish("cancelled", f"cancelled: {state.cancel_reason or 'no reason given'}")
     if budgets.deadline_passed(limits, state.active_since(), now):
@@ -352,7 +359,11 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> Batch | 
             continue
         allowed.append((call, spec))
     blocked = budgets.tool_batch_blocked(
-        state.run_input.limits, state.usage, state.used_per_tool(), [c.name for c, _ in allowed]
+        state.run_input.limits,
+        state.usage,
+        state.used_per_tool(),
+        [c.name for c, _ in allowed],
+        {spec.name: spec.max_calls_per_run for _, spec in allowed},
     )
     if blocked:
         return f"{LIMIT_PREFIX}{blocked}"
@@ -437,6 +448,16 @@ def failed_result(call: ToolCall, spec: ToolSpec, message: str) -> ToolResult:
 
 
 # --- folding results back into the state -------------------------------------------------
+
+
+REFUSAL_DECISIONS = frozenset(
+    {"unknown_tool", "invalid_arguments", "precondition_failed", "rejected_action"}
+)
+
+
+def refused_calls(state: LoopState) -> int:
+    """Calls the runner refused before running them (not those a human rejected)."""
+    return sum(1 for r in state.calls.values() if r.decision in REFUSAL_DECISIONS)
 
 
 def pending_approvals(state: LoopState) -> list[dict[str, Any]]:
