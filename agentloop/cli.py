@@ -23,9 +23,12 @@ from agentloop.contract import (
     WORKFLOW_NAME,
     AgentRunInput,
     AgentRunResult,
+    ApprovalDecision,
+    ApprovalVerdict,
     CancelRequest,
     Limits,
     Principal,
+    ResolveRequest,
     RunStatusView,
     describe_validation_error,
 )
@@ -78,6 +81,25 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("run_id")
         if name == "cancel":
             sub.add_argument("--reason", default="")
+
+    for name, text in (("approve", "approve a pending call"), ("reject", "reject a pending call")):
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("run_id")
+        sub.add_argument("call_id")
+        sub.add_argument("--approver", required=True)
+        sub.add_argument("--reason", default="")
+        sub.add_argument(
+            "--digest",
+            help="the args digest you were shown (default: the one "
+            "`status` shows now, after printing the arguments)",
+        )
+
+    resolve = commands.add_parser("resolve", help="say whether a write of unknown outcome happened")
+    resolve.add_argument("run_id")
+    resolve.add_argument("call_id")
+    resolve.add_argument("--outcome", choices=["applied", "not_applied"], required=True)
+    resolve.add_argument("--operator", required=True)
+    resolve.add_argument("--note", default="")
     return parser
 
 
@@ -136,6 +158,20 @@ async def dispatch(args: argparse.Namespace) -> int:
         handle = client.get_workflow_handle(args.run_id, result_type=AgentRunResult)
         if args.command == "status":
             return await show_status(handle)
+        if args.command in ("approve", "reject"):
+            return await decide(handle, args, approved=args.command == "approve")
+        if args.command == "resolve":
+            await handle.signal(
+                "resolve",
+                ResolveRequest(
+                    call_id=args.call_id,
+                    outcome=args.outcome,
+                    operator=args.operator,
+                    note=args.note,
+                ),
+            )
+            print(f"resolution sent for {args.call_id}: {args.outcome}")
+            return 0
         await handle.signal("cancel", CancelRequest(reason=args.reason))
         print(f"cancel requested for {args.run_id}")
         return 0
@@ -238,6 +274,38 @@ def format_result(result: AgentRunResult) -> str:
         output = result.output if isinstance(result.output, str) else json.dumps(result.output)
         lines.append(f"answer: {output}")
     return "\n".join(lines)
+
+
+async def decide(
+    handle: WorkflowHandle[Any, AgentRunResult], args: argparse.Namespace, approved: bool
+) -> int:
+    """Send a decision through the `decide_approval` update, which says at once whether it
+    counted; the decision is bound to the args digest shown here."""
+    digest = args.digest
+    if digest is None:
+        view = await handle.query("status", result_type=RunStatusView)
+        pending = next((p for p in view.pending_approvals if p["call_id"] == args.call_id), None)
+        if pending is None:
+            print(f"no call {args.call_id!r} is waiting for approval", file=sys.stderr)
+            return 1
+        print(f"{pending['tool']} {json.dumps(pending['arguments'])}  [{pending['args_digest']}]")
+        digest = pending["args_digest"]
+    verdict = await handle.execute_update(
+        "decide_approval",
+        ApprovalDecision(
+            call_id=args.call_id,
+            args_digest=digest,
+            approved=approved,
+            approver=args.approver,
+            reason=args.reason,
+        ),
+        result_type=ApprovalVerdict,
+    )
+    if not verdict.accepted:
+        print(f"decision refused: {verdict.reason}", file=sys.stderr)
+        return 1
+    print(f"{'approved' if approved else 'rejected'}: {args.call_id}")
+    return 0
 
 
 async def show_status(handle: WorkflowHandle[Any, AgentRunResult]) -> int:

@@ -31,7 +31,7 @@ from agentloop.contract import AgentRunResult
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.devstack import free_port, temporal_binary
-from tests.support import wait_until
+from tests.support import wait_for_phase, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -350,6 +350,93 @@ async def test_cancel_stops_a_run_started_from_the_command_line(
         example_service.set_delay("trains", 0)
     assert result.status == "cancelled", result.stop_reason
     assert "test" in result.stop_reason
+
+
+async def test_approve_and_resolve_from_the_command_line(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+    tmp_path: Path,
+) -> None:
+    example_service.reset()
+    reply = {"ticket_id": "T-1001", "recipient": "dana@example.com", "body": "Refund sent."}
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[ScriptedToolCall(id="call_a", name="send_reply", arguments=reply)]
+                ),
+                ScriptTurn(text="done"),
+            ],
+        )
+    )
+    env = process_env(
+        TEMPORAL_ADDRESS=client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
+    )
+    # The write commits but its answer is lost, and the lookup cannot say: an operator must.
+    example_service.inject_fault("support.reply", "commit_then_drop")
+    example_service.inject_fault("support.operation", "unavailable", count=10)
+    started = await agentloop(
+        "run",
+        "Answer T-1001",
+        "--model",
+        run_id,
+        "--tool",
+        "send_reply",
+        "--scope",
+        "tickets:write",
+        "--id",
+        run_id,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert started.returncode == 0, started.explain()
+    handle = client.get_workflow_handle(run_id, result_type=AgentRunResult)
+    await wait_for_phase(handle, "awaiting_approval")
+
+    refused = await agentloop(
+        "approve",
+        run_id,
+        "call_a",
+        "--approver",
+        "ops",
+        "--digest",
+        "sha256:stale",
+        env=env,
+        cwd=tmp_path,
+    )
+    assert refused.returncode == 1 and "stale" in refused.stderr, refused.explain()
+    approved = await agentloop(
+        "approve", run_id, "call_a", "--approver", "ops", env=env, cwd=tmp_path
+    )
+    assert approved.returncode == 0, approved.explain()
+    assert "send_reply" in approved.stdout and "dana@example.com" in approved.stdout
+    assert "approved: call_a" in approved.stdout
+
+    await wait_for_phase(handle, "awaiting_reconciliation")
+    resolved = await agentloop(
+        "resolve",
+        run_id,
+        "call_a",
+        "--outcome",
+        "applied",
+        "--operator",
+        "ops",
+        "--note",
+        "seen in the desk",
+        env=env,
+        cwd=tmp_path,
+    )
+    assert resolved.returncode == 0, resolved.explain()
+    result = await asyncio.wait_for(handle.result(), 20)
+    assert result.status == "completed", result.stop_reason
+    assert {c.call_id: c.status for c in result.calls} == {"call_a": "confirmed_after_query"}
+    assert example_service.records()["replies"] == 1
+    assert example_service.stats()["counts"]["support.reply"] == 1
 
 
 # --- errors are messages ---------------------------------------------------------------
