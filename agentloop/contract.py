@@ -87,6 +87,9 @@ class AgentRunInput(_Strict):
     reconciliation_timeout_seconds: float = Field(default=86400, gt=0)
     """How long a write whose outcome stayed unknown waits for a `resolve` signal before the
     run stops `unresolved`."""
+    continue_as_new_after_events: int | None = Field(default=None, ge=20)
+    """Continue as new once a run's history holds this many events (besides whenever
+    Temporal suggests it); the run state and transcript head carry over."""
     output_schema: dict[str, Any] | None = None
     completion_check: str | None = None
     continue_from: str | None = None

@@ -77,16 +77,23 @@ class AgentRun:
         self._early_decisions: list[ApprovalDecision] = []
 
     @workflow.run
-    async def run(self, raw_input: Any) -> AgentRunResult:
+    async def run(self, raw_input: Any, carried: LoopState | None = None) -> AgentRunResult:
+        """`carried` is the run state handed over by `continue_as_new` (None on a fresh start)."""
         run_input = parse_input(raw_input)
-        specs = await _describe_tools(run_input.tools)
-        state = self._state = LoopState.start(
-            run_input, specs, workflow.now(), workflow.info().workflow_id
-        )
-        state.cancel_reason = self._cancel_reason
+        if carried is None:
+            specs = await _describe_tools(run_input.tools)
+            state = LoopState.start(run_input, specs, workflow.now(), workflow.info().workflow_id)
+        else:
+            state = carried
+        state.run_chain.append(workflow.info().run_id)
+        self._state = state
+        state.cancel_reason = state.cancel_reason or self._cancel_reason
         for decision in self._early_decisions:
             loop.record_decision(state, decision, workflow.now())
         while True:
+            if _time_to_continue_as_new(state):
+                # A safe point: nothing is in flight, and everything is in `state`.
+                workflow.continue_as_new(args=[raw_input, state])
             step = loop.decide(state, workflow.now())
             match step:
                 case CallModel():
@@ -148,7 +155,7 @@ class AgentRun:
             ),
             calls=list(state.calls.values()),
             refused_decisions=state.refused_decisions,
-            run_chain=[workflow.info().run_id],
+            run_chain=state.run_chain,
             stop_reason=state.stop_reason,
         )
 
@@ -337,6 +344,15 @@ class AgentRun:
             pending=loop.pending_at_stop(state),
             transcript_head=state.head,
         )
+
+
+def _time_to_continue_as_new(state: LoopState) -> bool:
+    """When Temporal suggests it, or past the run's own event count: history stays small."""
+    info = workflow.info()
+    every = state.run_input.continue_as_new_after_events
+    return info.is_continue_as_new_suggested() or (
+        every is not None and info.get_current_history_length() >= every
+    )
 
 
 def parse_input(raw_input: Any) -> AgentRunInput:

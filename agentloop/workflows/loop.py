@@ -121,6 +121,8 @@ class LoopState(BaseModel):
     """Approval decisions that changed nothing, and why (shown in `status`)."""
     rejected_actions: list[str] = Field(default_factory=list)
     """Digests of (action, arguments) an approver rejected: never run in this run."""
+    run_chain: list[str] = Field(default_factory=list)
+    """The Temporal run ids this run went through (one more per continue-as-new)."""
     paused_seconds: float = 0.0
     """Time spent waiting for humans; the run's deadline does not count it."""
     output_corrections: int = 0
