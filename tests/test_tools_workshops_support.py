@@ -278,9 +278,15 @@ async def test_failure_before_commit_is_transient_and_not_applied(
     assert alice_seats(svc) == 0
 
 
-async def test_lookup_that_cannot_answer_is_unknown(ctx: MakeContext, svc: ExampleService) -> None:
+async def test_a_lookup_that_cannot_answer_is_retryable_never_absent(
+    ctx: MakeContext, svc: ExampleService
+) -> None:
     svc.inject_fault("workshops.operation", "unavailable")
-    assert await outcome("reserve_seat", ctx()) == Outcome(state="unknown")
+    with pytest.raises(ToolError) as caught:
+        await outcome("reserve_seat", ctx())
+    assert (caught.value.error_class, caught.value.retryable) == ("transient", True)
+    # The next attempt of the lookup activity gets the real answer.
+    assert await outcome("reserve_seat", ctx()) == Outcome(state="not_applied")
 
 
 async def test_unreachable_service(session: aiohttp.ClientSession, tmp_path: Path) -> None:
@@ -291,8 +297,11 @@ async def test_unreachable_service(session: aiohttp.ClientSession, tmp_path: Pat
     with pytest.raises(ToolError) as caught:
         await run("reserve_seat", RESERVE_ALICE, call)
     assert (type(caught.value), caught.value.error_class) == (ToolError, "transient")
-    # But the question "did it happen?" has no answer from a service that is down.
-    assert await outcome("reserve_seat", call) == Outcome(state="unknown")
+    # But the question "did it happen?" has no answer from a service that is down: the lookup
+    # fails (retryably) rather than saying "absent".
+    with pytest.raises(ToolError) as lookup_failed:
+        await outcome("reserve_seat", call)
+    assert lookup_failed.value.retryable
 
 
 async def test_a_write_without_idempotency_key_is_never_sent(

@@ -61,7 +61,11 @@ class ToolActivities:
         tool = self._registry.get(request.tool)
         if tool.lookup_outcome is None:
             return Outcome(state="unknown", record=f"{request.tool} has no outcome lookup")
-        return await tool.lookup_outcome(request.idempotency_key, self._context(request))
+        try:
+            return await tool.lookup_outcome(request.idempotency_key, self._context(request))
+        except ToolError as exc:
+            # Retried by LOOKUP_RETRY; when attempts run out the runner records `unknown`.
+            raise ApplicationError(str(exc), type=f"Tool:{exc.error_class}") from exc
 
     @activity.defn(name="run_tool")
     async def run_tool(self, request: RunToolInput) -> ToolResult:

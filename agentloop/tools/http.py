@@ -127,12 +127,15 @@ async def lookup_operation(client: ServiceClient, path: str) -> Outcome:
     """What the example service recorded under an idempotency key (`GET .../operations/{key}`).
 
     `not_applied` only when the service says so (404: no operation ever committed under the key,
-    or a recorded refusal, which a retry with the same key would get again); `unknown` whenever
-    the question itself failed, so the runner never concludes "absent" from an outage."""
+    or a recorded refusal, which a retry with the same key would get again). A question that
+    itself failed raises a retryable `ToolError`: the lookup activity is retried, and once its
+    attempts are used up the runner records `unknown` (never "absent" from an outage)."""
     try:
         answer = await client.get_json_or_none(path)
-    except ToolError:
-        return Outcome(state="unknown")
+    except ToolError as exc:
+        raise ToolError(
+            f"outcome lookup failed: {exc}", error_class="transient", retryable=True
+        ) from exc
     if answer is None:
         return Outcome(state="not_applied")
     state = answer.get("state") if isinstance(answer, dict) else None

@@ -1,0 +1,535 @@
+"""A worker process killed with SIGKILL in every phase of a run, and the Temporal dev server
+itself restarted: the run finishes on a new process, and each approved write has exactly one
+effect in the system of record.
+
+Each test runs its worker as a separate OS process (own task queue, own transcript store), so
+the kill is the real thing: no cleanup, no goodbye to the server. The server notices a lost
+activity through its heartbeat timeout (5 s for tools, 10 s for model calls) and a lost sticky
+workflow task after about 10 s, so each test takes 10-25 s. Every wait is bounded and waits on
+something observable (the `status` query, the provider's request log, the service's stats).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+
+from agentloop.config import Settings
+from agentloop.contract import (
+    AgentRunInput,
+    AgentRunResult,
+    ApprovalDecision,
+    CallRecord,
+    Principal,
+    ResolveRequest,
+    RunStatusView,
+)
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.demo.services import ExampleService
+from agentloop.devstack import FAST_DEV_SERVER, free_port, temporal_binary
+from tests.support import start_run, wait_for_phase, wait_until, worker_env, worker_process
+
+pytestmark = pytest.mark.integration
+
+ALL_SCOPES = ["workshops:read", "workshops:write", "tickets:read", "tickets:write"]
+RESERVE = {"workshop_id": "ws-101", "participant_id": "p-carol"}
+REPLY = {"ticket_id": "T-1001", "recipient": "dana@example.com", "body": "Refund issued."}
+RESULT_SECONDS = 60
+"""Bound on a run's end once the second worker is up (heartbeat + sticky timeouts included)."""
+SLOW_HTTP = 30.0
+"""The tool HTTP timeout of workers that must still be waiting when they are killed."""
+
+
+@pytest.fixture(autouse=True)
+async def clean_fakes(
+    scripted_provider: ScriptedProvider, example_service: ExampleService
+) -> AsyncIterator[None]:
+    scripted_provider.reset()
+    example_service.reset()
+    yield
+    example_service.set_delay(None, 0)
+    assert scripted_provider.violations == []
+
+
+def make_env(
+    client: Client, worker_settings: Settings, tmp_path: Path, **updates: Any
+) -> tuple[Settings, dict[str, str]]:
+    """Settings and environment of this test's worker processes: their own task queue and
+    store file, shared by the killed worker and the one that finishes the run."""
+    settings = worker_settings.model_copy(
+        update={"task_queue": f"crash-{uuid.uuid4().hex[:8]}", **updates}
+    )
+    return settings, worker_env(client, settings, tmp_path / "store.db")
+
+
+async def kill(process: asyncio.subprocess.Process) -> None:
+    process.send_signal(signal.SIGKILL)
+    await process.wait()
+    assert process.returncode == -signal.SIGKILL
+
+
+def call(call_id: str, name: str, arguments: dict[str, Any]) -> ScriptedToolCall:
+    return ScriptedToolCall(id=call_id, name=name, arguments=arguments)
+
+
+def run_input(model: str, tools: list[str], **overrides: Any) -> AgentRunInput:
+    return AgentRunInput.model_validate(
+        {
+            "task": "Do the thing, once.",
+            "provider": "openai-chat",
+            "model": model,
+            "tools": tools,
+            "principal": Principal(subject="p-alice", scopes=ALL_SCOPES),
+            **overrides,
+        }
+    )
+
+
+def reserve_script(
+    name: str, expect: str, *, final_delay_ms: int = 0, with_read: bool = False
+) -> Script:
+    """Turn 1: (optionally check ws-101, then) reserve a seat; turn 2: a final text."""
+    calls = [call("call_reserve", "reserve_seat", RESERVE)]
+    expected = {"call_reserve": expect}
+    if with_read:
+        calls.insert(0, call("call_check", "check_workshop", {"workshop_id": "ws-101"}))
+        expected["call_check"] = "Intro to Temporal"
+    return Script(
+        name=name,
+        turns=[
+            ScriptTurn(tool_calls=calls, expect_tool_results=expected),
+            ScriptTurn(text="Booked.", delay_ms=final_delay_ms),
+        ],
+    )
+
+
+async def approve(
+    handle: WorkflowHandle[Any, AgentRunResult], call_id: str, approver: str, digest: str
+) -> None:
+    await handle.signal(
+        "approve",
+        ApprovalDecision(call_id=call_id, args_digest=digest, approved=True, approver=approver),
+    )
+
+
+async def approve_pending(
+    handle: WorkflowHandle[Any, AgentRunResult], call_id: str, approver: str = "workshop-lead"
+) -> None:
+    view = await wait_for_phase(handle, "awaiting_approval", seconds=RESULT_SECONDS)
+    [pending] = view.pending_approvals
+    assert pending["call_id"] == call_id
+    await approve(handle, call_id, approver, pending["args_digest"])
+
+
+async def result_of(handle: WorkflowHandle[Any, AgentRunResult]) -> AgentRunResult:
+    return await asyncio.wait_for(handle.result(), RESULT_SECONDS)
+
+
+def counts(example_service: ExampleService) -> dict[str, int]:
+    found: dict[str, int] = example_service.stats()["counts"]
+    return found
+
+
+def reservations(example_service: ExampleService) -> int:
+    return int(example_service.records()["reservations"])
+
+
+def by_id(calls: list[CallRecord]) -> dict[str, CallRecord]:
+    return {c.call_id: c for c in calls}
+
+
+def requests_to(example_service: ExampleService, endpoint: str) -> list[dict[str, Any]]:
+    return [r for r in example_service.stats()["requests"] if r["endpoint"] == endpoint]
+
+
+async def held_under(example_service: ExampleService, domain: str, key: str) -> Any:
+    """What the system of record holds under an idempotency key (read after the counts)."""
+    url = f"{example_service.base_url}/{domain}/operations/{quote(key, safe='')}"
+    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+        assert resp.status == 200, await resp.text()
+        return await resp.json()
+
+
+async def query_when_served(
+    handle: WorkflowHandle[Any, AgentRunResult],
+    predicate: Callable[[RunStatusView], bool],
+    what: str,
+    seconds: float = RESULT_SECONDS,
+) -> RunStatusView:
+    """Like `wait_for_status`, but a query the server cannot deliver yet (the workflow's
+    sticky worker is dead and the new one has not taken over) is asked again."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    last = "no answer"
+    while True:
+        try:
+            view: RunStatusView = await asyncio.wait_for(
+                handle.query("status", result_type=RunStatusView), timeout=15
+            )
+        except (RPCError, TimeoutError) as exc:
+            last = repr(exc)
+        else:
+            if predicate(view):
+                return view
+            last = view.phase
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; last: {last}")
+        await asyncio.sleep(0.1)
+
+
+# --- (a) during a model call ---------------------------------------------------------------
+
+
+async def test_killed_during_a_model_call_the_call_is_made_again_and_the_write_stays_single(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    settings, env = make_env(client, worker_settings, tmp_path)
+    # The model's answer after the write takes seconds: the worker dies while it waits.
+    scripted_provider.register(reserve_script(run_id, run_id, final_delay_ms=4_000))
+
+    def final_turn_requests() -> int:
+        return sum(1 for r in scripted_provider.requests if r["turn"] == 1)
+
+    async with worker_process(env) as first:
+        handle = await start_run(client, settings, run_id, run_input(run_id, ["reserve_seat"]))
+        await approve_pending(handle, "call_reserve")
+        await wait_until(lambda: final_turn_requests() == 1, "the second model call", 30)
+        await kill(first)
+    assert reservations(example_service) == 1
+    async with worker_process(env):
+        result = await result_of(handle)
+
+    assert result.status == "completed", result.stop_reason
+    assert result.output == "Booked."
+    assert final_turn_requests() == 2  # the lost model call was made again, once
+    assert result.usage.model_calls == 2  # one budgeted call, whatever its attempts
+    assert by_id(result.calls)["call_reserve"].status == "succeeded"
+    assert reservations(example_service) == 1
+    assert counts(example_service)["workshops.reserve"] == 1
+
+
+# --- (b) during a read ---------------------------------------------------------------------
+
+
+async def test_killed_during_a_read_the_read_runs_again_and_the_write_runs_once(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    settings, env = make_env(client, worker_settings, tmp_path, tool_http_timeout_seconds=SLOW_HTTP)
+    scripted_provider.register(reserve_script(run_id, run_id, with_read=True))
+    example_service.set_delay("workshops.get", 20_000)
+    tools = ["check_workshop", "reserve_seat"]
+
+    async with worker_process(env) as first:
+        handle = await start_run(client, settings, run_id, run_input(run_id, tools))
+        await wait_until(
+            lambda: counts(example_service)["workshops.get"] == 1, "the read to reach the service"
+        )
+        await kill(first)
+    example_service.set_delay("workshops.get", 0)
+    async with worker_process(env):
+        await approve_pending(handle, "call_reserve")
+        result = await result_of(handle)
+
+    assert result.status == "completed", result.stop_reason
+    calls = by_id(result.calls)
+    assert (calls["call_check"].status, calls["call_reserve"].status) == ("succeeded", "succeeded")
+    found = counts(example_service)
+    assert found["workshops.get"] == 2  # the lost read ran again, once
+    assert [r["status"] for r in requests_to(example_service, "workshops.get")] == [None, 200]
+    assert found["workshops.reserve"] == 1
+    assert reservations(example_service) == 1
+
+
+# --- (c) during a write, before its commit -------------------------------------------------
+
+
+async def test_killed_while_a_write_is_held_before_its_commit_it_is_sent_again_same_key(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    settings, env = make_env(client, worker_settings, tmp_path, tool_http_timeout_seconds=SLOW_HTTP)
+    key = f"{run_id}/call_reserve"
+    scripted_provider.register(reserve_script(run_id, key))
+    # The delay knob holds the request before the handler runs: nothing is committed yet.
+    example_service.set_delay("workshops.reserve", 30_000)
+
+    async with worker_process(env) as first:
+        handle = await start_run(client, settings, run_id, run_input(run_id, ["reserve_seat"]))
+        await approve_pending(handle, "call_reserve")
+        await wait_until(
+            lambda: counts(example_service)["workshops.reserve"] == 1,
+            "the write to reach the service",
+        )
+        await kill(first)
+    # The service cancels the abandoned request: it is logged without an answer, no record.
+    await wait_until(
+        lambda: requests_to(example_service, "workshops.reserve")[0]["finished_seq"] is not None,
+        "the service to drop the abandoned write",
+        10,
+    )
+    assert requests_to(example_service, "workshops.reserve")[0]["status"] is None
+    assert reservations(example_service) == 0
+    example_service.set_delay("workshops.reserve", 0)
+
+    async with worker_process(env):
+        result = await result_of(handle)
+
+    assert result.status == "completed", result.stop_reason
+    # The lost attempt timed out (heartbeat): outcome unknown -> lookup says absent -> the
+    # write is sent again with the same key.
+    reserve = by_id(result.calls)["call_reserve"]
+    assert (reserve.status, reserve.attempts, reserve.idempotency_key) == ("succeeded", 2, key)
+    found = counts(example_service)
+    assert found["workshops.reserve"] == 2
+    assert found["workshops.operation"] == 1
+    assert [r["status"] for r in requests_to(example_service, "workshops.operation")] == [404]
+    assert reservations(example_service) == 1
+    held = await held_under(example_service, "workshops", key)
+    assert (held["state"], held["record"]["operation_id"]) == ("applied", key)
+
+
+# --- (d) after the commit, before the activity completes -----------------------------------
+
+
+async def test_killed_after_the_commit_the_new_worker_finds_it_and_does_not_resend(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    settings, env = make_env(client, worker_settings, tmp_path, tool_http_timeout_seconds=SLOW_HTTP)
+    key = f"{run_id}/call_reserve"
+    scripted_provider.register(reserve_script(run_id, key))
+    example_service.inject_fault("workshops.reserve", "commit_then_hang", hang_ms=120_000)
+
+    async with worker_process(env) as first:
+        handle = await start_run(client, settings, run_id, run_input(run_id, ["reserve_seat"]))
+        await approve_pending(handle, "call_reserve")
+        await wait_until(lambda: reservations(example_service) == 1, "the write to commit")
+        await kill(first)
+    async with worker_process(env):
+        result = await result_of(handle)
+
+    assert result.status == "completed", result.stop_reason
+    reserve = by_id(result.calls)["call_reserve"]
+    assert (reserve.status, reserve.attempts) == ("confirmed_after_query", 1)
+    [effect] = result.side_effects
+    assert (effect["call_id"], effect["status"]) == ("call_reserve", "confirmed_after_query")
+    found = counts(example_service)
+    assert found["workshops.reserve"] == 1
+    assert found["workshops.operation"] == 1
+    assert reservations(example_service) == 1
+
+
+# --- (e) while awaiting approval (send_reply) ----------------------------------------------
+
+
+async def test_killed_while_a_reply_awaits_approval_the_approved_reply_is_sent_once(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    settings, env = make_env(client, worker_settings, tmp_path)
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[call("call_reply", "send_reply", REPLY)],
+                    expect_tool_results={"call_reply": "dana@example.com"},
+                ),
+                ScriptTurn(text="Replied."),
+            ],
+        )
+    )
+    async with worker_process(env) as first:
+        handle = await start_run(
+            client, settings, run_id, run_input(run_id, ["send_reply"], provider="anthropic")
+        )
+        view = await wait_for_phase(handle, "awaiting_approval")
+        await kill(first)
+    assert example_service.records()["replies"] == 0
+    # No worker is polling: the signal waits in history for the next one.
+    await approve(handle, "call_reply", "support-lead", view.pending_approvals[0]["args_digest"])
+    async with worker_process(env):
+        result = await result_of(handle)
+
+    assert result.status == "completed", result.stop_reason
+    assert by_id(result.calls)["call_reply"].status == "succeeded"
+    assert example_service.records()["replies"] == 1
+    assert counts(example_service)["support.reply"] == 1
+
+
+# --- (f) while awaiting reconciliation -----------------------------------------------------
+
+
+async def test_killed_while_awaiting_reconciliation_the_resolution_lands_on_the_new_worker(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    settings, env = make_env(client, worker_settings, tmp_path)
+    key = f"{run_id}/call_reserve"
+    scripted_provider.register(reserve_script(run_id, "ops says applied"))
+    example_service.inject_fault("workshops.reserve", "commit_then_drop")
+    example_service.inject_fault("workshops.operation", "unavailable", count=50)
+
+    async with worker_process(env) as first:
+        handle = await start_run(client, settings, run_id, run_input(run_id, ["reserve_seat"]))
+        await approve_pending(handle, "call_reserve")
+        await wait_for_phase(handle, "awaiting_reconciliation")
+        await kill(first)
+    async with worker_process(env):
+        # The new worker rebuilt the wait from history: the same call, the same key.
+        view = await query_when_served(
+            handle, lambda v: v.phase == "awaiting_reconciliation", "the rebuilt wait"
+        )
+        assert [(u["call_id"], u["idempotency_key"]) for u in view.unresolved] == [
+            ("call_reserve", key)
+        ]
+        await handle.signal(
+            "resolve", ResolveRequest(call_id="call_reserve", outcome="applied", operator="ops")
+        )
+        result = await result_of(handle)
+
+    assert result.status == "completed", result.stop_reason
+    assert by_id(result.calls)["call_reserve"].status == "confirmed_after_query"
+    assert reservations(example_service) == 1
+    assert counts(example_service)["workshops.reserve"] == 1  # never resent
+
+
+# --- the dev server itself restarted -------------------------------------------------------
+
+
+class DevServer:
+    """`temporal server start-dev` on a fixed port with a persistent database file."""
+
+    def __init__(self, port: int, db_file: Path) -> None:
+        self.port = port
+        self.db_file = db_file
+        self.process: asyncio.subprocess.Process | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self) -> Client:
+        self.process = await asyncio.create_subprocess_exec(
+            temporal_binary(),
+            "server",
+            "start-dev",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--headless",
+            "--log-level",
+            "error",
+            "--db-filename",
+            str(self.db_file),
+            *FAST_DEV_SERVER,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        return await self._connect()
+
+    async def _connect(self) -> Client:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while True:
+            assert self.process is not None
+            if self.process.returncode is not None:
+                raise AssertionError(f"temporal server exited with {self.process.returncode}")
+            try:
+                return await Client.connect(self.address, data_converter=pydantic_data_converter)
+            except RuntimeError:
+                if loop.time() > deadline:
+                    raise AssertionError("the Temporal dev server did not start in time") from None
+                await asyncio.sleep(0.2)
+
+    async def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None or process.returncode is not None:
+            return
+        process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), 10)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+@pytest.fixture
+async def dev_server(tmp_path: Path) -> AsyncIterator[DevServer]:
+    server = DevServer(free_port(), tmp_path / "temporal.db")
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+async def test_the_dev_server_restarted_mid_run_keeps_the_run_and_the_write_happens_once(
+    dev_server: DevServer,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    client = await dev_server.start()
+    settings, env = make_env(client, worker_settings, tmp_path)
+    scripted_provider.register(reserve_script(run_id, run_id))
+
+    async with worker_process(env) as worker:
+        handle = await start_run(client, settings, run_id, run_input(run_id, ["reserve_seat"]))
+        view = await wait_for_phase(handle, "awaiting_approval")
+        digest = view.pending_approvals[0]["args_digest"]
+
+        await dev_server.stop()
+        assert dev_server.db_file.exists()
+        fresh = await dev_server.start()  # same port, same database file
+        assert worker.returncode is None  # the worker rode out the outage
+
+        again = fresh.get_workflow_handle(run_id, result_type=AgentRunResult)
+        await approve(again, "call_reserve", "workshop-lead", digest)
+        result = await result_of(again)
+
+    assert result.status == "completed", result.stop_reason
+    assert by_id(result.calls)["call_reserve"].status == "succeeded"
+    assert reservations(example_service) == 1
+    assert counts(example_service)["workshops.reserve"] == 1
