@@ -1,34 +1,85 @@
-"""Content-addressed transcript store (DESIGN.md §2, "How the transcript travels")."""
+"""Content-addressed transcript and artifact store (DESIGN.md §2, "How the transcript travels").
+
+`open_store(url)` picks the backend: SQLite (embedded default, one worker machine) or
+PostgreSQL (several workers). Both implement `Store` and pass the same contract tests.
+"""
 
 from __future__ import annotations
 
 from agentloop.events import Event
-from agentloop.store.base import Store, StoreError
+from agentloop.store.artifacts import artifact_key, load_artifact_text, read_artifact_text
+from agentloop.store.base import Store, StoreError, StoreUnavailable, mask_url, order_chain
 from agentloop.store.sqlite import SqliteStore
 from agentloop.store.transcript import ROOT, parse_node
 
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
 
 def open_store(url: str) -> Store:
-    """`sqlite:///relative/path.db`, `sqlite:////abs/path.db` or a bare file path."""
+    """The store at `url`; nothing connects before the first call.
+
+    - `sqlite:///relative/path.db`, `sqlite:////abs/path.db`, or a bare file path: SQLite;
+    - `postgresql://user:password@host:port/db` (or `postgres://`), any libpq URL parameters
+      included (e.g. `?options=-csearch_path%3Dmyschema`): PostgreSQL.
+    """
     if url.startswith("sqlite:///"):
         return SqliteStore(url.removeprefix("sqlite:///"))
-    if "://" in url:
-        raise StoreError(f"unsupported store URL {url!r}: use sqlite:///PATH")
+    if url.startswith(_POSTGRES_SCHEMES):
+        from agentloop.store.postgres import PostgresStore  # psycopg only when asked for
+
+        return PostgresStore(url)
+    if "://" in url or not url:
+        raise StoreError(
+            f"unsupported store URL {mask_url(url)!r}: use sqlite:///PATH, a file path,"
+            " or postgresql://USER@HOST:PORT/DB"
+        )
     return SqliteStore(url)
 
 
 async def load_transcript(store: Store, head: str) -> list[Event]:
-    """Walk the chain from `head` back to the root; oldest event first."""
+    """The events of the chain ending at `head`, oldest first; `StoreError` if a node is
+    missing or the chain does not link up."""
+    if head == ROOT:
+        return []
+    load_chain = getattr(store, "load_chain", None)  # a duck-typed store may lack the fast path
+    chain = await load_chain(head) if load_chain is not None else await _walk_chain(store, head)
     events: list[Event] = []
-    key = head
-    while key != ROOT:
-        text = await store.get_node(key)
-        if text is None:
-            raise StoreError(f"transcript node {key} is missing from the store")
-        event, key = parse_node(text)
+    expected_parent = ROOT
+    for key, text in chain:
+        event, parent = parse_node(text)
+        if parent != expected_parent:
+            raise StoreError(f"transcript node {key} does not follow {expected_parent or 'ROOT'}")
         events.append(event)
-    events.reverse()
+        expected_parent = key
+    if expected_parent != head:
+        raise StoreError(f"the store's chain does not end at {head}")
     return events
 
 
-__all__ = ["ROOT", "SqliteStore", "Store", "StoreError", "load_transcript", "open_store"]
+async def _walk_chain(store: Store, head: str) -> list[tuple[str, str]]:
+    """`load_chain` one node at a time, for a store without the one-query path."""
+    rows: list[tuple[str, str | None, str]] = []
+    key, seen = head, set[str]()
+    while key != ROOT and key not in seen:
+        seen.add(key)
+        text = await store.get_node(key)
+        if text is None:
+            break  # order_chain names the missing node
+        _, parent = parse_node(text)
+        rows.append((key, parent or None, text))
+        key = parent
+    return order_chain(head, rows)
+
+
+__all__ = [
+    "ROOT",
+    "SqliteStore",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "artifact_key",
+    "load_artifact_text",
+    "load_transcript",
+    "open_store",
+    "read_artifact_text",
+]
