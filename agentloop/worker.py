@@ -17,7 +17,7 @@ from agentloop.activities.model import ModelActivities
 from agentloop.activities.tools import ToolActivities
 from agentloop.adapters import AdapterFactory
 from agentloop.config import Settings
-from agentloop.store import open_store
+from agentloop.store import Store, open_store
 from agentloop.tools.http import ServiceClient
 from agentloop.tools.registry import default_registry
 from agentloop.workflows.agent_run import AgentRun
@@ -36,6 +36,8 @@ class ToolServices:
     """What example tools reach: the example service standing in for systems of record."""
 
     example: ServiceClient
+    store: Store
+    """Where `read_artifact` finds large tool outputs."""
 
 
 @asynccontextmanager
@@ -44,7 +46,9 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
     store = open_store(settings.store_url)
     timeout = aiohttp.ClientTimeout(total=settings.tool_http_timeout_seconds)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        services = ToolServices(example=ServiceClient(settings.example_service_url, session))
+        services = ToolServices(
+            example=ServiceClient(settings.example_service_url, session), store=store
+        )
         model = ModelActivities(store, AdapterFactory(settings.provider_endpoints()))
         tools = ToolActivities(default_registry(), services)
         worker = Worker(

@@ -81,13 +81,37 @@ class ToolActivities:
                 # Raised so Temporal retries it (reads only; writes get one attempt).
                 raise ApplicationError(str(exc), type=f"Tool:{exc.error_class}") from exc
             return _failure(request, tool.spec, exc.error_class, str(exc))
+        content, artifact = await self._bounded(request, _to_text(value), tool.spec)
         return ToolResult(
             call_id=request.call_id,
             tool=request.tool,
             status="succeeded",
-            content=bounded(_to_text(value), tool.spec.max_result_chars),
+            content=content,
+            artifact_ref=artifact,
             side_effect=tool.spec.effect == "write",
         )
+
+    async def _bounded(
+        self, request: RunToolInput, text: str, spec: ToolSpec
+    ) -> tuple[str, str | None]:
+        """Output over the tool's cap goes to the store whole; the model sees a preview, the
+        size and the reference to page through with `read_artifact`."""
+        if len(text) <= spec.max_result_chars:
+            return text, None
+        ref = await self._services.store.put_artifact(text.encode("utf-8"), "text/plain")
+        frame = {
+            "truncated": True,
+            "source": {"tool": request.tool, "call_id": request.call_id},
+            "total_chars": len(text),
+            "artifact": ref,
+            "read_more": f'read_artifact(ref="{ref}", offset=<n>, limit=<up to 4000>)',
+        }
+        room = spec.max_result_chars - len(json.dumps(frame)) - 20
+        while True:  # escaping can lengthen the preview: shrink until the frame fits
+            framed = json.dumps({**frame, "preview": text[: max(0, room)]}, ensure_ascii=False)
+            if len(framed) <= spec.max_result_chars or room <= 0:
+                return framed, ref
+            room -= len(framed) - spec.max_result_chars
 
 
 def _unknown(request: RunToolInput, message: str) -> ToolResult:

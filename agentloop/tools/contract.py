@@ -16,6 +16,9 @@ Effect = Literal["read", "write"]
 
 DEFAULT_MAX_RESULT_CHARS = 8_000
 
+BUILTIN_TOOLS = ("read_artifact",)
+"""Tools every run may call without naming them in its `tools`."""
+
 
 class ToolSpec(BaseModel):
     """Everything the runner and the model need to know about a tool."""

@@ -41,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from agentloop.events import ToolCall, ToolResult
     from agentloop.policies import budgets
     from agentloop.store.transcript import append
-    from agentloop.tools.contract import Outcome, ToolSpec
+    from agentloop.tools.contract import BUILTIN_TOOLS, Outcome, ToolSpec
     from agentloop.workflows import loop
     from agentloop.workflows.loop import (
         AwaitApproval,
@@ -81,8 +81,12 @@ class AgentRun:
         """`carried` is the run state handed over by `continue_as_new` (None on a fresh start)."""
         run_input = parse_input(raw_input)
         if carried is None:
-            specs = await _describe_tools(run_input.tools)
-            state = LoopState.start(run_input, specs, workflow.now(), workflow.info().workflow_id)
+            # Runs started before the built-in tools existed replay without them.
+            builtins = list(BUILTIN_TOOLS) if workflow.patched("builtin-tools") else []
+            specs = await _describe_tools(list(dict.fromkeys([*run_input.tools, *builtins])))
+            state = LoopState.start(
+                run_input, specs, workflow.now(), workflow.info().workflow_id, builtins
+            )
         else:
             state = carried
         state.run_chain.append(workflow.info().run_id)

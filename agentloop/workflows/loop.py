@@ -38,9 +38,9 @@ from agentloop.events import (
 )
 from agentloop.policies import approval, authorization, budgets
 from agentloop.policies.approval import PendingApproval
-from agentloop.policies.validation import Allowed, schema_problems, validate_call
+from agentloop.policies.validation import Allowed, Refused, schema_problems, validate_call
 from agentloop.store.transcript import ROOT
-from agentloop.tools.contract import Outcome, ToolSpec
+from agentloop.tools.contract import BUILTIN_TOOLS, Outcome, ToolSpec
 
 MAX_REFUSED_CALLS = 8
 """Calls refused before running (unknown tool, bad arguments, failed precondition, a rejected
@@ -104,6 +104,8 @@ class LoopState(BaseModel):
     """Stable across retries, restarts and continue-as-new: write idempotency keys derive
     from it and the call id."""
     tools: dict[str, ToolSpec] = Field(default_factory=dict)
+    builtin_tools: list[str] = Field(default_factory=list)
+    """Tools this run may call without naming them (`read_artifact`)."""
     started_at: datetime
     phase: Phase = "calling_model"
     turn: int = 0
@@ -119,6 +121,9 @@ class LoopState(BaseModel):
     """The tool calls of `last_output` on their way through the pipeline."""
     refused_decisions: list[dict[str, Any]] = Field(default_factory=list)
     """Approval decisions that changed nothing, and why (shown in `status`)."""
+    artifacts: list[str] = Field(default_factory=list)
+    """References of the artifacts this run's tool results were cut into (`read_artifact`
+    reads only these)."""
     rejected_actions: list[str] = Field(default_factory=list)
     """Digests of (action, arguments) an approver rejected: never run in this run."""
     run_chain: list[str] = Field(default_factory=list)
@@ -135,7 +140,12 @@ class LoopState(BaseModel):
 
     @classmethod
     def start(
-        cls, run_input: AgentRunInput, tools: list[ToolSpec], now: datetime, workflow_id: str = ""
+        cls,
+        run_input: AgentRunInput,
+        tools: list[ToolSpec],
+        now: datetime,
+        workflow_id: str = "",
+        builtin_tools: list[str] | None = None,
     ) -> LoopState:
         outbox: list[Event] = []
         if run_input.instructions:
@@ -145,6 +155,7 @@ class LoopState(BaseModel):
             run_input=run_input,
             workflow_id=workflow_id,
             tools={spec.name: spec for spec in tools},
+            builtin_tools=list(BUILTIN_TOOLS) if builtin_tools is None else builtin_tools,
             started_at=now,
             outbox=outbox,
         )
@@ -342,8 +353,11 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> Batch | 
     batch = Batch(order=ids)
     allowed: list[tuple[ToolCall, ToolSpec]] = []
     principal = state.run_input.principal
+    whitelist = {*state.run_input.tools, *state.builtin_tools}
     for call in output.tool_calls:
-        verdict = validate_call(call, state.tools, set(state.run_input.tools))
+        verdict = validate_call(call, state.tools, whitelist)
+        if isinstance(verdict, Allowed) and call.name == "read_artifact":
+            verdict = _own_artifact(state, call) or verdict
         if not isinstance(verdict, Allowed):
             batch.results[call.call_id] = refusal(call, verdict.error_class, verdict.message)
             continue
@@ -386,6 +400,14 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> Batch | 
 
 
 LIMIT_PREFIX = "limit: "
+
+
+def _own_artifact(state: LoopState, call: ToolCall) -> Refused | None:
+    """A run reads only the artifacts its own tool results were cut into."""
+    ref = call.arguments.get("ref")
+    if ref in state.artifacts:
+        return None
+    return Refused("invalid_arguments", f"no artifact {ref!r} belongs to this run")
 
 
 def _deny_all(batch: Batch, output: ModelOutput, denied_call: ToolCall, reason: str) -> Batch:
@@ -744,6 +766,8 @@ def _open(state: LoopState) -> Batch:
 
 def _settle(state: LoopState, batch: Batch, result: ToolResult) -> None:
     batch.results[result.call_id] = result
+    if result.artifact_ref and result.artifact_ref not in state.artifacts:
+        state.artifacts.append(result.artifact_ref)
     record = state.calls[result.call_id]
     record.status = result.status
     record.result_summary = result.content[:SUMMARY_CHARS]

@@ -52,6 +52,8 @@ def scenarios() -> dict[str, tuple[Script | None, dict[str, Any]]]:
         "travel_unstreamed": (None, {"model": "travel", "stream": False}),
         "travel_responses": (None, {"model": "travel", "provider": "openai-responses"}),
         "travel_anthropic": (None, {"model": "travel", "provider": "anthropic"}),
+        # Recorded after the `builtin-tools` patch: carries its marker.
+        "travel_builtin_tools": (None, {"model": "travel", "provider": "openai-responses"}),
         "invalid_calls": (invalid, {"model": invalid.name}),
         "limit_reached": (looping, {"model": looping.name, "limits": Limits(max_model_calls=2)}),
     }
