@@ -251,7 +251,7 @@ def test_a_call_id_reused_from_an_earlier_turn_is_a_protocol_failure() -> None:
 def test_refused_calls_are_capped_per_run() -> None:
     state = new_state(limits=Limits(max_model_calls=20))
     for i in range(loop.MAX_REFUSED_CALLS + 1):
-        model_turn(state, tool_output(call(f"c{i}", "no_such_tool")))
+        model_turn(state, tool_output(call(f"c{i}", f"no_such_tool_{i}")))
     step = loop.decide(state, T0)
     assert isinstance(step, Finish) and step.status == "failed"
     assert step.stop_reason.startswith("invalid_calls")

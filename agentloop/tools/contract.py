@@ -50,6 +50,9 @@ class ToolSpec(BaseModel):
     has_precondition: bool = False
     """A business check against the system of record runs (as an activity) before the call
     is offered for approval or run; a failure goes back to the model."""
+    poll_limit: int | None = None
+    """A tool meant to be polled (e.g. a job status) may repeat the same call with the same
+    answer this many times before the runner calls it a stall."""
     has_outcome_lookup: bool = False
     """Writes: the system of record can say, by idempotency key, whether the write happened."""
 

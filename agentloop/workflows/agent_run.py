@@ -87,6 +87,7 @@ class AgentRun:
             state = LoopState.start(
                 run_input, specs, workflow.now(), workflow.info().workflow_id, builtins
             )
+            state.features = [f for f in loop.FEATURES if workflow.patched(f)]
         else:
             state = carried
         state.run_chain.append(workflow.info().run_id)

@@ -36,11 +36,15 @@ from agentloop.events import (
     ToolResult,
     UserInput,
 )
-from agentloop.policies import approval, authorization, budgets
+from agentloop.policies import approval, authorization, budgets, progress
 from agentloop.policies.approval import PendingApproval
+from agentloop.policies.progress import TurnFingerprint
 from agentloop.policies.validation import Allowed, Refused, schema_problems, validate_call
 from agentloop.store.transcript import ROOT
 from agentloop.tools.contract import BUILTIN_TOOLS, Outcome, ToolSpec
+
+FEATURES = ("stall-detection",)
+"""Patch ids of behaviours that change what an existing run would do (see `features`)."""
 
 MAX_REFUSED_CALLS = 8
 """Calls refused before running (unknown tool, bad arguments, failed precondition, a rejected
@@ -106,6 +110,12 @@ class LoopState(BaseModel):
     tools: dict[str, ToolSpec] = Field(default_factory=dict)
     builtin_tools: list[str] = Field(default_factory=list)
     """Tools this run may call without naming them (`read_artifact`)."""
+    features: list[str] = Field(default_factory=lambda: list(FEATURES))
+    """Behaviours added after runs already existed, switched on per run (the shell asks
+    `workflow.patched` for each), so runs started before them replay unchanged."""
+    progress: list[TurnFingerprint] = Field(default_factory=list)
+    nudged: bool = False
+    stalled: str | None = None
     started_at: datetime
     phase: Phase = "calling_model"
     turn: int = 0
@@ -232,6 +242,8 @@ def decide(state: LoopState, now: datetime) -> NextStep:
         return Finish(*_failure_status(state))
     if state.limit is not None:
         return Finish("limit_reached", state.limit)
+    if state.stalled is not None:
+        return Finish("stalled", f"stalled: {state.stalled}")
     refused = refused_calls(state)
     if refused > MAX_REFUSED_CALLS:
         return Finish("failed", f"invalid_calls: {refused} tool calls refused before running")
@@ -783,5 +795,29 @@ def _close_if_answered(state: LoopState) -> None:
     ):
         return  # the run stops `rejected`; nothing more goes to the model
     state.outbox.extend(batch.results[call_id] for call_id in batch.order)
+    if "stall-detection" in state.features:
+        _check_progress(state, batch)
     state.batch = None
     state.last_output = None
+
+
+def _check_progress(state: LoopState, batch: Batch) -> None:
+    """One nudge the first time the loop repeats itself; the second time, the run stops."""
+    assert state.last_output is not None
+    state.progress.append(
+        progress.fingerprint(state.last_output.tool_calls, batch.results, state.tools)
+    )
+    repeating = progress.stall(state.progress, state.tools)
+    if repeating is None:
+        return
+    if state.nudged:
+        state.stalled = repeating
+        return
+    state.nudged = True
+    state.outbox.append(
+        StateUpdate(
+            kind="nudge",
+            text=f"No progress: {repeating}. Do not repeat it: change your approach, or give "
+            "your final answer with what you know.",
+        )
+    )

@@ -1,0 +1,71 @@
+"""Loop guardrails end to end: a stalling model is nudged once, then stopped."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from temporalio.client import Client
+
+from agentloop.config import Settings
+from agentloop.contract import AgentRunInput, Principal
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.demo.services import ExampleService
+from tests.support import start_run
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+async def clean_fakes(
+    scripted_provider: ScriptedProvider, example_service: ExampleService
+) -> AsyncIterator[None]:
+    scripted_provider.reset()
+    example_service.reset()
+    yield
+    assert scripted_provider.violations == []
+
+
+async def test_the_same_empty_search_is_nudged_once_then_stalled(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    search = {"query": "teleportation refunds"}
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(id=f"call_{i}", name="search_policy", arguments=search)
+                    ]
+                )
+                for i in range(5)
+            ],
+        )
+    )
+    run_input = AgentRunInput(
+        task="Find the policy on teleportation refunds.",
+        provider="anthropic",
+        model=run_id,
+        tools=["search_policy"],
+        principal=Principal(subject="agent", scopes=["tickets:read"]),
+    )
+    result = await (await start_run(client, worker, run_id, run_input)).result()
+
+    assert result.status == "stalled"
+    assert "search_policy" in result.stop_reason
+    assert result.usage.model_calls == 3 and result.usage.tool_calls == 3
+    assert example_service.stats()["counts"]["support.policies"] == 3
+    # The nudge reached the model once, after the first repeat, as a runner note.
+    texts = [
+        block.get("text", "")
+        for message in scripted_provider.requests[-1]["body"]["messages"]
+        if message["role"] == "user" and isinstance(message["content"], list)
+        for block in message["content"]
+    ]
+    nudges = [t for t in texts if t.startswith("[agentloop] No progress")]
+    assert len(nudges) == 1
