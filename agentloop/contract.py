@@ -85,6 +85,8 @@ class AgentRunInput(_Strict):
     stream: bool = True
     approval_timeout_seconds: float = Field(default=86400, gt=0)
     reconciliation_timeout_seconds: float = Field(default=86400, gt=0)
+    input_timeout_seconds: float = Field(default=86400, gt=0)
+    """How long a question the model asked (`ask_user`) waits for a `message`."""
     """How long a write whose outcome stayed unknown waits for a `resolve` signal before the
     run stops `unresolved`."""
     continue_as_new_after_events: int | None = Field(default=None, ge=20)
@@ -178,6 +180,14 @@ class ResolveRequest(_Strict):
     outcome: Literal["applied", "not_applied"]
     operator: str = Field(min_length=1)
     note: str = ""
+
+
+class UserMessage(_Strict):
+    """The `message` signal: answers the question a run is waiting on (`awaiting_input`), or
+    is a later message from the user, seen at the next model call."""
+
+    text: str = Field(min_length=1)
+    sender: str = Field(min_length=1)
 
 
 class ApprovalVerdict(BaseModel):

@@ -8,10 +8,10 @@ import pytest
 from temporalio.client import Client
 
 from agentloop.config import Settings
-from agentloop.contract import AgentRunInput, Principal
+from agentloop.contract import AgentRunInput, Principal, UserMessage
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
-from tests.support import start_run
+from tests.support import start_run, wait_for_phase
 
 pytestmark = pytest.mark.integration
 
@@ -69,3 +69,89 @@ async def test_the_same_empty_search_is_nudged_once_then_stalled(
     ]
     nudges = [t for t in texts if t.startswith("[agentloop] No progress")]
     assert len(nudges) == 1
+
+
+async def test_ask_user_pauses_for_input_and_the_message_continues_the_run(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(
+                            id="call_ask",
+                            name="ask_user",
+                            arguments={"question": "Which date do you travel?"},
+                        )
+                    ],
+                    expect_tool_results={"call_ask": "2026-12-01"},
+                ),
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(
+                            id="call_t",
+                            name="get_train_status",
+                            arguments={"train_number": "G1234", "date": "2026-12-01"},
+                        )
+                    ]
+                ),
+                ScriptTurn(text="G1234 is {{call_t.status}} on 2026-12-01."),
+            ],
+        )
+    )
+    run_input = AgentRunInput(
+        task="Is my train G1234 late?",
+        provider="openai-chat",
+        model=run_id,
+        tools=["get_train_status"],
+    )
+    handle = await start_run(client, worker, run_id, run_input)
+    view = await wait_for_phase(handle, "awaiting_input")
+    assert view.question == "Which date do you travel?"
+    assert view.usage.tool_calls == 0  # asking is not a tool execution
+
+    await handle.signal("message", UserMessage(text="On 2026-12-01.", sender="traveller"))
+    result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    assert {c.call_id: c.status for c in result.calls} == {
+        "call_ask": "succeeded",
+        "call_t": "succeeded",
+    }
+    assert result.usage.model_calls == 3 and result.usage.tool_calls == 1
+
+
+async def test_an_unanswered_question_stops_the_run_input_timeout(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(
+                            id="call_ask", name="ask_user", arguments={"question": "Which train?"}
+                        )
+                    ]
+                ),
+            ],
+        )
+    )
+    run_input = AgentRunInput(
+        task="Is my train late?",
+        provider="anthropic",
+        model=run_id,
+        tools=[],
+        input_timeout_seconds=1,
+    )
+    result = await (await start_run(client, worker, run_id, run_input)).result()
+    assert result.status == "input_timeout"
+    assert "call_ask" in result.stop_reason

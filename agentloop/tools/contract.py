@@ -16,7 +16,7 @@ Effect = Literal["read", "write"]
 
 DEFAULT_MAX_RESULT_CHARS = 8_000
 
-BUILTIN_TOOLS = ("read_artifact",)
+BUILTIN_TOOLS = ("read_artifact", "ask_user")
 """Tools every run may call without naming them in its `tools`."""
 
 

@@ -36,15 +36,17 @@ with workflow.unsafe.imports_passed_through():
         Phase,
         ResolveRequest,
         RunStatusView,
+        UserMessage,
         describe_validation_error,
     )
     from agentloop.events import ToolCall, ToolResult
     from agentloop.policies import budgets
     from agentloop.store.transcript import append
-    from agentloop.tools.contract import BUILTIN_TOOLS, Outcome, ToolSpec
+    from agentloop.tools.contract import Outcome, ToolSpec
     from agentloop.workflows import loop
     from agentloop.workflows.loop import (
         AwaitApproval,
+        AwaitInput,
         AwaitReconciliation,
         CallModel,
         CheckPreconditions,
@@ -63,6 +65,8 @@ MODEL_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=30),
     maximum_attempts=5,
 )
+BUILTIN_PATCHES = (("read_artifact", "builtin-tools"), ("ask_user", "ask-user"))
+"""Each built-in tool and the patch that introduced it: older runs replay without it."""
 PRECONDITION_RETRY = RetryPolicy(maximum_attempts=3)
 LOOKUP_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
 TOOL_HEARTBEAT = timedelta(seconds=5)
@@ -75,6 +79,7 @@ class AgentRun:
         self._state: LoopState | None = None
         self._cancel_reason: str | None = None
         self._early_decisions: list[ApprovalDecision] = []
+        self._early_messages: list[UserMessage] = []
 
     @workflow.run
     async def run(self, raw_input: Any, carried: LoopState | None = None) -> AgentRunResult:
@@ -82,7 +87,7 @@ class AgentRun:
         run_input = parse_input(raw_input)
         if carried is None:
             # Runs started before the built-in tools existed replay without them.
-            builtins = list(BUILTIN_TOOLS) if workflow.patched("builtin-tools") else []
+            builtins = [name for name, patch in BUILTIN_PATCHES if workflow.patched(patch)]
             specs = await _describe_tools(list(dict.fromkeys([*run_input.tools, *builtins])))
             state = LoopState.start(
                 run_input, specs, workflow.now(), workflow.info().workflow_id, builtins
@@ -95,6 +100,8 @@ class AgentRun:
         state.cancel_reason = state.cancel_reason or self._cancel_reason
         for decision in self._early_decisions:
             loop.record_decision(state, decision, workflow.now())
+        for message in self._early_messages:
+            loop.record_message(state, message)
         while True:
             if _time_to_continue_as_new(state):
                 # A safe point: nothing is in flight, and everything is in `state`.
@@ -109,6 +116,8 @@ class AgentRun:
                     await self._run_tools(state, step)
                 case AwaitApproval():
                     await self._await_humans(state, step, "awaiting_approval")
+                case AwaitInput():
+                    await self._await_humans(state, step, "awaiting_input")
                 case LookupOutcome():
                     await self._lookup_outcome(state, step)
                 case AwaitReconciliation():
@@ -139,6 +148,14 @@ class AgentRun:
         return loop.record_decision(self._state, decision, workflow.now())
 
     @workflow.signal
+    def message(self, message: UserMessage) -> None:
+        """The user's answer to the run's question, or a later message from them."""
+        if self._state is None:
+            self._early_messages.append(message)
+        else:
+            loop.record_message(self._state, message)
+
+    @workflow.signal
     def resolve(self, request: ResolveRequest) -> None:
         """An operator's word on a write whose outcome stayed unknown."""
         if self._state is not None:
@@ -153,6 +170,7 @@ class AgentRun:
             phase=state.phase,
             turn=state.turn,
             pending_approvals=loop.pending_approvals(state),
+            question=loop.question(state),
             unresolved=loop.unresolved(state),
             usage=state.usage,
             limits_left=budgets.limits_left(
@@ -250,7 +268,10 @@ class AgentRun:
         loop.record_tool_results(state, results)
 
     async def _await_humans(
-        self, state: LoopState, step: AwaitApproval | AwaitReconciliation, phase: Phase
+        self,
+        state: LoopState,
+        step: AwaitApproval | AwaitInput | AwaitReconciliation,
+        phase: Phase,
     ) -> None:
         """Wait for the decisions (or a cancel) until the step's deadline; the next `decide`
         sees what arrived. The wait does not count against the run's deadline."""

@@ -24,6 +24,7 @@ from agentloop.contract import (
     ResolveRequest,
     RunStatus,
     Usage,
+    UserMessage,
 )
 from agentloop.digests import args_digest
 from agentloop.events import (
@@ -89,6 +90,9 @@ class Batch(BaseModel):
     """Allowed writes not run yet, in the model's order."""
     approvals: dict[str, PendingApproval] = Field(default_factory=dict)
     decisions: dict[str, ApprovalDecision] = Field(default_factory=dict)
+    questions: list[str] = Field(default_factory=list)
+    """`ask_user` calls waiting for the user's `message`."""
+    asked_at: datetime | None = None
     unknown: list[str] = Field(default_factory=list)
     """Writes whose outcome is unknown: the system of record is asked before anything else."""
     reconciling: dict[str, Reconciliation] = Field(default_factory=dict)
@@ -204,6 +208,12 @@ class AwaitApproval:
 
 
 @dataclass(frozen=True)
+class AwaitInput:
+    call_ids: list[str]
+    deadline: datetime
+
+
+@dataclass(frozen=True)
 class LookupOutcome:
     """Ask the system of record, by idempotency key, whether an unknown write happened."""
 
@@ -230,6 +240,7 @@ NextStep = (
     | CheckPreconditions
     | RunTools
     | AwaitApproval
+    | AwaitInput
     | LookupOutcome
     | AwaitReconciliation
     | Finish
@@ -301,6 +312,12 @@ def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
         return CheckPreconditions(_with_specs(state, batch.unchecked))
     if batch.reads:
         return RunTools(_with_specs(state, batch.reads))
+    if batch.questions:
+        assert batch.asked_at is not None
+        deadline = batch.asked_at + _seconds(state.run_input.input_timeout_seconds)
+        if now >= deadline:
+            return Finish("input_timeout", f"input_timeout: no answer to {batch.questions}")
+        return AwaitInput(list(batch.questions), deadline)
     undecided = batch.undecided()
     if undecided:
         deadline = min(batch.approvals[c].requested_at for c in undecided) + _seconds(
@@ -386,6 +403,8 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> Batch | 
             )
             continue
         allowed.append((call, spec))
+    questions = [call for call, _ in allowed if call.name == "ask_user"]
+    allowed = [(call, spec) for call, spec in allowed if call.name != "ask_user"]
     blocked = budgets.tool_batch_blocked(
         state.run_input.limits,
         state.usage,
@@ -395,6 +414,8 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> Batch | 
     )
     if blocked:
         return f"{LIMIT_PREFIX}{blocked}"
+    batch.questions = [call.call_id for call in questions]
+    batch.asked_at = now if questions else None
     for call, spec in allowed:
         if spec.has_precondition:
             batch.unchecked.append(call.call_id)
@@ -760,9 +781,40 @@ def record_decision(state: LoopState, decision: ApprovalDecision, now: datetime)
 
 
 def awaiting_humans(state: LoopState) -> set[str]:
-    """Call ids waiting for an approval decision or an operator's resolution."""
+    """Call ids waiting for an approval decision, a user's answer or an operator's word."""
     batch = state.batch
-    return set() if batch is None else {*batch.undecided(), *batch.reconciling}
+    return set() if batch is None else {*batch.undecided(), *batch.questions, *batch.reconciling}
+
+
+def question(state: LoopState) -> str | None:
+    """The question the run is waiting on the user to answer, if any."""
+    batch = state.batch
+    if batch is None or not batch.questions:
+        return None
+    call = _with_specs(state, batch.questions[:1])[0][0]
+    return str(call.arguments.get("question", ""))
+
+
+def record_message(state: LoopState, message: UserMessage) -> None:
+    """A user's message answers the pending question, or waits for the next model call."""
+    batch = state.batch
+    if batch is None or not batch.questions:
+        state.outbox.append(UserInput(text=message.text, sender=message.sender))
+        return
+    call_id = batch.questions.pop(0)
+    call = _with_specs(state, [call_id])[0][0]
+    _settle(
+        state,
+        batch,
+        ToolResult(
+            call_id=call_id,
+            tool=call.name,
+            content=json.dumps(
+                {"answer": message.text, "from": message.sender}, ensure_ascii=False
+            ),
+        ),
+    )
+    _close_if_answered(state)
 
 
 def record_pause(state: LoopState, seconds: float) -> None:
