@@ -217,6 +217,7 @@ async def run(
         id=workflow_id,
         task_queue=settings.task_queue,
         result_type=AgentRunResult,
+        static_summary=run_input.summary(),
     )
     print(f"started {workflow_id}\n  {settings.run_url(workflow_id)}", flush=True)
     if not args.follow:

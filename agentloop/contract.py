@@ -96,6 +96,11 @@ class AgentRunInput(_Strict):
     completion_check: str | None = None
     continue_from: str | None = None
 
+    def summary(self) -> str:
+        """The run's one-line static summary in the Temporal UI."""
+        task = self.task if len(self.task) <= 120 else self.task[:117] + "..."
+        return f"{task} · {self.provider} {self.model}"
+
 
 class Usage(BaseModel):
     model_calls: int = 0

@@ -28,6 +28,7 @@ async def start_run(
         id=workflow_id,
         task_queue=settings.task_queue,
         result_type=AgentRunResult,
+        static_summary=run_input.summary() if isinstance(run_input, AgentRunInput) else None,
     )
 
 

@@ -3,12 +3,19 @@ provider (which checks call-id pairing on every request), example tools over HTT
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
+from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.query.v1 import WorkflowQuery
+from temporalio.api.workflowservice.v1 import (
+    GetWorkflowExecutionHistoryRequest,
+    QueryWorkflowRequest,
+)
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
@@ -445,3 +452,54 @@ async def test_status_query_reports_phase_usage_and_limits_left(
     assert result.status == "completed"
     final = await handle.query("status", result_type=RunStatusView)
     assert (final.phase, final.stop_reason) == ("finished", "final answer")
+
+
+async def test_the_temporal_ui_reads_well(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """A static summary on the run, current details while it waits, activity summaries."""
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        tool_call(
+                            "call_w",
+                            "send_reply",
+                            {"ticket_id": "T-1001", "recipient": "dana@example.com", "body": "hi"},
+                        )
+                    ]
+                ),
+            ],
+        )
+    )
+    run = run_input(
+        run_id, tools=["send_reply"], principal={"subject": "agent", "scopes": ["tickets:write"]}
+    )
+    handle = await start_run(client, worker, run_id, run)
+    await wait_for_phase(handle, "awaiting_approval")
+    description = await handle.describe()
+    assert await description.static_summary() == run.summary()
+    assert run.task[:40] in run.summary() and "openai-chat" in run.summary()
+    execution = WorkflowExecution(workflow_id=run_id)
+    history = await client.workflow_service.get_workflow_execution_history(
+        GetWorkflowExecutionHistoryRequest(namespace=client.namespace, execution=execution)
+    )
+    summaries = [
+        e.user_metadata.summary.data.decode()
+        for e in history.history.events
+        if e.HasField("user_metadata") and e.user_metadata.HasField("summary")
+    ]
+    assert any(f"openai-chat {run_id} · turn 1" in s for s in summaries), summaries
+    assert any(s.startswith("tools: send_reply") for s in summaries), summaries
+    metadata = await client.workflow_service.query_workflow(
+        QueryWorkflowRequest(
+            namespace=client.namespace,
+            execution=execution,
+            query=WorkflowQuery(query_type="__temporal_workflow_metadata"),
+        )
+    )
+    details = json.loads(metadata.query_result.payloads[0].data)["currentDetails"]
+    assert "**awaiting_approval**" in details and "send_reply (call_w)" in details
+    await handle.cancel()

@@ -52,19 +52,21 @@ async def run_demo(provider: Provider, keep_running: bool) -> int:
             source = "the real API" if real_model else "the scripted provider (offline)"
             print(f"model: {provider} {model}, from {source}")
             print(f"task:  {TASK}")
+            run_input = AgentRunInput(
+                task=TASK,
+                instructions="You are a travel assistant. Use the tools; answer briefly.",
+                provider=provider,
+                model=model,
+                tools=["get_train_status", "get_weather"],
+                principal=Principal(subject="demo-user"),
+            )
             handle = await stack.client.start_workflow(
                 WORKFLOW_NAME,
-                AgentRunInput(
-                    task=TASK,
-                    instructions="You are a travel assistant. Use the tools; answer briefly.",
-                    provider=provider,
-                    model=model,
-                    tools=["get_train_status", "get_weather"],
-                    principal=Principal(subject="demo-user"),
-                ),
+                run_input,
                 id=workflow_id,
                 task_queue=stack.settings.task_queue,
                 result_type=AgentRunResult,
+                static_summary=run_input.summary(),
             )
             print(f"run:   {stack.settings.run_url(workflow_id)}", flush=True)
             result = await handle.result()

@@ -107,6 +107,7 @@ class AgentRun:
                 # A safe point: nothing is in flight, and everything is in `state`.
                 workflow.continue_as_new(args=[raw_input, state])
             step = loop.decide(state, workflow.now())
+            workflow.set_current_details(loop.details(state, workflow.now()))
             match step:
                 case CallModel():
                     await self._call_model(state, step)
@@ -276,6 +277,7 @@ class AgentRun:
         """Wait for the decisions (or a cancel) until the step's deadline; the next `decide`
         sees what arrived. The wait does not count against the run's deadline."""
         state.phase = phase
+        workflow.set_current_details(loop.details(state, workflow.now()))
         waiting = set(step.call_ids)
         since = workflow.now()
         with contextlib.suppress(TimeoutError):

@@ -786,6 +786,25 @@ def awaiting_humans(state: LoopState) -> set[str]:
     return set() if batch is None else {*batch.undecided(), *batch.questions, *batch.reconciling}
 
 
+def details(state: LoopState, now: datetime) -> str:
+    """A line for the Temporal UI's "current details": where the run is and what it waits on."""
+    left = budgets.limits_left(state.run_input.limits, state.usage, state.active_since(), now)
+    parts = [
+        f"**{state.phase}** · turn {state.turn}",
+        f"calls left: model {left.model_calls}, tools {left.tool_calls}",
+    ]
+    waiting = [f"{a['tool']} ({a['call_id']})" for a in pending_approvals(state)]
+    if waiting:
+        parts.append("awaiting approval: " + ", ".join(waiting))
+    asked = question(state)
+    if asked:
+        parts.append(f"question: {asked}")
+    unsettled = [u["call_id"] for u in unresolved(state)]
+    if unsettled:
+        parts.append("unresolved writes: " + ", ".join(unsettled))
+    return "\n".join(parts)
+
+
 def question(state: LoopState) -> str | None:
     """The question the run is waiting on the user to answer, if any."""
     batch = state.batch
