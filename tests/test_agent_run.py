@@ -487,7 +487,7 @@ async def test_the_temporal_ui_reads_well(
         GetWorkflowExecutionHistoryRequest(namespace=client.namespace, execution=execution)
     )
     summaries = [
-        e.user_metadata.summary.data.decode()
+        json.loads(e.user_metadata.summary.data)
         for e in history.history.events
         if e.HasField("user_metadata") and e.user_metadata.HasField("summary")
     ]
