@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint unit dev clean
+.PHONY: demo test lint unit dev bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,11 +26,14 @@ dev: $(VENV)/.installed
 	$(VENV)/bin/agentloop dev
 
 lint: $(VENV)/.installed-dev
-	$(VENV)/bin/ruff check agentloop tests
+	$(VENV)/bin/ruff check agentloop tests bench
 	$(VENV)/bin/mypy
 
 test: lint
 	$(VENV)/bin/pytest
+
+bench: $(VENV)/.installed-dev
+	$(PY) -m bench.run
 
 unit: $(VENV)/.installed-dev
 	$(VENV)/bin/pytest -m "not integration"

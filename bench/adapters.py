@@ -1,0 +1,165 @@
+"""[4] Adapter CPU: `build_request` of each adapter on a 20-turn transcript (recorded from
+real scripted runs), against the official client's own per-request walk of the same body."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio.client import Client
+
+from agentloop.adapters import anthropic_messages, openai_chat, openai_responses
+from agentloop.adapters.base import ModelRequest, ModelSettings, ProviderName
+from agentloop.config import Settings
+from agentloop.demo.scripted_provider.server import ScriptedProvider
+from agentloop.events import Event, ModelOutput
+from agentloop.store import open_store
+from agentloop.tools.registry import default_registry
+from bench.longrun import play, transcript
+from bench.report import Figure, Section, ratio
+from bench.scripts import long_input, weather_script
+
+PROVIDERS: tuple[ProviderName, ...] = ("openai-chat", "openai-responses", "anthropic")
+BUILD: dict[ProviderName, Callable[[ModelRequest], dict[str, Any]]] = {
+    "openai-chat": openai_chat.build_request,
+    "openai-responses": openai_responses.build_request,
+    "anthropic": anthropic_messages.build_request,
+}
+REPEATS = 5
+Transform = Callable[[dict[str, Any]], Awaitable[object]]
+
+
+async def record_requests(
+    client: Client, settings: Settings, provider: ScriptedProvider, turns: int
+) -> dict[ProviderName, ModelRequest]:
+    """For each protocol, the request of the final model call of a `turns`-turn run."""
+    requests: dict[ProviderName, ModelRequest] = {}
+    store = open_store(settings.store_url)
+    try:
+        for name in PROVIDERS:
+            script = weather_script(f"bench-adapter-{name}-{uuid.uuid4().hex[:8]}", turns)
+            provider.register(script)
+            run_input = long_input(script, ["get_weather"], provider=name)
+            result, _ = await play(client, settings.task_queue, script.name, run_input)
+            events = await transcript(store, result)
+            requests[name] = request_before_last_output(name, script.name, events)
+    finally:
+        await store.close()
+    violations = len(provider.violations)
+    provider.reset()
+    if violations:
+        raise RuntimeError(f"the scripted provider saw {violations} protocol violation(s)")
+    return requests
+
+
+def request_before_last_output(name: ProviderName, model: str, events: list[Event]) -> ModelRequest:
+    last = max(i for i, event in enumerate(events) if isinstance(event, ModelOutput))
+    return ModelRequest(
+        provider=name,
+        model=model,
+        events=events[:last],
+        tools=default_registry().specs(["get_weather", "read_artifact"]),
+        settings=ModelSettings(stream=True),
+    )
+
+
+def sdk_transforms() -> tuple[dict[ProviderName, tuple[str, Transform]], list[str]]:
+    """Each client's own request-body walk, where it can be called offline."""
+    found: dict[ProviderName, tuple[str, Transform]] = {}
+    skipped: list[str] = []
+    try:
+        from openai._utils import async_maybe_transform
+        from openai.types.chat.completion_create_params import CompletionCreateParamsStreaming
+        from openai.types.responses.response_create_params import ResponseCreateParamsStreaming
+    except ImportError as exc:
+        skipped.append(f"openai transform: not importable from this openai version ({exc})")
+    else:
+        found["openai-chat"] = (
+            "openai async_maybe_transform(CompletionCreateParamsStreaming)",
+            lambda body: async_maybe_transform(body, CompletionCreateParamsStreaming),
+        )
+        found["openai-responses"] = (
+            "openai async_maybe_transform(ResponseCreateParamsStreaming)",
+            lambda body: async_maybe_transform(body, ResponseCreateParamsStreaming),
+        )
+    try:
+        from anthropic._utils._prepare import async_prepare_request_data
+    except ImportError as exc:
+        skipped.append(f"anthropic body walk: not importable from this version ({exc})")
+    else:
+        found["anthropic"] = (
+            "anthropic async_prepare_request_data(location=body)",
+            lambda body: async_prepare_request_data(body, location="body"),
+        )
+    return found, skipped
+
+
+@dataclass
+class Timing:
+    build_us: float
+    sdk_us: float | None
+
+
+async def per_call_us(call: Callable[[], Awaitable[object]], budget_seconds: float) -> float:
+    """Best of `REPEATS` batches, each about `budget_seconds / REPEATS` long, in µs per call."""
+    started, number = time.perf_counter(), 0
+    while time.perf_counter() - started < budget_seconds / REPEATS / 4 or number < 10:
+        await call()
+        number += 1
+    best = float("inf")
+    for _ in range(REPEATS):
+        started = time.perf_counter()
+        for _ in range(number * 4):
+            await call()
+        best = min(best, (time.perf_counter() - started) / (number * 4))
+    return best * 1e6
+
+
+async def time_adapter(
+    request: ModelRequest, transform: Transform | None, budget_seconds: float
+) -> Timing:
+    build = BUILD[request.provider]
+
+    async def build_once() -> object:
+        return build(request)
+
+    body = build(request)
+    build_us = await per_call_us(build_once, budget_seconds)
+    if transform is None:
+        return Timing(build_us, None)
+
+    def sdk_once() -> Awaitable[object]:
+        return transform(body)
+
+    return Timing(build_us, await per_call_us(sdk_once, budget_seconds))
+
+
+async def measure(
+    requests: dict[ProviderName, ModelRequest], turns: int, budget_seconds: float
+) -> Section:
+    transforms, skipped = sdk_transforms()
+    result = Section(
+        key="adapters",
+        title=f"adapter CPU: build_request on a {turns}-turn transcript, µs per call",
+        baseline=(
+            "the official client's own walk of the same request body (what DESIGN.md §6 found "
+            "at 46% of worker CPU), timed here offline, best of 5"
+        ),
+        skipped=skipped,
+    )
+    for name, request in requests.items():
+        label, transform = transforms.get(name, ("", None))
+        timing = await time_adapter(request, transform, budget_seconds)
+        result.add(
+            Figure(
+                f"{name} build_request (µs)",
+                timing.build_us,
+                timing.sdk_us,
+                None if timing.sdk_us is None else ratio(timing.build_us, timing.sdk_us),
+                f"baseline: {label}" if label else "no client walk to compare",
+            )
+        )
+    return result

@@ -1,0 +1,66 @@
+"""The benchmarks never rot: `python -m bench.run --short` runs to the end and prints every
+section with numbers. No thresholds on the numbers (CI must not be flaky): the figures are
+read by people, against the baselines printed beside them."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).parent.parent
+SECTIONS = {
+    1: ("throughput and memory", ["failed runs", "runs/s", "RSS growth per concurrent run"]),
+    2: ("history growth", ["bytes/turn", "total history bytes"]),
+    3: ("replay", ["replay seconds", "seconds per model call"]),
+    4: ("adapter CPU", ["openai-chat", "openai-responses", "anthropic"]),
+}
+NUMBER = re.compile(r"\d")
+
+
+def run_short(json_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_BASE_URL"))}
+    return subprocess.run(
+        [sys.executable, "-m", "bench.run", "--short", "--json", str(json_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def split_sections(stdout: str) -> dict[int, str]:
+    """`[n] title` starts section n; it runs to the next blank line."""
+    found = re.findall(r"^\[(\d)\] (.*?)(?:\n\n|\Z)", stdout, flags=re.M | re.S)
+    return {int(index): body for index, body in found}
+
+
+def test_the_short_benchmark_prints_every_figure(tmp_path: Path) -> None:
+    json_path = tmp_path / "latest.json"
+    done = run_short(json_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    sections = split_sections(done.stdout)
+    assert sorted(sections) == sorted(SECTIONS), done.stdout
+    for index, (title, labels) in SECTIONS.items():
+        body = sections[index]
+        assert body.startswith(title), body
+        for label in labels:
+            rows = [line for line in body.splitlines() if line.strip().startswith(label)]
+            assert rows, f"section {index} lacks {label!r}:\n{body}"
+            assert all(NUMBER.search(row.strip()[len(label) :]) for row in rows), rows
+    document = json.loads(json_path.read_text())
+    assert [s["key"] for s in document["sections"]] == [
+        "throughput",
+        "history",
+        "replay",
+        "adapters",
+    ]
+    assert all(section["figures"] for section in document["sections"])
