@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -100,6 +101,26 @@ def build_parser() -> argparse.ArgumentParser:
     resolve.add_argument("--outcome", choices=["applied", "not_applied"], required=True)
     resolve.add_argument("--operator", required=True)
     resolve.add_argument("--note", default="")
+
+    history = commands.add_parser(
+        "history", help="export a run's full history as JSON (what `replay` reads)"
+    )
+    history.add_argument("run_id")
+    history.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="write it here (default: stdout)"
+    )
+
+    replay = commands.add_parser(
+        "replay",
+        help="replay exported histories against today's workflow code (no server needed)",
+    )
+    replay.add_argument(
+        "paths",
+        nargs="+",
+        type=Path,
+        metavar="PATH",
+        help="a history JSON file, or a folder: every *.json in it",
+    )
     return parser
 
 
@@ -126,6 +147,8 @@ def exit_now(code: int) -> NoReturn:
 
 
 async def dispatch(args: argparse.Namespace) -> int:
+    if args.command == "replay":  # needs nothing but the files
+        return await replay_files(args.paths)
     settings = Settings.from_env()
     if args.command == "dev":
         return await dev(args)
@@ -156,6 +179,8 @@ async def dispatch(args: argparse.Namespace) -> int:
         if run_input is not None:
             return await run(client, settings, args, run_input)
         handle = client.get_workflow_handle(args.run_id, result_type=AgentRunResult)
+        if args.command == "history":
+            return await export_history(handle, args.output)
         if args.command == "status":
             return await show_status(handle)
         if args.command in ("approve", "reject"):
@@ -315,6 +340,35 @@ async def show_status(handle: WorkflowHandle[Any, AgentRunResult]) -> int:
     view = await handle.query("status", result_type=RunStatusView)
     print(json.dumps(view.model_dump(mode="json"), indent=2))
     return 0
+
+
+async def export_history(handle: WorkflowHandle[Any, AgentRunResult], output: Path | None) -> int:
+    """The run's full history (so far, if it still runs) as the JSON `replay` reads."""
+    history = await handle.fetch_history()
+    text = history.to_json() + "\n"
+    if output is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        print(f"cannot write {output}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {output}: {len(history.events)} events of {handle.id}")
+    return 0
+
+
+async def replay_files(paths: Sequence[Path]) -> int:
+    """One line per history: ok, FAIL (what diverged) or ERROR (not a readable history)."""
+    from agentloop.replay import replay_each
+
+    # Each failure is reported in its line; the SDK's own log of it would only repeat it.
+    logging.getLogger("temporalio").setLevel(logging.CRITICAL)
+    all_ok = True
+    async for report in replay_each(paths):
+        all_ok = all_ok and report.ok
+        print(report.line(), flush=True)
+    return 0 if all_ok else 1
 
 
 async def dev(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import json
 import re
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +33,10 @@ __all__ = [
     "Divergence",
     "HistoryFileError",
     "ReplayReport",
+    "explain",
     "history_files",
     "load_history",
+    "parse_history",
     "replay_each",
     "replay_histories",
 ]
@@ -86,6 +88,8 @@ class ReplayReport:
     """Set for a nondeterminism failure."""
     readable: bool = True
     """False when the file could not be loaded as a history (nothing was replayed)."""
+    note: str | None = None
+    """Something worth knowing about a history that replayed."""
 
     @property
     def ok(self) -> bool:
@@ -95,11 +99,13 @@ class ReplayReport:
         """One line for a person: `ok  travel.json  (41 events, workflow replay-travel)`."""
         if not self.readable:
             return f"ERROR  {self.path}: {self.problem}"
-        about = f"({self.events} events, workflow {self.workflow_id})"
+        counted = f"{self.events} event{'' if self.events == 1 else 's'}"
+        about = f"{counted}, workflow {self.workflow_id}"
         if self.ok:
-            return f"ok  {self.path}  {about}"
+            note = f"; {self.note}" if self.note else ""
+            return f"ok  {self.path}  ({about}{note})"
         sdk = f' [SDK: "{self.divergence.sdk_message}"]' if self.divergence else ""
-        return f"FAIL  {self.path}: {self.problem}  {about}{sdk}"
+        return f"FAIL  {self.path}: {self.problem}  ({about}){sdk}"
 
 
 # --- loading ---------------------------------------------------------------------------
@@ -136,16 +142,31 @@ def parse_history(raw: Any, *, default_workflow_id: str) -> WorkflowHistory:
     except Exception as exc:  # protobuf's ParseError, or the SDK's ValueError
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise HistoryFileError(f"not a Temporal history ({reason})") from None
+    _check_events(history.events)
     first = history.events[0]
-    if first.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-        raise HistoryFileError(
-            "not a complete history: the first event is "
-            f"{event_type_name(first)}, not WorkflowExecutionStarted"
-        )
     workflow_id = first.workflow_execution_started_event_attributes.workflow_id
     if workflow_id and workflow_id != history.workflow_id:
         history = WorkflowHistory(workflow_id, history.events)
     return history
+
+
+def _check_events(events: Sequence[HistoryEvent]) -> None:
+    """What the SDK's replayer assumes, and may crash or hang on otherwise: a known type on
+    every event, ids 1, 2, 3, ..., and WorkflowExecutionStarted first."""
+    for position, event in enumerate(events, start=1):
+        if event.event_type == EventType.EVENT_TYPE_UNSPECIFIED:
+            raise HistoryFileError(
+                f"not a Temporal history (event {event.event_id or position} has no known type)"
+            )
+        if event.event_id != position:
+            raise HistoryFileError(
+                f"not a complete history (expected event {position}, found event {event.event_id})"
+            )
+    if events[0].event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+        raise HistoryFileError(
+            "not a complete history (the first event is "
+            f"{event_type_name(events[0])}, not WorkflowExecutionStarted)"
+        )
 
 
 def history_files(paths: Iterable[Path | str]) -> list[Path]:
@@ -190,7 +211,7 @@ async def _replay_file(replayer: Replayer, path: Path) -> ReplayReport:
         problem = f"a history of workflow type {started.workflow_type.name!r}, not {WORKFLOW_NAME}"
         return dataclasses.replace(report, problem=problem)
     if _first_task_index(history.events) is None:
-        return report  # no workflow task yet: there is no workflow code to check
+        return dataclasses.replace(report, note="no workflow task yet, nothing to replay")
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     failure = result.replay_failure
     if failure is None:
@@ -220,7 +241,7 @@ def _quiet_runtime() -> Runtime:
     )
 
 
-def _first_task_index(events: Any) -> int | None:
+def _first_task_index(events: Sequence[HistoryEvent]) -> int | None:
     return next(
         (
             i
@@ -298,7 +319,7 @@ def explain(sdk_message: str, event: HistoryEvent | None) -> Divergence:
         return _with_words(
             divergence,
             recorded=recorded or "another command",
-            issued=f"issues a {found['machine'].lower()} command there instead",
+            issued=f"issues {_a(found['machine'].lower())} command there instead",
         )
     return divergence
 
@@ -332,6 +353,10 @@ async def _locate(replayer: Replayer, history: WorkflowHistory, sdk_message: str
         else:
             passes = middle
     return events[fails - 1].event_id
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
 
 
 def event_type_name(event: HistoryEvent) -> str:
