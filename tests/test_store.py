@@ -431,3 +431,17 @@ def test_node_keys_are_deterministic_and_nodes_parse_back(texts: list[str]) -> N
         parsed, parsed_parent = parse_node(body)
         assert (parsed, parsed_parent) == (event, parent)
         parent = key
+
+
+def test_a_field_added_later_with_its_default_does_not_change_node_keys() -> None:
+    from pydantic import Field
+
+    from agentloop.events import ToolResult
+    from agentloop.store.transcript import append as chain
+
+    class ToolResultV2(ToolResult):
+        priority: int = Field(default=0)
+
+    old, _ = chain(ROOT, [ToolResult(call_id="c1", content="x")])
+    new, _ = chain(ROOT, [ToolResultV2(call_id="c1", content="x")])  # type: ignore[list-item]
+    assert old == new

@@ -22,7 +22,12 @@ _EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
 
 def node_body(event: Event, parent: str) -> dict[str, Any]:
-    return {"event": event.model_dump(mode="json"), "parent": parent or None}
+    """Fields at their default are left out, so adding a field (always with a default) to an
+    event later does not change the key of any node written before: runs in flight, whose
+    workflow recomputes these keys on replay, keep replaying."""
+    body = event.model_dump(mode="json", exclude_defaults=True)
+    body["type"] = event.type  # the discriminator, a default itself, must stay
+    return {"event": body, "parent": parent or None}
 
 
 def node_key(body: dict[str, Any]) -> str:
