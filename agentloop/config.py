@@ -25,6 +25,8 @@ class Settings(BaseModel):
     anthropic_api_key: str | None = None
     anthropic_base_url: str | None = None
     ui_url: str = "http://localhost:8233"
+    pricing_file: str | None = None
+    """JSON `{"model-prefix": [input, output]}` in USD per million tokens, over the defaults."""
     tool_http_timeout_seconds: float = 30.0
     """How long an example tool waits for its system of record; a write that gets no answer
     in time has an unknown outcome and is looked up, never resent blindly."""
@@ -44,6 +46,7 @@ class Settings(BaseModel):
             "anthropic_base_url": "ANTHROPIC_BASE_URL",
             "ui_url": "AGENTLOOP_UI_URL",
             "tool_http_timeout_seconds": "AGENTLOOP_TOOL_HTTP_TIMEOUT_SECONDS",
+            "pricing_file": "AGENTLOOP_PRICING_FILE",
         }
         return cls(**{field: env[var] for field, var in names.items() if env.get(var)})
 

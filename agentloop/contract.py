@@ -144,6 +144,7 @@ class LimitsLeft(BaseModel):
     model_calls: int
     tool_calls: int
     total_tokens: int | None = None
+    cost_usd: float | None = None
     seconds: float | None = None
 
 

@@ -17,6 +17,7 @@ from agentloop.activities.model import ModelActivities
 from agentloop.activities.tools import ToolActivities
 from agentloop.adapters import AdapterFactory
 from agentloop.config import Settings
+from agentloop.pricing import PriceTable
 from agentloop.store import Store, open_store
 from agentloop.tools.http import ServiceClient
 from agentloop.tools.registry import default_registry
@@ -49,7 +50,11 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
         services = ToolServices(
             example=ServiceClient(settings.example_service_url, session), store=store
         )
-        model = ModelActivities(store, AdapterFactory(settings.provider_endpoints()))
+        model = ModelActivities(
+            store,
+            AdapterFactory(settings.provider_endpoints()),
+            PriceTable.with_overrides(settings.pricing_file),
+        )
         tools = ToolActivities(default_registry(), services)
         worker = Worker(
             client,

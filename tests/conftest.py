@@ -60,7 +60,11 @@ async def scripted_provider() -> AsyncIterator[ScriptedProvider]:
 def worker_settings(
     session_dir: Path, example_service: ExampleService, scripted_provider: ScriptedProvider
 ) -> Settings:
+    # Models named `priced-...` cost $1000 per million input and output tokens in tests.
+    pricing = session_dir / "pricing.json"
+    pricing.write_text('{"priced-": [1000.0, 1000.0]}')
     return Settings(
+        pricing_file=str(pricing),
         task_queue=f"agent-loop-test-{uuid.uuid4().hex[:8]}",
         store_url=f"sqlite:///{session_dir / 'store.db'}",
         example_service_url=example_service.base_url,

@@ -28,6 +28,8 @@ class CallModelResult(BaseModel):
     head: str
     """The transcript head after `new_events` and `output` were appended."""
     output: ModelOutput
+    cost_usd: float = 0.0
+    """What the call cost by the worker's price table (0 for a model it does not know)."""
 
 
 class RunToolInput(BaseModel):

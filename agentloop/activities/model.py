@@ -11,14 +11,18 @@ from agentloop.activities.heartbeat import keep_heartbeating
 from agentloop.activities.messages import CallModelInput, CallModelResult
 from agentloop.adapters import AdapterFactory
 from agentloop.adapters.base import ModelRequest, ProviderError
+from agentloop.pricing import PriceTable
 from agentloop.store import Store, StoreError, load_transcript
 from agentloop.store.transcript import append
 
 
 class ModelActivities:
-    def __init__(self, store: Store, adapters: AdapterFactory) -> None:
+    def __init__(
+        self, store: Store, adapters: AdapterFactory, prices: PriceTable | None = None
+    ) -> None:
         self._store = store
         self._adapters = adapters
+        self._prices = prices or PriceTable()
 
     @activity.defn(name="call_model")
     async def call_model(self, request: CallModelInput) -> CallModelResult:
@@ -49,7 +53,8 @@ class ModelActivities:
             len(output.tool_calls),
             output.provider_ref.response_id,
         )
-        return CallModelResult(head=head, output=output)
+        cost = self._prices.cost(output.provider_ref.model or request.model, output.usage)
+        return CallModelResult(head=head, output=output, cost_usd=cost)
 
 
 def _as_application_error(exc: ProviderError) -> ApplicationError:

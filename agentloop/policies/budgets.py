@@ -25,6 +25,8 @@ def model_call_blocked(limits: Limits, usage: Usage) -> str | None:
     tokens = usage.input_tokens + usage.output_tokens
     if limits.max_total_tokens is not None and tokens >= limits.max_total_tokens:
         return f"max_total_tokens: {tokens} of {limits.max_total_tokens} tokens used"
+    if limits.max_cost_usd is not None and usage.cost_usd >= limits.max_cost_usd:
+        return f"max_cost_usd: ${usage.cost_usd:.4f} of ${limits.max_cost_usd:.4f} spent"
     return None
 
 
@@ -58,7 +60,11 @@ def limits_left(limits: Limits, usage: Usage, started_at: datetime, now: datetim
     tokens = None
     if limits.max_total_tokens is not None:
         tokens = max(0, limits.max_total_tokens - usage.input_tokens - usage.output_tokens)
+    cost = None
+    if limits.max_cost_usd is not None:
+        cost = max(0.0, limits.max_cost_usd - usage.cost_usd)
     return LimitsLeft(
+        cost_usd=cost,
         model_calls=max(0, limits.max_model_calls - usage.model_calls),
         tool_calls=max(0, limits.max_tool_calls - usage.tool_calls),
         total_tokens=tokens,

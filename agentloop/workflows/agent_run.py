@@ -221,7 +221,7 @@ class AgentRun:
                 type="TranscriptDiverged",
                 non_retryable=True,
             )
-        loop.record_model_output(state, result.output, result.head, workflow.now())
+        loop.record_model_output(state, result.output, result.head, workflow.now(), result.cost_usd)
 
     async def _check_preconditions(self, state: LoopState, step: CheckPreconditions) -> None:
         handles = [

@@ -576,11 +576,14 @@ def record_model_call_started(state: LoopState, step: CallModel) -> None:
     state.usage.model_calls += 1
 
 
-def record_model_output(state: LoopState, output: ModelOutput, head: str, now: datetime) -> None:
+def record_model_output(
+    state: LoopState, output: ModelOutput, head: str, now: datetime, cost_usd: float = 0.0
+) -> None:
     state.head = head
     state.outbox = []
     state.usage.input_tokens += output.usage.input_tokens
     state.usage.output_tokens += output.usage.output_tokens
+    state.usage.cost_usd += cost_usd
     state.last_output = output
     state.phase = "validating"
     if output.stop == "tool_calls":
