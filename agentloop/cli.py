@@ -299,6 +299,8 @@ def format_result(result: AgentRunResult) -> str:
     if result.output is not None:
         output = result.output if isinstance(result.output, str) else json.dumps(result.output)
         lines.append(f"answer: {output}")
+    if result.status != "completed" and result.report:
+        lines.append(result.report)
     return "\n".join(lines)
 
 

@@ -138,6 +138,9 @@ class AgentRunResult(BaseModel):
     pending: list[dict[str, Any]] = Field(default_factory=list)
     transcript_head: str = ""
     """Key of the last transcript node in the store: `agentloop transcript` starts there."""
+    report: str = ""
+    """The stop report: what happened, the side effects and how each was confirmed, what is
+    pending, usage, and how to continue."""
 
 
 class LimitsLeft(BaseModel):

@@ -295,6 +295,9 @@ async def test_max_model_calls_stops_with_the_calls_so_far(
     assert result.status == "limit_reached"
     assert "max_model_calls" in result.stop_reason
     assert result.usage.model_calls == 2
+    assert result.report.startswith("Stopped: limit_reached — max_model_calls")
+    assert "Side effects: none" in result.report
+    assert f"To continue: agentloop continue {run_id} --max-model-calls N" in result.report
     assert [(c.call_id, c.status) for c in result.calls] == [
         ("call_0", "succeeded"),
         ("call_1", "succeeded"),

@@ -141,6 +141,7 @@ async def test_a_read_runs_while_the_gated_write_waits_then_approve_runs_it_once
     assert example_service.stats()["counts"]["workshops.reserve"] == 1
     [effect] = result.side_effects
     assert (effect["call_id"], effect["status"]) == ("call_reserve", "succeeded")
+    assert effect["confirmed_by"] == "the system's response"
     assert effect["idempotency_key"] == f"{run_id}/call_reserve"
     assert (
         "approved by workshop-lead" in {c.call_id: c for c in result.calls}["call_reserve"].decision

@@ -160,15 +160,27 @@ def the_call(calls: list[CallRecord]) -> CallRecord:
     return {c.call_id: c for c in calls}[CALL_ID]
 
 
-def check_effect(result: AgentRunResult, run_id: str, case: WriteCase, status: str) -> None:
-    """The write is in `side_effects` exactly once, under its key, with `status`."""
+CONFIRMED_BY = {
+    "succeeded": "the system's response",
+    "confirmed_after_query": "lookup by idempotency key",
+    "unknown": "not confirmed: outcome unknown",
+}
+
+
+def check_effect(
+    result: AgentRunResult, run_id: str, case: WriteCase, status: str, confirmed_by: str = ""
+) -> None:
+    """The write is in `side_effects` exactly once, under its key, with `status`, and the
+    report says how it was confirmed."""
     [effect] = result.side_effects
     assert effect == {
         "call_id": CALL_ID,
         "tool": case.tool,
         "idempotency_key": f"{run_id}/{CALL_ID}",
         "status": status,
+        "confirmed_by": confirmed_by or CONFIRMED_BY[status],
     }
+    assert f"{case.tool} {CALL_ID}: {status}" in result.report
 
 
 @both_writes
@@ -332,7 +344,7 @@ async def test_an_inconclusive_lookup_waits_for_the_operator_and_never_resends(
     call = the_call(result.calls)
     assert (call.status, call.attempts, call.idempotency_key) == ("confirmed_after_query", 1, key)
     assert "resolved: ops says applied" in call.decision
-    check_effect(result, run_id, case, "confirmed_after_query")
+    check_effect(result, run_id, case, "confirmed_after_query", "operator (ops says applied)")
 
 
 @both_writes

@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentloop.events import ToolCall, ToolResult
     from agentloop.policies import budgets
+    from agentloop.reporting import stop_report
     from agentloop.store.transcript import append
     from agentloop.tools.contract import Outcome, ToolSpec
     from agentloop.workflows import loop
@@ -362,7 +363,7 @@ class AgentRun:
     def _finish(self, state: LoopState, step: Finish) -> AgentRunResult:
         state.phase = "finished"
         state.stop_reason = step.stop_reason
-        return AgentRunResult(
+        result = AgentRunResult(
             status=step.status,
             stop_reason=step.stop_reason,
             output=step.output,
@@ -372,6 +373,8 @@ class AgentRun:
             pending=loop.pending_at_stop(state),
             transcript_head=state.head,
         )
+        result.report = stop_report(result, workflow.info().workflow_id)
+        return result
 
 
 def _time_to_continue_as_new(state: LoopState) -> bool:

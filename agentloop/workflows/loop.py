@@ -533,6 +533,7 @@ def side_effects(state: LoopState) -> list[dict[str, Any]]:
             "tool": r.tool,
             "idempotency_key": r.idempotency_key,
             "status": r.status,
+            "confirmed_by": _confirmation(r),
         }
         for r in state.calls.values()
         if r.tool in state.tools
@@ -550,6 +551,16 @@ def unresolved(state: LoopState) -> list[dict[str, Any]]:
         {**r.model_dump(mode="json"), "arguments": state.calls[c].arguments}
         for c, r in batch.reconciling.items()
     ]
+
+
+def _confirmation(record: CallRecord) -> str:
+    if record.status == "succeeded":
+        return "the system's response"
+    if record.status == "unknown":
+        return "not confirmed: outcome unknown"
+    if "resolved:" in record.decision:
+        return "operator (" + record.decision.split("resolved:", 1)[1].strip() + ")"
+    return "lookup by idempotency key"
 
 
 def pending_at_stop(state: LoopState) -> list[dict[str, Any]]:

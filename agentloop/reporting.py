@@ -1,0 +1,42 @@
+"""The stop report: what an operator reads when a run ends. Pure, so the workflow writes it
+into the result and the CLI prints the same text."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from agentloop.contract import AgentRunResult
+
+CONTINUABLE = frozenset({"limit_reached", "stalled", "incomplete", "input_timeout", "failed"})
+
+
+def stop_report(result: AgentRunResult, workflow_id: str) -> str:
+    usage = result.usage
+    outcomes = Counter(call.status for call in result.calls)
+    done = ", ".join(f"{n} {status}" for status, n in sorted(outcomes.items())) or "none"
+    lines = [
+        f"Stopped: {result.status} — {result.stop_reason}",
+        f"Done: {usage.model_calls} model calls, {usage.tool_calls} tool calls run "
+        f"(outcomes: {done}); {usage.input_tokens + usage.output_tokens} tokens, "
+        f"${usage.cost_usd:.4f}",
+    ]
+    if result.side_effects:
+        lines.append("Side effects:")
+        lines += [
+            f"  {e['tool']} {e['call_id']}: {e['status']}, confirmed by {e['confirmed_by']} "
+            f"(idempotency key {e['idempotency_key']})"
+            for e in result.side_effects
+        ]
+    else:
+        lines.append("Side effects: none")
+    if result.pending:
+        lines.append(
+            "Pending: "
+            + ", ".join(f"{p['tool']} {p['call_id']} ({p['status']})" for p in result.pending)
+        )
+    if result.status in CONTINUABLE:
+        lines.append(
+            f"To continue: agentloop continue {workflow_id} --max-model-calls N "
+            "(a new run on this transcript, with the budget you grant it)"
+        )
+    return "\n".join(lines)
