@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentloop.config import Settings
+from agentloop.config import ConfigError, Settings, load_config
 from agentloop.contract import (
     WORKFLOW_NAME,
     AgentRunInput,
@@ -37,6 +37,19 @@ from agentloop.worker import connect
 
 FOLLOW_POLL_SECONDS = 0.5
 CONNECT_TIMEOUT_SECONDS = 10.0
+DEV_REPLACES = frozenset(
+    {
+        "temporal_address",
+        "temporal_api_key",
+        "temporal_tls_cert",
+        "temporal_tls_key",
+        "temporal_tls_ca",
+        "store_url",
+        "example_service_url",
+        "ui_url",
+    }
+)
+"""Settings `agentloop dev` sets itself (its own server, store and services): not checked."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     commands.add_parser("worker", help="run a worker (configuration from the environment)")
+
+    config = commands.add_parser(
+        "config",
+        help="check the configuration and print each setting, where it came from "
+        "(env, file, default), secrets masked",
+    )
+    config.add_argument("--json", action="store_true", help="print it as a JSON object")
 
     run = commands.add_parser("run", help="start an agent run and print its id and UI link")
     run.add_argument("task")
@@ -94,6 +114,21 @@ def build_parser() -> argparse.ArgumentParser:
             help="the args digest you were shown (default: the one "
             "`status` shows now, after printing the arguments)",
         )
+
+    cont = commands.add_parser(
+        "continue", help="start a new run on a finished run's transcript, with a new budget"
+    )
+    cont.add_argument("run_id")
+    cont.add_argument("--task", default="Continue where you stopped.")
+    cont.add_argument(
+        "--max-model-calls",
+        type=int,
+        required=True,
+        help="the model calls granted to the new run (never inherited)",
+    )
+    cont.add_argument("--max-tool-calls", type=int)
+    cont.add_argument("--id", help="workflow id of the new run")
+    cont.add_argument("--follow", action="store_true")
 
     resolve = commands.add_parser("resolve", help="say whether a write of unknown outcome happened")
     resolve.add_argument("run_id")
@@ -149,7 +184,14 @@ def exit_now(code: int) -> NoReturn:
 async def dispatch(args: argparse.Namespace) -> int:
     if args.command == "replay":  # needs nothing but the files
         return await replay_files(args.paths)
-    settings = Settings.from_env()
+    if args.command == "config":
+        return show_config(as_json=args.json)
+    # Checked before anything starts or connects; `dev` replaces some settings itself.
+    try:
+        settings = load_config(skip=DEV_REPLACES if args.command == "dev" else ()).settings
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     if args.command == "dev":
         return await dev(args)
     if args.command == "worker":
@@ -185,6 +227,8 @@ async def dispatch(args: argparse.Namespace) -> int:
             return await show_status(handle)
         if args.command in ("approve", "reject"):
             return await decide(handle, args, approved=args.command == "approve")
+        if args.command == "continue":
+            return await continue_run(client, settings, args)
         if args.command == "resolve":
             await handle.signal(
                 "resolve",
@@ -211,6 +255,21 @@ async def dispatch(args: argparse.Namespace) -> int:
         else:
             print(f"temporal: {exc}", file=sys.stderr)
         return 1
+
+
+def show_config(as_json: bool) -> int:
+    """The effective configuration, one `NAME=value (source)` line per setting (or JSON),
+    secrets masked; exit 2 with the problems when it is invalid."""
+    try:
+        loaded = load_config()
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if as_json:
+        print(json.dumps(loaded.as_json(), indent=2))
+    else:
+        print("\n".join(loaded.lines()))
+    return 0
 
 
 def build_run_input(args: argparse.Namespace) -> AgentRunInput:
@@ -302,6 +361,27 @@ def format_result(result: AgentRunResult) -> str:
     if result.status != "completed" and result.report:
         lines.append(result.report)
     return "\n".join(lines)
+
+
+async def continue_run(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    """The previous run's input, with a new task, the budget granted here, and continue_from."""
+    handle = client.get_workflow_handle(args.run_id)
+    async for event in handle.fetch_history_events():
+        payloads = event.workflow_execution_started_event_attributes.input.payloads
+        [previous] = await client.data_converter.decode(payloads[:1], [dict[str, Any]])
+        break
+    limits = {**previous.get("limits", {}), "max_model_calls": args.max_model_calls}
+    if args.max_tool_calls is not None:
+        limits["max_tool_calls"] = args.max_tool_calls
+    try:
+        run_input = AgentRunInput.model_validate(
+            {**previous, "task": args.task, "limits": limits, "continue_from": args.run_id}
+        )
+    except ValidationError as exc:
+        print(f"invalid run input: {describe_validation_error(exc)}", file=sys.stderr)
+        return 2
+    args.id = args.id or f"{args.run_id}-continued-{uuid.uuid4().hex[:6]}"
+    return await run(client, settings, args, run_input)
 
 
 async def decide(

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentloop.events import Event
+
 WORKFLOW_NAME = "AgentRun"
 DEFAULT_TASK_QUEUE = "agent-loop"
 
@@ -138,9 +140,22 @@ class AgentRunResult(BaseModel):
     pending: list[dict[str, Any]] = Field(default_factory=list)
     transcript_head: str = ""
     """Key of the last transcript node in the store: `agentloop transcript` starts there."""
+    unsent: list[Event] = Field(default_factory=list)
+    """Events the model had not seen when the run stopped (results of its last tool calls,
+    runner notes): a run that continues this one (`continue_from`) sends them first."""
     report: str = ""
     """The stop report: what happened, the side effects and how each was confirmed, what is
     pending, usage, and how to continue."""
+
+
+class PreviousRun(BaseModel):
+    """A finished run that a new run continues from (`continue_from`)."""
+
+    workflow_id: str
+    head: str
+    status: str
+    stop_reason: str
+    unsent: list[Event] = Field(default_factory=list)
 
 
 class LimitsLeft(BaseModel):

@@ -14,6 +14,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 from agentloop.activities.model import ModelActivities
+from agentloop.activities.runs import RunActivities
 from agentloop.activities.tools import ToolActivities
 from agentloop.adapters import AdapterFactory
 from agentloop.config import Settings
@@ -56,6 +57,7 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
             PriceTable.with_overrides(settings.pricing_file),
         )
         tools = ToolActivities(default_registry(), services)
+        runs = RunActivities(client)
         worker = Worker(
             client,
             task_queue=settings.task_queue,
@@ -66,6 +68,7 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
                 tools.check_precondition,
                 tools.run_tool,
                 tools.lookup_outcome,
+                runs.load_previous_run,
             ],
         )
         try:

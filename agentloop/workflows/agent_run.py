@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         ApprovalVerdict,
         CancelRequest,
         Phase,
+        PreviousRun,
         ResolveRequest,
         RunStatusView,
         UserMessage,
@@ -93,6 +94,8 @@ class AgentRun:
             state = LoopState.start(
                 run_input, specs, workflow.now(), workflow.info().workflow_id, builtins
             )
+            if run_input.continue_from:
+                await _continue_from(state, run_input.continue_from)
             state.features = [f for f in loop.FEATURES if workflow.patched(f)]
         else:
             state = carried
@@ -372,6 +375,7 @@ class AgentRun:
             side_effects=loop.side_effects(state),
             pending=loop.pending_at_stop(state),
             transcript_head=state.head,
+            unsent=loop.unsent_events(state, step.stop_reason),
         )
         result.report = stop_report(result, workflow.info().workflow_id)
         return result
@@ -397,7 +401,7 @@ def parse_input(raw_input: Any) -> AgentRunInput:
             type="InvalidInput",
             non_retryable=True,
         ) from None
-    for field in ("completion_check", "continue_from"):
+    for field in ("completion_check",):
         if getattr(run_input, field) is not None:
             raise ApplicationError(
                 f"invalid AgentRunInput: {field}: not supported by this version of agentloop",
@@ -405,6 +409,25 @@ def parse_input(raw_input: Any) -> AgentRunInput:
                 non_retryable=True,
             )
     return run_input
+
+
+async def _continue_from(state: LoopState, workflow_id: str) -> None:
+    """Start from a finished run's transcript: what its model had not seen goes first."""
+    try:
+        previous: PreviousRun = await workflow.execute_activity(
+            "load_previous_run",
+            workflow_id,
+            result_type=PreviousRun,
+            start_to_close_timeout=DESCRIBE_TOOLS_TIMEOUT,
+            summary=f"continue from {workflow_id}",
+        )
+    except ActivityError as exc:
+        raise ApplicationError(
+            f"invalid AgentRunInput: continue_from: {_describe_failure(exc)}",
+            type="InvalidInput",
+            non_retryable=True,
+        ) from None
+    loop.continue_transcript(state, previous)
 
 
 async def _describe_tools(names: list[str]) -> list[ToolSpec]:

@@ -21,6 +21,7 @@ from agentloop.contract import (
     ApprovalVerdict,
     CallRecord,
     Phase,
+    PreviousRun,
     ResolveRequest,
     RunStatus,
     Usage,
@@ -563,6 +564,39 @@ def _confirmation(record: CallRecord) -> str:
     return "lookup by idempotency key"
 
 
+def unsent_events(state: LoopState, stop_reason: str) -> list[Event]:
+    """What the model has not seen at the stop, so that a continuing run can send it first:
+    every call of the last tool-call output answered (calls that never ran say so)."""
+    events = list(state.outbox)
+    output = state.last_output
+    if output is None or not offers_calls(output):
+        return events
+    results = state.batch.results if state.batch else {}
+    for call in output.tool_calls:
+        result = results.get(call.call_id)
+        if result is None:
+            status = state.calls[call.call_id].status if call.call_id in state.calls else ""
+            result = ToolResult(
+                call_id=call.call_id,
+                tool=call.name,
+                status="unknown" if status == "unknown" else "rejected",
+                content=json.dumps(
+                    {
+                        "error": {
+                            "class": "not_run" if status != "unknown" else "outcome_unknown",
+                            "message": f"the run stopped before this call finished ({stop_reason})",
+                        }
+                    }
+                ),
+            )
+        events.append(result)
+    return events
+
+
+def offers_calls(output: ModelOutput) -> bool:
+    return output.stop == "tool_calls" and bool(output.tool_calls)
+
+
 def pending_at_stop(state: LoopState) -> list[dict[str, Any]]:
     """What was left undone when the run stopped."""
     waiting = {c["call_id"] for c in pending_approvals(state)}
@@ -575,6 +609,18 @@ def pending_at_stop(state: LoopState) -> list[dict[str, Any]]:
         for r in state.calls.values()
         if r.status in ("proposed", "running", "unknown")
     ]
+
+
+def continue_transcript(state: LoopState, previous: PreviousRun) -> None:
+    """This run goes on from `previous`'s transcript: its unsent results first, then a note
+    saying where it stopped, then this run's task."""
+    state.head = previous.head
+    note = StateUpdate(
+        kind="continued",
+        text=f"This run continues run {previous.workflow_id}, which stopped: "
+        f"{previous.status} ({previous.stop_reason}).",
+    )
+    state.outbox = [*previous.unsent, note, *state.outbox]
 
 
 def record_failure(state: LoopState, reason: str) -> None:

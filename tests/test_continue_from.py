@@ -1,0 +1,118 @@
+"""A stopped run is continued by a new run on its transcript, with a budget granted
+explicitly: nothing already done runs again, and the model sees what the old run could not
+send it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+
+from agentloop.config import Settings
+from agentloop.contract import AgentRunInput, AgentRunResult, Limits
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.demo.services import ExampleService
+from tests.support import start_run
+from tests.test_cli import agentloop, process_env
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+async def clean_fakes(
+    scripted_provider: ScriptedProvider, example_service: ExampleService
+) -> AsyncIterator[None]:
+    scripted_provider.reset()
+    example_service.reset()
+    yield
+    assert scripted_provider.violations == []
+
+
+def weather_script(name: str) -> Script:
+    return Script(
+        name=name,
+        turns=[
+            ScriptTurn(
+                tool_calls=[
+                    ScriptedToolCall(
+                        id="call_w",
+                        name="get_weather",
+                        arguments={"city": "Oslo", "date": "2026-12-01"},
+                    )
+                ]
+            ),
+            ScriptTurn(text="Oslo: {{call_w.condition}}"),
+        ],
+    )
+
+
+async def test_continue_from_a_run_that_ran_out_of_model_calls(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+    tmp_path: Path,
+) -> None:
+    scripted_provider.register(weather_script(run_id))
+    first_input = AgentRunInput(
+        task="Weather in Oslo?",
+        provider="anthropic",
+        model=run_id,
+        tools=["get_weather"],
+        limits=Limits(max_model_calls=1),
+    )
+    first = await (await start_run(client, worker, run_id, first_input)).result()
+    assert first.status == "limit_reached"
+    assert [e.call_id for e in first.unsent] == ["call_w"]  # type: ignore[union-attr]
+    assert example_service.stats()["counts"]["weather"] == 1
+
+    env = process_env(
+        TEMPORAL_ADDRESS=client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
+    )
+    continued_id = f"{run_id}-2"
+    started = await agentloop(
+        "continue",
+        run_id,
+        "--max-model-calls",
+        "2",
+        "--id",
+        continued_id,
+        "--follow",
+        env=env,
+        cwd=tmp_path,
+    )
+    assert started.returncode == 0, started.explain()
+    result = await client.get_workflow_handle(continued_id, result_type=AgentRunResult).result()
+    assert result.status == "completed", result.stop_reason
+    assert isinstance(result.output, str) and result.output.startswith("Oslo: ")
+    assert result.usage.model_calls == 1
+    # The weather was read once, by the first run; the second run only told the model.
+    assert example_service.stats()["counts"]["weather"] == 1
+    last = scripted_provider.requests[-1]["body"]["messages"]
+    assert last[-1]["role"] == "user"
+    blocks = last[-1]["content"]
+    assert blocks[0]["type"] == "tool_result" and blocks[0]["tool_use_id"] == "call_w"
+    texts = [b.get("text", "") for b in blocks[1:]]
+    assert any(f"continues run {run_id}" in t for t in texts)
+    assert "Continue where you stopped." in texts
+
+
+async def test_continuing_an_unknown_run_is_refused_naming_the_field(
+    client: Client,
+    worker: Settings,
+    run_id: str,
+) -> None:
+    run_input = AgentRunInput(
+        task="x", provider="openai-chat", model="m", continue_from="no-such-run"
+    )
+    handle = await start_run(client, worker, run_id, run_input)
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
+    assert "continue_from" in cause.message and "no-such-run" in cause.message
