@@ -1,28 +1,75 @@
-"""Worker and client configuration, read from the environment."""
+"""Worker and client configuration: the environment, over an optional TOML file, over defaults.
+
+`AGENTLOOP_CONFIG=/path/to/agentloop.toml` names the file; its keys are the settings' field
+names (`temporal_address = "temporal.internal:7233"`). A variable set in the environment wins
+over the file; an empty value counts as unset. `VARIABLES` is the one table of field <->
+variable name.
+
+- `Settings.load(env)`: every value checked; one `ConfigError` lists every problem, each
+  naming its variable and what is expected. What the CLI and the worker start from.
+- `Settings.from_env(env)`: the same sources, types only (no files or formats checked), e.g.
+  for an environment meant for another machine.
+- `load_config(env)`: the settings together with where each value came from, for
+  `agentloop config` (secrets masked by `LoadedConfig.lines` / `LoadedConfig.as_json`).
+"""
 
 from __future__ import annotations
 
+import difflib
+import json
+import math
 import os
-from collections.abc import Mapping
+import tomllib
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, ValidationError
+from temporalio.service import TLSConfig
 
 from agentloop.adapters import ProviderEndpoints
 from agentloop.contract import DEFAULT_TASK_QUEUE
+from agentloop.store.base import mask_url
 
 DEFAULT_STORE_URL = "sqlite:///.agentloop/store.db"
 DEFAULT_EXAMPLE_SERVICE_URL = "http://127.0.0.1:8787"
+CONFIG_FILE_VARIABLE = "AGENTLOOP_CONFIG"
+
+Source = Literal["env", "file", "default"]
+
+
+class ConfigError(ValueError):
+    """The configuration is unusable; `problems` has one line per problem, each naming the
+    variable (and the file, for a value from it) and the fix."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        if len(self.problems) == 1:
+            message = f"invalid configuration: {self.problems[0]}"
+        else:
+            lines = "".join(f"\n  {p}" for p in self.problems)
+            message = f"invalid configuration ({len(self.problems)} problems):{lines}"
+        super().__init__(message)
 
 
 class Settings(BaseModel):
     temporal_address: str = "localhost:7233"
     temporal_namespace: str = "default"
+    temporal_api_key: str | None = Field(default=None, repr=False)
+    """Sent as the API key of every Temporal call (Temporal Cloud); TLS is on with it."""
+    temporal_tls_cert: str | None = None
+    """PEM client certificate (mTLS); with `temporal_tls_key`."""
+    temporal_tls_key: str | None = None
+    temporal_tls_ca: str | None = None
+    """PEM CA bundle the server's certificate is checked against (default: the system's)."""
     task_queue: str = DEFAULT_TASK_QUEUE
     store_url: str = DEFAULT_STORE_URL
     example_service_url: str = DEFAULT_EXAMPLE_SERVICE_URL
-    openai_api_key: str | None = None
+    openai_api_key: str | None = Field(default=None, repr=False)
     openai_base_url: str | None = None
-    anthropic_api_key: str | None = None
+    anthropic_api_key: str | None = Field(default=None, repr=False)
     anthropic_base_url: str | None = None
     ui_url: str = "http://localhost:8233"
     pricing_file: str | None = None
@@ -33,22 +80,16 @@ class Settings(BaseModel):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
-        names = {
-            "temporal_address": "TEMPORAL_ADDRESS",
-            "temporal_namespace": "TEMPORAL_NAMESPACE",
-            "task_queue": "AGENT_LOOP_TASK_QUEUE",
-            "store_url": "AGENTLOOP_STORE_URL",
-            "example_service_url": "AGENTLOOP_EXAMPLE_SERVICE_URL",
-            "openai_api_key": "OPENAI_API_KEY",
-            "openai_base_url": "OPENAI_BASE_URL",
-            "anthropic_api_key": "ANTHROPIC_API_KEY",
-            "anthropic_base_url": "ANTHROPIC_BASE_URL",
-            "ui_url": "AGENTLOOP_UI_URL",
-            "tool_http_timeout_seconds": "AGENTLOOP_TOOL_HTTP_TIMEOUT_SECONDS",
-            "pricing_file": "AGENTLOOP_PRICING_FILE",
-        }
-        return cls(**{field: env[var] for field, var in names.items() if env.get(var)})
+        """The environment (default `os.environ`) over `AGENTLOOP_CONFIG`'s file over the
+        defaults, with types checked but not formats or files (`load` checks those).
+        Raises `ConfigError`."""
+        return load_config(env, check=False).settings
+
+    @classmethod
+    def load(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Like `from_env`, every value checked: raises one `ConfigError` listing every
+        problem."""
+        return load_config(env).settings
 
     def provider_endpoints(self) -> ProviderEndpoints:
         return ProviderEndpoints(
@@ -60,3 +101,378 @@ class Settings(BaseModel):
 
     def run_url(self, workflow_id: str) -> str:
         return f"{self.ui_url}/namespaces/{self.temporal_namespace}/workflows/{workflow_id}"
+
+    def tls_config(self) -> TLSConfig | None:
+        """The client TLS of the Temporal connection: None (plain, or the SDK's default TLS
+        when an API key is set) unless a client certificate or a CA is configured."""
+        cert, key, ca = self.temporal_tls_cert, self.temporal_tls_key, self.temporal_tls_ca
+        if bool(cert) != bool(key):
+            raise ConfigError([_TLS_PAIR_PROBLEM])
+        if not (cert or ca):
+            return None
+        return TLSConfig(
+            server_root_ca_cert=Path(ca).read_bytes() if ca else None,
+            client_cert=Path(cert).read_bytes() if cert else None,
+            client_private_key=Path(key).read_bytes() if key else None,
+        )
+
+
+# --- checks: each takes a present value and returns what is wrong with it, or None -----------
+
+Check = Callable[[Any], "str | None"]
+
+
+def check_host_port(value: str) -> str | None:
+    expected = "expected host:port, e.g. localhost:7233"
+    if "://" in value:
+        return f"{expected} (no scheme: drop {value.split('://')[0]}://)"
+    host, sep, port = value.rpartition(":")
+    if not sep or not host:
+        return expected
+    if host.startswith("["):
+        if not host.endswith("]") or len(host) < 3:
+            return expected
+    elif ":" in host:
+        return f"{expected} (an IPv6 host goes in brackets, e.g. [::1]:7233)"
+    if any(c.isspace() or c in "/?#@" for c in host):
+        return expected
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        return f"port {port!r} is not a number from 1 to 65535: {expected}"
+    return None
+
+
+def check_store_url(value: str) -> str | None:
+    """The URLs `agentloop.store.open_store` accepts, checked without opening anything."""
+    expected = (
+        "expected sqlite:///PATH, a file path, or postgresql://USER:PASSWORD@HOST:PORT/DB"
+        " (postgres:// too)"
+    )
+    if value.startswith("sqlite:///"):
+        return None if value.removeprefix("sqlite:///") else f"no path after sqlite:///: {expected}"
+    if value.startswith(("postgresql://", "postgres://")):
+        return None
+    if "://" in value:
+        return f"unsupported scheme: {expected}"
+    return None
+
+
+def _http_url_check(example: str) -> Check:
+    def check(value: str) -> str | None:
+        expected = f"expected an http(s) URL, e.g. {example}"
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return expected
+        try:
+            parts.port  # noqa: B018 -- raises on a port that is not a number in range
+        except ValueError:
+            return f"its port is not a number from 0 to 65535: {expected}"
+        return None
+
+    return check
+
+
+def check_positive_number(value: Any) -> str | None:
+    expected = "expected a positive number of seconds, e.g. 30"
+    if isinstance(value, bool):
+        return expected
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return expected
+    return None if math.isfinite(number) and number > 0 else expected
+
+
+def check_pricing_file(value: str) -> str | None:
+    shape = 'a JSON object {"model-prefix": [input, output]} in USD per million tokens'
+    text, unreadable = _read_text(value)
+    if unreadable:
+        return f"{unreadable}: expected {shape}"
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        return f"not valid JSON ({exc}): expected {shape}"
+    if not isinstance(data, dict):
+        return f"expected {shape}, not a JSON {type(data).__name__}"
+    for prefix, prices in data.items():
+        if not (
+            isinstance(prices, list) and len(prices) == 2 and all(_is_price(p) for p in prices)
+        ):
+            return (
+                f"the prices of {prefix!r} are {json.dumps(prices)}: expected {shape},"
+                ' e.g. {"gpt-4o": [2.5, 10.0]}'
+            )
+    return None
+
+
+def check_pem_file(value: str) -> str | None:
+    text, unreadable = _read_text(value)
+    if unreadable:
+        return f"{unreadable}: expected the path of a PEM file"
+    if "-----BEGIN" not in text:
+        return "not a PEM file (no -----BEGIN line): expected the path of a PEM file"
+    return None
+
+
+def _is_price(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def _read_text(path: str) -> tuple[str, str | None]:
+    """`(the file's text, None)`, or `("", why it cannot be read)`."""
+    file = Path(path)
+    if not file.exists():
+        return "", "no such file"
+    if not file.is_file():
+        return "", "not a file"
+    try:
+        return file.read_text(encoding="utf-8"), None
+    except OSError as exc:
+        return "", f"cannot read it ({exc.strerror or exc})"
+    except UnicodeDecodeError:
+        return "", "not a text file"
+
+
+# --- the one table of settings and their variables ---------------------------------------
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    """The environment variable."""
+    check: Check | None = None
+    secret: bool = False
+    """Shown as `…` and its last 4 characters."""
+    is_url: bool = False
+    """Shown with any password inside it as `***`."""
+
+
+VARIABLES: dict[str, Variable] = {
+    "temporal_address": Variable("TEMPORAL_ADDRESS", check_host_port),
+    "temporal_namespace": Variable("TEMPORAL_NAMESPACE"),
+    "temporal_api_key": Variable("TEMPORAL_API_KEY", secret=True),
+    "temporal_tls_cert": Variable("TEMPORAL_TLS_CERT", check_pem_file),
+    "temporal_tls_key": Variable("TEMPORAL_TLS_KEY", check_pem_file),
+    "temporal_tls_ca": Variable("TEMPORAL_TLS_CA", check_pem_file),
+    "task_queue": Variable("AGENT_LOOP_TASK_QUEUE"),
+    "store_url": Variable("AGENTLOOP_STORE_URL", check_store_url, is_url=True),
+    "example_service_url": Variable(
+        "AGENTLOOP_EXAMPLE_SERVICE_URL", _http_url_check("http://127.0.0.1:8787"), is_url=True
+    ),
+    "openai_api_key": Variable("OPENAI_API_KEY", secret=True),
+    "openai_base_url": Variable(
+        "OPENAI_BASE_URL", _http_url_check("https://api.openai.com/v1"), is_url=True
+    ),
+    "anthropic_api_key": Variable("ANTHROPIC_API_KEY", secret=True),
+    "anthropic_base_url": Variable(
+        "ANTHROPIC_BASE_URL", _http_url_check("https://api.anthropic.com"), is_url=True
+    ),
+    "ui_url": Variable("AGENTLOOP_UI_URL", _http_url_check("http://localhost:8233"), is_url=True),
+    "pricing_file": Variable("AGENTLOOP_PRICING_FILE", check_pricing_file),
+    "tool_http_timeout_seconds": Variable(
+        "AGENTLOOP_TOOL_HTTP_TIMEOUT_SECONDS", check_positive_number
+    ),
+}
+"""Settings field -> its environment variable (and file key: the field name)."""
+
+_NUMBER_FIELDS = frozenset({"tool_http_timeout_seconds"})
+_TLS_PAIR_PROBLEM = (
+    "TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY go together: set both (the client certificate"
+    " and its private key, PEM files) or neither"
+)
+
+
+def mask_secret(value: str) -> str:
+    """`…` and the last 4 characters (after an `sk-` marker); `***` for a value too short
+    to show any of it."""
+    if len(value) < 12:
+        return "***"
+    marker = "sk-" if value.startswith("sk-") else ""
+    return f"{marker}…{value[-4:]}"
+
+
+def shown_value(field: str, value: Any) -> Any:
+    """`value` as it may be printed: secrets masked, passwords in URLs as `***`."""
+    if value is None:
+        return None
+    variable = VARIABLES[field]
+    if variable.secret:
+        return mask_secret(str(value))
+    if variable.is_url:
+        return mask_url(str(value))
+    return value
+
+
+# --- loading ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    settings: Settings
+    sources: Mapping[str, Source]
+    """Field -> where its value came from."""
+    file: str | None
+    """`AGENTLOOP_CONFIG`, when set."""
+
+    def entries(self) -> list[tuple[str, Any, Source]]:
+        """`(variable, printable value, source)`, `AGENTLOOP_CONFIG` first."""
+        rows: list[tuple[str, Any, Source]] = [
+            (CONFIG_FILE_VARIABLE, self.file, "env" if self.file else "default")
+        ]
+        for field, variable in VARIABLES.items():
+            value = shown_value(field, getattr(self.settings, field))
+            rows.append((variable.name, value, self.sources[field]))
+        return rows
+
+    def lines(self) -> list[str]:
+        """`NAME=value (source)`, one per setting, secrets masked."""
+        return [
+            f"{name}={'' if value is None else value} ({source})"
+            for name, value, source in self.entries()
+        ]
+
+    def as_json(self) -> dict[str, dict[str, Any]]:
+        """`{NAME: {"value": ..., "source": ...}}`, secrets masked."""
+        return {name: {"value": value, "source": source} for name, value, source in self.entries()}
+
+
+def load_config(
+    env: Mapping[str, str] | None = None,
+    *,
+    check: bool = True,
+    skip: Collection[str] = (),
+) -> LoadedConfig:
+    """The settings from `env` (default `os.environ`) over `AGENTLOOP_CONFIG`'s file over the
+    defaults, and where each came from.
+
+    With `check`, every value is checked except those of the fields in `skip` (which the
+    caller replaces); either way a file that cannot be read, is not TOML, or holds an unknown
+    key or a value of the wrong type is a problem. Raises one `ConfigError` listing them all.
+    """
+    env = os.environ if env is None else env
+    problems: list[str] = []
+    file = _present(env.get(CONFIG_FILE_VARIABLE))
+    from_file = _read_config_file(file, problems) if file else {}
+
+    values: dict[str, Any] = {}
+    sources: dict[str, Source] = {}
+    for field, variable in VARIABLES.items():
+        from_env = _present(env.get(variable.name))
+        if from_env is not None:
+            values[field], sources[field] = from_env, "env"
+        elif field in from_file:
+            values[field], sources[field] = from_file[field], "file"
+        else:
+            sources[field] = "default"
+
+    if check:
+        problems += _check_values(values, sources, file, skip)
+    if problems:
+        raise ConfigError(problems)
+    try:
+        settings = Settings(**values)
+    except ValidationError as exc:
+        raise ConfigError(
+            [
+                _problem(str(error["loc"][0]), values, sources, file, error["msg"])
+                for error in exc.errors()
+            ]
+        ) from None
+    return LoadedConfig(settings=settings, sources=sources, file=file)
+
+
+def _present(value: Any) -> Any:
+    """None for an unset or empty (blank) value."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return value
+
+
+def _read_config_file(path: str, problems: list[str]) -> dict[str, Any]:
+    where = f"{CONFIG_FILE_VARIABLE}={path!r}"
+    text, unreadable = _read_text(path)
+    if unreadable:
+        problems.append(f"{where}: {unreadable}: point it at a TOML file of settings, or unset it")
+        return {}
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        problems.append(f"{path} ({CONFIG_FILE_VARIABLE}): invalid TOML: {exc}")
+        return {}
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in VARIABLES:
+            problems.append(f"{path} ({CONFIG_FILE_VARIABLE}): unknown key {key!r}{_hint(key)}")
+            continue
+        wanted = "a number or a string" if key in _NUMBER_FIELDS else "a string"
+        ok = isinstance(value, str) or (
+            key in _NUMBER_FIELDS and isinstance(value, int | float) and not isinstance(value, bool)
+        )
+        if not ok:
+            problems.append(
+                f"{path} ({CONFIG_FILE_VARIABLE}): {key} must be {wanted},"
+                f" not a TOML {_toml_type(value)}"
+            )
+            continue
+        if _present(value) is not None:
+            values[key] = value
+    return values
+
+
+def _hint(key: str) -> str:
+    by_variable = {v.name: field for field, v in VARIABLES.items()}
+    if key.upper() in by_variable:
+        return f": did you mean {by_variable[key.upper()]!r}? (keys are field names)"
+    close = difflib.get_close_matches(key, list(VARIABLES), n=1)
+    if close:
+        return f": did you mean {close[0]!r}?"
+    return f": the keys are {', '.join(VARIABLES)}"
+
+
+def _toml_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, int | float):
+        return "number"
+    return "date/time"
+
+
+def _check_values(
+    values: Mapping[str, Any],
+    sources: Mapping[str, Source],
+    file: str | None,
+    skip: Collection[str],
+) -> list[str]:
+    problems: list[str] = []
+    for field, variable in VARIABLES.items():
+        if field in skip or variable.check is None or field not in values:
+            continue
+        wrong = variable.check(values[field])
+        if wrong:
+            problems.append(_problem(field, values, sources, file, wrong))
+    tls_pair = ("temporal_tls_cert", "temporal_tls_key")
+    if not set(tls_pair) & set(skip) and (tls_pair[0] in values) != (tls_pair[1] in values):
+        problems.append(_TLS_PAIR_PROBLEM)
+    return problems
+
+
+def _problem(
+    field: str,
+    values: Mapping[str, Any],
+    sources: Mapping[str, Source],
+    file: str | None,
+    wrong: str,
+) -> str:
+    """`NAME='value': what is wrong`, naming the file when the value came from it."""
+    name = VARIABLES[field].name
+    shown = shown_value(field, values.get(field))
+    origin = f" ({field} in {file})" if sources.get(field) == "file" else ""
+    return f"{name}={shown!r}{origin}: {wrong}"

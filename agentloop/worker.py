@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from agentloop.activities.model import ModelActivities
 from agentloop.activities.runs import RunActivities
 from agentloop.activities.tools import ToolActivities
 from agentloop.adapters import AdapterFactory
-from agentloop.config import Settings
+from agentloop.config import ConfigError, Settings
 from agentloop.pricing import PriceTable
 from agentloop.store import Store, open_store
 from agentloop.tools.http import ServiceClient
@@ -30,6 +31,8 @@ async def connect(settings: Settings) -> Client:
         settings.temporal_address,
         namespace=settings.temporal_namespace,
         data_converter=pydantic_data_converter,
+        api_key=settings.temporal_api_key,
+        tls=settings.tls_config(),
     )
 
 
@@ -95,7 +98,12 @@ async def serve(settings: Settings) -> None:
 
 
 def main() -> None:
-    asyncio.run(serve(Settings.from_env()))
+    try:
+        settings = Settings.load()
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(2) from None
+    asyncio.run(serve(settings))
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ def test_found_after_the_fact_is_confirmed_and_the_run_goes_on() -> None:
             "tool": "send_reply",
             "idempotency_key": "wf-7/w1",
             "status": "confirmed_after_query",
+            "confirmed_by": "lookup by idempotency key",
         }
     ]
 
