@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 from agentloop.activities.model import ModelActivities
 from agentloop.activities.runs import RunActivities
 from agentloop.activities.tools import ToolActivities
+from agentloop.activities.verify import VerifierActivities
 from agentloop.adapters import AdapterFactory
 from agentloop.config import ConfigError, Settings
 from agentloop.pricing import PriceTable
@@ -59,8 +60,10 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
             AdapterFactory(settings.provider_endpoints()),
             PriceTable.with_overrides(settings.pricing_file),
         )
-        tools = ToolActivities(default_registry(), services)
+        registry = default_registry()
+        tools = ToolActivities(registry, services)
         runs = RunActivities(client)
+        verifiers = VerifierActivities(registry, services)
         worker = Worker(
             client,
             task_queue=settings.task_queue,
@@ -72,6 +75,7 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
                 tools.run_tool,
                 tools.lookup_outcome,
                 runs.load_previous_run,
+                verifiers.verify_completion,
             ],
         )
         try:

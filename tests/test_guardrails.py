@@ -155,3 +155,98 @@ async def test_an_unanswered_question_stops_the_run_input_timeout(
     result = await (await start_run(client, worker, run_id, run_input)).result()
     assert result.status == "input_timeout"
     assert "call_ask" in result.stop_reason
+
+
+async def test_a_final_answer_without_evidence_is_never_completed(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="Booked!")] * 3))
+    run_input = AgentRunInput(
+        task="Book p-carol into ws-101.",
+        provider="openai-responses",
+        model=run_id,
+        tools=["reserve_seat"],
+        completion_check="writes_applied",
+        principal=Principal(subject="agent", scopes=["workshops:write"]),
+    )
+    result = await (await start_run(client, worker, run_id, run_input)).result()
+    assert result.status == "failed"
+    assert "completion_check writes_applied failed: no write was made" in result.stop_reason
+    assert result.usage.model_calls == 3  # the candidate went back twice, on the same budget
+    assert example_service.records()["reservations"] == 0
+
+
+async def test_a_final_answer_confirmed_by_the_system_of_record_completes(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(text="Booked!"),  # too early: nothing was written yet
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(
+                            id="call_r",
+                            name="reserve_seat",
+                            arguments={"workshop_id": "ws-101", "participant_id": "p-carol"},
+                        )
+                    ]
+                ),
+                ScriptTurn(text="Booked: {{call_r.reservation_id}}"),
+            ],
+        )
+    )
+    run_input = AgentRunInput(
+        task="Book p-carol into ws-101.",
+        provider="anthropic",
+        model=run_id,
+        tools=["reserve_seat"],
+        completion_check="writes_applied",
+        principal=Principal(subject="agent", scopes=["workshops:write"]),
+    )
+    handle = await start_run(client, worker, run_id, run_input)
+    view = await wait_for_phase(handle, "awaiting_approval")
+    await handle.signal(
+        "approve",
+        {
+            "call_id": "call_r",
+            "args_digest": view.pending_approvals[0]["args_digest"],
+            "approved": True,
+            "approver": "workshop-lead",
+        },
+    )
+    result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    assert "completion_check writes_applied passed" in result.stop_reason
+    assert result.usage.model_calls == 3
+    assert example_service.records()["reservations"] == 1
+    # The early, unproven answer went back to the model with the verifier's reason.
+    second = scripted_provider.requests[1]["body"]["messages"][-1]["content"]
+    assert any("no write was made" in b.get("text", "") for b in second)
+
+
+async def test_an_unknown_completion_check_fails_the_run_naming_it(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+) -> None:
+    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="done")]))
+    run_input = AgentRunInput(
+        task="x",
+        provider="openai-chat",
+        model=run_id,
+        completion_check="telepathy",
+    )
+    result = await (await start_run(client, worker, run_id, run_input)).result()
+    assert result.status == "failed"
+    assert "completion_check: no verifier 'telepathy'" in result.stop_reason

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agentloop.adapters.base import ModelSettings, ProviderName
+from agentloop.contract import CallRecord
 from agentloop.events import Event, ModelOutput
 from agentloop.tools.contract import ToolSpec
 
@@ -43,6 +44,19 @@ class RunToolInput(BaseModel):
 class PreconditionResult(BaseModel):
     problem: str | None = None
     """Why the call must not go ahead; None when the precondition holds."""
+
+
+class VerifyInput(BaseModel):
+    check: str
+    workflow_id: str
+    answer: str = ""
+    calls: list[CallRecord] = Field(default_factory=list)
+    """The call ledger: the evidence a verifier checks against the systems of record."""
+
+
+class Verdict(BaseModel):
+    passed: bool
+    reason: str = ""
 
 
 class DescribeToolsInput(BaseModel):

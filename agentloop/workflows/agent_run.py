@@ -24,6 +24,8 @@ with workflow.unsafe.imports_passed_through():
         DescribeToolsInput,
         PreconditionResult,
         RunToolInput,
+        Verdict,
+        VerifyInput,
     )
     from agentloop.adapters.base import ModelSettings
     from agentloop.contract import (
@@ -56,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         LookupOutcome,
         LoopState,
         RunTools,
+        Verify,
     )
 
 DESCRIBE_TOOLS_TIMEOUT = timedelta(seconds=30)
@@ -70,6 +73,7 @@ MODEL_RETRY = RetryPolicy(
 BUILTIN_PATCHES = (("read_artifact", "builtin-tools"), ("ask_user", "ask-user"))
 """Each built-in tool and the patch that introduced it: older runs replay without it."""
 PRECONDITION_RETRY = RetryPolicy(maximum_attempts=3)
+VERIFY_TIMEOUT = timedelta(seconds=60)
 LOOKUP_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
 TOOL_HEARTBEAT = timedelta(seconds=5)
 """A worker that dies mid-tool is noticed this fast (the activity heartbeats every second)."""
@@ -121,6 +125,8 @@ class AgentRun:
                     await self._run_tools(state, step)
                 case AwaitApproval():
                     await self._await_humans(state, step, "awaiting_approval")
+                case Verify():
+                    await self._verify(state, step)
                 case AwaitInput():
                     await self._await_humans(state, step, "awaiting_input")
                 case LookupOutcome():
@@ -293,6 +299,30 @@ class AgentRun:
             )
         loop.record_pause(state, (workflow.now() - since).total_seconds())
 
+    async def _verify(self, state: LoopState, step: Verify) -> None:
+        state.phase = "verifying"
+        try:
+            verdict = await workflow.execute_activity(
+                "verify_completion",
+                VerifyInput(
+                    check=step.check,
+                    workflow_id=workflow.info().workflow_id,
+                    answer=step.answer,
+                    calls=list(state.calls.values()),
+                ),
+                result_type=Verdict,
+                start_to_close_timeout=VERIFY_TIMEOUT,
+                retry_policy=LOOKUP_RETRY,
+                summary=f"verify {step.check} · turn {state.turn}",
+            )
+        except ActivityError as exc:
+            cause = exc.cause
+            if isinstance(cause, ApplicationError) and cause.type == "InvalidInput":
+                loop.record_failure(state, f"invalid AgentRunInput: {cause.message}")
+                return
+            verdict = Verdict(passed=False, reason=f"could not verify: {_describe_failure(exc)}")
+        loop.record_verdict(state, verdict.passed, verdict.reason)
+
     async def _lookup_outcome(self, state: LoopState, step: LookupOutcome) -> None:
         try:
             outcome = await workflow.execute_activity(
@@ -401,13 +431,6 @@ def parse_input(raw_input: Any) -> AgentRunInput:
             type="InvalidInput",
             non_retryable=True,
         ) from None
-    for field in ("completion_check",):
-        if getattr(run_input, field) is not None:
-            raise ApplicationError(
-                f"invalid AgentRunInput: {field}: not supported by this version of agentloop",
-                type="InvalidInput",
-                non_retryable=True,
-            )
     return run_input
 
 

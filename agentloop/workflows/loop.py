@@ -146,6 +146,8 @@ class LoopState(BaseModel):
     paused_seconds: float = 0.0
     """Time spent waiting for humans; the run's deadline does not count it."""
     output_corrections: int = 0
+    verified_turn: int = 0
+    """The turn whose final answer the completion check accepted."""
     cancel_reason: str | None = None
     failure: str | None = None
     """Set when an operation failed in a way that ends the run (its error class first)."""
@@ -209,6 +211,14 @@ class AwaitApproval:
 
 
 @dataclass(frozen=True)
+class Verify:
+    """Ask the run's completion check whether the world agrees with the final answer."""
+
+    check: str
+    answer: str
+
+
+@dataclass(frozen=True)
 class AwaitInput:
     call_ids: list[str]
     deadline: datetime
@@ -242,6 +252,7 @@ NextStep = (
     | RunTools
     | AwaitApproval
     | AwaitInput
+    | Verify
     | LookupOutcome
     | AwaitReconciliation
     | Finish
@@ -273,7 +284,7 @@ def decide(state: LoopState, now: datetime) -> NextStep:
         return CallModel(turn=state.turn + 1)
     match output.stop:
         case "final":
-            return _final_candidate(state, output)
+            return _checked_candidate(state, output)
         case "tool_calls":
             raise AssertionError("a tool-call output always has a batch")  # record_model_output
         case "refused":
@@ -295,6 +306,19 @@ def _final_candidate(state: LoopState, output: ModelOutput) -> Finish:
             "failed", "verification: final answer breaks output_schema: " + "; ".join(problems)
         )
     return Finish("completed", "final answer matches output_schema", parsed)
+
+
+def _checked_candidate(state: LoopState, output: ModelOutput) -> NextStep:
+    """Output schema first, then the completion check: only then is a final answer done."""
+    finish = _final_candidate(state, output)
+    check = state.run_input.completion_check
+    if finish.status != "completed" or check is None:
+        return finish
+    if state.verified_turn != state.turn:
+        return Verify(check, output.text)
+    return Finish(
+        finish.status, f"{finish.stop_reason}; completion_check {check} passed", finish.output
+    )
 
 
 def check_output(schema: dict[str, Any], text: str) -> tuple[Any, list[str]]:
@@ -894,6 +918,27 @@ def record_message(state: LoopState, message: UserMessage) -> None:
         ),
     )
     _close_if_answered(state)
+
+
+def record_verdict(state: LoopState, passed: bool, reason: str) -> None:
+    """A passed check accepts this turn's answer; a failed one goes back to the model with
+    the reason, on the same budget, a bounded number of times."""
+    if passed:
+        state.verified_turn = state.turn
+        return
+    check = state.run_input.completion_check
+    if state.output_corrections >= MAX_OUTPUT_CORRECTIONS:
+        record_failure(state, f"verification: completion_check {check} failed: {reason}")
+        return
+    state.output_corrections += 1
+    state.outbox = [
+        StateUpdate(
+            kind="verification",
+            text=f"Not done yet: the completion check {check} says: {reason}. Finish the "
+            "task (or say why you cannot), then answer again.",
+        )
+    ]
+    state.last_output = None
 
 
 def record_pause(state: LoopState, seconds: float) -> None:
