@@ -19,7 +19,8 @@ from pydantic import ValidationError
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentloop.config import ConfigError, Settings, load_config
+from agentloop import search
+from agentloop.config import VARIABLES, ConfigError, Settings, load_config
 from agentloop.contract import (
     WORKFLOW_NAME,
     AgentRunInput,
@@ -96,6 +97,21 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-tool-calls", type=int)
     run.add_argument("--no-stream", action="store_true")
     run.add_argument("--follow", action="store_true", help="print progress until the run ends")
+    run.add_argument(
+        "--no-index",
+        dest="index",
+        action="store_false",
+        help="start without the search attributes (a namespace without them)",
+    )
+
+    lister = commands.add_parser("list", help="find runs by phase, status, provider, tenant")
+    lister.add_argument("--awaiting-approval", action="store_true")
+    lister.add_argument("--phase")
+    lister.add_argument("--status", help="completed, limit_reached, ... or running")
+    lister.add_argument("--provider")
+    lister.add_argument("--tenant")
+    lister.add_argument("--limit", type=int, default=50)
+    lister.add_argument("--json", action="store_true")
 
     for name, text in (("status", "show a run's status"), ("cancel", "cancel a run")):
         sub = commands.add_parser(name, help=text)
@@ -156,6 +172,25 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="a history JSON file, or a folder: every *.json in it",
     )
+    codec = commands.add_parser(
+        "codec-server",
+        help="serve the Temporal UI's remote codec endpoint (POST /decode, /encode) with the "
+        "keys of AGENTLOOP_CODEC_KEYS, so the UI shows encrypted history decrypted",
+    )
+    codec.add_argument("--port", type=int, default=8081)
+    codec.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to listen on (default 127.0.0.1: whoever reaches it can decrypt)",
+    )
+    codec.add_argument(
+        "--origin",
+        action="append",
+        dest="origins",
+        metavar="URL",
+        help="the UI origin a browser may call it from (repeat; default http://localhost:8233 "
+        "and http://127.0.0.1:8233)",
+    )
     return parser
 
 
@@ -186,6 +221,8 @@ async def dispatch(args: argparse.Namespace) -> int:
         return await replay_files(args.paths)
     if args.command == "config":
         return show_config(as_json=args.json)
+    if args.command == "codec-server":  # needs nothing but the keys
+        return await codec_server(args)
     # Checked before anything starts or connects; `dev` replaces some settings itself.
     try:
         settings = load_config(skip=DEV_REPLACES if args.command == "dev" else ()).settings
@@ -220,6 +257,8 @@ async def dispatch(args: argparse.Namespace) -> int:
     try:
         if run_input is not None:
             return await run(client, settings, args, run_input)
+        if args.command == "list":
+            return await list_runs(client, args)
         handle = client.get_workflow_handle(args.run_id, result_type=AgentRunResult)
         if args.command == "history":
             return await export_history(handle, args.output)
@@ -302,6 +341,7 @@ async def run(
         task_queue=settings.task_queue,
         result_type=AgentRunResult,
         static_summary=run_input.summary(),
+        search_attributes=search.initial(run_input) if getattr(args, "index", True) else None,
     )
     print(f"started {workflow_id}\n  {settings.run_url(workflow_id)}", flush=True)
     if not args.follow:
@@ -361,6 +401,38 @@ def format_result(result: AgentRunResult) -> str:
     if result.status != "completed" and result.report:
         lines.append(result.report)
     return "\n".join(lines)
+
+
+async def list_runs(client: Client, args: argparse.Namespace) -> int:
+    """A visibility query over the runs' search attributes."""
+    phase = "awaiting_approval" if args.awaiting_approval else args.phase
+    query = search.list_query(
+        phase=phase, status=args.status, provider=args.provider, tenant=args.tenant
+    )
+    found = []
+    async for execution in client.list_workflows(query, limit=args.limit):
+        attributes = execution.typed_search_attributes
+        found.append(
+            {
+                "workflow_id": execution.id,
+                "run_id": execution.run_id,
+                "phase": attributes.get(search.AGENT_PHASE),
+                "status": attributes.get(search.AGENT_STATUS),
+                "provider": attributes.get(search.AGENT_PROVIDER),
+                "tenant": attributes.get(search.AGENT_TENANT),
+                "started": execution.start_time.isoformat() if execution.start_time else None,
+            }
+        )
+    if args.json:
+        print(json.dumps(found, indent=2))
+    else:
+        for run in found:
+            print(
+                f"{run['workflow_id']}  {run['phase']}  {run['status']}  {run['provider']}  "
+                f"{run['tenant']}"
+            )
+        print(f"{len(found)} run(s) matching {query}", file=sys.stderr)
+    return 0
 
 
 async def continue_run(client: Client, settings: Settings, args: argparse.Namespace) -> int:
@@ -451,6 +523,60 @@ async def replay_files(paths: Sequence[Path]) -> int:
         all_ok = all_ok and report.ok
         print(report.line(), flush=True)
     return 0 if all_ok else 1
+
+
+async def codec_server(args: argparse.Namespace) -> int:
+    """Serve the codec endpoint until SIGINT or SIGTERM; exit 2 when the keys are unset or
+    malformed or the port is taken."""
+    from agentloop.codec import DEFAULT_UI_ORIGINS, EncryptionCodec, serve_codec_server
+
+    try:
+        loaded = load_config(skip=set(VARIABLES) - {"codec_keys"})
+        ring = loaded.settings.codec_key_ring()
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if ring is None:
+        print(
+            "agentloop codec-server: AGENTLOOP_CODEC_KEYS is not set: set it to the keys the"
+            " workers encrypt with (ID:BASE64KEY[,ID:BASE64KEY...], the first active)",
+            file=sys.stderr,
+        )
+        return 2
+    origins = args.origins or list(DEFAULT_UI_ORIGINS)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    def ready() -> None:
+        print(
+            f"agentloop codec-server on http://{args.host}:{args.port} (POST /decode, /encode)\n"
+            f"  keys         {ring.describe()}\n"
+            f"  UI origins   {', '.join(origins)}\n"
+            f"  in the UI: Settings (codec) -> endpoint http://{args.host}:{args.port}\n"
+            "Ctrl-C stops it.",
+            flush=True,
+        )
+
+    try:
+        await serve_codec_server(
+            EncryptionCodec.from_ring(ring),
+            host=args.host,
+            port=args.port,
+            origins=origins,
+            stop=stop,
+            ready=ready,
+        )
+    except OSError as exc:
+        print(
+            f"agentloop codec-server: cannot listen on {args.host}:{args.port}:"
+            f" {exc.strerror or exc}: pass --port PORT",
+            file=sys.stderr,
+        )
+        return 2
+    print("agentloop codec-server stopped", flush=True)
+    return 0
 
 
 async def dev(args: argparse.Namespace) -> int:

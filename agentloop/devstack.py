@@ -17,6 +17,7 @@ from types import TracebackType
 
 from temporalio.client import Client
 
+from agentloop import search
 from agentloop.config import Settings
 from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.demo.services import ExampleService
@@ -171,6 +172,7 @@ class DevStack:
             "--log-level",
             "error",
             *FAST_DEV_SERVER,
+            *search.dev_server_flags(),
         ]
         if self.persist_history:
             args += ["--db-filename", str(self.state_dir / "temporal.db")]

@@ -12,6 +12,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from agentloop import search
 from agentloop.config import Settings
 from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.demo.services import ExampleService
@@ -24,6 +25,7 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
         dev_server_extra_args=FAST_DEV_SERVER,
+        search_attributes=search.ALL,
         data_converter=pydantic_data_converter,
     )
     async with env:

@@ -13,6 +13,7 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
+from agentloop import search
 from agentloop.config import Settings
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, RunStatusView
 
@@ -29,6 +30,9 @@ async def start_run(
         task_queue=settings.task_queue,
         result_type=AgentRunResult,
         static_summary=run_input.summary() if isinstance(run_input, AgentRunInput) else None,
+        search_attributes=search.initial(run_input)
+        if isinstance(run_input, AgentRunInput)
+        else None,
     )
 
 

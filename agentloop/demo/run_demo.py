@@ -14,6 +14,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from agentloop import search
 from agentloop.cli import exit_now, format_result
 from agentloop.contract import (
     WORKFLOW_NAME,
@@ -67,6 +68,7 @@ async def run_demo(provider: Provider, keep_running: bool) -> int:
                 task_queue=stack.settings.task_queue,
                 result_type=AgentRunResult,
                 static_summary=run_input.summary(),
+                search_attributes=search.initial(run_input),
             )
             print(f"run:   {stack.settings.run_url(workflow_id)}", flush=True)
             result = await handle.result()

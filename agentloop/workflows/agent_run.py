@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from agentloop.events import ToolCall, ToolResult
     from agentloop.policies import budgets
     from agentloop.reporting import stop_report
+    from agentloop.search import AGENT_PHASE, AGENT_STATUS
     from agentloop.store.transcript import append
     from agentloop.tools.contract import Outcome, ToolSpec
     from agentloop.workflows import loop
@@ -115,7 +116,7 @@ class AgentRun:
                 # A safe point: nothing is in flight, and everything is in `state`.
                 workflow.continue_as_new(args=[raw_input, state])
             step = loop.decide(state, workflow.now())
-            workflow.set_current_details(loop.details(state, workflow.now()))
+            self._show(state)
             match step:
                 case CallModel():
                     await self._call_model(state, step)
@@ -287,7 +288,7 @@ class AgentRun:
         """Wait for the decisions (or a cancel) until the step's deadline; the next `decide`
         sees what arrived. The wait does not count against the run's deadline."""
         state.phase = phase
-        workflow.set_current_details(loop.details(state, workflow.now()))
+        self._show(state)
         waiting = set(step.call_ids)
         since = workflow.now()
         with contextlib.suppress(TimeoutError):
@@ -393,9 +394,21 @@ class AgentRun:
             handle.cancel()
         return False
 
+    def _show(self, state: LoopState) -> None:
+        """Keep the UI's current details, and the run's phase attribute, up to date."""
+        workflow.set_current_details(loop.details(state, workflow.now()))
+        indexed = workflow.info().typed_search_attributes.get(AGENT_PHASE)
+        # Only runs started with the attributes are indexed: the namespace has them then.
+        if indexed is not None and indexed != state.phase:
+            workflow.upsert_search_attributes([AGENT_PHASE.value_set(state.phase)])
+
     def _finish(self, state: LoopState, step: Finish) -> AgentRunResult:
         state.phase = "finished"
         state.stop_reason = step.stop_reason
+        if workflow.info().typed_search_attributes.get(AGENT_STATUS) is not None:
+            workflow.upsert_search_attributes(
+                [AGENT_PHASE.value_set("finished"), AGENT_STATUS.value_set(step.status)]
+            )
         result = AgentRunResult(
             status=step.status,
             stop_reason=step.stop_reason,

@@ -1,0 +1,64 @@
+"""Custom search attributes: find runs by phase, status, provider and tenant in Temporal's
+visibility (`agentloop list`, the UI's search box).
+
+They must be registered on the namespace: `agentloop dev` registers them on the embedded
+server; on a real cluster run once, for each: `temporal operator search-attribute create
+--name AgentPhase --type Keyword` (likewise AgentStatus, AgentProvider, AgentTenant). A run
+started without them (an unregistered namespace) simply is not indexed."""
+
+from __future__ import annotations
+
+from temporalio.common import (
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+)
+
+from agentloop.contract import AgentRunInput
+
+AGENT_PHASE = SearchAttributeKey.for_keyword("AgentPhase")
+AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
+AGENT_PROVIDER = SearchAttributeKey.for_keyword("AgentProvider")
+AGENT_TENANT = SearchAttributeKey.for_keyword("AgentTenant")
+ALL = (AGENT_PHASE, AGENT_STATUS, AGENT_PROVIDER, AGENT_TENANT)
+
+
+def initial(run_input: AgentRunInput) -> TypedSearchAttributes:
+    """What a run is started with; the workflow keeps phase and status current."""
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(AGENT_PHASE, "calling_model"),
+            SearchAttributePair(AGENT_STATUS, "running"),
+            SearchAttributePair(AGENT_PROVIDER, run_input.provider),
+            SearchAttributePair(AGENT_TENANT, run_input.principal.tenant),
+        ]
+    )
+
+
+def dev_server_flags() -> list[str]:
+    """`temporal server start-dev` flags registering them on the embedded server."""
+    return [flag for key in ALL for flag in ("--search-attribute", f"{key.name}=Keyword")]
+
+
+def list_query(
+    *,
+    phase: str | None = None,
+    status: str | None = None,
+    provider: str | None = None,
+    tenant: str | None = None,
+) -> str:
+    """A visibility query for AgentRun runs matching every given attribute."""
+    clauses = ["WorkflowType = 'AgentRun'"]
+    if phase is not None and phase != "finished":
+        # A run cancelled from outside keeps the phase it had: only running runs are in one.
+        clauses.append("ExecutionStatus = 'Running'")
+    for key, value in (
+        (AGENT_PHASE, phase),
+        (AGENT_STATUS, status),
+        (AGENT_PROVIDER, provider),
+        (AGENT_TENANT, tenant),
+    ):
+        if value is not None:
+            quoted = value.replace("'", "")
+            clauses.append(f"{key.name} = '{quoted}'")
+    return " AND ".join(clauses)
