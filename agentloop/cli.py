@@ -550,11 +550,13 @@ async def codec_server(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
 
     def ready() -> None:
+        url = f"http://{args.host}:{args.port}"
         print(
-            f"agentloop codec-server on http://{args.host}:{args.port} (POST /decode, /encode)\n"
-            f"  keys         {ring.describe()}\n"
-            f"  UI origins   {', '.join(origins)}\n"
-            f"  in the UI: Settings (codec) -> endpoint http://{args.host}:{args.port}\n"
+            f"agentloop codec-server on {url} (POST /decode, /encode)\n"
+            f"  keys          {ring.describe()}\n"
+            f"  UI origins    {', '.join(origins)}\n"
+            f"  Temporal UI   set the codec server endpoint (Codec Server settings) to {url}\n"
+            f"  temporal CLI  --codec-endpoint {url}\n"
             "Ctrl-C stops it.",
             flush=True,
         )
@@ -580,8 +582,14 @@ async def codec_server(args: argparse.Namespace) -> int:
 
 
 async def dev(args: argparse.Namespace) -> int:
+    from agentloop.audit import DEFAULT_REDACT_FIELDS, configure_logging, settings_secrets
     from agentloop.devstack import DevStack, DevStackError, DevStackPorts
 
+    configure_logging(
+        fmt="console",
+        secrets=settings_secrets(Settings.from_env()),
+        redact_fields=DEFAULT_REDACT_FIELDS,
+    )
     ports = DevStackPorts(args.port, args.ui_port, args.example_port, args.provider_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

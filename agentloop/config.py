@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field, ValidationError
 from temporalio.service import TLSConfig
 
 from agentloop.adapters import ProviderEndpoints
+from agentloop.codec import KeyRing, KeyRingError, mask_key_ring
 from agentloop.contract import DEFAULT_TASK_QUEUE
 from agentloop.store.base import mask_url
 
@@ -77,6 +78,9 @@ class Settings(BaseModel):
     tool_http_timeout_seconds: float = 30.0
     """How long an example tool waits for its system of record; a write that gets no answer
     in time has an unknown outcome and is looked up, never resent blindly."""
+    codec_keys: str | None = Field(default=None, repr=False)
+    """`ID:BASE64KEY[,ID:BASE64KEY...]`, the first active: with it every payload in workflow
+    history is encrypted (AES-256-GCM, `agentloop.codec`); the others still decrypt."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -101,6 +105,18 @@ class Settings(BaseModel):
 
     def run_url(self, workflow_id: str) -> str:
         return f"{self.ui_url}/namespaces/{self.temporal_namespace}/workflows/{workflow_id}"
+
+    def codec_key_ring(self) -> KeyRing | None:
+        """The key ring of `codec_keys` (None when unset); raises `ConfigError` naming
+        AGENTLOOP_CODEC_KEYS when it is malformed."""
+        if _present(self.codec_keys) is None:
+            return None
+        assert self.codec_keys is not None
+        try:
+            return KeyRing.parse(self.codec_keys)
+        except KeyRingError as exc:
+            name = VARIABLES["codec_keys"].name
+            raise ConfigError([f"{name}={mask_key_ring(self.codec_keys)!r}: {exc}"]) from None
 
     def tls_config(self) -> TLSConfig | None:
         """The client TLS of the Temporal connection: None (plain, or the SDK's default TLS
@@ -213,6 +229,14 @@ def check_pem_file(value: str) -> str | None:
     return None
 
 
+def check_codec_keys(value: str) -> str | None:
+    try:
+        KeyRing.parse(value)
+    except KeyRingError as exc:
+        return str(exc)
+    return None
+
+
 def _is_price(value: Any) -> bool:
     return (
         isinstance(value, int | float)
@@ -246,7 +270,9 @@ class Variable:
     """The environment variable."""
     check: Check | None = None
     secret: bool = False
-    """Shown as `…` and its last 4 characters."""
+    """Shown as `…` and its last 4 characters (or as `mask` shows it)."""
+    mask: Callable[[str], str] | None = None
+    """How a secret is shown instead, when even 4 characters of it are too many."""
     is_url: bool = False
     """Shown with any password inside it as `***`."""
 
@@ -276,6 +302,9 @@ VARIABLES: dict[str, Variable] = {
     "tool_http_timeout_seconds": Variable(
         "AGENTLOOP_TOOL_HTTP_TIMEOUT_SECONDS", check_positive_number
     ),
+    "codec_keys": Variable(
+        "AGENTLOOP_CODEC_KEYS", check_codec_keys, secret=True, mask=mask_key_ring
+    ),
 }
 """Settings field -> its environment variable (and file key: the field name)."""
 
@@ -301,7 +330,7 @@ def shown_value(field: str, value: Any) -> Any:
         return None
     variable = VARIABLES[field]
     if variable.secret:
-        return mask_secret(str(value))
+        return (variable.mask or mask_secret)(str(value))
     if variable.is_url:
         return mask_url(str(value))
     return value

@@ -187,7 +187,16 @@ class DevStack:
     async def _connect_when_ready(self) -> Client:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + STARTUP_TIMEOUT_SECONDS
-        settings = Settings(temporal_address=f"127.0.0.1:{self.ports.temporal}")
+        # The environment's codec keys apply: the dev worker reads what `agentloop run` writes.
+        settings = Settings.from_env().model_copy(
+            update={
+                "temporal_address": f"127.0.0.1:{self.ports.temporal}",
+                "temporal_api_key": None,
+                "temporal_tls_cert": None,
+                "temporal_tls_key": None,
+                "temporal_tls_ca": None,
+            }
+        )
         while True:
             assert self._server is not None
             if self._server.poll() is not None:

@@ -21,7 +21,6 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
@@ -224,8 +223,15 @@ async def _replay_file(replayer: Replayer, path: Path) -> ReplayReport:
 
 
 def _replayer() -> Replayer:
+    """Today's AgentRun, decoding payloads as workers do (encrypted ones too, when the
+    environment holds the codec keys)."""
+    from agentloop.config import Settings
+    from agentloop.worker import data_converter
+
     return Replayer(
-        workflows=[AgentRun], data_converter=pydantic_data_converter, runtime=_quiet_runtime()
+        workflows=[AgentRun],
+        data_converter=data_converter(Settings.from_env()),
+        runtime=_quiet_runtime(),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 import aiohttp
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
 from temporalio.worker import Worker
 
 from agentloop.activities.model import ModelActivities
@@ -19,6 +21,8 @@ from agentloop.activities.runs import RunActivities
 from agentloop.activities.tools import ToolActivities
 from agentloop.activities.verify import VerifierActivities
 from agentloop.adapters import AdapterFactory
+from agentloop.audit import DEFAULT_REDACT_FIELDS, configure_logging, settings_secrets
+from agentloop.codec import EncryptionCodec, encrypting_data_converter
 from agentloop.config import ConfigError, Settings
 from agentloop.pricing import PriceTable
 from agentloop.store import Store, open_store
@@ -27,11 +31,22 @@ from agentloop.tools.registry import default_registry
 from agentloop.workflows.agent_run import AgentRun
 
 
+def data_converter(settings: Settings) -> DataConverter:
+    """The pydantic converter; with `AGENTLOOP_CODEC_KEYS` set, every payload encrypted
+    (`agentloop.codec`). Raises `ConfigError` naming the variable when the keys are malformed."""
+    ring = settings.codec_key_ring()
+    if ring is None:
+        return pydantic_data_converter
+    return encrypting_data_converter(EncryptionCodec.from_ring(ring))
+
+
 async def connect(settings: Settings) -> Client:
+    """A client for `settings`; the worker, the CLI and the tests all connect here, so all of
+    them read and write payloads the same way (encrypted when keys are configured)."""
     return await Client.connect(
         settings.temporal_address,
         namespace=settings.temporal_namespace,
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(settings),
         api_key=settings.temporal_api_key,
         tls=settings.tls_config(),
     )
@@ -87,6 +102,12 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
 
 async def serve(settings: Settings) -> None:
     """Run a worker until SIGINT or SIGTERM."""
+    configure_logging(
+        level=os.environ.get("AGENTLOOP_LOG_LEVEL", "INFO"),
+        fmt="json",
+        secrets=settings_secrets(settings),
+        redact_fields=DEFAULT_REDACT_FIELDS,
+    )
     client = await connect(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

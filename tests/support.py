@@ -21,8 +21,15 @@ WORKER_READY_LINE = "agentloop worker polling"
 
 
 async def start_run(
-    client: Client, settings: Settings, workflow_id: str, run_input: AgentRunInput | dict[str, Any]
+    client: Client,
+    settings: Settings,
+    workflow_id: str,
+    run_input: AgentRunInput | dict[str, Any],
+    *,
+    indexed: bool = True,
 ) -> WorkflowHandle[Any, AgentRunResult]:
+    """Start a run as the CLI does: with its UI summary and, unless `indexed` is False (a
+    server without agentloop's search attributes), its search attributes."""
     return await client.start_workflow(
         WORKFLOW_NAME,
         run_input,
@@ -31,7 +38,7 @@ async def start_run(
         result_type=AgentRunResult,
         static_summary=run_input.summary() if isinstance(run_input, AgentRunInput) else None,
         search_attributes=search.initial(run_input)
-        if isinstance(run_input, AgentRunInput)
+        if isinstance(run_input, AgentRunInput) and indexed
         else None,
     )
 

@@ -333,7 +333,11 @@ async def test_approval_timeout_on_the_time_skipping_server(
     env, settings = time_skipping
     scripted_provider.register(reserve_script(run_id))
     handle = await start_run(
-        env.client, settings, run_id, run_input(run_id, approval_timeout_seconds=7 * 86400)
+        env.client,
+        settings,
+        run_id,
+        run_input(run_id, approval_timeout_seconds=7 * 86400),
+        indexed=False,  # the time-skipping test server has no custom search attributes
     )
     result = await handle.result()  # the test server skips the week
     assert result.status == "approval_timeout"

@@ -25,6 +25,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
+from agentloop import search
 from agentloop.config import Settings
 from agentloop.contract import (
     AgentRunInput,
@@ -461,6 +462,7 @@ class DevServer:
             "--db-filename",
             str(self.db_file),
             *FAST_DEV_SERVER,
+            *search.dev_server_flags(),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,

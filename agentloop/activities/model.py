@@ -11,6 +11,7 @@ from agentloop.activities.heartbeat import keep_heartbeating
 from agentloop.activities.messages import CallModelInput, CallModelResult
 from agentloop.adapters import AdapterFactory
 from agentloop.adapters.base import ModelRequest, ProviderError
+from agentloop.audit import audit
 from agentloop.pricing import PriceTable
 from agentloop.store import Store, StoreError, load_transcript
 from agentloop.store.transcript import append
@@ -29,6 +30,7 @@ class ModelActivities:
         try:
             history = await load_transcript(self._store, request.head)
         except StoreError as exc:
+            _audit_failure(request, "transcript_missing", retryable=False)
             raise ApplicationError(str(exc), type="TranscriptMissing", non_retryable=True) from exc
         head, nodes = append(request.head, request.new_events)
         await self._store.put_nodes(nodes)
@@ -44,17 +46,47 @@ class ModelActivities:
             async with keep_heartbeating():
                 output = await adapter.complete(model_request)
         except ProviderError as exc:
+            _audit_failure(request, exc.error_class, exc.retryable, exc.status_code)
             raise _as_application_error(exc) from exc
+        except Exception as exc:
+            # Not classified by the adapter: Temporal retries it like any activity failure.
+            _audit_failure(request, type(exc).__name__, retryable=True)
+            raise
         head, nodes = append(head, [output])
         await self._store.put_nodes(nodes)
-        activity.logger.info(
-            "model answered: stop=%s calls=%d response=%s",
-            output.stop,
-            len(output.tool_calls),
-            output.provider_ref.response_id,
-        )
         cost = self._prices.cost(output.provider_ref.model or request.model, output.usage)
+        ref = output.provider_ref
+        # Ids, counts and classes only: never the model's text, reasoning or raw items.
+        audit(
+            "model_call.completed",
+            provider=request.provider,
+            api=ref.api,
+            model=ref.model or request.model,
+            response_id=ref.response_id,
+            request_id=ref.request_id,
+            turn=request.turn,
+            stop=output.stop,
+            stop_detail=output.stop_detail,
+            tool_call_ids=[call.call_id for call in output.tool_calls],
+            input_tokens=output.usage.input_tokens,
+            output_tokens=output.usage.output_tokens,
+            cost_usd=cost,
+        )
         return CallModelResult(head=head, output=output, cost_usd=cost)
+
+
+def _audit_failure(
+    request: CallModelInput, error_class: str, retryable: bool, status_code: int | None = None
+) -> None:
+    audit(
+        "model_call.failed",
+        provider=request.provider,
+        model=request.model,
+        turn=request.turn,
+        error_class=error_class,
+        retryable=retryable,
+        status_code=status_code,
+    )
 
 
 def _as_application_error(exc: ProviderError) -> ApplicationError:

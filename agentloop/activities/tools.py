@@ -10,6 +10,8 @@ from temporalio.exceptions import ApplicationError
 
 from agentloop.activities.heartbeat import keep_heartbeating
 from agentloop.activities.messages import DescribeToolsInput, PreconditionResult, RunToolInput
+from agentloop.audit import audit
+from agentloop.digests import args_digest
 from agentloop.events import ToolResult
 from agentloop.tools.contract import Outcome, OutcomeUnknown, ToolContext, ToolError, ToolSpec
 from agentloop.tools.registry import ToolRegistry, UnknownToolError
@@ -38,14 +40,15 @@ class ToolActivities:
         """A business check against the system of record, before approval or execution."""
         tool = self._registry.get(request.tool)
         if tool.precondition is None:
-            return PreconditionResult()
+            return _precondition_checked(request, PreconditionResult())
         try:
             await tool.precondition(request.arguments, self._context(request))
         except ToolError as exc:
             if exc.retryable:
+                _audit_precondition(request, ok=None, error_class=exc.error_class)
                 raise ApplicationError(str(exc), type=f"Tool:{exc.error_class}") from exc
-            return PreconditionResult(problem=str(exc))
-        return PreconditionResult()
+            return _precondition_checked(request, PreconditionResult(problem=str(exc)))
+        return _precondition_checked(request, PreconditionResult())
 
     def _context(self, request: RunToolInput) -> ToolContext:
         return ToolContext(
@@ -60,12 +63,15 @@ class ToolActivities:
         """Ask the system of record whether the write with this idempotency key happened."""
         tool = self._registry.get(request.tool)
         if tool.lookup_outcome is None:
-            return Outcome(state="unknown", record=f"{request.tool} has no outcome lookup")
+            outcome = Outcome(state="unknown", record=f"{request.tool} has no outcome lookup")
+            return _outcome_looked_up(request, outcome)
         try:
-            return await tool.lookup_outcome(request.idempotency_key, self._context(request))
+            outcome = await tool.lookup_outcome(request.idempotency_key, self._context(request))
         except ToolError as exc:
             # Retried by LOOKUP_RETRY; when attempts run out the runner records `unknown`.
+            _audit_lookup(request, outcome=None, error_class=exc.error_class)
             raise ApplicationError(str(exc), type=f"Tool:{exc.error_class}") from exc
+        return _outcome_looked_up(request, outcome)
 
     @activity.defn(name="run_tool")
     async def run_tool(self, request: RunToolInput) -> ToolResult:
@@ -76,13 +82,20 @@ class ToolActivities:
         except ToolError as exc:
             if tool.spec.effect == "write" and (isinstance(exc, OutcomeUnknown) or exc.retryable):
                 # It may have happened: the runner asks the system of record, never resends.
-                return _unknown(request, str(exc))
+                return _executed(request, tool.spec, _unknown(request, str(exc)))
             if exc.retryable:
                 # Raised so Temporal retries it (reads only; writes get one attempt).
+                _audit_attempt_failed(request, tool.spec, exc.error_class)
                 raise ApplicationError(str(exc), type=f"Tool:{exc.error_class}") from exc
-            return _failure(request, tool.spec, exc.error_class, str(exc))
-        content, artifact = await self._bounded(request, _to_text(value), tool.spec)
-        return ToolResult(
+            failure = _failure(request, tool.spec, exc.error_class, str(exc))
+            return _executed(request, tool.spec, failure)
+        except Exception as exc:
+            # A crash in the handler: Temporal retries it (a write's outcome is looked up).
+            _audit_attempt_failed(request, tool.spec, type(exc).__name__)
+            raise
+        text = _to_text(value)
+        content, artifact = await self._bounded(request, text, tool.spec)
+        result = ToolResult(
             call_id=request.call_id,
             tool=request.tool,
             status="succeeded",
@@ -90,6 +103,7 @@ class ToolActivities:
             artifact_ref=artifact,
             side_effect=tool.spec.effect == "write",
         )
+        return _executed(request, tool.spec, result, output_chars=len(text))
 
     async def _bounded(
         self, request: RunToolInput, text: str, spec: ToolSpec
@@ -112,6 +126,89 @@ class ToolActivities:
             if len(framed) <= spec.max_result_chars or room <= 0:
                 return framed, ref
             room -= len(framed) - spec.max_result_chars
+
+
+def _executed(
+    request: RunToolInput, spec: ToolSpec, result: ToolResult, output_chars: int | None = None
+) -> ToolResult:
+    """Audit one execution by its ids, digest and result code; never the output itself."""
+    audit(
+        "tool.executed",
+        **_tool_fields(request, spec),
+        result_status=result.status,
+        error_class=result.error_class,
+        side_effect=result.side_effect,
+        result_chars=len(result.content) if output_chars is None else output_chars,
+        artifact_ref=result.artifact_ref,
+    )
+    return result
+
+
+def _audit_attempt_failed(request: RunToolInput, spec: ToolSpec, error_class: str) -> None:
+    """An attempt that raised (Temporal decides whether another one comes)."""
+    audit(
+        "tool.executed",
+        **_tool_fields(request, spec),
+        result_status="attempt_failed",
+        error_class=error_class,
+        side_effect=spec.effect == "write",
+        result_chars=0,
+        artifact_ref=None,
+    )
+
+
+def _tool_fields(request: RunToolInput, spec: ToolSpec) -> dict[str, Any]:
+    return {
+        "tool": request.tool,
+        "tool_version": spec.version,
+        "call_id": request.call_id,
+        "args_digest": args_digest(request.tool, request.arguments),
+        "effect": spec.effect,
+        "idempotency_key": request.idempotency_key or None,
+    }
+
+
+def _precondition_checked(request: RunToolInput, result: PreconditionResult) -> PreconditionResult:
+    _audit_precondition(request, ok=result.problem is None, problem=result.problem)
+    return result
+
+
+def _audit_precondition(
+    request: RunToolInput,
+    ok: bool | None,
+    problem: str | None = None,
+    error_class: str | None = None,
+) -> None:
+    """`ok=None`: the check could not be made this attempt (raised, retried by Temporal)."""
+    fields: dict[str, Any] = {
+        "tool": request.tool,
+        "call_id": request.call_id,
+        "ok": ok,
+        "problem": problem,
+    }
+    if error_class is not None:
+        fields["error_class"] = error_class
+    audit("tool.precondition", **fields)
+
+
+def _outcome_looked_up(request: RunToolInput, outcome: Outcome) -> Outcome:
+    _audit_lookup(request, outcome=outcome.state)
+    return outcome
+
+
+def _audit_lookup(
+    request: RunToolInput, outcome: str | None, error_class: str | None = None
+) -> None:
+    """The state only: the system of record's copy of the write may hold personal data."""
+    fields: dict[str, Any] = {
+        "tool": request.tool,
+        "call_id": request.call_id,
+        "idempotency_key": request.idempotency_key or None,
+        "outcome": outcome,
+    }
+    if error_class is not None:
+        fields["error_class"] = error_class
+    audit("tool.outcome_lookup", **fields)
 
 
 def _unknown(request: RunToolInput, message: str) -> ToolResult:

@@ -157,7 +157,17 @@ class AgentRun:
         if self._state is None:
             self._early_decisions.append(decision)
             return ApprovalVerdict(accepted=False, reason="the run has not started yet")
-        return loop.record_decision(self._state, decision, workflow.now())
+        verdict = loop.record_decision(self._state, decision, workflow.now())
+        _audit(
+            "approval.decided",
+            call_id=decision.call_id,
+            args_digest=decision.args_digest,
+            approved=decision.approved,
+            approver=decision.approver,
+            accepted=verdict.accepted,
+            refused_because=verdict.reason,
+        )
+        return verdict
 
     @workflow.signal
     def message(self, message: UserMessage) -> None:
@@ -233,6 +243,30 @@ class AgentRun:
                 non_retryable=True,
             )
         loop.record_model_output(state, result.output, result.head, workflow.now(), result.cost_usd)
+        usage = result.output.usage
+        _audit(
+            "budget.settled",
+            turn=step.turn,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cost_usd=result.cost_usd,
+            model_calls=state.usage.model_calls,
+            tool_calls=state.usage.tool_calls,
+        )
+        for call in result.output.tool_calls:
+            record = state.calls.get(call.call_id)
+            if record is not None:
+                _audit(
+                    "policy.decision",
+                    turn=step.turn,
+                    call_id=call.call_id,
+                    tool=call.name,
+                    tool_version=record.tool_version,
+                    args_digest=call.args_digest,
+                    decision=record.decision,
+                    status=record.status,
+                    needs_approval=bool(state.batch and call.call_id in state.batch.approvals),
+                )
 
     async def _check_preconditions(self, state: LoopState, step: CheckPreconditions) -> None:
         handles = [
@@ -421,7 +455,24 @@ class AgentRun:
             unsent=loop.unsent_events(state, step.stop_reason),
         )
         result.report = stop_report(result, workflow.info().workflow_id)
+        _audit(
+            "run.stopped",
+            status=step.status,
+            stop_reason=step.stop_reason,
+            turn=state.turn,
+            model_calls=state.usage.model_calls,
+            tool_calls=state.usage.tool_calls,
+            cost_usd=state.usage.cost_usd,
+            side_effects=[e["call_id"] for e in result.side_effects],
+            pending=[p["call_id"] for p in result.pending],
+        )
         return result
+
+
+def _audit(event: str, **fields: Any) -> None:
+    """One audit record through `workflow.logger` (silent during replay; ids, digests and
+    statuses only, never model text or tool output)."""
+    workflow.logger.info(event, extra={"audit": {"event": event, **fields}})
 
 
 def _time_to_continue_as_new(state: LoopState) -> bool:
