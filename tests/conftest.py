@@ -88,3 +88,15 @@ async def worker(client: Client, worker_settings: Settings) -> AsyncIterator[Set
 @pytest.fixture
 def run_id(request: pytest.FixtureRequest) -> str:
     return f"{request.node.name}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+async def clean_fakes(
+    scripted_provider: ScriptedProvider, example_service: ExampleService
+) -> AsyncIterator[None]:
+    """Empty logs and a clean world before a test; no protocol violation seen after it."""
+    scripted_provider.reset()
+    example_service.reset()
+    yield
+    example_service.set_delay(None, 0)
+    assert scripted_provider.violations == []

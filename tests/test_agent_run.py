@@ -4,7 +4,6 @@ provider (which checks call-id pairing on every request), example tools over HTT
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -25,21 +24,10 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.demo.services import ExampleService
 from tests.support import start_run, wait_for_phase
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
 TRAIN_ARGS = {"train_number": "G1234", "date": "2026-12-01"}
 WEATHER_ARGS = {"city": "Shanghai", "date": "2026-12-01"}
-
-
-@pytest.fixture(autouse=True)
-async def clean_fakes(
-    scripted_provider: ScriptedProvider, example_service: ExampleService
-) -> AsyncIterator[None]:
-    """Every test starts with empty logs, and ends with no protocol violation seen."""
-    scripted_provider.reset()
-    example_service.reset()
-    yield
-    assert scripted_provider.violations == []
 
 
 def run_input(model: str, **overrides: Any) -> AgentRunInput:

@@ -35,20 +35,10 @@ from tests.support import (
     worker_process,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
 ALL_SCOPES = ["workshops:read", "workshops:write", "tickets:read", "tickets:write"]
 RESERVE = {"workshop_id": "ws-101", "participant_id": "p-carol"}
-
-
-@pytest.fixture(autouse=True)
-async def clean_fakes(
-    scripted_provider: ScriptedProvider, example_service: ExampleService
-) -> AsyncIterator[None]:
-    scripted_provider.reset()
-    example_service.reset()
-    yield
-    assert scripted_provider.violations == []
 
 
 def call(call_id: str, name: str, **arguments: Any) -> ScriptedToolCall:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -48,15 +47,8 @@ def test_cost_blocks_the_next_model_call_once_spent() -> None:
     assert left.cost_usd == pytest.approx(0.05)
 
 
-@pytest.fixture
-async def clean_provider(scripted_provider: ScriptedProvider) -> AsyncIterator[None]:
-    scripted_provider.reset()
-    yield
-    assert scripted_provider.violations == []
-
-
 @pytest.mark.integration
-@pytest.mark.usefixtures("clean_provider")
+@pytest.mark.usefixtures("clean_fakes")
 async def test_max_cost_stops_the_run_before_the_call_that_would_exceed_it(
     client: Client,
     worker: Settings,

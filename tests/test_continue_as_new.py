@@ -3,7 +3,6 @@ head, ledger, budgets and a pending approval all carry over the boundary."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,17 +14,7 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.demo.services import ExampleService
 from tests.support import start_run, wait_for_phase
 
-pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(autouse=True)
-async def clean_fakes(
-    scripted_provider: ScriptedProvider, example_service: ExampleService
-) -> AsyncIterator[None]:
-    scripted_provider.reset()
-    example_service.reset()
-    yield
-    assert scripted_provider.violations == []
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
 
 def call(call_id: str, name: str, **arguments: Any) -> ScriptedToolCall:

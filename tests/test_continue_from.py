@@ -4,7 +4,6 @@ send it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,17 +17,7 @@ from agentloop.demo.services import ExampleService
 from tests.support import start_run
 from tests.test_cli import agentloop, process_env
 
-pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(autouse=True)
-async def clean_fakes(
-    scripted_provider: ScriptedProvider, example_service: ExampleService
-) -> AsyncIterator[None]:
-    scripted_provider.reset()
-    example_service.reset()
-    yield
-    assert scripted_provider.violations == []
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
 
 def weather_script(name: str) -> Script:

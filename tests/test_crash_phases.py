@@ -41,7 +41,7 @@ from agentloop.demo.services import ExampleService
 from agentloop.devstack import FAST_DEV_SERVER, free_port, temporal_binary
 from tests.support import start_run, wait_for_phase, wait_until, worker_env, worker_process
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
 ALL_SCOPES = ["workshops:read", "workshops:write", "tickets:read", "tickets:write"]
 RESERVE = {"workshop_id": "ws-101", "participant_id": "p-carol"}
@@ -50,17 +50,6 @@ RESULT_SECONDS = 60
 """Bound on a run's end once the second worker is up (heartbeat + sticky timeouts included)."""
 SLOW_HTTP = 30.0
 """The tool HTTP timeout of workers that must still be waiting when they are killed."""
-
-
-@pytest.fixture(autouse=True)
-async def clean_fakes(
-    scripted_provider: ScriptedProvider, example_service: ExampleService
-) -> AsyncIterator[None]:
-    scripted_provider.reset()
-    example_service.reset()
-    yield
-    example_service.set_delay(None, 0)
-    assert scripted_provider.violations == []
 
 
 def make_env(

@@ -10,7 +10,6 @@ status: "exactly once" is a fact about the world, not about the ledger.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -34,7 +33,7 @@ from agentloop.demo.services import ExampleService
 from agentloop.workflows.agent_run import LOOKUP_RETRY
 from tests.support import start_run, wait_for_phase, wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
 CALL_ID = "call_write"
 ALL_SCOPES = ["workshops:read", "workshops:write", "tickets:read", "tickets:write"]
@@ -80,16 +79,6 @@ REPLY = WriteCase(
 )
 
 both_writes = pytest.mark.parametrize("case", [RESERVE, REPLY], ids=lambda c: c.tool)
-
-
-@pytest.fixture(autouse=True)
-async def clean_fakes(
-    scripted_provider: ScriptedProvider, example_service: ExampleService
-) -> AsyncIterator[None]:
-    scripted_provider.reset()
-    example_service.reset()
-    yield
-    assert scripted_provider.violations == []
 
 
 def write_script(name: str, case: WriteCase, expect_in_result: str) -> Script:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from temporalio.client import Client
 
@@ -13,17 +11,7 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.demo.services import ExampleService
 from tests.support import start_run, wait_for_phase
 
-pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(autouse=True)
-async def clean_fakes(
-    scripted_provider: ScriptedProvider, example_service: ExampleService
-) -> AsyncIterator[None]:
-    scripted_provider.reset()
-    example_service.reset()
-    yield
-    assert scripted_provider.violations == []
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
 
 async def test_the_same_empty_search_is_nudged_once_then_stalled(

@@ -4,7 +4,6 @@ exactly the runs waiting for a human."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -14,11 +13,10 @@ from agentloop import search
 from agentloop.config import Settings
 from agentloop.contract import AgentRunInput, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
-from agentloop.demo.services import ExampleService
 from tests.support import start_run, wait_for_phase
 from tests.test_cli import agentloop, process_env
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
 
 def test_list_queries() -> None:
@@ -28,15 +26,6 @@ def test_list_queries() -> None:
         "AgentPhase = 'awaiting_approval' AND AgentTenant = 'acme'"
     )
     assert "'" not in search.list_query(status="x' OR 1=1").split("AgentStatus = ")[1][1:-1]
-
-
-@pytest.fixture(autouse=True)
-async def clean_fakes(
-    scripted_provider: ScriptedProvider, example_service: ExampleService
-) -> AsyncIterator[None]:
-    scripted_provider.reset()
-    example_service.reset()
-    yield
 
 
 async def test_list_awaiting_approval_finds_exactly_the_waiting_runs(
