@@ -6,10 +6,10 @@ Pure apart from `_map_sdk_errors`, which only translates exceptions.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import Any, Protocol, assert_never
 
 import anthropic
 import httpx2
@@ -104,6 +104,32 @@ def demote_broken_calls(stop: StopKind, detail: str, problems: list[str]) -> tup
     if problems and stop in ("tool_calls", "truncated"):
         return "truncated", "; ".join([detail, *problems])
     return stop, detail
+
+
+class StreamAssembler(Protocol):
+    def feed(self, event: dict[str, Any]) -> None: ...
+    def finish(self) -> ModelOutput: ...
+
+
+async def complete_openai(
+    create: Callable[..., Awaitable[Any]],
+    kwargs: dict[str, Any],
+    parse: Callable[[dict[str, Any], str], ModelOutput],
+    assembler: Callable[[str], StreamAssembler],
+) -> ModelOutput:
+    """One call through an openai SDK resource, streamed (raw event iterator, never the SDK's
+    stream helper) or not, with its request id and errors mapped. Shared by the OpenAI
+    adapters, which differ only in the resource, the parser and the assembler."""
+    with _map_sdk_errors():
+        if not kwargs["stream"]:
+            response = await create(**kwargs)
+            return parse(response.model_dump(), response._request_id or "")
+        stream = await create(**kwargs)
+        assembling = assembler(stream.response.headers.get("x-request-id") or "")
+        async with stream:
+            async for event in stream:
+                assembling.feed(event.model_dump())
+        return assembling.finish()
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from openai import AsyncOpenAI
 from agentloop.adapters._shared import (
     Segment,
     ToolTurn,
-    _map_sdk_errors,
+    complete_openai,
     demote_broken_calls,
     group_turns,
     make_tool_calls,
@@ -319,17 +319,9 @@ class OpenAIChatAdapter:
         self._client = client
 
     async def complete(self, request: ModelRequest) -> ModelOutput:
-        kwargs = build_request(request)
-        with _map_sdk_errors():
-            if kwargs["stream"]:
-                return await self._complete_streamed(kwargs)
-            response = await self._client.chat.completions.create(**kwargs)
-            return parse_response(response.model_dump(), request_id=response._request_id or "")
-
-    async def _complete_streamed(self, kwargs: dict[str, Any]) -> ModelOutput:
-        stream = await self._client.chat.completions.create(**kwargs)
-        assembler = ChatStreamAssembler(stream.response.headers.get("x-request-id") or "")
-        async with stream:
-            async for chunk in stream:
-                assembler.feed(chunk.model_dump())
-        return assembler.finish()
+        return await complete_openai(
+            self._client.chat.completions.create,
+            build_request(request),
+            parse_response,
+            ChatStreamAssembler,
+        )
