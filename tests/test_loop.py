@@ -268,3 +268,14 @@ def test_a_tools_own_per_run_cap_applies() -> None:
     step = loop.decide(state, T0)
     assert isinstance(step, Finish) and step.status == "limit_reached"
     assert "get_train_status" in step.stop_reason
+
+
+def test_max_total_tokens_is_checked_before_the_next_model_call() -> None:
+    state = new_state(limits=Limits(max_total_tokens=100))
+    model_turn(state, tool_output(call("c1", "get_train_status")))
+    state.usage.input_tokens, state.usage.output_tokens = 70, 30
+    run_step(state)
+    step = loop.decide(state, T0)
+    assert isinstance(step, Finish) and step.status == "limit_reached"
+    assert step.stop_reason == "max_total_tokens: 100 of 100 tokens used"
+    assert state.usage.model_calls == 1
