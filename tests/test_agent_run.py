@@ -41,6 +41,17 @@ def run_input(model: str, **overrides: Any) -> AgentRunInput:
     return AgentRunInput.model_validate(fields)
 
 
+def slow_train_script(name: str, final_text: str) -> Script:
+    """One train read (the tests slow the service down), then a final answer."""
+    return Script(
+        name=name,
+        turns=[
+            ScriptTurn(tool_calls=[tool_call("call_slow", "get_train_status", TRAIN_ARGS)]),
+            ScriptTurn(text=final_text),
+        ],
+    )
+
+
 def tool_call(call_id: str, name: str, arguments: dict[str, Any] | str) -> ScriptedToolCall:
     return ScriptedToolCall(id=call_id, name=name, arguments=arguments)
 
@@ -325,15 +336,7 @@ async def test_cancel_signal_stops_a_run_waiting_on_a_tool(
     example_service: ExampleService,
     run_id: str,
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(tool_calls=[tool_call("call_slow", "get_train_status", TRAIN_ARGS)]),
-                ScriptTurn(text="never reached"),
-            ],
-        )
-    )
+    scripted_provider.register(slow_train_script(run_id, "never reached"))
     example_service.set_delay("trains", 5_000)
     try:
         handle = await start_run(client, worker, run_id, run_input(run_id))
@@ -387,15 +390,7 @@ async def test_the_deadline_stops_a_run_waiting_on_a_slow_tool(
     example_service: ExampleService,
     run_id: str,
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(tool_calls=[tool_call("call_slow", "get_train_status", TRAIN_ARGS)]),
-                ScriptTurn(text="never reached"),
-            ],
-        )
-    )
+    scripted_provider.register(slow_train_script(run_id, "never reached"))
     example_service.set_delay("trains", 5_000)
     try:
         handle = await start_run(
@@ -417,15 +412,7 @@ async def test_status_query_reports_phase_usage_and_limits_left(
     example_service: ExampleService,
     run_id: str,
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(tool_calls=[tool_call("call_slow", "get_train_status", TRAIN_ARGS)]),
-                ScriptTurn(text="ok"),
-            ],
-        )
-    )
+    scripted_provider.register(slow_train_script(run_id, "ok"))
     example_service.set_delay("trains", 1_000)
     try:
         handle = await start_run(
