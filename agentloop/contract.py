@@ -91,6 +91,9 @@ class AgentRunInput(_Strict):
     """How long a question the model asked (`ask_user`) waits for a `message`."""
     """How long a write whose outcome stayed unknown waits for a `resolve` signal before the
     run stops `unresolved`."""
+    context_budget_chars: int | None = Field(default=None, ge=2_000)
+    """Characters the model may be sent per call (default: by model); past it, older tool
+    results are shortened and run-state facts restated."""
     continue_as_new_after_events: int | None = Field(default=None, ge=20)
     """Continue as new once a run's history holds this many events (besides whenever
     Temporal suggests it); the run state and transcript head carry over."""

@@ -23,6 +23,9 @@ class CallModelInput(BaseModel):
     """Events since the last model call; they travel inline once and are then persisted."""
     tools: list[ToolSpec] = Field(default_factory=list)
     settings: ModelSettings = Field(default_factory=ModelSettings)
+    context_budget_chars: int | None = None
+    facts: list[str] = Field(default_factory=list)
+    """What must not be lost if older results are shortened to fit: from run state."""
 
 
 class CallModelResult(BaseModel):

@@ -12,6 +12,7 @@ from agentloop.activities.messages import CallModelInput, CallModelResult
 from agentloop.adapters import AdapterFactory
 from agentloop.adapters.base import ModelRequest, ProviderError
 from agentloop.audit import audit
+from agentloop.context import budget_for, fit
 from agentloop.pricing import PriceTable
 from agentloop.store import Store, StoreError, load_transcript
 from agentloop.store.transcript import append
@@ -37,7 +38,11 @@ class ModelActivities:
         model_request = ModelRequest(
             provider=request.provider,
             model=request.model,
-            events=[*history, *request.new_events],
+            events=fit(
+                [*history, *request.new_events],
+                budget_for(request.model, request.context_budget_chars),
+                request.facts,
+            ),
             tools=request.tools,
             settings=request.settings,
         )

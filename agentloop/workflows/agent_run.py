@@ -221,6 +221,8 @@ class AgentRun:
                 new_events=new_events,
                 tools=list(state.tools.values()),
                 settings=ModelSettings(stream=run_input.stream),
+                context_budget_chars=run_input.context_budget_chars,
+                facts=loop.facts(state),
             ),
             result_type=CallModelResult,
             start_to_close_timeout=MODEL_START_TO_CLOSE,

@@ -870,6 +870,21 @@ def awaiting_humans(state: LoopState) -> set[str]:
     return set() if batch is None else {*batch.undecided(), *batch.questions, *batch.reconciling}
 
 
+def facts(state: LoopState) -> list[str]:
+    """What must stay true for the model however its context is shortened: human decisions
+    and the writes that happened, from run state."""
+    decided = [
+        f"{r.tool} {r.call_id} was {r.decision}"
+        for r in state.calls.values()
+        if r.decision.startswith(("approved by", "rejected by"))
+    ]
+    written = [
+        f"{e['tool']} {e['call_id']} is {e['status']} (confirmed by {e['confirmed_by']})"
+        for e in side_effects(state)
+    ]
+    return decided + written
+
+
 def details(state: LoopState, now: datetime) -> str:
     """A line for the Temporal UI's "current details": where the run is and what it waits on."""
     left = budgets.limits_left(state.run_input.limits, state.usage, state.active_since(), now)

@@ -1,0 +1,125 @@
+"""The context budget: older tool results give way to previews; the results being answered
+stay whole; facts from run state are restated; the stored transcript keeps everything."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from agentloop.config import Settings
+from agentloop.context import PREVIEW_CHARS, budget_for, fit
+from agentloop.contract import AgentRunInput, ApprovalDecision, Principal
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.events import ModelOutput, StateUpdate, ToolCall, ToolResult, UserInput
+from agentloop.store import load_transcript, open_store
+from tests.support import start_run, wait_for_phase
+
+
+def turn(i: int, chars: int) -> list[Any]:
+    call = ToolCall(call_id=f"c{i}", name="search_policy")
+    return [
+        ModelOutput(stop="tool_calls", tool_calls=[call]),
+        ToolResult(call_id=f"c{i}", tool="search_policy", content=str(i) * chars),
+    ]
+
+
+def test_what_fits_is_sent_unchanged() -> None:
+    events = [UserInput(text="q"), *turn(1, 1000)]
+    assert fit(events, 100_000, ["x"]) == events
+    assert fit(events, None, ["x"]) == events
+
+
+def test_oldest_results_give_way_first_and_the_current_ones_stay_whole() -> None:
+    events = [UserInput(text="q"), *turn(1, 5000), *turn(2, 5000), *turn(3, 5000)]
+    fitted = fit(events, 9_000, ["send_reply c0 was approved by lead"])
+    results = [e for e in fitted if isinstance(e, ToolResult)]
+    first = json.loads(results[0].content)
+    assert first["elided"] and first["total_chars"] == 5000
+    assert first["preview"] == "1" * PREVIEW_CHARS and first["source"]["call_id"] == "c1"
+    assert results[2].content == "3" * 5000  # the results the model answers now
+    note = fitted[-1]
+    assert isinstance(note, StateUpdate) and "approved by lead" in note.text
+    assert [e.call_id for e in results] == ["c1", "c2", "c3"]  # pairing untouched
+
+
+def test_budgets_by_model() -> None:
+    assert budget_for("claude-sonnet-4-5", None) == 600_000
+    assert budget_for("gpt-4o-mini", None) == 400_000
+    assert budget_for("travel", None) is None
+    assert budget_for("travel", 5_000) == 5_000
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("clean_fakes")
+async def test_a_long_run_is_sent_within_its_budget_with_the_facts_restated(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+) -> None:
+    reply = {"ticket_id": "T-1001", "recipient": "dana@example.com", "body": "On its way."}
+    reads = [  # distinct calls: repeating one would be a stall
+        ("search_policy", {"query": "refund"}),  # 564 chars: the one that gives way
+        ("read_ticket", {"ticket_id": "T-1002"}),
+        ("read_ticket", {"ticket_id": "T-1003"}),
+        ("search_policy", {"query": "shipping"}),
+    ]
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(id="call_reply", name="send_reply", arguments=reply)
+                    ]
+                ),
+                *[
+                    ScriptTurn(
+                        tool_calls=[ScriptedToolCall(id=f"call_s{i}", name=name, arguments=args)]
+                    )
+                    for i, (name, args) in enumerate(reads)
+                ],
+                ScriptTurn(text="done"),
+            ],
+        )
+    )
+    run_input = AgentRunInput(
+        task="Answer T-1001, then study T-1002.",
+        provider="openai-chat",
+        model=run_id,
+        tools=["send_reply", "read_ticket", "search_policy"],
+        context_budget_chars=3_000,
+        principal=Principal(subject="agent", scopes=["tickets:write", "tickets:read"]),
+    )
+    handle = await start_run(client, worker, run_id, run_input)
+    view = await wait_for_phase(handle, "awaiting_approval")
+    await handle.signal(
+        "approve",
+        ApprovalDecision(
+            call_id="call_reply",
+            args_digest=view.pending_approvals[0]["args_digest"],
+            approved=True,
+            approver="support-lead",
+        ),
+    )
+    result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+
+    last = scripted_provider.requests[-1]["body"]["messages"]
+    tools = {m["tool_call_id"]: m["content"] for m in last if m["role"] == "tool"}
+    assert json.loads(tools["call_s0"])["elided"] is True
+    assert not tools["call_s3"].startswith('{"elided"')  # answered now: whole
+    facts = [m["content"] for m in last if m["role"] == "user" and "Facts from run" in m["content"]]
+    assert facts and "call_reply was approved by support-lead" in facts[-1]
+    assert "send_reply call_reply is succeeded" in facts[-1]
+    # The store keeps every result whole.
+    store = open_store(worker.store_url)
+    try:
+        stored = await load_transcript(store, result.transcript_head)
+    finally:
+        await store.close()
+    kept = {e.call_id: e.content for e in stored if isinstance(e, ToolResult)}
+    assert not kept["call_s0"].startswith('{"elided"')
