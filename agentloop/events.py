@@ -106,6 +106,12 @@ class ModelOutput(_Frozen):
     usage: Usage = Field(default_factory=Usage)
     provider_ref: ProviderRef = Field(default_factory=ProviderRef)
 
+    @property
+    def offers_calls(self) -> bool:
+        """Only an output that stopped for `tool_calls` had its calls offered for execution;
+        the calls of a truncated, refused or filtered output never run and get no results."""
+        return self.stop == "tool_calls" and bool(self.tool_calls)
+
 
 class ToolResult(_Frozen):
     """The outcome of one tool call, keyed by its call id, never by position."""

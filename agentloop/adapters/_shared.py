@@ -144,12 +144,6 @@ Segment = Instruction | UserInput | StateUpdate | ModelOutput | ToolTurn
 """A unit of conversation every protocol can render; `ModelOutput` here asked for no tools."""
 
 
-def offers_calls(output: ModelOutput) -> bool:
-    """Only an output that stopped for `tool_calls` had its calls offered for execution;
-    the calls of a truncated, refused or filtered output never run and get no results."""
-    return output.stop == "tool_calls" and bool(output.tool_calls)
-
-
 def group_turns(events: list[Event]) -> list[Segment]:
     """The transcript as segments, every protocol's pairing rule checked once.
 
@@ -191,7 +185,7 @@ def group_turns(events: list[Event]) -> list[Segment]:
                         f"no tool result for call_id {', '.join(map(repr, waiting()))} "
                         "before the next model output"
                     )
-                if offers_calls(event):
+                if event.offers_calls:
                     open_turn = event
                 else:
                     segments.append(event)

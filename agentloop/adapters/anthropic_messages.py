@@ -24,7 +24,6 @@ from agentloop.adapters._shared import (
     demote_broken_calls,
     group_turns,
     make_tool_calls,
-    offers_calls,
     parse_arguments,
     runner_note,
 )
@@ -142,7 +141,7 @@ def _assistant_blocks(output: ModelOutput) -> list[Block]:
     """The content blocks as the provider sent them (thinking signatures included) when we have
     them, else rebuilt. Calls of an output that did not stop for tool use never ran and will
     never get results, so their `tool_use` blocks are left out."""
-    calls = output.tool_calls if offers_calls(output) else []
+    calls = output.tool_calls if output.offers_calls else []
     raw = _raw_blocks(output.provider_ref)
     if raw is not None:
         kept = [b for b in raw if calls or b.get("type") != "tool_use"]

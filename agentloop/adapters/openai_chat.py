@@ -21,7 +21,6 @@ from agentloop.adapters._shared import (
     demote_broken_calls,
     group_turns,
     make_tool_calls,
-    offers_calls,
     runner_note,
 )
 from agentloop.adapters.base import ModelRequest
@@ -109,7 +108,7 @@ def _assistant_message(output: ModelOutput) -> Message:
 
     Calls of an output that did not stop for `tool_calls` (truncated, refused, filtered) were
     never offered for execution and will never get results, so they are not sent."""
-    offered = offers_calls(output)
+    offered = output.offers_calls
     ref = output.provider_ref
     if ref.provider == PROVIDER and len(ref.raw_items) == 1:
         raw = ref.raw_items[0]

@@ -24,7 +24,6 @@ from agentloop.adapters._shared import (
     demote_broken_calls,
     group_turns,
     make_tool_calls,
-    offers_calls,
     runner_note,
 )
 from agentloop.adapters.base import ModelRequest, ProviderError
@@ -123,7 +122,7 @@ def _output_items(output: ModelOutput) -> list[Item]:
     """The items as the provider sent them when we have them, else rebuilt. Calls of an output
     that did not stop for `tool_calls` get no results, so are not sent (the API refuses a
     `function_call` without its output)."""
-    offered = {call.call_id for call in output.tool_calls} if offers_calls(output) else set()
+    offered = {call.call_id for call in output.tool_calls} if output.offers_calls else set()
     ref = output.provider_ref
     if ref.provider == PROVIDER and ref.raw_items:
         echoed = _echo(ref.raw_items, offered)

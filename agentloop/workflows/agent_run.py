@@ -274,12 +274,7 @@ class AgentRun:
         handles = [
             workflow.start_activity(
                 "check_precondition",
-                RunToolInput(
-                    workflow_id=workflow.info().workflow_id,
-                    call_id=call.call_id,
-                    tool=call.name,
-                    arguments=call.arguments,
-                ),
+                _tool_input(call),
                 result_type=PreconditionResult,
                 start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
                 retry_policy=PRECONDITION_RETRY,
@@ -364,13 +359,7 @@ class AgentRun:
         try:
             outcome = await workflow.execute_activity(
                 "lookup_outcome",
-                RunToolInput(
-                    workflow_id=workflow.info().workflow_id,
-                    call_id=step.call.call_id,
-                    tool=step.call.name,
-                    arguments=step.call.arguments,
-                    idempotency_key=step.idempotency_key,
-                ),
+                _tool_input(step.call, step.idempotency_key),
                 result_type=Outcome,
                 start_to_close_timeout=timedelta(seconds=step.spec.timeout_seconds),
                 retry_policy=LOOKUP_RETRY,
@@ -386,13 +375,7 @@ class AgentRun:
         is_write = spec.effect == "write"
         return workflow.start_activity(
             "run_tool",
-            RunToolInput(
-                workflow_id=workflow.info().workflow_id,
-                call_id=call.call_id,
-                tool=call.name,
-                arguments=call.arguments,
-                idempotency_key=idempotency_key,
-            ),
+            _tool_input(call, idempotency_key),
             result_type=ToolResult,
             start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
             heartbeat_timeout=TOOL_HEARTBEAT,
@@ -469,6 +452,17 @@ class AgentRun:
             pending=[p["call_id"] for p in result.pending],
         )
         return result
+
+
+def _tool_input(call: ToolCall, idempotency_key: str = "") -> RunToolInput:
+    """What every tool-side activity (precondition, execution, outcome lookup) is given."""
+    return RunToolInput(
+        workflow_id=workflow.info().workflow_id,
+        call_id=call.call_id,
+        tool=call.name,
+        arguments=call.arguments,
+        idempotency_key=idempotency_key,
+    )
 
 
 def _audit(event: str, **fields: Any) -> None:

@@ -593,7 +593,7 @@ def unsent_events(state: LoopState, stop_reason: str) -> list[Event]:
     every call of the last tool-call output answered (calls that never ran say so)."""
     events = list(state.outbox)
     output = state.last_output
-    if output is None or not offers_calls(output):
+    if output is None or not output.offers_calls:
         return events
     results = state.batch.results if state.batch else {}
     for call in output.tool_calls:
@@ -615,10 +615,6 @@ def unsent_events(state: LoopState, stop_reason: str) -> list[Event]:
             )
         events.append(result)
     return events
-
-
-def offers_calls(output: ModelOutput) -> bool:
-    return output.stop == "tool_calls" and bool(output.tool_calls)
 
 
 def pending_at_stop(state: LoopState) -> list[dict[str, Any]]:
