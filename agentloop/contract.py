@@ -183,6 +183,8 @@ class RunStatusView(BaseModel):
     refused_decisions: list[dict[str, Any]] = Field(default_factory=list)
     run_chain: list[str] = Field(default_factory=list)
     stop_reason: str | None = None
+    transcript_head: str = ""
+    """Key of the last transcript node in the store (`agentloop transcript` reads from it)."""
 
 
 class CancelRequest(BaseModel):

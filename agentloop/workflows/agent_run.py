@@ -202,6 +202,7 @@ class AgentRun:
             refused_decisions=state.refused_decisions,
             run_chain=state.run_chain,
             stop_reason=state.stop_reason,
+            transcript_head=state.head,
         )
 
     # --- steps ------------------------------------------------------------------------
