@@ -100,6 +100,8 @@ class AgentRunInput(_Strict):
     output_schema: dict[str, Any] | None = None
     completion_check: str | None = None
     continue_from: str | None = None
+    delegate_model: str | None = None
+    """The model of the runs this run delegates to with the `delegate` tool (default: its own)."""
 
     def summary(self) -> str:
         """The run's one-line static summary in the Temporal UI."""
@@ -131,6 +133,8 @@ class CallRecord(BaseModel):
     idempotency_key: str = ""
     result_summary: str = ""
     turn: int = 0
+    child_run: str = ""
+    """For a `delegate` call: the workflow id of the child run doing the sub-task."""
 
 
 class AgentRunResult(BaseModel):
@@ -149,6 +153,8 @@ class AgentRunResult(BaseModel):
     report: str = ""
     """The stop report: what happened, the side effects and how each was confirmed, what is
     pending, usage, and how to continue."""
+    paused_seconds: float = 0.0
+    """Time the run spent waiting for humans (not counted against its deadline)."""
 
 
 class PreviousRun(BaseModel):

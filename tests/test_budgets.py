@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from agentloop.events import Usage
 from agentloop.policies import budgets
 from agentloop.pricing import DEFAULT_PRICES, PriceTable
 from tests.support import start_run
+
+T0 = datetime(2026, 1, 1)
 
 
 def test_the_longest_matching_prefix_prices_a_model() -> None:
@@ -41,9 +44,7 @@ def test_cost_blocks_the_next_model_call_once_spent() -> None:
     assert budgets.model_call_blocked(limits, RunUsage(cost_usd=0.2)) is None
     blocked = budgets.model_call_blocked(limits, RunUsage(cost_usd=0.25))
     assert blocked is not None and blocked.startswith("max_cost_usd")
-    left = budgets.limits_left(
-        limits, RunUsage(cost_usd=0.2), *([__import__("datetime").datetime(2026, 1, 1)] * 2)
-    )
+    left = budgets.limits_left(limits, RunUsage(cost_usd=0.2), T0, T0)
     assert left.cost_usd == pytest.approx(0.05)
 
 
@@ -91,3 +92,42 @@ async def test_max_cost_stops_the_run_before_the_call_that_would_exceed_it(
     assert len([r for r in scripted_provider.requests if r["script"] == model]) == 3
     view = await handle.query("status", result_type=RunStatusView)
     assert view.limits_left is not None and view.limits_left.cost_usd == 0.0
+
+
+def test_children_starting_together_share_what_is_left_fairly() -> None:
+    limits = Limits(
+        max_model_calls=10,
+        max_tool_calls=20,
+        max_total_tokens=10_000,
+        max_cost_usd=1.0,
+        per_tool={"get_weather": 5},
+    )
+    usage = RunUsage(
+        model_calls=3, tool_calls=4, input_tokens=3_000, output_tokens=1_000, cost_usd=0.2
+    )
+    left = budgets.limits_left(limits, usage, T0, T0.replace(second=30))
+    common = {"children": 2, "unstarted_calls": 2, "tools_left": {"get_weather": 3}}
+
+    fair = budgets.child_limits(limits, usage, left, **common)
+    # 10 - 3 used - 1 kept for the parent = 6 model calls; 20 - 4 - 2 unstarted = 14 tool calls.
+    assert (fair.max_model_calls, fair.max_tool_calls) == (3, 7)
+    # Tokens and cost: the parent keeps a share of its own for its next call.
+    assert fair.max_total_tokens == 2_000 and fair.max_cost_usd == pytest.approx(0.8 / 3)
+    assert fair.deadline_seconds == pytest.approx(570) and fair.per_tool == {"get_weather": 1}
+    # Two slices never add up past what is left, whatever a child asks for.
+    greedy = budgets.child_limits(
+        limits, usage, left, **common, requested_model_calls=9, requested_tool_calls=50
+    )
+    assert (greedy.max_model_calls, greedy.max_tool_calls) == (3, 7)
+    modest = budgets.child_limits(
+        limits, usage, left, **common, requested_model_calls=1, requested_tool_calls=0
+    )
+    assert (modest.max_model_calls, modest.max_tool_calls) == (1, 0)
+
+
+def test_a_child_needs_a_model_call_of_its_own_and_one_left_for_the_parent() -> None:
+    limits = Limits(max_model_calls=4)
+    assert budgets.children_blocked(limits, RunUsage(model_calls=2), 1) is None
+    assert budgets.children_blocked(limits, RunUsage(model_calls=3), 1) is not None
+    assert budgets.children_blocked(limits, RunUsage(model_calls=2), 2) is not None
+    assert budgets.children_blocked(limits, RunUsage(model_calls=3), 0) is None

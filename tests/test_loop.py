@@ -279,3 +279,37 @@ def test_max_total_tokens_is_checked_before_the_next_model_call() -> None:
     assert isinstance(step, Finish) and step.status == "limit_reached"
     assert step.stop_reason == "max_total_tokens: 100 of 100 tokens used"
     assert state.usage.model_calls == 1
+
+
+def test_a_child_run_that_ends_without_a_result_is_charged_its_whole_slice() -> None:
+    from agentloop.tools.delegate import delegate
+
+    state = LoopState.start(
+        AgentRunInput.model_validate(
+            {
+                "task": "t",
+                "provider": "openai-chat",
+                "model": "m",
+                "tools": ["delegate", "reserve_seat"],
+                "limits": {"max_model_calls": 6, "max_tool_calls": 10, "max_cost_usd": 1.0},
+            }
+        ),
+        [delegate.spec, WRITE],
+        T0,
+        workflow_id="wf",
+    )
+    model_turn(state, tool_output(call("c1", "delegate", task="book", tools=["reserve_seat"])))
+    step = loop.decide(state, T0)
+    assert isinstance(step, RunTools)
+    loop.record_calls_started(state, step)
+    [child] = loop.record_delegations_started(state, step, T0).values()
+    assert child.tools == ["reserve_seat"] and child.limits.max_model_calls == 4
+    assert state.calls["c1"].child_run == "wf/delegate/c1"
+
+    result = loop.record_child_run(state, step.calls[0][0], None)
+    loop.record_tool_results(state, [result])
+    # Nothing is known of what it did: its whole slice is spent, and it may have written.
+    assert state.usage.model_calls == 1 + 4 and state.usage.tool_calls == 1 + 9
+    assert state.usage.cost_usd == pytest.approx(0.5)  # the parent kept half for itself
+    assert result.status == "failed" and result.side_effect
+    assert loop.decide(state, T0) == CallModel(turn=2)

@@ -70,3 +70,48 @@ def limits_left(limits: Limits, usage: Usage, started_at: datetime, now: datetim
         total_tokens=tokens,
         seconds=seconds,
     )
+
+
+def children_blocked(limits: Limits, usage: Usage, children: int) -> str | None:
+    """Each child run needs a model call of its own, and this run one more to read their
+    answers: otherwise none of the batch starts."""
+    left = limits.max_model_calls - usage.model_calls
+    if children and (left - 1) // children < 1:
+        return (
+            f"max_model_calls: {left} left; {children} delegated run(s) need at least one "
+            "model call each, and this run one to read their answers"
+        )
+    return None
+
+
+def child_limits(
+    limits: Limits,
+    usage: Usage,
+    left: LimitsLeft,
+    *,
+    children: int,
+    unstarted_calls: int,
+    tools_left: Mapping[str, int],
+    requested_model_calls: int | None = None,
+    requested_tool_calls: int | None = None,
+) -> Limits:
+    """One child's slice of what this run has left, shared fairly among the `children`
+    starting together (tokens and cost with this run too); `unstarted_calls` are calls of this batch already reserved but not yet
+    started, `tools_left` what each capped tool may still be called. The child's usage is
+    charged back to this run when it ends, so the slices never add up past the limits."""
+    model_calls = (limits.max_model_calls - usage.model_calls - 1) // children
+    tool_calls = max(0, left.tool_calls - unstarted_calls) // children
+    # What the parent's own next call will cost is not known: it keeps a child's share.
+    shares = children + 1
+    return Limits(
+        max_model_calls=min(requested_model_calls or model_calls, model_calls),
+        max_tool_calls=min(
+            tool_calls if requested_tool_calls is None else requested_tool_calls, tool_calls
+        ),
+        max_total_tokens=(
+            None if left.total_tokens is None else max(1, left.total_tokens // shares)
+        ),
+        max_cost_usd=None if left.cost_usd is None else left.cost_usd / shares,
+        deadline_seconds=None if left.seconds is None else max(left.seconds, 0.001),
+        per_tool={tool: max(0, n) // children for tool, n in sorted(tools_left.items())},
+    )

@@ -19,6 +19,9 @@ DEFAULT_MAX_RESULT_CHARS = 8_000
 BUILTIN_TOOLS = ("read_artifact", "ask_user")
 """Tools every run may call without naming them in its `tools`."""
 
+DELEGATE = "delegate"
+"""The tool a run delegates a sub-task with (a child run; see `tools.delegate`)."""
+
 
 class ToolSpec(BaseModel):
     """Everything the runner and the model need to know about a tool."""

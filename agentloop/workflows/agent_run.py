@@ -6,13 +6,14 @@ here is deterministic: no I/O, no clock but `workflow.now()`, activities referre
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     import jsonschema  # noqa: F401  (validation runs in the sandbox; import it once, outside)
@@ -45,7 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from agentloop.events import ToolCall, ToolResult
     from agentloop.policies import budgets
     from agentloop.reporting import stop_report
-    from agentloop.search import AGENT_PHASE, AGENT_STATUS
+    from agentloop.search import AGENT_PHASE, AGENT_STATUS, initial
     from agentloop.store.transcript import append
     from agentloop.tools.contract import Outcome, ToolSpec
     from agentloop.workflows import loop
@@ -296,6 +297,10 @@ class AgentRun:
 
     async def _run_tools(self, state: LoopState, step: RunTools) -> None:
         loop.record_calls_started(state, step)
+        children = loop.record_delegations_started(state, step, workflow.now())
+        if children:
+            await self._run_with_children(state, step, children)
+            return
         handles = [
             self._start_tool(call, spec, state.calls[call.call_id].idempotency_key)
             for call, spec in step.calls
@@ -310,6 +315,73 @@ class AgentRun:
             for (call, spec), handle in zip(step.calls, handles, strict=True)
         ]
         loop.record_tool_results(state, results)
+
+    async def _run_with_children(
+        self, state: LoopState, step: RunTools, children: dict[str, AgentRunInput]
+    ) -> None:
+        """Reads and child runs side by side. A child keeps its own slice of the deadline (its
+        waits for humans excluded), so no timer here; a cancel reaches the children as their
+        own `cancel`, and what they did is recorded before this run stops."""
+        tools: dict[str, workflow.ActivityHandle[ToolResult]] = {}
+        runs: dict[str, workflow.ChildWorkflowHandle[Any, AgentRunResult]] = {}
+        for call, spec in step.calls:
+            child_input = children.get(call.call_id)
+            if child_input is None:
+                tools[call.call_id] = self._start_tool(call, spec, "")
+            else:
+                runs[call.call_id] = await self._start_child(state, call, child_input)
+        handles: list[asyncio.Future[Any]] = [*tools.values(), *runs.values()]
+        await workflow.wait_condition(
+            lambda: all(h.done() for h in handles) or state.cancel_reason is not None
+        )
+        stopped = not all(h.done() for h in handles)
+        if stopped:
+            for handle in tools.values():
+                handle.cancel()
+            for child in runs.values():
+                if not child.done():
+                    await child.signal(
+                        "cancel",
+                        CancelRequest(
+                            reason=f"the parent run was cancelled: "
+                            f"{state.cancel_reason or 'no reason given'}"
+                        ),
+                    )
+        results: list[ToolResult] = []
+        paused = 0.0
+        for call, spec in step.calls:
+            if call.call_id in runs:
+                report = await self._child_outcome(runs[call.call_id])
+                paused = max(paused, report.paused_seconds if report else 0.0)
+                results.append(loop.record_child_run(state, call, report))
+            elif not stopped:
+                results.append(await self._tool_outcome(call, spec, tools[call.call_id]))
+        # The parent waited as long as its children waited for humans: not its working time.
+        loop.record_pause(state, paused)
+        loop.record_tool_results(state, results)
+
+    async def _start_child(
+        self, state: LoopState, call: ToolCall, child_input: AgentRunInput
+    ) -> workflow.ChildWorkflowHandle[Any, AgentRunResult]:
+        indexed = workflow.info().typed_search_attributes.get(AGENT_PHASE) is not None
+        return await workflow.start_child_workflow(
+            WORKFLOW_NAME,
+            child_input,
+            id=state.delegations[call.call_id].child_workflow_id,
+            result_type=AgentRunResult,
+            static_summary=child_input.summary(),
+            search_attributes=initial(child_input) if indexed else None,
+        )
+
+    @staticmethod
+    async def _child_outcome(
+        handle: workflow.ChildWorkflowHandle[Any, AgentRunResult],
+    ) -> AgentRunResult | None:
+        try:
+            return await handle
+        except ChildWorkflowError as exc:
+            workflow.logger.warning("child run %s ended without a result: %s", handle.id, exc)
+            return None
 
     async def _await_humans(
         self,
@@ -439,6 +511,7 @@ class AgentRun:
             pending=loop.pending_at_stop(state),
             transcript_head=state.head,
             unsent=loop.unsent_events(state, step.stop_reason),
+            paused_seconds=state.paused_seconds,
         )
         result.report = stop_report(result, workflow.info().workflow_id)
         _audit(

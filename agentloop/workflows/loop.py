@@ -17,9 +17,11 @@ from pydantic import BaseModel, Field
 
 from agentloop.contract import (
     AgentRunInput,
+    AgentRunResult,
     ApprovalDecision,
     ApprovalVerdict,
     CallRecord,
+    Limits,
     Phase,
     PreviousRun,
     ResolveRequest,
@@ -43,7 +45,7 @@ from agentloop.policies.approval import PendingApproval
 from agentloop.policies.progress import TurnFingerprint
 from agentloop.policies.validation import Allowed, Refused, schema_problems, validate_call
 from agentloop.store.transcript import ROOT
-from agentloop.tools.contract import BUILTIN_TOOLS, Outcome, ToolSpec
+from agentloop.tools.contract import BUILTIN_TOOLS, DELEGATE, Outcome, ToolSpec
 
 FEATURES = ("stall-detection",)
 """Patch ids of behaviours that change what an existing run would do (see `features`)."""
@@ -70,6 +72,20 @@ class Reconciliation(BaseModel):
     known: str
     """What the runner knows: why the outcome is still unknown."""
     since: datetime
+
+
+class Delegation(BaseModel):
+    """A sub-task handed to a child run: what it was given, and what it reported."""
+
+    child_workflow_id: str
+    limits: Limits
+    """The child's slice of this run's budget."""
+    status: str = "running"
+    stop_reason: str = ""
+    usage: Usage = Field(default_factory=Usage)
+    """What the child used, charged to this run (its whole slice when it did not say)."""
+    tools_used: dict[str, int] = Field(default_factory=dict)
+    side_effects: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class Batch(BaseModel):
@@ -141,6 +157,8 @@ class LoopState(BaseModel):
     reads only these)."""
     rejected_actions: list[str] = Field(default_factory=list)
     """Digests of (action, arguments) an approver rejected: never run in this run."""
+    delegations: dict[str, Delegation] = Field(default_factory=dict)
+    """`delegate` calls by call id: the child runs and what they used."""
     run_chain: list[str] = Field(default_factory=list)
     """The Temporal run ids this run went through (one more per continue-as-new)."""
     paused_seconds: float = 0.0
@@ -182,7 +200,11 @@ class LoopState(BaseModel):
         return self.started_at + _seconds(self.paused_seconds)
 
     def used_per_tool(self) -> Counter[str]:
-        return Counter(r.tool for r in self.calls.values() if r.attempts > 0)
+        """Calls started per tool, the child runs' included."""
+        used = Counter(r.tool for r in self.calls.values() if r.attempts > 0)
+        for delegation in self.delegations.values():
+            used.update(delegation.tools_used)
+        return used
 
 
 @dataclass(frozen=True)
@@ -419,6 +441,11 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> Batch | 
         denied = authorization.denial(spec, principal)
         if denied:
             return _deny_all(batch, output, call, denied)
+        if call.name == DELEGATE:
+            problem = _delegation_problem(state, call)
+            if problem:
+                batch.results[call.call_id] = refusal(call, "invalid_arguments", problem)
+                continue
         if action_digest(spec, call) in state.rejected_actions:
             batch.results[call.call_id] = refusal(
                 call,
@@ -436,6 +463,9 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> Batch | 
         state.used_per_tool(),
         [c.name for c, _ in allowed],
         {spec.name: spec.max_calls_per_run for _, spec in allowed},
+    )
+    blocked = blocked or budgets.children_blocked(
+        state.run_input.limits, state.usage, sum(1 for c, _ in allowed if c.name == DELEGATE)
     )
     if blocked:
         return f"{LIMIT_PREFIX}{blocked}"
@@ -458,6 +488,141 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> Batch | 
 
 
 LIMIT_PREFIX = "limit: "
+
+
+def _delegation_problem(state: LoopState, call: ToolCall) -> str | None:
+    """A child run gets a subset of this run's tools, never `delegate` itself: no escalation,
+    no unbounded nesting."""
+    own = [name for name in state.run_input.tools if name != DELEGATE]
+    extra = sorted(set(call.arguments.get("tools", [])) - set(own))
+    if extra:
+        return f"tools {extra} cannot be delegated; choose from {own}"
+    return None
+
+
+def child_run_id(workflow_id: str, call_id: str) -> str:
+    return f"{workflow_id}/delegate/{call_id}"
+
+
+def record_delegations_started(
+    state: LoopState, step: RunTools, now: datetime
+) -> dict[str, AgentRunInput]:
+    """The child runs this step starts, by call id, each with its slice of the budget.
+
+    Called once the step's calls are reserved (`record_calls_started`): the slices share what
+    is left after them and after the batch's writes still to come."""
+    calls = [call for call, _ in step.calls if call.name == DELEGATE]
+    if not calls:
+        return {}
+    batch = _open(state)
+    parent = state.run_input
+    left = budgets.limits_left(parent.limits, state.usage, state.active_since(), now)
+    children: dict[str, AgentRunInput] = {}
+    for call in calls:
+        tools = list(dict.fromkeys(call.arguments.get("tools", [])))
+        limits = budgets.child_limits(
+            parent.limits,
+            state.usage,
+            left,
+            children=len(calls),
+            unstarted_calls=len(batch.writes),
+            tools_left=_tools_left(state, tools, batch),
+            requested_model_calls=call.arguments.get("max_model_calls"),
+            requested_tool_calls=call.arguments.get("max_tool_calls"),
+        )
+        children[call.call_id] = parent.model_copy(
+            update={
+                "task": call.arguments["task"],
+                "instructions": call.arguments.get("instructions", ""),
+                "model": parent.delegate_model or parent.model,
+                "tools": tools,
+                "limits": limits,
+                "output_schema": None,
+                "completion_check": None,
+                "continue_from": None,
+                "delegate_model": None,
+            }
+        )
+        state.delegations[call.call_id] = Delegation(
+            child_workflow_id=child_run_id(state.workflow_id, call.call_id), limits=limits
+        )
+        state.calls[call.call_id].child_run = state.delegations[call.call_id].child_workflow_id
+    return children
+
+
+def _tools_left(state: LoopState, tools: list[str], batch: Batch) -> dict[str, int]:
+    """How many more calls each capped tool may take, the batch's unstarted writes aside."""
+    used = state.used_per_tool()
+    coming = Counter(state.calls[c].tool for c in batch.writes)
+    left: dict[str, int] = {}
+    for tool in tools:
+        caps = [state.run_input.limits.per_tool.get(tool), state.tools[tool].max_calls_per_run]
+        cap = min((c for c in caps if c is not None), default=None)
+        if cap is not None:
+            left[tool] = cap - used[tool] - coming[tool]
+    return left
+
+
+def record_child_run(state: LoopState, call: ToolCall, result: AgentRunResult | None) -> ToolResult:
+    """Charge a child run's usage to this run and turn its result into the delegate call's
+    result. `None`: the child ended without a result (terminated, failed): its whole slice is
+    charged, and what it did is unknown."""
+    delegation = state.delegations[call.call_id]
+    if result is None:
+        slice_ = delegation.limits
+        delegation.status = "failed"
+        delegation.stop_reason = "the child run ended without a result"
+        delegation.usage = Usage(
+            model_calls=slice_.max_model_calls,
+            tool_calls=slice_.max_tool_calls,
+            input_tokens=slice_.max_total_tokens or 0,
+            cost_usd=slice_.max_cost_usd or 0.0,
+        )
+    else:
+        delegation.status = result.status
+        delegation.stop_reason = result.stop_reason
+        delegation.usage = result.usage
+        delegation.tools_used = dict(Counter(r.tool for r in result.calls if r.attempts > 0))
+        delegation.side_effects = result.side_effects
+    for field in Usage.model_fields:
+        setattr(state.usage, field, getattr(state.usage, field) + getattr(delegation.usage, field))
+    report = {
+        "child_run": delegation.child_workflow_id,
+        "status": delegation.status,
+        "stop_reason": delegation.stop_reason,
+        "output": _bounded(result.output if result else None, state.tools[DELEGATE]),
+        "side_effects": [
+            {k: e[k] for k in ("tool", "call_id", "status", "confirmed_by")}
+            for e in delegation.side_effects
+        ],
+        "usage": delegation.usage.model_dump(),
+    }
+    completed = delegation.status == "completed"
+    return ToolResult(
+        call_id=call.call_id,
+        tool=call.name,
+        status="succeeded" if completed else "failed",
+        content=json.dumps(report, ensure_ascii=False),
+        error_class=None if completed else _CHILD_ERROR_CLASSES.get(delegation.status, "business"),
+        side_effect=bool(delegation.side_effects) or result is None,
+    )
+
+
+_CHILD_ERROR_CLASSES: dict[str, ErrorClass] = {
+    "denied": "permission",
+    "rejected": "permission",
+    "failed": "internal",
+    "unresolved": "internal",
+}
+
+
+def _bounded(output: Any, spec: ToolSpec) -> Any:
+    """A child's answer, cut to what this run's model may be sent of a tool result."""
+    text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+    limit = spec.max_result_chars - 1_000
+    if output is None or len(text) <= limit:
+        return output
+    return text[:limit] + f" [... {len(text) - limit} more characters in the child run's result]"
 
 
 def _own_artifact(state: LoopState, call: ToolCall) -> Refused | None:
@@ -551,7 +716,12 @@ def pending_approvals(state: LoopState) -> list[dict[str, Any]]:
 
 
 def side_effects(state: LoopState) -> list[dict[str, Any]]:
-    """Writes that happened (or may have), and how we know."""
+    """Writes that happened (or may have), and how we know; the child runs' included."""
+    delegated = [
+        {**effect, "via": f"{d.child_workflow_id} (delegate {call_id})"}
+        for call_id, d in state.delegations.items()
+        for effect in d.side_effects
+    ]
     return [
         {
             "call_id": r.call_id,
@@ -564,7 +734,7 @@ def side_effects(state: LoopState) -> list[dict[str, Any]]:
         if r.tool in state.tools
         and state.tools[r.tool].effect == "write"
         and r.status in ("succeeded", "confirmed_after_query", "unknown")
-    ]
+    ] + delegated
 
 
 def unresolved(state: LoopState) -> list[dict[str, Any]]:

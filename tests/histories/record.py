@@ -22,8 +22,8 @@ HERE = Path(__file__).parent
 WEATHER = {"city": "Shanghai", "date": "2026-12-01"}
 
 
-def scenarios() -> dict[str, tuple[Script | None, dict[str, Any]]]:
-    """name -> (script to register, run input overrides)."""
+def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
+    """name -> (scripts to register, run input overrides)."""
     invalid = Script(
         name="replay-invalid-calls",
         turns=[
@@ -47,15 +47,47 @@ def scenarios() -> dict[str, tuple[Script | None, dict[str, Any]]]:
             for i in range(3)
         ],
     )
+    delegating = Script(
+        name="replay-delegate",
+        turns=[
+            ScriptTurn(
+                tool_calls=[
+                    ScriptedToolCall(
+                        id="call_d",
+                        name="delegate",
+                        arguments={"task": "The weather in Shanghai?", "tools": ["get_weather"]},
+                    )
+                ]
+            ),
+            ScriptTurn(text="{{call_d.output}}"),
+        ],
+    )
+    delegated = Script(
+        name="replay-delegate-child",
+        turns=[
+            ScriptTurn(
+                tool_calls=[ScriptedToolCall(id="call_w", name="get_weather", arguments=WEATHER)]
+            ),
+            ScriptTurn(text="{{call_w.condition}} in Shanghai."),
+        ],
+    )
     return {
-        "travel": (None, {"model": "travel"}),
-        "travel_unstreamed": (None, {"model": "travel", "stream": False}),
-        "travel_responses": (None, {"model": "travel", "provider": "openai-responses"}),
-        "travel_anthropic": (None, {"model": "travel", "provider": "anthropic"}),
+        "travel": ([], {"model": "travel"}),
+        "travel_unstreamed": ([], {"model": "travel", "stream": False}),
+        "travel_responses": ([], {"model": "travel", "provider": "openai-responses"}),
+        "travel_anthropic": ([], {"model": "travel", "provider": "anthropic"}),
         # Recorded after the `builtin-tools` patch: carries its marker.
-        "travel_builtin_tools": (None, {"model": "travel", "provider": "openai-responses"}),
-        "invalid_calls": (invalid, {"model": invalid.name}),
-        "limit_reached": (looping, {"model": looping.name, "limits": Limits(max_model_calls=2)}),
+        "travel_builtin_tools": ([], {"model": "travel", "provider": "openai-responses"}),
+        "invalid_calls": ([invalid], {"model": invalid.name}),
+        "limit_reached": ([looping], {"model": looping.name, "limits": Limits(max_model_calls=2)}),
+        "delegate": (
+            [delegating, delegated],
+            {
+                "model": delegating.name,
+                "delegate_model": delegated.name,
+                "tools": ["delegate", "get_weather"],
+            },
+        ),
     }
 
 
@@ -63,10 +95,10 @@ async def record(only: set[str]) -> None:
     with tempfile.TemporaryDirectory() as state_dir:
         async with DevStack(DevStackPorts.free(), state_dir=Path(state_dir), quiet=True) as stack:
             assert stack.client is not None and stack.scripted_provider is not None
-            for name, (script, overrides) in scenarios().items():
+            for name, (scripts, overrides) in scenarios().items():
                 if only and name not in only:
                     continue
-                if script is not None:
+                for script in scripts:
                     stack.scripted_provider.register(script)
                 run_input = AgentRunInput.model_validate(
                     {

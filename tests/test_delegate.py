@@ -1,0 +1,352 @@
+"""Sub-agents end to end: the `delegate` tool starts a child `AgentRun` (a real child workflow
+on the dev server) with a slice of the parent's budget; the child's usage is charged to the
+parent, the child cannot exceed its slice, and cancelling the parent cancels the child."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError
+
+from agentloop.config import Settings
+from agentloop.contract import (
+    AgentRunInput,
+    AgentRunResult,
+    ApprovalDecision,
+    CancelRequest,
+    Principal,
+    RunStatusView,
+)
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.demo.services import ExampleService
+from tests.support import start_run
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
+
+TRAIN = {"train_number": "G1234", "date": "2026-12-01"}
+RESERVE = {"workshop_id": "ws-101", "participant_id": "p-carol"}
+
+
+def call(call_id: str, name: str, **arguments: Any) -> ScriptedToolCall:
+    return ScriptedToolCall(id=call_id, name=name, arguments=arguments)
+
+
+def parent_input(run_id: str, max_model_calls: int = 5, **overrides: Any) -> AgentRunInput:
+    return AgentRunInput.model_validate(
+        {
+            "task": "Find out about train G1234 with a helper.",
+            "provider": "openai-chat",
+            "model": run_id,
+            "delegate_model": f"{run_id}-child",
+            "tools": ["delegate", "get_train_status", "reserve_seat"],
+            "principal": Principal(subject="p-alice", scopes=["workshops:write"]),
+            "limits": {"max_model_calls": max_model_calls, "max_tool_calls": 5},
+            **overrides,
+        }
+    )
+
+
+def child_handle(client: Client, run_id: str, call_id: str) -> WorkflowHandle[Any, AgentRunResult]:
+    return client.get_workflow_handle(f"{run_id}/delegate/{call_id}", result_type=AgentRunResult)
+
+
+async def child_waiting_for_approval(
+    client: Client, run_id: str, call_id: str
+) -> tuple[WorkflowHandle[Any, AgentRunResult], RunStatusView]:
+    """The child run once it waits for an approval (it exists only once the parent started
+    it, so `not found` is retried, bounded)."""
+    handle = child_handle(client, run_id, call_id)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while True:
+        try:
+            view = await handle.query("status", result_type=RunStatusView)
+        except RPCError:
+            view = None
+        if view is not None and view.phase == "awaiting_approval":
+            return handle, view
+        assert loop.time() < deadline, f"child {handle.id} never waited for approval"
+        await asyncio.sleep(0.05)
+
+
+async def child_input(handle: WorkflowHandle[Any, AgentRunResult]) -> dict[str, Any]:
+    """What the child was started with, read from its own history."""
+    history = await handle.fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    return dict(json.loads(started.input.payloads[0].data))
+
+
+def delegation_result(scripted_provider: ScriptedProvider, call_id: str) -> dict[str, Any]:
+    """The delegate call's result as the parent's model received it, under its call id."""
+    messages = scripted_provider.requests[-1]["body"]["messages"]
+    found = [m for m in messages if m["role"] == "tool" and m["tool_call_id"] == call_id]
+    assert len(found) == 1, messages
+    return dict(json.loads(found[0]["content"]))
+
+
+async def test_a_child_run_does_the_sub_task_and_its_usage_is_charged_to_the_parent(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    delegated = {
+        "task": "Is G1234 on time on 2026-12-01?",
+        "tools": ["get_train_status"],
+        "max_model_calls": 2,
+    }
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(tool_calls=[call("call_d", "delegate", **delegated)]),
+                ScriptTurn(text="The helper says: {{call_d.output}}"),
+            ],
+        )
+    )
+    scripted_provider.register(
+        Script(
+            name=f"{run_id}-child",
+            turns=[
+                ScriptTurn(tool_calls=[call("call_t", "get_train_status", **TRAIN)]),
+                ScriptTurn(text="G1234 is {{call_t.status}}."),
+            ],
+        )
+    )
+    result = await (await start_run(client, worker, run_id, parent_input(run_id))).result()
+
+    assert result.status == "completed", result.stop_reason
+    child = await child_handle(client, run_id, "call_d").result()
+    assert child.status == "completed"
+    assert result.output == f"The helper says: {child.output}"
+    # The child's slice: its request (2 model calls) within what the parent had left
+    # (5 - 1 used - 1 kept to read the answer); the tool calls left after the delegate call.
+    limits = (await child_input(child_handle(client, run_id, "call_d")))["limits"]
+    assert (limits["max_model_calls"], limits["max_tool_calls"]) == (2, 4)
+    # The parent's ledger holds both runs: 2 + 2 model calls, 1 delegate + 1 child tool call.
+    assert child.usage.model_calls == 2 and child.usage.tool_calls == 1
+    assert result.usage.model_calls == 4 and result.usage.tool_calls == 2
+    own = [r for r in scripted_provider.requests if r["script"] == run_id]
+    assert len(own) == 2 and len(scripted_provider.requests) == 4
+    assert result.usage.input_tokens > child.usage.input_tokens > 0
+    assert example_service.stats()["counts"]["trains"] == 1
+    # The child's answer came back to the parent's model under the delegate call's id.
+    report = delegation_result(scripted_provider, "call_d")
+    assert report["child_run"] == f"{run_id}/delegate/call_d"
+    assert report["status"] == "completed" and report["output"] == child.output
+    assert [c.child_run for c in result.calls] == [f"{run_id}/delegate/call_d"]
+
+
+async def test_a_child_cannot_exceed_its_slice(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    # The parent may make 3 model calls: 1 to delegate, 1 to read the answer, so the child
+    # gets 1 whatever it asks for; it wants a second one to read its tool's result.
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        call(
+                            "call_d",
+                            "delegate",
+                            task="Check G1234.",
+                            tools=["get_train_status"],
+                            max_model_calls=5,
+                        )
+                    ]
+                ),
+                ScriptTurn(text="The helper ran out of budget."),
+            ],
+        )
+    )
+    scripted_provider.register(
+        Script(
+            name=f"{run_id}-child",
+            turns=[
+                ScriptTurn(tool_calls=[call("call_t", "get_train_status", **TRAIN)]),
+                ScriptTurn(text="never reached"),
+            ],
+        )
+    )
+    result = await (
+        await start_run(client, worker, run_id, parent_input(run_id, max_model_calls=3))
+    ).result()
+
+    child = await child_handle(client, run_id, "call_d").result()
+    assert child.status == "limit_reached" and "max_model_calls" in child.stop_reason
+    assert child.usage.model_calls == 1
+    assert result.status == "completed", result.stop_reason
+    assert result.usage.model_calls == 3  # exactly the parent's limit, never past it
+    assert len(scripted_provider.requests) == 3
+    report = delegation_result(scripted_provider, "call_d")
+    assert report["status"] == "limit_reached"
+    assert result.calls[0].status == "failed"
+
+
+async def test_too_little_budget_left_for_a_child_starts_nothing(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        call("call_t", "get_train_status", **TRAIN),
+                        call("call_d", "delegate", task="Check G1234.", tools=[]),
+                    ]
+                ),
+                ScriptTurn(text="never reached"),
+            ],
+        )
+    )
+    result = await (
+        await start_run(client, worker, run_id, parent_input(run_id, max_model_calls=2))
+    ).result()
+
+    assert result.status == "limit_reached"
+    assert "delegated run" in result.stop_reason
+    assert result.usage.tool_calls == 0
+    assert sum(example_service.stats()["counts"].values()) == 0
+    with pytest.raises(RPCError):
+        await child_handle(client, run_id, "call_d").describe()
+
+
+async def test_tools_outside_the_parents_own_cannot_be_delegated(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        call("call_a", "delegate", task="Reply.", tools=["send_reply"]),
+                        call("call_b", "delegate", task="Recurse.", tools=["delegate"]),
+                    ]
+                ),
+                ScriptTurn(text="I could not delegate that."),
+            ],
+        )
+    )
+    result = await (await start_run(client, worker, run_id, parent_input(run_id))).result()
+
+    assert result.status == "completed"
+    for call_id, tool in (("call_a", "send_reply"), ("call_b", "delegate")):
+        error = delegation_result(scripted_provider, call_id)["error"]
+        assert error["class"] == "invalid_arguments" and tool in error["message"]
+    assert result.usage.model_calls == 2 and result.usage.tool_calls == 0
+
+
+async def test_a_childs_write_is_a_side_effect_of_the_parent(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        call("call_d", "delegate", task="Book ws-101.", tools=["reserve_seat"])
+                    ]
+                ),
+                ScriptTurn(text="Booked through the helper."),
+            ],
+        )
+    )
+    scripted_provider.register(
+        Script(
+            name=f"{run_id}-child",
+            turns=[
+                ScriptTurn(tool_calls=[call("call_r", "reserve_seat", **RESERVE)]),
+                ScriptTurn(text="Booked: {{call_r.reservation_id}}"),
+            ],
+        )
+    )
+    parent = await start_run(client, worker, run_id, parent_input(run_id))
+    # The child asks for approval itself; the parent shows which child holds the call.
+    child, waiting = await child_waiting_for_approval(client, run_id, "call_d")
+    pending = waiting.pending_approvals
+    view = await parent.query("status", result_type=RunStatusView)
+    assert view.calls[0].child_run == child.id and view.calls[0].status == "running"
+    await child.signal(
+        "approve",
+        ApprovalDecision(
+            call_id="call_r",
+            args_digest=pending[0]["args_digest"],
+            approved=True,
+            approver="workshop-lead",
+        ),
+    )
+    result = await parent.result()
+
+    assert result.status == "completed", result.stop_reason
+    assert int(example_service.records()["reservations"]) == 1
+    [effect] = result.side_effects
+    assert effect["call_id"] == "call_r" and effect["status"] == "succeeded"
+    assert effect["via"] == f"{child.id} (delegate call_d)"
+    assert effect["idempotency_key"] == f"{child.id}/call_r"
+    assert "reserve_seat call_r" in result.report
+
+
+async def test_cancelling_the_parent_cancels_the_child(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        call("call_d", "delegate", task="Book ws-101.", tools=["reserve_seat"])
+                    ]
+                ),
+                ScriptTurn(text="never reached"),
+            ],
+        )
+    )
+    scripted_provider.register(
+        Script(
+            name=f"{run_id}-child",
+            turns=[ScriptTurn(tool_calls=[call("call_r", "reserve_seat", **RESERVE)])],
+        )
+    )
+    parent = await start_run(client, worker, run_id, parent_input(run_id))
+    child, _ = await child_waiting_for_approval(client, run_id, "call_d")
+    await parent.signal("cancel", CancelRequest(reason="the user gave up"))
+    result = await parent.result()
+
+    assert result.status == "cancelled"
+    child_result = await child.result()
+    assert child_result.status == "cancelled"
+    assert "the parent run was cancelled: the user gave up" in child_result.stop_reason
+    assert int(example_service.records()["reservations"]) == 0
+    assert result.side_effects == []
+    # The child's one model call is on the parent's ledger too.
+    assert result.usage.model_calls == 2
