@@ -16,6 +16,7 @@ variable name.
 from __future__ import annotations
 
 import difflib
+import importlib
 import json
 import math
 import os
@@ -23,7 +24,7 @@ import tomllib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, ValidationError
@@ -39,6 +40,11 @@ DEFAULT_EXAMPLE_SERVICE_URL = "http://127.0.0.1:8787"
 CONFIG_FILE_VARIABLE = "AGENTLOOP_CONFIG"
 
 Source = Literal["env", "file", "default"]
+OtelMode = Literal["off", "console", "global"]
+"""`AGENTLOOP_OTEL`: no tracing; spans printed on stderr; spans into the process's own
+OpenTelemetry TracerProvider (see `agentloop.tracing`)."""
+OTEL_MODULES = ("opentelemetry.sdk.trace", "temporalio.contrib.opentelemetry")
+"""What tracing imports: the `otel` extra."""
 
 
 class ConfigError(ValueError):
@@ -81,6 +87,8 @@ class Settings(BaseModel):
     codec_keys: str | None = Field(default=None, repr=False)
     """`ID:BASE64KEY[,ID:BASE64KEY...]`, the first active: with it every payload in workflow
     history is encrypted (AES-256-GCM, `agentloop.codec`); the others still decrypt."""
+    otel: OtelMode = "off"
+    """OpenTelemetry tracing of runs through Temporal's TracingInterceptor (`agentloop.tracing`)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -237,6 +245,39 @@ def check_codec_keys(value: str) -> str | None:
     return None
 
 
+def check_otel(value: str) -> str | None:
+    """Also whether tracing can work in this process: the `otel` extra is installed and, for
+    `global`, a TracerProvider is set (like a file that must exist, this is checked where the
+    settings are loaded)."""
+    if value not in get_args(OtelMode):
+        return (
+            "expected off, console (spans printed on stderr) or global (the process's"
+            " OpenTelemetry TracerProvider)"
+        )
+    if value == "off":
+        return None
+    try:
+        for module in OTEL_MODULES:
+            importlib.import_module(module)
+    except ImportError:
+        return "tracing needs the OpenTelemetry packages: pip install 'agentloop[otel]'"
+    if value == "global" and not _tracer_provider_is_set():
+        return (
+            "no OpenTelemetry TracerProvider is set in this process: run under"
+            " opentelemetry-instrument (exporters configured by the OTEL_* variables), or set"
+            " one with opentelemetry.trace.set_tracer_provider() before loading the settings;"
+            " or use console"
+        )
+    return None
+
+
+def _tracer_provider_is_set() -> bool:
+    from opentelemetry import trace
+
+    # Until a provider is set, OpenTelemetry hands out a proxy that drops every span.
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 def _is_price(value: Any) -> bool:
     return (
         isinstance(value, int | float)
@@ -305,6 +346,7 @@ VARIABLES: dict[str, Variable] = {
     "codec_keys": Variable(
         "AGENTLOOP_CODEC_KEYS", check_codec_keys, secret=True, mask=mask_key_ring
     ),
+    "otel": Variable("AGENTLOOP_OTEL", check_otel),
 }
 """Settings field -> its environment variable (and file key: the field name)."""
 

@@ -1,4 +1,5 @@
-"""Wiring only: a Temporal client with the pydantic converter, and a worker on `agent-loop`."""
+"""Wiring only: a Temporal client with the pydantic converter (and the tracing interceptor when
+`AGENTLOOP_OTEL` asks for it), and a worker on `agent-loop`."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.worker import Worker
 
+from agentloop import tracing
 from agentloop.activities.model import ModelActivities
 from agentloop.activities.runs import RunActivities
 from agentloop.activities.tools import ToolActivities
@@ -42,13 +44,16 @@ def data_converter(settings: Settings) -> DataConverter:
 
 async def connect(settings: Settings) -> Client:
     """A client for `settings`; the worker, the CLI and the tests all connect here, so all of
-    them read and write payloads the same way (encrypted when keys are configured)."""
+    them read and write payloads the same way (encrypted when keys are configured) and trace
+    the same way (`agentloop.tracing`: a worker built on this client inherits its interceptors,
+    so they are never given to the worker a second time)."""
     return await Client.connect(
         settings.temporal_address,
         namespace=settings.temporal_namespace,
         data_converter=data_converter(settings),
         api_key=settings.temporal_api_key,
         tls=settings.tls_config(),
+        interceptors=tracing.interceptors(settings),
     )
 
 
@@ -113,13 +118,16 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with running_worker(client, settings):
-        print(
-            f"agentloop worker polling task queue {settings.task_queue!r} "
-            f"on {settings.temporal_address}",
-            flush=True,
-        )
-        await stop.wait()
+    try:
+        async with running_worker(client, settings):
+            print(
+                f"agentloop worker polling task queue {settings.task_queue!r} "
+                f"on {settings.temporal_address}",
+                flush=True,
+            )
+            await stop.wait()
+    finally:
+        tracing.flush(settings)
 
 
 def main() -> None:

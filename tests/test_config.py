@@ -154,6 +154,8 @@ def test_from_env_checks_types_but_not_files_or_formats(tmp_path: Path) -> None:
     assert Settings.from_env(env).pricing_file == "/etc/agentloop/pricing.json"
     with pytest.raises(ConfigError, match="AGENTLOOP_TOOL_HTTP_TIMEOUT_SECONDS='soon'"):
         Settings.from_env({"AGENTLOOP_TOOL_HTTP_TIMEOUT_SECONDS": "soon"})
+    with pytest.raises(ConfigError, match=r"AGENTLOOP_OTEL='jaeger'.*'off', 'console' or 'global'"):
+        Settings.from_env({"AGENTLOOP_OTEL": "jaeger"})
 
 
 # --- checks -------------------------------------------------------------------------------
@@ -186,6 +188,8 @@ def test_from_env_checks_types_but_not_files_or_formats(tmp_path: Path) -> None:
         ("ANTHROPIC_BASE_URL", "https://", "expected an http(s) URL"),
         ("AGENTLOOP_UI_URL", "http://localhost:99999", "port is not a number"),
         ("TEMPORAL_TLS_CA", "/no/such/ca.pem", "no such file"),
+        ("AGENTLOOP_OTEL", "jaeger", "expected off, console (spans printed on stderr) or global"),
+        ("AGENTLOOP_OTEL", "on", "expected off, console"),
     ],
 )
 def test_each_bad_value_is_named_with_its_variable_and_the_fix(
@@ -262,6 +266,9 @@ def test_good_values_pass(tmp_path: Path) -> None:
         }
     )
     assert settings.tool_http_timeout_seconds == 2.5
+    assert Settings.load({"AGENTLOOP_OTEL": "console"}).otel == "console"
+    config = write(tmp_path / "agentloop.toml", 'otel = "console"\n')
+    assert Settings.load({CONFIG_FILE_VARIABLE: config}).otel == "console"
 
 
 # --- masking ------------------------------------------------------------------------------
