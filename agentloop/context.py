@@ -15,38 +15,69 @@ from agentloop.events import Event, ModelOutput, StateUpdate, ToolResult
 
 PREVIEW_CHARS = 300
 
-CONTEXT_CHARS: dict[str, int] = {
-    "gpt-4o": 400_000,
-    "gpt-4.1": 3_000_000,
-    "gpt-5": 1_200_000,
-    "o3": 600_000,
-    "o4-mini": 600_000,
-    "claude-": 600_000,
+CONTEXT_TOKENS: dict[str, int] = {
+    "gpt-4o": 112_000,
+    "gpt-4.1": 1_000_000,
+    "gpt-5": 272_000,
+    "o3": 180_000,
+    "o4-mini": 180_000,
+    "claude-": 180_000,
 }
-"""Model-name prefix -> characters it can take (about 3 per token, with room to answer)."""
+"""Model-name prefix -> input tokens it may be sent (its context window, less room to answer)."""
+
+DEFAULT_CHARS_PER_TOKEN = 3.0
+"""Before the provider has counted a request of this run: a cautious guess (JSON and code
+run at about 3 characters a token, English prose at about 4)."""
+
+CHARS_PER_TOKEN_RANGE = (1.0, 8.0)
+"""A measured ratio outside this range is taken as its nearest bound."""
 
 
-def budget_for(model: str, explicit: int | None) -> int | None:
-    if explicit is not None:
-        return explicit
-    matches = [prefix for prefix in CONTEXT_CHARS if model.startswith(prefix)]
-    return CONTEXT_CHARS[max(matches, key=len)] if matches else None
+def budget_chars(
+    model: str,
+    explicit_chars: int | None,
+    explicit_tokens: int | None = None,
+    chars_per_token: float | None = None,
+) -> int | None:
+    """How many characters of events the next request may hold. A budget in tokens (the
+    run's, else the model's) becomes characters at the ratio the provider's own token count
+    of this run's last request showed: no tokenizer per model needed, and it follows the
+    language and shape of this very conversation."""
+    if explicit_chars is not None:
+        return explicit_chars
+    tokens = explicit_tokens
+    if tokens is None:
+        matches = [prefix for prefix in CONTEXT_TOKENS if model.startswith(prefix)]
+        tokens = CONTEXT_TOKENS[max(matches, key=len)] if matches else None
+    if tokens is None:
+        return None
+    low, high = CHARS_PER_TOKEN_RANGE
+    ratio = DEFAULT_CHARS_PER_TOKEN if chars_per_token is None else chars_per_token
+    return int(tokens * min(max(ratio, low), high))
+
+
+def chars_per_token(request_chars: int, input_tokens: int) -> float | None:
+    """The ratio one request showed: its events' size against the provider's token count
+    (which also counts the tool declarations, so the ratio errs on the cautious side)."""
+    if request_chars <= 0 or input_tokens <= 0:
+        return None
+    return request_chars / input_tokens
 
 
 def size(event: Event) -> int:
     return len(canonical_json(event.model_dump(mode="json")))
 
 
-def fit(events: list[Event], budget_chars: int | None, facts: list[str]) -> list[Event]:
+def fit(events: list[Event], limit_chars: int | None, facts: list[str]) -> list[Event]:
     """`events` as sent to the model: unchanged when they fit, else older results elided and
     the run-state facts restated at the end."""
     total = sum(size(event) for event in events)
-    if budget_chars is None or total <= budget_chars:
+    if limit_chars is None or total <= limit_chars:
         return events
     last_output = max((i for i, e in enumerate(events) if isinstance(e, ModelOutput)), default=-1)
     fitted = list(events)
     for index, event in enumerate(events[:last_output]):
-        if total <= budget_chars:
+        if total <= limit_chars:
             break
         if isinstance(event, ToolResult) and len(event.content) > PREVIEW_CHARS:
             stub = event.model_copy(update={"content": _elided(event)})

@@ -92,8 +92,11 @@ class AgentRunInput(_Strict):
     """How long a write whose outcome stayed unknown waits for a `resolve` signal before the
     run stops `unresolved`."""
     context_budget_chars: int | None = Field(default=None, ge=2_000)
-    """Characters the model may be sent per call (default: by model); past it, older tool
-    results are shortened and run-state facts restated."""
+    """Characters the model may be sent per call; past it, older tool results are shortened
+    and run-state facts restated. Wins over `context_budget_tokens`."""
+    context_budget_tokens: int | None = Field(default=None, ge=500)
+    """The same budget in tokens (default: by model), turned into characters at the ratio
+    the provider's token count of this run's last request showed."""
     continue_as_new_after_events: int | None = Field(default=None, ge=20)
     """Continue as new once a run's history holds this many events (besides whenever
     Temporal suggests it); the run state and transcript head carry over."""

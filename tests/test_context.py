@@ -10,9 +10,10 @@ import pytest
 from temporalio.client import Client
 
 from agentloop.config import Settings
-from agentloop.context import PREVIEW_CHARS, budget_for, fit
+from agentloop.context import PREVIEW_CHARS, budget_chars, chars_per_token, fit
 from agentloop.contract import AgentRunInput, ApprovalDecision, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.demo.scripted_provider.scripts import ScriptUsage
 from agentloop.events import ModelOutput, StateUpdate, ToolCall, ToolResult, UserInput
 from agentloop.store import load_transcript, open_store
 from tests.support import start_run, wait_for_phase
@@ -45,11 +46,72 @@ def test_oldest_results_give_way_first_and_the_current_ones_stay_whole() -> None
     assert [e.call_id for e in results] == ["c1", "c2", "c3"]  # pairing untouched
 
 
-def test_budgets_by_model() -> None:
-    assert budget_for("claude-sonnet-4-5", None) == 600_000
-    assert budget_for("gpt-4o-mini", None) == 400_000
-    assert budget_for("travel", None) is None
-    assert budget_for("travel", 5_000) == 5_000
+def test_budgets_by_model_in_tokens_become_characters_at_the_measured_ratio() -> None:
+    assert budget_chars("claude-sonnet-4-5", None) == 180_000 * 3  # not measured yet
+    assert budget_chars("gpt-4o-mini", None, chars_per_token=4.0) == 112_000 * 4
+    assert budget_chars("travel", None) is None
+    assert budget_chars("travel", None, 1_000, 2.5) == 2_500
+    assert budget_chars("gpt-4o", 5_000, 1_000, 2.5) == 5_000  # characters win
+    assert budget_chars("travel", None, 1_000, 0.01) == 1_000  # a ratio out of range: bound
+    assert chars_per_token(9_000, 3_000) == 3.0
+    assert chars_per_token(9_000, 0) is None  # a provider that reports no usage
+
+
+def scripted_reads(run_id: str, prompt_tokens: int | None) -> Script:
+    """Three policy searches, then an answer; the provider counts `prompt_tokens` per
+    request."""
+    usage = (
+        None
+        if prompt_tokens is None
+        else ScriptUsage(prompt_tokens=prompt_tokens, completion_tokens=10)
+    )
+    return Script(
+        name=run_id,
+        turns=[
+            *[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(
+                            id=f"call_t{i}", name="search_policy", arguments={"query": query}
+                        )
+                    ],
+                    usage=usage,
+                )
+                for i, query in enumerate(["refund", "damaged", "shipping"])
+            ],
+            ScriptTurn(text="done", usage=usage),
+        ],
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("clean_fakes")
+async def test_a_token_budget_follows_the_providers_own_count(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+) -> None:
+    """Two runs with the same 1,500-token budget and the same conversation: the provider
+    that counts many tokens per character gets its older results shortened."""
+    elided: dict[str, bool] = {}
+    for name, prompt_tokens in (("plain", None), ("dense", 50_000)):
+        scripted_provider.register(scripted_reads(f"{run_id}-{name}", prompt_tokens))
+        run_input = AgentRunInput(
+            task="Study the refund, damage and shipping policies.",
+            provider="openai-chat",
+            model=f"{run_id}-{name}",
+            tools=["search_policy"],
+            context_budget_tokens=1_500,
+            principal=Principal(subject="agent", scopes=["tickets:read"]),
+        )
+        result = await (await start_run(client, worker, f"{run_id}-{name}", run_input)).result()
+        assert result.status == "completed", result.stop_reason
+        last = scripted_provider.requests[-1]["body"]["messages"]
+        tools = {m["tool_call_id"]: m["content"] for m in last if m["role"] == "tool"}
+        assert not tools["call_t2"].startswith('{"elided"')  # answered now: whole
+        elided[name] = tools["call_t0"].startswith('{"elided"')
+    assert elided == {"plain": False, "dense": True}
 
 
 @pytest.mark.integration

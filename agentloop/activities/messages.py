@@ -24,6 +24,9 @@ class CallModelInput(BaseModel):
     tools: list[ToolSpec] = Field(default_factory=list)
     settings: ModelSettings = Field(default_factory=ModelSettings)
     context_budget_chars: int | None = None
+    context_budget_tokens: int | None = None
+    chars_per_token: float | None = None
+    """What this run's last request measured (see `context.budget_chars`)."""
     facts: list[str] = Field(default_factory=list)
     """What must not be lost if older results are shortened to fit: from run state."""
 
@@ -34,6 +37,8 @@ class CallModelResult(BaseModel):
     output: ModelOutput
     cost_usd: float = 0.0
     """What the call cost by the worker's price table (0 for a model it does not know)."""
+    request_chars: int = 0
+    """The size of the events sent (as `context.fit` measures them), for the token ratio."""
 
 
 class RunToolInput(BaseModel):

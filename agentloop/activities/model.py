@@ -12,7 +12,7 @@ from agentloop.activities.messages import CallModelInput, CallModelResult
 from agentloop.adapters import AdapterFactory
 from agentloop.adapters.base import ModelRequest, ProviderError
 from agentloop.audit import audit
-from agentloop.context import budget_for, fit
+from agentloop.context import budget_chars, fit, size
 from agentloop.pricing import PriceTable
 from agentloop.store import Store, StoreError, load_transcript
 from agentloop.store.transcript import append
@@ -35,14 +35,20 @@ class ModelActivities:
             raise ApplicationError(str(exc), type="TranscriptMissing", non_retryable=True) from exc
         head, nodes = append(request.head, request.new_events)
         await self._store.put_nodes(nodes)
+        sent = fit(
+            [*history, *request.new_events],
+            budget_chars(
+                request.model,
+                request.context_budget_chars,
+                request.context_budget_tokens,
+                request.chars_per_token,
+            ),
+            request.facts,
+        )
         model_request = ModelRequest(
             provider=request.provider,
             model=request.model,
-            events=fit(
-                [*history, *request.new_events],
-                budget_for(request.model, request.context_budget_chars),
-                request.facts,
-            ),
+            events=sent,
             tools=request.tools,
             settings=request.settings,
         )
@@ -77,7 +83,12 @@ class ModelActivities:
             output_tokens=output.usage.output_tokens,
             cost_usd=cost,
         )
-        return CallModelResult(head=head, output=output, cost_usd=cost)
+        return CallModelResult(
+            head=head,
+            output=output,
+            cost_usd=cost,
+            request_chars=sum(size(event) for event in sent),
+        )
 
 
 def _audit_failure(

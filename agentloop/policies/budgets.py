@@ -96,9 +96,10 @@ def child_limits(
     requested_tool_calls: int | None = None,
 ) -> Limits:
     """One child's slice of what this run has left, shared fairly among the `children`
-    starting together (tokens and cost with this run too); `unstarted_calls` are calls of this batch already reserved but not yet
-    started, `tools_left` what each capped tool may still be called. The child's usage is
-    charged back to this run when it ends, so the slices never add up past the limits."""
+    starting together (tokens and cost with this run too). `unstarted_calls` are calls of
+    this batch already reserved but not yet started; `tools_left`, what each capped tool may
+    still be called. The child's usage is charged back to this run when it ends, so the
+    slices never add up past the limits."""
     model_calls = (limits.max_model_calls - usage.model_calls - 1) // children
     tool_calls = max(0, left.tool_calls - unstarted_calls) // children
     # What the parent's own next call will cost is not known: it keeps a child's share.

@@ -224,6 +224,8 @@ class AgentRun:
                 tools=list(state.tools.values()),
                 settings=ModelSettings(stream=run_input.stream),
                 context_budget_chars=run_input.context_budget_chars,
+                context_budget_tokens=run_input.context_budget_tokens,
+                chars_per_token=state.chars_per_token,
                 facts=loop.facts(state),
             ),
             result_type=CallModelResult,
@@ -246,7 +248,9 @@ class AgentRun:
                 type="TranscriptDiverged",
                 non_retryable=True,
             )
-        loop.record_model_output(state, result.output, result.head, workflow.now(), result.cost_usd)
+        loop.record_model_output(
+            state, result.output, result.head, workflow.now(), result.cost_usd, result.request_chars
+        )
         usage = result.output.usage
         _audit(
             "budget.settled",

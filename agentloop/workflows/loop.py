@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agentloop.context import chars_per_token
 from agentloop.contract import (
     AgentRunInput,
     AgentRunResult,
@@ -163,6 +164,9 @@ class LoopState(BaseModel):
     """The Temporal run ids this run went through (one more per continue-as-new)."""
     paused_seconds: float = 0.0
     """Time spent waiting for humans; the run's deadline does not count it."""
+    chars_per_token: float | None = None
+    """Characters per token the provider's count of the last request showed (the context
+    budget in tokens is turned into characters with it)."""
     output_corrections: int = 0
     verified_turn: int = 0
     """The turn whose final answer the completion check accepted."""
@@ -824,9 +828,17 @@ def record_model_call_started(state: LoopState, step: CallModel) -> None:
 
 
 def record_model_output(
-    state: LoopState, output: ModelOutput, head: str, now: datetime, cost_usd: float = 0.0
+    state: LoopState,
+    output: ModelOutput,
+    head: str,
+    now: datetime,
+    cost_usd: float = 0.0,
+    request_chars: int = 0,
 ) -> None:
     state.head = head
+    state.chars_per_token = (
+        chars_per_token(request_chars, output.usage.input_tokens) or state.chars_per_token
+    )
     state.outbox = []
     state.usage.input_tokens += output.usage.input_tokens
     state.usage.output_tokens += output.usage.output_tokens
