@@ -291,6 +291,8 @@ async def test_a_childs_write_is_a_side_effect_of_the_parent(
     pending = waiting.pending_approvals
     view = await parent.query("status", result_type=RunStatusView)
     assert view.calls[0].child_run == child.id and view.calls[0].status == "running"
+    metadata = await parent.query("__temporal_workflow_metadata")
+    assert f"waiting for sub-agents: {child.id}" in metadata.current_details
     await child.signal(
         "approve",
         ApprovalDecision(

@@ -334,6 +334,15 @@ class AgentRun:
                 tools[call.call_id] = self._start_tool(call, spec, "")
             else:
                 runs[call.call_id] = await self._start_child(state, call, child_input)
+                _audit(
+                    "delegation.started",
+                    turn=state.turn,
+                    call_id=call.call_id,
+                    child_workflow_id=runs[call.call_id].id,
+                    limits=child_input.limits.model_dump(mode="json"),
+                )
+        # Details only (no search attribute upsert here: that would be a new command).
+        workflow.set_current_details(loop.details(state, workflow.now()))
         handles: list[asyncio.Future[Any]] = [*tools.values(), *runs.values()]
         await workflow.wait_condition(
             lambda: all(h.done() for h in handles) or state.cancel_reason is not None
@@ -358,6 +367,16 @@ class AgentRun:
                 report = await self._child_outcome(runs[call.call_id])
                 paused = max(paused, report.paused_seconds if report else 0.0)
                 results.append(loop.record_child_run(state, call, report))
+                delegation = state.delegations[call.call_id]
+                _audit(
+                    "delegation.settled",
+                    turn=state.turn,
+                    call_id=call.call_id,
+                    child_workflow_id=delegation.child_workflow_id,
+                    status=delegation.status,
+                    charged=delegation.usage.model_dump(mode="json"),
+                    side_effects=[e["call_id"] for e in delegation.side_effects],
+                )
             elif not stopped:
                 results.append(await self._tool_outcome(call, spec, tools[call.call_id]))
         # The parent waited as long as its children waited for humans: not its working time.

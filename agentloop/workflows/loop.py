@@ -1079,6 +1079,9 @@ def details(state: LoopState, now: datetime) -> str:
     unsettled = [u["call_id"] for u in unresolved(state)]
     if unsettled:
         parts.append("unresolved writes: " + ", ".join(unsettled))
+    children = [d.child_workflow_id for d in state.delegations.values() if d.status == "running"]
+    if children:
+        parts.append("waiting for sub-agents: " + ", ".join(children))
     return "\n".join(parts)
 
 
