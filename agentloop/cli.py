@@ -1,42 +1,36 @@
 """The `agentloop` command: a dev stack, a worker, and the client side of runs."""
 
+# The commands about runs are in cli_runs.py; what scripts rely on (exit codes, the --json
+# documents) in cli_contract.py; what people see (progress, results) in cli_progress.py.
+
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
 import sys
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentloop import search
+from agentloop.cli_contract import ExitCode, ReplayedHistory, exit_codes_help, print_json
+from agentloop.cli_progress import format_result
+from agentloop.cli_runs import build_run_input, client_command, run
+from agentloop.codec import ENCODING, PayloadDecryptionError
 from agentloop.config import VARIABLES, ConfigError, Settings, load_config
-from agentloop.contract import (
-    WORKFLOW_NAME,
-    AgentRunInput,
-    AgentRunResult,
-    ApprovalDecision,
-    ApprovalVerdict,
-    CancelRequest,
-    Limits,
-    Principal,
-    ResolveRequest,
-    RunStatusView,
-    describe_validation_error,
-)
+from agentloop.contract import AgentRunInput, describe_validation_error
 from agentloop.worker import connect
 
-FOLLOW_POLL_SECONDS = 0.5
+# format_result: the demo prints its results the way `run --follow` does.
+__all__ = ["build_parser", "format_result", "main"]
+
+
 CONNECT_TIMEOUT_SECONDS = 10.0
 DEV_REPLACES = frozenset(
     {
@@ -54,7 +48,12 @@ DEV_REPLACES = frozenset(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentloop", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="agentloop",
+        description=__doc__,
+        epilog=exit_codes_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     dev = commands.add_parser(
@@ -80,9 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="check the configuration and print each setting, where it came from "
         "(env, file, default), secrets masked",
     )
-    config.add_argument("--json", action="store_true", help="print it as a JSON object")
+    add_json_flag(config)
 
-    run = commands.add_parser("run", help="start an agent run and print its id and UI link")
+    run = run_parser(commands, "run", help="start an agent run and print its id and UI link")
     run.add_argument("task")
     run.add_argument("--provider", default="openai-chat")
     run.add_argument("--model", default="travel")
@@ -96,7 +95,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-model-calls", type=int)
     run.add_argument("--max-tool-calls", type=int)
     run.add_argument("--no-stream", action="store_true")
-    run.add_argument("--follow", action="store_true", help="print progress until the run ends")
     run.add_argument(
         "--no-index",
         dest="index",
@@ -111,13 +109,28 @@ def build_parser() -> argparse.ArgumentParser:
     lister.add_argument("--provider")
     lister.add_argument("--tenant")
     lister.add_argument("--limit", type=int, default=50)
-    lister.add_argument("--json", action="store_true")
+    add_json_flag(lister)
 
-    for name, text in (("status", "show a run's status"), ("cancel", "cancel a run")):
-        sub = commands.add_parser(name, help=text)
-        sub.add_argument("run_id")
-        if name == "cancel":
-            sub.add_argument("--reason", default="")
+    status = commands.add_parser(
+        "status",
+        help="show where a run is, or its result; exits with the run's code",
+        epilog=exit_codes_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    status.add_argument("run_id")
+    add_json_flag(status)
+
+    transcript = commands.add_parser(
+        "transcript",
+        help="print a run's full conversation from the store (AGENTLOOP_STORE_URL)",
+    )
+    transcript.add_argument("run_id")
+    add_json_flag(transcript, "print the events as a JSON array")
+
+    cancel = commands.add_parser("cancel", help="cancel a run")
+    cancel.add_argument("run_id")
+    cancel.add_argument("--reason", default="")
+    add_json_flag(cancel)
 
     for name, text in (("approve", "approve a pending call"), ("reject", "reject a pending call")):
         sub = commands.add_parser(name, help=text)
@@ -130,9 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
             help="the args digest you were shown (default: the one "
             "`status` shows now, after printing the arguments)",
         )
+        add_json_flag(sub)
 
-    cont = commands.add_parser(
-        "continue", help="start a new run on a finished run's transcript, with a new budget"
+    cont = run_parser(
+        commands,
+        "continue",
+        help="start a new run on a finished run's transcript, with a new budget",
     )
     cont.add_argument("run_id")
     cont.add_argument("--task", default="Continue where you stopped.")
@@ -144,7 +160,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cont.add_argument("--max-tool-calls", type=int)
     cont.add_argument("--id", help="workflow id of the new run")
-    cont.add_argument("--follow", action="store_true")
 
     resolve = commands.add_parser("resolve", help="say whether a write of unknown outcome happened")
     resolve.add_argument("run_id")
@@ -152,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     resolve.add_argument("--outcome", choices=["applied", "not_applied"], required=True)
     resolve.add_argument("--operator", required=True)
     resolve.add_argument("--note", default="")
+    add_json_flag(resolve)
 
     history = commands.add_parser(
         "history", help="export a run's full history as JSON (what `replay` reads)"
@@ -160,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument(
         "-o", "--output", type=Path, metavar="FILE", help="write it here (default: stdout)"
     )
+    add_json_flag(history, "with -o: say where it went as a JSON object")
 
     replay = commands.add_parser(
         "replay",
@@ -172,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="a history JSON file, or a folder: every *.json in it",
     )
+    add_json_flag(replay, "print one JSON object per history, in an array")
+
     codec = commands.add_parser(
         "codec-server",
         help="serve the Temporal UI's remote codec endpoint (POST /decode, /encode) with the "
@@ -194,12 +213,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help: str
+) -> argparse.ArgumentParser:
+    """`run` and `continue`: both start a run, and may follow it to its end."""
+    sub = commands.add_parser(
+        name,
+        help=help,
+        epilog=exit_codes_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub.add_argument(
+        "--follow",
+        action="store_true",
+        help="show progress until the run ends, then its result; exit with the run's code",
+    )
+    add_json_flag(sub, "print one JSON object: the run's id and UI link, or with --follow its end")
+    return sub
+
+
+def add_json_flag(parser: argparse.ArgumentParser, text: str = "print it as JSON") -> None:
+    parser.add_argument("--json", action="store_true", help=text + " (for scripts)")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         code = asyncio.run(dispatch(args))
     except KeyboardInterrupt:
-        code = 130
+        code = ExitCode.INTERRUPTED
     exit_now(code)
 
 
@@ -218,7 +260,7 @@ def exit_now(code: int) -> NoReturn:
 
 async def dispatch(args: argparse.Namespace) -> int:
     if args.command == "replay":  # needs nothing but the files
-        return await replay_files(args.paths)
+        return await replay_files(args.paths, as_json=args.json)
     if args.command == "config":
         return show_config(as_json=args.json)
     if args.command == "codec-server":  # needs nothing but the keys
@@ -228,14 +270,14 @@ async def dispatch(args: argparse.Namespace) -> int:
         settings = load_config(skip=DEV_REPLACES if args.command == "dev" else ()).settings
     except ConfigError as exc:
         print(exc, file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     if args.command == "dev":
         return await dev(args)
     if args.command == "worker":
         from agentloop.worker import serve
 
         await serve(settings)
-        return 0
+        return ExitCode.OK
     run_input: AgentRunInput | None = None
     if args.command == "run":
         # Bad input is reported before anything else, Temporal reachable or not.
@@ -243,7 +285,7 @@ async def dispatch(args: argparse.Namespace) -> int:
             run_input = build_run_input(args)
         except ValidationError as exc:
             print(f"invalid run input: {describe_validation_error(exc)}", file=sys.stderr)
-            return 2
+            return ExitCode.USAGE
     try:
         client = await asyncio.wait_for(connect(settings), CONNECT_TIMEOUT_SECONDS)
     except (RuntimeError, TimeoutError) as exc:
@@ -253,47 +295,41 @@ async def dispatch(args: argparse.Namespace) -> int:
             "start one with `agentloop dev`, or set TEMPORAL_ADDRESS",
             file=sys.stderr,
         )
-        return 2
+        return ExitCode.USAGE
     try:
         if run_input is not None:
             return await run(client, settings, args, run_input)
-        if args.command == "list":
-            return await list_runs(client, args)
-        handle = client.get_workflow_handle(args.run_id, result_type=AgentRunResult)
-        if args.command == "history":
-            return await export_history(handle, args.output)
-        if args.command == "status":
-            return await show_status(handle)
-        if args.command in ("approve", "reject"):
-            return await decide(handle, args, approved=args.command == "approve")
-        if args.command == "continue":
-            return await continue_run(client, settings, args)
-        if args.command == "resolve":
-            await handle.signal(
-                "resolve",
-                ResolveRequest(
-                    call_id=args.call_id,
-                    outcome=args.outcome,
-                    operator=args.operator,
-                    note=args.note,
-                ),
-            )
-            print(f"resolution sent for {args.call_id}: {args.outcome}")
-            return 0
-        await handle.signal("cancel", CancelRequest(reason=args.reason))
-        print(f"cancel requested for {args.run_id}")
-        return 0
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            what = f"run {args.run_id!r}" if hasattr(args, "run_id") else "namespace"
-            print(
-                f"{what} not found on {settings.temporal_address} "
-                f"(namespace {settings.temporal_namespace}): {exc.message}",
-                file=sys.stderr,
-            )
-        else:
-            print(f"temporal: {exc}", file=sys.stderr)
-        return 1
+        return await client_command(client, settings, args)
+    except (RPCError, PayloadDecryptionError, KeyError) as exc:
+        explained = explain_client_error(exc, args, settings)
+        if explained is None:
+            raise
+        message, code = explained
+        print(message, file=sys.stderr)
+        return code
+
+
+def explain_client_error(
+    exc: Exception, args: argparse.Namespace, settings: Settings
+) -> tuple[str, ExitCode] | None:
+    """What went wrong reaching or reading a run, in one message, and the code to exit with;
+    None for an error this does not know (a bug: let its traceback show)."""
+    what = f"run {args.run_id!r}" if hasattr(args, "run_id") else "the runs"
+    if isinstance(exc, RPCError) and exc.status == RPCStatusCode.NOT_FOUND:
+        where = f"{settings.temporal_address} (namespace {settings.temporal_namespace})"
+        missing = what if hasattr(args, "run_id") else "namespace"
+        return f"{missing} not found on {where}: {exc.message}", ExitCode.FAILED
+    if isinstance(exc, RPCError):
+        return f"temporal: {exc}", ExitCode.FAILED
+    if isinstance(exc, PayloadDecryptionError):  # keys set, but not the ones it was written with
+        return f"cannot read {what}: {exc}", ExitCode.USAGE
+    if ENCODING in str(exc):  # the SDK's converter met an encrypted payload without a codec
+        return (
+            f"cannot read {what}: its payloads are encrypted ({ENCODING}) and "
+            "AGENTLOOP_CODEC_KEYS is not set: set it to the keys the workers use",
+            ExitCode.USAGE,
+        )
+    return None
 
 
 def show_config(as_json: bool) -> int:
@@ -303,226 +339,28 @@ def show_config(as_json: bool) -> int:
         loaded = load_config()
     except ConfigError as exc:
         print(exc, file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     if as_json:
-        print(json.dumps(loaded.as_json(), indent=2))
+        print_json(loaded.as_json())
     else:
         print("\n".join(loaded.lines()))
-    return 0
+    return ExitCode.OK
 
 
-def build_run_input(args: argparse.Namespace) -> AgentRunInput:
-    """The run input from the command line; raises ValidationError naming the bad field."""
-    limits: dict[str, Any] = {}
-    if args.max_model_calls is not None:
-        limits["max_model_calls"] = args.max_model_calls
-    if args.max_tool_calls is not None:
-        limits["max_tool_calls"] = args.max_tool_calls
-    return AgentRunInput(
-        task=args.task,
-        instructions=args.instructions,
-        provider=args.provider,
-        model=args.model,
-        tools=args.tools,
-        principal=Principal(subject=args.subject, scopes=args.scopes),
-        limits=Limits.model_validate(limits),
-        stream=not args.no_stream,
-    )
-
-
-async def run(
-    client: Client, settings: Settings, args: argparse.Namespace, run_input: AgentRunInput
-) -> int:
-    workflow_id = args.id or f"agent-run-{uuid.uuid4().hex[:12]}"
-    handle = await client.start_workflow(
-        WORKFLOW_NAME,
-        run_input,
-        id=workflow_id,
-        task_queue=settings.task_queue,
-        result_type=AgentRunResult,
-        static_summary=run_input.summary(),
-        search_attributes=search.initial(run_input) if getattr(args, "index", True) else None,
-    )
-    print(f"started {workflow_id}\n  {settings.run_url(workflow_id)}", flush=True)
-    if not args.follow:
-        return 0
-    return await follow(handle)
-
-
-async def follow(handle: WorkflowHandle[Any, AgentRunResult]) -> int:
-    """Print each phase change and each call outcome until the run ends, then the result."""
-    result_task = asyncio.ensure_future(handle.result())
-    seen: set[str] = set()
-    while not result_task.done():
-        try:
-            view = await handle.query("status", result_type=RunStatusView)
-        except RPCError:
-            view = None
-        if view is not None:
-            for line in progress_lines(view):
-                if line not in seen:
-                    seen.add(line)
-                    print(line, flush=True)
-        await asyncio.wait([result_task], timeout=FOLLOW_POLL_SECONDS)
-    try:
-        result = result_task.result()
-    except WorkflowFailureError as exc:
-        print(f"run failed: {exc.cause}", file=sys.stderr)
-        return 1
-    print(format_result(result))
-    return 0 if result.status == "completed" else 1
-
-
-def progress_lines(view: RunStatusView) -> list[str]:
-    lines = [f"turn {view.turn}: {view.phase}"]
-    lines += [
-        f"  {c.call_id} {c.tool} -> {c.status}"
-        for c in view.calls
-        if c.status not in ("proposed", "running")
-    ]
-    return lines
-
-
-def format_result(result: AgentRunResult) -> str:
-    lines = [f"status: {result.status} ({result.stop_reason})"]
-    for call in result.calls:
-        lines.append(
-            f"  call {call.call_id}: {call.tool} {json.dumps(call.arguments)} "
-            f"-> {call.status} {call.result_summary[:120]}"
-        )
-    usage = result.usage
-    lines.append(
-        f"usage: {usage.model_calls} model calls, {usage.tool_calls} tool calls, "
-        f"{usage.input_tokens + usage.output_tokens} tokens"
-    )
-    if result.output is not None:
-        output = result.output if isinstance(result.output, str) else json.dumps(result.output)
-        lines.append(f"answer: {output}")
-    if result.status != "completed" and result.report:
-        lines.append(result.report)
-    return "\n".join(lines)
-
-
-async def list_runs(client: Client, args: argparse.Namespace) -> int:
-    """A visibility query over the runs' search attributes."""
-    phase = "awaiting_approval" if args.awaiting_approval else args.phase
-    query = search.list_query(
-        phase=phase, status=args.status, provider=args.provider, tenant=args.tenant
-    )
-    found = []
-    async for execution in client.list_workflows(query, limit=args.limit):
-        attributes = execution.typed_search_attributes
-        found.append(
-            {
-                "workflow_id": execution.id,
-                "run_id": execution.run_id,
-                "phase": attributes.get(search.AGENT_PHASE),
-                "status": attributes.get(search.AGENT_STATUS),
-                "provider": attributes.get(search.AGENT_PROVIDER),
-                "tenant": attributes.get(search.AGENT_TENANT),
-                "started": execution.start_time.isoformat() if execution.start_time else None,
-            }
-        )
-    if args.json:
-        print(json.dumps(found, indent=2))
-    else:
-        for run in found:
-            print(
-                f"{run['workflow_id']}  {run['phase']}  {run['status']}  {run['provider']}  "
-                f"{run['tenant']}"
-            )
-        print(f"{len(found)} run(s) matching {query}", file=sys.stderr)
-    return 0
-
-
-async def continue_run(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    """The previous run's input, with a new task, the budget granted here, and continue_from."""
-    handle = client.get_workflow_handle(args.run_id)
-    async for event in handle.fetch_history_events():
-        payloads = event.workflow_execution_started_event_attributes.input.payloads
-        [previous] = await client.data_converter.decode(payloads[:1], [dict[str, Any]])
-        break
-    limits = {**previous.get("limits", {}), "max_model_calls": args.max_model_calls}
-    if args.max_tool_calls is not None:
-        limits["max_tool_calls"] = args.max_tool_calls
-    try:
-        run_input = AgentRunInput.model_validate(
-            {**previous, "task": args.task, "limits": limits, "continue_from": args.run_id}
-        )
-    except ValidationError as exc:
-        print(f"invalid run input: {describe_validation_error(exc)}", file=sys.stderr)
-        return 2
-    args.id = args.id or f"{args.run_id}-continued-{uuid.uuid4().hex[:6]}"
-    return await run(client, settings, args, run_input)
-
-
-async def decide(
-    handle: WorkflowHandle[Any, AgentRunResult], args: argparse.Namespace, approved: bool
-) -> int:
-    """Send a decision through the `decide_approval` update, which says at once whether it
-    counted; the decision is bound to the args digest shown here."""
-    digest = args.digest
-    if digest is None:
-        view = await handle.query("status", result_type=RunStatusView)
-        pending = next((p for p in view.pending_approvals if p["call_id"] == args.call_id), None)
-        if pending is None:
-            print(f"no call {args.call_id!r} is waiting for approval", file=sys.stderr)
-            return 1
-        print(f"{pending['tool']} {json.dumps(pending['arguments'])}  [{pending['args_digest']}]")
-        digest = pending["args_digest"]
-    verdict = await handle.execute_update(
-        "decide_approval",
-        ApprovalDecision(
-            call_id=args.call_id,
-            args_digest=digest,
-            approved=approved,
-            approver=args.approver,
-            reason=args.reason,
-        ),
-        result_type=ApprovalVerdict,
-    )
-    if not verdict.accepted:
-        print(f"decision refused: {verdict.reason}", file=sys.stderr)
-        return 1
-    print(f"{'approved' if approved else 'rejected'}: {args.call_id}")
-    return 0
-
-
-async def show_status(handle: WorkflowHandle[Any, AgentRunResult]) -> int:
-    description = await handle.describe()
-    print(f"{handle.id}: {description.status.name if description.status else 'UNKNOWN'}")
-    view = await handle.query("status", result_type=RunStatusView)
-    print(json.dumps(view.model_dump(mode="json"), indent=2))
-    return 0
-
-
-async def export_history(handle: WorkflowHandle[Any, AgentRunResult], output: Path | None) -> int:
-    """The run's full history (so far, if it still runs) as the JSON `replay` reads."""
-    history = await handle.fetch_history()
-    text = history.to_json() + "\n"
-    if output is None:
-        sys.stdout.write(text)
-        return 0
-    try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        print(f"cannot write {output}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
-    print(f"wrote {output}: {len(history.events)} events of {handle.id}")
-    return 0
-
-
-async def replay_files(paths: Sequence[Path]) -> int:
+async def replay_files(paths: Sequence[Path], as_json: bool) -> int:
     """One line per history: ok, FAIL (what diverged) or ERROR (not a readable history)."""
     from agentloop.replay import replay_each
 
     # Each failure is reported in its line; the SDK's own log of it would only repeat it.
     logging.getLogger("temporalio").setLevel(logging.CRITICAL)
-    all_ok = True
+    replayed: list[ReplayedHistory] = []
     async for report in replay_each(paths):
-        all_ok = all_ok and report.ok
-        print(report.line(), flush=True)
-    return 0 if all_ok else 1
+        replayed.append(ReplayedHistory.of(report))
+        if not as_json:
+            print(report.line(), flush=True)
+    if as_json:
+        print_json(replayed)
+    return ExitCode.OK if all(r.ok for r in replayed) else ExitCode.FAILED
 
 
 async def codec_server(args: argparse.Namespace) -> int:
@@ -535,14 +373,14 @@ async def codec_server(args: argparse.Namespace) -> int:
         ring = loaded.settings.codec_key_ring()
     except ConfigError as exc:
         print(exc, file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     if ring is None:
         print(
             "agentloop codec-server: AGENTLOOP_CODEC_KEYS is not set: set it to the keys the"
             " workers encrypt with (ID:BASE64KEY[,ID:BASE64KEY...], the first active)",
             file=sys.stderr,
         )
-        return 2
+        return ExitCode.USAGE
     origins = args.origins or list(DEFAULT_UI_ORIGINS)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -576,9 +414,9 @@ async def codec_server(args: argparse.Namespace) -> int:
             f" {exc.strerror or exc}: pass --port PORT",
             file=sys.stderr,
         )
-        return 2
+        return ExitCode.USAGE
     print("agentloop codec-server stopped", flush=True)
-    return 0
+    return ExitCode.OK
 
 
 async def dev(args: argparse.Namespace) -> int:
@@ -614,9 +452,9 @@ async def dev(args: argparse.Namespace) -> int:
             await stop.wait()
     except DevStackError as exc:
         print(f"agentloop dev: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     print("agentloop dev stopped", flush=True)
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -243,13 +243,11 @@ async def test_agentloop_dev_serves_runs_and_stops_on_ctrl_c(tmp_path: Path) -> 
             ), ran.explain()
         assert re.search(r"^answer: .*G1234.*Shanghai", ran.stdout, re.MULTILINE), ran.explain()
 
-        status = await agentloop("status", run_id, env=env, cwd=tmp_path)
+        status = await agentloop("status", run_id, "--json", env=env, cwd=tmp_path)
         assert status.returncode == 0, status.explain()
-        first_line, _, document = status.stdout.partition("\n")
-        assert first_line == f"{run_id}: COMPLETED"
-        view = json.loads(document)
-        assert view["phase"] == "finished"
-        assert {c["call_id"]: c["status"] for c in view["calls"]} == {
+        snapshot = json.loads(status.stdout)
+        assert (snapshot["execution"], snapshot["outcome"]) == ("COMPLETED", "completed")
+        assert {c["call_id"]: c["status"] for c in snapshot["result"]["calls"]} == {
             "call_train": "succeeded",
             "call_weather": "succeeded",
         }
@@ -343,7 +341,7 @@ async def test_cancel_stops_a_run_started_from_the_command_line(
         )
         cancelled = await agentloop("cancel", run_id, "--reason", "test", env=env, cwd=tmp_path)
         assert cancelled.returncode == 0, cancelled.explain()
-        assert run_id in cancelled.stdout
+        assert cancelled.stdout == f"cancel requested for {run_id}\n", cancelled.explain()
 
         handle = client.get_workflow_handle(run_id, result_type=AgentRunResult)
         result = await asyncio.wait_for(handle.result(), 20)
@@ -429,10 +427,21 @@ async def test_approve_and_resolve_from_the_command_line(
         "ops",
         "--note",
         "seen in the desk",
+        "--json",
         env=env,
         cwd=tmp_path,
     )
     assert resolved.returncode == 0, resolved.explain()
+    assert json.loads(resolved.stdout) == {
+        "workflow_id": run_id,
+        "signal": "resolve",
+        "request": {
+            "call_id": "call_a",
+            "outcome": "applied",
+            "operator": "ops",
+            "note": "seen in the desk",
+        },
+    }
     result = await asyncio.wait_for(handle.result(), 20)
     assert result.status == "completed", result.stop_reason
     assert {c.call_id: c.status for c in result.calls} == {"call_a": "confirmed_after_query"}

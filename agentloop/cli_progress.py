@@ -1,0 +1,222 @@
+"""Client-side: how a run looks to a person, for `agentloop status` and `run --follow`.
+
+Everything here renders a `RunStatusView` or an `AgentRunResult`; nothing talks to Temporal.
+On a terminal, following redraws one live panel (rich). Anywhere else (a pipe, a CI log, a
+test) it prints a line whenever something changed, so the output reads as a log.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.text import Text
+
+from agentloop.cli_contract import PAUSED_PHASES, RunSnapshot
+from agentloop.contract import AgentRunResult, CallRecord, LimitsLeft, RunStatusView, Usage
+
+LIVE_RECENT_CALLS = 10
+"""Calls the live panel shows (the most recent ones); a long run would not fit otherwise."""
+
+_CALL_STYLES = {
+    "succeeded": "green",
+    "confirmed_after_query": "green",
+    "failed": "red",
+    "rejected": "red",
+    "denied": "red",
+    "unknown": "yellow",
+}
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a run's progress."""
+
+    key: str
+    """What the line is about (`phase`, `call:ID`, ...): a log prints it again only when the
+    text for its key changes."""
+    text: str
+    style: str = ""
+    ticking: bool = False
+    """Changes by itself as time passes (seconds left): shown in a snapshot or the live panel,
+    never logged, or the log would grow a line per poll."""
+    actionable: bool = False
+    """Asks a human to act, with the command to do it: on a terminal also printed once above
+    the live panel, unwrapped, so the command can be copied whole."""
+
+
+def status_lines(
+    run_id: str, view: RunStatusView, *, recent_calls: int | None = None
+) -> list[Line]:
+    """Turn and phase, usage against limits, the calls (the last `recent_calls` of them if
+    given), and what waits on a human with the command that answers it."""
+    return [
+        _phase_line(view),
+        *_usage_lines(view.usage, view.limits_left),
+        *_call_lines(view.calls, recent_calls),
+        *(_approval_line(run_id, pending) for pending in view.pending_approvals),
+        *_question_lines(view.question),
+        *(_unresolved_line(run_id, write) for write in view.unresolved),
+    ]
+
+
+def format_snapshot(found: RunSnapshot) -> str:
+    """`RUN: EXECUTION (outcome, exit N)`, then the result, where the run is, or why it
+    failed."""
+    lines = [f"{found.workflow_id}: {found.execution} ({found.outcome}, exit {found.exit_code})"]
+    if found.result is not None:
+        lines.append(format_result(found.result))
+    elif found.status is not None:
+        lines += [line.text for line in status_lines(found.workflow_id, found.status)]
+    if found.failure is not None:
+        lines.append(f"failed: {found.failure}")
+    return "\n".join(lines)
+
+
+def format_result(result: AgentRunResult) -> str:
+    """The result for a person: status, each call, usage, the answer, and the stop report
+    when the run did not complete."""
+    lines = [f"status: {result.status} ({result.stop_reason})"]
+    for call in result.calls:
+        lines.append(
+            f"  call {call.call_id}: {call.tool} {json.dumps(call.arguments)} "
+            f"-> {call.status} {call.result_summary[:120]}"
+        )
+    usage = result.usage
+    lines.append(
+        f"usage: {usage.model_calls} model calls, {usage.tool_calls} tool calls, "
+        f"{usage.input_tokens + usage.output_tokens} tokens"
+    )
+    if result.output is not None:
+        output = result.output if isinstance(result.output, str) else json.dumps(result.output)
+        lines.append(f"answer: {output}")
+    if result.status != "completed" and result.report:
+        lines.append(result.report)
+    return "\n".join(lines)
+
+
+@contextmanager
+def progress_display(run_id: str, stream: TextIO) -> Iterator[Callable[[RunStatusView], None]]:
+    """A function showing each new status view of `run_id` on `stream`: a live panel on a
+    terminal, changed lines otherwise."""
+    console = Console(file=stream)
+    if not console.is_terminal:
+        yield ProgressLog(run_id, stream).show
+        return
+    with Live(console=console, auto_refresh=False) as live:
+        yield LivePanel(run_id, live).show
+
+
+class LivePanel:
+    """Progress on a terminal: one panel redrawn in place; what asks a human to act is also
+    printed once above it."""
+
+    def __init__(self, run_id: str, live: Live) -> None:
+        self._run_id = run_id
+        self._live = live
+        self._printed: set[str] = set()
+
+    def show(self, view: RunStatusView) -> None:
+        lines = status_lines(self._run_id, view, recent_calls=LIVE_RECENT_CALLS)
+        for line in lines:
+            if line.actionable and line.text not in self._printed:
+                self._printed.add(line.text)
+                # soft_wrap: the terminal wraps it, so a copied command stays one line.
+                self._live.console.print(line.text, soft_wrap=True, markup=False, highlight=False)
+        body = Group(*(Text(line.text, style=line.style) for line in lines))
+        panel = Panel(body, title=self._run_id, title_align="left")
+        self._live.update(panel, refresh=True)
+
+
+class ProgressLog:
+    """Progress as a log: a line whenever the text for its key changed since last printed."""
+
+    def __init__(self, run_id: str, stream: TextIO) -> None:
+        self._run_id = run_id
+        self._stream = stream
+        self._printed: dict[str, str] = {}
+
+    def show(self, view: RunStatusView) -> None:
+        for line in status_lines(self._run_id, view):
+            if line.ticking or self._printed.get(line.key) == line.text:
+                continue
+            self._printed[line.key] = line.text
+            print(line.text, file=self._stream, flush=True)
+
+
+def _phase_line(view: RunStatusView) -> Line:
+    stop = f" ({view.stop_reason})" if view.stop_reason else ""
+    style = "bold yellow" if view.phase in PAUSED_PHASES else "bold"
+    return Line("phase", f"turn {view.turn}: {view.phase}{stop}", style)
+
+
+def _usage_lines(usage: Usage, left: LimitsLeft | None) -> list[Line]:
+    """Each budget as `used, left`; limits the run does not have show use only."""
+    tokens = usage.input_tokens + usage.output_tokens
+    parts = [
+        f"model calls {usage.model_calls} used" + _left(left.model_calls if left else None),
+        f"tool calls {usage.tool_calls} used" + _left(left.tool_calls if left else None),
+        f"tokens {tokens}" + _left(left.total_tokens if left else None),
+        f"cost ${usage.cost_usd:.4f}" + _left(left.cost_usd if left else None, "${:.4f}"),
+    ]
+    lines = [Line("usage", "usage: " + " · ".join(parts), "dim")]
+    if left is not None and left.seconds is not None:
+        deadline = f"deadline: {left.seconds:.0f} s left"
+        lines.append(Line("deadline", deadline, "dim", ticking=True))
+    return lines
+
+
+def _left(amount: float | None, shape: str = "{}") -> str:
+    return "" if amount is None else ", " + shape.format(amount) + " left"
+
+
+def _call_lines(calls: Sequence[CallRecord], recent: int | None) -> list[Line]:
+    shown = calls if recent is None else calls[-recent:]
+    lines = []
+    if len(shown) < len(calls):
+        lines.append(Line("calls:earlier", f"  ... {len(calls) - len(shown)} earlier calls"))
+    for call in shown:
+        text = f"  call {call.call_id} {call.tool}: {call.status}"
+        lines.append(Line(f"call:{call.call_id}", text, _CALL_STYLES.get(call.status, "")))
+    return lines
+
+
+def _approval_line(run_id: str, pending: dict[str, Any]) -> Line:
+    """The call exactly as the approver decides it, and the commands that decide it bound to
+    the digest shown (a decision for other arguments would be refused)."""
+    call_id, digest = pending["call_id"], pending["args_digest"]
+    approvers = pending.get("approvers") or []
+    who = f" (approvers: {', '.join(approvers)})" if approvers else ""
+    approver = approvers[0] if len(approvers) == 1 else "NAME"
+    decide = f"{run_id} {call_id} --approver {approver} --digest {digest}"
+    text = (
+        f"waiting for approval: {call_id} {pending['tool']} "
+        f"{json.dumps(pending.get('arguments', {}))} [{digest}]{who}\n"
+        f"  approve: agentloop approve {decide}\n"
+        f"  reject:  agentloop reject {decide} --reason WHY"
+    )
+    return Line(f"approval:{call_id}", text, "yellow", actionable=True)
+
+
+def _question_lines(question: str | None) -> list[Line]:
+    if question is None:
+        return []
+    text = f"waiting for an answer: {question}\n  answer with the `message` signal {{text, sender}}"
+    return [Line("question", text, "yellow", actionable=True)]
+
+
+def _unresolved_line(run_id: str, write: dict[str, Any]) -> Line:
+    call_id = write["call_id"]
+    text = (
+        f"outcome unknown: {call_id} {write['tool']} (key {write.get('idempotency_key', '')}): "
+        f"{write.get('known', '')}\n"
+        f"  settle: agentloop resolve {run_id} {call_id} --outcome applied|not_applied "
+        "--operator NAME"
+    )
+    return Line(f"unresolved:{call_id}", text, "yellow", actionable=True)

@@ -1,0 +1,433 @@
+"""Client-side: the commands about runs: start and follow, read (status, transcript, list,
+history), and drive (approve, reject, resolve, cancel).
+
+A run is read the cheapest way that is true: a running run through its `status` query, a
+finished one through its result, which its history holds (no worker needed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import uuid
+from collections.abc import Awaitable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal, TextIO, TypeAlias
+
+from pydantic import ValidationError
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
+from temporalio.service import RPCError
+
+from agentloop import search
+from agentloop.cli_contract import (
+    PAUSED_PHASES,
+    RESULT_EXIT_CODES,
+    Decision,
+    ExitCode,
+    HistoryWritten,
+    ListedRun,
+    RunSnapshot,
+    SignalSent,
+    StartedRun,
+    print_json,
+)
+from agentloop.cli_progress import format_snapshot, progress_display
+from agentloop.config import Settings
+from agentloop.contract import (
+    WORKFLOW_NAME,
+    AgentRunInput,
+    AgentRunResult,
+    ApprovalDecision,
+    ApprovalVerdict,
+    CancelRequest,
+    Limits,
+    Principal,
+    ResolveRequest,
+    RunStatusView,
+    describe_validation_error,
+)
+from agentloop.store import StoreError, StoreUnavailable
+from agentloop.store.base import mask_url
+from agentloop.transcript_view import format_transcript, read_transcript
+
+FOLLOW_POLL_SECONDS = 0.5
+FOLLOW_QUERY_TIMEOUT = timedelta(seconds=5)
+"""A status query that takes longer (no worker polling) is skipped; the next poll asks again."""
+
+Handle: TypeAlias = WorkflowHandle[Any, AgentRunResult]
+
+
+async def client_command(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    """The commands about one existing run (and `list`)."""
+    if args.command == "list":
+        return await list_runs(client, args)
+    if args.command == "continue":
+        return await continue_run(client, settings, args)
+    handle = client.get_workflow_handle(args.run_id, result_type=AgentRunResult)
+    if args.command == "status":
+        return report_snapshot(await read_snapshot(handle), as_json=args.json)
+    if args.command == "transcript":
+        return await show_transcript(handle, settings.store_url, as_json=args.json)
+    if args.command == "history":
+        return await export_history(handle, args.output, as_json=args.json)
+    if args.command in ("approve", "reject"):
+        return await decide(handle, args, approved=args.command == "approve")
+    if args.command == "resolve":
+        request = ResolveRequest(
+            call_id=args.call_id, outcome=args.outcome, operator=args.operator, note=args.note
+        )
+        done = f"resolution sent for {args.call_id}: {args.outcome}"
+        return await send_signal(handle, "resolve", request, done, as_json=args.json)
+    done = f"cancel requested for {args.run_id}"
+    cancel = CancelRequest(reason=args.reason)
+    return await send_signal(handle, "cancel", cancel, done, as_json=args.json)
+
+
+def build_run_input(args: argparse.Namespace) -> AgentRunInput:
+    """The run input from the command line; raises ValidationError naming the bad field."""
+    limits: dict[str, Any] = {}
+    if args.max_model_calls is not None:
+        limits["max_model_calls"] = args.max_model_calls
+    if args.max_tool_calls is not None:
+        limits["max_tool_calls"] = args.max_tool_calls
+    return AgentRunInput(
+        task=args.task,
+        instructions=args.instructions,
+        provider=args.provider,
+        model=args.model,
+        tools=args.tools,
+        principal=Principal(subject=args.subject, scopes=args.scopes),
+        limits=Limits.model_validate(limits),
+        stream=not args.no_stream,
+    )
+
+
+def for_people(args: argparse.Namespace) -> TextIO:
+    """Where messages for people go: stdout, except under --json, which keeps stdout for the
+    one JSON document."""
+    return sys.stderr if args.json else sys.stdout
+
+
+# --- starting and following runs ------------------------------------------------------------------
+
+
+async def run(
+    client: Client, settings: Settings, args: argparse.Namespace, run_input: AgentRunInput
+) -> int:
+    workflow_id = args.id or f"agent-run-{uuid.uuid4().hex[:12]}"
+    handle = await client.start_workflow(
+        WORKFLOW_NAME,
+        run_input,
+        id=workflow_id,
+        task_queue=settings.task_queue,
+        result_type=AgentRunResult,
+        static_summary=run_input.summary(),
+        search_attributes=search.initial(run_input) if getattr(args, "index", True) else None,
+    )
+    started = StartedRun(workflow_id=workflow_id, url=settings.run_url(workflow_id))
+    if args.json and not args.follow:
+        print_json(started)
+        return ExitCode.OK
+    print(f"started {workflow_id}\n  {started.url}", file=for_people(args), flush=True)
+    if not args.follow:
+        return ExitCode.OK
+    return report_snapshot(await follow(handle, for_people(args)), as_json=args.json)
+
+
+async def continue_run(client: Client, settings: Settings, args: argparse.Namespace) -> int:
+    """The previous run's input, with a new task, the budget granted here, and continue_from."""
+    handle = client.get_workflow_handle(args.run_id)
+    async for event in handle.fetch_history_events():
+        payloads = event.workflow_execution_started_event_attributes.input.payloads
+        [previous] = await client.data_converter.decode(payloads[:1], [dict[str, Any]])
+        break
+    limits = {**previous.get("limits", {}), "max_model_calls": args.max_model_calls}
+    if args.max_tool_calls is not None:
+        limits["max_tool_calls"] = args.max_tool_calls
+    try:
+        run_input = AgentRunInput.model_validate(
+            {**previous, "task": args.task, "limits": limits, "continue_from": args.run_id}
+        )
+    except ValidationError as exc:
+        print(f"invalid run input: {describe_validation_error(exc)}", file=sys.stderr)
+        return ExitCode.USAGE
+    args.id = args.id or f"{args.run_id}-continued-{uuid.uuid4().hex[:6]}"
+    return await run(client, settings, args, run_input)
+
+
+async def follow(handle: Handle, stream: TextIO) -> RunSnapshot:
+    """Show the run's progress on `stream` until it ends; its end, or where it was when
+    Ctrl-C stopped following (the run itself goes on)."""
+    result = asyncio.ensure_future(handle.result())
+    interrupted = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, interrupted.set)
+    try:
+        view = await watch(handle, result, interrupted, stream)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+    if result.done():
+        return await ended_snapshot(handle.id, await execution_status(handle), result)
+    result.cancel()
+    print(
+        f"stopped following {handle.id}; the run goes on: agentloop status {handle.id}",
+        file=sys.stderr,
+    )
+    return snapshot_of_view(handle.id, view) if view else await read_snapshot(handle)
+
+
+async def watch(
+    handle: Handle,
+    result: asyncio.Future[AgentRunResult],
+    interrupted: asyncio.Event,
+    stream: TextIO,
+) -> RunStatusView | None:
+    """Poll the `status` query into the progress display until the result is ready or
+    following is interrupted; the last view seen."""
+    stop = asyncio.ensure_future(interrupted.wait())
+    either: list[asyncio.Future[Any]] = [result, stop]
+    view = None
+    with progress_display(handle.id, stream) as show:
+        while not (result.done() or interrupted.is_set()):
+            try:
+                view = await query_status(handle, FOLLOW_QUERY_TIMEOUT)
+            except (RPCError, WorkflowQueryFailedError):
+                pass  # not answerable right now (no worker polling yet): the next poll asks again
+            else:
+                show(view)
+            await asyncio.wait(
+                either, timeout=FOLLOW_POLL_SECONDS, return_when=asyncio.FIRST_COMPLETED
+            )
+    stop.cancel()
+    return view
+
+
+# --- reading runs ---------------------------------------------------------------------------------
+
+
+async def query_status(handle: Handle, timeout: timedelta | None = None) -> RunStatusView:
+    view: RunStatusView = await handle.query(
+        "status", result_type=RunStatusView, rpc_timeout=timeout
+    )
+    return view
+
+
+async def execution_status(handle: Handle) -> str:
+    """Temporal's word for where the run is: RUNNING, COMPLETED, FAILED, TERMINATED, ..."""
+    description = await handle.describe()
+    return description.status.name if description.status else "UNKNOWN"
+
+
+async def read_snapshot(handle: Handle) -> RunSnapshot:
+    """A running run's `status` query, or a finished run's result (a finished run needs no
+    worker: its result is in the history)."""
+    execution = await execution_status(handle)
+    if execution == "RUNNING":
+        return snapshot_of_view(handle.id, await query_status(handle))
+    return await ended_snapshot(handle.id, execution, handle.result())
+
+
+def snapshot_of_view(workflow_id: str, view: RunStatusView) -> RunSnapshot:
+    code = ExitCode.PAUSED if view.phase in PAUSED_PHASES else ExitCode.RUNNING
+    return snapshot(workflow_id, "RUNNING", code, status=view)
+
+
+async def ended_snapshot(
+    workflow_id: str, execution: str, result: Awaitable[AgentRunResult]
+) -> RunSnapshot:
+    try:
+        ended = await result
+    except WorkflowFailureError as exc:
+        return snapshot(workflow_id, execution, ExitCode.FAILED, failure=str(exc.cause))
+    return snapshot(workflow_id, execution, RESULT_EXIT_CODES[ended.status], result=ended)
+
+
+def snapshot(
+    workflow_id: str,
+    execution: str,
+    code: ExitCode,
+    *,
+    status: RunStatusView | None = None,
+    result: AgentRunResult | None = None,
+    failure: str | None = None,
+) -> RunSnapshot:
+    """The snapshot, its outcome named after its exit code."""
+    return RunSnapshot(
+        workflow_id=workflow_id,
+        execution=execution,
+        outcome=code.name.lower(),
+        exit_code=code,
+        status=status,
+        result=result,
+        failure=failure,
+    )
+
+
+def report_snapshot(found: RunSnapshot, as_json: bool) -> int:
+    if as_json:
+        print_json(found)
+    else:
+        print(format_snapshot(found), flush=True)
+    return found.exit_code
+
+
+async def show_transcript(handle: Handle, store_url: str, as_json: bool) -> int:
+    """The run's conversation from the store, walked back from the run's transcript head."""
+    head = await transcript_head(handle, await read_snapshot(handle))
+    try:
+        events = await read_transcript(store_url, head)
+    except (StoreError, StoreUnavailable) as exc:
+        print(
+            f"cannot read the transcript of {handle.id} from the store at "
+            f"{mask_url(store_url)} (AGENTLOOP_STORE_URL: the store the workers write to): {exc}",
+            file=sys.stderr,
+        )
+        return ExitCode.FAILED
+    if as_json:
+        print_json(events)
+    elif events:
+        print(format_transcript(events))
+    else:
+        print(f"{handle.id} has no transcript yet", file=sys.stderr)
+    return ExitCode.OK
+
+
+async def transcript_head(handle: Handle, found: RunSnapshot) -> str:
+    if found.result is not None:
+        return found.result.transcript_head
+    # A run that failed without a result: its state up to the failure tells the head.
+    view = found.status or await query_status(handle)
+    return view.transcript_head
+
+
+async def list_runs(client: Client, args: argparse.Namespace) -> int:
+    """A visibility query over the runs' search attributes."""
+    phase = "awaiting_approval" if args.awaiting_approval else args.phase
+    query = search.list_query(
+        phase=phase, status=args.status, provider=args.provider, tenant=args.tenant
+    )
+    found = []
+    async for execution in client.list_workflows(query, limit=args.limit):
+        attributes = execution.typed_search_attributes
+        found.append(
+            ListedRun(
+                workflow_id=execution.id,
+                run_id=execution.run_id,
+                phase=attributes.get(search.AGENT_PHASE),
+                status=attributes.get(search.AGENT_STATUS),
+                provider=attributes.get(search.AGENT_PROVIDER),
+                tenant=attributes.get(search.AGENT_TENANT),
+                started=execution.start_time.isoformat() if execution.start_time else None,
+            )
+        )
+    if args.json:
+        print_json(found)
+    else:
+        for run in found:
+            print(f"{run.workflow_id}  {run.phase}  {run.status}  {run.provider}  {run.tenant}")
+        print(f"{len(found)} run(s) matching {query}", file=sys.stderr)
+    return ExitCode.OK
+
+
+async def export_history(handle: Handle, output: Path | None, as_json: bool) -> int:
+    """The run's full history (so far, if it still runs) as the JSON `replay` reads."""
+    history = await handle.fetch_history()
+    text = history.to_json() + "\n"
+    if output is None:
+        sys.stdout.write(text)  # one JSON document already, --json or not
+        return ExitCode.OK
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        print(f"cannot write {output}: {exc.strerror or exc}", file=sys.stderr)
+        return ExitCode.FAILED
+    written = HistoryWritten(workflow_id=handle.id, path=output, events=len(history.events))
+    if as_json:
+        print_json(written)
+    else:
+        print(f"wrote {output}: {written.events} events of {handle.id}")
+    return ExitCode.OK
+
+
+# --- driving runs ---------------------------------------------------------------------------------
+
+
+async def decide(handle: Handle, args: argparse.Namespace, approved: bool) -> int:
+    """Send a decision through the `decide_approval` update, which says at once whether it
+    counted; the decision is bound to the args digest shown here."""
+    shown: dict[str, Any] | None = None
+    digest = args.digest
+    if digest is None:
+        view = await query_status(handle)
+        shown = next((p for p in view.pending_approvals if p["call_id"] == args.call_id), None)
+        if shown is None:
+            reason = f"no call {args.call_id!r} is waiting for approval"
+            unknown = Decision(
+                workflow_id=handle.id,
+                call_id=args.call_id,
+                approved=approved,
+                accepted=False,
+                reason=reason,
+            )
+            return report_decision(unknown, as_json=args.json)
+        digest = shown["args_digest"]
+        if not args.json:
+            print(f"{shown['tool']} {json.dumps(shown['arguments'])}  [{digest}]")
+    verdict = await handle.execute_update(
+        "decide_approval",
+        ApprovalDecision(
+            call_id=args.call_id,
+            args_digest=digest,
+            approved=approved,
+            approver=args.approver,
+            reason=args.reason,
+        ),
+        result_type=ApprovalVerdict,
+    )
+    decision = Decision(
+        workflow_id=handle.id,
+        call_id=args.call_id,
+        approved=approved,
+        accepted=verdict.accepted,
+        reason=verdict.reason,
+        args_digest=digest,
+        tool=shown["tool"] if shown else None,
+        arguments=shown["arguments"] if shown else None,
+    )
+    return report_decision(decision, as_json=args.json)
+
+
+def report_decision(decision: Decision, as_json: bool) -> int:
+    if as_json:
+        print_json(decision)
+    if not decision.accepted:
+        print(f"decision refused: {decision.reason}", file=sys.stderr)
+        return ExitCode.FAILED
+    if not as_json:
+        print(f"{'approved' if decision.approved else 'rejected'}: {decision.call_id}")
+    return ExitCode.OK
+
+
+async def send_signal(
+    handle: Handle,
+    name: Literal["resolve", "cancel"],
+    request: ResolveRequest | CancelRequest,
+    done: str,
+    as_json: bool,
+) -> int:
+    """`resolve` and `cancel`: delivered is all a signal can tell; the run acts in its time."""
+    await handle.signal(name, request)
+    if as_json:
+        print_json(SignalSent(workflow_id=handle.id, signal=name, request=request))
+    else:
+        print(done)
+    return ExitCode.OK

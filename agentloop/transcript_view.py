@@ -1,0 +1,98 @@
+"""Client-side: a run's conversation as the store holds it, for `agentloop transcript`.
+
+The workflow keeps only the head of the transcript chain (DESIGN.md §2); every event lives in
+the store as a content-addressed node `{event, parent}`. Walking back from the head gives the
+whole conversation once, oldest first, including the runs this one continues: a run started
+with `continue_from` begins its chain at the previous run's head.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Sequence
+from typing import assert_never
+
+from agentloop.events import (
+    Event,
+    Instruction,
+    ModelOutput,
+    StateUpdate,
+    ToolCall,
+    ToolResult,
+    UserInput,
+)
+from agentloop.store import load_transcript, open_store
+
+INDENT = "    "
+
+
+async def read_transcript(store_url: str, head: str) -> list[Event]:
+    """The events of the chain ending at `head`, oldest first.
+
+    Raises:
+        StoreError: a node is missing (e.g. the store is not the one the workers write to).
+        StoreUnavailable: the store cannot be reached.
+    """
+    store = open_store(store_url)
+    try:
+        return await load_transcript(store, head)
+    finally:
+        await store.close()
+
+
+def format_transcript(events: Sequence[Event]) -> str:
+    """One block per event, numbered, blank lines between blocks."""
+    return "\n\n".join(format_event(number, event) for number, event in enumerate(events, 1))
+
+
+def format_event(number: int, event: Event) -> str:
+    """`#N what` and, indented under it, what it said."""
+    heading, body = _describe(event)
+    lines = [f"#{number} {heading}"]
+    lines += [textwrap.indent(part, INDENT) for part in body if part]
+    return "\n".join(lines)
+
+
+def _describe(event: Event) -> tuple[str, list[str]]:
+    match event:
+        case Instruction():
+            return "instructions", [event.text]
+        case UserInput():
+            return f"user input from {event.sender}", [event.text]
+        case ModelOutput():
+            return _model_heading(event), [event.text, *map(_call_line, event.tool_calls)]
+        case ToolCall():
+            return "tool call", [_call_line(event)]
+        case ToolResult():
+            return _result_heading(event), [event.content]
+        case StateUpdate():
+            data = json.dumps(event.data, ensure_ascii=False) if event.data else ""
+            return f"runner note ({event.kind or 'note'})", [event.text, data]
+        case _:
+            assert_never(event)
+
+
+def _model_heading(output: ModelOutput) -> str:
+    ref = output.provider_ref
+    source = " ".join(part for part in (ref.provider, ref.model) if part)
+    detail = output.stop_detail if output.stop_detail not in ("", output.stop) else ""
+    stop = f"{output.stop} ({detail})" if detail else output.stop
+    usage = output.usage
+    parts = [f"model output: {stop}", source, f"{usage.input_tokens}+{usage.output_tokens} tokens"]
+    return " · ".join(part for part in parts if part)
+
+
+def _call_line(call: ToolCall) -> str:
+    return f"call {call.call_id} {call.name} {json.dumps(call.arguments, ensure_ascii=False)}"
+
+
+def _result_heading(result: ToolResult) -> str:
+    facts: list[str] = [result.status]
+    if result.error_class:
+        facts.append(f"error {result.error_class}{' (retryable)' if result.retryable else ''}")
+    if result.side_effect:
+        facts.append("side effect")
+    if result.artifact_ref:
+        facts.append(f"artifact {result.artifact_ref}")
+    return f"tool result {result.call_id} {result.tool}: {', '.join(facts)}"

@@ -1,0 +1,229 @@
+"""What the `agentloop` command promises scripts and shows people, checked without a server:
+the exit-code table, the progress log of `run --follow`, and the transcript's text."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from typing import get_args
+
+import pytest
+from rich.console import Console
+from rich.live import Live
+
+from agentloop.cli import build_parser
+from agentloop.cli_contract import (
+    EXIT_CODE_MEANINGS,
+    PAUSED_PHASES,
+    RESULT_EXIT_CODES,
+    ExitCode,
+    RunSnapshot,
+)
+from agentloop.cli_progress import LivePanel, ProgressLog, format_snapshot
+from agentloop.contract import (
+    AgentRunResult,
+    CallRecord,
+    LimitsLeft,
+    Phase,
+    RunStatus,
+    RunStatusView,
+    Usage,
+)
+from agentloop.events import (
+    Instruction,
+    ModelOutput,
+    ProviderRef,
+    StateUpdate,
+    ToolCall,
+    ToolResult,
+    UserInput,
+)
+from agentloop.events import Usage as TokenUsage
+from agentloop.transcript_view import format_transcript
+
+RESERVE = {"workshop_id": "ws-101", "participant_id": "p-carol"}
+DIGEST = "sha256:0123abcd"
+
+
+# --- exit codes -----------------------------------------------------------------------------
+
+
+def test_every_result_status_has_one_exit_code_and_paused_phases_are_phases() -> None:
+    assert set(RESULT_EXIT_CODES) == set(get_args(RunStatus))
+    assert RESULT_EXIT_CODES["completed"] is ExitCode.COMPLETED
+    assert {RESULT_EXIT_CODES[s] for s in ("failed", "unresolved")} == {ExitCode.FAILED}
+    stopped = {s for s, code in RESULT_EXIT_CODES.items() if code is ExitCode.STOPPED}
+    assert stopped == set(get_args(RunStatus)) - {"completed", "failed", "unresolved"}
+    assert PAUSED_PHASES.issubset(get_args(Phase))
+    codes = [int(code) for code in EXIT_CODE_MEANINGS]
+    assert codes == [0, 1, 2, 3, 4, 5, 130]  # distinct, and argparse's 2 for usage errors
+
+
+@pytest.mark.parametrize("command", [[], ["status"], ["run"], ["continue"]])
+def test_help_lists_every_exit_code_with_the_statuses_it_covers(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args([*command, "--help"])
+    assert exited.value.code == 0
+    codes = capsys.readouterr().out.split("exit codes", 1)[1]
+    for code in EXIT_CODE_MEANINGS:
+        assert f"  {int(code):<4} {code.name.lower()}" in codes, code
+    for word in (*get_args(RunStatus), *PAUSED_PHASES):
+        assert word in codes, word
+
+
+# --- progress -------------------------------------------------------------------------------
+
+
+def view(phase: Phase, *calls: tuple[str, str, str], seconds: float = 500.0) -> RunStatusView:
+    return RunStatusView(
+        phase=phase,
+        turn=1,
+        usage=Usage(model_calls=1, tool_calls=len(calls), input_tokens=100, output_tokens=20),
+        limits_left=LimitsLeft(model_calls=7, tool_calls=32 - len(calls), seconds=seconds),
+        calls=[CallRecord(call_id=c, tool=t, status=s) for c, t, s in calls],
+    )
+
+
+def waiting_view() -> RunStatusView:
+    waiting = view(
+        "awaiting_approval",
+        ("call_check", "check_workshop", "succeeded"),
+        ("call_reserve", "reserve_seat", "proposed"),
+    )
+    waiting.pending_approvals = [
+        {
+            "call_id": "call_reserve",
+            "tool": "reserve_seat",
+            "arguments": RESERVE,
+            "args_digest": DIGEST,
+            "approvers": ["workshop-lead"],
+        }
+    ]
+    return waiting
+
+
+def test_the_progress_log_prints_a_line_only_when_its_subject_changed() -> None:
+    out = io.StringIO()
+    log = ProgressLog("run-1", out)
+    log.show(view("calling_model"))
+    log.show(view("calling_model", seconds=499.5))  # only the clock moved: nothing to log
+    log.show(view("executing_tools", ("call_check", "check_workshop", "running")))
+    log.show(waiting_view())
+    assert out.getvalue().splitlines() == [
+        "turn 1: calling_model",
+        "usage: model calls 1 used, 7 left · tool calls 0 used, 32 left · tokens 120 "
+        "· cost $0.0000",
+        "turn 1: executing_tools",
+        "usage: model calls 1 used, 7 left · tool calls 1 used, 31 left · tokens 120 "
+        "· cost $0.0000",
+        "  call call_check check_workshop: running",
+        "turn 1: awaiting_approval",
+        "usage: model calls 1 used, 7 left · tool calls 2 used, 30 left · tokens 120 "
+        "· cost $0.0000",
+        "  call call_check check_workshop: succeeded",
+        "  call call_reserve reserve_seat: proposed",
+        f"waiting for approval: call_reserve reserve_seat {json.dumps(RESERVE)} [{DIGEST}] "
+        "(approvers: workshop-lead)",
+        f"  approve: agentloop approve run-1 call_reserve --approver workshop-lead "
+        f"--digest {DIGEST}",
+        f"  reject:  agentloop reject run-1 call_reserve --approver workshop-lead "
+        f"--digest {DIGEST} --reason WHY",
+    ]
+
+
+def test_on_a_terminal_a_panel_is_redrawn_and_the_command_printed_once_whole() -> None:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=80)
+    with Live(console=console, auto_refresh=False) as live:
+        panel = LivePanel("run-1", live)
+        panel.show(view("executing_tools", *((f"c{i}", "get_weather", "ok") for i in range(25))))
+        for _ in range(3):
+            panel.show(waiting_view())
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    assert "run-1" in text and "deadline: 500 s left" in text
+    assert "15 earlier calls" in text  # only the latest calls fit
+    assert "call c24 get_weather: ok" in text and "call c14 " not in text
+    command = f"agentloop approve run-1 call_reserve --approver workshop-lead --digest {DIGEST}"
+    assert len(command) > 80  # the panel wraps it; the line printed above it does not
+    whole = [line for line in text.splitlines() if command in line]
+    assert whole == [f"  approve: {command}"]
+
+
+def test_a_snapshot_reads_as_where_the_run_is_or_how_it_ended() -> None:
+    paused = RunSnapshot(
+        workflow_id="run-1",
+        execution="RUNNING",
+        outcome="paused",
+        exit_code=ExitCode.PAUSED,
+        status=waiting_view(),
+    )
+    text = format_snapshot(paused)
+    assert text.splitlines()[0] == "run-1: RUNNING (paused, exit 4)"
+    assert "deadline: 500 s left" in text  # a snapshot is read once: the clock belongs in it
+    assert "agentloop approve run-1 call_reserve" in text
+
+    result = AgentRunResult(
+        status="limit_reached",
+        stop_reason="max_model_calls (1) reached",
+        calls=[CallRecord(call_id="call_w", tool="get_weather", status="succeeded")],
+        report="stopped: limit max_model_calls",
+    )
+    stopped = RunSnapshot(
+        workflow_id="run-2", execution="COMPLETED", outcome="stopped", exit_code=3, result=result
+    )
+    lines = format_snapshot(stopped).splitlines()
+    assert lines[:2] == [
+        "run-2: COMPLETED (stopped, exit 3)",
+        "status: limit_reached (max_model_calls (1) reached)",
+    ]
+    assert lines[-1] == "stopped: limit max_model_calls"
+
+
+# --- transcript -----------------------------------------------------------------------------
+
+
+def test_the_transcript_shows_each_event_with_calls_and_results_by_call_id() -> None:
+    call = ToolCall(call_id="call_w", name="get_weather", arguments={"city": "Oslo"})
+    events = [
+        Instruction(text="Be brief."),
+        UserInput(text="Weather in Oslo?", sender="p-alice"),
+        ModelOutput(
+            text="Let me look.",
+            tool_calls=[call],
+            stop="tool_calls",
+            usage=TokenUsage(input_tokens=50, output_tokens=7),
+            provider_ref=ProviderRef(provider="anthropic", model="claude-x"),
+        ),
+        ToolResult(
+            call_id="call_w",
+            tool="get_weather",
+            status="failed",
+            content='{"error": "try again"}\nsecond line',
+            error_class="transient",
+            retryable=True,
+        ),
+        StateUpdate(kind="nudge", text="You repeated a call."),
+    ]
+    assert format_transcript(events) == "\n".join(
+        [
+            "#1 instructions",
+            "    Be brief.",
+            "",
+            "#2 user input from p-alice",
+            "    Weather in Oslo?",
+            "",
+            "#3 model output: tool_calls · anthropic claude-x · 50+7 tokens",
+            "    Let me look.",
+            '    call call_w get_weather {"city": "Oslo"}',
+            "",
+            "#4 tool result call_w get_weather: failed, error transient (retryable)",
+            '    {"error": "try again"}',
+            "    second line",
+            "",
+            "#5 runner note (nudge)",
+            "    You repeated a call.",
+        ]
+    )
