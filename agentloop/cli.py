@@ -19,17 +19,13 @@ from typing import NoReturn
 from pydantic import ValidationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentloop import tracing
 from agentloop.cli_contract import ExitCode, ReplayedHistory, exit_codes_help, print_json
-from agentloop.cli_progress import format_result
 from agentloop.cli_runs import build_run_input, client_command, run
 from agentloop.codec import ENCODING, PayloadDecryptionError
 from agentloop.config import VARIABLES, ConfigError, Settings, load_config
 from agentloop.contract import AgentRunInput, describe_validation_error
 from agentloop.worker import connect
-
-# format_result: the demo prints its results the way `run --follow` does.
-__all__ = ["build_parser", "format_result", "main"]
-
 
 CONNECT_TIMEOUT_SECONDS = 10.0
 DEV_REPLACES = frozenset(
@@ -131,6 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("run_id")
     cancel.add_argument("--reason", default="")
     add_json_flag(cancel)
+
+    message = commands.add_parser(
+        "message", help="answer a run's question (awaiting_input), or tell it something"
+    )
+    message.add_argument("run_id")
+    message.add_argument("--text", required=True)
+    message.add_argument("--sender", required=True)
+    add_json_flag(message)
 
     for name, text in (("approve", "approve a pending call"), ("reject", "reject a pending call")):
         sub = commands.add_parser(name, help=text)
@@ -252,6 +256,9 @@ def exit_now(code: int) -> NoReturn:
     interpreter ("Fatal Python error: PyGILState_Release", exit -6) after the command has done
     its work (temporalio/sdk-python#300). Everything that needs closing is closed by now.
     """
+    # os._exit skips OpenTelemetry's exit hook: spans still buffered are sent first.
+    with contextlib.suppress(Exception):
+        tracing.flush(load_config(check=False).settings)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()

@@ -24,6 +24,7 @@ from agentloop.contract import (
     ResolveRequest,
     RunStatus,
     RunStatusView,
+    UserMessage,
 )
 
 if TYPE_CHECKING:  # replay pulls in the workflow code: only `agentloop replay` needs it
@@ -146,11 +147,12 @@ class Decision(BaseModel):
 
 
 class SignalSent(BaseModel):
-    """`resolve` / `cancel`: the signal was delivered (the run acts on it in its own time)."""
+    """`resolve` / `cancel` / `message`: the signal was delivered (the run acts on it in its
+    own time)."""
 
     workflow_id: str
-    signal: Literal["resolve", "cancel"]
-    request: ResolveRequest | CancelRequest
+    signal: Literal["resolve", "cancel", "message"]
+    request: ResolveRequest | CancelRequest | UserMessage
 
 
 class HistoryWritten(BaseModel):

@@ -61,7 +61,7 @@ def status_lines(
         *_usage_lines(view.usage, view.limits_left),
         *_call_lines(view.calls, recent_calls),
         *(_approval_line(run_id, pending) for pending in view.pending_approvals),
-        *_question_lines(view.question),
+        *_question_lines(run_id, view.question),
         *(_unresolved_line(run_id, write) for write in view.unresolved),
     ]
 
@@ -204,10 +204,13 @@ def _approval_line(run_id: str, pending: dict[str, Any]) -> Line:
     return Line(f"approval:{call_id}", text, "yellow", actionable=True)
 
 
-def _question_lines(question: str | None) -> list[Line]:
+def _question_lines(run_id: str, question: str | None) -> list[Line]:
     if question is None:
         return []
-    text = f"waiting for an answer: {question}\n  answer with the `message` signal {{text, sender}}"
+    text = (
+        f"waiting for an answer: {question}\n"
+        f"  answer: agentloop message {run_id} --sender NAME --text ANSWER"
+    )
     return [Line("question", text, "yellow", actionable=True)]
 
 

@@ -53,6 +53,7 @@ from agentloop.contract import (
     Principal,
     ResolveRequest,
     RunStatusView,
+    UserMessage,
     describe_validation_error,
 )
 from agentloop.store import StoreError, StoreUnavailable
@@ -87,6 +88,11 @@ async def client_command(client: Client, settings: Settings, args: argparse.Name
         )
         done = f"resolution sent for {args.call_id}: {args.outcome}"
         return await send_signal(handle, "resolve", request, done, as_json=args.json)
+    if args.command == "message":
+        said = UserMessage(text=args.text, sender=args.sender)
+        return await send_signal(
+            handle, "message", said, f"message sent to {args.run_id}", as_json=args.json
+        )
     done = f"cancel requested for {args.run_id}"
     cancel = CancelRequest(reason=args.reason)
     return await send_signal(handle, "cancel", cancel, done, as_json=args.json)
@@ -419,12 +425,13 @@ def report_decision(decision: Decision, as_json: bool) -> int:
 
 async def send_signal(
     handle: Handle,
-    name: Literal["resolve", "cancel"],
-    request: ResolveRequest | CancelRequest,
+    name: Literal["resolve", "cancel", "message"],
+    request: ResolveRequest | CancelRequest | UserMessage,
     done: str,
     as_json: bool,
 ) -> int:
-    """`resolve` and `cancel`: delivered is all a signal can tell; the run acts in its time."""
+    """`resolve`, `cancel` and `message`: delivered is all a signal can tell; the run acts in
+    its own time."""
     await handle.signal(name, request)
     if as_json:
         print_json(SignalSent(workflow_id=handle.id, signal=name, request=request))

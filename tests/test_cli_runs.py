@@ -509,6 +509,60 @@ async def test_a_refused_decision_is_a_json_verdict_and_exit_1(
     assert one_document(status)["result"]["stop_reason"].endswith("test")
 
 
+async def test_a_question_shows_the_message_command_which_answers_it(
+    client: Client,
+    env: dict[str, str],
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+    tmp_path: Path,
+) -> None:
+    question = {"question": "Which date do you travel?"}
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(id="call_ask", name="ask_user", arguments=question)
+                    ],
+                    expect_tool_results={"call_ask": "2026-12-01"},
+                ),
+                ScriptTurn(text="Noted: {{call_ask.answer}}"),
+            ],
+        )
+    )
+    started = await agentloop(
+        "run", "When?", "--model", run_id, "--id", run_id, env=env, cwd=tmp_path
+    )
+    assert started.returncode == 0, started.explain()
+    handle = client.get_workflow_handle(run_id, result_type=AgentRunResult)
+    await wait_for_phase(handle, "awaiting_input")
+    paused = await agentloop("status", run_id, env=env, cwd=tmp_path)
+    assert paused.returncode == 4, paused.explain()
+    command = f"agentloop message {run_id} --sender NAME --text ANSWER"
+    assert "Which date do you travel?" in paused.stdout and command in paused.stdout
+
+    sent = await agentloop(
+        "message",
+        run_id,
+        "--sender",
+        "traveller",
+        "--text",
+        "2026-12-01",
+        "--json",
+        env=env,
+        cwd=tmp_path,
+    )
+    assert sent.returncode == 0, sent.explain()
+    assert one_document(sent) == {
+        "workflow_id": run_id,
+        "signal": "message",
+        "request": {"text": "2026-12-01", "sender": "traveller"},
+    }
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed" and result.output == "Noted: 2026-12-01"
+
+
 # --- replay ---------------------------------------------------------------------------------
 
 

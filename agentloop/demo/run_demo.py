@@ -15,7 +15,8 @@ import uuid
 from pathlib import Path
 
 from agentloop import search
-from agentloop.cli import exit_now, format_result
+from agentloop.cli import exit_now
+from agentloop.cli_progress import format_result
 from agentloop.contract import (
     WORKFLOW_NAME,
     AgentRunInput,
