@@ -189,13 +189,6 @@ async def test_working_time_after_the_wait_still_counts(
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="`status` counts the wait in progress against the deadline: once anything wakes "
-    "the run during a human wait (here a decision that does not count), `limits_left.seconds` "
-    "drops to 0, although the run has its time back when the decision comes (the pause is "
-    "added to `paused_seconds` only when the wait ends)",
-)
 async def test_status_shows_the_deadline_time_left_while_a_human_decides(
     time_skipping: tuple[WorkflowEnvironment, Settings],
     scripted_provider: ScriptedProvider,

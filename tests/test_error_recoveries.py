@@ -200,7 +200,11 @@ def sdk_fails_after_the_answer(make: Callable[[], Exception]) -> Patch:
 
 
 def invalid_response() -> Exception:
-    response = httpx2.Response(200, request=httpx2.Request("POST", "http://provider/v1"))
+    response = httpx2.Response(
+        200,
+        headers={"x-request-id": "req_unusable"},
+        request=httpx2.Request("POST", "http://provider/v1"),
+    )
     return openai.APIResponseValidationError(response, None, message="choices: field required")
 
 
@@ -552,7 +556,8 @@ ROWS: dict[str, Row] = {
         "protocol",
         [final("never")],
         "failed",
-        "model_error: Provider:protocol: protocol: invalid provider response",
+        "model_error: Provider:protocol: protocol: invalid provider response: choices: field "
+        "required (request req_unusable)",
         1,
         overrides={"stream": False},
         patch=sdk_fails_after_the_answer(invalid_response),
@@ -569,7 +574,7 @@ ROWS: dict[str, Row] = {
     ),
 }
 
-INTERNAL_TOOL_CRASH = Row(
+ROWS["internal-tool-handler-crash"] = Row(
     "internal",
     [
         ScriptTurn(tool_calls=[call("call_t", "get_train_status", TRAIN)]),
@@ -583,22 +588,6 @@ INTERNAL_TOOL_CRASH = Row(
     ledger={"call_t": "failed"},
     patch=answer_then_crash("/travel/trains/"),
 )
-
-
-def params() -> list[Any]:
-    rows = [pytest.param(row, id=name) for name, row in ROWS.items()]
-    rows.append(
-        pytest.param(
-            INTERNAL_TOOL_CRASH,
-            id="internal-tool-handler-crash",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a tool handler that crashes is reported to the model as `transient` "
-                "(retryable) after its attempts: `loop.failed_result` hard-codes the class",
-            ),
-        )
-    )
-    return rows
 
 
 def test_every_error_class_has_a_row() -> None:
@@ -617,7 +606,7 @@ def test_every_error_class_has_a_row() -> None:
     assert MAX_REFUSED_CALLS < CAPPED  # the cap row really goes past the cap
 
 
-@pytest.mark.parametrize("row", params())
+@pytest.mark.parametrize("row", ROWS.values(), ids=ROWS.keys())
 async def test_each_error_class_takes_its_recovery(
     client: Client,
     worker: Settings,
@@ -686,12 +675,6 @@ def results_by_call_id(body: dict[str, Any]) -> dict[str, str]:
     return found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the stop reason and report of a protocol failure do not name the provider "
-    "response id: it is kept only in the transcript store and the `model_call.completed` "
-    "audit record (needs loop.py to carry `provider_ref.response_id` into the stop reason)",
-)
 @pytest.mark.parametrize(
     "name", ["protocol-stream-cut-inside-tool-arguments", "protocol-duplicate-call-ids"]
 )

@@ -313,3 +313,17 @@ def test_a_child_run_that_ends_without_a_result_is_charged_its_whole_slice() -> 
     assert state.usage.cost_usd == pytest.approx(0.5)  # the parent kept half for itself
     assert result.status == "failed" and result.side_effect
     assert loop.decide(state, T0) == CallModel(turn=2)
+
+
+def test_a_broken_tool_is_internal_and_not_worth_retrying_in_runs_that_tell_classes_apart() -> None:
+    state = new_state()
+    broken = loop.failed_result(state, call("c1", "get_weather"), WEATHER, "boom", "internal")
+    assert (broken.error_class, broken.retryable, broken.status) == ("internal", False, "failed")
+    slow = loop.failed_result(state, call("c2", "get_weather"), WEATHER, "timeout", "transient")
+    assert (slow.error_class, slow.retryable) == ("transient", True)
+    write = loop.failed_result(state, call("c3", "reserve_seat"), WRITE, "boom", "internal")
+    assert (write.status, write.retryable, write.side_effect) == ("unknown", False, True)
+    # A run started before the classes were told apart keeps replaying what it did then.
+    state.features = ["stall-detection"]
+    old = loop.failed_result(state, call("c4", "get_weather"), WEATHER, "boom", "internal")
+    assert (old.error_class, old.retryable) == ("transient", True)

@@ -57,7 +57,7 @@ class ModelActivities:
             async with keep_heartbeating():
                 output = await adapter.complete(model_request)
         except ProviderError as exc:
-            _audit_failure(request, exc.error_class, exc.retryable, exc.status_code)
+            _audit_failure(request, exc.error_class, exc.retryable, exc.status_code, exc.request_id)
             raise _as_application_error(exc) from exc
         except Exception as exc:
             # Not classified by the adapter: Temporal retries it like any activity failure.
@@ -92,7 +92,11 @@ class ModelActivities:
 
 
 def _audit_failure(
-    request: CallModelInput, error_class: str, retryable: bool, status_code: int | None = None
+    request: CallModelInput,
+    error_class: str,
+    retryable: bool,
+    status_code: int | None = None,
+    request_id: str | None = None,
 ) -> None:
     audit(
         "model_call.failed",
@@ -102,6 +106,7 @@ def _audit_failure(
         error_class=error_class,
         retryable=retryable,
         status_code=status_code,
+        request_id=request_id,
     )
 
 

@@ -246,13 +246,24 @@ def _classified(
     message: str, status: int | None, inferred: int, headers: Mapping[str, str]
 ) -> ProviderError:
     advice = classify_http_error(inferred, headers, message)
+    request_id = _request_id(headers)
     return ProviderError(
-        _bounded(message),
+        _bounded(message) + _naming(request_id),
         error_class=advice.error_class,
         retryable=advice.retryable,
         status_code=status,
         retry_after_seconds=advice.retry_after_seconds,
+        request_id=request_id,
     )
+
+
+def _request_id(headers: Mapping[str, str]) -> str | None:
+    """OpenAI answers with `x-request-id`, Anthropic with `request-id`."""
+    return headers.get("x-request-id") or headers.get("request-id") or None
+
+
+def _naming(request_id: str | None) -> str:
+    return f" (request {request_id})" if request_id else ""
 
 
 @contextmanager
@@ -267,11 +278,14 @@ def _map_sdk_errors() -> Iterator[None]:
     try:
         yield
     except _VALIDATION_ERRORS as err:
+        # The raw response is not kept anywhere else: its request id is the reference to it.
+        request_id = _request_id(err.response.headers)
         raise ProviderError(
-            _bounded(f"invalid provider response: {err.message}"),
+            _bounded(f"invalid provider response: {err.message}") + _naming(request_id),
             error_class="protocol",
             retryable=False,
             status_code=err.status_code,
+            request_id=request_id,
         ) from err
     except _STATUS_ERRORS as err:
         message = f"{err.message} {getattr(err, 'code', None) or ''}".strip()

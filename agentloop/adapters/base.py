@@ -53,8 +53,11 @@ class ProviderError(Exception):
         retryable: bool,
         status_code: int | None = None,
         retry_after_seconds: float | None = None,
+        request_id: str | None = None,
     ) -> None:
         super().__init__(message)
+        self.request_id = request_id
+        """The provider's id of the failed request, when it answered: what its support asks."""
         self.error_class = error_class
         self.retryable = retryable
         self.status_code = status_code

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast, get_args
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
         UserMessage,
         describe_validation_error,
     )
-    from agentloop.events import ToolCall, ToolResult
+    from agentloop.events import ErrorClass, ToolCall, ToolResult
     from agentloop.policies import budgets
     from agentloop.reporting import stop_report
     from agentloop.search import AGENT_PHASE, AGENT_STATUS, initial
@@ -197,7 +197,10 @@ class AgentRun:
             unresolved=loop.unresolved(state),
             usage=state.usage,
             limits_left=budgets.limits_left(
-                state.run_input.limits, state.usage, state.active_since(), workflow.now()
+                state.run_input.limits,
+                state.usage,
+                state.active_since(workflow.now()),
+                workflow.now(),
             ),
             calls=list(state.calls.values()),
             refused_decisions=state.refused_decisions,
@@ -315,7 +318,7 @@ class AgentRun:
         ):
             return
         results = [
-            await self._tool_outcome(call, spec, handle)
+            await self._tool_outcome(state, call, spec, handle)
             for (call, spec), handle in zip(step.calls, handles, strict=True)
         ]
         loop.record_tool_results(state, results)
@@ -378,7 +381,7 @@ class AgentRun:
                     side_effects=[e["call_id"] for e in delegation.side_effects],
                 )
             elif not stopped:
-                results.append(await self._tool_outcome(call, spec, tools[call.call_id]))
+                results.append(await self._tool_outcome(state, call, spec, tools[call.call_id]))
         # The parent waited as long as its children waited for humans: not its working time.
         loop.record_pause(state, paused)
         loop.record_tool_results(state, results)
@@ -418,6 +421,7 @@ class AgentRun:
         self._show(state)
         waiting = set(step.call_ids)
         since = workflow.now()
+        loop.record_pause_started(state, since)
         with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(
                 lambda: (
@@ -481,14 +485,20 @@ class AgentRun:
         )
 
     async def _tool_outcome(
-        self, call: ToolCall, spec: ToolSpec, handle: workflow.ActivityHandle[ToolResult]
+        self,
+        state: LoopState,
+        call: ToolCall,
+        spec: ToolSpec,
+        handle: workflow.ActivityHandle[ToolResult],
     ) -> ToolResult:
         try:
             return await handle
         except ActivityError as exc:
             # A read that kept failing is reported to the model; a write whose attempt failed
             # may or may not have happened, so it is `unknown` and stops the run.
-            return loop.failed_result(call, spec, _describe_failure(exc))
+            return loop.failed_result(
+                state, call, spec, _describe_failure(exc), _failure_class(exc)
+            )
 
     async def _until_done_or_stopped(
         self, state: LoopState, handles: list[workflow.ActivityHandle[Any]]
@@ -627,6 +637,19 @@ async def _describe_tools(names: list[str]) -> list[ToolSpec]:
             non_retryable=True,
         ) from None
     return specs
+
+
+def _failure_class(exc: ActivityError) -> ErrorClass:
+    """A tool's own `ToolError` keeps its class (`Tool:<class>`); any other exception the
+    handler raised is a bug in the tool (`internal`); a timeout or a lost worker is
+    `transient`."""
+    cause = exc.cause
+    if not isinstance(cause, ApplicationError):
+        return "transient"
+    named = (cause.type or "").removeprefix("Tool:")
+    if cause.type and cause.type.startswith("Tool:") and named in get_args(ErrorClass):
+        return cast(ErrorClass, named)
+    return "internal"
 
 
 def _describe_failure(exc: ActivityError) -> str:

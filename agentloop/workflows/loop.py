@@ -48,7 +48,7 @@ from agentloop.policies.validation import Allowed, Refused, schema_problems, val
 from agentloop.store.transcript import ROOT
 from agentloop.tools.contract import BUILTIN_TOOLS, DELEGATE, Outcome, ToolSpec
 
-FEATURES = ("stall-detection",)
+FEATURES = ("stall-detection", "tool-error-classes")
 """Patch ids of behaviours that change what an existing run would do (see `features`)."""
 
 MAX_REFUSED_CALLS = 8
@@ -164,6 +164,8 @@ class LoopState(BaseModel):
     """The Temporal run ids this run went through (one more per continue-as-new)."""
     paused_seconds: float = 0.0
     """Time spent waiting for humans; the run's deadline does not count it."""
+    paused_since: datetime | None = None
+    """Set while the run waits for a human (that wait is not counted yet)."""
     chars_per_token: float | None = None
     """Characters per token the provider's count of the last request showed (the context
     budget in tokens is turned into characters with it)."""
@@ -199,9 +201,13 @@ class LoopState(BaseModel):
             outbox=outbox,
         )
 
-    def active_since(self) -> datetime:
-        """The start of the run's working time: waits for humans do not count."""
-        return self.started_at + _seconds(self.paused_seconds)
+    def active_since(self, now: datetime | None = None) -> datetime:
+        """The start of the run's working time: waits for humans do not count, the one still
+        going on included (given `now`)."""
+        waiting = 0.0
+        if now is not None and self.paused_since is not None:
+            waiting = (now - self.paused_since).total_seconds()
+        return self.started_at + _seconds(self.paused_seconds + waiting)
 
     def used_per_tool(self) -> Counter[str]:
         """Calls started per tool, the child runs' included."""
@@ -318,7 +324,14 @@ def decide(state: LoopState, now: datetime) -> NextStep:
         case "content_filtered":
             return Finish("refused", f"content_filtered: {output.stop_detail}")
         case "truncated":
-            return Finish("incomplete", f"truncated: {output.stop_detail}")
+            return Finish("incomplete", f"truncated: {output.stop_detail}{_response(output)}")
+
+
+def _response(output: ModelOutput) -> str:
+    """Names the provider's response a protocol stop is about (its raw items are in the
+    transcript store under that output)."""
+    ref = output.provider_ref
+    return f" (response {ref.response_id})" if ref.response_id else ""
 
 
 def _final_candidate(state: LoopState, output: ModelOutput) -> Finish:
@@ -684,16 +697,22 @@ def _failure_status(state: LoopState) -> tuple[RunStatus, str]:
     return "failed", state.failure or ""
 
 
-def failed_result(call: ToolCall, spec: ToolSpec, message: str) -> ToolResult:
-    """The result of a call whose activity failed for good."""
+def failed_result(
+    state: LoopState, call: ToolCall, spec: ToolSpec, message: str, error_class: ErrorClass
+) -> ToolResult:
+    """The result of a call whose activity failed for good: `transient` (timeouts, an outage
+    outlasting the retries) may be worth another try; `internal` (the tool itself broke) is
+    not. A write's outcome is unknown either way."""
     write = spec.effect == "write"
+    if "tool-error-classes" not in state.features:
+        error_class = "transient"  # runs started before the classes were told apart
     return ToolResult(
         call_id=call.call_id,
         tool=call.name,
         status="unknown" if write else "failed",
-        content=json.dumps({"error": {"class": "transient", "message": message}}),
-        error_class="transient",
-        retryable=not write,
+        content=json.dumps({"error": {"class": error_class, "message": message}}),
+        error_class=error_class,
+        retryable=not write and error_class == "transient",
         side_effect=write,
     )
 
@@ -857,7 +876,7 @@ def _open_batch(state: LoopState, output: ModelOutput, now: datetime) -> None:
         if planned.startswith(LIMIT_PREFIX):
             state.limit = planned.removeprefix(LIMIT_PREFIX)
         else:
-            record_failure(state, planned)
+            record_failure(state, planned + _response(output))
         return
     for call in output.tool_calls:
         spec = state.tools.get(call.name)
@@ -1065,7 +1084,7 @@ def facts(state: LoopState) -> list[str]:
 
 def details(state: LoopState, now: datetime) -> str:
     """A line for the Temporal UI's "current details": where the run is and what it waits on."""
-    left = budgets.limits_left(state.run_input.limits, state.usage, state.active_since(), now)
+    left = budgets.limits_left(state.run_input.limits, state.usage, state.active_since(now), now)
     parts = [
         f"**{state.phase}** · turn {state.turn}",
         f"calls left: model {left.model_calls}, tools {left.tool_calls}",
@@ -1137,9 +1156,14 @@ def record_verdict(state: LoopState, passed: bool, reason: str) -> None:
     state.last_output = None
 
 
+def record_pause_started(state: LoopState, now: datetime) -> None:
+    state.paused_since = now
+
+
 def record_pause(state: LoopState, seconds: float) -> None:
     """Time spent waiting for a human is not the agent's working time."""
     state.paused_seconds += seconds
+    state.paused_since = None
 
 
 def _open(state: LoopState) -> Batch:
