@@ -129,6 +129,10 @@ class ToolResult(_Frozen):
     """True when the call changed (or may have changed) an external system."""
     state: dict[str, Any] = Field(default_factory=dict)
     """Small task-state updates the tool reports (seed 003)."""
+    content_ref: str = ""
+    """Where `run_tool` stored `content` (the store key of its bytes): the next model call
+    carries this reference instead, so the content rides in workflow history once. Transport
+    only: not part of the transcript node (see `store.transcript.node_body`)."""
 
 
 class StateUpdate(_Frozen):

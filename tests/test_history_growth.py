@@ -8,8 +8,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from agentloop.config import Settings
-from agentloop.contract import AgentRunInput, Limits
+from agentloop.contract import AgentRunInput, Limits, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.store.artifacts import BY_REFERENCE_MIN_CHARS
 from tests.support import start_run
 
 pytestmark = pytest.mark.integration
@@ -63,3 +64,32 @@ async def test_history_bytes_per_turn_do_not_grow(
     first, last = per_turn[:10], per_turn[TURNS - 10 : TURNS]
     ratio = sum(last) / sum(first)
     assert 0.8 <= ratio <= 1.2, f"bytes per turn grew: first {first}, last {last}"
+
+
+async def test_a_tool_results_content_is_in_history_once(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """The model gets the whole result, but the model call's input carries only the
+    reference `run_tool` stored it under: the content is in history once, not twice."""
+    search = ScriptedToolCall(id="call_s", name="search_policy", arguments={"query": "refund"})
+    scripted_provider.register(
+        Script(name=run_id, turns=[ScriptTurn(tool_calls=[search]), ScriptTurn(text="done")])
+    )
+    run_input = AgentRunInput(
+        task="What is the refund policy?",
+        provider="openai-chat",
+        model=run_id,
+        tools=["search_policy"],
+        principal=Principal(subject="agent", scopes=["tickets:read"]),
+    )
+    handle = await start_run(client, worker, run_id, run_input)
+    result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+
+    phrase = "escalate to billing"
+    sent = scripted_provider.requests[-1]["body"]["messages"]
+    [answer] = [m["content"] for m in sent if m.get("tool_call_id") == "call_s"]
+    assert phrase in answer and len(answer) >= BY_REFERENCE_MIN_CHARS
+    history = await handle.fetch_history()
+    found = [e.event_type for e in history.events if phrase.encode() in e.SerializeToString()]
+    assert found == [EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED]  # run_tool's result

@@ -14,7 +14,7 @@ from agentloop.adapters.base import ModelRequest, ProviderError
 from agentloop.audit import audit
 from agentloop.context import budget_chars, fit, size
 from agentloop.pricing import PriceTable
-from agentloop.store import Store, StoreError, load_transcript
+from agentloop.store import Store, StoreError, load_transcript, with_contents
 from agentloop.store.transcript import append
 
 
@@ -30,13 +30,14 @@ class ModelActivities:
     async def call_model(self, request: CallModelInput) -> CallModelResult:
         try:
             history = await load_transcript(self._store, request.head)
+            new_events = await with_contents(self._store, request.new_events)
         except StoreError as exc:
             _audit_failure(request, "transcript_missing", retryable=False)
             raise ApplicationError(str(exc), type="TranscriptMissing", non_retryable=True) from exc
-        head, nodes = append(request.head, request.new_events)
+        head, nodes = append(request.head, new_events)
         await self._store.put_nodes(nodes)
         sent = fit(
-            [*history, *request.new_events],
+            [*history, *new_events],
             budget_chars(
                 request.model,
                 request.context_budget_chars,

@@ -13,6 +13,7 @@ from agentloop.activities.messages import DescribeToolsInput, PreconditionResult
 from agentloop.audit import audit
 from agentloop.digests import args_digest
 from agentloop.events import ToolResult
+from agentloop.store import stored_by_reference
 from agentloop.tools.contract import Outcome, OutcomeUnknown, ToolContext, ToolError, ToolSpec
 from agentloop.tools.registry import ToolRegistry, UnknownToolError
 
@@ -103,6 +104,7 @@ class ToolActivities:
             artifact_ref=artifact,
             side_effect=tool.spec.effect == "write",
         )
+        result = await stored_by_reference(self._services.store, result)
         return _executed(request, tool.spec, result, output_chars=len(text))
 
     async def _bounded(

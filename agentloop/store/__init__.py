@@ -7,7 +7,13 @@ PostgreSQL (several workers). Both implement `Store` and pass the same contract 
 from __future__ import annotations
 
 from agentloop.events import Event
-from agentloop.store.artifacts import artifact_key, load_artifact_text, read_artifact_text
+from agentloop.store.artifacts import (
+    artifact_key,
+    load_artifact_text,
+    read_artifact_text,
+    stored_by_reference,
+    with_contents,
+)
 from agentloop.store.base import Store, StoreError, StoreUnavailable, mask_url, order_chain
 from agentloop.store.sqlite import SqliteStore
 from agentloop.store.transcript import ROOT, parse_node
@@ -82,4 +88,6 @@ __all__ = [
     "load_transcript",
     "open_store",
     "read_artifact_text",
+    "stored_by_reference",
+    "with_contents",
 ]

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import hashlib
 
+from agentloop.events import Event, ToolResult
 from agentloop.store.base import Store, StoreError
+
+BY_REFERENCE_MIN_CHARS = 256
+"""Tool-result content this long travels to the next model call by reference (shorter
+content is not worth a store round trip)."""
 
 
 def artifact_key(data: bytes) -> str:
@@ -37,3 +42,24 @@ async def load_artifact_text(
     if found is None:
         raise StoreError(f"artifact {key} is missing from the store")
     return read_artifact_text(found[0], offset, limit)
+
+
+async def stored_by_reference(store: Store, result: ToolResult) -> ToolResult:
+    """`result` with its content also in the store, named by `content_ref`: the workflow then
+    sends the next model call the reference instead of the content (see `with_contents`)."""
+    if len(result.content) < BY_REFERENCE_MIN_CHARS:
+        return result
+    ref = await store.put_artifact(result.content.encode("utf-8"), "text/plain")
+    return result.model_copy(update={"content_ref": ref})
+
+
+async def with_contents(store: Store, events: list[Event]) -> list[Event]:
+    """Events as a model call received them, tool-result contents sent by reference put back
+    from the store; `StoreError` when one is missing."""
+    restored: list[Event] = []
+    for event in events:
+        if isinstance(event, ToolResult) and event.content_ref and not event.content:
+            text, _ = await load_artifact_text(store, event.content_ref)
+            event = event.model_copy(update={"content": text})
+        restored.append(event)
+    return restored

@@ -21,11 +21,15 @@ ROOT = ""
 _EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
 
+TRANSPORT_FIELDS = frozenset({"content_ref"})
+"""Event fields that say how an event travels, not what it is: never part of a node."""
+
+
 def node_body(event: Event, parent: str) -> dict[str, Any]:
     """Fields at their default are left out, so adding a field (always with a default) to an
     event later does not change the key of any node written before: runs in flight, whose
     workflow recomputes these keys on replay, keep replaying."""
-    body = event.model_dump(mode="json", exclude_defaults=True)
+    body = event.model_dump(mode="json", exclude_defaults=True, exclude=set(TRANSPORT_FIELDS))
     body["type"] = event.type  # the discriminator, a default itself, must stay
     return {"event": body, "parent": parent or None}
 

@@ -223,7 +223,7 @@ class AgentRun:
                 provider=run_input.provider,
                 model=run_input.model,
                 head=state.head,
-                new_events=new_events,
+                new_events=loop.by_reference(new_events),
                 tools=list(state.tools.values()),
                 settings=ModelSettings(stream=run_input.stream),
                 context_budget_chars=run_input.context_budget_chars,

@@ -840,6 +840,17 @@ def record_failure(state: LoopState, reason: str) -> None:
     state.failure = reason
 
 
+def by_reference(events: list[Event]) -> list[Event]:
+    """What a model call's input carries: the contents `run_tool` stored travel as their
+    references (`content_ref`), so each rides in workflow history once."""
+    return [
+        event.model_copy(update={"content": ""})
+        if isinstance(event, ToolResult) and event.content_ref
+        else event
+        for event in events
+    ]
+
+
 def record_model_call_started(state: LoopState, step: CallModel) -> None:
     state.turn = step.turn
     state.phase = "calling_model"
