@@ -291,6 +291,9 @@ async def test_a_childs_write_is_a_side_effect_of_the_parent(
     pending = waiting.pending_approvals
     view = await parent.query("status", result_type=RunStatusView)
     assert view.calls[0].child_run == child.id and view.calls[0].status == "running"
+    # The child's slice (3 model calls, 4 tool calls) is spoken for while it works.
+    assert view.limits_left is not None
+    assert (view.limits_left.model_calls, view.limits_left.tool_calls) == (5 - 1 - 3, 5 - 1 - 4)
     metadata = await parent.query("__temporal_workflow_metadata")
     assert f"waiting for sub-agents: {child.id}" in metadata.current_details
     await child.signal(

@@ -198,7 +198,7 @@ class AgentRun:
             usage=state.usage,
             limits_left=budgets.limits_left(
                 state.run_input.limits,
-                state.usage,
+                state.reserved(),
                 state.active_since(workflow.now()),
                 workflow.now(),
             ),

@@ -88,6 +88,21 @@ class Delegation(BaseModel):
     tools_used: dict[str, int] = Field(default_factory=dict)
     side_effects: list[dict[str, Any]] = Field(default_factory=list)
 
+    def whole_slice(self) -> Usage:
+        """The child's slice spent to the last unit: what it may still use while it runs,
+        and what it is charged when it ends without saying what it used."""
+        return Usage(
+            model_calls=self.limits.max_model_calls,
+            tool_calls=self.limits.max_tool_calls,
+            input_tokens=self.limits.max_total_tokens or 0,
+            cost_usd=self.limits.max_cost_usd or 0.0,
+        )
+
+
+def _add(total: Usage, more: Usage) -> None:
+    for field in Usage.model_fields:
+        setattr(total, field, getattr(total, field) + getattr(more, field))
+
 
 class Batch(BaseModel):
     """One model output's tool calls, from validation to the last result.
@@ -208,6 +223,15 @@ class LoopState(BaseModel):
         if now is not None and self.paused_since is not None:
             waiting = (now - self.paused_since).total_seconds()
         return self.started_at + _seconds(self.paused_seconds + waiting)
+
+    def reserved(self) -> Usage:
+        """Usage so far plus the slices of the child runs still working: what `limits_left`
+        shows, since those slices are spoken for."""
+        total = self.usage.model_copy()
+        for delegation in self.delegations.values():
+            if delegation.status == "running":
+                _add(total, delegation.whole_slice())
+        return total
 
     def used_per_tool(self) -> Counter[str]:
         """Calls started per tool, the child runs' included."""
@@ -586,23 +610,16 @@ def record_child_run(state: LoopState, call: ToolCall, result: AgentRunResult | 
     charged, and what it did is unknown."""
     delegation = state.delegations[call.call_id]
     if result is None:
-        slice_ = delegation.limits
         delegation.status = "failed"
         delegation.stop_reason = "the child run ended without a result"
-        delegation.usage = Usage(
-            model_calls=slice_.max_model_calls,
-            tool_calls=slice_.max_tool_calls,
-            input_tokens=slice_.max_total_tokens or 0,
-            cost_usd=slice_.max_cost_usd or 0.0,
-        )
+        delegation.usage = delegation.whole_slice()
     else:
         delegation.status = result.status
         delegation.stop_reason = result.stop_reason
         delegation.usage = result.usage
         delegation.tools_used = dict(Counter(r.tool for r in result.calls if r.attempts > 0))
         delegation.side_effects = result.side_effects
-    for field in Usage.model_fields:
-        setattr(state.usage, field, getattr(state.usage, field) + getattr(delegation.usage, field))
+    _add(state.usage, delegation.usage)
     report = {
         "child_run": delegation.child_workflow_id,
         "status": delegation.status,
@@ -1095,7 +1112,9 @@ def facts(state: LoopState) -> list[str]:
 
 def details(state: LoopState, now: datetime) -> str:
     """A line for the Temporal UI's "current details": where the run is and what it waits on."""
-    left = budgets.limits_left(state.run_input.limits, state.usage, state.active_since(now), now)
+    left = budgets.limits_left(
+        state.run_input.limits, state.reserved(), state.active_since(now), now
+    )
     parts = [
         f"**{state.phase}** · turn {state.turn}",
         f"calls left: model {left.model_calls}, tools {left.tool_calls}",
