@@ -22,7 +22,7 @@ RUN python -m venv /opt/agentloop
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY agentloop ./agentloop
-RUN /opt/agentloop/bin/pip install . \
+RUN /opt/agentloop/bin/pip install ".[otel]" \
     && /opt/agentloop/bin/agentloop --help >/dev/null
 
 # ---- runtime: the virtualenv, a non-root user, nothing else ---------------------------------

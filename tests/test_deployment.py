@@ -514,7 +514,9 @@ def test_the_project_is_installed_at_build_time_without_dev_extras() -> None:
     runs = [arguments for keyword, arguments in dockerfile_instructions() if keyword == "RUN"]
     installs = [run for run in runs if re.search(r"\bpip install\b", run)]
     assert installs, "no `pip install` in a RUN step"
-    assert any(re.search(r"pip install[^&;]*\s\.(\s|$)", run) for run in installs)
+    # The project itself, with the optional tracing extra (AGENTLOOP_OTEL works in the image).
+    project = re.compile(r"""pip install[^&;]*\s["']?\.(\[otel\])?["']?(\s|$)""")
+    assert any(project.search(run) for run in installs)
     assert not any("[dev]" in run or "-e " in run for run in installs)
     copied = [
         arguments.split()[:-1]
