@@ -77,7 +77,9 @@ async def measure(p: Plan) -> tuple[list[Section], int]:
         async with DevStack(DevStackPorts.free(), state_dir=Path(tmp), quiet=True) as stack:
             assert stack.client is not None and stack.scripted_provider is not None
             client, settings, provider = stack.client, stack.settings, stack.scripted_provider
-            one = await throughput.measure(client, settings, provider, p.runs, p.concurrency)
+            one = await throughput.measure(
+                client, settings, provider, p.runs, p.concurrency, Path(tmp)
+            )
             sections.append(one.section)
             show(one.section, 1)
             sections.append(

@@ -1,5 +1,6 @@
-"""[1] Many concurrent 2-turn runs: failures, wall time, runs/s and RSS growth per concurrent
-run, against the Temporal floor (no-op activities) on the same dev server, in the same run."""
+"""[1] Many concurrent 2-turn runs: failures, wall time, runs/s and the worker's RSS growth per
+concurrent run, against the Temporal floor (no-op activities) on the same dev server, in the
+same run. Both workers run in their own OS process, so the RSS figure is the worker's own."""
 
 from __future__ import annotations
 
@@ -10,23 +11,48 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
-from temporalio.worker import Worker
 
 from agentloop.config import Settings
 from agentloop.contract import WORKFLOW_NAME, AgentRunResult
 from agentloop.demo.scripted_provider.server import ScriptedProvider
-from bench.floor import FLOOR_WORKFLOW, BenchFloor, noop
+from bench.floor import FLOOR_WORKFLOW
 from bench.memory import PeakSampler
+from bench.processes import (
+    AGENTLOOP_READY,
+    AGENTLOOP_WORKER,
+    FLOOR_READY,
+    FLOOR_WORKER,
+    child_process,
+    settings_env,
+    worker_env,
+)
 from bench.report import Figure, Section, ratio
 from bench.scripts import travel_input, travel_script
 
 REFERENCE_RUNS_PER_SECOND = 6.5
 """The OpenAI Agents SDK on Temporal, same 2-turn case, measured earlier on this machine."""
+TARGET_RUNS_PER_SECOND = 1.5 * REFERENCE_RUNS_PER_SECOND
+TARGET_WORKER_MIB_PER_RUN = 0.35
+"""Issue #7: 200 concurrent runs, no failures, >= 1.5x the peer's runs/s, and worker RSS
+growth under this per concurrent run."""
 
 RunOne = Callable[[int], Awaitable[bool]]
+
+
+@dataclass
+class Memory:
+    """RSS of one process over a batch: before it, and the peak during it."""
+
+    start_mib: float
+    peak_mib: float
+
+    @property
+    def growth_mib(self) -> float:
+        return max(0.0, self.peak_mib - self.start_mib)
 
 
 @dataclass
@@ -35,21 +61,33 @@ class Batch:
     concurrency: int
     wall_seconds: float
     failures: int
-    growth_mib: float
-    start_mib: float
-    peak_mib: float
+    worker: Memory
+    """The worker process alone (its own OS process)."""
+    bench: Memory
+    """This process: scripted provider, example service, the client and its 200 handles."""
 
     @property
     def runs_per_second(self) -> float:
         return self.runs / self.wall_seconds
 
     @property
-    def mib_per_run(self) -> float:
-        return self.growth_mib / min(self.runs, self.concurrency)
+    def in_flight(self) -> int:
+        return min(self.runs, self.concurrency)
+
+    @property
+    def worker_mib_per_run(self) -> float:
+        return self.worker.growth_mib / self.in_flight
+
+    @property
+    def combined_mib_per_run(self) -> float:
+        """Worker and bench process together: the scope of the figure measured before the
+        worker had its own process (one process held worker, provider, service and client)."""
+        return (self.worker.growth_mib + self.bench.growth_mib) / self.in_flight
 
 
-async def run_batch(runs: int, concurrency: int, run_one: RunOne) -> Batch:
-    """`runs` runs, at most `concurrency` in flight; a run that raises counts as a failure."""
+async def run_batch(runs: int, concurrency: int, run_one: RunOne, worker_pid: int) -> Batch:
+    """`runs` runs, at most `concurrency` in flight; a run that raises counts as a failure.
+    The RSS of the worker process `worker_pid` and of this process are sampled throughout."""
     gate = asyncio.Semaphore(concurrency)
     errors: list[str] = []
 
@@ -62,7 +100,7 @@ async def run_batch(runs: int, concurrency: int, run_one: RunOne) -> Batch:
                 return False
 
     gc.collect()
-    with PeakSampler() as memory:
+    with PeakSampler(worker_pid) as worker, PeakSampler() as bench:
         started = time.perf_counter()
         outcomes = await asyncio.gather(*(guarded(i) for i in range(runs)))
         wall = time.perf_counter() - started
@@ -73,19 +111,18 @@ async def run_batch(runs: int, concurrency: int, run_one: RunOne) -> Batch:
         concurrency=concurrency,
         wall_seconds=wall,
         failures=outcomes.count(False),
-        growth_mib=memory.growth_mib,
-        start_mib=memory.start_mib,
-        peak_mib=memory.peak_mib,
+        worker=Memory(worker.start_mib, worker.peak_mib),
+        bench=Memory(bench.start_mib, bench.peak_mib),
     )
 
 
-def agentloop_runner(client: Client, settings: Settings, prefix: str) -> RunOne:
+def agentloop_runner(client: Client, task_queue: str, prefix: str) -> RunOne:
     async def run_one(i: int) -> bool:
         handle = await client.start_workflow(
             WORKFLOW_NAME,
             travel_input(),
             id=f"{prefix}-{i}",
-            task_queue=settings.task_queue,
+            task_queue=task_queue,
             result_type=AgentRunResult,
         )
         result: AgentRunResult = await handle.result()
@@ -104,10 +141,10 @@ def floor_runner(client: Client, task_queue: str, prefix: str, steps: list[str])
     return run_one
 
 
-async def warm_up(client: Client, settings: Settings, prefix: str) -> WorkflowHistory:
+async def warm_up(client: Client, task_queue: str, prefix: str) -> WorkflowHistory:
     """One run before measuring (imports, connections, caches); its history is the 2-turn
     replay baseline and names the activities the floor must run."""
-    run_one = agentloop_runner(client, settings, prefix)
+    run_one = agentloop_runner(client, task_queue, prefix)
     if not await run_one(0):
         raise RuntimeError("the warm-up travel run did not complete")
     return await client.get_workflow_handle(f"{prefix}-0").fetch_history()
@@ -130,22 +167,46 @@ class ThroughputResult:
 
 
 async def measure(
-    client: Client, settings: Settings, provider: ScriptedProvider, runs: int, concurrency: int
+    client: Client,
+    settings: Settings,
+    provider: ScriptedProvider,
+    runs: int,
+    concurrency: int,
+    work_dir: Path,
 ) -> ThroughputResult:
+    """The agentloop worker (`python -m agentloop.worker`) and the floor's worker each run in
+    their own OS process, so their RSS is theirs alone; this process keeps the scripted
+    provider (which records every request body), the example service and the client."""
     provider.register(travel_script())
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
-    history = await warm_up(client, settings, f"{prefix}-warm")
+    queue = f"{prefix}-agentloop"
+    env = worker_env(settings, queue, work_dir / f"{prefix}-store.db")
+    log = work_dir / f"{prefix}-worker.log"
+    async with child_process(AGENTLOOP_WORKER, env, AGENTLOOP_READY, log) as worker:
+        history = await warm_up(client, queue, f"{prefix}-warm")
+        agentloop = await run_batch(
+            runs, concurrency, agentloop_runner(client, queue, prefix), worker.pid
+        )
+        if agentloop.failures:
+            print(f"    agentloop worker log (tail):\n{worker.log_tail()}", file=sys.stderr)
     matched = activity_types(history)
     two = ["call_model", "run_tool"]
-    agentloop = await run_batch(runs, concurrency, agentloop_runner(client, settings, prefix))
     floor_queue = f"{prefix}-floor"
-    async with Worker(client, task_queue=floor_queue, workflows=[BenchFloor], activities=[noop]):
+    env = {**settings_env(settings), "AGENT_LOOP_TASK_QUEUE": floor_queue}
+    log = work_dir / f"{prefix}-floor.log"
+    async with child_process(FLOOR_WORKER, env, FLOOR_READY, log) as floor_worker:
         await floor_runner(client, floor_queue, f"{prefix}-floor-warm", matched)(0)
         floor = await run_batch(
-            runs, concurrency, floor_runner(client, floor_queue, f"{prefix}-floor", matched)
+            runs,
+            concurrency,
+            floor_runner(client, floor_queue, f"{prefix}-floor", matched),
+            floor_worker.pid,
         )
         floor_two = await run_batch(
-            runs, concurrency, floor_runner(client, floor_queue, f"{prefix}-floor2", two)
+            runs,
+            concurrency,
+            floor_runner(client, floor_queue, f"{prefix}-floor2", two),
+            floor_worker.pid,
         )
     violations = len(provider.violations)
     provider.reset()
@@ -154,7 +215,8 @@ async def measure(
         title=f"throughput and memory: {runs} 2-turn travel runs, concurrency {concurrency}",
         baseline=(
             f"Temporal floor measured in this run on the same dev server: {runs} workflows of "
-            f"{len(matched)} no-op activities ({', '.join(matched)}, as AgentRun schedules)"
+            f"{len(matched)} no-op activities ({', '.join(matched)}, as AgentRun schedules), "
+            "its worker in its own process too"
         ),
     )
     section.add(*figures(agentloop, floor, floor_two, violations, len(two)))
@@ -165,6 +227,8 @@ def figures(
     agentloop: Batch, floor: Batch, floor_two: Batch, violations: int, two: int
 ) -> list[Figure]:
     rate = agentloop.runs_per_second
+    worker, floor_worker = agentloop.worker_mib_per_run, floor.worker_mib_per_run
+    combined, floor_combined = agentloop.combined_mib_per_run, floor.combined_mib_per_run
     return [
         Figure("failed runs (must be 0)", agentloop.failures, floor.failures),
         Figure("scripted-provider protocol violations", violations),
@@ -182,17 +246,33 @@ def figures(
             rate,
             REFERENCE_RUNS_PER_SECOND,
             ratio(rate, REFERENCE_RUNS_PER_SECOND),
-            "OpenAI Agents SDK on Temporal, measured earlier on this machine, not in this run",
+            "OpenAI Agents SDK on Temporal, measured earlier on this machine, not in this run; "
+            f"issue #7 target: >= {TARGET_RUNS_PER_SECOND:.2f} (1.5x)",
         ),
         Figure(
-            "RSS growth per concurrent run (MiB)",
-            agentloop.mib_per_run,
-            floor.mib_per_run,
-            ratio(agentloop.mib_per_run, floor.mib_per_run),
-            "(peak - before) / concurrent runs; the whole process: worker, scripted "
-            "provider and example service",
+            "worker RSS growth per concurrent run (MiB)",
+            worker,
+            floor_worker,
+            ratio(worker, floor_worker),
+            "(peak - before) / concurrent runs, the worker process alone (python -m "
+            f"agentloop.worker); issue #7 target: < {TARGET_WORKER_MIB_PER_RUN}",
         ),
         Figure(
-            "RSS before -> peak (MiB)", f"{agentloop.start_mib:.0f} -> {agentloop.peak_mib:.0f}"
+            "worker RSS before -> peak (MiB)",
+            f"{agentloop.worker.start_mib:.0f} -> {agentloop.worker.peak_mib:.0f}",
+            f"{floor.worker.start_mib:.0f} -> {floor.worker.peak_mib:.0f}",
+        ),
+        Figure(
+            "combined RSS growth per concurrent run (MiB)",
+            combined,
+            floor_combined,
+            ratio(combined, floor_combined),
+            "worker + this process (scripted provider, example service, client): the scope "
+            "of the single-process figure reported before",
+        ),
+        Figure(
+            "bench process RSS before -> peak (MiB)",
+            f"{agentloop.bench.start_mib:.0f} -> {agentloop.bench.peak_mib:.0f}",
+            f"{floor.bench.start_mib:.0f} -> {floor.bench.peak_mib:.0f}",
         ),
     ]

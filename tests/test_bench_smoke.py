@@ -17,7 +17,15 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).parent.parent
 SECTIONS = {
-    1: ("throughput and memory", ["failed runs", "runs/s", "RSS growth per concurrent run"]),
+    1: (
+        "throughput and memory",
+        [
+            "failed runs",
+            "runs/s",
+            "worker RSS growth per concurrent run",
+            "combined RSS growth per concurrent run",
+        ],
+    ),
     2: ("history growth", ["bytes/turn", "total history bytes"]),
     3: ("replay", ["replay seconds", "seconds per model call"]),
     4: ("adapter CPU", ["openai-chat", "openai-responses", "anthropic"]),

@@ -118,6 +118,11 @@ class ExampleService:
         """Delay later requests to `endpoint` (None: every endpoint) by `ms`; 0 clears."""
         self._control().set_delay(endpoint, ms)
 
+    def set_padding(self, endpoint: str | None, chars: int) -> None:
+        """Later 200 answers of `endpoint` (None: every endpoint) carry a `padding` field of
+        `chars` characters of deterministic text; 0 clears. A test affordance (large output)."""
+        self._control().set_padding(endpoint, chars)
+
     def stats(self) -> dict[str, Any]:
         """The same document as `GET /_control/stats`."""
         return self._control().stats()
@@ -136,8 +141,8 @@ class ExampleService:
         return self._control().records()
 
     def reset(self) -> None:
-        """Clear delays, faults and the request log; workshops and tickets go back to the seed
-        state (travel answers stay: they are deterministic)."""
+        """Clear delays, padding, faults and the request log; workshops and tickets go back to
+        the seed state (travel answers stay: they are deterministic)."""
         self._control().reset()
 
     async def __aenter__(self) -> Self:

@@ -1,6 +1,6 @@
 """HTTP plumbing shared by every domain: JSON errors, the request log, the delay knob, fault
-injection, idempotent writes, and the `/_control/*` routes that tests and the demo use to
-observe and steer the service.
+injection, the padding knob, idempotent writes, and the `/_control/*` routes that tests and the
+demo use to observe and steer the service.
 
 A request is a *business* request iff its route is named: the route name is the endpoint name
 used by the log, the counts, the delay knob and the faults. Control routes are deliberately
@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS operations (
 """
 
 MAX_DELAY_MS = 60_000
+MAX_PADDING_CHARS = 8_000_000
 
 # --- JSON errors ---------------------------------------------------------------------------
 
@@ -114,7 +115,25 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
     return body
 
 
-# --- request log and delay knob ------------------------------------------------------------
+# --- request log, delay and padding knobs -------------------------------------------------
+#
+# The padding knob is a test affordance: it makes a real read answer with a large body (a
+# `padding` field of deterministic text added to the JSON object of every 200 answer), without
+# changing any tool or endpoint schema. Tests use it for "a 1 MB tool output" end to end.
+
+PADDING_FIELD = "padding"
+
+
+def padding_text(chars: int) -> str:
+    """Exactly `chars` characters of distinct numbered lines, deterministic. Each line has
+    quotes and a non-ASCII letter, so JSON escaping and UTF-8 paging are both exercised."""
+    line_chars = len(_padding_line(0))
+    lines = (_padding_line(i) for i in range(chars // line_chars + 1))
+    return "".join(lines)[:chars]
+
+
+def _padding_line(i: int) -> str:
+    return f'pad {i:07d} "é"\n'
 
 
 class Control:
@@ -134,6 +153,7 @@ class Control:
         self._db = db
         self.endpoints = frozenset(endpoints)
         self._delays_ms: dict[str, int] = {}
+        self._padding_chars: dict[str, int] = {}
         self.faults = Faults(self.endpoints)
         self._reset_data = reset_data
         self._records = records
@@ -186,6 +206,37 @@ class Control:
     def delays(self) -> dict[str, int]:
         return dict(self._delays_ms)
 
+    def set_padding(self, endpoint: str | None, chars: int) -> None:
+        """Later 200 answers of `endpoint` (all endpoints if None) carry a `padding` field of
+        `chars` characters (`padding_text`); `chars=0` clears. A test affordance."""
+        high = MAX_PADDING_CHARS
+        if isinstance(chars, bool) or not isinstance(chars, int) or not 0 <= chars <= high:
+            raise ValueError(f"chars must be an integer between 0 and {high}")
+        if endpoint is not None and endpoint not in self.endpoints:
+            known = ", ".join(sorted(self.endpoints))
+            raise ValueError(f"unknown endpoint {endpoint!r}; known: {known}")
+        for name in self.endpoints if endpoint is None else (endpoint,):
+            if chars:
+                self._padding_chars[name] = chars
+            else:
+                self._padding_chars.pop(name, None)
+
+    def padding(self) -> dict[str, int]:
+        return dict(self._padding_chars)
+
+    def padded(self, endpoint: str, response: web.StreamResponse) -> web.StreamResponse:
+        """`response` with the padding knob applied (only a 200 JSON object is padded)."""
+        chars = self._padding_chars.get(endpoint, 0)
+        if not chars or not isinstance(response, web.Response) or response.status != 200:
+            return response
+        if response.content_type != "application/json" or response.text is None:
+            return response
+        body = json.loads(response.text)
+        if not isinstance(body, dict):
+            return response
+        kept = {k: v for k, v in response.headers.items() if k.lower() not in _BODY_HEADERS}
+        return web.json_response({**body, PADDING_FIELD: padding_text(chars)}, headers=kept)
+
     def stats(self) -> dict[str, Any]:
         counts = dict.fromkeys(sorted(self.endpoints), 0)
         for row in self._db.fetch_all(
@@ -200,6 +251,7 @@ class Control:
             "counts": counts,
             "requests": requests,
             "delays": self.delays(),
+            "padding": self.padding(),
             "faults": self.faults.pending(),
             "records": self.records(),
         }
@@ -208,15 +260,19 @@ class Control:
         return {} if self._records is None else self._records()
 
     def reset(self) -> None:
-        """Forget delays, faults and the log, and put the seeded domains back to their seed.
+        """Forget delays, padding, faults and the log, and put the seeded domains back to their
+        seed.
 
         Travel answers are kept: they are deterministic, so keeping them changes nothing."""
         self._delays_ms.clear()
+        self._padding_chars.clear()
         self.faults.clear()
         self._db.execute("DELETE FROM request_log")
         if self._reset_data is not None:
             self._reset_data()
 
+
+_BODY_HEADERS = frozenset({"content-type", "content-length"})
 
 CONTROL_KEY = web.AppKey("example_service.control", Control)
 
@@ -248,7 +304,7 @@ async def request_log_middleware(request: web.Request, handler: Handler) -> web.
                 503, "unavailable", f"service unavailable (injected fault: {fault.mode})"
             )
         else:
-            response = await handler(request)
+            response = control.padded(endpoint, await handler(request))
             if fault is not None and not await faults.after_commit(request, fault):
                 return response  # the connection is gone: nothing will be delivered
         status = response.status
@@ -399,6 +455,19 @@ async def _set_delay(request: web.Request) -> web.Response:
     return web.json_response({"delays": control.delays()})
 
 
+async def _set_padding(request: web.Request) -> web.Response:
+    body = await read_json_object(request)
+    endpoint = body.get("endpoint")
+    if endpoint is not None and not isinstance(endpoint, str):
+        raise invalid_argument("endpoint must be a string")
+    control = request.app[CONTROL_KEY]
+    try:
+        control.set_padding(endpoint, body.get("chars", 0))
+    except ValueError as exc:
+        raise invalid_argument(str(exc)) from exc
+    return web.json_response({"padding": control.padding()})
+
+
 async def _reset(request: web.Request) -> web.Response:
     request.app[CONTROL_KEY].reset()
     return web.json_response({"ok": True})
@@ -431,6 +500,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/_control/health", _health)
     app.router.add_get("/_control/stats", _stats)
     app.router.add_post("/_control/delay", _set_delay)
+    app.router.add_post("/_control/padding", _set_padding)
     app.router.add_post("/_control/reset", _reset)
     app.router.add_get("/_control/faults", _list_faults)
     app.router.add_post("/_control/faults", _inject_fault)

@@ -1,0 +1,37 @@
+"""`python -m bench.floor_worker`: the Temporal floor's worker (`bench.floor`) as its own OS
+process, configured like `agentloop.worker` from the environment (address, namespace, task
+queue, codec keys), so its memory can be measured alone. Runs until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from temporalio.worker import Worker
+
+from agentloop.config import Settings
+from agentloop.worker import connect
+from bench.floor import BenchFloor, noop
+from bench.processes import FLOOR_READY
+
+
+async def serve(settings: Settings) -> None:
+    client = await connect(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    worker = Worker(
+        client, task_queue=settings.task_queue, workflows=[BenchFloor], activities=[noop]
+    )
+    async with worker:
+        print(f"{FLOOR_READY} {settings.task_queue!r}", flush=True)
+        await stop.wait()
+
+
+def main() -> None:
+    asyncio.run(serve(Settings.load()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Workers as their own OS processes, so their memory can be measured alone: `python -m
+agentloop.worker` (what a deployment runs) and `python -m bench.floor_worker` (the floor).
+
+The benchmark process keeps the scripted provider, the example service and the client; a
+worker's RSS is then read from /proc/PID/status (`bench.memory`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentloop.config import VARIABLES, Settings
+
+AGENTLOOP_WORKER = ["-m", "agentloop.worker"]
+AGENTLOOP_READY = "agentloop worker polling"
+FLOOR_WORKER = ["-m", "bench.floor_worker"]
+FLOOR_READY = "bench floor worker polling"
+READY_TIMEOUT_SECONDS = 60.0
+STOP_TIMEOUT_SECONDS = 15.0
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment that makes `Settings.load()` in a child give `settings` back (the
+    values that have a variable and are set)."""
+    env: dict[str, str] = {}
+    for field, variable in VARIABLES.items():
+        value = getattr(settings, field, None)
+        if value is None or value == "":
+            continue
+        if isinstance(value, bool):
+            env[variable.name] = "true" if value else "false"
+        elif isinstance(value, str | int | float):
+            env[variable.name] = str(value)
+    return env
+
+
+def worker_env(settings: Settings, task_queue: str, store_path: Path) -> dict[str, str]:
+    """A worker like the stack's, on its own task queue and store. Its audit records go to its
+    log file (they are emitted whatever the level; other logs from WARNING up)."""
+    return {
+        **settings_env(settings),
+        "AGENT_LOOP_TASK_QUEUE": task_queue,
+        "AGENTLOOP_STORE_URL": f"sqlite:///{store_path}",
+        "AGENTLOOP_LOG_LEVEL": "WARNING",
+    }
+
+
+@dataclass
+class Child:
+    process: asyncio.subprocess.Process
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@asynccontextmanager
+async def child_process(
+    args: list[str], env: dict[str, str], ready_line: str, log_path: Path
+) -> AsyncIterator[Child]:
+    """`python ARGS` with `env` over this environment, yielded once it prints `ready_line`;
+    stdout is drained for as long as it runs, stderr goes to `log_path`. Stopped with SIGTERM
+    (then SIGKILL) on exit, by its own pid."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *args,
+            env={**os.environ, **env},
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log,
+        )
+    child = Child(process, log_path)
+    drain: asyncio.Task[None] | None = None
+    try:
+        try:
+            await asyncio.wait_for(_until_ready(child, ready_line), READY_TIMEOUT_SECONDS)
+        except TimeoutError:
+            raise RuntimeError(f"worker process not ready in time:\n{child.log_tail()}") from None
+        drain = asyncio.create_task(_drain(process))
+        yield child
+    finally:
+        await _stop(process)
+        if drain is not None:
+            drain.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await drain
+
+
+async def _until_ready(child: Child, ready_line: str) -> None:
+    assert child.process.stdout is not None
+    while True:
+        line = (await child.process.stdout.readline()).decode(errors="replace")
+        if not line:
+            await child.process.wait()
+            raise RuntimeError(
+                f"worker process exited ({child.process.returncode}) before it was ready:\n"
+                + child.log_tail()
+            )
+        if ready_line in line:
+            return
+
+
+async def _drain(process: asyncio.subprocess.Process) -> None:
+    assert process.stdout is not None
+    while await process.stdout.read(65536):
+        pass
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), STOP_TIMEOUT_SECONDS)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()

@@ -1,0 +1,76 @@
+"""`python -m bench.profile_worker`: `python -m agentloop.worker`, instrumented for memory
+profiling (`bench.profile_memory` drives it). Configured from the environment like the real
+worker, plus:
+
+- `BENCH_TRACEMALLOC_FRAMES=N`: trace Python allocations (N frames each); on SIGUSR1 a
+  snapshot is dumped to `BENCH_SNAPSHOT_DIR/snapshot-<n>.pickle`, n = 1, 2, ... (written
+  whole, then renamed into place).
+- `BENCH_MAX_CACHED_WORKFLOWS=N`: the worker's workflow cache size (Temporal's default: 1000).
+- `BENCH_UNSANDBOXED=1`: run workflows without Temporal's sandbox.
+- `BENCH_PASSTHROUGH_MODULES=a,b`: the sandbox passes these modules (and their submodules)
+  through from the host instead of importing them afresh for every workflow run.
+
+The knobs change the `Worker` that `agentloop.worker.running_worker` builds, for experiments
+only: what a deployment runs is `python -m agentloop.worker`, unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tracemalloc
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+FRAMES = int(os.environ.get("BENCH_TRACEMALLOC_FRAMES", "0"))
+if FRAMES:  # before anything else is imported, so every later allocation is traced
+    tracemalloc.start(FRAMES)
+
+
+_dumped = 0
+
+
+def _dump_snapshot(signum: int, frame: FrameType | None) -> None:
+    global _dumped
+    _dumped += 1
+    target = Path(os.environ["BENCH_SNAPSHOT_DIR"]) / f"snapshot-{_dumped}.pickle"
+    partial = target.with_suffix(".partial")
+    tracemalloc.take_snapshot().dump(str(partial))
+    partial.rename(target)
+
+
+def _configured_worker() -> None:
+    from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+    import agentloop.worker
+
+    options: dict[str, Any] = {}
+    if os.environ.get("BENCH_MAX_CACHED_WORKFLOWS"):
+        options["max_cached_workflows"] = int(os.environ["BENCH_MAX_CACHED_WORKFLOWS"])
+    if os.environ.get("BENCH_UNSANDBOXED") == "1":
+        options["workflow_runner"] = UnsandboxedWorkflowRunner()
+    elif os.environ.get("BENCH_PASSTHROUGH_MODULES"):
+        modules = os.environ["BENCH_PASSTHROUGH_MODULES"].split(",")
+        restrictions = SandboxRestrictions.default.with_passthrough_modules(*modules)
+        options["workflow_runner"] = SandboxedWorkflowRunner(restrictions=restrictions)
+    if options:
+
+        def worker(*args: Any, **kwargs: Any) -> Worker:
+            return Worker(*args, **{**kwargs, **options})
+
+        vars(agentloop.worker)["Worker"] = worker  # what `running_worker` calls
+
+
+def main() -> None:
+    if FRAMES:
+        signal.signal(signal.SIGUSR1, _dump_snapshot)
+    _configured_worker()
+    from agentloop.worker import main as worker_main
+
+    worker_main()
+
+
+if __name__ == "__main__":
+    main()
