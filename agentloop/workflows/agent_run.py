@@ -19,6 +19,9 @@ with workflow.unsafe.imports_passed_through():
     import jsonschema  # noqa: F401  (validation runs in the sandbox; import it once, outside)
     from pydantic import ValidationError
 
+    # By its full name: `from agentloop.workflows import loop` would load a fresh copy per
+    # run (the sandbox re-imports this module's own package), ~0.5 MiB each in the cache.
+    import agentloop.workflows.loop as loop
     from agentloop.activities.messages import (
         CallModelInput,
         CallModelResult,
@@ -49,7 +52,6 @@ with workflow.unsafe.imports_passed_through():
     from agentloop.search import AGENT_PHASE, AGENT_STATUS, initial
     from agentloop.store.transcript import append
     from agentloop.tools.contract import Outcome, ToolSpec
-    from agentloop.workflows import loop
     from agentloop.workflows.loop import (
         AwaitApproval,
         AwaitInput,
