@@ -443,29 +443,29 @@ async def _stats(request: web.Request) -> web.Response:
 
 
 async def _set_delay(request: web.Request) -> web.Response:
-    body = await read_json_object(request)
-    endpoint = body.get("endpoint")
-    if endpoint is not None and not isinstance(endpoint, str):
-        raise invalid_argument("endpoint must be a string")
     control = request.app[CONTROL_KEY]
-    try:
-        control.set_delay(endpoint, body.get("ms", 0))
-    except ValueError as exc:
-        raise invalid_argument(str(exc)) from exc
+    await _set_per_endpoint(request, "ms", control.set_delay)
     return web.json_response({"delays": control.delays()})
 
 
 async def _set_padding(request: web.Request) -> web.Response:
+    control = request.app[CONTROL_KEY]
+    await _set_per_endpoint(request, "chars", control.set_padding)
+    return web.json_response({"padding": control.padding()})
+
+
+async def _set_per_endpoint(
+    request: web.Request, amount: str, setter: Callable[[str | None, Any], None]
+) -> None:
+    """`{endpoint?, <amount>}`: one knob for one endpoint (or all of them), checked."""
     body = await read_json_object(request)
     endpoint = body.get("endpoint")
     if endpoint is not None and not isinstance(endpoint, str):
         raise invalid_argument("endpoint must be a string")
-    control = request.app[CONTROL_KEY]
     try:
-        control.set_padding(endpoint, body.get("chars", 0))
+        setter(endpoint, body.get(amount, 0))
     except ValueError as exc:
         raise invalid_argument(str(exc)) from exc
-    return web.json_response({"padding": control.padding()})
 
 
 async def _reset(request: web.Request) -> web.Response:
