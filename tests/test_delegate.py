@@ -256,6 +256,24 @@ async def test_tools_outside_the_parents_own_cannot_be_delegated(
     assert result.usage.model_calls == 2 and result.usage.tool_calls == 0
 
 
+def register_booking(
+    scripted_provider: ScriptedProvider, run_id: str, *child_after_booking: ScriptTurn
+) -> None:
+    """The parent delegates booking ws-101; the child books it (its write needs approval),
+    then plays `child_after_booking`."""
+    delegation = call("call_d", "delegate", task="Book ws-101.", tools=["reserve_seat"])
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[ScriptTurn(tool_calls=[delegation]), ScriptTurn(text="Booked by the helper.")],
+        )
+    )
+    booking = ScriptTurn(tool_calls=[call("call_r", "reserve_seat", **RESERVE)])
+    scripted_provider.register(
+        Script(name=f"{run_id}-child", turns=[booking, *child_after_booking])
+    )
+
+
 async def test_a_childs_write_is_a_side_effect_of_the_parent(
     client: Client,
     worker: Settings,
@@ -263,27 +281,8 @@ async def test_a_childs_write_is_a_side_effect_of_the_parent(
     example_service: ExampleService,
     run_id: str,
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        call("call_d", "delegate", task="Book ws-101.", tools=["reserve_seat"])
-                    ]
-                ),
-                ScriptTurn(text="Booked through the helper."),
-            ],
-        )
-    )
-    scripted_provider.register(
-        Script(
-            name=f"{run_id}-child",
-            turns=[
-                ScriptTurn(tool_calls=[call("call_r", "reserve_seat", **RESERVE)]),
-                ScriptTurn(text="Booked: {{call_r.reservation_id}}"),
-            ],
-        )
+    register_booking(
+        scripted_provider, run_id, ScriptTurn(text="Booked: {{call_r.reservation_id}}")
     )
     parent = await start_run(client, worker, run_id, parent_input(run_id))
     # The child asks for approval itself; the parent shows which child holds the call.
@@ -323,25 +322,7 @@ async def test_cancelling_the_parent_cancels_the_child(
     example_service: ExampleService,
     run_id: str,
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        call("call_d", "delegate", task="Book ws-101.", tools=["reserve_seat"])
-                    ]
-                ),
-                ScriptTurn(text="never reached"),
-            ],
-        )
-    )
-    scripted_provider.register(
-        Script(
-            name=f"{run_id}-child",
-            turns=[ScriptTurn(tool_calls=[call("call_r", "reserve_seat", **RESERVE)])],
-        )
-    )
+    register_booking(scripted_provider, run_id)
     parent = await start_run(client, worker, run_id, parent_input(run_id))
     child, _ = await child_waiting_for_approval(client, run_id, "call_d")
     await parent.signal("cancel", CancelRequest(reason="the user gave up"))
