@@ -119,14 +119,10 @@ async def test_a_model_call_kept_waiting_past_the_deadline_stops_the_run(
     assert "limit_reached — deadline" in result.report
 
 
-async def test_time_waiting_for_an_approval_does_not_count_against_the_deadline(
-    time_skipping: tuple[WorkflowEnvironment, Settings],
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-) -> None:
-    env, settings = time_skipping
-    scripted_provider.register(reserve_script(run_id))
+async def approval_waited_on(
+    env: WorkflowEnvironment, settings: Settings, run_id: str
+) -> WorkflowHandle[Any, AgentRunResult]:
+    """A run with the 600 s deadline whose write has waited two hours for its approver."""
     handle = await start_run(
         env.client,
         settings,
@@ -135,7 +131,19 @@ async def test_time_waiting_for_an_approval_does_not_count_against_the_deadline(
         indexed=False,
     )
     await wait_for_phase(handle, "awaiting_approval")
-    await env.sleep(HUMAN_WAIT.total_seconds())  # the approver takes two hours
+    await env.sleep(HUMAN_WAIT.total_seconds())
+    return handle
+
+
+async def test_time_waiting_for_an_approval_does_not_count_against_the_deadline(
+    time_skipping: tuple[WorkflowEnvironment, Settings],
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    env, settings = time_skipping
+    scripted_provider.register(reserve_script(run_id))
+    handle = await approval_waited_on(env, settings, run_id)
     view = await handle.query("status", result_type=RunStatusView)
     assert view.phase == "awaiting_approval"
     assert reservations(example_service) == 0
@@ -166,15 +174,7 @@ async def test_working_time_after_the_wait_still_counts(
     scripted_provider.register(
         Script(name=run_id, turns=[reserve_script(run_id).turns[0], kept_waiting()])
     )
-    handle = await start_run(
-        env.client,
-        settings,
-        run_id,
-        run_input(run_id, limits=Limits(deadline_seconds=DEADLINE)),
-        indexed=False,
-    )
-    await wait_for_phase(handle, "awaiting_approval")
-    await env.sleep(HUMAN_WAIT.total_seconds())
+    handle = await approval_waited_on(env, settings, run_id)
     await decide(handle, "call_reserve")
     result = await handle.result()
 
@@ -196,15 +196,7 @@ async def test_status_shows_the_deadline_time_left_while_a_human_decides(
 ) -> None:
     env, settings = time_skipping
     scripted_provider.register(reserve_script(run_id))
-    handle = await start_run(
-        env.client,
-        settings,
-        run_id,
-        run_input(run_id, limits=Limits(deadline_seconds=DEADLINE)),
-        indexed=False,
-    )
-    await wait_for_phase(handle, "awaiting_approval")
-    await env.sleep(HUMAN_WAIT.total_seconds())
+    handle = await approval_waited_on(env, settings, run_id)
     # Someone who may not approve this tool answers: the run wakes, refuses it, waits on.
     await decide(handle, "call_reserve", approver="intern")
     view = await wait_for_status(handle, lambda v: bool(v.refused_decisions), "the refusal")
