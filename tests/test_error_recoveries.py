@@ -37,7 +37,6 @@ from typing import Any, get_args
 import httpx2
 import openai
 import pytest
-from openai.resources.chat.completions import AsyncCompletions
 from temporalio.client import Client, WorkflowHandle
 
 from agentloop.config import Settings
@@ -186,15 +185,15 @@ def sdk_fails_after_the_answer(make: Callable[[], Exception]) -> Patch:
     mapping, the activity, the retry policy and the workflow are the real ones."""
 
     def patch(monkeypatch: pytest.MonkeyPatch, script: str) -> None:
-        real = AsyncCompletions.create
+        real = openai.AsyncOpenAI.post
 
-        async def create(self: AsyncCompletions, *args: Any, **kwargs: Any) -> Any:
+        async def post(self: openai.AsyncOpenAI, *args: Any, **kwargs: Any) -> Any:
             answer = await real(self, *args, **kwargs)
-            if kwargs.get("model") == script:
+            if (kwargs.get("body") or {}).get("model") == script:
                 raise make()
             return answer
 
-        monkeypatch.setattr(AsyncCompletions, "create", create)
+        monkeypatch.setattr(openai.AsyncOpenAI, "post", post)
 
     return patch
 

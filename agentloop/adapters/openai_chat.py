@@ -12,9 +12,11 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, AsyncStream
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from agentloop.adapters._shared import (
+    OpenAIEndpoint,
     Segment,
     ToolTurn,
     complete_openai,
@@ -309,6 +311,10 @@ def _map_usage(usage: dict[str, Any] | None) -> Usage:
 
 # --------------------------------------------------------------------------- adapter
 
+CHAT_COMPLETIONS = OpenAIEndpoint(
+    "/chat/completions", ChatCompletion, AsyncStream[ChatCompletionChunk]
+)
+
 
 class OpenAIChatAdapter:
     """`ProviderAdapter` for Chat Completions. Build the client with `max_retries=0`:
@@ -319,7 +325,8 @@ class OpenAIChatAdapter:
 
     async def complete(self, request: ModelRequest) -> ModelOutput:
         return await complete_openai(
-            self._client.chat.completions.create,
+            self._client,
+            CHAT_COMPLETIONS,
             build_request(request),
             parse_response,
             ChatStreamAssembler,

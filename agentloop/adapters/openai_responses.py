@@ -14,9 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, AsyncStream
+from openai.types.responses import Response, ResponseStreamEvent
 
 from agentloop.adapters._shared import (
+    OpenAIEndpoint,
     Segment,
     ToolTurn,
     _bounded,
@@ -379,6 +381,8 @@ class ResponsesStreamAssembler:
 
 # --------------------------------------------------------------------------- adapter
 
+RESPONSES = OpenAIEndpoint("/responses", Response, AsyncStream[ResponseStreamEvent])
+
 
 class OpenAIResponsesAdapter:
     """`ProviderAdapter` for the Responses API. Build the client with `max_retries=0`:
@@ -389,7 +393,8 @@ class OpenAIResponsesAdapter:
 
     async def complete(self, request: ModelRequest) -> ModelOutput:
         return await complete_openai(
-            self._client.responses.create,
+            self._client,
+            RESPONSES,
             build_request(request),
             parse_response,
             ResponsesStreamAssembler,
