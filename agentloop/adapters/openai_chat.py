@@ -50,7 +50,7 @@ Message = dict[str, Any]
 
 
 def build_request(request: ModelRequest) -> dict[str, Any]:
-    """Keyword arguments for `client.chat.completions.create`."""
+    """The request body for `/chat/completions`, on the wire's terms (sent as built)."""
     settings = request.settings
     kwargs: dict[str, Any] = {
         "model": request.model,

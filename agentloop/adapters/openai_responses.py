@@ -62,8 +62,8 @@ def reasons(model: str) -> bool:
 
 
 def build_request(request: ModelRequest) -> dict[str, Any]:
-    """Keyword arguments for `client.responses.create`. Nothing is stored at the provider
-    (`store: False`), so reasoning items travel back encrypted."""
+    """The request body for `/responses`, on the wire's terms (sent as built). Nothing is
+    stored at the provider (`store: False`), so reasoning items travel back encrypted."""
     settings = request.settings
     segments = group_turns(request.events)
     kwargs: dict[str, Any] = {
