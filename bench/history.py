@@ -4,12 +4,14 @@ whole transcript in every model call (computed from the same run's transcript)."
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 
 from agentloop.config import Settings
@@ -53,19 +55,30 @@ an artifact and the model sees a preview of the cap's size. (Uncapped, 100 turns
 would also pass the 1 MiB request-body limit of the scripted provider's aiohttp server.)"""
 
 
-def history_bytes_per_turn(history: WorkflowHistory) -> list[int]:
-    """Bytes of history from one `call_model` scheduled to the next (the last: to the end)."""
-    per_turn: list[int] = []
+def per_turn(history: WorkflowHistory, size: Callable[[HistoryEvent], int]) -> list[int]:
+    """`size` summed over the events from one `call_model` scheduled to the next (the last:
+    to the end); what comes before the first model call (start, describe_tools) is left out."""
+    turns: list[int] = []
     for event in history.events:
         scheduled = event.activity_task_scheduled_event_attributes
         if (
             event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
             and scheduled.activity_type.name == "call_model"
         ):
-            per_turn.append(0)
-        if per_turn:
-            per_turn[-1] += event.ByteSize()
-    return per_turn
+            turns.append(0)
+        if turns:
+            turns[-1] += size(event)
+    return turns
+
+
+def history_bytes_per_turn(history: WorkflowHistory) -> list[int]:
+    """Bytes of history per turn (`per_turn`)."""
+    return per_turn(history, lambda event: event.ByteSize())
+
+
+def history_events_per_turn(history: WorkflowHistory) -> list[int]:
+    """Events of history per turn (`per_turn`)."""
+    return per_turn(history, lambda event: 1)
 
 
 def whole_transcript_per_turn(events: list[Event]) -> list[int]:

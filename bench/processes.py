@@ -132,3 +132,46 @@ async def _stop(process: asyncio.subprocess.Process) -> None:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             await process.wait()
+
+
+@dataclass
+class WorkerProcess:
+    """A worker running in its own OS process, polling `task_queue`."""
+
+    child: Child
+    task_queue: str
+
+    @property
+    def pid(self) -> int:
+        return self.child.pid
+
+
+@asynccontextmanager
+async def agentloop_worker(
+    settings: Settings, work_dir: Path, name: str
+) -> AsyncIterator[WorkerProcess]:
+    """`python -m agentloop.worker` on task queue `name`, with its own SQLite store."""
+    env = worker_env(settings, name, work_dir / f"{name}-store.db")
+    log = work_dir / f"{name}-worker.log"
+    async with child_process(AGENTLOOP_WORKER, env, AGENTLOOP_READY, log) as child:
+        yield WorkerProcess(child, name)
+
+
+@asynccontextmanager
+async def floor_worker(
+    settings: Settings, work_dir: Path, name: str
+) -> AsyncIterator[WorkerProcess]:
+    """`python -m bench.floor_worker` (the Temporal floor) on task queue `name`."""
+    env = {**settings_env(settings), "AGENT_LOOP_TASK_QUEUE": name}
+    log = work_dir / f"{name}-floor.log"
+    async with child_process(FLOOR_WORKER, env, FLOOR_READY, log) as child:
+        yield WorkerProcess(child, name)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far, from /proc/PID/stat (clock-tick
+    resolution, 10 ms on Linux)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()  # the command name may hold spaces
+    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
+    return (utime + stime) / os.sysconf("SC_CLK_TCK")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agentloop.devstack import DevStack, DevStackPorts
-from bench import adapters, history, replay, throughput
+from bench import adapters, history, outputs, replay, thousand_turns, throughput, turns
 from bench.report import Section, render, write_json
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "latest.json"
@@ -36,6 +36,17 @@ class Plan:
     concurrency: int
     history_turns: int
     replay_turns: int
+    many_runs_levels: tuple[int, ...]
+    """Concurrent 5-turn runs, one batch per level (section 1)."""
+    output_turns: tuple[int, ...]
+    """Turn counts of the padded-output runs (section 4); must include 20 (the target)."""
+    large_output_turns: int
+    """Turns of the 1 MB-output run that must complete (section 4)."""
+    long_turns: int
+    long_continue_as_new_events: int | None
+    """Section 5; None: continue-as-new only when Temporal suggests it."""
+    overhead_turns: int = 20
+    overhead_repeats: int = 5
     adapter_turns: int = 20
     replay_repeats: int = 3
     timing_budget_seconds: float = 1.0
@@ -45,15 +56,40 @@ def plan(args: argparse.Namespace) -> Plan:
     runs = args.runs or (20 if args.short else 200)
     concurrency = args.concurrency or min(runs, 200)
     if args.short:
-        return Plan(True, runs, concurrency, 20, 20, replay_repeats=1, timing_budget_seconds=0.2)
-    return Plan(False, runs, concurrency, 100, 200)
+        return Plan(
+            True,
+            runs,
+            concurrency,
+            history_turns=20,
+            replay_turns=20,
+            many_runs_levels=(5,),
+            output_turns=(20,),
+            large_output_turns=5,
+            long_turns=30,
+            long_continue_as_new_events=120,  # crosses a few boundaries in 30 turns
+            overhead_repeats=2,
+            replay_repeats=1,
+            timing_budget_seconds=0.2,
+        )
+    return Plan(
+        False,
+        runs,
+        concurrency,
+        history_turns=100,
+        replay_turns=200,
+        many_runs_levels=(10, 50, 200),
+        output_turns=(20, 100),
+        large_output_turns=50,
+        long_turns=1000,
+        long_continue_as_new_events=None,
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.run", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--short", action="store_true", help="shrink everything (< 1 minute)")
+    parser.add_argument("--short", action="store_true", help="shrink everything (about a minute)")
     parser.add_argument(
         "--runs", type=int, default=0, help="concurrent runs (default 200; 20 short)"
     )
@@ -64,35 +100,63 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def show(section: Section, index: int) -> None:
-    print(render(section, index) + "\n", flush=True)
+def show(section: Section, index: int, seconds: float) -> None:
+    print(f"{render(section, index)}\n    ({seconds:.0f} s)\n", flush=True)
 
 
 async def measure(p: Plan) -> tuple[list[Section], int]:
-    """Every section; returns them and the number of failed runs of section 1."""
+    """Every section, printed as it is measured; returns them and the number of failed runs
+    of section 1."""
     for name in PROVIDER_ENV:  # never a real provider: everything plays the scripted one
         os.environ.pop(name, None)
     sections: list[Section] = []
+
+    clock = [time.perf_counter()]
+
+    def done(section: Section) -> None:
+        """Print `section` with the time it took (since the previous one was printed)."""
+        now = time.perf_counter()
+        sections.append(section)
+        show(section, len(sections), now - clock[0])
+        clock[0] = now
+
     with tempfile.TemporaryDirectory(prefix="agentloop-bench-") as tmp:
-        async with DevStack(DevStackPorts.free(), state_dir=Path(tmp), quiet=True) as stack:
+        work = Path(tmp)
+        async with DevStack(DevStackPorts.free(), state_dir=work, quiet=True) as stack:
             assert stack.client is not None and stack.scripted_provider is not None
+            assert stack.example_service is not None
             client, settings, provider = stack.client, stack.settings, stack.scripted_provider
             one = await throughput.measure(
-                client, settings, provider, p.runs, p.concurrency, Path(tmp)
+                client, settings, provider, p.runs, p.concurrency, work, p.many_runs_levels
             )
-            sections.append(one.section)
-            show(one.section, 1)
-            sections.append(
-                await history.measure(client, settings, provider, Path(tmp), p.history_turns)
+            done(one.section)
+            done(
+                await turns.measure(
+                    client, settings, provider, work, p.overhead_turns, p.overhead_repeats
+                )
             )
-            show(sections[-1], 2)
+            done(await history.measure(client, settings, provider, work, p.history_turns))
+            done(
+                await outputs.measure(
+                    client,
+                    settings,
+                    provider,
+                    stack.example_service,
+                    work,
+                    p.output_turns,
+                    p.large_output_turns,
+                )
+            )
+            done(
+                await thousand_turns.measure(
+                    client, settings, provider, work, p.long_turns, p.long_continue_as_new_events
+                )
+            )
             long = await replay.record_long(client, settings, provider, p.replay_turns)
             requests = await adapters.record_requests(client, settings, provider, p.adapter_turns)
     # Timed with the stack stopped: no worker, server or provider competes for the CPU.
-    sections.append(await replay.measure(long, one.two_turn_history, p.replay_repeats))
-    show(sections[-1], 3)
-    sections.append(await adapters.measure(requests, p.adapter_turns, p.timing_budget_seconds))
-    show(sections[-1], 4)
+    done(await replay.measure(long, one.two_turn_history, p.replay_repeats))
+    done(await adapters.measure(requests, p.adapter_turns, p.timing_budget_seconds))
     return sections, one.failures
 
 

@@ -1,6 +1,7 @@
-"""[1] Many concurrent 2-turn runs: failures, wall time, runs/s and the worker's RSS growth per
-concurrent run, against the Temporal floor (no-op activities) on the same dev server, in the
-same run. Both workers run in their own OS process, so the RSS figure is the worker's own."""
+"""[1] Many concurrent runs: 2-turn runs (failures, wall time, runs/s and the worker's RSS
+growth per concurrent run), then 5-turn runs at several concurrencies (runs/s and RSS growth),
+each against the Temporal floor (no-op activities) on the same dev server, in the same run.
+Every worker runs in its own OS process, so the RSS figure is the worker's own."""
 
 from __future__ import annotations
 
@@ -17,21 +18,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 
 from agentloop.config import Settings
-from agentloop.contract import WORKFLOW_NAME, AgentRunResult
+from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult
 from agentloop.demo.scripted_provider.server import ScriptedProvider
 from bench.floor import FLOOR_WORKFLOW
 from bench.memory import PeakSampler
-from bench.processes import (
-    AGENTLOOP_READY,
-    AGENTLOOP_WORKER,
-    FLOOR_READY,
-    FLOOR_WORKER,
-    child_process,
-    settings_env,
-    worker_env,
-)
+from bench.processes import agentloop_worker, floor_worker
 from bench.report import Figure, Section, ratio
-from bench.scripts import travel_input, travel_script
+from bench.scripts import long_input, travel_input, travel_script, weather_script
 
 REFERENCE_RUNS_PER_SECOND = 6.5
 """The OpenAI Agents SDK on Temporal, same 2-turn case, measured earlier on this machine."""
@@ -116,11 +109,16 @@ async def run_batch(runs: int, concurrency: int, run_one: RunOne, worker_pid: in
     )
 
 
-def agentloop_runner(client: Client, task_queue: str, prefix: str) -> RunOne:
+def agentloop_runner(
+    client: Client, task_queue: str, prefix: str, run_input: AgentRunInput | None = None
+) -> RunOne:
+    """Runs of `run_input` (default: the 2-turn travel run), workflow ids `prefix-i`."""
+    played = run_input or travel_input()
+
     async def run_one(i: int) -> bool:
         handle = await client.start_workflow(
             WORKFLOW_NAME,
-            travel_input(),
+            played,
             id=f"{prefix}-{i}",
             task_queue=task_queue,
             result_type=AgentRunResult,
@@ -141,12 +139,14 @@ def floor_runner(client: Client, task_queue: str, prefix: str, steps: list[str])
     return run_one
 
 
-async def warm_up(client: Client, task_queue: str, prefix: str) -> WorkflowHistory:
-    """One run before measuring (imports, connections, caches); its history is the 2-turn
-    replay baseline and names the activities the floor must run."""
-    run_one = agentloop_runner(client, task_queue, prefix)
+async def warm_up(
+    client: Client, task_queue: str, prefix: str, run_input: AgentRunInput | None = None
+) -> WorkflowHistory:
+    """One run before measuring (imports, connections, caches); its history names the
+    activities the floor must run (and, for the travel run, is the 2-turn replay baseline)."""
+    run_one = agentloop_runner(client, task_queue, prefix, run_input)
     if not await run_one(0):
-        raise RuntimeError("the warm-up travel run did not complete")
+        raise RuntimeError("the warm-up run did not complete")
     return await client.get_workflow_handle(f"{prefix}-0").fetch_history()
 
 
@@ -166,6 +166,19 @@ class ThroughputResult:
     failures: int
 
 
+@dataclass
+class Level:
+    """One concurrency level of the many-runs figures: agentloop and its floor."""
+
+    runs: int
+    agentloop: Batch
+    floor: Batch
+
+
+MANY_RUNS_TOOL_TURNS = 4
+"""A 5-turn run: four weather reads, then the final answer (5 model calls)."""
+
+
 async def measure(
     client: Client,
     settings: Settings,
@@ -173,54 +186,103 @@ async def measure(
     runs: int,
     concurrency: int,
     work_dir: Path,
+    levels: tuple[int, ...] = (),
 ) -> ThroughputResult:
     """The agentloop worker (`python -m agentloop.worker`) and the floor's worker each run in
     their own OS process, so their RSS is theirs alone; this process keeps the scripted
     provider (which records every request body), the example service and the client."""
     provider.register(travel_script())
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
-    queue = f"{prefix}-agentloop"
-    env = worker_env(settings, queue, work_dir / f"{prefix}-store.db")
-    log = work_dir / f"{prefix}-worker.log"
-    async with child_process(AGENTLOOP_WORKER, env, AGENTLOOP_READY, log) as worker:
+    async with agentloop_worker(settings, work_dir, f"{prefix}-agentloop") as worker:
+        queue = worker.task_queue
         history = await warm_up(client, queue, f"{prefix}-warm")
         agentloop = await run_batch(
             runs, concurrency, agentloop_runner(client, queue, prefix), worker.pid
         )
         if agentloop.failures:
-            print(f"    agentloop worker log (tail):\n{worker.log_tail()}", file=sys.stderr)
+            print(f"    agentloop worker log (tail):\n{worker.child.log_tail()}", file=sys.stderr)
     matched = activity_types(history)
     two = ["call_model", "run_tool"]
-    floor_queue = f"{prefix}-floor"
-    env = {**settings_env(settings), "AGENT_LOOP_TASK_QUEUE": floor_queue}
-    log = work_dir / f"{prefix}-floor.log"
-    async with child_process(FLOOR_WORKER, env, FLOOR_READY, log) as floor_worker:
-        await floor_runner(client, floor_queue, f"{prefix}-floor-warm", matched)(0)
+    async with floor_worker(settings, work_dir, f"{prefix}-floor") as floor_process:
+        queue = floor_process.task_queue
+        await floor_runner(client, queue, f"{prefix}-floor-warm", matched)(0)
         floor = await run_batch(
             runs,
             concurrency,
-            floor_runner(client, floor_queue, f"{prefix}-floor", matched),
-            floor_worker.pid,
+            floor_runner(client, queue, f"{prefix}-floor", matched),
+            floor_process.pid,
         )
         floor_two = await run_batch(
             runs,
             concurrency,
-            floor_runner(client, floor_queue, f"{prefix}-floor2", two),
-            floor_worker.pid,
+            floor_runner(client, queue, f"{prefix}-floor2", two),
+            floor_process.pid,
         )
+    measured = [await many_runs(client, settings, provider, work_dir, n) for n in levels]
     violations = len(provider.violations)
     provider.reset()
     section = Section(
         key="throughput",
-        title=f"throughput and memory: {runs} 2-turn travel runs, concurrency {concurrency}",
+        title=f"throughput and memory: {runs} 2-turn travel runs, concurrency {concurrency}"
+        + (f"; {'/'.join(map(str, levels))} concurrent 5-turn runs" if levels else ""),
         baseline=(
             f"Temporal floor measured in this run on the same dev server: {runs} workflows of "
             f"{len(matched)} no-op activities ({', '.join(matched)}, as AgentRun schedules), "
-            "its worker in its own process too"
+            "its worker in its own process too; for the 5-turn runs, as many floor workflows "
+            "of the 5-turn run's activities, each level on fresh workers"
         ),
     )
     section.add(*figures(agentloop, floor, floor_two, violations, len(two)))
-    return ThroughputResult(section, history, agentloop.failures + floor.failures + violations)
+    for level in measured:
+        section.add(*level_figures(level))
+    failures = agentloop.failures + floor.failures + violations
+    failures += sum(level.agentloop.failures + level.floor.failures for level in measured)
+    return ThroughputResult(section, history, failures)
+
+
+async def many_runs(
+    client: Client, settings: Settings, provider: ScriptedProvider, work_dir: Path, runs: int
+) -> Level:
+    """`runs` 5-turn runs all at once on a fresh agentloop worker, then as many floor workflows
+    of the same activities on a fresh floor worker: fresh, so what an earlier level left in a
+    worker (grown heap, cached workflows) does not hide this level's RSS growth."""
+    prefix = f"bench-many{runs}-{uuid.uuid4().hex[:8]}"
+    script = weather_script(prefix, MANY_RUNS_TOOL_TURNS)
+    provider.register(script)
+    run_input = long_input(script, ["get_weather"])
+    async with agentloop_worker(settings, work_dir, prefix) as worker:
+        history = await warm_up(client, worker.task_queue, f"{prefix}-warm", run_input)
+        runner = agentloop_runner(client, worker.task_queue, prefix, run_input)
+        agentloop = await run_batch(runs, runs, runner, worker.pid)
+    steps = activity_types(history)
+    async with floor_worker(settings, work_dir, f"{prefix}-floor") as floor_process:
+        floor_run = floor_runner(client, floor_process.task_queue, f"{prefix}-floor", steps)
+        await floor_run(runs)  # warm-up: an id the batch does not use
+        floor = await run_batch(runs, runs, floor_run, floor_process.pid)
+    return Level(runs, agentloop, floor)
+
+
+def level_figures(level: Level) -> list[Figure]:
+    ours, floor = level.agentloop, level.floor
+    name = f"5-turn runs, {level.runs} concurrent:"
+    mib, floor_mib = ours.worker_mib_per_run, floor.worker_mib_per_run
+    return [
+        Figure(f"{name} failed", ours.failures, floor.failures),
+        Figure(
+            f"{name} runs/s",
+            ours.runs_per_second,
+            floor.runs_per_second,
+            ratio(ours.runs_per_second, floor.runs_per_second),
+        ),
+        Figure(
+            f"{name} worker RSS growth/run (MiB)",
+            mib,
+            floor_mib,
+            ratio(mib, floor_mib),
+            f"{ours.worker.start_mib:.0f} -> {ours.worker.peak_mib:.0f} MiB; issue #7 target "
+            f"at 200: < {TARGET_WORKER_MIB_PER_RUN}",
+        ),
+    ]
 
 
 def figures(

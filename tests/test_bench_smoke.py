@@ -24,11 +24,21 @@ SECTIONS = {
             "runs/s",
             "worker RSS growth per concurrent run",
             "combined RSS growth per concurrent run",
+            "5-turn runs, ",
         ],
     ),
-    2: ("history growth", ["bytes/turn", "total history bytes"]),
-    3: ("replay", ["replay seconds", "seconds per model call"]),
-    4: ("adapter CPU", ["openai-chat", "openai-responses", "anthropic"]),
+    2: ("turn overhead", ["per-turn wall", "run wall", "worker CPU per turn"]),
+    3: ("history growth", ["bytes/turn", "total history bytes"]),
+    4: (
+        "history by tool-output size",
+        ["1 KB x", "100 KB x", "1 MB x", "20 turns of 100 KB outputs: total history bytes"],
+    ),
+    5: (
+        "long run",
+        ["wall time", "total history bytes", "history events", "continue-as-new count"],
+    ),
+    6: ("replay", ["replay seconds", "seconds per model call"]),
+    7: ("adapter CPU", ["openai-chat", "openai-responses", "anthropic"]),
 }
 NUMBER = re.compile(r"\d")
 
@@ -67,7 +77,10 @@ def test_the_short_benchmark_prints_every_figure(tmp_path: Path) -> None:
     document = json.loads(json_path.read_text())
     assert [s["key"] for s in document["sections"]] == [
         "throughput",
+        "turn_overhead",
         "history",
+        "history_by_output_size",
+        "long_run",
         "replay",
         "adapters",
     ]

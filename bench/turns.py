@@ -1,0 +1,132 @@
+"""[2] Turn overhead: a K-turn run (zero-latency scripted model, one weather read per turn),
+wall time and worker CPU per turn, against the Temporal floor: a trivial workflow running the
+same activities as no-ops, on the same dev server, in the same run. Both workers run in their
+own OS process; their CPU time is read from /proc/PID/stat around each run."""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from temporalio.client import Client
+
+from agentloop.config import Settings
+from agentloop.demo.scripted_provider.server import ScriptedProvider
+from bench.processes import WorkerProcess, agentloop_worker, cpu_seconds, floor_worker
+from bench.report import Figure, Section, ratio
+from bench.scripts import long_input, weather_script
+from bench.throughput import activity_types, agentloop_runner, floor_runner, warm_up
+
+TARGET_OVERHEAD = 1.3
+"""Issue #7: per-turn time <= 1.3 x (2 x the per-activity floor)."""
+TARGET_CPU_MS_PER_TURN = 12.0
+
+
+@dataclass
+class Sample:
+    """One run, timed: wall seconds, and CPU seconds its worker process used meanwhile."""
+
+    wall_seconds: float
+    cpu_seconds: float
+
+
+async def timed(run_one: Callable[[int], Awaitable[bool]], i: int, worker: WorkerProcess) -> Sample:
+    cpu_before = cpu_seconds(worker.pid)
+    started = time.perf_counter()
+    if not await run_one(i):
+        raise RuntimeError(f"timed run {i} on {worker.task_queue} did not complete")
+    wall = time.perf_counter() - started
+    return Sample(wall, cpu_seconds(worker.pid) - cpu_before)
+
+
+def median_wall(samples: list[Sample]) -> float:
+    return statistics.median(s.wall_seconds for s in samples)
+
+
+def median_cpu(samples: list[Sample]) -> float:
+    return statistics.median(s.cpu_seconds for s in samples)
+
+
+async def measure(
+    client: Client,
+    settings: Settings,
+    provider: ScriptedProvider,
+    work_dir: Path,
+    turns: int,
+    repeats: int,
+) -> Section:
+    """`repeats` K-turn runs and as many floor workflows, one at a time and alternating (so
+    drift in the machine's load hits both alike); medians."""
+    prefix = f"bench-turns-{uuid.uuid4().hex[:8]}"
+    script = weather_script(prefix, turns)
+    provider.register(script)
+    run_input = long_input(script, ["get_weather"])
+    async with (
+        agentloop_worker(settings, work_dir, prefix) as worker,
+        floor_worker(settings, work_dir, f"{prefix}-floor") as floor_process,
+    ):
+        history = await warm_up(client, worker.task_queue, f"{prefix}-warm", run_input)
+        steps = activity_types(history)
+        run_agentloop = agentloop_runner(client, worker.task_queue, prefix, run_input)
+        run_floor = floor_runner(client, floor_process.task_queue, f"{prefix}-floor", steps)
+        await run_floor(repeats)  # warm-up: an id the timed runs do not use
+        ours: list[Sample] = []
+        floor: list[Sample] = []
+        for i in range(repeats):
+            ours.append(await timed(run_agentloop, i, worker))
+            floor.append(await timed(run_floor, i, floor_process))
+    violations = len(provider.violations)
+    provider.reset()
+    if violations:
+        raise RuntimeError(f"the scripted provider saw {violations} protocol violation(s)")
+    return section(turns, len(steps), repeats, ours, floor)
+
+
+def section(
+    turns: int, activities: int, repeats: int, ours: list[Sample], floor: list[Sample]
+) -> Section:
+    per_activity = median_wall(floor) / activities
+    per_turn = median_wall(ours) / turns
+    two_floors = 2 * per_activity
+    cpu_ms, floor_cpu_ms = 1000 * median_cpu(ours) / turns, 1000 * median_cpu(floor) / turns
+    result = Section(
+        key="turn_overhead",
+        title=(
+            f"turn overhead: a {turns}-turn run, zero-latency scripted model, one get_weather "
+            f"read per turn ({activities} activities), median of {repeats}"
+        ),
+        baseline=(
+            f"Temporal floor in this run on the same dev server: a workflow running the same "
+            f"{activities} activities as no-ops; per-activity floor = its wall / {activities}; "
+            "both workers in their own process, CPU from /proc/PID/stat (10 ms ticks)"
+        ),
+    )
+    result.add(
+        Figure(
+            "per-turn wall (ms) vs 2 x activity floor",
+            1000 * per_turn,
+            1000 * two_floors,
+            ratio(per_turn, two_floors),
+            f"run wall / {turns} turns (its describe_tools and final model call included); "
+            f"issue #7 target: <= {TARGET_OVERHEAD}x",
+        ),
+        Figure(
+            "run wall (s), same activities",
+            median_wall(ours),
+            median_wall(floor),
+            ratio(median_wall(ours), median_wall(floor)),
+        ),
+        Figure(
+            "worker CPU per turn (ms)",
+            cpu_ms,
+            floor_cpu_ms,
+            ratio(cpu_ms, floor_cpu_ms),
+            "python -m agentloop.worker process, utime + stime; baseline: the floor worker; "
+            f"issue #7 target: <= {TARGET_CPU_MS_PER_TURN:.0f} ms",
+        ),
+    )
+    return result
