@@ -19,6 +19,8 @@ ROOT = ""
 """The head of an empty transcript."""
 
 _EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+_NODE_ADAPTER: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+"""Built once: building a TypeAdapter costs more than the parse it does (per node, per call)."""
 
 
 TRANSPORT_FIELDS = frozenset({"content_ref"})
@@ -50,5 +52,5 @@ def append(head: str, events: Sequence[Event]) -> tuple[str, list[tuple[str, str
 
 def parse_node(text: str) -> tuple[Event, str]:
     """A stored node back into `(event, parent key)`."""
-    body = TypeAdapter(dict[str, Any]).validate_json(text)
+    body = _NODE_ADAPTER.validate_json(text)
     return _EVENT_ADAPTER.validate_python(body["event"]), body.get("parent") or ROOT
