@@ -12,8 +12,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
-from openai import AsyncOpenAI, AsyncStream
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai import AsyncOpenAI
+from openai.types.chat import ChatCompletion
 
 from agentloop.adapters._shared import (
     OpenAIEndpoint,
@@ -311,9 +311,7 @@ def _map_usage(usage: dict[str, Any] | None) -> Usage:
 
 # --------------------------------------------------------------------------- adapter
 
-CHAT_COMPLETIONS = OpenAIEndpoint(
-    "/chat/completions", ChatCompletion, AsyncStream[ChatCompletionChunk]
-)
+CHAT_COMPLETIONS = OpenAIEndpoint("/chat/completions", ChatCompletion)
 
 
 class OpenAIChatAdapter:

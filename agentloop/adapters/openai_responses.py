@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
-from openai import AsyncOpenAI, AsyncStream
-from openai.types.responses import Response, ResponseStreamEvent
+from openai import AsyncOpenAI
+from openai.types.responses import Response
 
 from agentloop.adapters._shared import (
     OpenAIEndpoint,
@@ -381,7 +381,7 @@ class ResponsesStreamAssembler:
 
 # --------------------------------------------------------------------------- adapter
 
-RESPONSES = OpenAIEndpoint("/responses", Response, AsyncStream[ResponseStreamEvent])
+RESPONSES = OpenAIEndpoint("/responses", Response)
 
 
 class OpenAIResponsesAdapter:
