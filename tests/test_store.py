@@ -41,6 +41,7 @@ from agentloop.store import (
 )
 from agentloop.store import _walk_chain as walk_chain
 from agentloop.store.base import mask_url
+from agentloop.store.chains import TranscriptCache
 from agentloop.store.postgres import PostgresStore
 from agentloop.store.transcript import append, parse_node
 
@@ -445,3 +446,23 @@ def test_a_field_added_later_with_its_default_does_not_change_node_keys() -> Non
     old, _ = chain(ROOT, [ToolResult(call_id="c1", content="x")])
     new, _ = chain(ROOT, [ToolResultV2(call_id="c1", content="x")])  # type: ignore[list-item]
     assert old == new
+
+
+async def test_a_workers_transcript_cache_parses_only_what_is_new(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'chains.db'}")
+    try:
+        first = [UserInput(text="q"), ModelOutput(stop="final", text="a")]
+        head, nodes = append(ROOT, first)
+        await store.put_nodes(nodes)
+        cache = TranscriptCache(size=1)
+        assert await cache.load(store, head) == first  # not kept yet: from the store
+        cache.keep(head, first)
+        assert await cache.load(store, head) is first  # kept: not parsed again
+        # Taken out on load (the run moves on); the least recently kept goes first.
+        cache.keep("sha256:a", [])
+        cache.keep("sha256:b", [UserInput(text="b")])
+        with pytest.raises(StoreError):
+            await cache.load(store, "sha256:a")
+        assert await cache.load(store, "sha256:b") == [UserInput(text="b")]
+    finally:
+        await store.close()

@@ -14,7 +14,8 @@ from agentloop.adapters.base import ModelRequest, ProviderError
 from agentloop.audit import audit
 from agentloop.context import budget_chars, fit, size
 from agentloop.pricing import PriceTable
-from agentloop.store import Store, StoreError, load_transcript, with_contents
+from agentloop.store import Store, StoreError, with_contents
+from agentloop.store.chains import TranscriptCache
 from agentloop.store.transcript import append
 
 
@@ -23,13 +24,14 @@ class ModelActivities:
         self, store: Store, adapters: AdapterFactory, prices: PriceTable | None = None
     ) -> None:
         self._store = store
+        self._transcripts = TranscriptCache()
         self._adapters = adapters
         self._prices = prices or PriceTable()
 
     @activity.defn(name="call_model")
     async def call_model(self, request: CallModelInput) -> CallModelResult:
         try:
-            history = await load_transcript(self._store, request.head)
+            history = await self._transcripts.load(self._store, request.head)
             new_events = await with_contents(self._store, request.new_events)
         except StoreError as exc:
             _audit_failure(request, "transcript_missing", retryable=False)
@@ -66,6 +68,7 @@ class ModelActivities:
             raise
         head, nodes = append(head, [output])
         await self._store.put_nodes(nodes)
+        self._transcripts.keep(head, [*history, *new_events, output])
         cost = self._prices.cost(output.provider_ref.model or request.model, output.usage)
         ref = output.provider_ref
         # Ids, counts and classes only: never the model's text, reasoning or raw items.
