@@ -9,6 +9,7 @@ never only from what a summary kept."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from agentloop.digests import canonical_json
 from agentloop.events import Event, ModelOutput, StateUpdate, ToolResult
@@ -68,12 +69,20 @@ def size(event: Event) -> int:
     return len(canonical_json(event.model_dump(mode="json")))
 
 
-def fit(events: list[Event], limit_chars: int | None, facts: list[str]) -> list[Event]:
+@dataclass(frozen=True)
+class Fitted:
+    events: list[Event]
+    """What the model is sent."""
+    chars: int
+    """Their size as `size` measures it, counted once here: the token ratio's numerator."""
+
+
+def fit(events: list[Event], limit_chars: int | None, facts: list[str]) -> Fitted:
     """`events` as sent to the model: unchanged when they fit, else older results elided and
     the run-state facts restated at the end."""
     total = sum(size(event) for event in events)
     if limit_chars is None or total <= limit_chars:
-        return events
+        return Fitted(events, total)
     last_output = max((i for i, e in enumerate(events) if isinstance(e, ModelOutput)), default=-1)
     fitted = list(events)
     for index, event in enumerate(events[:last_output]):
@@ -84,14 +93,14 @@ def fit(events: list[Event], limit_chars: int | None, facts: list[str]) -> list[
             total -= size(event) - size(stub)
             fitted[index] = stub
     if facts:
-        fitted.append(
-            StateUpdate(
-                kind="facts",
-                text="Earlier tool results were shortened to fit your context. Facts from run "
-                "state, which stay true: " + "; ".join(facts),
-            )
+        note = StateUpdate(
+            kind="facts",
+            text="Earlier tool results were shortened to fit your context. Facts from run "
+            "state, which stay true: " + "; ".join(facts),
         )
-    return fitted
+        fitted.append(note)
+        total += size(note)
+    return Fitted(fitted, total)
 
 
 def _elided(result: ToolResult) -> str:

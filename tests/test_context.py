@@ -29,13 +29,13 @@ def turn(i: int, chars: int) -> list[Any]:
 
 def test_what_fits_is_sent_unchanged() -> None:
     events = [UserInput(text="q"), *turn(1, 1000)]
-    assert fit(events, 100_000, ["x"]) == events
-    assert fit(events, None, ["x"]) == events
+    assert fit(events, 100_000, ["x"]).events == events
+    assert fit(events, None, ["x"]).events == events
 
 
 def test_oldest_results_give_way_first_and_the_current_ones_stay_whole() -> None:
     events = [UserInput(text="q"), *turn(1, 5000), *turn(2, 5000), *turn(3, 5000)]
-    fitted = fit(events, 9_000, ["send_reply c0 was approved by lead"])
+    fitted = fit(events, 9_000, ["send_reply c0 was approved by lead"]).events
     results = [e for e in fitted if isinstance(e, ToolResult)]
     first = json.loads(results[0].content)
     assert first["elided"] and first["total_chars"] == 5000

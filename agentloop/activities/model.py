@@ -12,7 +12,7 @@ from agentloop.activities.messages import CallModelInput, CallModelResult
 from agentloop.adapters import AdapterFactory
 from agentloop.adapters.base import ModelRequest, ProviderError
 from agentloop.audit import audit
-from agentloop.context import budget_chars, fit, size
+from agentloop.context import budget_chars, fit
 from agentloop.pricing import PriceTable
 from agentloop.store import Store, StoreError, with_contents
 from agentloop.store.chains import TranscriptCache
@@ -51,7 +51,7 @@ class ModelActivities:
         model_request = ModelRequest(
             provider=request.provider,
             model=request.model,
-            events=sent,
+            events=sent.events,
             tools=request.tools,
             settings=request.settings,
         )
@@ -91,7 +91,7 @@ class ModelActivities:
             head=head,
             output=output,
             cost_usd=cost,
-            request_chars=sum(size(event) for event in sent),
+            request_chars=sent.chars,
         )
 
 
