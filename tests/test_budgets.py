@@ -108,20 +108,16 @@ def test_children_starting_together_share_what_is_left_fairly() -> None:
     left = budgets.limits_left(limits, usage, T0, T0.replace(second=30))
     common = {"children": 2, "unstarted_calls": 2, "tools_left": {"get_weather": 3}}
 
-    fair = budgets.child_limits(limits, usage, left, **common)
+    fair = budgets.child_limits(left, **common)
     # 10 - 3 used - 1 kept for the parent = 6 model calls; 20 - 4 - 2 unstarted = 14 tool calls.
     assert (fair.max_model_calls, fair.max_tool_calls) == (3, 7)
     # Tokens and cost: the parent keeps a share of its own for its next call.
     assert fair.max_total_tokens == 2_000 and fair.max_cost_usd == pytest.approx(0.8 / 3)
     assert fair.deadline_seconds == pytest.approx(570) and fair.per_tool == {"get_weather": 1}
     # Two slices never add up past what is left, whatever a child asks for.
-    greedy = budgets.child_limits(
-        limits, usage, left, **common, requested_model_calls=9, requested_tool_calls=50
-    )
+    greedy = budgets.child_limits(left, **common, requested_model_calls=9, requested_tool_calls=50)
     assert (greedy.max_model_calls, greedy.max_tool_calls) == (3, 7)
-    modest = budgets.child_limits(
-        limits, usage, left, **common, requested_model_calls=1, requested_tool_calls=0
-    )
+    modest = budgets.child_limits(left, **common, requested_model_calls=1, requested_tool_calls=0)
     assert (modest.max_model_calls, modest.max_tool_calls) == (1, 0)
 
 

@@ -46,11 +46,17 @@ def tool_batch_blocked(
         )
     wanted = Counter(batch)
     for tool, count in sorted(wanted.items()):
-        caps = [limits.per_tool.get(tool), (tool_caps or {}).get(tool)]
-        cap = min((c for c in caps if c is not None), default=None)
+        cap = tool_cap(limits, tool, (tool_caps or {}).get(tool))
         if cap is not None and used_per_tool[tool] + count > cap:
             return f"per_tool: {tool} used {used_per_tool[tool]} of {cap}, the batch needs {count}"
     return None
+
+
+def tool_cap(limits: Limits, tool: str, own_cap: int | None) -> int | None:
+    """The calls a run may make of `tool`: the lower of the run's `per_tool` limit and the
+    tool's own per-run cap (None: uncapped)."""
+    caps = [limits.per_tool.get(tool), own_cap]
+    return min((c for c in caps if c is not None), default=None)
 
 
 def limits_left(limits: Limits, usage: Usage, started_at: datetime, now: datetime) -> LimitsLeft:
@@ -85,8 +91,6 @@ def children_blocked(limits: Limits, usage: Usage, children: int) -> str | None:
 
 
 def child_limits(
-    limits: Limits,
-    usage: Usage,
     left: LimitsLeft,
     *,
     children: int,
@@ -100,7 +104,7 @@ def child_limits(
     this batch already reserved but not yet started; `tools_left`, what each capped tool may
     still be called. The child's usage is charged back to this run when it ends, so the
     slices never add up past the limits."""
-    model_calls = (limits.max_model_calls - usage.model_calls - 1) // children
+    model_calls = (left.model_calls - 1) // children
     tool_calls = max(0, left.tool_calls - unstarted_calls) // children
     # What the parent's own next call will cost is not known: it keeps a child's share.
     shares = children + 1

@@ -562,8 +562,6 @@ def record_delegations_started(
     for call in calls:
         tools = list(dict.fromkeys(call.arguments.get("tools", [])))
         limits = budgets.child_limits(
-            parent.limits,
-            state.usage,
             left,
             children=len(calls),
             unstarted_calls=len(batch.writes),
@@ -597,8 +595,7 @@ def _tools_left(state: LoopState, tools: list[str], batch: Batch) -> dict[str, i
     coming = Counter(state.calls[c].tool for c in batch.writes)
     left: dict[str, int] = {}
     for tool in tools:
-        caps = [state.run_input.limits.per_tool.get(tool), state.tools[tool].max_calls_per_run]
-        cap = min((c for c in caps if c is not None), default=None)
+        cap = budgets.tool_cap(state.run_input.limits, tool, state.tools[tool].max_calls_per_run)
         if cap is not None:
             left[tool] = cap - used[tool] - coming[tool]
     return left
