@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -327,3 +328,29 @@ def test_a_broken_tool_is_internal_and_not_worth_retrying_in_runs_that_tell_clas
     state.features = ["stall-detection"]
     old = loop.failed_result(state, call("c4", "get_weather"), WEATHER, "boom", "internal")
     assert (old.error_class, old.retryable) == ("transient", True)
+
+
+def test_a_childs_long_answer_is_cut_to_the_delegate_tools_cap() -> None:
+    from agentloop.contract import AgentRunResult
+    from agentloop.tools.delegate import delegate
+
+    state = LoopState.start(
+        AgentRunInput.model_validate(
+            {"task": "t", "provider": "openai-chat", "model": "m", "tools": ["delegate"]}
+        ),
+        [delegate.spec],
+        T0,
+        workflow_id="wf",
+    )
+    model_turn(state, tool_output(call("c1", "delegate", task="summarise", tools=[])))
+    step = loop.decide(state, T0)
+    assert isinstance(step, RunTools)
+    loop.record_calls_started(state, step)
+    loop.record_delegations_started(state, step, T0)
+    answer = "x" * 50_000
+    child = AgentRunResult(status="completed", stop_reason="final answer", output=answer)
+    result = loop.record_child_run(state, step.calls[0][0], child)
+    assert len(result.content) <= delegate.spec.max_result_chars
+    report = json.loads(result.content)
+    assert report["output"].startswith("x" * 1_000) and "truncated" in report["output"]
+    assert (report["status"], result.status, result.call_id) == ("completed", "succeeded", "c1")

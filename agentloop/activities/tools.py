@@ -14,7 +14,14 @@ from agentloop.audit import audit
 from agentloop.digests import args_digest
 from agentloop.events import ToolResult
 from agentloop.store import stored_by_reference
-from agentloop.tools.contract import Outcome, OutcomeUnknown, ToolContext, ToolError, ToolSpec
+from agentloop.tools.contract import (
+    Outcome,
+    OutcomeUnknown,
+    ToolContext,
+    ToolError,
+    ToolSpec,
+    bounded,
+)
 from agentloop.tools.registry import ToolRegistry, UnknownToolError
 
 
@@ -238,11 +245,3 @@ def _failure(request: RunToolInput, spec: ToolSpec, error_class: str, message: s
 
 def _to_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-def bounded(text: str, limit: int) -> str:
-    """Tool output the model sees never exceeds the tool's cap."""
-    if len(text) <= limit:
-        return text
-    marker = f"\n[truncated: showing {limit} of {len(text)} characters]"
-    return text[: max(0, limit - len(marker))] + marker

@@ -64,6 +64,14 @@ class ToolSpec(BaseModel):
         return self.action or self.name
 
 
+def bounded(text: str, limit: int) -> str:
+    """Tool output the model sees never exceeds the tool's cap."""
+    if len(text) <= limit:
+        return text
+    marker = f"\n[truncated: showing {limit} of {len(text)} characters]"
+    return text[: max(0, limit - len(marker))] + marker
+
+
 class ToolError(Exception):
     """A failure the tool understands: reported to the model as a result, not raised further.
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -46,7 +47,7 @@ from agentloop.policies.approval import PendingApproval
 from agentloop.policies.progress import TurnFingerprint
 from agentloop.policies.validation import Allowed, Refused, schema_problems, validate_call
 from agentloop.store.transcript import ROOT
-from agentloop.tools.contract import BUILTIN_TOOLS, DELEGATE, Outcome, ToolSpec
+from agentloop.tools.contract import BUILTIN_TOOLS, DELEGATE, Outcome, ToolSpec, bounded
 
 FEATURES = ("stall-detection", "tool-error-classes")
 """Patch ids of behaviours that change what an existing run would do (see `features`)."""
@@ -97,6 +98,10 @@ class Delegation(BaseModel):
             input_tokens=self.limits.max_total_tokens or 0,
             cost_usd=self.limits.max_cost_usd or 0.0,
         )
+
+
+def started_per_tool(calls: Iterable[CallRecord]) -> Counter[str]:
+    return Counter(r.tool for r in calls if r.attempts > 0)
 
 
 def _add(total: Usage, more: Usage) -> None:
@@ -235,7 +240,7 @@ class LoopState(BaseModel):
 
     def used_per_tool(self) -> Counter[str]:
         """Calls started per tool, the child runs' included."""
-        used = Counter(r.tool for r in self.calls.values() if r.attempts > 0)
+        used = started_per_tool(self.calls.values())
         for delegation in self.delegations.values():
             used.update(delegation.tools_used)
         return used
@@ -614,7 +619,7 @@ def record_child_run(state: LoopState, call: ToolCall, result: AgentRunResult | 
         delegation.status = result.status
         delegation.stop_reason = result.stop_reason
         delegation.usage = result.usage
-        delegation.tools_used = dict(Counter(r.tool for r in result.calls if r.attempts > 0))
+        delegation.tools_used = dict(started_per_tool(result.calls))
         delegation.side_effects = result.side_effects
     _add(state.usage, delegation.usage)
     report = {
@@ -648,12 +653,11 @@ _CHILD_ERROR_CLASSES: dict[str, ErrorClass] = {
 
 
 def _bounded(output: Any, spec: ToolSpec) -> Any:
-    """A child's answer, cut to what this run's model may be sent of a tool result."""
+    """A child's answer, cut to what this run's model may be sent of a tool result (the rest
+    of the report takes the other 1,000 characters)."""
     text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
     limit = spec.max_result_chars - 1_000
-    if output is None or len(text) <= limit:
-        return output
-    return text[:limit] + f" [... {len(text) - limit} more characters in the child run's result]"
+    return output if output is None or len(text) <= limit else bounded(text, limit)
 
 
 def _own_artifact(state: LoopState, call: ToolCall) -> Refused | None:
