@@ -36,8 +36,6 @@ class ModelActivities:
         except StoreError as exc:
             _audit_failure(request, "transcript_missing", retryable=False)
             raise ApplicationError(str(exc), type="TranscriptMissing", non_retryable=True) from exc
-        head, nodes = append(request.head, new_events)
-        await self._store.put_nodes(nodes)
         sent = fit(
             [*history, *new_events],
             budget_chars(
@@ -66,7 +64,9 @@ class ModelActivities:
             # Not classified by the adapter: Temporal retries it like any activity failure.
             _audit_failure(request, type(exc).__name__, retryable=True)
             raise
-        head, nodes = append(head, [output])
+        # One write for the turn, once the answer is in: the workflow moves its head only on
+        # this activity's result, so a failed or retried call leaves nothing it needs unwritten.
+        head, nodes = append(request.head, [*new_events, output])
         await self._store.put_nodes(nodes)
         self._transcripts.keep(head, [*history, *new_events, output])
         cost = self._prices.cost(output.provider_ref.model or request.model, output.usage)
