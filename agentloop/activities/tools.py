@@ -85,7 +85,8 @@ class ToolActivities:
     async def run_tool(self, request: RunToolInput) -> ToolResult:
         tool = self._registry.get(request.tool)
         try:
-            async with keep_heartbeating():
+            # A local activity has no heartbeat: the workflow task it runs in is its lease.
+            async with keep_heartbeating(enabled=not activity.info().is_local):
                 value = await tool.handler(request.arguments, self._context(request))
         except ToolError as exc:
             if tool.spec.effect == "write" and (isinstance(exc, OutcomeUnknown) or exc.retryable):

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Effect = Literal["read", "write"]
 
@@ -18,6 +18,12 @@ DEFAULT_MAX_RESULT_CHARS = 8_000
 
 BUILTIN_TOOLS = ("read_artifact", "ask_user")
 """Tools every run may call without naming them in its `tools`."""
+
+LOCAL_MAX_TIMEOUT_SECONDS = 10.0
+"""A local read runs inside a workflow task: it must be over well before the task's own 10 s
+timeout, or Temporal has to keep the task alive around it."""
+LOCAL_DEFAULT_TIMEOUT_SECONDS = 5.0
+"""A local read's timeout when its tool names none."""
 
 DELEGATE = "delegate"
 """The tool a run delegates a sub-task with (a child run; see `tools.delegate`)."""
@@ -58,6 +64,29 @@ class ToolSpec(BaseModel):
     answer this many times before the runner calls it a stall."""
     has_outcome_lookup: bool = False
     """Writes: the system of record can say, by idempotency key, whether the write happened."""
+    local: bool = False
+    """A sub-second read run as a Temporal local activity: inside the workflow task, on the
+    worker that runs the workflow, with no activity task round trip through the server (a few
+    ms instead of ~10). Its attempts are recorded as a marker, not as activity events; a lost
+    worker's attempt is simply run again, which only a read can afford."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _local_default_timeout(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("local") and "timeout_seconds" not in data:
+            return {**data, "timeout_seconds": LOCAL_DEFAULT_TIMEOUT_SECONDS}
+        return data
+
+    @model_validator(mode="after")
+    def _local_is_a_short_read(self) -> ToolSpec:
+        if self.local and self.effect != "read":
+            raise ValueError(f"tool {self.name}: only a read may be local, never a write")
+        if self.local and self.timeout_seconds > LOCAL_MAX_TIMEOUT_SECONDS:
+            raise ValueError(
+                f"tool {self.name}: a local read must finish within "
+                f"{LOCAL_MAX_TIMEOUT_SECONDS:.0f} s (timeout_seconds={self.timeout_seconds})"
+            )
+        return self
 
     @property
     def action_name(self) -> str:

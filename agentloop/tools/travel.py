@@ -47,6 +47,7 @@ get_weather = define_tool(
     WeatherArgs,
     _weather,
     description="Weather forecast for a city on a date.",
+    local=True,
 )
 
 TRAVEL_TOOLS = [get_train_status, get_weather]

@@ -310,8 +310,9 @@ class AgentRun:
         if children:
             await self._run_with_children(state, step, children)
             return
+        local = loop.runs_locally(state, [spec for _, spec in step.calls])
         handles = [
-            self._start_tool(call, spec, state.calls[call.call_id].idempotency_key)
+            self._start_tool(call, spec, state.calls[call.call_id].idempotency_key, local)
             for call, spec in step.calls
         ]
         # Reads stop for a cancel or the deadline; a write, once started, is never cut short.
@@ -336,7 +337,7 @@ class AgentRun:
         for call, spec in step.calls:
             child_input = children.get(call.call_id)
             if child_input is None:
-                tools[call.call_id] = self._start_tool(call, spec, "")
+                tools[call.call_id] = self._start_tool(call, spec, "", local=False)
             else:
                 runs[call.call_id] = await self._start_child(state, call, child_input)
                 _audit(
@@ -472,8 +473,18 @@ class AgentRun:
         loop.record_outcome(state, step.call.call_id, outcome, workflow.now())
 
     def _start_tool(
-        self, call: ToolCall, spec: ToolSpec, idempotency_key: str
+        self, call: ToolCall, spec: ToolSpec, idempotency_key: str, local: bool
     ) -> workflow.ActivityHandle[ToolResult]:
+        summary = f"{call.name} · {call.call_id}"
+        if local:
+            return workflow.start_local_activity(
+                "run_tool",
+                _tool_input(call, idempotency_key),
+                result_type=ToolResult,
+                start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
+                retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts),
+                summary=summary,
+            )
         is_write = spec.effect == "write"
         return workflow.start_activity(
             "run_tool",
@@ -483,7 +494,7 @@ class AgentRun:
             heartbeat_timeout=TOOL_HEARTBEAT,
             # A write is never retried blindly: its outcome must be looked up first.
             retry_policy=RetryPolicy(maximum_attempts=1 if is_write else spec.max_attempts),
-            summary=f"{call.name} · {call.call_id}",
+            summary=summary,
         )
 
     async def _tool_outcome(

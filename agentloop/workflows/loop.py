@@ -49,8 +49,18 @@ from agentloop.policies.validation import Allowed, Refused, schema_problems, val
 from agentloop.store.transcript import ROOT
 from agentloop.tools.contract import BUILTIN_TOOLS, DELEGATE, Outcome, ToolSpec, bounded
 
-FEATURES = ("stall-detection", "tool-error-classes")
+FEATURES = ("stall-detection", "tool-error-classes", "local-reads")
 """Patch ids of behaviours that change what an existing run would do (see `features`)."""
+
+def runs_locally(state: LoopState, specs: Iterable[ToolSpec]) -> bool:
+    """A batch made only of reads their tools declare `local` runs as Temporal local
+    activities, inside the workflow task (runs started before that existed keep running every
+    tool as an activity). A mixed batch does not: its activities are only scheduled when the
+    workflow task ends, which waits for the local ones, so nothing would run side by side."""
+    return "local-reads" in state.features and all(
+        spec.local and spec.effect == "read" for spec in specs
+    )
+
 
 MAX_REFUSED_CALLS = 8
 """Calls refused before running (unknown tool, bad arguments, failed precondition, a rejected

@@ -20,6 +20,8 @@ from agentloop.devstack import DevStack, DevStackPorts
 
 HERE = Path(__file__).parent
 WEATHER = {"city": "Shanghai", "date": "2026-12-01"}
+BEIJING = {"city": "Beijing", "date": "2026-12-01"}
+TRAIN = {"train_number": "G1234", "date": "2026-12-01"}
 
 
 def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
@@ -71,6 +73,24 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
             ScriptTurn(text="{{call_w.condition}} in Shanghai."),
         ],
     )
+    local = Script(
+        name="replay-local-reads",
+        turns=[
+            ScriptTurn(  # only local reads: local activities
+                tool_calls=[
+                    ScriptedToolCall(id="call_w1", name="get_weather", arguments=WEATHER),
+                    ScriptedToolCall(id="call_w2", name="get_weather", arguments=BEIJING),
+                ]
+            ),
+            ScriptTurn(  # mixed with an activity: all of them activities
+                tool_calls=[
+                    ScriptedToolCall(id="call_t", name="get_train_status", arguments=TRAIN),
+                    ScriptedToolCall(id="call_w3", name="get_weather", arguments=WEATHER),
+                ]
+            ),
+            ScriptTurn(text="{{call_w1.condition}}, {{call_t.status}}"),
+        ],
+    )
     return {
         "travel": ([], {"model": "travel"}),
         "travel_unstreamed": ([], {"model": "travel", "stream": False}),
@@ -88,6 +108,8 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
                 "tools": ["delegate", "get_weather"],
             },
         ),
+        # Recorded after the `local-reads` patch.
+        "local_reads": ([local], {"model": local.name}),
     }
 
 

@@ -1,0 +1,201 @@
+"""Reads a tool declares `local` run as Temporal local activities: inside the workflow task, no
+activity task round trip. Real dev server, the official openai client against the scripted
+provider, the example service over HTTP; the history says how each call ran."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistory
+
+from agentloop.config import Settings
+from agentloop.contract import AgentRunInput
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.demo.services import ExampleService
+from agentloop.tools.contract import (
+    LOCAL_DEFAULT_TIMEOUT_SECONDS,
+    LOCAL_MAX_TIMEOUT_SECONDS,
+    ToolSpec,
+)
+from agentloop.workflows import loop
+from tests.support import start_run
+
+WEATHER = {"city": "Shanghai", "date": "2026-12-01"}
+TRAIN = {"train_number": "G1234", "date": "2026-12-01"}
+
+
+# --- the contract and the rule (pure) ---------------------------------------------------------
+
+
+def test_only_a_short_read_may_be_local() -> None:
+    spec = ToolSpec(name="weather", local=True)
+    assert spec.local and spec.timeout_seconds == LOCAL_DEFAULT_TIMEOUT_SECONDS
+    with pytest.raises(ValidationError, match="only a read may be local"):
+        ToolSpec(name="reserve", effect="write", local=True)
+    with pytest.raises(ValidationError, match="must finish within"):
+        ToolSpec(name="slow", local=True, timeout_seconds=LOCAL_MAX_TIMEOUT_SECONDS + 1)
+
+
+def test_a_batch_runs_locally_only_when_every_call_in_it_may() -> None:
+    state = loop.LoopState.model_construct(features=list(loop.FEATURES))
+    local = ToolSpec(name="weather", local=True)
+    remote = ToolSpec(name="train")
+    assert loop.runs_locally(state, [local, local])
+    # A mixed batch: the activity would only be scheduled once the local one is done.
+    assert not loop.runs_locally(state, [local, remote])
+    # A run started before the feature replays as it ran: every tool an activity.
+    older = loop.LoopState.model_construct(features=["stall-detection", "tool-error-classes"])
+    assert not loop.runs_locally(older, [local])
+
+
+# --- end to end ---------------------------------------------------------------------------------
+
+
+def run_input(model: str) -> AgentRunInput:
+    return AgentRunInput(
+        task="Weather and trains",
+        provider="openai-chat",
+        model=model,
+        tools=["get_train_status", "get_weather"],
+    )
+
+
+def tool_runs(history: WorkflowHistory) -> tuple[list[str], int]:
+    """The call ids run as activities, and how many tool calls ran as local activities (their
+    markers name a sequence number, not the call), from the history."""
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    as_activity = [
+        json.loads(a.input.payloads[0].data)["call_id"]
+        for a in scheduled
+        if a.activity_type.name == "run_tool"
+    ]
+    as_local = 0
+    for event in history.events:
+        marker = event.marker_recorded_event_attributes
+        if marker.marker_name != "core_local_activity":
+            continue
+        data = json.loads(marker.details["data"].payloads[0].data)
+        as_local += data.get("activity_type") == "run_tool"
+    return as_activity, as_local
+
+
+def tool_messages(provider: ScriptedProvider) -> dict[str, str]:
+    """The tool messages of the last request the model got, by tool_call_id."""
+    last = provider.requests[-1]["body"]["messages"]
+    return {m["tool_call_id"]: m["content"] for m in last if m["role"] == "tool"}
+
+
+def register(
+    provider: ScriptedProvider, name: str, turns: list[list[tuple[str, str, Any]]]
+) -> None:
+    provider.register(
+        Script(
+            name=name,
+            turns=[
+                *(
+                    ScriptTurn(
+                        tool_calls=[
+                            ScriptedToolCall(id=call_id, name=tool, arguments=args)
+                            for call_id, tool, args in calls
+                        ]
+                    )
+                    for calls in turns
+                ),
+                ScriptTurn(text="done"),
+            ],
+        )
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("clean_fakes")
+async def test_a_batch_of_local_reads_runs_inside_the_workflow_task(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    other_city = {"city": "Beijing", "date": "2026-12-01"}
+    register(
+        scripted_provider,
+        run_id,
+        [[("call_sh", "get_weather", WEATHER), ("call_bj", "get_weather", other_city)]],
+    )
+    handle = await start_run(client, worker, run_id, run_input(run_id))
+    result = await handle.result()
+
+    assert result.status == "completed", result.stop_reason
+    as_activity, as_local = tool_runs(await handle.fetch_history())
+    assert as_activity == []
+    assert as_local == 2
+    assert example_service.stats()["counts"]["weather"] == 2
+    # Each result went back under its own call id.
+    messages = tool_messages(scripted_provider)
+    assert set(messages) == {"call_sh", "call_bj"}
+    assert "Shanghai" in messages["call_sh"] and "Beijing" in messages["call_bj"]
+    assert {c.call_id: c.status for c in result.calls} == {
+        "call_sh": "succeeded",
+        "call_bj": "succeeded",
+    }
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("clean_fakes")
+async def test_a_mixed_batch_runs_every_call_as_an_activity(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    register(
+        scripted_provider,
+        run_id,
+        [
+            [("call_train", "get_train_status", TRAIN), ("call_weather", "get_weather", WEATHER)],
+            [("call_alone", "get_weather", WEATHER)],
+        ],
+    )
+    handle = await start_run(client, worker, run_id, run_input(run_id))
+    result = await handle.result()
+
+    assert result.status == "completed", result.stop_reason
+    as_activity, as_local = tool_runs(await handle.fetch_history())
+    # Side by side as activities; the weather read alone in its batch ran locally.
+    assert sorted(as_activity) == ["call_train", "call_weather"]
+    assert as_local == 1
+    counts = example_service.stats()["counts"]
+    assert counts["trains"] == 1 and counts["weather"] == 2
+    assert set(tool_messages(scripted_provider)) == {"call_train", "call_weather", "call_alone"}
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("clean_fakes")
+async def test_a_local_read_that_fails_transiently_is_retried(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    register(scripted_provider, run_id, [[("call_w", "get_weather", WEATHER)]])
+    example_service.inject_fault("weather", "unavailable", count=1)
+    handle = await start_run(client, worker, run_id, run_input(run_id))
+    result = await handle.result()
+
+    assert result.status == "completed", result.stop_reason
+    requests = [r for r in example_service.stats()["requests"] if r["endpoint"] == "weather"]
+    assert [r["status"] for r in requests] == [503, 200]
+    assert [c.status for c in result.calls] == ["succeeded"]
+    assert "Shanghai" in tool_messages(scripted_provider)["call_w"]
+    _, as_local = tool_runs(await handle.fetch_history())
+    assert as_local == 1  # one marker: the attempts are the local activity's own affair
