@@ -4,12 +4,25 @@ throughput is compared with. Workflow code: no side effects at import (sandbox r
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio import activity, workflow
 from temporalio.common import RawValue
 
 FLOOR_WORKFLOW = "BenchFloor"
+STEP_TIMEOUT = timedelta(seconds=30)
+
+
+@dataclass(frozen=True)
+class FloorStep:
+    """One activity AgentRun scheduled, and whether it ran as a local activity."""
+
+    activity: str
+    local: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.activity} (local)" if self.local else self.activity
 
 
 @activity.defn(dynamic=True)
@@ -20,10 +33,15 @@ async def noop(args: Sequence[RawValue]) -> None:
 @workflow.defn(name=FLOOR_WORKFLOW)
 class BenchFloor:
     @workflow.run
-    async def run(self, activity_types: list[str]) -> int:
-        """Run the named activities one after the other, as AgentRun does; the count run."""
-        for name in activity_types:
-            await workflow.execute_activity(
-                name, name, start_to_close_timeout=timedelta(seconds=30)
-            )
-        return len(activity_types)
+    async def run(self, steps: list[FloorStep]) -> int:
+        """Run the steps one after the other, as AgentRun does; the count run."""
+        for step in steps:
+            if step.local:
+                await workflow.execute_local_activity(
+                    step.activity, step.activity, start_to_close_timeout=STEP_TIMEOUT
+                )
+            else:
+                await workflow.execute_activity(
+                    step.activity, step.activity, start_to_close_timeout=STEP_TIMEOUT
+                )
+        return len(steps)

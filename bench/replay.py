@@ -16,7 +16,7 @@ from agentloop.workflows.agent_run import AgentRun
 from bench.longrun import play
 from bench.report import Figure, Section, ratio
 from bench.scripts import long_input, weather_script
-from bench.throughput import activity_types
+from bench.throughput import floor_steps
 
 
 async def record_long(
@@ -45,7 +45,7 @@ async def best_replay_seconds(history: WorkflowHistory, repeats: int) -> float:
 
 
 def model_calls(history: WorkflowHistory) -> int:
-    return activity_types(history).count("call_model")
+    return [step.activity for step in floor_steps(history)].count("call_model")
 
 
 async def measure(long: WorkflowHistory, short: WorkflowHistory, repeats: int) -> Section:

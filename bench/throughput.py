@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import sys
 import time
 import uuid
@@ -20,7 +21,7 @@ from temporalio.client import Client, WorkflowHistory
 from agentloop.config import Settings
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult
 from agentloop.demo.scripted_provider.server import ScriptedProvider
-from bench.floor import FLOOR_WORKFLOW
+from bench.floor import FLOOR_WORKFLOW, FloorStep
 from bench.memory import PeakSampler
 from bench.processes import agentloop_worker, floor_worker
 from bench.report import Figure, Section, ratio
@@ -32,6 +33,8 @@ TARGET_RUNS_PER_SECOND = 1.5 * REFERENCE_RUNS_PER_SECOND
 TARGET_WORKER_MIB_PER_RUN = 0.35
 """Issue #7: 200 concurrent runs, no failures, >= 1.5x the peer's runs/s, and worker RSS
 growth under this per concurrent run."""
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
+"""The marker Temporal records for each local activity that ran."""
 
 RunOne = Callable[[int], Awaitable[bool]]
 
@@ -129,7 +132,7 @@ def agentloop_runner(
     return run_one
 
 
-def floor_runner(client: Client, task_queue: str, prefix: str, steps: list[str]) -> RunOne:
+def floor_runner(client: Client, task_queue: str, prefix: str, steps: list[FloorStep]) -> RunOne:
     async def run_one(i: int) -> bool:
         done: int = await client.execute_workflow(
             FLOOR_WORKFLOW, steps, id=f"{prefix}-{i}", task_queue=task_queue, result_type=int
@@ -150,13 +153,19 @@ async def warm_up(
     return await client.get_workflow_handle(f"{prefix}-0").fetch_history()
 
 
-def activity_types(history: WorkflowHistory) -> list[str]:
-    scheduled = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    return [
-        event.activity_task_scheduled_event_attributes.activity_type.name
-        for event in history.events
-        if event.event_type == scheduled
-    ]
+def floor_steps(history: WorkflowHistory) -> list[FloorStep]:
+    """The activities a run scheduled, in order, local ones (recorded as markers) included."""
+    steps: list[FloorStep] = []
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            name = event.activity_task_scheduled_event_attributes.activity_type.name
+            steps.append(FloorStep(name))
+        elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            marker = event.marker_recorded_event_attributes
+            if marker.marker_name == LOCAL_ACTIVITY_MARKER:
+                data = json.loads(marker.details["data"].payloads[0].data)
+                steps.append(FloorStep(data["activity_type"], local=True))
+    return steps
 
 
 @dataclass
@@ -201,8 +210,8 @@ async def measure(
         )
         if agentloop.failures:
             print(f"    agentloop worker log (tail):\n{worker.child.log_tail()}", file=sys.stderr)
-    matched = activity_types(history)
-    two = ["call_model", "run_tool"]
+    matched = floor_steps(history)
+    two = [FloorStep("call_model"), FloorStep("run_tool")]
     async with floor_worker(settings, work_dir, f"{prefix}-floor") as floor_process:
         queue = floor_process.task_queue
         await floor_runner(client, queue, f"{prefix}-floor-warm", matched)(0)
@@ -227,7 +236,8 @@ async def measure(
         + (f"; {'/'.join(map(str, levels))} concurrent 5-turn runs" if levels else ""),
         baseline=(
             f"Temporal floor measured in this run on the same dev server: {runs} workflows of "
-            f"{len(matched)} no-op activities ({', '.join(matched)}, as AgentRun schedules), "
+            f"{len(matched)} no-op activities ({', '.join(map(str, matched))}, as AgentRun "
+            "schedules them), "
             "its worker in its own process too; for the 5-turn runs, as many floor workflows "
             "of the 5-turn run's activities, each level on fresh workers"
         ),
@@ -254,7 +264,7 @@ async def many_runs(
         history = await warm_up(client, worker.task_queue, f"{prefix}-warm", run_input)
         runner = agentloop_runner(client, worker.task_queue, prefix, run_input)
         agentloop = await run_batch(runs, runs, runner, worker.pid)
-    steps = activity_types(history)
+    steps = floor_steps(history)
     async with floor_worker(settings, work_dir, f"{prefix}-floor") as floor_process:
         floor_run = floor_runner(client, floor_process.task_queue, f"{prefix}-floor", steps)
         await floor_run(runs)  # warm-up: an id the batch does not use

@@ -52,6 +52,7 @@ from agentloop.tools.contract import BUILTIN_TOOLS, DELEGATE, Outcome, ToolSpec,
 FEATURES = ("stall-detection", "tool-error-classes", "local-reads")
 """Patch ids of behaviours that change what an existing run would do (see `features`)."""
 
+
 def runs_locally(state: LoopState, specs: Iterable[ToolSpec]) -> bool:
     """A batch made only of reads their tools declare `local` runs as Temporal local
     activities, inside the workflow task (runs started before that existed keep running every
