@@ -48,8 +48,8 @@ from agentloop.events import ErrorClass, ModelOutput, ToolResult
 from agentloop.policies.errors import classify_connection_error, classify_http_error
 from agentloop.store import load_transcript, open_store
 from agentloop.tools.http import ServiceClient
-from agentloop.workflows.agent_run import LOOKUP_RETRY, MODEL_RETRY
 from agentloop.workflows.loop import MAX_REFUSED_CALLS
+from agentloop.workflows.steps import LOOKUP_RETRY, MODEL_RETRY
 from tests.support import start_run, wait_for_phase
 from tests.test_approvals import decide
 

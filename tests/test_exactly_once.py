@@ -30,7 +30,7 @@ from agentloop.contract import (
 )
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
-from agentloop.workflows.agent_run import LOOKUP_RETRY
+from agentloop.workflows.steps import LOOKUP_RETRY
 from tests.support import start_run, wait_for_phase, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]

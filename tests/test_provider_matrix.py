@@ -18,7 +18,7 @@ from agentloop.contract import AgentRunInput, AgentRunResult
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.scripted_provider.scripts import ScriptedError
 from agentloop.demo.services import ExampleService
-from agentloop.workflows.agent_run import MODEL_RETRY
+from agentloop.workflows.steps import MODEL_RETRY
 from tests.support import start_run
 
 pytestmark = pytest.mark.integration

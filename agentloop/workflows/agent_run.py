@@ -1,57 +1,34 @@
 """`AgentRun`: the Temporal shell around the pure loop in `loop.py`.
 
-Each pass asks `decide` for the next step and makes the Temporal calls it names. Everything
-here is deterministic: no I/O, no clock but `workflow.now()`, activities referred to by name.
+Each pass asks `decide` for the next step and makes the Temporal calls it names (`steps.py`).
+Everything here is deterministic: no I/O, no clock but `workflow.now()`, activities referred to
+by name. This module holds only the class: Temporal's sandbox imports it afresh for every run.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from datetime import timedelta
-from typing import Any, cast, get_args
+from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     import jsonschema  # noqa: F401  (validation runs in the sandbox; import it once, outside)
-    from pydantic import ValidationError
 
-    # By its full name: `from agentloop.workflows import loop` would load a fresh copy per
+    # By their full names: `from agentloop.workflows import loop` would load a fresh copy per
     # run (the sandbox re-imports this module's own package), ~0.5 MiB each in the cache.
     import agentloop.workflows.loop as loop
-    from agentloop.activities.messages import (
-        CallModelInput,
-        CallModelResult,
-        DescribeToolsInput,
-        PreconditionResult,
-        RunToolInput,
-        Verdict,
-        VerifyInput,
-    )
-    from agentloop.adapters.base import ModelSettings
+    import agentloop.workflows.steps as steps
     from agentloop.contract import (
         WORKFLOW_NAME,
-        AgentRunInput,
         AgentRunResult,
         ApprovalDecision,
         ApprovalVerdict,
         CancelRequest,
-        Phase,
-        PreviousRun,
         ResolveRequest,
         RunStatusView,
         UserMessage,
-        describe_validation_error,
     )
-    from agentloop.events import ErrorClass, ToolCall, ToolResult
     from agentloop.policies import budgets
-    from agentloop.reporting import stop_report
-    from agentloop.search import AGENT_PHASE, AGENT_STATUS, initial
-    from agentloop.store.transcript import append
-    from agentloop.tools.contract import Outcome, ToolSpec
     from agentloop.workflows.loop import (
         AwaitApproval,
         AwaitInput,
@@ -65,22 +42,8 @@ with workflow.unsafe.imports_passed_through():
         Verify,
     )
 
-DESCRIBE_TOOLS_TIMEOUT = timedelta(seconds=30)
-MODEL_START_TO_CLOSE = timedelta(seconds=180)
-MODEL_HEARTBEAT = timedelta(seconds=10)
-MODEL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=5,
-)
 BUILTIN_PATCHES = (("read_artifact", "builtin-tools"), ("ask_user", "ask-user"))
 """Each built-in tool and the patch that introduced it: older runs replay without it."""
-PRECONDITION_RETRY = RetryPolicy(maximum_attempts=3)
-VERIFY_TIMEOUT = timedelta(seconds=60)
-LOOKUP_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
-TOOL_HEARTBEAT = timedelta(seconds=5)
-"""A worker that dies mid-tool is noticed this fast (the activity heartbeats every second)."""
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -94,16 +57,16 @@ class AgentRun:
     @workflow.run
     async def run(self, raw_input: Any, carried: LoopState | None = None) -> AgentRunResult:
         """`carried` is the run state handed over by `continue_as_new` (None on a fresh start)."""
-        run_input = parse_input(raw_input)
+        run_input = steps.parse_input(raw_input)
         if carried is None:
             # Runs started before the built-in tools existed replay without them.
             builtins = [name for name, patch in BUILTIN_PATCHES if workflow.patched(patch)]
-            specs = await _describe_tools(list(dict.fromkeys([*run_input.tools, *builtins])))
+            specs = await steps.describe_tools(list(dict.fromkeys([*run_input.tools, *builtins])))
             state = LoopState.start(
                 run_input, specs, workflow.now(), workflow.info().workflow_id, builtins
             )
             if run_input.continue_from:
-                await _continue_from(state, run_input.continue_from)
+                await steps.continue_from(state, run_input.continue_from)
             state.features = [f for f in loop.FEATURES if workflow.patched(f)]
         else:
             state = carried
@@ -115,30 +78,30 @@ class AgentRun:
         for message in self._early_messages:
             loop.record_message(state, message)
         while True:
-            if _time_to_continue_as_new(state):
+            if steps.time_to_continue_as_new(state):
                 # A safe point: nothing is in flight, and everything is in `state`.
                 workflow.continue_as_new(args=[raw_input, state])
             step = loop.decide(state, workflow.now())
-            self._show(state)
+            steps.show(state)
             match step:
                 case CallModel():
-                    await self._call_model(state, step)
+                    await steps.call_model(state, step)
                 case CheckPreconditions():
-                    await self._check_preconditions(state, step)
+                    await steps.check_preconditions(state, step)
                 case RunTools():
-                    await self._run_tools(state, step)
+                    await steps.run_tools(state, step)
                 case AwaitApproval():
-                    await self._await_humans(state, step, "awaiting_approval")
+                    await steps.await_humans(state, step, "awaiting_approval")
                 case Verify():
-                    await self._verify(state, step)
+                    await steps.verify(state, step)
                 case AwaitInput():
-                    await self._await_humans(state, step, "awaiting_input")
+                    await steps.await_humans(state, step, "awaiting_input")
                 case LookupOutcome():
-                    await self._lookup_outcome(state, step)
+                    await steps.lookup_outcome(state, step)
                 case AwaitReconciliation():
-                    await self._await_humans(state, step, "awaiting_reconciliation")
+                    await steps.await_humans(state, step, "awaiting_reconciliation")
                 case Finish():
-                    return self._finish(state, step)
+                    return steps.finish(state, step)
 
     @workflow.signal
     def cancel(self, request: CancelRequest) -> None:
@@ -161,7 +124,7 @@ class AgentRun:
             self._early_decisions.append(decision)
             return ApprovalVerdict(accepted=False, reason="the run has not started yet")
         verdict = loop.record_decision(self._state, decision, workflow.now())
-        _audit(
+        steps.audit(
             "approval.decided",
             call_id=decision.call_id,
             args_digest=decision.args_digest,
@@ -210,463 +173,3 @@ class AgentRun:
             stop_reason=state.stop_reason,
             transcript_head=state.head,
         )
-
-    # --- steps ------------------------------------------------------------------------
-
-    async def _call_model(self, state: LoopState, step: CallModel) -> None:
-        run_input = state.run_input
-        new_events = list(state.outbox)
-        loop.record_model_call_started(state, step)
-        handle = workflow.start_activity(
-            "call_model",
-            CallModelInput(
-                run_id=workflow.info().workflow_id,
-                turn=step.turn,
-                provider=run_input.provider,
-                model=run_input.model,
-                head=state.head,
-                new_events=loop.by_reference(new_events),
-                tools=list(state.tools.values()),
-                settings=ModelSettings(stream=run_input.stream),
-                context_budget_chars=run_input.context_budget_chars,
-                context_budget_tokens=run_input.context_budget_tokens,
-                chars_per_token=state.chars_per_token,
-                facts=loop.facts(state),
-            ),
-            result_type=CallModelResult,
-            start_to_close_timeout=MODEL_START_TO_CLOSE,
-            heartbeat_timeout=MODEL_HEARTBEAT,
-            retry_policy=MODEL_RETRY,
-            summary=f"{run_input.provider} {run_input.model} · turn {step.turn}",
-        )
-        if not await self._until_done_or_stopped(state, [handle]):
-            return
-        try:
-            result = await handle
-        except ActivityError as exc:
-            loop.record_failure(state, f"model_error: {_describe_failure(exc)}")
-            return
-        expected, _ = append(state.head, [*new_events, result.output])
-        if expected != result.head:
-            raise ApplicationError(
-                f"transcript diverged: the store's head {result.head} is not {expected}",
-                type="TranscriptDiverged",
-                non_retryable=True,
-            )
-        loop.record_model_output(
-            state, result.output, result.head, workflow.now(), result.cost_usd, result.request_chars
-        )
-        usage = result.output.usage
-        _audit(
-            "budget.settled",
-            turn=step.turn,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cost_usd=result.cost_usd,
-            model_calls=state.usage.model_calls,
-            tool_calls=state.usage.tool_calls,
-        )
-        for call in result.output.tool_calls:
-            record = state.calls.get(call.call_id)
-            if record is not None:
-                _audit(
-                    "policy.decision",
-                    turn=step.turn,
-                    call_id=call.call_id,
-                    tool=call.name,
-                    tool_version=record.tool_version,
-                    args_digest=call.args_digest,
-                    decision=record.decision,
-                    status=record.status,
-                    needs_approval=bool(state.batch and call.call_id in state.batch.approvals),
-                )
-
-    async def _check_preconditions(self, state: LoopState, step: CheckPreconditions) -> None:
-        handles = [
-            workflow.start_activity(
-                "check_precondition",
-                _tool_input(call),
-                result_type=PreconditionResult,
-                start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
-                retry_policy=PRECONDITION_RETRY,
-                summary=f"precondition {call.name} · {call.call_id}",
-            )
-            for call, spec in step.calls
-        ]
-        if not await self._until_done_or_stopped(state, handles):
-            return
-        failures: dict[str, str | None] = {}
-        for (call, _), handle in zip(step.calls, handles, strict=True):
-            try:
-                failures[call.call_id] = (await handle).problem
-            except ActivityError as exc:
-                # A check that cannot be made does not let the call through.
-                failures[call.call_id] = f"precondition not checked: {_describe_failure(exc)}"
-        loop.record_preconditions(state, failures)
-
-    async def _run_tools(self, state: LoopState, step: RunTools) -> None:
-        loop.record_calls_started(state, step)
-        children = loop.record_delegations_started(state, step, workflow.now())
-        if children:
-            await self._run_with_children(state, step, children)
-            return
-        local = loop.runs_locally(state, [spec for _, spec in step.calls])
-        handles = [
-            self._start_tool(call, spec, state.calls[call.call_id].idempotency_key, local)
-            for call, spec in step.calls
-        ]
-        # Reads stop for a cancel or the deadline; a write, once started, is never cut short.
-        if all(spec.effect == "read" for _, spec in step.calls) and not (
-            await self._until_done_or_stopped(state, handles)
-        ):
-            return
-        results = [
-            await self._tool_outcome(state, call, spec, handle)
-            for (call, spec), handle in zip(step.calls, handles, strict=True)
-        ]
-        loop.record_tool_results(state, results)
-
-    async def _run_with_children(
-        self, state: LoopState, step: RunTools, children: dict[str, AgentRunInput]
-    ) -> None:
-        """Reads and child runs side by side. A child keeps its own slice of the deadline (its
-        waits for humans excluded), so no timer here; a cancel reaches the children as their
-        own `cancel`, and what they did is recorded before this run stops."""
-        tools: dict[str, workflow.ActivityHandle[ToolResult]] = {}
-        runs: dict[str, workflow.ChildWorkflowHandle[Any, AgentRunResult]] = {}
-        for call, spec in step.calls:
-            child_input = children.get(call.call_id)
-            if child_input is None:
-                tools[call.call_id] = self._start_tool(call, spec, "", local=False)
-            else:
-                runs[call.call_id] = await self._start_child(state, call, child_input)
-                _audit(
-                    "delegation.started",
-                    turn=state.turn,
-                    call_id=call.call_id,
-                    child_workflow_id=runs[call.call_id].id,
-                    limits=child_input.limits.model_dump(mode="json"),
-                )
-        # Details only (no search attribute upsert here: that would be a new command).
-        workflow.set_current_details(loop.details(state, workflow.now()))
-        handles: list[asyncio.Future[Any]] = [*tools.values(), *runs.values()]
-        await workflow.wait_condition(
-            lambda: all(h.done() for h in handles) or state.cancel_reason is not None
-        )
-        stopped = not all(h.done() for h in handles)
-        if stopped:
-            for handle in tools.values():
-                handle.cancel()
-            for child in runs.values():
-                if not child.done():
-                    await child.signal(
-                        "cancel",
-                        CancelRequest(
-                            reason=f"the parent run was cancelled: "
-                            f"{state.cancel_reason or 'no reason given'}"
-                        ),
-                    )
-        results: list[ToolResult] = []
-        paused = 0.0
-        for call, spec in step.calls:
-            if call.call_id in runs:
-                report = await self._child_outcome(runs[call.call_id])
-                paused = max(paused, report.paused_seconds if report else 0.0)
-                results.append(loop.record_child_run(state, call, report))
-                delegation = state.delegations[call.call_id]
-                _audit(
-                    "delegation.settled",
-                    turn=state.turn,
-                    call_id=call.call_id,
-                    child_workflow_id=delegation.child_workflow_id,
-                    status=delegation.status,
-                    charged=delegation.usage.model_dump(mode="json"),
-                    side_effects=[e["call_id"] for e in delegation.side_effects],
-                )
-            elif not stopped:
-                results.append(await self._tool_outcome(state, call, spec, tools[call.call_id]))
-        # The parent waited as long as its children waited for humans: not its working time.
-        loop.record_pause(state, paused)
-        loop.record_tool_results(state, results)
-
-    async def _start_child(
-        self, state: LoopState, call: ToolCall, child_input: AgentRunInput
-    ) -> workflow.ChildWorkflowHandle[Any, AgentRunResult]:
-        indexed = workflow.info().typed_search_attributes.get(AGENT_PHASE) is not None
-        return await workflow.start_child_workflow(
-            WORKFLOW_NAME,
-            child_input,
-            id=state.delegations[call.call_id].child_workflow_id,
-            result_type=AgentRunResult,
-            static_summary=child_input.summary(),
-            search_attributes=initial(child_input) if indexed else None,
-        )
-
-    @staticmethod
-    async def _child_outcome(
-        handle: workflow.ChildWorkflowHandle[Any, AgentRunResult],
-    ) -> AgentRunResult | None:
-        try:
-            return await handle
-        except ChildWorkflowError as exc:
-            workflow.logger.warning("child run %s ended without a result: %s", handle.id, exc)
-            return None
-
-    async def _await_humans(
-        self,
-        state: LoopState,
-        step: AwaitApproval | AwaitInput | AwaitReconciliation,
-        phase: Phase,
-    ) -> None:
-        """Wait for the decisions (or a cancel) until the step's deadline; the next `decide`
-        sees what arrived. The wait does not count against the run's deadline."""
-        state.phase = phase
-        self._show(state)
-        waiting = set(step.call_ids)
-        since = workflow.now()
-        loop.record_pause_started(state, since)
-        with contextlib.suppress(TimeoutError):
-            await workflow.wait_condition(
-                lambda: (
-                    not waiting & loop.awaiting_humans(state) or state.cancel_reason is not None
-                ),
-                timeout=max((step.deadline - since).total_seconds(), 0.001),
-            )
-        loop.record_pause(state, (workflow.now() - since).total_seconds())
-
-    async def _verify(self, state: LoopState, step: Verify) -> None:
-        state.phase = "verifying"
-        try:
-            verdict = await workflow.execute_activity(
-                "verify_completion",
-                VerifyInput(
-                    check=step.check,
-                    workflow_id=workflow.info().workflow_id,
-                    answer=step.answer,
-                    calls=list(state.calls.values()),
-                ),
-                result_type=Verdict,
-                start_to_close_timeout=VERIFY_TIMEOUT,
-                retry_policy=LOOKUP_RETRY,
-                summary=f"verify {step.check} · turn {state.turn}",
-            )
-        except ActivityError as exc:
-            cause = exc.cause
-            if isinstance(cause, ApplicationError) and cause.type == "InvalidInput":
-                loop.record_failure(state, f"invalid AgentRunInput: {cause.message}")
-                return
-            verdict = Verdict(passed=False, reason=f"could not verify: {_describe_failure(exc)}")
-        loop.record_verdict(state, verdict.passed, verdict.reason)
-
-    async def _lookup_outcome(self, state: LoopState, step: LookupOutcome) -> None:
-        try:
-            outcome = await workflow.execute_activity(
-                "lookup_outcome",
-                _tool_input(step.call, step.idempotency_key),
-                result_type=Outcome,
-                start_to_close_timeout=timedelta(seconds=step.spec.timeout_seconds),
-                retry_policy=LOOKUP_RETRY,
-                summary=f"lookup {step.call.name} · {step.call.call_id}",
-            )
-        except ActivityError as exc:
-            outcome = Outcome(state="unknown", record=f"lookup failed: {_describe_failure(exc)}")
-        loop.record_outcome(state, step.call.call_id, outcome, workflow.now())
-
-    def _start_tool(
-        self, call: ToolCall, spec: ToolSpec, idempotency_key: str, local: bool
-    ) -> workflow.ActivityHandle[ToolResult]:
-        summary = f"{call.name} · {call.call_id}"
-        if local:
-            return workflow.start_local_activity(
-                "run_tool",
-                _tool_input(call, idempotency_key),
-                result_type=ToolResult,
-                start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
-                retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts),
-                summary=summary,
-            )
-        is_write = spec.effect == "write"
-        return workflow.start_activity(
-            "run_tool",
-            _tool_input(call, idempotency_key),
-            result_type=ToolResult,
-            start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
-            heartbeat_timeout=TOOL_HEARTBEAT,
-            # A write is never retried blindly: its outcome must be looked up first.
-            retry_policy=RetryPolicy(maximum_attempts=1 if is_write else spec.max_attempts),
-            summary=summary,
-        )
-
-    async def _tool_outcome(
-        self,
-        state: LoopState,
-        call: ToolCall,
-        spec: ToolSpec,
-        handle: workflow.ActivityHandle[ToolResult],
-    ) -> ToolResult:
-        try:
-            return await handle
-        except ActivityError as exc:
-            # A read that kept failing is reported to the model; a write whose attempt failed
-            # may or may not have happened, so it is `unknown` and stops the run.
-            return loop.failed_result(
-                state, call, spec, _describe_failure(exc), _failure_class(exc)
-            )
-
-    async def _until_done_or_stopped(
-        self, state: LoopState, handles: list[workflow.ActivityHandle[Any]]
-    ) -> bool:
-        """Wait for the activities, unless a cancel or the deadline comes first: then cancel
-        them and return False (the next `decide` turns that into the stop)."""
-        seconds = budgets.limits_left(
-            state.run_input.limits, state.usage, state.active_since(), workflow.now()
-        ).seconds
-        with contextlib.suppress(TimeoutError):
-            await workflow.wait_condition(
-                lambda: all(h.done() for h in handles) or state.cancel_reason is not None,
-                timeout=None if seconds is None else max(seconds, 0.001),
-            )
-        if all(h.done() for h in handles):
-            return True
-        for handle in handles:
-            handle.cancel()
-        return False
-
-    def _show(self, state: LoopState) -> None:
-        """Keep the UI's current details, and the run's phase attribute, up to date."""
-        workflow.set_current_details(loop.details(state, workflow.now()))
-        indexed = workflow.info().typed_search_attributes.get(AGENT_PHASE)
-        # Only runs started with the attributes are indexed: the namespace has them then.
-        if indexed is not None and indexed != state.phase:
-            workflow.upsert_search_attributes([AGENT_PHASE.value_set(state.phase)])
-
-    def _finish(self, state: LoopState, step: Finish) -> AgentRunResult:
-        state.phase = "finished"
-        state.stop_reason = step.stop_reason
-        if workflow.info().typed_search_attributes.get(AGENT_STATUS) is not None:
-            workflow.upsert_search_attributes(
-                [AGENT_PHASE.value_set("finished"), AGENT_STATUS.value_set(step.status)]
-            )
-        result = AgentRunResult(
-            status=step.status,
-            stop_reason=step.stop_reason,
-            output=step.output,
-            usage=state.usage,
-            calls=list(state.calls.values()),
-            side_effects=loop.side_effects(state),
-            pending=loop.pending_at_stop(state),
-            transcript_head=state.head,
-            unsent=loop.unsent_events(state, step.stop_reason),
-            paused_seconds=state.paused_seconds,
-        )
-        result.report = stop_report(result, workflow.info().workflow_id)
-        _audit(
-            "run.stopped",
-            status=step.status,
-            stop_reason=step.stop_reason,
-            turn=state.turn,
-            model_calls=state.usage.model_calls,
-            tool_calls=state.usage.tool_calls,
-            cost_usd=state.usage.cost_usd,
-            side_effects=[e["call_id"] for e in result.side_effects],
-            pending=[p["call_id"] for p in result.pending],
-        )
-        return result
-
-
-def _tool_input(call: ToolCall, idempotency_key: str = "") -> RunToolInput:
-    """What every tool-side activity (precondition, execution, outcome lookup) is given."""
-    return RunToolInput(
-        workflow_id=workflow.info().workflow_id,
-        call_id=call.call_id,
-        tool=call.name,
-        arguments=call.arguments,
-        idempotency_key=idempotency_key,
-    )
-
-
-def _audit(event: str, **fields: Any) -> None:
-    """One audit record through `workflow.logger` (silent during replay; ids, digests and
-    statuses only, never model text or tool output)."""
-    workflow.logger.info(event, extra={"audit": {"event": event, **fields}})
-
-
-def _time_to_continue_as_new(state: LoopState) -> bool:
-    """When Temporal suggests it, or past the run's own event count: history stays small."""
-    info = workflow.info()
-    every = state.run_input.continue_as_new_after_events
-    return info.is_continue_as_new_suggested() or (
-        every is not None and info.get_current_history_length() >= every
-    )
-
-
-def parse_input(raw_input: Any) -> AgentRunInput:
-    """Bad input fails the run at once, naming the field, instead of failing a workflow task
-    (which Temporal would retry for ever)."""
-    try:
-        run_input = AgentRunInput.model_validate(raw_input)
-    except ValidationError as exc:
-        raise ApplicationError(
-            f"invalid AgentRunInput: {describe_validation_error(exc)}",
-            type="InvalidInput",
-            non_retryable=True,
-        ) from None
-    return run_input
-
-
-async def _continue_from(state: LoopState, workflow_id: str) -> None:
-    """Start from a finished run's transcript: what its model had not seen goes first."""
-    try:
-        previous: PreviousRun = await workflow.execute_activity(
-            "load_previous_run",
-            workflow_id,
-            result_type=PreviousRun,
-            start_to_close_timeout=DESCRIBE_TOOLS_TIMEOUT,
-            summary=f"continue from {workflow_id}",
-        )
-    except ActivityError as exc:
-        raise ApplicationError(
-            f"invalid AgentRunInput: continue_from: {_describe_failure(exc)}",
-            type="InvalidInput",
-            non_retryable=True,
-        ) from None
-    loop.continue_transcript(state, previous)
-
-
-async def _describe_tools(names: list[str]) -> list[ToolSpec]:
-    try:
-        specs: list[ToolSpec] = await workflow.execute_activity(
-            "describe_tools",
-            DescribeToolsInput(names=names),
-            result_type=list[ToolSpec],
-            start_to_close_timeout=DESCRIBE_TOOLS_TIMEOUT,
-            summary=f"tools: {', '.join(names) or 'none'}",
-        )
-    except ActivityError as exc:
-        # An unknown tool name is bad input: say so as the run's own failure.
-        raise ApplicationError(
-            f"invalid AgentRunInput: {_describe_failure(exc)}",
-            type="InvalidInput",
-            non_retryable=True,
-        ) from None
-    return specs
-
-
-def _failure_class(exc: ActivityError) -> ErrorClass:
-    """A tool's own `ToolError` keeps its class (`Tool:<class>`); any other exception the
-    handler raised is a bug in the tool (`internal`); a timeout or a lost worker is
-    `transient`."""
-    cause = exc.cause
-    if not isinstance(cause, ApplicationError):
-        return "transient"
-    named = (cause.type or "").removeprefix("Tool:")
-    if cause.type and cause.type.startswith("Tool:") and named in get_args(ErrorClass):
-        return cast(ErrorClass, named)
-    return "internal"
-
-
-def _describe_failure(exc: ActivityError) -> str:
-    cause = exc.cause
-    if isinstance(cause, ApplicationError):
-        return f"{cause.type}: {cause.message}"
-    return str(cause or exc)
