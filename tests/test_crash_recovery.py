@@ -99,3 +99,66 @@ async def test_sigkill_while_a_read_is_in_flight(
         "call_train",
         "call_weather",
     ]
+
+
+async def test_sigkill_while_a_local_read_is_in_flight(
+    temporal_env: WorkflowEnvironment,
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    """A local read runs inside the workflow task: the lost worker's task times out, the next
+    worker replays the run and runs the read again (a read may be redone), once."""
+    task_queue = f"crash-local-{uuid.uuid4().hex[:8]}"
+    settings = worker_settings.model_copy(update={"task_queue": task_queue})
+    env = worker_env(client, settings, tmp_path / "store.db")
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(
+                            id="call_weather",
+                            name="get_weather",
+                            arguments={"city": "Shanghai", "date": "2026-12-01"},
+                        ),
+                    ],
+                    expect_tool_results={"call_weather": "Shanghai"},
+                ),
+                ScriptTurn(text="{{call_weather.city}}"),
+            ],
+        )
+    )
+    scripted_provider.reset()
+    example_service.reset()
+    example_service.set_delay("weather", 2_000)
+    run_input = AgentRunInput(
+        task="weather", provider="openai-chat", model=run_id, tools=["get_weather"]
+    )
+    try:
+        async with worker_process(env) as first:
+            handle = await start_run(client, settings, run_id, run_input)
+            await wait_until(
+                lambda: example_service.stats()["counts"]["weather"] == 1,
+                "the weather read to reach the service",
+            )
+            first.send_signal(signal.SIGKILL)
+            await first.wait()
+        example_service.set_delay("weather", 0)
+        async with worker_process(env):
+            result = await asyncio.wait_for(handle.result(), 60)
+    finally:
+        example_service.set_delay("weather", 0)
+
+    assert result.status == "completed", result.stop_reason
+    assert result.output == "Shanghai"
+    assert [(c.call_id, c.status) for c in result.calls] == [("call_weather", "succeeded")]
+    # The lost attempt ran again on the new worker; nothing ran a third time.
+    assert example_service.stats()["counts"]["weather"] == 2
+    assert scripted_provider.violations == []
+    last = scripted_provider.requests[-1]["body"]["messages"]
+    assert [m["tool_call_id"] for m in last if m["role"] == "tool"] == ["call_weather"]
