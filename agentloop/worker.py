@@ -89,7 +89,7 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
             task_queue=settings.task_queue,
             workflows=[AgentRun],
             activities=[
-                model.call_model,
+                *model.activities(),
                 tools.describe_tools,
                 tools.check_precondition,
                 tools.run_tool,

@@ -14,6 +14,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 
+from agentloop.activities.messages import MODEL_CALLS
 from agentloop.config import Settings
 from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.events import Event, ModelOutput, ToolResult
@@ -56,14 +57,14 @@ would also pass the 1 MiB request-body limit of the scripted provider's aiohttp 
 
 
 def per_turn(history: WorkflowHistory, size: Callable[[HistoryEvent], int]) -> list[int]:
-    """`size` summed over the events from one `call_model` scheduled to the next (the last:
+    """`size` summed over the events from one model call scheduled to the next (the last:
     to the end); what comes before the first model call (start, describe_tools) is left out."""
     turns: list[int] = []
     for event in history.events:
         scheduled = event.activity_task_scheduled_event_attributes
         if (
             event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-            and scheduled.activity_type.name == "call_model"
+            and scheduled.activity_type.name in MODEL_CALLS
         ):
             turns.append(0)
         if turns:

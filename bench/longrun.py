@@ -141,7 +141,7 @@ async def worker_with_tools(
             model = ModelActivities(store, AdapterFactory(settings.provider_endpoints()))
             tools = ToolActivities(registry, ToolServices(example=example, store=store))
             activities: list[Callable[..., Any]] = [
-                model.call_model,
+                *model.activities(),
                 tools.describe_tools,
                 tools.check_precondition,
                 tools.run_tool,

@@ -10,6 +10,7 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from agentloop.activities.messages import MODEL_CALLS
 from agentloop.config import Settings
 from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.workflows.agent_run import AgentRun
@@ -45,7 +46,7 @@ async def best_replay_seconds(history: WorkflowHistory, repeats: int) -> float:
 
 
 def model_calls(history: WorkflowHistory) -> int:
-    return [step.activity for step in floor_steps(history)].count("call_model")
+    return sum(step.activity in MODEL_CALLS for step in floor_steps(history))
 
 
 async def measure(long: WorkflowHistory, short: WorkflowHistory, repeats: int) -> Section:

@@ -7,6 +7,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from agentloop.activities.messages import MODEL_CALLS
 from agentloop.config import Settings
 from agentloop.contract import AgentRunInput, Limits, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
@@ -55,7 +56,7 @@ async def test_history_bytes_per_turn_do_not_grow(
         scheduled = event.activity_task_scheduled_event_attributes
         if (
             event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-            and scheduled.activity_type.name == "call_model"
+            and scheduled.activity_type.name in MODEL_CALLS
         ):
             per_turn.append(0)
         if per_turn:

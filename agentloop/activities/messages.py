@@ -11,6 +11,15 @@ from agentloop.contract import CallRecord
 from agentloop.events import Event, ModelOutput
 from agentloop.tools.contract import ToolSpec
 
+MODEL_CALL = "call_model"
+"""The model call with the tool specs inline: a run's first one (and every one of a run that
+started before specs went by reference)."""
+MODEL_CALL_BY_REF = "call_model_by_ref"
+"""The model call naming the specs by reference. Its own activity type, so that a worker still
+on older code, which would ignore the reference and call the model without tools, never takes
+it: it does not have the type."""
+MODEL_CALLS = (MODEL_CALL, MODEL_CALL_BY_REF)
+
 
 class CallModelInput(BaseModel):
     run_id: str
@@ -22,6 +31,9 @@ class CallModelInput(BaseModel):
     new_events: list[Event] = Field(default_factory=list)
     """Events since the last model call; they travel inline once and are then persisted."""
     tools: list[ToolSpec] = Field(default_factory=list)
+    """The run's tool specs, inline: on its first model call (empty when `tools_ref` is set)."""
+    tools_ref: str | None = None
+    """The same specs by reference, once a model call has stored them (`CallModelResult`)."""
     settings: ModelSettings = Field(default_factory=ModelSettings)
     context_budget_chars: int | None = None
     context_budget_tokens: int | None = None
@@ -39,6 +51,8 @@ class CallModelResult(BaseModel):
     """What the call cost by the worker's price table (0 for a model it does not know)."""
     request_chars: int = 0
     """The size of the events sent (as `context.fit` measures them), for the token ratio."""
+    tools_ref: str | None = None
+    """Where the tool specs of the call are stored: later calls send this, not the specs."""
 
 
 class RunToolInput(BaseModel):

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agentloop.activities.heartbeat import keep_heartbeating
-from agentloop.activities.messages import CallModelInput, CallModelResult
+from agentloop.activities.messages import (
+    MODEL_CALL,
+    MODEL_CALL_BY_REF,
+    CallModelInput,
+    CallModelResult,
+)
 from agentloop.adapters import AdapterFactory
 from agentloop.adapters.base import ModelRequest, ProviderError
 from agentloop.audit import audit
@@ -16,7 +22,9 @@ from agentloop.context import budget_chars, fit
 from agentloop.pricing import PriceTable
 from agentloop.store import Store, StoreError, with_contents
 from agentloop.store.chains import TranscriptCache
+from agentloop.store.specs import ToolSpecCache
 from agentloop.store.transcript import append
+from agentloop.tools.contract import ToolSpec
 
 
 class ModelActivities:
@@ -25,14 +33,27 @@ class ModelActivities:
     ) -> None:
         self._store = store
         self._transcripts = TranscriptCache()
+        self._specs = ToolSpecCache()
         self._adapters = adapters
         self._prices = prices or PriceTable()
 
-    @activity.defn(name="call_model")
+    def activities(self) -> list[Callable[..., Awaitable[CallModelResult]]]:
+        """What a worker registers: the model call with specs inline and by reference."""
+        return [self.call_model, self.call_model_by_ref]
+
+    @activity.defn(name=MODEL_CALL)
     async def call_model(self, request: CallModelInput) -> CallModelResult:
+        return await self._call(request)
+
+    @activity.defn(name=MODEL_CALL_BY_REF)
+    async def call_model_by_ref(self, request: CallModelInput) -> CallModelResult:
+        return await self._call(request)
+
+    async def _call(self, request: CallModelInput) -> CallModelResult:
         try:
             history = await self._transcripts.load(self._store, request.head)
             new_events = await with_contents(self._store, request.new_events)
+            tools = await self._tools(request)
         except StoreError as exc:
             _audit_failure(request, "transcript_missing", retryable=False)
             raise ApplicationError(str(exc), type="TranscriptMissing", non_retryable=True) from exc
@@ -50,7 +71,7 @@ class ModelActivities:
             provider=request.provider,
             model=request.model,
             events=sent.events,
-            tools=request.tools,
+            tools=tools,
             settings=request.settings,
         )
         try:
@@ -92,7 +113,17 @@ class ModelActivities:
             output=output,
             cost_usd=cost,
             request_chars=sent.chars,
+            tools_ref=request.tools_ref or await self._stored_tools(tools),
         )
+
+    async def _tools(self, request: CallModelInput) -> list[ToolSpec]:
+        if request.tools_ref is None:
+            return request.tools
+        return await self._specs.get(self._store, request.tools_ref)
+
+    async def _stored_tools(self, tools: list[ToolSpec]) -> str | None:
+        """Where `tools` now are in the store, for the run's next calls (None: no tools)."""
+        return await self._specs.put(self._store, tools) if tools else None
 
 
 def _audit_failure(

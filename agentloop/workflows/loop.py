@@ -200,6 +200,9 @@ class LoopState(BaseModel):
     chars_per_token: float | None = None
     """Characters per token the provider's count of the last request showed (the context
     budget in tokens is turned into characters with it)."""
+    tools_ref: str | None = None
+    """Where a model call stored the tool specs: later calls name them instead of carrying
+    them (None: not stored yet, or a run from before specs went by reference)."""
     output_corrections: int = 0
     verified_turn: int = 0
     """The turn whose final answer the completion check accepted."""

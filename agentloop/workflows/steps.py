@@ -21,6 +21,8 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 
 import agentloop.workflows.loop as loop
 from agentloop.activities.messages import (
+    MODEL_CALL,
+    MODEL_CALL_BY_REF,
     CallModelInput,
     CallModelResult,
     DescribeToolsInput,
@@ -78,8 +80,11 @@ async def call_model(state: LoopState, step: CallModel) -> None:
     run_input = state.run_input
     new_events = list(state.outbox)
     loop.record_model_call_started(state, step)
+    # The specs go inline until a call has stored them: a run from before that keeps them
+    # inline, as its history says (the reference comes back in a recorded result).
+    by_ref = state.tools_ref is not None
     handle = workflow.start_activity(
-        "call_model",
+        MODEL_CALL_BY_REF if by_ref else MODEL_CALL,
         CallModelInput(
             run_id=workflow.info().workflow_id,
             turn=step.turn,
@@ -87,7 +92,8 @@ async def call_model(state: LoopState, step: CallModel) -> None:
             model=run_input.model,
             head=state.head,
             new_events=loop.by_reference(new_events),
-            tools=list(state.tools.values()),
+            tools=[] if by_ref else list(state.tools.values()),
+            tools_ref=state.tools_ref,
             settings=ModelSettings(stream=run_input.stream),
             context_budget_chars=run_input.context_budget_chars,
             context_budget_tokens=run_input.context_budget_tokens,
@@ -117,6 +123,7 @@ async def call_model(state: LoopState, step: CallModel) -> None:
     loop.record_model_output(
         state, result.output, result.head, workflow.now(), result.cost_usd, result.request_chars
     )
+    state.tools_ref = state.tools_ref or result.tools_ref
     usage = result.output.usage
     audit(
         "budget.settled",

@@ -110,6 +110,8 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
         ),
         # Recorded after the `local-reads` patch.
         "local_reads": ([local], {"model": local.name}),
+        # Recorded after tool specs went by reference (`call_model_by_ref` from turn 2).
+        "tools_by_reference": ([], {"model": "travel"}),
     }
 
 
