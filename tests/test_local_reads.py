@@ -5,6 +5,7 @@ provider, the example service over HTTP; the history says how each call ran."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 
 from agentloop.config import Settings
-from agentloop.contract import AgentRunInput
+from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, Limits
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.tools.contract import (
@@ -199,3 +200,47 @@ async def test_a_local_read_that_fails_transiently_is_retried(
     assert "Shanghai" in tool_messages(scripted_provider)["call_w"]
     _, as_local = tool_runs(await handle.fetch_history())
     assert as_local == 1  # one marker: the attempts are the local activity's own affair
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("clean_fakes")
+async def test_a_local_batch_is_not_raced_against_a_deadline_timer(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    """A timer started beside local reads, and cancelled by their result, reaches history or
+    not depending on whether the result comes back in the same workflow task, and a replay
+    that decides otherwise diverges. A read that outlasts the workflow task (Temporal then
+    completes the task to keep it alive) shows whether such a timer was started."""
+    register(scripted_provider, run_id, [[("call_w", "get_weather", WEATHER)]])
+    example_service.set_delay("weather", 1_500)
+    handle = await client.start_workflow(
+        WORKFLOW_NAME,
+        run_input(run_id).model_copy(update={"limits": Limits(deadline_seconds=600)}),
+        id=run_id,
+        task_queue=worker.task_queue,
+        result_type=AgentRunResult,
+        task_timeout=timedelta(seconds=1),
+    )
+    result = await handle.result()
+
+    assert result.status == "completed", result.stop_reason
+    history = await handle.fetch_history()
+    marker = next(
+        e.event_id
+        for e in history.events
+        if e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    )
+    before_the_read = [
+        e.event_id
+        for e in history.events
+        if e.event_id < marker and e.event_type == EventType.EVENT_TYPE_TIMER_STARTED
+    ]
+    cancelled = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_TIMER_CANCELED]
+    # The model calls' deadline timers were started and cancelled; none raced the read.
+    assert len(before_the_read) == 1  # the first model call's
+    assert len(cancelled) == 2  # both model calls'
+    assert example_service.stats()["counts"]["weather"] == 1

@@ -186,8 +186,13 @@ async def run_tools(state: LoopState, step: RunTools) -> None:
         for call, spec in step.calls
     ]
     # Reads stop for a cancel or the deadline; a write, once started, is never cut short.
+    # Local reads are bounded by their own short timeout, not raced against a deadline
+    # timer: a timer started beside them and cancelled by their result may or may not reach
+    # history, depending on whether Temporal hands the result back in the same workflow task,
+    # and a replay that decides otherwise diverges (seen under load: TimerStarted in history,
+    # none on replay).
     if all(spec.effect == "read" for _, spec in step.calls) and not (
-        await _until_done_or_stopped(state, handles)
+        await _until_done_or_stopped(state, handles, deadline=not local)
     ):
         return
     results = [
@@ -386,13 +391,17 @@ async def _tool_outcome(
 
 
 async def _until_done_or_stopped(
-    state: LoopState, handles: list[workflow.ActivityHandle[Any]]
+    state: LoopState, handles: list[workflow.ActivityHandle[Any]], *, deadline: bool = True
 ) -> bool:
-    """Wait for the activities, unless a cancel or the deadline comes first: then cancel
-    them and return False (the next `decide` turns that into the stop)."""
-    seconds = budgets.limits_left(
-        state.run_input.limits, state.usage, state.active_since(), workflow.now()
-    ).seconds
+    """Wait for the activities, unless a cancel or (with `deadline`) the deadline comes
+    first: then cancel them and return False (the next `decide` turns that into the stop)."""
+    seconds = (
+        budgets.limits_left(
+            state.run_input.limits, state.usage, state.active_since(), workflow.now()
+        ).seconds
+        if deadline
+        else None
+    )
     with contextlib.suppress(TimeoutError):
         await workflow.wait_condition(
             lambda: all(h.done() for h in handles) or state.cancel_reason is not None,
