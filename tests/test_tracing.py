@@ -35,11 +35,14 @@ WORKER_SPANS = {
     "RunWorkflow:AgentRun",
     "StartActivity:call_model",
     "RunActivity:call_model",
+    "StartActivity:call_model_by_ref",
+    "RunActivity:call_model_by_ref",
     "StartActivity:run_tool",
     "RunActivity:run_tool",
     "CompleteWorkflow:AgentRun",
 }
-"""What the worker side of a one-tool run records (the client records StartWorkflow)."""
+"""What the worker side of a one-tool run records (the client records StartWorkflow): its
+second model call names the tool specs by reference."""
 
 
 class ProcessSpans:
@@ -145,7 +148,8 @@ async def test_a_traced_run_is_one_trace_from_start_to_each_tool(
     assert counts["StartWorkflow:AgentRun"] == 1
     assert counts["RunWorkflow:AgentRun"] == 1
     assert counts["CompleteWorkflow:AgentRun"] == 1
-    assert counts["RunActivity:call_model"] == 2
+    assert counts["RunActivity:call_model"] == 1
+    assert counts["RunActivity:call_model_by_ref"] == 1
     assert counts["RunActivity:run_tool"] == 1
     assert len({span.context.trace_id for span in mine}) == 1, "one trace"
     parents = parent_names(mine)
@@ -153,6 +157,8 @@ async def test_a_traced_run_is_one_trace_from_start_to_each_tool(
     assert parents["RunWorkflow:AgentRun"] == {"StartWorkflow:AgentRun"}
     assert parents["StartActivity:call_model"] == {"StartWorkflow:AgentRun"}
     assert parents["RunActivity:call_model"] == {"StartActivity:call_model"}
+    assert parents["StartActivity:call_model_by_ref"] == {"StartWorkflow:AgentRun"}
+    assert parents["RunActivity:call_model_by_ref"] == {"StartActivity:call_model_by_ref"}
     assert parents["RunActivity:run_tool"] == {"StartActivity:run_tool"}
     (start,) = (span for span in mine if span.name == "StartWorkflow:AgentRun")
     (workflow,) = (span for span in mine if span.name == "RunWorkflow:AgentRun")
