@@ -16,7 +16,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from agentloop.config import Settings
-from agentloop.contract import AgentRunInput
+from agentloop.contract import AgentRunInput, AgentRunResult
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from tests.support import start_run, wait_until, worker_env, worker_process
@@ -59,29 +59,15 @@ async def test_sigkill_while_a_read_is_in_flight(
             ],
         )
     )
-    scripted_provider.reset()
-    example_service.reset()
-    example_service.set_delay("trains", 2_000)
     run_input = AgentRunInput(
         task="train and weather",
         provider="openai-chat",
         model=run_id,
         tools=["get_train_status", "get_weather"],
     )
-    try:
-        async with worker_process(env) as first:
-            handle = await start_run(client, settings, run_id, run_input)
-            await wait_until(
-                lambda: example_service.stats()["counts"]["trains"] == 1,
-                "the train read to reach the service",
-            )
-            first.send_signal(signal.SIGKILL)
-            await first.wait()
-        example_service.set_delay("trains", 0)
-        async with worker_process(env):
-            result = await asyncio.wait_for(handle.result(), 60)
-    finally:
-        example_service.set_delay("trains", 0)
+    result = await killed_mid_read(
+        client, settings, env, run_id, run_input, scripted_provider, example_service, "trains"
+    )
 
     assert result.status == "completed", result.stop_reason
     assert result.output == "G1234 and Shanghai"
@@ -133,26 +119,12 @@ async def test_sigkill_while_a_local_read_is_in_flight(
             ],
         )
     )
-    scripted_provider.reset()
-    example_service.reset()
-    example_service.set_delay("weather", 2_000)
     run_input = AgentRunInput(
         task="weather", provider="openai-chat", model=run_id, tools=["get_weather"]
     )
-    try:
-        async with worker_process(env) as first:
-            handle = await start_run(client, settings, run_id, run_input)
-            await wait_until(
-                lambda: example_service.stats()["counts"]["weather"] == 1,
-                "the weather read to reach the service",
-            )
-            first.send_signal(signal.SIGKILL)
-            await first.wait()
-        example_service.set_delay("weather", 0)
-        async with worker_process(env):
-            result = await asyncio.wait_for(handle.result(), 60)
-    finally:
-        example_service.set_delay("weather", 0)
+    result = await killed_mid_read(
+        client, settings, env, run_id, run_input, scripted_provider, example_service, "weather"
+    )
 
     assert result.status == "completed", result.stop_reason
     assert result.output == "Shanghai"
@@ -162,3 +134,34 @@ async def test_sigkill_while_a_local_read_is_in_flight(
     assert scripted_provider.violations == []
     last = scripted_provider.requests[-1]["body"]["messages"]
     assert [m["tool_call_id"] for m in last if m["role"] == "tool"] == ["call_weather"]
+
+
+async def killed_mid_read(
+    client: Client,
+    settings: Settings,
+    env: dict[str, str],
+    run_id: str,
+    run_input: AgentRunInput,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    endpoint: str,
+) -> AgentRunResult:
+    """Start the run on a worker process, SIGKILL it once the (slowed) read of `endpoint` has
+    reached the service, and let a fresh worker process finish the run."""
+    scripted_provider.reset()
+    example_service.reset()
+    example_service.set_delay(endpoint, 2_000)
+    try:
+        async with worker_process(env) as first:
+            handle = await start_run(client, settings, run_id, run_input)
+            await wait_until(
+                lambda: example_service.stats()["counts"][endpoint] == 1,
+                f"the {endpoint} read to reach the service",
+            )
+            first.send_signal(signal.SIGKILL)
+            await first.wait()
+        example_service.set_delay(endpoint, 0)
+        async with worker_process(env):
+            return await asyncio.wait_for(handle.result(), 60)
+    finally:
+        example_service.set_delay(endpoint, 0)
