@@ -8,10 +8,9 @@ hashes: a kept chain can never be stale, and any worker without it simply loads 
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 from agentloop.events import Event
 from agentloop.store import Store, load_transcript
+from agentloop.store.kept import Kept
 
 KEPT_CHAINS = 64
 """Runs whose chain a worker keeps; beyond it the least recently used is dropped."""
@@ -19,17 +18,13 @@ KEPT_CHAINS = 64
 
 class TranscriptCache:
     def __init__(self, size: int = KEPT_CHAINS) -> None:
-        self._size = size
-        self._chains: OrderedDict[str, list[Event]] = OrderedDict()
+        self._chains: Kept[list[Event]] = Kept(size)
 
     async def load(self, store: Store, head: str) -> list[Event]:
         """The chain ending at `head`: taken out of the cache (the run moves on to a new head)
         when it is there, else from the store."""
-        kept = self._chains.pop(head, None)
+        kept = self._chains.pop(head)
         return kept if kept is not None else await load_transcript(store, head)
 
     def keep(self, head: str, events: list[Event]) -> None:
-        self._chains[head] = events
-        self._chains.move_to_end(head)
-        while len(self._chains) > self._size:
-            self._chains.popitem(last=False)
+        self._chains.keep(head, events)

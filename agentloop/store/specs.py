@@ -8,12 +8,11 @@ Content-addressed, so runs with the same tools share one copy, and a kept copy i
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 from pydantic import TypeAdapter
 
 from agentloop.store.artifacts import artifact_key
 from agentloop.store.base import Store, StoreError
+from agentloop.store.kept import Kept
 from agentloop.tools.contract import ToolSpec
 
 MEDIA_TYPE = "application/vnd.agentloop.tool-specs+json"
@@ -25,8 +24,7 @@ _SPECS = TypeAdapter(list[ToolSpec])
 
 class ToolSpecCache:
     def __init__(self, size: int = KEPT_LISTS) -> None:
-        self._size = size
-        self._lists: OrderedDict[str, list[ToolSpec]] = OrderedDict()
+        self._lists: Kept[list[ToolSpec]] = Kept(size)
 
     async def put(self, store: Store, specs: list[ToolSpec]) -> str:
         """Store `specs` (unless this worker already did) and return their reference."""
@@ -34,7 +32,7 @@ class ToolSpecCache:
         ref = artifact_key(data)
         if ref not in self._lists:
             await store.put_artifact(data, MEDIA_TYPE)
-        self._keep(ref, specs)
+        self._lists.keep(ref, specs)
         return ref
 
     async def get(self, store: Store, ref: str) -> list[ToolSpec]:
@@ -45,11 +43,5 @@ class ToolSpecCache:
             if found is None:
                 raise StoreError(f"tool specs {ref} are missing from the store")
             specs = _SPECS.validate_json(found[0])
-        self._keep(ref, specs)
+        self._lists.keep(ref, specs)
         return specs
-
-    def _keep(self, ref: str, specs: list[ToolSpec]) -> None:
-        self._lists[ref] = specs
-        self._lists.move_to_end(ref)
-        while len(self._lists) > self._size:
-            self._lists.popitem(last=False)
