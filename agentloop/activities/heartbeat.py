@@ -13,10 +13,9 @@ HEARTBEAT_EVERY_SECONDS = 1.0
 
 
 @asynccontextmanager
-async def keep_heartbeating(
-    every: float = HEARTBEAT_EVERY_SECONDS, *, enabled: bool = True
-) -> AsyncIterator[None]:
-    if not enabled:
+async def keep_heartbeating(every: float = HEARTBEAT_EVERY_SECONDS) -> AsyncIterator[None]:
+    if activity.info().is_local:
+        # A local activity has no heartbeat: the workflow task it runs in is its lease.
         yield
         return
 

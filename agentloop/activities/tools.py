@@ -85,8 +85,7 @@ class ToolActivities:
     async def run_tool(self, request: RunToolInput) -> ToolResult:
         tool = self._registry.get(request.tool)
         try:
-            # A local activity has no heartbeat: the workflow task it runs in is its lease.
-            async with keep_heartbeating(enabled=not activity.info().is_local):
+            async with keep_heartbeating():
                 value = await tool.handler(request.arguments, self._context(request))
         except ToolError as exc:
             if tool.spec.effect == "write" and (isinstance(exc, OutcomeUnknown) or exc.retryable):
