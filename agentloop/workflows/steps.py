@@ -489,12 +489,15 @@ def parse_input(raw_input: Any) -> AgentRunInput:
     try:
         run_input = AgentRunInput.model_validate(raw_input)
     except ValidationError as exc:
-        raise ApplicationError(
-            f"invalid AgentRunInput: {describe_validation_error(exc)}",
-            type="InvalidInput",
-            non_retryable=True,
-        ) from None
+        raise _invalid_input(describe_validation_error(exc)) from None
     return run_input
+
+
+def _invalid_input(problem: str) -> ApplicationError:
+    """Bad input ends the run at once, as its own failure, never a retried workflow task."""
+    return ApplicationError(
+        f"invalid AgentRunInput: {problem}", type="InvalidInput", non_retryable=True
+    )
 
 
 async def continue_from(state: LoopState, workflow_id: str) -> None:
@@ -508,11 +511,7 @@ async def continue_from(state: LoopState, workflow_id: str) -> None:
             summary=f"continue from {workflow_id}",
         )
     except ActivityError as exc:
-        raise ApplicationError(
-            f"invalid AgentRunInput: continue_from: {_describe_failure(exc)}",
-            type="InvalidInput",
-            non_retryable=True,
-        ) from None
+        raise _invalid_input(f"continue_from: {_describe_failure(exc)}") from None
     loop.continue_transcript(state, previous)
 
 
@@ -527,11 +526,7 @@ async def describe_tools(names: list[str]) -> list[ToolSpec]:
         )
     except ActivityError as exc:
         # An unknown tool name is bad input: say so as the run's own failure.
-        raise ApplicationError(
-            f"invalid AgentRunInput: {_describe_failure(exc)}",
-            type="InvalidInput",
-            non_retryable=True,
-        ) from None
+        raise _invalid_input(_describe_failure(exc)) from None
     return specs
 
 
