@@ -43,6 +43,9 @@ Source = Literal["env", "file", "default"]
 OtelMode = Literal["off", "console", "global"]
 """`AGENTLOOP_OTEL`: no tracing; spans printed on stderr; spans into the process's own
 OpenTelemetry TracerProvider (see `agentloop.tracing`)."""
+SandboxMode = Literal["off", "on"]
+"""`AGENTLOOP_WORKFLOW_SANDBOX`: whether workers (and `agentloop replay`) run AgentRun inside
+Temporal's workflow sandbox (see "Determinism" in the README for why it is off by default)."""
 OTEL_MODULES = ("opentelemetry.sdk.trace", "temporalio.contrib.opentelemetry")
 """What tracing imports: the `otel` extra."""
 
@@ -89,6 +92,7 @@ class Settings(BaseModel):
     history is encrypted (AES-256-GCM, `agentloop.codec`); the others still decrypt."""
     otel: OtelMode = "off"
     """OpenTelemetry tracing of runs through Temporal's TracingInterceptor (`agentloop.tracing`)."""
+    workflow_sandbox: SandboxMode = "off"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -271,6 +275,12 @@ def check_otel(value: str) -> str | None:
     return None
 
 
+def check_sandbox_mode(value: str) -> str | None:
+    if value not in get_args(SandboxMode):
+        return "expected off (AgentRun runs unsandboxed, the default) or on (in Temporal's sandbox)"
+    return None
+
+
 def _tracer_provider_is_set() -> bool:
     from opentelemetry import trace
 
@@ -347,6 +357,7 @@ VARIABLES: dict[str, Variable] = {
         "AGENTLOOP_CODEC_KEYS", check_codec_keys, secret=True, mask=mask_key_ring
     ),
     "otel": Variable("AGENTLOOP_OTEL", check_otel),
+    "workflow_sandbox": Variable("AGENTLOOP_WORKFLOW_SANDBOX", check_sandbox_mode),
 }
 """Settings field -> its environment variable (and file key: the field name)."""
 

@@ -16,7 +16,7 @@ import re
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
@@ -27,6 +27,9 @@ from temporalio.workflow import NondeterminismError
 
 from agentloop.contract import WORKFLOW_NAME
 from agentloop.workflows.agent_run import AgentRun
+
+if TYPE_CHECKING:
+    from agentloop.config import SandboxMode
 
 __all__ = [
     "Divergence",
@@ -184,15 +187,20 @@ def history_files(paths: Iterable[Path | str]) -> list[Path]:
 # --- replaying -------------------------------------------------------------------------
 
 
-async def replay_histories(paths: Iterable[Path | str]) -> list[ReplayReport]:
+async def replay_histories(
+    paths: Iterable[Path | str], sandbox: SandboxMode | None = None
+) -> list[ReplayReport]:
     """Replay each history (a folder stands for the `*.json` files in it) against today's
-    `AgentRun`; one report per file, in order."""
-    return [report async for report in replay_each(paths)]
+    `AgentRun`; one report per file, in order. `sandbox`: in Temporal's sandbox or not
+    (default: as workers run it, `AGENTLOOP_WORKFLOW_SANDBOX`)."""
+    return [report async for report in replay_each(paths, sandbox)]
 
 
-async def replay_each(paths: Iterable[Path | str]) -> AsyncIterator[ReplayReport]:
+async def replay_each(
+    paths: Iterable[Path | str], sandbox: SandboxMode | None = None
+) -> AsyncIterator[ReplayReport]:
     """`replay_histories`, one report at a time as each file is done."""
-    replayer = _replayer()
+    replayer = _replayer(sandbox)
     for path in history_files(paths):
         yield await _replay_file(replayer, path)
 
@@ -222,15 +230,17 @@ async def _replay_file(replayer: Replayer, path: Path) -> ReplayReport:
     return dataclasses.replace(report, problem=divergence.describe(), divergence=divergence)
 
 
-def _replayer() -> Replayer:
-    """Today's AgentRun, decoding payloads as workers do (encrypted ones too, when the
-    environment holds the codec keys)."""
+def _replayer(sandbox: SandboxMode | None) -> Replayer:
+    """Today's AgentRun, run as workers run it and decoding payloads as they do (encrypted
+    ones too, when the environment holds the codec keys)."""
     from agentloop.config import Settings
-    from agentloop.worker import data_converter
+    from agentloop.worker import data_converter, workflow_runner
 
+    settings = Settings.from_env()
     return Replayer(
         workflows=[AgentRun],
-        data_converter=data_converter(Settings.from_env()),
+        data_converter=data_converter(settings),
+        workflow_runner=workflow_runner(sandbox or settings.workflow_sandbox),
         runtime=_quiet_runtime(),
     )
 

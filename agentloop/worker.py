@@ -15,7 +15,8 @@ import aiohttp
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from agentloop import tracing
 from agentloop.activities.model import ModelActivities
@@ -25,7 +26,7 @@ from agentloop.activities.verify import VerifierActivities
 from agentloop.adapters import AdapterFactory
 from agentloop.audit import DEFAULT_REDACT_FIELDS, configure_logging, settings_secrets
 from agentloop.codec import EncryptionCodec, encrypting_data_converter
-from agentloop.config import ConfigError, Settings
+from agentloop.config import ConfigError, SandboxMode, Settings
 from agentloop.pricing import PriceTable
 from agentloop.store import Store, open_store
 from agentloop.tools.http import ServiceClient
@@ -40,6 +41,19 @@ def data_converter(settings: Settings) -> DataConverter:
     if ring is None:
         return pydantic_data_converter
     return encrypting_data_converter(EncryptionCodec.from_ring(ring))
+
+
+def workflow_runner(sandbox: SandboxMode) -> WorkflowRunner:
+    """How AgentRun's code is run, by workers and by replay (`AGENTLOOP_WORKFLOW_SANDBOX`).
+
+    Off by default. All of AgentRun's logic is in modules the sandbox passes through (so that
+    it is not imported afresh for every run), and the sandbox restricts nothing a
+    passed-through module calls: it guarded one thin module, at 4-9 ms of worker CPU a turn
+    (mostly code the SDK compiles and runs in the sandbox once per payload). What keeps the
+    workflow deterministic instead: `tests/test_workflow_determinism.py` checks every module
+    the workflow runs, statically, and every stored history replays in CI both unsandboxed
+    and in the sandbox."""
+    return SandboxedWorkflowRunner() if sandbox == "on" else UnsandboxedWorkflowRunner()
 
 
 async def connect(settings: Settings) -> Client:
@@ -88,6 +102,7 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
             client,
             task_queue=settings.task_queue,
             workflows=[AgentRun],
+            workflow_runner=workflow_runner(settings.workflow_sandbox),
             activities=[
                 *model.activities(),
                 tools.describe_tools,

@@ -17,11 +17,14 @@ from temporalio.api.workflowservice.v1 import (
 )
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
+from temporalio.worker import UnsandboxedWorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from agentloop.config import Settings
 from agentloop.contract import AgentRunInput, Limits, RunStatusView
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
+from agentloop.worker import running_worker, workflow_runner
 from tests.support import start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -112,6 +115,43 @@ async def test_one_tool_call_result_comes_back_under_its_id(
     assert result.output == f"G1234 is {await _train_status(example_service)}."
     assert list(tool_messages(scripted_provider, run_id)) == ["call_only"]
     assert all(r["stream"] is stream for r in scripted_provider.requests)
+
+
+async def test_a_worker_with_the_sandbox_on_runs_the_loop_in_it(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    """`AGENTLOOP_WORKFLOW_SANDBOX=on`: the same loop, a local read and an ordinary tool
+    activity included, runs inside Temporal's sandbox (which fails a workflow task on any
+    access it restricts)."""
+    sandboxed = worker_settings.model_copy(
+        update={"workflow_sandbox": "on", "task_queue": f"{worker_settings.task_queue}-sandbox"}
+    )
+    assert isinstance(workflow_runner(sandboxed.workflow_sandbox), SandboxedWorkflowRunner)
+    assert isinstance(workflow_runner(worker_settings.workflow_sandbox), UnsandboxedWorkflowRunner)
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(tool_calls=[tool_call("call_weather", "get_weather", WEATHER_ARGS)]),
+                ScriptTurn(tool_calls=[tool_call("call_train", "get_train_status", TRAIN_ARGS)]),
+                ScriptTurn(text="{{call_train.train_number}} / {{call_weather.city}}"),
+            ],
+        )
+    )
+    async with running_worker(client, sandboxed):
+        result = await (await start_run(client, sandboxed, run_id, run_input(run_id))).result()
+    assert result.status == "completed", result.stop_reason
+    assert result.output == "G1234 / Shanghai"
+    assert [(c.call_id, c.status) for c in result.calls] == [
+        ("call_weather", "succeeded"),
+        ("call_train", "succeeded"),
+    ]
+    counts = example_service.stats()["counts"]
+    assert (counts["trains"], counts["weather"]) == (1, 1)
 
 
 async def _train_status(example_service: ExampleService) -> str:

@@ -45,6 +45,7 @@ TRAVEL_TASK = "Is train G1234 late on 2026-12-01, and what is the weather in Sha
 # Variables of the caller's shell that would change what the processes under test do.
 _SCRUBBED = (
     "AGENTLOOP_OTEL",
+    "AGENTLOOP_WORKFLOW_SANDBOX",
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
     "ANTHROPIC_API_KEY",

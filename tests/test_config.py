@@ -190,6 +190,7 @@ def test_from_env_checks_types_but_not_files_or_formats(tmp_path: Path) -> None:
         ("TEMPORAL_TLS_CA", "/no/such/ca.pem", "no such file"),
         ("AGENTLOOP_OTEL", "jaeger", "expected off, console (spans printed on stderr) or global"),
         ("AGENTLOOP_OTEL", "on", "expected off, console"),
+        ("AGENTLOOP_WORKFLOW_SANDBOX", "yes", "expected off (AgentRun runs unsandboxed"),
     ],
 )
 def test_each_bad_value_is_named_with_its_variable_and_the_fix(

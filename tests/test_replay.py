@@ -3,7 +3,11 @@
 A change to `AgentRun` that alters the commands it issues for an existing history breaks
 these: guard it with `workflow.patched`, or record new histories (`python -m
 tests.histories.record`) when old runs can no longer exist. `agentloop replay tests/histories`
-runs the same check from the command line."""
+runs the same check from the command line.
+
+Each history replays twice: as workers run AgentRun by default (unsandboxed), and in Temporal's
+sandbox (`AGENTLOOP_WORKFLOW_SANDBOX=on`), which fails a replay whose workflow module reaches
+for something the sandbox restricts: the code stays fit to run either way."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from agentloop.config import SandboxMode
 from agentloop.replay import (
     HistoryFileError,
     explain,
@@ -43,9 +48,10 @@ def test_there_are_histories_to_replay() -> None:
     assert len(HISTORIES) >= 4
 
 
+@pytest.mark.parametrize("sandbox", ["off", "on"], ids=["unsandboxed", "sandboxed"])
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
-async def test_history_replays(path: Path) -> None:
-    [report] = await replay_histories([path])
+async def test_history_replays(path: Path, sandbox: SandboxMode) -> None:
+    [report] = await replay_histories([path], sandbox)
     assert report.ok, report.line()
     assert report.events == len(json.loads(path.read_text())["events"])
     assert report.line().startswith(f"ok  {path}  ({report.events} events, workflow ")

@@ -2,7 +2,8 @@
 
 Each pass asks `decide` for the next step and makes the Temporal calls it names (`steps.py`).
 Everything here is deterministic: no I/O, no clock but `workflow.now()`, activities referred to
-by name. This module holds only the class: Temporal's sandbox imports it afresh for every run.
+by name (`tests/test_workflow_determinism.py` checks it). This module holds only the class:
+in Temporal's sandbox (`AGENTLOOP_WORKFLOW_SANDBOX=on`) it is imported afresh for every run.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Workflow code like the rest of `agentloop/workflows`: deterministic, no I/O, no clock but
 `workflow.now()`, activities referred to by name. It lives apart from the workflow class
-because Temporal's sandbox imports the workflow's own module afresh for every run it keeps in
-its cache (about 60 KiB a run for all of this); this module is passed through and loaded once.
+because Temporal's sandbox, when it is on, imports the workflow's own module afresh for every
+run it keeps in its cache (about 60 KiB a run for all of this); this module is passed through
+and loaded once.
 Nothing here keeps state between calls: each function works on the run state it is given.
 """
 
