@@ -56,10 +56,10 @@ TRACE = "BENCH_TRACEMALLOC_FRAMES"
 CONFIGS: list[tuple[str, dict[str, str]]] = [
     ("default (python -m agentloop.worker)", {}),
     ("max_cached_workflows=20", {"BENCH_MAX_CACHED_WORKFLOWS": "20"}),
-    ("no workflow sandbox", {"BENCH_UNSANDBOXED": "1"}),
+    ("in the workflow sandbox", {"AGENTLOOP_WORKFLOW_SANDBOX": "on"}),
     (
-        # What is left of the per-run import: the workflow module itself, re-imported for
-        # every run (its steps and the loop are passed through already).
+        # What the sandbox re-imports for every run: the workflow module itself (its steps
+        # and the loop are passed through already).
         "sandbox passing all of agentloop through, the workflow module too",
         {"BENCH_PASSTHROUGH_MODULES": "agentloop"},
     ),

@@ -6,9 +6,9 @@ worker, plus:
   snapshot is dumped to `BENCH_SNAPSHOT_DIR/snapshot-<n>.pickle`, n = 1, 2, ... (written
   whole, then renamed into place).
 - `BENCH_MAX_CACHED_WORKFLOWS=N`: the worker's workflow cache size (Temporal's default: 1000).
-- `BENCH_UNSANDBOXED=1`: run workflows without Temporal's sandbox.
-- `BENCH_PASSTHROUGH_MODULES=a,b`: the sandbox passes these modules (and their submodules)
-  through from the host instead of importing them afresh for every workflow run.
+- `BENCH_PASSTHROUGH_MODULES=a,b`: run workflows in Temporal's sandbox, passing these modules
+  (and their submodules) through from the host instead of importing them afresh for every
+  workflow run. (`AGENTLOOP_WORKFLOW_SANDBOX=on` runs them in the sandbox with its defaults.)
 
 The knobs change the `Worker` that `agentloop.worker.running_worker` builds, for experiments
 only: what a deployment runs is `python -m agentloop.worker`, unchanged.
@@ -41,7 +41,7 @@ def _dump_snapshot(signum: int, frame: FrameType | None) -> None:
 
 
 def _configured_worker() -> None:
-    from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+    from temporalio.worker import Worker
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
     import agentloop.worker
@@ -49,9 +49,7 @@ def _configured_worker() -> None:
     options: dict[str, Any] = {}
     if os.environ.get("BENCH_MAX_CACHED_WORKFLOWS"):
         options["max_cached_workflows"] = int(os.environ["BENCH_MAX_CACHED_WORKFLOWS"])
-    if os.environ.get("BENCH_UNSANDBOXED") == "1":
-        options["workflow_runner"] = UnsandboxedWorkflowRunner()
-    elif os.environ.get("BENCH_PASSTHROUGH_MODULES"):
+    if os.environ.get("BENCH_PASSTHROUGH_MODULES"):
         modules = os.environ["BENCH_PASSTHROUGH_MODULES"].split(",")
         restrictions = SandboxRestrictions.default.with_passthrough_modules(*modules)
         options["workflow_runner"] = SandboxedWorkflowRunner(restrictions=restrictions)

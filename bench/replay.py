@@ -11,8 +11,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from agentloop.activities.messages import MODEL_CALLS
-from agentloop.config import Settings
+from agentloop.config import SandboxMode, Settings
 from agentloop.demo.scripted_provider.server import ScriptedProvider
+from agentloop.worker import workflow_runner
 from agentloop.workflows.agent_run import AgentRun
 from bench.longrun import play
 from bench.report import Figure, Section, ratio
@@ -34,9 +35,16 @@ async def record_long(
     return history
 
 
-async def best_replay_seconds(history: WorkflowHistory, repeats: int) -> float:
-    """The fastest of `repeats` replays (each raises if the history does not replay)."""
-    replayer = Replayer(workflows=[AgentRun], data_converter=pydantic_data_converter)
+async def best_replay_seconds(
+    history: WorkflowHistory, repeats: int, sandbox: SandboxMode = "off"
+) -> float:
+    """The fastest of `repeats` replays (each raises if the history does not replay), run as
+    a worker with `AGENTLOOP_WORKFLOW_SANDBOX=sandbox` runs the workflow."""
+    replayer = Replayer(
+        workflows=[AgentRun],
+        data_converter=pydantic_data_converter,
+        workflow_runner=workflow_runner(sandbox),
+    )
     best = float("inf")
     for _ in range(repeats):
         started = time.perf_counter()
@@ -53,6 +61,8 @@ async def measure(long: WorkflowHistory, short: WorkflowHistory, repeats: int) -
     long_calls, short_calls = model_calls(long), model_calls(short)
     long_s = await best_replay_seconds(long, repeats)
     short_s = await best_replay_seconds(short, repeats * 3)
+    sandboxed_long_s = await best_replay_seconds(long, repeats, "on")
+    sandboxed_short_s = await best_replay_seconds(short, repeats * 3, "on")
     long_per, short_per = long_s / long_calls, short_s / short_calls
     result = Section(
         key="replay",
@@ -60,11 +70,18 @@ async def measure(long: WorkflowHistory, short: WorkflowHistory, repeats: int) -
         f"{len(long.events):,} events)",
         baseline=(
             f"replay of a 2-turn history ({short_calls} model calls, {len(short.events)} events) "
-            f"in this run; best of {repeats} (long) and {repeats * 3} (short) replays"
+            f"in this run; best of {repeats} (long) and {repeats * 3} (short) replays, "
+            "unsandboxed as workers run AgentRun by default"
         ),
     )
     result.add(
         Figure("replay seconds", long_s, short_s),
         Figure("seconds per model call", long_per, short_per, ratio(long_per, short_per)),
+        Figure(
+            "replay seconds in the sandbox",
+            sandboxed_long_s,
+            sandboxed_short_s,
+            note="AGENTLOOP_WORKFLOW_SANDBOX=on",
+        ),
     )
     return result

@@ -37,7 +37,10 @@ SECTIONS = {
         "long run",
         ["wall time", "total history bytes", "history events", "continue-as-new count"],
     ),
-    6: ("replay", ["replay seconds", "seconds per model call"]),
+    6: (
+        "replay",
+        ["replay seconds", "seconds per model call", "replay seconds in the sandbox"],
+    ),
     7: ("adapter CPU", ["openai-chat", "openai-responses", "anthropic"]),
 }
 NUMBER = re.compile(r"\d")
