@@ -2,8 +2,10 @@
 wall time and worker CPU per turn, against the Temporal floor, on the same dev server, in the
 same run: a trivial workflow running the same steps as no-ops (the weather read is a local
 activity in both), and one running them all as ordinary activities, whose wall per activity is
-the per-activity floor of issue #7's target. The workers run in their own OS process; their CPU
-time is read from /proc/PID/stat around each run."""
+the per-activity floor of issue #7's target. The floor's workflows run as AgentRun does (outside
+Temporal's sandbox by default). The same run is also timed on a worker with
+`AGENTLOOP_WORKFLOW_SANDBOX=on`: what the sandbox would cost. The workers run in their own OS
+process; their CPU time is read from /proc/PID/stat around each run."""
 
 from __future__ import annotations
 
@@ -68,11 +70,16 @@ async def measure(
     script = weather_script(prefix, turns)
     provider.register(script)
     run_input = long_input(script, ["get_weather"])
+    in_sandbox = settings.model_copy(update={"workflow_sandbox": "on"})
     async with (
         agentloop_worker(settings, work_dir, prefix) as worker,
+        agentloop_worker(in_sandbox, work_dir, f"{prefix}-sandbox") as sandboxed_worker,
         floor_worker(settings, work_dir, f"{prefix}-floor") as floor_process,
     ):
         history = await warm_up(client, worker.task_queue, f"{prefix}-warm", run_input)
+        queue = sandboxed_worker.task_queue
+        await warm_up(client, queue, f"{prefix}-sandbox-warm", run_input)
+        run_sandboxed = agentloop_runner(client, queue, f"{prefix}-sandbox", run_input)
         steps = floor_steps(history)
         remote = [FloorStep(step.activity) for step in steps]
         run_agentloop = agentloop_runner(client, worker.task_queue, prefix, run_input)
@@ -82,31 +89,38 @@ async def measure(
         await run_floor(repeats)  # warm-up: ids the timed runs do not use
         await run_remote(repeats)
         ours: list[Sample] = []
+        sandboxed: list[Sample] = []
         floor: list[Sample] = []
         activities: list[Sample] = []
         for i in range(repeats):
             ours.append(await timed(run_agentloop, i, worker))
+            sandboxed.append(await timed(run_sandboxed, i, sandboxed_worker))
             floor.append(await timed(run_floor, i, floor_process))
             activities.append(await timed(run_remote, i, floor_process))
     violations = len(provider.violations)
     provider.reset()
     if violations:
         raise RuntimeError(f"the scripted provider saw {violations} protocol violation(s)")
-    return section(turns, steps, repeats, ours, floor, activities)
+    return section(turns, steps, repeats, Timings(ours, sandboxed, floor, activities))
 
 
-def section(
-    turns: int,
-    steps: list[FloorStep],
-    repeats: int,
-    ours: list[Sample],
-    floor: list[Sample],
-    activities: list[Sample],
-) -> Section:
+@dataclass
+class Timings:
+    ours: list[Sample]
+    sandboxed: list[Sample]
+    """The same runs on a worker with `AGENTLOOP_WORKFLOW_SANDBOX=on`."""
+    floor: list[Sample]
+    activities: list[Sample]
+    """The floor with every step an ordinary activity."""
+
+
+def section(turns: int, steps: list[FloorStep], repeats: int, timings: Timings) -> Section:
+    ours, floor, activities = timings.ours, timings.floor, timings.activities
     per_activity = median_wall(activities) / len(steps)
     per_turn = median_wall(ours) / turns
     two_floors = 2 * per_activity
     cpu_ms, floor_cpu_ms = 1000 * median_cpu(ours) / turns, 1000 * median_cpu(floor) / turns
+    sandboxed_ms = 1000 * median_cpu(timings.sandboxed) / turns
     local = sum(step.local for step in steps)
     result = Section(
         key="turn_overhead",
@@ -143,6 +157,13 @@ def section(
             ratio(cpu_ms, floor_cpu_ms),
             "python -m agentloop.worker process, utime + stime; baseline: the floor worker, "
             f"same steps; issue #7 target: <= {TARGET_CPU_MS_PER_TURN:.0f} ms",
+        ),
+        Figure(
+            "worker CPU per turn in the sandbox (ms)",
+            sandboxed_ms,
+            cpu_ms,
+            ratio(sandboxed_ms, cpu_ms),
+            "AGENTLOOP_WORKFLOW_SANDBOX=on; baseline: the default (unsandboxed) worker above",
         ),
     )
     return result

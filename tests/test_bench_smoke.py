@@ -27,7 +27,10 @@ SECTIONS = {
             "5-turn runs, ",
         ],
     ),
-    2: ("turn overhead", ["per-turn wall", "run wall", "worker CPU per turn"]),
+    2: (
+        "turn overhead",
+        ["per-turn wall", "run wall", "worker CPU per turn", "worker CPU per turn in the sandbox"],
+    ),
     3: ("history growth", ["bytes/turn", "total history bytes"]),
     4: (
         "history by tool-output size",
