@@ -4,6 +4,7 @@ worker as a separate OS process."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -11,11 +12,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from agentloop import search
 from agentloop.config import Settings
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, RunStatusView
+from agentloop.workflows.steps import DEADLINE_TIMER_SUMMARY
 
 WORKER_READY_LINE = "agentloop worker polling"
 
@@ -41,6 +44,34 @@ async def start_run(
         if isinstance(run_input, AgentRunInput) and indexed
         else None,
     )
+
+
+async def deadline_timers(handle: WorkflowHandle[Any, Any]) -> dict[str, int]:
+    """How many of the run's deadline timers (by their UI summary) were started, fired and
+    cancelled; other timers (a wait for humans' own timeout) are not counted."""
+    events = [e async for e in handle.fetch_history_events()]
+    started = {
+        e.event_id
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED
+        and e.user_metadata.summary.data
+        and json.loads(e.user_metadata.summary.data) == DEADLINE_TIMER_SUMMARY
+    }
+    fired = [
+        e.timer_fired_event_attributes.started_event_id
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_TIMER_FIRED
+    ]
+    cancelled = [
+        e.timer_canceled_event_attributes.started_event_id
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_TIMER_CANCELED
+    ]
+    return {
+        "started": len(started),
+        "fired": len(started.intersection(fired)),
+        "cancelled": len(started.intersection(cancelled)),
+    }
 
 
 async def wait_until(predicate: Callable[[], bool], what: str, seconds: float = 30) -> None:

@@ -25,7 +25,7 @@ from agentloop.contract import AgentRunInput, Limits, RunStatusView
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.worker import running_worker, workflow_runner
-from tests.support import start_run, wait_for_phase
+from tests.support import deadline_timers, start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -104,9 +104,8 @@ async def test_one_tool_call_result_comes_back_under_its_id(
             ],
         )
     )
-    result = await (
-        await start_run(client, worker, run_id, run_input(run_id, stream=stream))
-    ).result()
+    handle = await start_run(client, worker, run_id, run_input(run_id, stream=stream))
+    result = await handle.result()
     assert result.status == "completed", result.stop_reason
     assert example_service.stats()["counts"]["trains"] == 1
     assert [(c.call_id, c.tool, c.status) for c in result.calls] == [
@@ -115,6 +114,11 @@ async def test_one_tool_call_result_comes_back_under_its_id(
     assert result.output == f"G1234 is {await _train_status(example_service)}."
     assert list(tool_messages(scripted_provider, run_id)) == ["call_only"]
     assert all(r["stream"] is stream for r in scripted_provider.requests)
+    # Two model calls and a tool activity under the default 600 s deadline: one timer for it,
+    # left running, not one started and cancelled around each of them.
+    assert await deadline_timers(handle) == {"started": 1, "fired": 0, "cancelled": 0}
+    history = await handle.fetch_history()
+    assert [e.event_type for e in history.events].count(EventType.EVENT_TYPE_TIMER_STARTED) == 1
 
 
 async def test_a_worker_with_the_sandbox_on_runs_the_loop_in_it(

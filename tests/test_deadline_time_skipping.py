@@ -33,7 +33,7 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.demo.scripted_provider.scripts import ScriptedError
 from agentloop.demo.services import ExampleService
 from tests import test_approvals
-from tests.support import start_run, wait_for_phase, wait_for_status
+from tests.support import deadline_timers, start_run, wait_for_phase, wait_for_status
 from tests.test_approvals import decide, reservations, reserve_script, run_input
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -110,6 +110,8 @@ async def test_a_model_call_kept_waiting_past_the_deadline_stops_the_run(
     # Turn 1, then turn 2's attempts at 0 s and 400 s; the one due at 800 s never came.
     assert requests(scripted_provider, run_id) == 1 + 2
     assert example_service.stats()["counts"]["trains"] == 1
+    # One timer for the deadline across both turns and the tool call, which fired.
+    assert await deadline_timers(handle) == {"started": 1, "fired": 1, "cancelled": 0}
     assert (result.usage.model_calls, result.usage.tool_calls) == (2, 1)
     assert {c.call_id: c.status for c in result.calls} == {"call_t": "succeeded"}
     # The model call was cancelled on the server: no further attempt can be dispatched.
@@ -187,6 +189,9 @@ async def test_working_time_after_the_wait_still_counts(
     assert [(e["call_id"], e["status"]) for e in result.side_effects] == [
         ("call_reserve", "succeeded")
     ]
+    # The deadline's timer fired during the wait, which did not count: it started again
+    # for what was left when the wait ended, and fired at the deadline.
+    assert await deadline_timers(handle) == {"started": 2, "fired": 2, "cancelled": 0}
 
 
 async def test_status_shows_the_deadline_time_left_while_a_human_decides(

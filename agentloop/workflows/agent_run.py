@@ -73,6 +73,7 @@ class AgentRun:
             state = carried
         state.run_chain.append(workflow.info().run_id)
         self._state = state
+        deadline = steps.RunDeadline(state)
         state.cancel_reason = state.cancel_reason or self._cancel_reason
         for decision in self._early_decisions:
             loop.record_decision(state, decision, workflow.now())
@@ -86,11 +87,11 @@ class AgentRun:
             steps.show(state)
             match step:
                 case CallModel():
-                    await steps.call_model(state, step)
+                    await steps.call_model(state, step, deadline)
                 case CheckPreconditions():
-                    await steps.check_preconditions(state, step)
+                    await steps.check_preconditions(state, step, deadline)
                 case RunTools():
-                    await steps.run_tools(state, step)
+                    await steps.run_tools(state, step, deadline)
                 case AwaitApproval():
                     await steps.await_humans(state, step, "awaiting_approval")
                 case Verify():

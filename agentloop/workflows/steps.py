@@ -77,7 +77,51 @@ TOOL_HEARTBEAT = timedelta(seconds=5)
 """A worker that dies mid-tool is noticed this fast (the activity heartbeats every second)."""
 
 
-async def call_model(state: LoopState, step: CallModel) -> None:
+DEADLINE_TIMER_SUMMARY = "run deadline"
+"""What the UI shows on the run's deadline timer (feature `run-deadline-timer`)."""
+
+
+class RunDeadline:
+    """The run's deadline, for steps that wait on activities.
+
+    With the feature `run-deadline-timer` a run has one Temporal timer for it, started at the
+    first wait and left running: when it fires, `passed` turns True if the deadline has
+    passed, and otherwise (waits for humans moved the deadline, and they do not count) the
+    timer starts again for what is left. Runs started before the feature recorded a timer
+    per wait, started with it and cancelled when the activities came back (two commands and
+    two history events a step); they keep doing that on replay."""
+
+    def __init__(self, state: LoopState) -> None:
+        self._state = state
+        self._timer: asyncio.Task[None] | None = None
+        self.passed = False
+
+    def seconds_left(self) -> float | None:
+        """None without a deadline. Not during a wait for humans, whose time is not counted
+        until it ends."""
+        state = self._state
+        return budgets.limits_left(
+            state.run_input.limits, state.usage, state.active_since(), workflow.now()
+        ).seconds
+
+    def start(self) -> None:
+        if self._timer is None:
+            self._timer = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        state = self._state
+        while True:
+            await workflow.wait_condition(lambda: state.paused_since is None)
+            seconds = self.seconds_left()
+            if seconds is None:
+                return
+            if seconds <= 0:
+                self.passed = True
+                return
+            await workflow.sleep(max(seconds, 0.001), summary=DEADLINE_TIMER_SUMMARY)
+
+
+async def call_model(state: LoopState, step: CallModel, deadline: RunDeadline) -> None:
     run_input = state.run_input
     new_events = list(state.outbox)
     loop.record_model_call_started(state, step)
@@ -107,7 +151,7 @@ async def call_model(state: LoopState, step: CallModel) -> None:
         retry_policy=MODEL_RETRY,
         summary=f"{run_input.provider} {run_input.model} · turn {step.turn}",
     )
-    if not await _until_done_or_stopped(state, [handle]):
+    if not await _until_done_or_stopped(state, [handle], deadline):
         return
     try:
         result = await handle
@@ -151,7 +195,9 @@ async def call_model(state: LoopState, step: CallModel) -> None:
             )
 
 
-async def check_preconditions(state: LoopState, step: CheckPreconditions) -> None:
+async def check_preconditions(
+    state: LoopState, step: CheckPreconditions, deadline: RunDeadline
+) -> None:
     handles = [
         workflow.start_activity(
             "check_precondition",
@@ -163,7 +209,7 @@ async def check_preconditions(state: LoopState, step: CheckPreconditions) -> Non
         )
         for call, spec in step.calls
     ]
-    if not await _until_done_or_stopped(state, handles):
+    if not await _until_done_or_stopped(state, handles, deadline):
         return
     failures: dict[str, str | None] = {}
     for (call, _), handle in zip(step.calls, handles, strict=True):
@@ -175,7 +221,7 @@ async def check_preconditions(state: LoopState, step: CheckPreconditions) -> Non
     loop.record_preconditions(state, failures)
 
 
-async def run_tools(state: LoopState, step: RunTools) -> None:
+async def run_tools(state: LoopState, step: RunTools, deadline: RunDeadline) -> None:
     loop.record_calls_started(state, step)
     children = loop.record_delegations_started(state, step, workflow.now())
     if children:
@@ -193,7 +239,7 @@ async def run_tools(state: LoopState, step: RunTools) -> None:
     # and a replay that decides otherwise diverges (seen under load: TimerStarted in history,
     # none on replay).
     if all(spec.effect == "read" for _, spec in step.calls) and not (
-        await _until_done_or_stopped(state, handles, deadline=not local)
+        await _until_done_or_stopped(state, handles, None if local else deadline)
     ):
         return
     results = [
@@ -392,22 +438,27 @@ async def _tool_outcome(
 
 
 async def _until_done_or_stopped(
-    state: LoopState, handles: list[workflow.ActivityHandle[Any]], *, deadline: bool = True
+    state: LoopState,
+    handles: list[workflow.ActivityHandle[Any]],
+    deadline: RunDeadline | None,
 ) -> bool:
-    """Wait for the activities, unless a cancel or (with `deadline`) the deadline comes
+    """Wait for the activities, unless a cancel or (given `deadline`) the deadline comes
     first: then cancel them and return False (the next `decide` turns that into the stop)."""
-    seconds = (
-        budgets.limits_left(
-            state.run_input.limits, state.usage, state.active_since(), workflow.now()
-        ).seconds
-        if deadline
-        else None
-    )
-    with contextlib.suppress(TimeoutError):
-        await workflow.wait_condition(
-            lambda: all(h.done() for h in handles) or state.cancel_reason is not None,
-            timeout=None if seconds is None else max(seconds, 0.001),
-        )
+
+    def done_or_cancelled() -> bool:
+        return all(h.done() for h in handles) or state.cancel_reason is not None
+
+    if deadline is None:
+        await workflow.wait_condition(done_or_cancelled)
+    elif "run-deadline-timer" in state.features:
+        deadline.start()
+        await workflow.wait_condition(lambda: done_or_cancelled() or deadline.passed)
+    else:
+        seconds = deadline.seconds_left()
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                done_or_cancelled, timeout=None if seconds is None else max(seconds, 0.001)
+            )
     if all(h.done() for h in handles):
         return True
     for handle in handles:

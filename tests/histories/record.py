@@ -112,6 +112,8 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
         "local_reads": ([local], {"model": local.name}),
         # Recorded after tool specs went by reference (`call_model_by_ref` from turn 2).
         "tools_by_reference": ([], {"model": "travel"}),
+        # Recorded after the `run-deadline-timer` patch: one timer for the run's deadline.
+        "run_deadline_timer": ([], {"model": "travel"}),
     }
 
 
