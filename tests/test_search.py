@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from agentloop import search
@@ -17,6 +18,9 @@ from tests.support import start_run, wait_for_phase
 from tests.test_cli import agentloop, process_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
+
+WEATHER = {"city": "Shanghai", "date": "2026-12-01"}
+TRAIN = {"train_number": "G1234", "date": "2026-12-01"}
 
 
 def test_list_queries() -> None:
@@ -84,3 +88,53 @@ async def test_list_awaiting_approval_finds_exactly_the_waiting_runs(
         run_id,
     )
     await waiting.cancel()
+
+
+async def test_a_run_is_indexed_in_the_phase_it_waits_in(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """Visibility sees a run's search attributes as each workflow task ends, which is when
+    the run starts to wait: on its model (`calling_model`), on an ordinary tool
+    (`executing_tools`). A batch of local reads starts and ends inside one workflow task, so
+    it is not indexed at all: no upsert, and none back."""
+    weather = ScriptedToolCall(id="call_w", name="get_weather", arguments=WEATHER)
+    train = ScriptedToolCall(id="call_t", name="get_train_status", arguments=TRAIN)
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(tool_calls=[weather]),  # local read
+                ScriptTurn(tool_calls=[train]),  # an activity
+                ScriptTurn(text="done"),
+            ],
+        )
+    )
+    run_input = AgentRunInput(
+        task="travel",
+        provider="openai-chat",
+        model=run_id,
+        tools=["get_weather", "get_train_status"],
+    )
+    handle = await start_run(client, worker, run_id, run_input)
+    assert (await handle.result()).status == "completed"
+
+    indexed = "calling_model"  # what the run was started with
+    upserted: list[str] = []
+    waited_in: list[tuple[str, str]] = []
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+            fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes
+            if "AgentPhase" in fields.indexed_fields:
+                indexed = json.loads(fields.indexed_fields["AgentPhase"].data)
+                upserted.append(indexed)
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            activity = event.activity_task_scheduled_event_attributes.activity_type.name
+            waited_in.append((activity, indexed))
+    assert waited_in == [
+        ("describe_tools", "calling_model"),
+        ("call_model", "calling_model"),
+        ("call_model_by_ref", "calling_model"),
+        ("run_tool", "executing_tools"),
+        ("call_model_by_ref", "calling_model"),
+    ]
+    assert upserted == ["executing_tools", "calling_model", "finished"]

@@ -49,7 +49,13 @@ from agentloop.policies.validation import Allowed, Refused, schema_problems, val
 from agentloop.store.transcript import ROOT
 from agentloop.tools.contract import BUILTIN_TOOLS, DELEGATE, Outcome, ToolSpec, bounded
 
-FEATURES = ("stall-detection", "tool-error-classes", "local-reads", "run-deadline-timer")
+FEATURES = (
+    "stall-detection",
+    "tool-error-classes",
+    "local-reads",
+    "run-deadline-timer",
+    "phase-when-waiting",
+)
 """Patch ids of behaviours that change what an existing run would do (see `features`)."""
 
 

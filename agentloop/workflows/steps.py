@@ -125,6 +125,7 @@ async def call_model(state: LoopState, step: CallModel, deadline: RunDeadline) -
     run_input = state.run_input
     new_events = list(state.outbox)
     loop.record_model_call_started(state, step)
+    _waiting(state)
     # The specs go inline until a call has stored them: a run from before that keeps them
     # inline, as its history says (the reference comes back in a recorded result).
     by_ref = state.tools_ref is not None
@@ -198,6 +199,7 @@ async def call_model(state: LoopState, step: CallModel, deadline: RunDeadline) -
 async def check_preconditions(
     state: LoopState, step: CheckPreconditions, deadline: RunDeadline
 ) -> None:
+    _waiting(state)
     handles = [
         workflow.start_activity(
             "check_precondition",
@@ -224,10 +226,12 @@ async def check_preconditions(
 async def run_tools(state: LoopState, step: RunTools, deadline: RunDeadline) -> None:
     loop.record_calls_started(state, step)
     children = loop.record_delegations_started(state, step, workflow.now())
+    local = not children and loop.runs_locally(state, [spec for _, spec in step.calls])
+    if not local:
+        _waiting(state)
     if children:
         await _run_with_children(state, step, children)
         return
-    local = loop.runs_locally(state, [spec for _, spec in step.calls])
     handles = [
         _start_tool(call, spec, state.calls[call.call_id].idempotency_key, local)
         for call, spec in step.calls
@@ -345,7 +349,7 @@ async def await_humans(
     """Wait for the decisions (or a cancel) until the step's deadline; the next `decide`
     sees what arrived. The wait does not count against the run's deadline."""
     state.phase = phase
-    show(state)
+    _show_phase(state)
     waiting = set(step.call_ids)
     since = workflow.now()
     loop.record_pause_started(state, since)
@@ -359,6 +363,7 @@ async def await_humans(
 
 async def verify(state: LoopState, step: Verify) -> None:
     state.phase = "verifying"
+    _waiting(state)
     try:
         verdict = await workflow.execute_activity(
             "verify_completion",
@@ -383,6 +388,7 @@ async def verify(state: LoopState, step: Verify) -> None:
 
 
 async def lookup_outcome(state: LoopState, step: LookupOutcome) -> None:
+    _waiting(state)
     try:
         outcome = await workflow.execute_activity(
             "lookup_outcome",
@@ -467,8 +473,29 @@ async def _until_done_or_stopped(
 
 
 def show(state: LoopState) -> None:
-    """Keep the UI's current details, and the run's phase attribute, up to date."""
+    """At the top of each step: the UI's current details and, for runs from before the
+    feature `phase-when-waiting`, the run's phase attribute (then the phase the previous
+    step left)."""
     workflow.set_current_details(loop.details(state, workflow.now()))
+    if "phase-when-waiting" not in state.features:
+        _index_phase(state)
+
+
+def _waiting(state: LoopState) -> None:
+    """The run is about to wait on Temporal in `state.phase`: that is the phase a list query
+    finds it in meanwhile (feature `phase-when-waiting`). A batch of local reads is no such
+    wait: it starts and ends inside the workflow task, and an upsert there, and the one back,
+    would be two events a turn no list query could see."""
+    if "phase-when-waiting" in state.features:
+        _show_phase(state)
+
+
+def _show_phase(state: LoopState) -> None:
+    workflow.set_current_details(loop.details(state, workflow.now()))
+    _index_phase(state)
+
+
+def _index_phase(state: LoopState) -> None:
     indexed = workflow.info().typed_search_attributes.get(AGENT_PHASE)
     # Only runs started with the attributes are indexed: the namespace has them then.
     if indexed is not None and indexed != state.phase:

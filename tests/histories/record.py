@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from agentloop import search
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, Limits
 from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
 from agentloop.devstack import DevStack, DevStackPorts
@@ -114,7 +115,14 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
         "tools_by_reference": ([], {"model": "travel"}),
         # Recorded after the `run-deadline-timer` patch: one timer for the run's deadline.
         "run_deadline_timer": ([], {"model": "travel"}),
+        # Recorded after the `phase-when-waiting` patch, started with search attributes
+        # (`INDEXED`): the phase upserts are commands too.
+        "phase_when_waiting": ([local], {"model": local.name}),
     }
+
+
+INDEXED = {"phase_when_waiting"}
+"""Scenarios started with agentloop's search attributes, as the CLI starts runs."""
 
 
 async def record(only: set[str]) -> None:
@@ -140,6 +148,7 @@ async def record(only: set[str]) -> None:
                     id=f"replay-{name}",
                     task_queue=stack.settings.task_queue,
                     result_type=AgentRunResult,
+                    search_attributes=search.initial(run_input) if name in INDEXED else None,
                 )
                 result = await handle.result()
                 history = await handle.fetch_history()
