@@ -3,7 +3,8 @@ wall time and worker CPU per turn, against the Temporal floor, on the same dev s
 same run: a trivial workflow running the same steps as no-ops (the weather read is a local
 activity in both), and one running them all as ordinary activities, whose wall per activity is
 the per-activity floor of issue #7's target. The floor's workflows run as AgentRun does (outside
-Temporal's sandbox by default). The same run is also timed on a worker with
+Temporal's sandbox by default); the per-activity floor is also shown with its workflow in the
+sandbox, the SDK's default. The same run is also timed on a worker with
 `AGENTLOOP_WORKFLOW_SANDBOX=on`: what the sandbox would cost. The workers run in their own OS
 process; their CPU time is read from /proc/PID/stat around each run."""
 
@@ -75,6 +76,7 @@ async def measure(
         agentloop_worker(settings, work_dir, prefix) as worker,
         agentloop_worker(in_sandbox, work_dir, f"{prefix}-sandbox") as sandboxed_worker,
         floor_worker(settings, work_dir, f"{prefix}-floor") as floor_process,
+        floor_worker(in_sandbox, work_dir, f"{prefix}-floor-sandbox") as sandboxed_floor,
     ):
         history = await warm_up(client, worker.task_queue, f"{prefix}-warm", run_input)
         queue = sandboxed_worker.task_queue
@@ -86,22 +88,28 @@ async def measure(
         queue = floor_process.task_queue
         run_floor = floor_runner(client, queue, f"{prefix}-floor", steps)
         run_remote = floor_runner(client, queue, f"{prefix}-remote", remote)
+        queue = sandboxed_floor.task_queue
+        run_sdk_default = floor_runner(client, queue, f"{prefix}-sdk-default", remote)
         await run_floor(repeats)  # warm-up: ids the timed runs do not use
         await run_remote(repeats)
+        await run_sdk_default(repeats)
         ours: list[Sample] = []
         sandboxed: list[Sample] = []
         floor: list[Sample] = []
         activities: list[Sample] = []
+        sdk_default: list[Sample] = []
         for i in range(repeats):
             ours.append(await timed(run_agentloop, i, worker))
             sandboxed.append(await timed(run_sandboxed, i, sandboxed_worker))
             floor.append(await timed(run_floor, i, floor_process))
             activities.append(await timed(run_remote, i, floor_process))
+            sdk_default.append(await timed(run_sdk_default, i, sandboxed_floor))
     violations = len(provider.violations)
     provider.reset()
     if violations:
         raise RuntimeError(f"the scripted provider saw {violations} protocol violation(s)")
-    return section(turns, steps, repeats, Timings(ours, sandboxed, floor, activities))
+    timings = Timings(ours, sandboxed, floor, activities, sdk_default)
+    return section(turns, steps, repeats, timings)
 
 
 @dataclass
@@ -112,6 +120,9 @@ class Timings:
     floor: list[Sample]
     activities: list[Sample]
     """The floor with every step an ordinary activity."""
+    sdk_default: list[Sample]
+    """`activities` with the floor's workflow in Temporal's sandbox, the SDK's default (where
+    issue #7 measured its per-activity floor)."""
 
 
 def section(turns: int, steps: list[FloorStep], repeats: int, timings: Timings) -> Section:
@@ -119,6 +130,7 @@ def section(turns: int, steps: list[FloorStep], repeats: int, timings: Timings) 
     per_activity = median_wall(activities) / len(steps)
     per_turn = median_wall(ours) / turns
     two_floors = 2 * per_activity
+    two_default_floors = 2 * median_wall(timings.sdk_default) / len(steps)
     cpu_ms, floor_cpu_ms = 1000 * median_cpu(ours) / turns, 1000 * median_cpu(floor) / turns
     sandboxed_ms = 1000 * median_cpu(timings.sandboxed) / turns
     local = sum(step.local for step in steps)
@@ -143,6 +155,13 @@ def section(turns: int, steps: list[FloorStep], repeats: int, timings: Timings) 
             ratio(per_turn, two_floors),
             f"run wall / {turns} turns (its describe_tools and final model call included); "
             f"issue #7 target: <= {TARGET_OVERHEAD}x",
+        ),
+        Figure(
+            "per-turn wall (ms) vs 2 x SDK-default activity floor",
+            1000 * per_turn,
+            1000 * two_default_floors,
+            ratio(per_turn, two_default_floors),
+            "the per-activity floor with its workflow in Temporal's sandbox, the SDK's default",
         ),
         Figure(
             "run wall (s), same steps",

@@ -29,7 +29,13 @@ SECTIONS = {
     ),
     2: (
         "turn overhead",
-        ["per-turn wall", "run wall", "worker CPU per turn", "worker CPU per turn in the sandbox"],
+        [
+            "per-turn wall",
+            "per-turn wall (ms) vs 2 x SDK-default",
+            "run wall",
+            "worker CPU per turn",
+            "worker CPU per turn in the sandbox",
+        ],
     ),
     3: ("history growth", ["bytes/turn", "total history bytes"]),
     4: (
