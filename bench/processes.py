@@ -1,5 +1,6 @@
-"""Workers as their own OS processes, so their memory can be measured alone: `python -m
-agentloop.worker` (what a deployment runs) and `python -m bench.floor_worker` (the floor).
+"""Workers as their own OS processes, so their memory and CPU can be measured alone: `python -m
+agentloop.worker` (what a deployment runs), `python -m bench.floor_worker` (the floor) and
+`python -m bench.peer_worker` (the OpenAI Agents SDK peer).
 
 The benchmark process keeps the scripted provider, the example service and the client; a
 worker's RSS is then read from /proc/PID/status (`bench.memory`)."""
@@ -22,6 +23,9 @@ AGENTLOOP_WORKER = ["-m", "agentloop.worker"]
 AGENTLOOP_READY = "agentloop worker polling"
 FLOOR_WORKER = ["-m", "bench.floor_worker"]
 FLOOR_READY = "bench floor worker polling"
+PEER_WORKER = ["-m", "bench.peer_worker"]
+PEER_READY = "bench peer worker polling"
+PEER_BASE_URL_VARIABLE = "BENCH_PEER_OPENAI_BASE_URL"
 READY_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 15.0
 
@@ -165,6 +169,22 @@ async def floor_worker(
     env = {**settings_env(settings), "AGENT_LOOP_TASK_QUEUE": name}
     log = work_dir / f"{name}-floor.log"
     async with child_process(FLOOR_WORKER, env, FLOOR_READY, log) as child:
+        yield WorkerProcess(child, name)
+
+
+@asynccontextmanager
+async def peer_worker(
+    settings: Settings, provider_base_url: str, work_dir: Path, name: str
+) -> AsyncIterator[WorkerProcess]:
+    """`python -m bench.peer_worker` (the OpenAI Agents SDK peer) on task queue `name`, its
+    model calls going to the scripted provider at `provider_base_url`."""
+    env = {
+        **settings_env(settings),
+        "AGENT_LOOP_TASK_QUEUE": name,
+        PEER_BASE_URL_VARIABLE: provider_base_url,
+    }
+    log = work_dir / f"{name}-peer.log"
+    async with child_process(PEER_WORKER, env, PEER_READY, log) as child:
         yield WorkerProcess(child, name)
 
 

@@ -6,8 +6,12 @@ from datetime import date, timedelta
 
 from agentloop.contract import AgentRunInput, Limits
 from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
+from bench.peer import PeerTask
 
 TRAVEL_SCRIPT = "bench-travel"
+TRAVEL_ANSWER = "Weather in Shanghai on 2026-12-01: "
+"""How the travel run's final answer starts (the forecast's condition follows)."""
+WEATHER_ANSWER = "done"
 FIRST_DAY = date(2026, 1, 1)
 
 
@@ -20,7 +24,7 @@ def travel_script() -> Script:
         name=TRAVEL_SCRIPT,
         turns=[
             ScriptTurn(tool_calls=[call]),
-            ScriptTurn(text="Weather in Shanghai on 2026-12-01: {{call_weather.condition}}."),
+            ScriptTurn(text=TRAVEL_ANSWER + "{{call_weather.condition}}."),
         ],
     )
 
@@ -49,7 +53,7 @@ def weather_script(name: str, turns: int) -> Script:
         )
         for i in range(turns)
     ]
-    return Script(name=name, turns=[*calls, ScriptTurn(text="done")])
+    return Script(name=name, turns=[*calls, ScriptTurn(text=WEATHER_ANSWER)])
 
 
 def report_script(name: str, turns: int, tool: str) -> Script:
@@ -78,4 +82,15 @@ def long_input(script: Script, tools: list[str], provider: str = "openai-chat") 
                 deadline_seconds=None,
             ),
         }
+    )
+
+
+def peer_task(script: Script, run_input: AgentRunInput) -> PeerTask:
+    """The run `run_input` plays, as the OpenAI Agents SDK peer's task: the same prompt, script
+    and tool, and as many model calls (its `max_turns`) as the script has turns."""
+    return PeerTask(
+        prompt=run_input.task,
+        model=script.name,
+        max_turns=len(script.turns),
+        instructions=run_input.instructions,
     )

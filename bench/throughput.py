@@ -1,7 +1,8 @@
 """[1] Many concurrent runs: 2-turn runs (failures, wall time, runs/s and the worker's RSS
 growth per concurrent run), then 5-turn runs at several concurrencies (runs/s and RSS growth),
-each against the Temporal floor (no-op activities) on the same dev server, in the same run.
-Every worker runs in its own OS process, so the RSS figure is the worker's own."""
+each against the Temporal floor (no-op activities) on the same dev server, in the same run; the
+2-turn runs also against the same runs on the OpenAI Agents SDK peer (`bench.peer`). Every
+worker runs in its own OS process, so the RSS figure is the worker's own."""
 
 from __future__ import annotations
 
@@ -23,13 +24,19 @@ from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult
 from agentloop.demo.scripted_provider.server import ScriptedProvider
 from bench.floor import FLOOR_WORKFLOW, FloorStep
 from bench.memory import PeakSampler
-from bench.processes import agentloop_worker, floor_worker
+from bench.peer import PEER_WORKFLOW, RUN_TIMEOUT, PeerTask
+from bench.processes import agentloop_worker, floor_worker, peer_worker
 from bench.report import Figure, Section, ratio
-from bench.scripts import long_input, travel_input, travel_script, weather_script
+from bench.scripts import (
+    TRAVEL_ANSWER,
+    long_input,
+    peer_task,
+    travel_input,
+    travel_script,
+    weather_script,
+)
 
-REFERENCE_RUNS_PER_SECOND = 6.5
-"""The OpenAI Agents SDK on Temporal, same 2-turn case, measured earlier on this machine."""
-TARGET_RUNS_PER_SECOND = 1.5 * REFERENCE_RUNS_PER_SECOND
+TARGET_RUNS_PER_SECOND_VS_PEER = 1.5
 TARGET_WORKER_MIB_PER_RUN = 0.35
 """Issue #7: 200 concurrent runs, no failures, >= 1.5x the peer's runs/s, and worker RSS
 growth under this per concurrent run."""
@@ -132,6 +139,26 @@ def agentloop_runner(
     return run_one
 
 
+def peer_runner(
+    client: Client, task_queue: str, prefix: str, task: PeerTask, answer: str
+) -> RunOne:
+    """Runs of `task` on the peer, workflow ids `prefix-i`; done when its final output holds
+    `answer` (the scripted provider checked the conversation on the way)."""
+
+    async def run_one(i: int) -> bool:
+        output: str = await client.execute_workflow(
+            PEER_WORKFLOW,
+            task,
+            id=f"{prefix}-{i}",
+            task_queue=task_queue,
+            result_type=str,
+            execution_timeout=RUN_TIMEOUT,
+        )
+        return answer in output
+
+    return run_one
+
+
 def floor_runner(client: Client, task_queue: str, prefix: str, steps: list[FloorStep]) -> RunOne:
     async def run_one(i: int) -> bool:
         done: int = await client.execute_workflow(
@@ -227,6 +254,12 @@ async def measure(
             floor_runner(client, queue, f"{prefix}-floor2", two),
             floor_process.pid,
         )
+    travel = peer_task(travel_script(), travel_input())
+    async with peer_worker(settings, provider.base_url, work_dir, f"{prefix}-peer") as process:
+        run_peer = peer_runner(client, process.task_queue, f"{prefix}-peer", travel, TRAVEL_ANSWER)
+        if not await run_peer(runs):  # warm-up: an id the batch does not use
+            raise RuntimeError(f"the peer's warm-up run failed:\n{process.child.log_tail()}")
+        peer = await run_batch(runs, concurrency, run_peer, process.pid)
     measured = [await many_runs(client, settings, provider, work_dir, n) for n in levels]
     violations = len(provider.violations)
     provider.reset()
@@ -243,9 +276,10 @@ async def measure(
         ),
     )
     section.add(*figures(agentloop, floor, floor_two, violations, len(two)))
+    section.add(*peer_figures(agentloop, peer))
     for level in measured:
         section.add(*level_figures(level))
-    failures = agentloop.failures + floor.failures + violations
+    failures = agentloop.failures + floor.failures + peer.failures + violations
     failures += sum(level.agentloop.failures + level.floor.failures for level in measured)
     return ThroughputResult(section, history, failures)
 
@@ -314,14 +348,6 @@ def figures(
             "floor: call_model + run_tool only",
         ),
         Figure(
-            "runs/s vs reference peer",
-            rate,
-            REFERENCE_RUNS_PER_SECOND,
-            ratio(rate, REFERENCE_RUNS_PER_SECOND),
-            "OpenAI Agents SDK on Temporal, measured earlier on this machine, not in this run; "
-            f"issue #7 target: >= {TARGET_RUNS_PER_SECOND:.2f} (1.5x)",
-        ),
-        Figure(
             "worker RSS growth per concurrent run (MiB)",
             worker,
             floor_worker,
@@ -346,5 +372,29 @@ def figures(
             "bench process RSS before -> peak (MiB)",
             f"{agentloop.bench.start_mib:.0f} -> {agentloop.bench.peak_mib:.0f}",
             f"{floor.bench.start_mib:.0f} -> {floor.bench.peak_mib:.0f}",
+        ),
+    ]
+
+
+def peer_figures(agentloop: Batch, peer: Batch) -> list[Figure]:
+    """The same 2-turn runs against the OpenAI Agents SDK peer, measured in this run."""
+    rate, peer_rate = agentloop.runs_per_second, peer.runs_per_second
+    mib, peer_mib = agentloop.worker_mib_per_run, peer.worker_mib_per_run
+    return [
+        Figure("peer: failed runs (must be 0)", agentloop.failures, peer.failures),
+        Figure(
+            "runs/s vs the peer",
+            rate,
+            peer_rate,
+            ratio(rate, peer_rate),
+            "baseline: the OpenAI Agents SDK on Temporal (bench.peer), same runs, same "
+            f"concurrency, in this run; issue #7 target: >= {TARGET_RUNS_PER_SECOND_VS_PEER}x",
+        ),
+        Figure(
+            "worker RSS growth per concurrent run vs the peer (MiB)",
+            mib,
+            peer_mib,
+            ratio(mib, peer_mib),
+            f"peer worker {peer.worker.start_mib:.0f} -> {peer.worker.peak_mib:.0f} MiB",
         ),
     ]

@@ -25,6 +25,7 @@ SECTIONS = {
             "worker RSS growth per concurrent run",
             "combined RSS growth per concurrent run",
             "5-turn runs, ",
+            "runs/s vs the peer",
         ],
     ),
     2: (
@@ -35,6 +36,7 @@ SECTIONS = {
             "run wall",
             "worker CPU per turn",
             "worker CPU per turn in the sandbox",
+            "worker CPU per turn (ms) vs the peer",
         ],
     ),
     3: ("history growth", ["bytes/turn", "total history bytes"]),
