@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 
 from agentloop import search
@@ -72,6 +73,14 @@ async def deadline_timers(handle: WorkflowHandle[Any, Any]) -> dict[str, int]:
         "fired": len(started.intersection(fired)),
         "cancelled": len(started.intersection(cancelled)),
     }
+
+
+def local_activity_type(event: HistoryEvent) -> str | None:
+    """The activity type a local activity's marker names (None: not such a marker)."""
+    marker = event.marker_recorded_event_attributes
+    if marker.marker_name != "core_local_activity":
+        return None
+    return str(json.loads(marker.details["data"].payloads[0].data)["activity_type"])
 
 
 async def wait_until(predicate: Callable[[], bool], what: str, seconds: float = 30) -> None:

@@ -25,7 +25,8 @@ from agentloop.contract import AgentRunInput, Limits, RunStatusView
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.worker import running_worker, workflow_runner
-from tests.support import deadline_timers, start_run, wait_for_phase
+from agentloop.workflows import loop
+from tests.support import deadline_timers, local_activity_type, start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -119,6 +120,55 @@ async def test_one_tool_call_result_comes_back_under_its_id(
     assert await deadline_timers(handle) == {"started": 1, "fired": 0, "cancelled": 0}
     history = await handle.fetch_history()
     assert [e.event_type for e in history.events].count(EventType.EVENT_TYPE_TIMER_STARTED) == 1
+
+
+async def test_a_new_run_marks_its_feature_set_once_and_reads_tool_specs_locally(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """One patch marker (and one `TemporalChangeVersion` upsert) stands for every behaviour of
+    the feature set, and the tool specs come from a local activity: no activity task, no
+    extra workflow task. What a run with one tool turn costs in history is counted."""
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(tool_calls=[tool_call("call_w", "get_weather", WEATHER_ARGS)]),
+                ScriptTurn(text="{{call_w.condition}}"),
+            ],
+        )
+    )
+    handle = await start_run(client, worker, run_id, run_input(run_id))
+    assert (await handle.result()).status == "completed"
+    events = (await handle.fetch_history()).events
+    markers = [
+        e.marker_recorded_event_attributes
+        for e in events
+        if e.HasField("marker_recorded_event_attributes")
+    ]
+    patches = [
+        json.loads(m.details["patch-data"].payloads[0].data)["id"]
+        for m in markers
+        if m.marker_name == "core_patch"
+    ]
+    assert patches == [loop.FEATURE_SET]
+    local = [local_activity_type(e) for e in events if local_activity_type(e)]
+    assert local == ["describe_tools", "run_tool"]
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert scheduled == ["call_model", "call_model_by_ref"]
+    kinds = [EventType.Name(e.event_type) for e in events]
+    assert kinds.count("EVENT_TYPE_WORKFLOW_TASK_COMPLETED") == 3
+    versions = [
+        e
+        for e in events
+        if "TemporalChangeVersion"
+        in e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+    ]
+    assert len(versions) == 1
+    assert len(events) == 23, kinds
 
 
 async def test_a_worker_with_the_sandbox_on_runs_the_loop_in_it(

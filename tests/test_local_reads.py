@@ -23,7 +23,7 @@ from agentloop.tools.contract import (
     ToolSpec,
 )
 from agentloop.workflows import loop
-from tests.support import start_run
+from tests.support import local_activity_type, start_run
 
 WEATHER = {"city": "Shanghai", "date": "2026-12-01"}
 TRAIN = {"train_number": "G1234", "date": "2026-12-01"}
@@ -78,13 +78,7 @@ def tool_runs(history: WorkflowHistory) -> tuple[list[str], int]:
         for a in scheduled
         if a.activity_type.name == "run_tool"
     ]
-    as_local = 0
-    for event in history.events:
-        marker = event.marker_recorded_event_attributes
-        if marker.marker_name != "core_local_activity":
-            continue
-        data = json.loads(marker.details["data"].payloads[0].data)
-        as_local += data.get("activity_type") == "run_tool"
+    as_local = sum(local_activity_type(event) == "run_tool" for event in history.events)
     return as_activity, as_local
 
 
@@ -229,11 +223,7 @@ async def test_a_local_batch_is_not_raced_against_a_deadline_timer(
 
     assert result.status == "completed", result.stop_reason
     history = await handle.fetch_history()
-    marker = next(
-        e.event_id
-        for e in history.events
-        if e.marker_recorded_event_attributes.marker_name == "core_local_activity"
-    )
+    marker = next(e.event_id for e in history.events if local_activity_type(e) == "run_tool")
     before_the_read = [
         e.event_id
         for e in history.events

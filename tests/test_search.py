@@ -131,7 +131,6 @@ async def test_a_run_is_indexed_in_the_phase_it_waits_in(
             activity = event.activity_task_scheduled_event_attributes.activity_type.name
             waited_in.append((activity, indexed))
     assert waited_in == [
-        ("describe_tools", "calling_model"),
         ("call_model", "calling_model"),
         ("call_model_by_ref", "calling_model"),
         ("run_tool", "executing_tools"),

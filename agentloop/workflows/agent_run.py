@@ -43,9 +43,6 @@ with workflow.unsafe.imports_passed_through():
         Verify,
     )
 
-BUILTIN_PATCHES = (("read_artifact", "builtin-tools"), ("ask_user", "ask-user"))
-"""Each built-in tool and the patch that introduced it: older runs replay without it."""
-
 
 @workflow.defn(name=WORKFLOW_NAME)
 class AgentRun:
@@ -60,15 +57,27 @@ class AgentRun:
         """`carried` is the run state handed over by `continue_as_new` (None on a fresh start)."""
         run_input = steps.parse_input(raw_input)
         if carried is None:
-            # Runs started before the built-in tools existed replay without them.
-            builtins = [name for name, patch in BUILTIN_PATCHES if workflow.patched(patch)]
-            specs = await steps.describe_tools(list(dict.fromkeys([*run_input.tools, *builtins])))
+            # A run started before the feature set asks for each behaviour on its own, in the
+            # order it did then (patch markers are commands): built-in tools first.
+            in_set = workflow.patched(loop.FEATURE_SET)
+            builtins = [
+                name
+                for name, patch in loop.BUILTIN_TOOL_PATCHES
+                if in_set or workflow.patched(patch)
+            ]
+            specs = await steps.describe_tools(
+                list(dict.fromkeys([*run_input.tools, *builtins])), local=in_set
+            )
             state = LoopState.start(
                 run_input, specs, workflow.now(), workflow.info().workflow_id, builtins
             )
             if run_input.continue_from:
                 await steps.continue_from(state, run_input.continue_from)
-            state.features = [f for f in loop.FEATURES if workflow.patched(f)]
+            state.features = (
+                list(loop.FEATURES_OF_SET)
+                if in_set
+                else [f for f in loop.FEATURES if workflow.patched(f)]
+            )
         else:
             state = carried
         state.run_chain.append(workflow.info().run_id)

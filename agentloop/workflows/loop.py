@@ -56,7 +56,22 @@ FEATURES = (
     "run-deadline-timer",
     "phase-when-waiting",
 )
-"""Patch ids of behaviours that change what an existing run would do (see `features`)."""
+"""Patch ids of behaviours that change what an existing run would do (see `features`); a run
+started before `FEATURE_SET` asks `workflow.patched` for each."""
+
+LOCAL_DESCRIBE = "local-describe-tools"
+"""The tool specs are read by a local activity, inside the run's first workflow task."""
+
+FEATURE_SET = "features-2026-11"
+"""One patch id for every behaviour in `FEATURES_OF_SET` (and each built-in tool's patch): a
+run started from it on records one patch marker, and one `TemporalChangeVersion` upsert,
+instead of one of each per behaviour (14 of a 2-turn run's 39 events before). A behaviour added
+later gets a new set whose id is asked for first; runs of this set replay with this one."""
+
+BUILTIN_TOOL_PATCHES = (("read_artifact", "builtin-tools"), ("ask_user", "ask-user"))
+"""Each built-in tool and the patch that introduced it: older runs replay without it."""
+
+FEATURES_OF_SET = (*(patch for _, patch in BUILTIN_TOOL_PATCHES), *FEATURES, LOCAL_DESCRIBE)
 
 
 def runs_locally(state: LoopState, specs: Iterable[ToolSpec]) -> bool:

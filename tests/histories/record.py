@@ -118,10 +118,13 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
         # Recorded after the `phase-when-waiting` patch, started with search attributes
         # (`INDEXED`): the phase upserts are commands too.
         "phase_when_waiting": ([local], {"model": local.name}),
+        # Recorded after the `features-2026-11` set: one patch marker for every behaviour,
+        # tool specs from a local activity.
+        "feature_set": ([local], {"model": local.name}),
     }
 
 
-INDEXED = {"phase_when_waiting"}
+INDEXED = {"phase_when_waiting", "feature_set"}
 """Scenarios started with agentloop's search attributes, as the CLI starts runs."""
 
 
