@@ -89,11 +89,8 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
         services = ToolServices(
             example=ServiceClient(settings.example_service_url, session), store=store
         )
-        model = ModelActivities(
-            store,
-            AdapterFactory(settings.provider_endpoints()),
-            PriceTable.with_overrides(settings.pricing_file),
-        )
+        adapters = AdapterFactory(settings.provider_endpoints())
+        model = ModelActivities(store, adapters, PriceTable.with_overrides(settings.pricing_file))
         registry = default_registry()
         tools = ToolActivities(registry, services)
         runs = RunActivities(client)
@@ -117,6 +114,7 @@ async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Wo
             async with worker:
                 yield worker
         finally:
+            await adapters.close()
             await store.close()
 
 

@@ -1,24 +1,43 @@
-"""[4] Adapter CPU: `build_request` of each adapter on a 20-turn transcript (recorded from
-real scripted runs), against the official client's own per-request walk of the same body."""
+"""[7] Adapter CPU: `build_request` of each adapter on a 20-turn transcript (recorded from
+real scripted runs), against the official client's own per-request walk of the same body; and
+the CPU of one streamed call of that request through each official client, over the transport
+the worker gives it (aiohttp) against the client's default (httpx), with the scripted provider
+in its own process."""
 
 from __future__ import annotations
 
+import asyncio
+import statistics
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import aiohttp
+import anthropic
+import openai
 from temporalio.client import Client
 
-from agentloop.adapters import anthropic_messages, openai_chat, openai_responses
-from agentloop.adapters.base import ModelRequest, ModelSettings, ProviderName
+from agentloop.adapters import (
+    AdapterFactory,
+    ProviderEndpoints,
+    anthropic_messages,
+    openai_chat,
+    openai_responses,
+)
+from agentloop.adapters.base import ModelRequest, ModelSettings, ProviderAdapter, ProviderName
 from agentloop.config import Settings
+from agentloop.demo.scripted_provider import Script
 from agentloop.demo.scripted_provider.server import ScriptedProvider
+from agentloop.devstack import free_port
 from agentloop.events import Event, ModelOutput
 from agentloop.store import open_store
 from agentloop.tools.registry import default_registry
 from bench.longrun import play, transcript
+from bench.processes import child_process
 from bench.report import Figure, Section, ratio
 from bench.scripts import long_input, weather_script
 
@@ -32,16 +51,26 @@ REPEATS = 5
 Transform = Callable[[dict[str, Any]], Awaitable[object]]
 
 
+@dataclass
+class Recorded:
+    """Each protocol's request of the final model call of a run, and the script it plays."""
+
+    requests: dict[ProviderName, ModelRequest]
+    scripts: list[Script]
+
+
 async def record_requests(
     client: Client, settings: Settings, provider: ScriptedProvider, turns: int
-) -> dict[ProviderName, ModelRequest]:
+) -> Recorded:
     """For each protocol, the request of the final model call of a `turns`-turn run."""
     requests: dict[ProviderName, ModelRequest] = {}
+    scripts: list[Script] = []
     store = open_store(settings.store_url)
     try:
         for name in PROVIDERS:
             script = weather_script(f"bench-adapter-{name}-{uuid.uuid4().hex[:8]}", turns)
             provider.register(script)
+            scripts.append(script)
             run_input = long_input(script, ["get_weather"], provider=name)
             result, _ = await play(client, settings.task_queue, script.name, run_input)
             events = await transcript(store, result)
@@ -52,7 +81,7 @@ async def record_requests(
     provider.reset()
     if violations:
         raise RuntimeError(f"the scripted provider saw {violations} protocol violation(s)")
-    return requests
+    return Recorded(requests, scripts)
 
 
 def request_before_last_output(name: ProviderName, model: str, events: list[Event]) -> ModelRequest:
@@ -138,19 +167,22 @@ async def time_adapter(
 
 
 async def measure(
-    requests: dict[ProviderName, ModelRequest], turns: int, budget_seconds: float
+    recorded: Recorded, turns: int, budget_seconds: float, calls: int, work_dir: Path
 ) -> Section:
     transforms, skipped = sdk_transforms()
     result = Section(
         key="adapters",
-        title=f"adapter CPU: build_request on a {turns}-turn transcript, µs per call",
+        title=f"adapter CPU: build_request on a {turns}-turn transcript, µs per call; one "
+        "streamed call of it through the official client, per transport",
         baseline=(
-            "the official client's own walk of the same request body (what DESIGN.md §6 found "
-            "at 46% of worker CPU), timed here offline, best of 5"
+            "build_request: the official client's own walk of the same request body (what "
+            "DESIGN.md §6 found at 46% of worker CPU), timed here offline, best of 5; "
+            "streamed call: the client over its default transport (httpx), this process's "
+            f"CPU, median of {REPEATS} x {calls} calls, the scripted provider in its own process"
         ),
         skipped=skipped,
     )
-    for name, request in requests.items():
+    for name, request in recorded.requests.items():
         label, transform = transforms.get(name, ("", None))
         timing = await time_adapter(request, transform, budget_seconds)
         result.add(
@@ -162,4 +194,80 @@ async def measure(
                 f"baseline: {label}" if label else "no client walk to compare",
             )
         )
+    async with provider_process(work_dir, recorded.scripts) as base:
+        for name, request in recorded.requests.items():
+            ours, default = await time_transports(name, request, base, calls)
+            result.add(
+                Figure(
+                    f"{name} streamed call, client CPU (µs)",
+                    ours,
+                    default,
+                    ratio(ours, default),
+                    "the worker's client (aiohttp transport); baseline: the client's default",
+                )
+            )
     return result
+
+
+async def time_transports(
+    name: ProviderName, request: ModelRequest, root: str, calls: int
+) -> tuple[float, float]:
+    """CPU µs of one `complete(request)`: the worker's adapter, then one whose client keeps
+    its default transport; alternating batches, medians."""
+    endpoints = ProviderEndpoints("bench", f"{root}/v1", "bench", root)
+    factory = AdapterFactory(endpoints)
+    ours = factory.get(name)
+    default_client: openai.AsyncOpenAI | anthropic.AsyncAnthropic
+    if name == "anthropic":
+        default_client = anthropic.AsyncAnthropic(api_key="bench", base_url=root, max_retries=0)
+        default: ProviderAdapter = anthropic_messages.AnthropicMessagesAdapter(default_client)
+    else:
+        default_client = openai.AsyncOpenAI(api_key="bench", base_url=f"{root}/v1", max_retries=0)
+        adapter = openai_responses.OpenAIResponsesAdapter
+        default = (adapter if name == "openai-responses" else openai_chat.OpenAIChatAdapter)(
+            default_client
+        )
+    try:
+        timings: dict[str, list[float]] = {"ours": [], "default": []}
+        for _ in range(REPEATS):
+            for key, each in (("ours", ours), ("default", default)):
+                timings[key].append(await cpu_us_per_call(each, request, calls))
+        return statistics.median(timings["ours"]), statistics.median(timings["default"])
+    finally:
+        await factory.close()
+        await default_client.close()
+
+
+async def cpu_us_per_call(adapter: ProviderAdapter, request: ModelRequest, calls: int) -> float:
+    await adapter.complete(request)  # a connection in the pool, as in a running worker
+    started = time.process_time()
+    for _ in range(calls):
+        await adapter.complete(request)
+    return (time.process_time() - started) / calls * 1e6
+
+
+@asynccontextmanager
+async def provider_process(work_dir: Path, scripts: list[Script]) -> AsyncIterator[str]:
+    """The scripted provider as its own process, playing `scripts`; yields its root URL."""
+    port = free_port()
+    root = f"http://127.0.0.1:{port}"
+    args = ["-m", "agentloop.demo.scripted_provider.server", "--port", str(port)]
+    log = work_dir / "transport-provider.log"
+    env = {"PYTHONUNBUFFERED": "1"}
+    async with child_process(args, env, "scripted provider:", log), aiohttp.ClientSession() as http:
+        for _ in range(100):  # it prints its line before it listens
+            try:
+                async with http.get(f"{root}/_violations") as answer:
+                    if answer.status == 200:
+                        break
+            except aiohttp.ClientConnectionError:
+                await asyncio.sleep(0.05)
+        for script in scripts:
+            put = http.put(f"{root}/_scripts/{script.name}", data=script.model_dump_json())
+            async with put as answer:
+                answer.raise_for_status()
+        yield root
+        async with http.get(f"{root}/_violations") as answer:
+            violations = (await answer.json())["violations"]
+        if violations:
+            raise RuntimeError(f"the scripted provider saw protocol violations: {violations[:3]}")

@@ -135,10 +135,11 @@ async def worker_with_tools(
     for tool in extra:
         registry.add(tool)
     timeout = aiohttp.ClientTimeout(total=settings.tool_http_timeout_seconds)
+    adapters = AdapterFactory(settings.provider_endpoints())
     try:
         async with aiohttp.ClientSession(timeout=timeout) as session:
             example = ServiceClient(settings.example_service_url, session)
-            model = ModelActivities(store, AdapterFactory(settings.provider_endpoints()))
+            model = ModelActivities(store, adapters)
             tools = ToolActivities(registry, ToolServices(example=example, store=store))
             activities: list[Callable[..., Any]] = [
                 *model.activities(),
@@ -153,4 +154,5 @@ async def worker_with_tools(
             async with worker:
                 yield store
     finally:
+        await adapters.close()
         await store.close()

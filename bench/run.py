@@ -53,6 +53,8 @@ class Plan:
     adapter_turns: int = 20
     replay_repeats: int = 3
     timing_budget_seconds: float = 1.0
+    transport_calls: int = 40
+    """Streamed calls per timed batch of section 7's transport figures."""
 
 
 def plan(args: argparse.Namespace) -> Plan:
@@ -73,6 +75,7 @@ def plan(args: argparse.Namespace) -> Plan:
             overhead_repeats=2,
             replay_repeats=1,
             timing_budget_seconds=0.2,
+            transport_calls=5,
         )
     return Plan(
         False,
@@ -157,9 +160,13 @@ async def measure(p: Plan) -> tuple[list[Section], int]:
             )
             long = await replay.record_long(client, settings, provider, p.replay_turns)
             requests = await adapters.record_requests(client, settings, provider, p.adapter_turns)
-    # Timed with the stack stopped: no worker, server or provider competes for the CPU.
-    done(await replay.measure(long, one.two_turn_history, p.replay_repeats))
-    done(await adapters.measure(requests, p.adapter_turns, p.timing_budget_seconds))
+        # Timed with the stack stopped: no worker, server or provider competes for the CPU.
+        done(await replay.measure(long, one.two_turn_history, p.replay_repeats))
+        done(
+            await adapters.measure(
+                requests, p.adapter_turns, p.timing_budget_seconds, p.transport_calls, work
+            )
+        )
     return sections, one.failures
 
 

@@ -52,7 +52,17 @@ SECTIONS = {
         "replay",
         ["replay seconds", "seconds per model call", "replay seconds in the sandbox"],
     ),
-    7: ("adapter CPU", ["openai-chat", "openai-responses", "anthropic"]),
+    7: (
+        "adapter CPU",
+        [
+            "openai-chat build_request",
+            "openai-responses build_request",
+            "anthropic build_request",
+            "openai-chat streamed call",
+            "openai-responses streamed call",
+            "anthropic streamed call",
+        ],
+    ),
 }
 NUMBER = re.compile(r"\d")
 

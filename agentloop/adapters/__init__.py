@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from agentloop.adapters.base import ProviderAdapter, ProviderError, ProviderName
 
@@ -19,32 +20,56 @@ class ProviderEndpoints:
 
 class AdapterFactory:
     """Builds each provider's SDK client once per worker (connection pools are reused) with
-    `max_retries=0`: Temporal owns retries, so every attempt is visible in history."""
+    `max_retries=0`: Temporal owns retries, so every attempt is visible in history.
+
+    The clients send over aiohttp, the transport both SDKs offer for async use
+    (`DefaultAioHttpClient`) beside their default httpx one: a streamed call of a 20-turn
+    conversation costs 20-30% less CPU that way, for each of the three protocols (`make
+    bench`, section 7)."""
 
     def __init__(self, endpoints: ProviderEndpoints) -> None:
         self._endpoints = endpoints
         self._adapters: dict[str, ProviderAdapter] = {}
+        self._clients: list[Any] = []
 
     def get(self, provider: ProviderName) -> ProviderAdapter:
         if provider not in self._adapters:
             self._adapters[provider] = self._build(provider)
         return self._adapters[provider]
 
+    async def close(self) -> None:
+        """Close the clients built so far (their connection pools)."""
+        clients, self._clients = self._clients, []
+        self._adapters.clear()
+        for client in clients:
+            await client.close()
+
     def _build(self, provider: ProviderName) -> ProviderAdapter:
         endpoints = self._endpoints
         if provider == "anthropic":
-            from anthropic import AsyncAnthropic
+            import anthropic
 
             from agentloop.adapters.anthropic_messages import AnthropicMessagesAdapter
 
             key = _required(endpoints.anthropic_api_key, "ANTHROPIC_API_KEY")
-            return AnthropicMessagesAdapter(
-                AsyncAnthropic(api_key=key, base_url=endpoints.anthropic_base_url, max_retries=0)
+            messages = anthropic.AsyncAnthropic(
+                api_key=key,
+                base_url=endpoints.anthropic_base_url,
+                max_retries=0,
+                http_client=anthropic.DefaultAioHttpClient(),
             )
-        from openai import AsyncOpenAI
+            self._clients.append(messages)
+            return AnthropicMessagesAdapter(messages)
+        import openai
 
         key = _required(endpoints.openai_api_key, "OPENAI_API_KEY")
-        client = AsyncOpenAI(api_key=key, base_url=endpoints.openai_base_url, max_retries=0)
+        client = openai.AsyncOpenAI(
+            api_key=key,
+            base_url=endpoints.openai_base_url,
+            max_retries=0,
+            http_client=openai.DefaultAioHttpClient(),
+        )
+        self._clients.append(client)
         if provider == "openai-responses":
             from agentloop.adapters.openai_responses import OpenAIResponsesAdapter
 
