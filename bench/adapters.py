@@ -6,7 +6,6 @@ in its own process."""
 
 from __future__ import annotations
 
-import asyncio
 import statistics
 import time
 import uuid
@@ -24,6 +23,7 @@ from temporalio.client import Client
 from agentloop.adapters import (
     AdapterFactory,
     ProviderEndpoints,
+    adapter_for,
     anthropic_messages,
     openai_chat,
     openai_responses,
@@ -220,13 +220,9 @@ async def time_transports(
     default_client: openai.AsyncOpenAI | anthropic.AsyncAnthropic
     if name == "anthropic":
         default_client = anthropic.AsyncAnthropic(api_key="bench", base_url=root, max_retries=0)
-        default: ProviderAdapter = anthropic_messages.AnthropicMessagesAdapter(default_client)
     else:
         default_client = openai.AsyncOpenAI(api_key="bench", base_url=f"{root}/v1", max_retries=0)
-        adapter = openai_responses.OpenAIResponsesAdapter
-        default = (adapter if name == "openai-responses" else openai_chat.OpenAIChatAdapter)(
-            default_client
-        )
+    default = adapter_for(name, default_client)
     try:
         timings: dict[str, list[float]] = {"ours": [], "default": []}
         for _ in range(REPEATS):
@@ -253,15 +249,7 @@ async def provider_process(work_dir: Path, scripts: list[Script]) -> AsyncIterat
     root = f"http://127.0.0.1:{port}"
     args = ["-m", "agentloop.demo.scripted_provider.server", "--port", str(port)]
     log = work_dir / "transport-provider.log"
-    env = {"PYTHONUNBUFFERED": "1"}
-    async with child_process(args, env, "scripted provider:", log), aiohttp.ClientSession() as http:
-        for _ in range(100):  # it prints its line before it listens
-            try:
-                async with http.get(f"{root}/_violations") as answer:
-                    if answer.status == 200:
-                        break
-            except aiohttp.ClientConnectionError:
-                await asyncio.sleep(0.05)
+    async with child_process(args, {}, "scripted provider:", log), aiohttp.ClientSession() as http:
         for script in scripts:
             put = http.put(f"{root}/_scripts/{script.name}", data=script.model_dump_json())
             async with put as answer:

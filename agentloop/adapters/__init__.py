@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from agentloop.adapters.base import ProviderAdapter, ProviderError, ProviderName
+
+if TYPE_CHECKING:
+    import anthropic
+    import openai
+
+    SdkClient = openai.AsyncOpenAI | anthropic.AsyncAnthropic
 
 
 @dataclass(frozen=True)
@@ -30,7 +36,7 @@ class AdapterFactory:
     def __init__(self, endpoints: ProviderEndpoints) -> None:
         self._endpoints = endpoints
         self._adapters: dict[str, ProviderAdapter] = {}
-        self._clients: list[Any] = []
+        self._clients: list[SdkClient] = []
 
     def get(self, provider: ProviderName) -> ProviderAdapter:
         if provider not in self._adapters:
@@ -45,38 +51,48 @@ class AdapterFactory:
             await client.close()
 
     def _build(self, provider: ProviderName) -> ProviderAdapter:
+        client = self._client(provider)
+        self._clients.append(client)
+        return adapter_for(provider, client)
+
+    def _client(self, provider: ProviderName) -> SdkClient:
         endpoints = self._endpoints
         if provider == "anthropic":
             import anthropic
 
-            from agentloop.adapters.anthropic_messages import AnthropicMessagesAdapter
-
-            key = _required(endpoints.anthropic_api_key, "ANTHROPIC_API_KEY")
-            messages = anthropic.AsyncAnthropic(
-                api_key=key,
+            return anthropic.AsyncAnthropic(
+                api_key=_required(endpoints.anthropic_api_key, "ANTHROPIC_API_KEY"),
                 base_url=endpoints.anthropic_base_url,
                 max_retries=0,
                 http_client=anthropic.DefaultAioHttpClient(),
             )
-            self._clients.append(messages)
-            return AnthropicMessagesAdapter(messages)
         import openai
 
-        key = _required(endpoints.openai_api_key, "OPENAI_API_KEY")
-        client = openai.AsyncOpenAI(
-            api_key=key,
+        return openai.AsyncOpenAI(
+            api_key=_required(endpoints.openai_api_key, "OPENAI_API_KEY"),
             base_url=endpoints.openai_base_url,
             max_retries=0,
             http_client=openai.DefaultAioHttpClient(),
         )
-        self._clients.append(client)
-        if provider == "openai-responses":
-            from agentloop.adapters.openai_responses import OpenAIResponsesAdapter
 
-            return OpenAIResponsesAdapter(client)
-        from agentloop.adapters.openai_chat import OpenAIChatAdapter
 
-        return OpenAIChatAdapter(client)
+def adapter_for(provider: ProviderName, client: SdkClient) -> ProviderAdapter:
+    """The adapter of `provider`'s wire protocol around an SDK client of the matching kind."""
+    import anthropic
+
+    if provider == "anthropic":
+        from agentloop.adapters.anthropic_messages import AnthropicMessagesAdapter
+
+        assert isinstance(client, anthropic.AsyncAnthropic)
+        return AnthropicMessagesAdapter(client)
+    assert not isinstance(client, anthropic.AsyncAnthropic)
+    if provider == "openai-responses":
+        from agentloop.adapters.openai_responses import OpenAIResponsesAdapter
+
+        return OpenAIResponsesAdapter(client)
+    from agentloop.adapters.openai_chat import OpenAIChatAdapter
+
+    return OpenAIChatAdapter(client)
 
 
 def _required(key: str | None, variable: str) -> str:
@@ -87,4 +103,10 @@ def _required(key: str | None, variable: str) -> str:
     return key
 
 
-__all__ = ["AdapterFactory", "ProviderAdapter", "ProviderEndpoints", "ProviderError"]
+__all__ = [
+    "AdapterFactory",
+    "ProviderAdapter",
+    "ProviderEndpoints",
+    "ProviderError",
+    "adapter_for",
+]

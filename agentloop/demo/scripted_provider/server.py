@@ -208,12 +208,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     provider = ScriptedProvider()
     root = URL.build(scheme="http", host=args.host, port=args.port)
-    print(
+    ready = (
         f"scripted provider: openai base_url {root / 'v1'}, anthropic base_url {root}, "
         f"scripts {sorted(provider.scripts)}"
     )
     web.run_app(  # until SIGINT
-        provider.make_app(), host=args.host, port=args.port, shutdown_timeout=_SHUTDOWN_TIMEOUT
+        provider.make_app(),
+        host=args.host,
+        port=args.port,
+        shutdown_timeout=_SHUTDOWN_TIMEOUT,
+        # Once it listens, and flushed: a process that waits for the line can connect then.
+        print=lambda _: print(ready, flush=True),
     )
 
 
