@@ -179,7 +179,6 @@ def test_raw_assistant_message_is_echoed_exactly() -> None:
     )
     sent = messages(UserInput(text="q"), output, result("call_a"))
     assert sent[1] == raw
-    assert sent[1] is not raw  # a copy: the frozen event is never shared with the SDK
 
 
 def test_parsed_output_round_trips_to_the_message_the_provider_sent() -> None:
@@ -629,12 +628,22 @@ async def test_complete_streamed() -> None:
         USAGE_CHUNK,
     )
 
+    sent: list[dict[str, Any]] = []
+
     def handler(req: httpx2.Request) -> httpx2.Response:
+        sent.append(json.loads(req.content))
         headers = {"content-type": "text/event-stream", "x-request-id": "req_s"}
         return httpx2.Response(200, headers=headers, content=body)
 
-    output = await adapter(handler).complete(request(UserInput(text="go")))
+    model = adapter(handler)
+    output = await model.complete(request(UserInput(text="go")))
     assert output == parse_response(completion({"tool_calls": calls}, "tool_calls"), "req_s")
+    transcript = [UserInput(text="go"), output, result("call_a", "A")]
+    as_it_was = [event.model_dump() for event in transcript]
+    await model.complete(request(*transcript))
+    assert sent[1]["messages"][1] == output.provider_ref.raw_items[0]
+    # The body shared the output's own message; sending it changed nothing in the transcript.
+    assert [event.model_dump() for event in transcript] == as_it_was
 
 
 async def test_complete_maps_a_connection_dropped_mid_stream() -> None:

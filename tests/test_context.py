@@ -10,7 +10,7 @@ import pytest
 from temporalio.client import Client
 
 from agentloop.config import Settings
-from agentloop.context import PREVIEW_CHARS, budget_chars, chars_per_token, fit
+from agentloop.context import PREVIEW_CHARS, Measured, budget_chars, chars_per_token, fit, size
 from agentloop.contract import AgentRunInput, ApprovalDecision, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.scripted_provider.scripts import ScriptUsage
@@ -29,13 +29,13 @@ def turn(i: int, chars: int) -> list[Any]:
 
 def test_what_fits_is_sent_unchanged() -> None:
     events = [UserInput(text="q"), *turn(1, 1000)]
-    assert fit(events, 100_000, ["x"]).events == events
-    assert fit(events, None, ["x"]).events == events
+    assert fit(Measured.of(events), 100_000, ["x"]).events == events
+    assert fit(Measured.of(events), None, ["x"]).events == events
 
 
 def test_oldest_results_give_way_first_and_the_current_ones_stay_whole() -> None:
     events = [UserInput(text="q"), *turn(1, 5000), *turn(2, 5000), *turn(3, 5000)]
-    fitted = fit(events, 9_000, ["send_reply c0 was approved by lead"]).events
+    fitted = fit(Measured.of(events), 9_000, ["send_reply c0 was approved by lead"]).events
     results = [e for e in fitted if isinstance(e, ToolResult)]
     first = json.loads(results[0].content)
     assert first["elided"] and first["total_chars"] == 5000
@@ -44,6 +44,15 @@ def test_oldest_results_give_way_first_and_the_current_ones_stay_whole() -> None
     note = fitted[-1]
     assert isinstance(note, StateUpdate) and "approved by lead" in note.text
     assert [e.call_id for e in results] == ["c1", "c2", "c3"]  # pairing untouched
+
+
+def test_a_transcript_measured_as_it_grows_counts_what_is_sent() -> None:
+    grown = Measured.of([UserInput(text="q"), *turn(1, 5000)]).plus([*turn(2, 5000)])
+    grown = grown.plus([*turn(3, 5000)])
+    assert grown == Measured.of(grown.events)  # each event measured once, as it came
+    for limit in (None, 100_000, 9_000):
+        fitted = fit(grown, limit, ["a fact"])
+        assert fitted.chars == sum(size(event) for event in fitted.events)
 
 
 def test_budgets_by_model_in_tokens_become_characters_at_the_measured_ratio() -> None:

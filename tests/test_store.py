@@ -26,6 +26,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from psycopg import sql
 
+from agentloop.context import Measured
 from agentloop.events import ModelOutput, StateUpdate, ToolResult, UserInput
 from agentloop.store import (
     ROOT,
@@ -455,14 +456,15 @@ async def test_a_workers_transcript_cache_parses_only_what_is_new(tmp_path: Path
         head, nodes = append(ROOT, first)
         await store.put_nodes(nodes)
         cache = TranscriptCache(size=1)
-        assert await cache.load(store, head) == first  # not kept yet: from the store
-        cache.keep(head, first)
-        assert await cache.load(store, head) is first  # kept: not parsed again
+        loaded = await cache.load(store, head)  # not kept yet: from the store, measured
+        assert loaded == Measured.of(first)
+        cache.keep(head, loaded)
+        assert await cache.load(store, head) is loaded  # kept: not parsed again
         # Taken out on load (the run moves on); the least recently kept goes first.
-        cache.keep("sha256:a", [])
-        cache.keep("sha256:b", [UserInput(text="b")])
+        cache.keep("sha256:a", Measured.of([]))
+        cache.keep("sha256:b", Measured.of([UserInput(text="b")]))
         with pytest.raises(StoreError):
             await cache.load(store, "sha256:a")
-        assert await cache.load(store, "sha256:b") == [UserInput(text="b")]
+        assert (await cache.load(store, "sha256:b")).events == [UserInput(text="b")]
     finally:
         await store.close()

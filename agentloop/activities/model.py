@@ -57,8 +57,9 @@ class ModelActivities:
         except StoreError as exc:
             _audit_failure(request, "transcript_missing", retryable=False)
             raise ApplicationError(str(exc), type="TranscriptMissing", non_retryable=True) from exc
+        transcript = history.plus(new_events)
         sent = fit(
-            [*history, *new_events],
+            transcript,
             budget_chars(
                 request.model,
                 request.context_budget_chars,
@@ -89,7 +90,7 @@ class ModelActivities:
         # this activity's result, so a failed or retried call leaves nothing it needs unwritten.
         head, nodes = append(request.head, [*new_events, output])
         await self._store.put_nodes(nodes)
-        self._transcripts.keep(head, [*history, *new_events, output])
+        self._transcripts.keep(head, transcript.plus([output]))
         cost = self._prices.cost(output.provider_ref.model or request.model, output.usage)
         ref = output.provider_ref
         # Ids, counts and classes only: never the model's text, reasoning or raw items.

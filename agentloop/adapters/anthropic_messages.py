@@ -59,7 +59,9 @@ _INPUT_BLOCKS = frozenset({"tool_use", "server_tool_use"})  # input streamed as 
 
 
 def build_request(request: ModelRequest) -> dict[str, Any]:
-    """Keyword arguments for `client.messages.create`."""
+    """Keyword arguments for `client.messages.create`. They share the transcript's own items
+    (received blocks, call arguments) rather than copies, so a long conversation is not copied
+    on every call: nothing may change them in place."""
     settings = request.settings
     system, messages = _map_events(request.events)
     kwargs: dict[str, Any] = {
@@ -90,7 +92,7 @@ def _map_events(events: list[Event]) -> tuple[list[str], list[Message]]:
             if role == "system":
                 system.extend(block["text"] for block in blocks)
             else:
-                messages = _append(messages, role, blocks)
+                _join(messages, role, blocks)
     if not messages or messages[0]["role"] != "user":
         raise UnsupportedEventError("an Anthropic conversation must start with user content")
     return system, messages
@@ -114,14 +116,17 @@ def _map_segment(segment: Segment) -> list[tuple[str, list[Block]]]:
             assert_never(segment)
 
 
-def _append(messages: list[Message], role: str, blocks: list[Block]) -> list[Message]:
-    """Roles alternate: same-role content joins the last message. Returns a new list."""
+def _join(messages: list[Message], role: str, blocks: list[Block]) -> None:
+    """Roles alternate: same-role content joins the last message (replaced, never changed in
+    place: it may be another request's). Extends `messages`, a list the caller owns, so a
+    conversation is built in one pass, not copied once per message."""
     if not blocks:
-        return messages
+        return
     if messages and messages[-1]["role"] == role:
         last = messages[-1]
-        return [*messages[:-1], {**last, "content": [*last["content"], *blocks]}]
-    return [*messages, {"role": role, "content": blocks}]
+        messages[-1] = {**last, "content": [*last["content"], *blocks]}
+    else:
+        messages.append({"role": role, "content": blocks})
 
 
 def _text(text: str) -> list[Block]:
@@ -162,14 +167,14 @@ def _raw_blocks(ref: ProviderRef) -> list[Block] | None:
 
 
 def _echo(block: Block) -> Block:
-    """A copy of a received block without its null fields: `model_dump()` fills in every
-    optional field the API did not send, and some (`caller`) may not be sent back as null."""
-    return {key: copy.deepcopy(value) for key, value in block.items() if value is not None}
+    """A received block without its null fields: `model_dump()` fills in every optional field
+    the API did not send, and some (`caller`) may not be sent back as null. Its values are the
+    transcript's own, shared, not copied (`build_request`)."""
+    return {key: value for key, value in block.items() if value is not None}
 
 
 def _map_tool_call(call: ToolCall) -> Block:
-    arguments = copy.deepcopy(call.arguments)
-    return {"type": "tool_use", "id": call.call_id, "name": call.name, "input": arguments}
+    return {"type": "tool_use", "id": call.call_id, "name": call.name, "input": call.arguments}
 
 
 # -------------------------------------------------------------------------- response
@@ -389,4 +394,6 @@ class AnthropicMessagesAdapter:
 def _continuation(kwargs: dict[str, Any], parts: list[_Response]) -> dict[str, Any]:
     """The same request with the paused turn so far as the last (assistant) message."""
     paused = [_echo(block) for part in parts for block in part.blocks]
-    return {**kwargs, "messages": _append(kwargs["messages"], "assistant", paused)}
+    messages = list(kwargs["messages"])
+    _join(messages, "assistant", paused)
+    return {**kwargs, "messages": messages}

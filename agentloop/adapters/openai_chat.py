@@ -8,7 +8,6 @@ arguments when the fragments of parallel calls interleave.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
@@ -50,7 +49,9 @@ Message = dict[str, Any]
 
 
 def build_request(request: ModelRequest) -> dict[str, Any]:
-    """The request body for `/chat/completions`, on the wire's terms (sent as built)."""
+    """The request body for `/chat/completions`, on the wire's terms (sent as built). It shares
+    the transcript's own items (received messages) rather than copies, so a long conversation
+    is not copied on every call: nothing may change it in place."""
     settings = request.settings
     kwargs: dict[str, Any] = {
         "model": request.model,
@@ -115,7 +116,7 @@ def _assistant_message(output: ModelOutput) -> Message:
     if ref.provider == PROVIDER and len(ref.raw_items) == 1:
         raw = ref.raw_items[0]
         if raw.get("role") == "assistant" and (offered or not raw.get("tool_calls")):
-            return copy.deepcopy(raw)
+            return raw
     calls = output.tool_calls if offered else []
     message: Message = {"role": "assistant", "content": output.text or (None if calls else "")}
     if calls:

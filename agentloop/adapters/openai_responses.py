@@ -9,7 +9,6 @@ from `create(stream=True)`, never from the SDK's `.stream()` helper.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, assert_never
@@ -63,7 +62,9 @@ def reasons(model: str) -> bool:
 
 def build_request(request: ModelRequest) -> dict[str, Any]:
     """The request body for `/responses`, on the wire's terms (sent as built). Nothing is
-    stored at the provider (`store: False`), so reasoning items travel back encrypted."""
+    stored at the provider (`store: False`), so reasoning items travel back encrypted. It shares
+    the transcript's own items (received output items) rather than copies, so a long
+    conversation is not copied on every call: nothing may change it in place."""
     settings = request.settings
     segments = group_turns(request.events)
     kwargs: dict[str, Any] = {
@@ -134,14 +135,15 @@ def _output_items(output: ModelOutput) -> list[Item]:
 
 
 def _echo(raw_items: list[Item], offered: set[str]) -> list[Item]:
-    """Copies of the items to send back: messages, offered calls, and every reasoning item that
-    is still followed by one of those (the API refuses a reasoning item left without one)."""
+    """The items to send back (shared, not copied: `build_request`): messages, offered calls,
+    and every reasoning item that is still followed by one of those (the API refuses a
+    reasoning item left without one)."""
     kept: list[Item] = []
     for item in reversed(raw_items):
         kind = item.get("type")
         answered = kind == "function_call" and item.get("call_id") in offered
         if kind == "message" or answered or (kind == "reasoning" and kept):
-            kept.append(copy.deepcopy(item))
+            kept.append(item)
     return kept[::-1]
 
 
