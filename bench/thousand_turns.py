@@ -1,7 +1,7 @@
 """[5] A very long run: K weather reads in one run (1,000 in full mode), across whatever
-continue-as-new boundaries Temporal suggests: does it complete, how long it took, and its
-history (bytes, events, runs in the chain), against a short run of the same script played
-just before it."""
+continue-as-new boundaries Temporal suggests: does it complete, how long it took, the worker
+CPU it took a turn, and its history (bytes, events, runs in the chain), against a short run of
+the same script played just before it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from temporalio.client import Client
 from agentloop.config import Settings
 from agentloop.demo.scripted_provider.server import ScriptedProvider
 from bench.longrun import Attempt, attempt, history_bytes
-from bench.processes import WorkerProcess, agentloop_worker
+from bench.processes import WorkerProcess, agentloop_worker, cpu_seconds
 from bench.report import Figure, Section, ratio
 from bench.scripts import long_input, weather_script
 
@@ -37,6 +37,19 @@ async def play_weather(
     return await attempt(client, worker.task_queue, name, run_input, RUN_TIMEOUT_SECONDS)
 
 
+async def play_counting_cpu(
+    client: Client,
+    provider: ScriptedProvider,
+    worker: WorkerProcess,
+    turns: int,
+    continue_as_new_after_events: int | None,
+) -> tuple[Attempt, float]:
+    """`play_weather`, and the CPU seconds the worker process used meanwhile."""
+    before = cpu_seconds(worker.pid)
+    played = await play_weather(client, provider, worker, turns, continue_as_new_after_events)
+    return played, cpu_seconds(worker.pid) - before
+
+
 async def measure(
     client: Client,
     settings: Settings,
@@ -49,20 +62,25 @@ async def measure(
     small count makes a short run cross boundaries too (short mode: the path never rots)."""
     async with agentloop_worker(settings, work_dir, f"bench-long-{uuid.uuid4().hex[:8]}") as w:
         await play_weather(client, provider, w, 1, None)  # warm-up: imports, connections
-        short = await play_weather(client, provider, w, BASELINE_TURNS, None)
-        long = await play_weather(client, provider, w, turns, continue_as_new_after_events)
+        short, short_cpu = await play_counting_cpu(client, provider, w, BASELINE_TURNS, None)
+        long, long_cpu = await play_counting_cpu(
+            client, provider, w, turns, continue_as_new_after_events
+        )
     violations = len(provider.violations)
     provider.reset()
     if violations:
         raise RuntimeError(f"the scripted provider saw {violations} protocol violation(s)")
-    return section(turns, long, short, continue_as_new_after_events)
+    return section(turns, long, short, continue_as_new_after_events, (long_cpu, short_cpu))
 
 
 def per_turn(value: float, turns: int) -> float:
     return value / turns
 
 
-def section(turns: int, long: Attempt, short: Attempt, every: int | None) -> Section:
+def section(
+    turns: int, long: Attempt, short: Attempt, every: int | None, cpu: tuple[float, float]
+) -> Section:
+    """`cpu`: the worker's CPU seconds during the long run and during the short one."""
     events = sum(len(h.events) for h in long.histories)
     short_events = sum(len(h.events) for h in short.histories)
     total, short_total = history_bytes(long.histories), history_bytes(short.histories)
@@ -89,6 +107,14 @@ def section(turns: int, long: Attempt, short: Attempt, every: int | None) -> Sec
             1000 * per_turn(long.seconds, turns),
             1000 * per_turn(short.seconds, BASELINE_TURNS),
             ratio(per_turn(long.seconds, turns), per_turn(short.seconds, BASELINE_TURNS)),
+        ),
+        Figure(
+            "worker CPU per turn (ms)",
+            1000 * per_turn(cpu[0], turns),
+            1000 * per_turn(cpu[1], BASELINE_TURNS),
+            ratio(per_turn(cpu[0], turns), per_turn(cpu[1], BASELINE_TURNS)),
+            "python -m agentloop.worker process, utime + stime; what grows is the request "
+            "(the whole conversation is sent each call)",
         ),
         Figure("total history bytes", total, short_total),
         Figure(

@@ -46,7 +46,13 @@ SECTIONS = {
     ),
     5: (
         "long run",
-        ["wall time", "total history bytes", "history events", "continue-as-new count"],
+        [
+            "wall time",
+            "worker CPU per turn",
+            "total history bytes",
+            "history events",
+            "continue-as-new count",
+        ],
     ),
     6: (
         "replay",
