@@ -1,7 +1,8 @@
 """Anthropic Messages adapter: golden dicts both ways, streams, pause_turn, SDK error mapping.
 
-Messages and stream events are written as the API sends them (wire JSON) and passed through the
-SDK's own types (`dump`, `dump_event`) to get exactly what `complete` sees: `model_dump()`.
+Messages and stream events are written as the API sends them (wire JSON). A whole message is
+passed through the SDK's own type (`dump`) to get exactly what a non-streamed `complete` sees,
+`Message.model_dump()`; stream events are fed as they are, as a streamed `complete` reads them.
 No network: the `complete` tests drive the real `AsyncAnthropic` client over an
 `httpx2.MockTransport`.
 """
@@ -15,10 +16,9 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
-from anthropic.types import Message, RawMessageStreamEvent
+from anthropic.types import Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import TypeAdapter
 
 from agentloop.adapters.anthropic_messages import (
     DEFAULT_MAX_TOKENS,
@@ -49,7 +49,6 @@ from agentloop.events import (
 from agentloop.tools.contract import ToolSpec
 
 Json = dict[str, Any]
-_EVENTS: TypeAdapter[RawMessageStreamEvent] = TypeAdapter(RawMessageStreamEvent)
 
 
 def request(*events: Event, tools: list[ToolSpec] | None = None, **kw: Any) -> ModelRequest:
@@ -103,10 +102,6 @@ def wire(
 def dump(message: Json) -> Json:
     """What `complete` hands `parse_response`: the SDK's `Message.model_dump()`."""
     return Message.model_validate(message).model_dump()
-
-
-def dump_event(event: Json) -> Json:
-    return _EVENTS.validate_python(event).model_dump()
 
 
 def parsed(*content: Json, stop: str | None = "end_turn", request_id: str = "") -> ModelOutput:
@@ -489,8 +484,20 @@ def stream_events(body: Json, pieces: dict[int, list[str]] | None = None) -> lis
 def assemble(events: list[Json], request_id: str = "") -> ModelOutput:
     assembler = MessagesStreamAssembler(request_id)
     for event in events:
-        assembler.feed(dump_event(event))
+        assembler.feed(event)
     return assembler.finish()
+
+
+def assert_same_turn(streamed: ModelOutput, whole: ModelOutput) -> None:
+    """A streamed turn is the non-streamed one but for its raw items' null fields (the SDK's
+    `model_dump()` fills in every optional field), which are never sent back (`_echo`)."""
+    everything_else = {"provider_ref": {"raw_items"}}
+    assert streamed.model_dump(exclude=everything_else) == whole.model_dump(exclude=everything_else)
+    results = [result(call.call_id) for call in whole.tool_calls]
+    sent_back = [
+        build_request(request(UserInput(text="q"), turn, *results)) for turn in (streamed, whole)
+    ]
+    assert sent_back[0] == sent_back[1]
 
 
 def test_text_thinking_and_redacted_stream_equals_non_streamed() -> None:
@@ -501,7 +508,8 @@ def test_text_thinking_and_redacted_stream_equals_non_streamed() -> None:
         cache_read_input_tokens=5,
     )
     streamed = assemble(stream_events(body), request_id="req_9")
-    assert streamed == parse_response(dump(body), "req_9")
+    assert streamed == parse_response(body, "req_9")
+    assert_same_turn(streamed, parse_response(dump(body), "req_9"))
     assert streamed.usage.input_tokens == 16
 
 
@@ -512,7 +520,9 @@ def test_tool_use_stream_equals_non_streamed() -> None:
         tool_use("toolu_b", "now"),
         stop="tool_use",
     )
-    assert assemble(stream_events(body, {2: [""]})) == parse_response(dump(body))
+    streamed = assemble(stream_events(body, {2: [""]}))
+    assert streamed == parse_response(body)
+    assert_same_turn(streamed, parse_response(dump(body)))
 
 
 json_values = st.recursive(
@@ -554,7 +564,7 @@ def test_property_any_split_and_interleaving_assembles_exactly(
 ) -> None:
     body, events = case
     streamed = assemble(events)
-    assert streamed == parse_response(dump(body))
+    assert streamed == parse_response(body)
     assert streamed.stop == "tool_calls"
     assert [c.arguments for c in streamed.tool_calls] == [b["input"] for b in body["content"]]
 
@@ -595,7 +605,7 @@ def test_delta_without_block_start_is_a_protocol_fault() -> None:
 
 def test_error_event_raises_provider_error() -> None:
     assembler = MessagesStreamAssembler()
-    assembler.feed(dump_event(stream_events(wire(text("x")))[0]))
+    assembler.feed(stream_events(wire(text("x")))[0])
     with pytest.raises(ProviderError) as caught:
         assembler.feed({"type": "error", "error": {"type": "overloaded_error", "message": "busy"}})
     assert (caught.value.error_class, caught.value.retryable) == ("transient", True)
@@ -653,11 +663,19 @@ async def test_complete_non_streamed() -> None:
 async def test_complete_streamed() -> None:
     sent: list[Json] = []
     body = wire(thinking("hmm", "sig"), tool_use("toolu_a", a=1), stop="tool_use")
-    output = await adapter(replying([body], sent, stream=True)).complete(
-        request(UserInput(text="go"))
-    )
+    reply = replying([body], sent, stream=True)
+    headers: list[httpx2.Headers] = []
+
+    def handler(req: httpx2.Request) -> httpx2.Response:
+        headers.append(req.headers)
+        return reply(req)
+
+    output = await adapter(handler).complete(request(UserInput(text="go")))
     assert sent[0]["stream"] is True
-    assert output == parse_response(dump(body), "req_1")
+    # Sent through the client's own `post`: its credentials and API version still go along.
+    credentials = headers[0].get("x-api-key", "") + headers[0].get("authorization", "")
+    assert "test" in credentials and headers[0]["anthropic-version"]
+    assert output == parse_response(body, "req_1")  # the events as sent, never SDK objects
     assert output.stop == "tool_calls"
 
 
@@ -711,7 +729,9 @@ async def test_complete_continues_a_paused_turn(stream: bool) -> None:
     assert output.text == "Searching.Found it."
     assert (output.stop, output.stop_detail) == ("final", "end_turn (1 pause_turn continuation(s))")
     assert (output.usage.input_tokens, output.usage.output_tokens) == (41, 12)
-    blocks = dump(paused)["content"] + dump(done)["content"]
+    # Streamed, the blocks are as the events carried them; else as the SDK's model dumps them.
+    received = [paused, done] if stream else [dump(paused), dump(done)]
+    blocks = [block for message in received for block in message["content"]]
     assert output.provider_ref.raw_items == [{"role": "assistant", "content": blocks}]
     assert (output.provider_ref.response_id, output.provider_ref.request_id) == ("msg_2", "req_2")
 
