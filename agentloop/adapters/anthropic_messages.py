@@ -362,6 +362,9 @@ class MessagesStreamAssembler:
 
 # --------------------------------------------------------------------------- adapter
 
+_RAW_EVENTS = AsyncStream[object]
+"""Streamed events as the JSON objects they are (see `AnthropicMessagesAdapter._create`)."""
+
 
 class AnthropicMessagesAdapter:
     """`ProviderAdapter` for the Messages API. Build the client with `max_retries=0`: retries
@@ -398,9 +401,6 @@ class AnthropicMessagesAdapter:
             async for event in stream:
                 assembler.feed(cast(dict[str, Any], event))
         return assembler._assembled()
-
-
-_RAW_EVENTS = AsyncStream[object]
 
 
 def _continuation(kwargs: dict[str, Any], parts: list[_Response]) -> dict[str, Any]:

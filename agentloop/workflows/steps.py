@@ -598,25 +598,15 @@ async def describe_tools(names: list[str], *, local: bool) -> list[ToolSpec]:
     """The specs of `names` from the worker's registry. `local`: as a local activity, inside
     the workflow task (an in-memory lookup needs no activity task round trip); runs started
     before that replay with an ordinary one."""
-    request = DescribeToolsInput(names=names)
-    summary = f"tools: {', '.join(names) or 'none'}"
+    execute = workflow.execute_local_activity if local else workflow.execute_activity
     try:
-        if local:
-            specs: list[ToolSpec] = await workflow.execute_local_activity(
-                "describe_tools",
-                request,
-                result_type=list[ToolSpec],
-                start_to_close_timeout=DESCRIBE_TOOLS_TIMEOUT,
-                summary=summary,
-            )
-        else:
-            specs = await workflow.execute_activity(
-                "describe_tools",
-                request,
-                result_type=list[ToolSpec],
-                start_to_close_timeout=DESCRIBE_TOOLS_TIMEOUT,
-                summary=summary,
-            )
+        specs: list[ToolSpec] = await execute(
+            "describe_tools",
+            DescribeToolsInput(names=names),
+            result_type=list[ToolSpec],
+            start_to_close_timeout=DESCRIBE_TOOLS_TIMEOUT,
+            summary=f"tools: {', '.join(names) or 'none'}",
+        )
     except ActivityError as exc:
         # An unknown tool name is bad input: say so as the run's own failure.
         raise _invalid_input(_describe_failure(exc)) from None
