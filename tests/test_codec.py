@@ -64,11 +64,20 @@ K3 = base64.b64encode(b"\x07" * 32).decode()
 RING_K1 = f"k1:{K1}"
 RING_K2_K1 = f"k2:{K2},k1:{K1}"
 
-TASK = "Is train G1234 late on 2026-12-01, and what is the weather in Shanghai?"
-TRAIN_ARGS = {"train_number": "G1234", "date": "2026-12-01"}
-WEATHER_ARGS = {"city": "Shanghai", "date": "2026-12-01"}
-PLAINTEXT = ("Shanghai", "G1234", TASK[:30], "2026-12-01")
-"""What a travel run's history must not show to a reader without the keys."""
+# Canaries: strings that a history can only hold because this run put them there. A date, a
+# real city or a common word is no probe: the history holds dates (event times), names and
+# words for reasons of its own, and a probe that turns up by chance fails the test on the day
+# it does (2026-12-01: every `eventTime` of that day). The travel service answers any train
+# number and city, and its results echo them, so the canaries reach the tool output too.
+CANARY_CITY = "Qorvexintal"
+CANARY_TRAIN = "QZ73915"
+TRIP_DATE = "2031-02-28"
+TASK = f"Canary task {CANARY_TRAIN}: how late is it, and what is the weather in {CANARY_CITY}?"
+TRAIN_ARGS = {"train_number": CANARY_TRAIN, "date": TRIP_DATE}
+WEATHER_ARGS = {"city": CANARY_CITY, "date": TRIP_DATE}
+PLAINTEXT = (CANARY_CITY, CANARY_TRAIN, TASK[:30])
+"""What a travel run's history must not show to a reader without the keys: the canaries in the
+task, the tool arguments and the tool output."""
 CODEC_SERVER_READY = "Ctrl-C stops it."
 
 
@@ -346,8 +355,8 @@ def travel_script(name: str) -> Script:
                     ScriptedToolCall(id="call_weather", name="get_weather", arguments=WEATHER_ARGS),
                 ],
                 expect_tool_results={
-                    "call_train": '"train_number": "G1234"',
-                    "call_weather": '"city": "Shanghai"',
+                    "call_train": f'"train_number": "{CANARY_TRAIN}"',
+                    "call_weather": f'"city": "{CANARY_CITY}"',
                 },
             ),
             ScriptTurn(text="{{call_train.train_number}} / {{call_weather.city}}"),
@@ -413,7 +422,7 @@ async def test_history_without_the_keys_shows_no_plaintext(
     # The result and the status query, through the codec client, read as usual.
     handle = codec_client.get_workflow_handle(run_id, result_type=AgentRunResult)
     result = await handle.result()
-    assert result.output == "G1234 / Shanghai"
+    assert result.output == f"{CANARY_TRAIN} / {CANARY_CITY}"
     assert {c.call_id: c.arguments for c in result.calls} == {
         "call_train": TRAIN_ARGS,
         "call_weather": WEATHER_ARGS,
