@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -41,11 +42,29 @@ def temporal_binary() -> str:
     return found
 
 
+_HANDED_OUT: set[int] = set()
+_QUIET_PORTS = range(20_000, 32_000)
+"""Below Linux's ephemeral range (32768-60999 by default), from which the kernel gives every
+outgoing connection and every `bind(port=0)` its port."""
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
+    """A port nothing listens on now, for a server this process starts next (often in another
+    process, so the port cannot be held open until then). Drawn from `_QUIET_PORTS`, so no
+    client connection or `bind(0)` elsewhere takes it in the meantime, and never the same one
+    twice in a process."""
+    for _ in range(200):
+        port = random.choice(_QUIET_PORTS)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
         return port
+    raise DevStackError("no free port found between 20000 and 32000")
 
 
 def ensure_port_free(port: int, what: str, flag: str) -> None:
