@@ -16,6 +16,7 @@ WORKFLOW_NAME = "AgentRun"
 DEFAULT_TASK_QUEUE = "agent-loop"
 
 Provider = Literal["openai-chat", "openai-responses", "anthropic"]
+"""The provider protocols, one adapter each (`agentloop.adapters`)."""
 
 RunStatus = Literal[
     "completed",
@@ -110,6 +111,16 @@ class AgentRunInput(_Strict):
         """The run's one-line static summary in the Temporal UI."""
         task = self.task if len(self.task) <= 120 else self.task[:117] + "..."
         return f"{task} · {self.provider} {self.model}"
+
+
+class ModelSettings(BaseModel):
+    """How a model call is made, besides the transcript and the tools."""
+
+    model_config = ConfigDict(frozen=True)
+
+    stream: bool = True
+    max_output_tokens: int | None = None
+    temperature: float | None = None
 
 
 class Usage(BaseModel):

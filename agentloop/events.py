@@ -132,7 +132,7 @@ class ToolResult(_Frozen):
     content_ref: str = ""
     """Where `run_tool` stored `content` (the store key of its bytes): the next model call
     carries this reference instead, so the content rides in workflow history once. Transport
-    only: not part of the transcript node (see `store.transcript.node_body`)."""
+    only: not part of the transcript node (see `transcript.node_body`)."""
 
 
 class StateUpdate(_Frozen):

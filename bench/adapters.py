@@ -28,8 +28,9 @@ from agentloop.adapters import (
     openai_chat,
     openai_responses,
 )
-from agentloop.adapters.base import ModelRequest, ModelSettings, ProviderAdapter, ProviderName
+from agentloop.adapters.base import ModelRequest, ProviderAdapter
 from agentloop.config import Settings
+from agentloop.contract import ModelSettings, Provider
 from agentloop.demo.scripted_provider import Script
 from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.devstack import free_port
@@ -41,8 +42,8 @@ from bench.processes import child_process
 from bench.report import Figure, Section, ratio
 from bench.scripts import long_input, weather_script
 
-PROVIDERS: tuple[ProviderName, ...] = ("openai-chat", "openai-responses", "anthropic")
-BUILD: dict[ProviderName, Callable[[ModelRequest], dict[str, Any]]] = {
+PROVIDERS: tuple[Provider, ...] = ("openai-chat", "openai-responses", "anthropic")
+BUILD: dict[Provider, Callable[[ModelRequest], dict[str, Any]]] = {
     "openai-chat": openai_chat.build_request,
     "openai-responses": openai_responses.build_request,
     "anthropic": anthropic_messages.build_request,
@@ -55,7 +56,7 @@ Transform = Callable[[dict[str, Any]], Awaitable[object]]
 class Recorded:
     """Each protocol's request of the final model call of a run, and the script it plays."""
 
-    requests: dict[ProviderName, ModelRequest]
+    requests: dict[Provider, ModelRequest]
     scripts: list[Script]
 
 
@@ -63,7 +64,7 @@ async def record_requests(
     client: Client, settings: Settings, provider: ScriptedProvider, turns: int
 ) -> Recorded:
     """For each protocol, the request of the final model call of a `turns`-turn run."""
-    requests: dict[ProviderName, ModelRequest] = {}
+    requests: dict[Provider, ModelRequest] = {}
     scripts: list[Script] = []
     store = open_store(settings.store_url)
     try:
@@ -84,7 +85,7 @@ async def record_requests(
     return Recorded(requests, scripts)
 
 
-def request_before_last_output(name: ProviderName, model: str, events: list[Event]) -> ModelRequest:
+def request_before_last_output(name: Provider, model: str, events: list[Event]) -> ModelRequest:
     last = max(i for i, event in enumerate(events) if isinstance(event, ModelOutput))
     return ModelRequest(
         provider=name,
@@ -95,9 +96,9 @@ def request_before_last_output(name: ProviderName, model: str, events: list[Even
     )
 
 
-def sdk_transforms() -> tuple[dict[ProviderName, tuple[str, Transform]], list[str]]:
+def sdk_transforms() -> tuple[dict[Provider, tuple[str, Transform]], list[str]]:
     """Each client's own request-body walk, where it can be called offline."""
-    found: dict[ProviderName, tuple[str, Transform]] = {}
+    found: dict[Provider, tuple[str, Transform]] = {}
     skipped: list[str] = []
     try:
         from openai._utils import async_maybe_transform
@@ -210,7 +211,7 @@ async def measure(
 
 
 async def time_transports(
-    name: ProviderName, request: ModelRequest, root: str, calls: int
+    name: Provider, request: ModelRequest, root: str, calls: int
 ) -> tuple[float, float]:
     """CPU µs of one `complete(request)`: the worker's adapter, then one whose client keeps
     its default transport; alternating batches, medians."""

@@ -14,7 +14,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 
-from agentloop.activities.messages import MODEL_CALLS
+from agentloop.activity_io import MODEL_CALLS
 from agentloop.config import Settings
 from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.events import Event, ModelOutput, ToolResult

@@ -10,7 +10,7 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from agentloop.activities.messages import MODEL_CALLS
+from agentloop.activity_io import MODEL_CALLS
 from agentloop.config import SandboxMode, Settings
 from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.worker import workflow_runner

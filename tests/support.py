@@ -19,7 +19,7 @@ from temporalio.client import Client, WorkflowHandle
 from agentloop import search
 from agentloop.config import Settings
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, RunStatusView
-from agentloop.workflows.steps import DEADLINE_TIMER_SUMMARY
+from agentloop.workflows.deadline import DEADLINE_TIMER_SUMMARY
 
 WORKER_READY_LINE = "agentloop worker polling"
 

@@ -28,12 +28,8 @@ from agentloop.adapters.anthropic_messages import (
     build_request,
     parse_response,
 )
-from agentloop.adapters.base import (
-    ModelRequest,
-    ModelSettings,
-    ProviderError,
-    UnsupportedEventError,
-)
+from agentloop.adapters.base import ModelRequest, ProviderError, UnsupportedEventError
+from agentloop.contract import ModelSettings
 from agentloop.digests import args_digest
 from agentloop.events import (
     Event,
@@ -46,7 +42,7 @@ from agentloop.events import (
     ToolStatus,
     UserInput,
 )
-from agentloop.tools.contract import ToolSpec
+from agentloop.tool_spec import ToolSpec
 
 Json = dict[str, Any]
 

@@ -18,18 +18,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentloop.adapters._shared import _map_sdk_errors, parse_arguments
-from agentloop.adapters.base import (
-    ModelRequest,
-    ModelSettings,
-    ProviderError,
-    UnsupportedEventError,
-)
+from agentloop.adapters.base import ModelRequest, ProviderError, UnsupportedEventError
 from agentloop.adapters.openai_chat import (
     ChatStreamAssembler,
     OpenAIChatAdapter,
     build_request,
     parse_response,
 )
+from agentloop.contract import ModelSettings
 from agentloop.digests import args_digest
 from agentloop.events import (
     Event,
@@ -41,7 +37,7 @@ from agentloop.events import (
     ToolResult,
     UserInput,
 )
-from agentloop.tools.contract import ToolSpec
+from agentloop.tool_spec import ToolSpec
 
 URL = "https://api.openai.com/v1/chat/completions"
 

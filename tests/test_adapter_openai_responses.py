@@ -20,12 +20,7 @@ from hypothesis import strategies as st
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from agentloop.adapters.base import (
-    ModelRequest,
-    ModelSettings,
-    ProviderError,
-    UnsupportedEventError,
-)
+from agentloop.adapters.base import ModelRequest, ProviderError, UnsupportedEventError
 from agentloop.adapters.openai_responses import (
     OpenAIResponsesAdapter,
     ResponsesStreamAssembler,
@@ -33,6 +28,7 @@ from agentloop.adapters.openai_responses import (
     classify_failure,
     parse_response,
 )
+from agentloop.contract import ModelSettings
 from agentloop.digests import args_digest
 from agentloop.events import (
     Event,
@@ -44,7 +40,7 @@ from agentloop.events import (
     ToolResult,
     UserInput,
 )
-from agentloop.tools.contract import ToolSpec
+from agentloop.tool_spec import ToolSpec
 
 Wire = dict[str, Any]
 

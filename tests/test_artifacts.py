@@ -10,8 +10,8 @@ from typing import Any
 from pydantic import BaseModel
 from temporalio.testing import ActivityEnvironment
 
-from agentloop.activities.messages import RunToolInput
 from agentloop.activities.tools import ToolActivities
+from agentloop.activity_io import RunToolInput
 from agentloop.contract import AgentRunInput
 from agentloop.events import ToolResult
 from agentloop.store import SqliteStore

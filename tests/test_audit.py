@@ -29,9 +29,9 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.testing import ActivityEnvironment
     from temporalio.worker import Worker
 
-    from agentloop.activities.messages import CallModelInput, RunToolInput
     from agentloop.activities.model import ModelActivities
     from agentloop.activities.tools import ToolActivities
+    from agentloop.activity_io import CallModelInput, RunToolInput
     from agentloop.adapters.base import ModelRequest, ProviderError
     from agentloop.audit import (
         DEFAULT_REDACT_FIELDS,
@@ -47,7 +47,8 @@ with workflow.unsafe.imports_passed_through():
     from agentloop.events import ModelOutput, ProviderRef, ToolCall, Usage, UserInput
     from agentloop.pricing import PriceTable
     from agentloop.store import ROOT, SqliteStore
-    from agentloop.tools.contract import Outcome, OutcomeUnknown, ToolContext, ToolError
+    from agentloop.tool_spec import Outcome
+    from agentloop.tools.contract import OutcomeUnknown, ToolContext, ToolError
     from agentloop.tools.registry import ToolRegistry, define_tool
 
 API_KEY = "sk-test-Zq8v3LmN0pRt5WxY2aBcD"

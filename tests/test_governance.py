@@ -9,7 +9,7 @@ import pytest
 from agentloop.contract import AgentRunInput, ApprovalDecision, Principal
 from agentloop.events import ToolResult
 from agentloop.policies import approval
-from agentloop.tools.contract import ToolSpec
+from agentloop.tool_spec import ToolSpec
 from agentloop.workflows import loop
 from agentloop.workflows.loop import AwaitApproval, CallModel, CheckPreconditions, Finish, LoopState
 from tests.test_loop import T0, call, model_turn, run_step, tool_output

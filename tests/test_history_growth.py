@@ -7,7 +7,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from agentloop.activities.messages import MODEL_CALLS
+from agentloop.activity_io import MODEL_CALLS
 from agentloop.config import Settings
 from agentloop.contract import AgentRunInput, Limits, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn

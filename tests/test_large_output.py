@@ -21,8 +21,8 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import ActivityEnvironment
 
-from agentloop.activities.messages import RunToolInput
 from agentloop.activities.tools import ToolActivities
+from agentloop.activity_io import RunToolInput
 from agentloop.config import Settings
 from agentloop.contract import AgentRunInput, AgentRunResult
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn

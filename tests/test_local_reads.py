@@ -17,11 +17,7 @@ from agentloop.config import Settings
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, Limits
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
-from agentloop.tools.contract import (
-    LOCAL_DEFAULT_TIMEOUT_SECONDS,
-    LOCAL_MAX_TIMEOUT_SECONDS,
-    ToolSpec,
-)
+from agentloop.tool_spec import LOCAL_DEFAULT_TIMEOUT_SECONDS, LOCAL_MAX_TIMEOUT_SECONDS, ToolSpec
 from agentloop.workflows import loop
 from tests.support import local_activity_type, start_run
 

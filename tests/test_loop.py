@@ -7,12 +7,28 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from agentloop.activity_io import CallModelResult
 from agentloop.contract import AgentRunInput, Limits
 from agentloop.digests import args_digest
-from agentloop.events import ModelOutput, StateUpdate, ToolCall, ToolResult, UserInput
-from agentloop.tools.contract import ToolSpec
+from agentloop.events import (
+    ErrorClass,
+    ModelOutput,
+    StateUpdate,
+    ToolCall,
+    ToolResult,
+    UserInput,
+)
+from agentloop.tool_spec import ToolSpec
 from agentloop.workflows import loop
-from agentloop.workflows.loop import CallModel, Finish, LoopState, RunTools
+from agentloop.workflows.loop import (
+    CallModel,
+    Feature,
+    Finish,
+    LookupOutcome,
+    LoopState,
+    RunTools,
+    results,
+)
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 
@@ -49,15 +65,15 @@ def call(call_id: str, name: str, **arguments: object) -> ToolCall:
 def model_turn(state: LoopState, output: ModelOutput) -> None:
     step = loop.decide(state, T0)
     assert isinstance(step, CallModel)
-    loop.record_model_call_started(state, step)
-    loop.record_model_output(state, output, head=f"h{step.turn}", now=T0)
+    loop.start_model_call(state, step)
+    loop.record_model_output(state, CallModelResult(head=f"h{step.turn}", output=output), T0)
 
 
 def run_step(state: LoopState, **contents: str) -> list[str]:
     """Carry out the next RunTools step with results `contents` (call id -> content)."""
     step = loop.decide(state, T0)
     assert isinstance(step, RunTools), step
-    loop.record_calls_started(state, step)
+    loop.start_tools(state, step, T0)
     ids = [c.call_id for c, _ in step.calls]
     loop.record_tool_results(
         state,
@@ -144,7 +160,7 @@ def test_results_are_recorded_by_call_id_not_position() -> None:
     model_turn(state, tool_output(a, b))
     step = loop.decide(state, T0)
     assert isinstance(step, RunTools)
-    loop.record_calls_started(state, step)
+    loop.start_tools(state, step, T0)
     # Completion order is b then a; the outbox follows the model's order, keyed by id.
     loop.record_tool_results(
         state,
@@ -302,13 +318,12 @@ def test_a_child_run_that_ends_without_a_result_is_charged_its_whole_slice() -> 
     model_turn(state, tool_output(call("c1", "delegate", task="book", tools=["reserve_seat"])))
     step = loop.decide(state, T0)
     assert isinstance(step, RunTools)
-    loop.record_calls_started(state, step)
-    [child] = loop.record_delegations_started(state, step, T0).values()
+    [child] = loop.start_tools(state, step, T0).children.values()
     assert child.tools == ["reserve_seat"] and child.limits.max_model_calls == 4
     assert state.calls["c1"].child_run == "wf/delegate/c1"
 
-    result = loop.record_child_run(state, step.calls[0][0], None)
-    loop.record_tool_results(state, [result])
+    loop.record_tool_results(state, [loop.ChildOutcome("c1", None)])
+    [result] = [e for e in state.outbox if isinstance(e, ToolResult) and e.call_id == "c1"]
     # Nothing is known of what it did: its whole slice is spent, and it may have written.
     assert state.usage.model_calls == 1 + 4 and state.usage.tool_calls == 1 + 9
     assert state.usage.cost_usd == pytest.approx(0.5)  # the parent kept half for itself
@@ -317,17 +332,37 @@ def test_a_child_run_that_ends_without_a_result_is_charged_its_whole_slice() -> 
 
 
 def test_a_broken_tool_is_internal_and_not_worth_retrying_in_runs_that_tell_classes_apart() -> None:
-    state = new_state()
-    broken = loop.failed_result(state, call("c1", "get_weather"), WEATHER, "boom", "internal")
+    def failed(state: LoopState, call_id: str, message: str, error_class: ErrorClass) -> ToolResult:
+        """The result the model is sent for a read whose activity failed for good."""
+        model_turn(state, tool_output(call(call_id, "get_weather", city="Oslo", date="2026-12-01")))
+        step = loop.decide(state, T0)
+        assert isinstance(step, RunTools)
+        loop.start_tools(state, step, T0)
+        loop.record_tool_results(state, [loop.ToolFailure(call_id, message, error_class)])
+        return next(e for e in state.outbox if isinstance(e, ToolResult) and e.call_id == call_id)
+
+    broken = failed(new_state(), "c1", "boom", "internal")
     assert (broken.error_class, broken.retryable, broken.status) == ("internal", False, "failed")
-    slow = loop.failed_result(state, call("c2", "get_weather"), WEATHER, "timeout", "transient")
+    slow = failed(new_state(), "c2", "timeout", "transient")
     assert (slow.error_class, slow.retryable) == ("transient", True)
-    write = loop.failed_result(state, call("c3", "reserve_seat"), WRITE, "boom", "internal")
+    write = results.failure(call("c3", "reserve_seat"), "boom", "internal", write=True)
     assert (write.status, write.retryable, write.side_effect) == ("unknown", False, True)
     # A run started before the classes were told apart keeps replaying what it did then.
-    state.features = ["stall-detection"]
-    old = loop.failed_result(state, call("c4", "get_weather"), WEATHER, "boom", "internal")
+    older = new_state()
+    older.features = [Feature.STALL_DETECTION]
+    old = failed(older, "c4", "boom", "internal")
     assert (old.error_class, old.retryable) == ("transient", True)
+
+
+def test_a_failed_write_is_unknown_and_waits_for_its_lookup() -> None:
+    state = new_state()
+    model_turn(state, tool_output(call("c3", "reserve_seat")))
+    step = loop.decide(state, T0)
+    assert isinstance(step, RunTools)
+    loop.start_tools(state, step, T0)
+    loop.record_tool_results(state, [loop.ToolFailure("c3", "boom", "internal")])
+    assert state.calls["c3"].status == "unknown"
+    assert isinstance(loop.decide(state, T0), LookupOutcome)
 
 
 def test_a_childs_long_answer_is_cut_to_the_delegate_tools_cap() -> None:
@@ -345,11 +380,11 @@ def test_a_childs_long_answer_is_cut_to_the_delegate_tools_cap() -> None:
     model_turn(state, tool_output(call("c1", "delegate", task="summarise", tools=[])))
     step = loop.decide(state, T0)
     assert isinstance(step, RunTools)
-    loop.record_calls_started(state, step)
-    loop.record_delegations_started(state, step, T0)
+    loop.start_tools(state, step, T0)
     answer = "x" * 50_000
     child = AgentRunResult(status="completed", stop_reason="final answer", output=answer)
-    result = loop.record_child_run(state, step.calls[0][0], child)
+    loop.record_tool_results(state, [loop.ChildOutcome("c1", child)])
+    [result] = [e for e in state.outbox if isinstance(e, ToolResult) and e.call_id == "c1"]
     assert len(result.content) <= delegate.spec.max_result_chars
     report = json.loads(result.content)
     assert report["output"].startswith("x" * 1_000) and "truncated" in report["output"]

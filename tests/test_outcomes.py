@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from agentloop.contract import AgentRunInput, ResolveRequest
 from agentloop.events import ToolResult
-from agentloop.tools.contract import Outcome, ToolSpec
+from agentloop.tool_spec import Outcome, ToolSpec
 from agentloop.workflows import loop
 from agentloop.workflows.loop import (
     AwaitReconciliation,
@@ -39,7 +39,7 @@ def new_state() -> LoopState:
 def attempt(state: LoopState, status: str = "unknown") -> None:
     step = loop.decide(state, T0)
     assert isinstance(step, RunTools) and [c.call_id for c, _ in step.calls] == ["w1"]
-    loop.record_calls_started(state, step)
+    loop.start_tools(state, step, T0)
     loop.record_tool_results(
         state,
         [

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from agentloop.contract import AgentRunInput, Limits
 from agentloop.events import StateUpdate, ToolResult
-from agentloop.tools.contract import ToolSpec
+from agentloop.tool_spec import ToolSpec
 from agentloop.workflows import loop
 from agentloop.workflows.loop import CallModel, Finish, LoopState, RunTools
 from tests.test_loop import T0, call, model_turn, tool_output
@@ -42,7 +42,7 @@ def turn(
     model_turn(state, tool_output(call(call_id, tool, **arguments)))
     step = loop.decide(state, T0)
     assert isinstance(step, RunTools)
-    loop.record_calls_started(state, step)
+    loop.start_tools(state, step, T0)
     loop.record_tool_results(
         state,
         [

@@ -44,7 +44,7 @@ from agentloop.store import _walk_chain as walk_chain
 from agentloop.store.base import mask_url
 from agentloop.store.chains import TranscriptCache
 from agentloop.store.postgres import PostgresStore
-from agentloop.store.transcript import append, parse_node
+from agentloop.transcript import append, parse_node
 
 POSTGRES_URL = os.environ.get(
     "AGENTLOOP_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
@@ -439,7 +439,7 @@ def test_a_field_added_later_with_its_default_does_not_change_node_keys() -> Non
     from pydantic import Field
 
     from agentloop.events import ToolResult
-    from agentloop.store.transcript import append as chain
+    from agentloop.transcript import append as chain
 
     class ToolResultV2(ToolResult):
         priority: int = Field(default=0)

@@ -10,13 +10,13 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from agentloop.activities.messages import MODEL_CALL, MODEL_CALL_BY_REF
+from agentloop.activity_io import MODEL_CALL, MODEL_CALL_BY_REF
 from agentloop.config import Settings
 from agentloop.contract import AgentRunInput
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.store import SqliteStore, StoreError
 from agentloop.store.specs import ToolSpecCache
-from agentloop.tools.contract import ToolSpec
+from agentloop.tool_spec import ToolSpec
 from tests.support import start_run
 
 WEATHER = {"city": "Shanghai", "date": "2026-12-01"}

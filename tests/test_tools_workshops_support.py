@@ -14,7 +14,8 @@ from aiohttp import web
 from jsonschema import Draft202012Validator
 
 from agentloop.demo.services import ExampleService
-from agentloop.tools.contract import Outcome, Tool, ToolContext, ToolError
+from agentloop.tool_spec import Outcome
+from agentloop.tools.contract import Tool, ToolContext, ToolError
 from agentloop.tools.http import DEFAULT_TIMEOUT, OutcomeUnknown, ServiceClient
 from agentloop.tools.registry import default_registry
 

@@ -154,17 +154,29 @@ def workflow_modules() -> dict[str, str]:
     return sources
 
 
-def test_the_walk_reaches_the_loop_the_steps_and_the_policies() -> None:
+def test_the_walk_reaches_every_module_of_the_loop_the_steps_and_the_policies() -> None:
     modules = workflow_modules()
+    loop_modules = {
+        f"agentloop.workflows.loop.{path.stem}"
+        for path in (PACKAGE_DIR / "workflows" / "loop").glob("*.py")
+        if path.stem != "__init__"
+    }
+    shell_modules = {
+        f"agentloop.workflows.{path.stem}"
+        for path in (PACKAGE_DIR / "workflows").glob("*.py")
+        if path.stem != "__init__"
+    }
+    assert len(loop_modules) >= 8 and len(shell_modules) >= 7
     for name in (
         ROOT,
         "agentloop.workflows.loop",
-        "agentloop.workflows.steps",
+        *sorted(loop_modules),
+        *sorted(shell_modules),
         "agentloop.policies.budgets",
         "agentloop.policies.validation",
-        "agentloop.store.transcript",
+        "agentloop.transcript",
     ):
-        assert name in modules
+        assert name in modules, name
 
 
 def test_no_workflow_module_reads_a_clock_randomness_or_the_outside_world() -> None:

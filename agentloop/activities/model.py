@@ -9,7 +9,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agentloop.activities.heartbeat import keep_heartbeating
-from agentloop.activities.messages import (
+from agentloop.activity_io import (
     MODEL_CALL,
     MODEL_CALL_BY_REF,
     CallModelInput,
@@ -23,8 +23,8 @@ from agentloop.pricing import PriceTable
 from agentloop.store import Store, StoreError, with_contents
 from agentloop.store.chains import TranscriptCache
 from agentloop.store.specs import ToolSpecCache
-from agentloop.store.transcript import append
-from agentloop.tools.contract import ToolSpec
+from agentloop.tool_spec import ToolSpec
+from agentloop.transcript import append
 
 
 class ModelActivities:

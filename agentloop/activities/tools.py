@@ -9,19 +9,13 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agentloop.activities.heartbeat import keep_heartbeating
-from agentloop.activities.messages import DescribeToolsInput, PreconditionResult, RunToolInput
+from agentloop.activity_io import DescribeToolsInput, PreconditionResult, RunToolInput
 from agentloop.audit import audit
 from agentloop.digests import args_digest
 from agentloop.events import ToolResult
 from agentloop.store import stored_by_reference
-from agentloop.tools.contract import (
-    Outcome,
-    OutcomeUnknown,
-    ToolContext,
-    ToolError,
-    ToolSpec,
-    bounded,
-)
+from agentloop.tool_spec import Outcome, ToolSpec, bounded
+from agentloop.tools.contract import OutcomeUnknown, ToolContext, ToolError
 from agentloop.tools.registry import ToolRegistry, UnknownToolError
 
 

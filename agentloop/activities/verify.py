@@ -11,7 +11,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agentloop.activities.messages import Verdict, VerifyInput
+from agentloop.activity_io import Verdict, VerifyInput
 from agentloop.contract import CallRecord
 from agentloop.tools.contract import ToolContext, ToolError
 from agentloop.tools.registry import ToolRegistry, UnknownToolError

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agentloop.adapters.base import ProviderAdapter, ProviderError, ProviderName
+from agentloop.adapters.base import ProviderAdapter, ProviderError
+from agentloop.contract import Provider
 
 if TYPE_CHECKING:
     import anthropic
@@ -38,7 +39,7 @@ class AdapterFactory:
         self._adapters: dict[str, ProviderAdapter] = {}
         self._clients: list[SdkClient] = []
 
-    def get(self, provider: ProviderName) -> ProviderAdapter:
+    def get(self, provider: Provider) -> ProviderAdapter:
         if provider not in self._adapters:
             self._adapters[provider] = self._build(provider)
         return self._adapters[provider]
@@ -50,12 +51,12 @@ class AdapterFactory:
         for client in clients:
             await client.close()
 
-    def _build(self, provider: ProviderName) -> ProviderAdapter:
+    def _build(self, provider: Provider) -> ProviderAdapter:
         client = self._client(provider)
         self._clients.append(client)
         return adapter_for(provider, client)
 
-    def _client(self, provider: ProviderName) -> SdkClient:
+    def _client(self, provider: Provider) -> SdkClient:
         endpoints = self._endpoints
         if provider == "anthropic":
             import anthropic
@@ -76,7 +77,7 @@ class AdapterFactory:
         )
 
 
-def adapter_for(provider: ProviderName, client: SdkClient) -> ProviderAdapter:
+def adapter_for(provider: Provider, client: SdkClient) -> ProviderAdapter:
     """The adapter of `provider`'s wire protocol around an SDK client of the matching kind."""
     import anthropic
 

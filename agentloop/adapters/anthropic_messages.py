@@ -42,7 +42,7 @@ from agentloop.events import (
     Usage,
     UserInput,
 )
-from agentloop.tools.contract import ToolSpec
+from agentloop.tool_spec import ToolSpec
 
 PROVIDER = "anthropic"
 API = "messages"

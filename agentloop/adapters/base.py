@@ -12,22 +12,13 @@ Contract (every adapter, tested both ways):
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentloop.contract import ModelSettings, Provider
 from agentloop.events import Event, ModelOutput
-from agentloop.tools.contract import ToolSpec
-
-ProviderName = Literal["openai-chat", "openai-responses", "anthropic"]
-
-
-class ModelSettings(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    stream: bool = True
-    max_output_tokens: int | None = None
-    temperature: float | None = None
+from agentloop.tool_spec import ToolSpec
 
 
 class ModelRequest(BaseModel):
@@ -35,7 +26,7 @@ class ModelRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    provider: ProviderName
+    provider: Provider
     model: str
     events: list[Event] = Field(default_factory=list)
     tools: list[ToolSpec] = Field(default_factory=list)

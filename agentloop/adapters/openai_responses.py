@@ -40,7 +40,7 @@ from agentloop.events import (
     UserInput,
 )
 from agentloop.policies.errors import ErrorAdvice, classify_http_error
-from agentloop.tools.contract import ToolSpec
+from agentloop.tool_spec import ToolSpec
 
 PROVIDER = "openai-responses"
 API = "responses"

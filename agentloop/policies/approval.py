@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agentloop.contract import ApprovalDecision, Principal
-from agentloop.tools.contract import ToolSpec
+from agentloop.tool_spec import ToolSpec
 
 ApprovalRule = Callable[[Mapping[str, Any], Principal], bool]
 

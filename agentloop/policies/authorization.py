@@ -4,7 +4,7 @@ cover what the tool requires. Nothing a tool returns can change the principal.""
 from __future__ import annotations
 
 from agentloop.contract import Principal
-from agentloop.tools.contract import ToolSpec
+from agentloop.tool_spec import ToolSpec
 
 
 def missing_scopes(spec: ToolSpec, principal: Principal) -> list[str]:

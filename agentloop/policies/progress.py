@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from agentloop.digests import sha256_hex
 from agentloop.events import ToolCall, ToolResult
-from agentloop.tools.contract import ToolSpec
+from agentloop.tool_spec import ToolSpec
 
 REPEATED_ERROR_LIMIT = 3
 """The same error signature this many turns in a row is a stall."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from jsonschema import Draft202012Validator
 
 from agentloop.events import ToolCall
-from agentloop.tools.contract import ToolSpec
+from agentloop.tool_spec import ToolSpec
 
 MAX_SCHEMA_ERRORS = 5
 

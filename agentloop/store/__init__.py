@@ -16,7 +16,7 @@ from agentloop.store.artifacts import (
 )
 from agentloop.store.base import Store, StoreError, StoreUnavailable, mask_url, order_chain
 from agentloop.store.sqlite import SqliteStore
-from agentloop.store.transcript import ROOT, parse_node
+from agentloop.transcript import ROOT, parse_node
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 

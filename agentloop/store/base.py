@@ -3,7 +3,7 @@
 Both backends hold two kinds of immutable, content-addressed blobs:
 
 - transcript nodes: `(key, canonical json of {event, parent})`, the key being the hash of the
-  json (`agentloop.store.transcript`); a node's parent is kept in a column of its own as well,
+  json (`agentloop.transcript`); a node's parent is kept in a column of its own as well,
   so a whole chain comes back in one query (`load_chain`);
 - artifacts: bytes with a media type, the key being `sha256:` + the hex digest of the bytes.
 

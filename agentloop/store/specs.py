@@ -13,7 +13,7 @@ from pydantic import TypeAdapter
 from agentloop.store.artifacts import artifact_key
 from agentloop.store.base import Store, StoreError
 from agentloop.store.kept import Kept
-from agentloop.tools.contract import ToolSpec
+from agentloop.tool_spec import ToolSpec
 
 MEDIA_TYPE = "application/vnd.agentloop.tool-specs+json"
 KEPT_LISTS = 128

@@ -11,7 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentloop.tools.contract import DELEGATE, ToolContext
+from agentloop.tool_spec import DELEGATE
+from agentloop.tools.contract import ToolContext
 from agentloop.tools.registry import define_tool
 
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import aiohttp
 
-from agentloop.tools.contract import Outcome, OutcomeUnknown, ToolContext, ToolError
+from agentloop.tool_spec import Outcome
+from agentloop.tools.contract import OutcomeUnknown, ToolContext, ToolError
 
 DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=30)
 

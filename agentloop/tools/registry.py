@@ -7,13 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agentloop.tools.contract import (
-    OutcomeLookup,
-    Precondition,
-    Tool,
-    ToolHandler,
-    ToolSpec,
-)
+from agentloop.tool_spec import ToolSpec
+from agentloop.tools.contract import OutcomeLookup, Precondition, Tool, ToolHandler
 
 
 def define_tool(

@@ -12,7 +12,8 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentloop.tools.contract import Outcome, ToolContext, ToolError
+from agentloop.tool_spec import Outcome
+from agentloop.tools.contract import ToolContext, ToolError
 from agentloop.tools.http import (
     WRITE_TOOL_TIMEOUT_SECONDS,
     ServiceClient,

@@ -1,14 +1,15 @@
-"""`AgentRun`: the Temporal shell around the pure loop in `loop.py`.
+"""`AgentRun`: the Temporal shell around the pure loop in `loop/`.
 
-Each pass asks `decide` for the next step and makes the Temporal calls it names (`steps.py`).
-Everything here is deterministic: no I/O, no clock but `workflow.now()`, activities referred to
-by name (`tests/test_workflow_determinism.py` checks it). This module holds only the class:
-in Temporal's sandbox (`AGENTLOOP_WORKFLOW_SANDBOX=on`) it is imported afresh for every run.
+Each pass asks `decide` for the next step and makes the Temporal calls it names (`steps.py`,
+`tool_calls.py`). Everything here is deterministic: no I/O, no clock but `workflow.now()`,
+activities referred to by name (`tests/test_workflow_determinism.py` checks it). This module
+holds only the class: in Temporal's sandbox (`AGENTLOOP_WORKFLOW_SANDBOX=on`) it is imported
+afresh for every run.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, assert_never
 
 from temporalio import workflow
 
@@ -18,7 +19,10 @@ with workflow.unsafe.imports_passed_through():
     # By their full names: `from agentloop.workflows import loop` would load a fresh copy per
     # run (the sandbox re-imports this module's own package), ~0.5 MiB each in the cache.
     import agentloop.workflows.loop as loop
+    import agentloop.workflows.startup as startup
     import agentloop.workflows.steps as steps
+    import agentloop.workflows.tool_calls as tool_calls
+    import agentloop.workflows.visibility as visibility
     from agentloop.contract import (
         WORKFLOW_NAME,
         AgentRunResult,
@@ -29,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
         RunStatusView,
         UserMessage,
     )
-    from agentloop.policies import budgets
+    from agentloop.workflows.deadline import RunDeadline
     from agentloop.workflows.loop import (
         AwaitApproval,
         AwaitInput,
@@ -55,52 +59,29 @@ class AgentRun:
     @workflow.run
     async def run(self, raw_input: Any, carried: LoopState | None = None) -> AgentRunResult:
         """`carried` is the run state handed over by `continue_as_new` (None on a fresh start)."""
-        run_input = steps.parse_input(raw_input)
-        if carried is None:
-            # A run started before the feature set asks for each behaviour on its own, in the
-            # order it did then (patch markers are commands): built-in tools first.
-            in_set = workflow.patched(loop.FEATURE_SET)
-            builtins = [
-                name
-                for name, patch in loop.BUILTIN_TOOL_PATCHES
-                if in_set or workflow.patched(patch)
-            ]
-            specs = await steps.describe_tools(
-                list(dict.fromkeys([*run_input.tools, *builtins])), local=in_set
-            )
-            state = LoopState.start(
-                run_input, specs, workflow.now(), workflow.info().workflow_id, builtins
-            )
-            if run_input.continue_from:
-                await steps.continue_from(state, run_input.continue_from)
-            state.features = (
-                list(loop.FEATURES_OF_SET)
-                if in_set
-                else [f for f in loop.FEATURES if workflow.patched(f)]
-            )
-        else:
-            state = carried
+        run_input = startup.parse_input(raw_input)
+        state = carried if carried is not None else await startup.start(run_input)
         state.run_chain.append(workflow.info().run_id)
         self._state = state
-        deadline = steps.RunDeadline(state)
+        deadline = RunDeadline(state)
         state.cancel_reason = state.cancel_reason or self._cancel_reason
         for decision in self._early_decisions:
             loop.record_decision(state, decision, workflow.now())
         for message in self._early_messages:
             loop.record_message(state, message)
         while True:
-            if steps.time_to_continue_as_new(state):
+            if startup.time_to_continue_as_new(state):
                 # A safe point: nothing is in flight, and everything is in `state`.
                 workflow.continue_as_new(args=[raw_input, state])
             step = loop.decide(state, workflow.now())
-            steps.show(state)
+            visibility.show(state)
             match step:
                 case CallModel():
                     await steps.call_model(state, step, deadline)
                 case CheckPreconditions():
-                    await steps.check_preconditions(state, step, deadline)
+                    await tool_calls.check_preconditions(state, step, deadline)
                 case RunTools():
-                    await steps.run_tools(state, step, deadline)
+                    await tool_calls.run_tools(state, step, deadline)
                 case AwaitApproval():
                     await steps.await_humans(state, step, "awaiting_approval")
                 case Verify():
@@ -113,6 +94,8 @@ class AgentRun:
                     await steps.await_humans(state, step, "awaiting_reconciliation")
                 case Finish():
                     return steps.finish(state, step)
+                case _:
+                    assert_never(step)
 
     @workflow.signal
     def cancel(self, request: CancelRequest) -> None:
@@ -135,7 +118,7 @@ class AgentRun:
             self._early_decisions.append(decision)
             return ApprovalVerdict(accepted=False, reason="the run has not started yet")
         verdict = loop.record_decision(self._state, decision, workflow.now())
-        steps.audit(
+        visibility.audit(
             "approval.decided",
             call_id=decision.call_id,
             args_digest=decision.args_digest,
@@ -162,25 +145,4 @@ class AgentRun:
 
     @workflow.query
     def status(self) -> RunStatusView:
-        state = self._state
-        if state is None:
-            return RunStatusView(phase="calling_model", turn=0)
-        return RunStatusView(
-            phase=state.phase,
-            turn=state.turn,
-            pending_approvals=loop.pending_approvals(state),
-            question=loop.question(state),
-            unresolved=loop.unresolved(state),
-            usage=state.usage,
-            limits_left=budgets.limits_left(
-                state.run_input.limits,
-                state.reserved(),
-                state.active_since(workflow.now()),
-                workflow.now(),
-            ),
-            calls=list(state.calls.values()),
-            refused_decisions=state.refused_decisions,
-            run_chain=state.run_chain,
-            stop_reason=state.stop_reason,
-            transcript_head=state.head,
-        )
+        return loop.status_view(self._state, workflow.now())

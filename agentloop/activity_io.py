@@ -6,10 +6,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agentloop.adapters.base import ModelSettings, ProviderName
-from agentloop.contract import CallRecord
+from agentloop.contract import CallRecord, ModelSettings, Provider
 from agentloop.events import Event, ModelOutput
-from agentloop.tools.contract import ToolSpec
+from agentloop.tool_spec import ToolSpec
 
 MODEL_CALL = "call_model"
 """The model call with the tool specs inline: a run's first one (and every one of a run that
@@ -24,7 +23,7 @@ MODEL_CALLS = (MODEL_CALL, MODEL_CALL_BY_REF)
 class CallModelInput(BaseModel):
     run_id: str
     turn: int
-    provider: ProviderName
+    provider: Provider
     model: str
     head: str
     """The transcript so far, by reference: the activity loads it from the store."""

@@ -1,0 +1,106 @@
+"""What a tool is to the runner and the model: `ToolSpec`, plain data beyond a description
+string. It travels into the workflow (validation is pure, done there) and into the model
+request; the handler that runs it lives activity side (`agentloop.tools.contract`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Effect = Literal["read", "write"]
+
+DEFAULT_MAX_RESULT_CHARS = 8_000
+
+BUILTIN_TOOLS = ("read_artifact", "ask_user")
+"""Tools every run may call without naming them in its `tools`."""
+
+LOCAL_MAX_TIMEOUT_SECONDS = 10.0
+"""A local read runs inside a workflow task: it must be over well before the task's own 10 s
+timeout, or Temporal has to keep the task alive around it."""
+LOCAL_DEFAULT_TIMEOUT_SECONDS = 5.0
+"""A local read's timeout when its tool names none."""
+
+DELEGATE = "delegate"
+"""The tool a run delegates a sub-task with (a child run; see `tools.delegate`)."""
+
+
+class ToolSpec(BaseModel):
+    """Everything the runner and the model need to know about a tool."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    version: str = "1"
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    """JSON Schema of the arguments object."""
+    effect: Effect = "read"
+    required_scopes: list[str] = Field(default_factory=list)
+    timeout_seconds: float = 30.0
+    max_attempts: int = 3
+    """Attempts for a read; a write is never retried blindly and always gets 1."""
+    max_calls_per_run: int | None = None
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
+    needs_approval: bool | str = False
+    """True, or the name of a rule in `policies.approval.APPROVAL_RULES` (a pure predicate
+    over the arguments and the principal) that says when a human must approve the call."""
+    approvers: list[str] = Field(default_factory=list)
+    """Who may decide an approval for this tool; empty: any approver."""
+    action: str = ""
+    """What the call does in the world (default: the tool's name). A rejected action is
+    never run later with the same arguments, whichever tool names it."""
+    on_reject: Literal["stop", "tell_model"] = "stop"
+    """What a rejection does: stop the run `rejected`, or tell the model and go on."""
+    has_precondition: bool = False
+    """A business check against the system of record runs (as an activity) before the call
+    is offered for approval or run; a failure goes back to the model."""
+    poll_limit: int | None = None
+    """A tool meant to be polled (e.g. a job status) may repeat the same call with the same
+    answer this many times before the runner calls it a stall."""
+    has_outcome_lookup: bool = False
+    """Writes: the system of record can say, by idempotency key, whether the write happened."""
+    local: bool = False
+    """A sub-second read run as a Temporal local activity: inside the workflow task, on the
+    worker that runs the workflow, with no activity task round trip through the server (a few
+    ms instead of ~10). Its attempts are recorded as a marker, not as activity events; a lost
+    worker's attempt is simply run again, which only a read can afford."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _local_default_timeout(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("local") and "timeout_seconds" not in data:
+            return {**data, "timeout_seconds": LOCAL_DEFAULT_TIMEOUT_SECONDS}
+        return data
+
+    @model_validator(mode="after")
+    def _local_is_a_short_read(self) -> ToolSpec:
+        if self.local and self.effect != "read":
+            raise ValueError(f"tool {self.name}: only a read may be local, never a write")
+        if self.local and self.timeout_seconds > LOCAL_MAX_TIMEOUT_SECONDS:
+            raise ValueError(
+                f"tool {self.name}: a local read must finish within "
+                f"{LOCAL_MAX_TIMEOUT_SECONDS:.0f} s (timeout_seconds={self.timeout_seconds})"
+            )
+        return self
+
+    @property
+    def action_name(self) -> str:
+        return self.action or self.name
+
+
+def bounded(text: str, limit: int) -> str:
+    """Tool output the model sees never exceeds the tool's cap."""
+    if len(text) <= limit:
+        return text
+    marker = f"\n[truncated: showing {limit} of {len(text)} characters]"
+    return text[: max(0, limit - len(marker))] + marker
+
+
+class Outcome(BaseModel):
+    """What the system of record says about a write, looked up by idempotency key."""
+
+    state: Literal["applied", "not_applied", "unknown"]
+    record: Any = None
+    """The write's result as the system of record holds it, when applied."""

@@ -1,0 +1,81 @@
+"""The run's deadline, for steps that wait on activities (workflow code, deterministic)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from temporalio import workflow
+
+from agentloop.policies import budgets
+from agentloop.workflows.loop import Feature, LoopState
+
+DEADLINE_TIMER_SUMMARY = "run deadline"
+"""What the UI shows on the run's deadline timer (feature `run-deadline-timer`)."""
+
+
+class RunDeadline:
+    """With the feature `run-deadline-timer` a run has one Temporal timer for its deadline,
+    started at the first wait and left running: when it fires, `passed` turns True if the
+    deadline has passed, and otherwise (waits for humans moved the deadline, and they do not
+    count) the timer starts again for what is left. Runs started before the feature recorded
+    a timer per wait, started with it and cancelled when the activities came back (two
+    commands and two history events a step); they keep doing that on replay."""
+
+    def __init__(self, state: LoopState) -> None:
+        self._state = state
+        self._timer: asyncio.Task[None] | None = None
+        self.passed = False
+
+    def seconds_left(self) -> float | None:
+        """None without a deadline. Not during a wait for humans, whose time is not counted
+        until it ends."""
+        state = self._state
+        return budgets.limits_left(
+            state.run_input.limits, state.usage, state.active_since(), workflow.now()
+        ).seconds
+
+    def _start(self) -> None:
+        if self._timer is None:
+            self._timer = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        state = self._state
+        while True:
+            await workflow.wait_condition(lambda: state.paused_since is None)
+            seconds = self.seconds_left()
+            if seconds is None:
+                return
+            if seconds <= 0:
+                self.passed = True
+                return
+            await workflow.sleep(max(seconds, 0.001), summary=DEADLINE_TIMER_SUMMARY)
+
+    async def wait_for(
+        self, handles: list[workflow.ActivityHandle[Any]], *, race: bool = True
+    ) -> bool:
+        """Wait for the activities, unless a cancel or (with `race`) the deadline comes
+        first: then cancel them and return False (the next `decide` turns that into the
+        stop)."""
+        state = self._state
+
+        def done_or_cancelled() -> bool:
+            return all(h.done() for h in handles) or state.cancel_reason is not None
+
+        if not race:
+            await workflow.wait_condition(done_or_cancelled)
+        elif state.has(Feature.RUN_DEADLINE_TIMER):
+            self._start()
+            await workflow.wait_condition(lambda: done_or_cancelled() or self.passed)
+        else:
+            seconds = self.seconds_left()
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    done_or_cancelled, timeout=None if seconds is None else max(seconds, 0.001)
+                )
+        if all(h.done() for h in handles):
+            return True
+        for handle in handles:
+            handle.cancel()
+        return False

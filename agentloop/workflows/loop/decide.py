@@ -1,0 +1,153 @@
+"""`decide(state, now) -> NextStep`: DESIGN.md §3 "The loop, one turn", as a state table.
+
+Pure and without Temporal, so every rule is unit-tested without a server; the workflow shell
+only carries out what is decided here. Guards first (a failure, a limit, a stall, too many
+refusals, a cancel, the deadline), then the open batch, then the model's last output.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import assert_never
+
+from agentloop.events import ModelOutput
+from agentloop.policies import authorization, budgets
+from agentloop.policies.completion import check_output
+from agentloop.workflows.loop.next_step import (
+    AwaitApproval,
+    AwaitInput,
+    AwaitReconciliation,
+    CallModel,
+    CheckPreconditions,
+    Finish,
+    LookupOutcome,
+    NextStep,
+    RunTools,
+    Verify,
+)
+from agentloop.workflows.loop.record import response_named
+from agentloop.workflows.loop.settle import stopping_rejection
+from agentloop.workflows.loop.state import MAX_REFUSED_CALLS, Batch, LoopState, seconds
+from agentloop.workflows.loop.views import refused_calls
+
+
+def decide(state: LoopState, now: datetime) -> NextStep:
+    limits = state.run_input.limits
+    if state.failure is not None:
+        return _failed(state, state.failure)
+    if state.limit is not None:
+        return Finish("limit_reached", state.limit)
+    if state.stalled is not None:
+        return Finish("stalled", f"stalled: {state.stalled}")
+    refused = refused_calls(state)
+    if refused > MAX_REFUSED_CALLS:
+        return Finish("failed", f"invalid_calls: {refused} tool calls refused before running")
+    if state.cancel_reason is not None:
+        return Finish("cancelled", f"cancelled: {state.cancel_reason or 'no reason given'}")
+    if budgets.deadline_passed(limits, state.active_since(), now):
+        return Finish("limit_reached", f"deadline: {limits.deadline_seconds} s passed")
+    if state.batch is not None:
+        return _next_in_batch(state, state.batch, now)
+    output = state.last_output
+    if output is None:
+        blocked = budgets.model_call_blocked(limits, state.usage)
+        if blocked:
+            return Finish("limit_reached", blocked)
+        return CallModel(turn=state.turn + 1)
+    match output.stop:
+        case "final":
+            return _checked_candidate(state, output)
+        case "tool_calls":
+            raise AssertionError("a tool-call output always has a batch")  # record_model_output
+        case "refused":
+            return Finish("refused", f"refused: {output.stop_detail or output.text}"[:500])
+        case "content_filtered":
+            return Finish("refused", f"content_filtered: {output.stop_detail}")
+        case "truncated":
+            return Finish("incomplete", f"truncated: {output.stop_detail}{response_named(output)}")
+        case _:
+            assert_never(output.stop)
+
+
+def _failed(state: LoopState, failure: str) -> Finish:
+    unknown = [r.call_id for r in state.calls.values() if r.status == "unknown"]
+    if unknown:
+        return Finish("unresolved", f"{failure}; outcome unknown for {', '.join(unknown)}")
+    return Finish("failed", failure)
+
+
+def _checked_candidate(state: LoopState, output: ModelOutput) -> NextStep:
+    """Output schema first, then the completion check: only then is a final answer done."""
+    finish = _final_candidate(state, output)
+    check = state.run_input.completion_check
+    if finish.status != "completed" or check is None:
+        return finish
+    if state.verified_turn != state.turn:
+        return Verify(check, output.text)
+    return Finish(
+        finish.status, f"{finish.stop_reason}; completion_check {check} passed", finish.output
+    )
+
+
+def _final_candidate(state: LoopState, output: ModelOutput) -> Finish:
+    schema = state.run_input.output_schema
+    if schema is None:
+        return Finish("completed", "final answer", output.text)
+    parsed, problems = check_output(schema, output.text)
+    if problems:
+        # Only reached once the corrections are used up (see `record_model_output`).
+        return Finish(
+            "failed", "verification: final answer breaks output_schema: " + "; ".join(problems)
+        )
+    return Finish("completed", "final answer matches output_schema", parsed)
+
+
+def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
+    """The batch's pipeline: preconditions, reads, questions, approvals, lookups, writes."""
+    if batch.denied is not None:
+        return Finish("denied", f"denied: {batch.denied}")
+    if batch.unchecked:
+        return CheckPreconditions(state.with_specs(batch.unchecked))
+    if batch.reads:
+        return RunTools(state.with_specs(batch.reads))
+    if batch.questions:
+        assert batch.asked_at is not None
+        deadline = batch.asked_at + seconds(state.run_input.input_timeout_seconds)
+        if now >= deadline:
+            return Finish("input_timeout", f"input_timeout: no answer to {batch.questions}")
+        return AwaitInput(list(batch.questions), deadline)
+    undecided = batch.undecided()
+    if undecided:
+        deadline = min(batch.approvals[c].requested_at for c in undecided) + seconds(
+            state.run_input.approval_timeout_seconds
+        )
+        if now >= deadline:
+            return Finish("approval_timeout", f"approval_timeout: no decision on {undecided}")
+        return AwaitApproval(undecided, deadline)
+    rejection = stopping_rejection(state, batch)
+    if rejection is not None:
+        call_id, decision = rejection
+        return Finish(
+            "rejected",
+            f"rejected: {call_id} by {decision.approver}"
+            + (f": {decision.reason}" if decision.reason else ""),
+        )
+    if batch.unknown:
+        call, spec = state.with_specs(batch.unknown[:1])[0]
+        return LookupOutcome(call, spec, state.calls[call.call_id].idempotency_key)
+    if batch.reconciling:
+        waiting = list(batch.reconciling)
+        deadline = min(r.since for r in batch.reconciling.values()) + seconds(
+            state.run_input.reconciliation_timeout_seconds
+        )
+        if now >= deadline:
+            return Finish("unresolved", f"unresolved: outcome of {', '.join(waiting)} unknown")
+        return AwaitReconciliation(waiting, deadline)
+    if batch.writes:
+        # After a human decided, authorization and budget are checked again before anything runs.
+        call_id = batch.writes[0]
+        denied = authorization.denial(state.spec_of(call_id), state.run_input.principal)
+        if denied:
+            return Finish("denied", f"denied: {denied}")
+        return RunTools(state.with_specs([call_id]))
+    raise AssertionError(f"batch without a next step: {batch}")  # closed by record_results

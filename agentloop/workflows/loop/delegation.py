@@ -1,0 +1,134 @@
+"""Delegation: a `delegate` call hands a sub-task to a child run, with a slice of what this run
+has left; when the child ends, its usage is charged here and its answer becomes the call's
+result."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import datetime
+from typing import Any
+
+from agentloop.contract import AgentRunInput, AgentRunResult
+from agentloop.events import ErrorClass, ToolCall, ToolResult
+from agentloop.policies import budgets
+from agentloop.tool_spec import DELEGATE, ToolSpec, bounded
+from agentloop.workflows.loop.next_step import RunTools
+from agentloop.workflows.loop.state import (
+    Batch,
+    Delegation,
+    LoopState,
+    add_usage,
+    started_per_tool,
+)
+
+_CHILD_ERROR_CLASSES: dict[str, ErrorClass] = {
+    "denied": "permission",
+    "rejected": "permission",
+    "failed": "internal",
+    "unresolved": "internal",
+}
+
+
+def child_run_id(workflow_id: str, call_id: str) -> str:
+    return f"{workflow_id}/delegate/{call_id}"
+
+
+def start_delegations(state: LoopState, step: RunTools, now: datetime) -> dict[str, AgentRunInput]:
+    """The child runs this step starts, by call id, each with its slice of the budget.
+
+    Called once the step's calls are reserved: the slices share what is left after them and
+    after the batch's writes still to come."""
+    calls = [call for call, _ in step.calls if call.name == DELEGATE]
+    if not calls:
+        return {}
+    batch = state.open_batch()
+    parent = state.run_input
+    left = budgets.limits_left(parent.limits, state.usage, state.active_since(), now)
+    children: dict[str, AgentRunInput] = {}
+    for call in calls:
+        tools = list(dict.fromkeys(call.arguments.get("tools", [])))
+        limits = budgets.child_limits(
+            left,
+            children=len(calls),
+            unstarted_calls=len(batch.writes),
+            tools_left=_tools_left(state, tools, batch),
+            requested_model_calls=call.arguments.get("max_model_calls"),
+            requested_tool_calls=call.arguments.get("max_tool_calls"),
+        )
+        children[call.call_id] = parent.model_copy(
+            update={
+                "task": call.arguments["task"],
+                "instructions": call.arguments.get("instructions", ""),
+                "model": parent.delegate_model or parent.model,
+                "tools": tools,
+                "limits": limits,
+                "output_schema": None,
+                "completion_check": None,
+                "continue_from": None,
+                "delegate_model": None,
+            }
+        )
+        state.delegations[call.call_id] = Delegation(
+            child_workflow_id=child_run_id(state.workflow_id, call.call_id), limits=limits
+        )
+        state.calls[call.call_id].child_run = state.delegations[call.call_id].child_workflow_id
+    return children
+
+
+def _tools_left(state: LoopState, tools: list[str], batch: Batch) -> dict[str, int]:
+    """How many more calls each capped tool may take, the batch's unstarted writes aside."""
+    used = state.used_per_tool()
+    coming = Counter(state.calls[c].tool for c in batch.writes)
+    left: dict[str, int] = {}
+    for tool in tools:
+        cap = budgets.tool_cap(state.run_input.limits, tool, state.tools[tool].max_calls_per_run)
+        if cap is not None:
+            left[tool] = cap - used[tool] - coming[tool]
+    return left
+
+
+def child_result(state: LoopState, call: ToolCall, result: AgentRunResult | None) -> ToolResult:
+    """Charge a child run's usage to this run and turn its result into the delegate call's
+    result. `None`: the child ended without a result (terminated, failed): its whole slice is
+    charged, and what it did is unknown."""
+    delegation = state.delegations[call.call_id]
+    if result is None:
+        delegation.status = "failed"
+        delegation.stop_reason = "the child run ended without a result"
+        delegation.usage = delegation.whole_slice()
+    else:
+        delegation.status = result.status
+        delegation.stop_reason = result.stop_reason
+        delegation.usage = result.usage
+        delegation.tools_used = dict(started_per_tool(result.calls))
+        delegation.side_effects = result.side_effects
+    add_usage(state.usage, delegation.usage)
+    report = {
+        "child_run": delegation.child_workflow_id,
+        "status": delegation.status,
+        "stop_reason": delegation.stop_reason,
+        "output": _bounded(result.output if result else None, state.tools[DELEGATE]),
+        "side_effects": [
+            {k: e[k] for k in ("tool", "call_id", "status", "confirmed_by")}
+            for e in delegation.side_effects
+        ],
+        "usage": delegation.usage.model_dump(),
+    }
+    completed = delegation.status == "completed"
+    return ToolResult(
+        call_id=call.call_id,
+        tool=call.name,
+        status="succeeded" if completed else "failed",
+        content=json.dumps(report, ensure_ascii=False),
+        error_class=None if completed else _CHILD_ERROR_CLASSES.get(delegation.status, "business"),
+        side_effect=bool(delegation.side_effects) or result is None,
+    )
+
+
+def _bounded(output: Any, spec: ToolSpec) -> Any:
+    """A child's answer, cut to what this run's model may be sent of a tool result (the rest
+    of the report takes the other 1,000 characters)."""
+    text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+    limit = spec.max_result_chars - 1_000
+    return output if output is None or len(text) <= limit else bounded(text, limit)

@@ -1,0 +1,63 @@
+"""What a step hands the Temporal side (`workflows/`), and what comes back to be recorded.
+
+Each step's data goes down once (`start_*` in `record.py` answers with one of these) and comes
+back once (`record_*` takes what the activities answered).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentloop.activity_io import CallModelInput
+from agentloop.contract import AgentRunInput, AgentRunResult
+from agentloop.events import ErrorClass, Event, ModelOutput, ToolResult
+from agentloop.transcript import append
+
+
+@dataclass(frozen=True)
+class ModelTurn:
+    """A model call about to be made."""
+
+    request: CallModelInput
+    sent: list[Event]
+    """The events the request carries, whole (the request names stored contents by
+    reference): the transcript head the call must come back with follows from them."""
+
+    def head_after(self, output: ModelOutput) -> str:
+        """The transcript head once the sent events and `output` are appended."""
+        head, _ = append(self.request.head, [*self.sent, output])
+        return head
+
+
+@dataclass(frozen=True)
+class ToolsToRun:
+    """A tool step about to start: its calls are reserved in the budget."""
+
+    idempotency_keys: dict[str, str]
+    """Call id -> the key a write carries ("" for a read)."""
+    children: dict[str, AgentRunInput]
+    """`delegate` calls -> the input of the child run each starts."""
+    local: bool
+    """Every call is a read its tool declares `local`: they run as local activities."""
+
+
+@dataclass(frozen=True)
+class ToolFailure:
+    """A tool activity that failed for good (retries used up, timed out, worker lost)."""
+
+    call_id: str
+    message: str
+    error_class: ErrorClass
+
+
+@dataclass(frozen=True)
+class ChildOutcome:
+    """A child run (a `delegate` call) ended: its result, or None when it ended without one
+    (terminated, failed)."""
+
+    call_id: str
+    result: AgentRunResult | None
+
+
+ToolOutcome = ToolResult | ToolFailure | ChildOutcome
+"""What a tool step's call came back with."""

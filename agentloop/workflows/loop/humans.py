@@ -1,0 +1,98 @@
+"""What people say to a run: approvals, messages, an operator's word on an unknown write,
+and the waits for them (which do not count against the run's deadline)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from agentloop.contract import ApprovalDecision, ApprovalVerdict, ResolveRequest, UserMessage
+from agentloop.events import ToolResult, UserInput
+from agentloop.policies import approval
+from agentloop.workflows.loop import results
+from agentloop.workflows.loop.plan import action_digest
+from agentloop.workflows.loop.settle import close_if_answered, settle
+from agentloop.workflows.loop.state import LoopState
+
+
+def record_decision(state: LoopState, decision: ApprovalDecision, now: datetime) -> ApprovalVerdict:
+    """Apply a human's decision if it counts; otherwise record why it changed nothing."""
+    batch = state.batch
+    pending = batch.approvals if batch else {}
+    refused = approval.judge(decision, pending, batch.decisions if batch else {})
+    if refused is not None:
+        state.refused_decisions.append(
+            {**decision.model_dump(), "refused_because": refused, "at": now.isoformat()}
+        )
+        return ApprovalVerdict(accepted=False, reason=refused)
+    assert batch is not None
+    batch.decisions[decision.call_id] = decision
+    record = state.calls[decision.call_id]
+    record.decision = f"{'approved' if decision.approved else 'rejected'} by {decision.approver}"
+    if not decision.approved:
+        call, spec = state.with_specs([decision.call_id])[0]
+        state.rejected_actions.append(action_digest(spec, call))
+        batch.writes.remove(decision.call_id)
+        message = f"rejected by {decision.approver}" + (
+            f": {decision.reason}" if decision.reason else ""
+        )
+        settle(state, batch, results.refusal(call, "rejected_action", message))
+        close_if_answered(state)
+    return ApprovalVerdict(accepted=True)
+
+
+def record_message(state: LoopState, message: UserMessage) -> None:
+    """A user's message answers the pending question, or waits for the next model call."""
+    batch = state.batch
+    if batch is None or not batch.questions:
+        state.outbox.append(UserInput(text=message.text, sender=message.sender))
+        return
+    call_id = batch.questions.pop(0)
+    call = state.call(call_id)
+    answer = {"answer": message.text, "from": message.sender}
+    settle(
+        state,
+        batch,
+        ToolResult(call_id=call_id, tool=call.name, content=json.dumps(answer, ensure_ascii=False)),
+    )
+    close_if_answered(state)
+
+
+def record_resolution(state: LoopState, request: ResolveRequest, now: datetime) -> str | None:
+    """An operator's word on an unresolved write; returns why it was refused, if it was."""
+    batch = state.batch
+    if batch is None or request.call_id not in batch.reconciling:
+        reason = f"no write {request.call_id!r} is awaiting reconciliation"
+        state.refused_decisions.append(
+            {**request.model_dump(), "refused_because": reason, "at": now.isoformat()}
+        )
+        return reason
+    del batch.reconciling[request.call_id]
+    call = state.call(request.call_id)
+    said = f"{request.operator} says {request.outcome}" + (
+        f": {request.note}" if request.note else ""
+    )
+    state.calls[request.call_id].decision += f"; resolved: {said}"
+    if request.outcome == "applied":
+        result = results.confirmed(call, None, said)
+    else:
+        result = results.not_applied(call, said)
+    settle(state, batch, result)
+    close_if_answered(state)
+    return None
+
+
+def awaiting_humans(state: LoopState) -> set[str]:
+    """Call ids waiting for an approval decision, a user's answer or an operator's word."""
+    batch = state.batch
+    return set() if batch is None else {*batch.undecided(), *batch.questions, *batch.reconciling}
+
+
+def record_pause_started(state: LoopState, now: datetime) -> None:
+    state.paused_since = now
+
+
+def record_pause(state: LoopState, seconds: float) -> None:
+    """Time spent waiting for humans is not the agent's working time."""
+    state.paused_seconds += seconds
+    state.paused_since = None

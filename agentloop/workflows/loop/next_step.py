@@ -1,0 +1,92 @@
+"""What `decide` answers: the next step of a run, as data only.
+
+Each step names exactly what the workflow shell must do with Temporal (`workflows/steps.py`
+and its neighbours); the shell never decides anything itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from agentloop.contract import RunStatus
+from agentloop.events import ToolCall
+from agentloop.tool_spec import ToolSpec
+
+
+@dataclass(frozen=True)
+class CallModel:
+    turn: int
+
+
+@dataclass(frozen=True)
+class CheckPreconditions:
+    """Ask the systems of record whether these calls may go ahead (in parallel)."""
+
+    calls: list[tuple[ToolCall, ToolSpec]]
+
+
+@dataclass(frozen=True)
+class RunTools:
+    """Reads run in parallel; a write is always alone in its step."""
+
+    calls: list[tuple[ToolCall, ToolSpec]]
+
+
+@dataclass(frozen=True)
+class AwaitApproval:
+    call_ids: list[str]
+    deadline: datetime
+
+
+@dataclass(frozen=True)
+class Verify:
+    """Ask the run's completion check whether the world agrees with the final answer."""
+
+    check: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class AwaitInput:
+    call_ids: list[str]
+    deadline: datetime
+
+
+@dataclass(frozen=True)
+class LookupOutcome:
+    """Ask the system of record, by idempotency key, whether an unknown write happened."""
+
+    call: ToolCall
+    spec: ToolSpec
+    idempotency_key: str
+
+
+@dataclass(frozen=True)
+class AwaitReconciliation:
+    call_ids: list[str]
+    deadline: datetime
+
+
+@dataclass(frozen=True)
+class Finish:
+    status: RunStatus
+    stop_reason: str
+    output: str | dict[str, Any] | list[Any] | None = None
+
+
+AwaitHumans = AwaitApproval | AwaitInput | AwaitReconciliation
+"""The steps that wait for a person (their time does not count against the deadline)."""
+
+NextStep = (
+    CallModel
+    | CheckPreconditions
+    | RunTools
+    | AwaitApproval
+    | AwaitInput
+    | Verify
+    | LookupOutcome
+    | AwaitReconciliation
+    | Finish
+)

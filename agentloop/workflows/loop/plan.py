@@ -1,0 +1,163 @@
+"""A model output's tool calls become a batch: validation, authorization, budget reservation
+and approvals, before anything runs (DESIGN.md §3, steps 5 and 6).
+
+`plan_batch` answers with a typed outcome: the planned batch (with the runner's decision on
+each call), a protocol violation that ends the run, or a budget the batch does not fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from agentloop.digests import args_digest
+from agentloop.events import ModelOutput, ToolCall, ToolResult
+from agentloop.policies import approval, authorization, budgets
+from agentloop.policies.validation import Allowed, Refused, validate_call
+from agentloop.tool_spec import DELEGATE, ToolSpec
+from agentloop.workflows.loop import results
+from agentloop.workflows.loop.state import Batch, LoopState
+
+
+@dataclass
+class Planned:
+    batch: Batch
+    decisions: dict[str, str] = field(default_factory=dict)
+    """Call id -> why the runner refused it (`unknown_tool`, `permission`, ...); a call not
+    named here is `allowed`."""
+
+    def refuse(self, call: ToolCall, result: ToolResult, decision: str) -> None:
+        self.batch.results[call.call_id] = result
+        self.decisions[call.call_id] = decision
+
+
+@dataclass(frozen=True)
+class ProtocolViolation:
+    """The provider's calls cannot be trusted (empty, repeated or reused call ids)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class OverBudget:
+    """The batch does not fit what is left of the run's budget: nothing of it starts."""
+
+    reason: str
+
+
+PlanOutcome = Planned | ProtocolViolation | OverBudget
+
+
+def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutcome:
+    """Validate every proposed call before anything runs."""
+    ids = [call.call_id for call in output.tool_calls]
+    # Results pair with calls by id alone, and a write's idempotency key derives from it: an
+    # id that is empty, repeated, or reused from an earlier turn cannot be trusted.
+    if "" in ids or len(set(ids)) != len(ids):
+        return ProtocolViolation(f"protocol: tool calls without unique call ids: {ids}")
+    reused = sorted(set(ids) & state.calls.keys())
+    if reused:
+        return ProtocolViolation(f"protocol: call ids reused from an earlier turn: {reused}")
+    planned = Planned(Batch(order=ids))
+    allowed: list[tuple[ToolCall, ToolSpec]] = []
+    principal = state.run_input.principal
+    whitelist = {*state.run_input.tools, *state.builtin_tools}
+    for call in output.tool_calls:
+        verdict = validate_call(call, state.tools, whitelist)
+        if isinstance(verdict, Allowed) and call.name == "read_artifact":
+            verdict = _own_artifact(state, call) or verdict
+        if not isinstance(verdict, Allowed):
+            planned.refuse(
+                call,
+                results.refusal(call, verdict.error_class, verdict.message),
+                verdict.error_class,
+            )
+            continue
+        spec = verdict.spec
+        denied = authorization.denial(spec, principal)
+        if denied:
+            return _deny_all(planned, output, call, denied)
+        if call.name == DELEGATE:
+            problem = _delegation_problem(state, call)
+            if problem:
+                planned.refuse(
+                    call, results.refusal(call, "invalid_arguments", problem), "invalid_arguments"
+                )
+                continue
+        if action_digest(spec, call) in state.rejected_actions:
+            message = (
+                "an approver rejected this exact action in this run; "
+                "it will not run, under this tool or another"
+            )
+            planned.refuse(
+                call, results.refusal(call, "rejected_action", message), "rejected_action"
+            )
+            continue
+        allowed.append((call, spec))
+    questions = [call for call, _ in allowed if call.name == "ask_user"]
+    allowed = [(call, spec) for call, spec in allowed if call.name != "ask_user"]
+    blocked = budgets.tool_batch_blocked(
+        state.run_input.limits,
+        state.usage,
+        state.used_per_tool(),
+        [c.name for c, _ in allowed],
+        {spec.name: spec.max_calls_per_run for _, spec in allowed},
+    )
+    blocked = blocked or budgets.children_blocked(
+        state.run_input.limits, state.usage, sum(1 for c, _ in allowed if c.name == DELEGATE)
+    )
+    if blocked:
+        return OverBudget(blocked)
+    batch = planned.batch
+    batch.questions = [call.call_id for call in questions]
+    batch.asked_at = now if questions else None
+    for call, spec in allowed:
+        if spec.has_precondition:
+            batch.unchecked.append(call.call_id)
+        (batch.reads if spec.effect == "read" else batch.writes).append(call.call_id)
+        if spec.effect == "write" and approval.needs_approval(spec, call.arguments, principal):
+            batch.approvals[call.call_id] = approval.PendingApproval(
+                call_id=call.call_id,
+                tool=call.name,
+                arguments=call.arguments,
+                args_digest=call.args_digest,
+                approvers=spec.approvers,
+                requested_at=now,
+            )
+    return planned
+
+
+def action_digest(spec: ToolSpec, call: ToolCall) -> str:
+    """What a rejection is remembered by: the action in the world and its exact arguments."""
+    return args_digest(spec.action_name, call.arguments)
+
+
+def _delegation_problem(state: LoopState, call: ToolCall) -> str | None:
+    """A child run gets a subset of this run's tools, never `delegate` itself: no escalation,
+    no unbounded nesting."""
+    own = [name for name in state.run_input.tools if name != DELEGATE]
+    extra = sorted(set(call.arguments.get("tools", [])) - set(own))
+    if extra:
+        return f"tools {extra} cannot be delegated; choose from {own}"
+    return None
+
+
+def _own_artifact(state: LoopState, call: ToolCall) -> Refused | None:
+    """A run reads only the artifacts its own tool results were cut into."""
+    ref = call.arguments.get("ref")
+    if ref in state.artifacts:
+        return None
+    return Refused("invalid_arguments", f"no artifact {ref!r} belongs to this run")
+
+
+def _deny_all(planned: Planned, output: ModelOutput, denied_call: ToolCall, reason: str) -> Planned:
+    """Authorization refused one call: every call id of the batch is answered, none runs."""
+    for call in output.tool_calls:
+        message = (
+            reason
+            if call is denied_call
+            else f"not run: call {denied_call.call_id} of the same batch was denied"
+        )
+        planned.refuse(call, results.denial(call, message), "permission")
+    planned.batch.denied = reason
+    return planned

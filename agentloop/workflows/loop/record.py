@@ -1,0 +1,317 @@
+"""Folding what an operation returned back into the run state.
+
+A step starts with one `start_*` call (which reserves what it uses and says what to send) and
+ends with one `record_*` call (which records what came back, each result under its call id).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from agentloop.activity_io import CallModelInput, CallModelResult
+from agentloop.context import chars_per_token
+from agentloop.contract import AgentRunResult, CallRecord, ModelSettings, PreviousRun
+from agentloop.events import Event, ModelOutput, StateUpdate, ToolResult
+from agentloop.policies.completion import check_output
+from agentloop.reporting import stop_report
+from agentloop.tool_spec import Outcome, ToolSpec
+from agentloop.workflows.loop import results
+from agentloop.workflows.loop.delegation import child_result, start_delegations
+from agentloop.workflows.loop.exchange import (
+    ChildOutcome,
+    ModelTurn,
+    ToolOutcome,
+    ToolsToRun,
+)
+from agentloop.workflows.loop.humans import record_pause
+from agentloop.workflows.loop.next_step import CallModel, Finish, RunTools
+from agentloop.workflows.loop.plan import OverBudget, ProtocolViolation, plan_batch
+from agentloop.workflows.loop.settle import close_if_answered, settle
+from agentloop.workflows.loop.state import (
+    MAX_OUTPUT_CORRECTIONS,
+    MAX_WRITE_ATTEMPTS,
+    SUMMARY_CHARS,
+    Feature,
+    LoopState,
+    Reconciliation,
+)
+from agentloop.workflows.loop.views import facts, pending_at_stop, side_effects, unsent_events
+
+
+def start_model_call(state: LoopState, step: CallModel) -> ModelTurn:
+    """The call is counted the moment it starts; the request carries what the model has not
+    seen (stored contents by reference) and the specs inline until a call has stored them."""
+    sent = list(state.outbox)
+    state.turn = step.turn
+    state.phase = "calling_model"
+    state.usage.model_calls += 1
+    run_input = state.run_input
+    request = CallModelInput(
+        run_id=state.workflow_id,
+        turn=step.turn,
+        provider=run_input.provider,
+        model=run_input.model,
+        head=state.head,
+        new_events=_by_reference(sent),
+        tools=[] if state.tools_ref is not None else list(state.tools.values()),
+        tools_ref=state.tools_ref,
+        settings=ModelSettings(stream=run_input.stream),
+        context_budget_chars=run_input.context_budget_chars,
+        context_budget_tokens=run_input.context_budget_tokens,
+        chars_per_token=state.chars_per_token,
+        facts=facts(state),
+    )
+    return ModelTurn(request, sent)
+
+
+def _by_reference(events: list[Event]) -> list[Event]:
+    """What a model call's input carries: the contents `run_tool` stored travel as their
+    references (`content_ref`), so each rides in workflow history once."""
+    return [
+        event.model_copy(update={"content": ""})
+        if isinstance(event, ToolResult) and event.content_ref
+        else event
+        for event in events
+    ]
+
+
+def record_model_output(state: LoopState, result: CallModelResult, now: datetime) -> None:
+    output = result.output
+    state.head = result.head
+    state.tools_ref = state.tools_ref or result.tools_ref
+    state.chars_per_token = (
+        chars_per_token(result.request_chars, output.usage.input_tokens) or state.chars_per_token
+    )
+    state.outbox = []
+    state.usage.input_tokens += output.usage.input_tokens
+    state.usage.output_tokens += output.usage.output_tokens
+    state.usage.cost_usd += result.cost_usd
+    state.last_output = output
+    state.phase = "validating"
+    if output.stop == "tool_calls":
+        _open_batch(state, output, now)
+    elif output.stop == "final" and state.run_input.output_schema is not None:
+        _send_back_if_rejected(state, output, state.run_input.output_schema)
+
+
+def _open_batch(state: LoopState, output: ModelOutput, now: datetime) -> None:
+    planned = plan_batch(state, output, now)
+    if isinstance(planned, OverBudget):
+        state.limit = planned.reason
+        return
+    if isinstance(planned, ProtocolViolation):
+        record_failure(state, planned.reason + response_named(output))
+        return
+    for call in output.tool_calls:
+        spec = state.tools.get(call.name)
+        state.calls[call.call_id] = CallRecord(
+            call_id=call.call_id,
+            tool=call.name,
+            tool_version=spec.version if spec else "",
+            args_digest=call.args_digest,
+            arguments=call.arguments,
+            decision=planned.decisions.get(call.call_id, "allowed"),
+            status="proposed",
+            turn=state.turn,
+        )
+    state.batch = planned.batch
+    for result in list(planned.batch.results.values()):
+        settle(state, planned.batch, result)
+    close_if_answered(state)
+
+
+def response_named(output: ModelOutput) -> str:
+    """Names the provider's response a protocol stop is about (its raw items are in the
+    transcript store under that output)."""
+    ref = output.provider_ref
+    return f" (response {ref.response_id})" if ref.response_id else ""
+
+
+def _send_back_if_rejected(state: LoopState, output: ModelOutput, schema: dict[str, Any]) -> None:
+    _, problems = check_output(schema, output.text)
+    if not problems or state.output_corrections >= MAX_OUTPUT_CORRECTIONS:
+        return
+    # Not done: the verdict goes back to the model as an observation, on the same budget.
+    state.output_corrections += 1
+    state.outbox = [
+        StateUpdate(
+            kind="verification",
+            text="Your final answer was rejected (" + "; ".join(problems) + "). Answer again with "
+            f"only JSON matching this schema: {json.dumps(schema, sort_keys=True)}",
+        )
+    ]
+    state.last_output = None
+
+
+def record_preconditions(state: LoopState, failures: dict[str, str | None]) -> None:
+    """`failures`: call id -> why its precondition failed (None: it holds)."""
+    batch = state.open_batch()
+    for call_id in batch.unchecked:
+        problem = failures[call_id]
+        if problem is not None:
+            result = results.refusal(state.call(call_id), "precondition_failed", problem)
+            state.calls[call_id].decision = "precondition_failed"
+            settle(state, batch, result)
+    batch.unchecked = []
+    close_if_answered(state)
+
+
+def start_tools(state: LoopState, step: RunTools, now: datetime) -> ToolsToRun:
+    """The calls are reserved in the budget the moment they start (a write with its
+    idempotency key); a `delegate` call gets its child run's input and slice."""
+    batch = state.open_batch()
+    state.phase = "executing_tools"
+    for call, spec in step.calls:
+        record = state.calls[call.call_id]
+        record.status = "running"
+        record.attempts += 1
+        if spec.effect == "write":
+            record.idempotency_key = f"{state.workflow_id}/{call.call_id}"
+        for queue in (batch.reads, batch.writes):
+            if call.call_id in queue:
+                queue.remove(call.call_id)
+    state.usage.tool_calls += len(step.calls)
+    children = start_delegations(state, step, now)
+    return ToolsToRun(
+        idempotency_keys={c.call_id: state.calls[c.call_id].idempotency_key for c, _ in step.calls},
+        children=children,
+        local=not children and runs_locally(state, [spec for _, spec in step.calls]),
+    )
+
+
+def runs_locally(state: LoopState, specs: Iterable[ToolSpec]) -> bool:
+    """A batch made only of reads their tools declare `local` runs as Temporal local
+    activities, inside the workflow task (runs started before that existed keep running every
+    tool as an activity). A mixed batch does not: its activities are only scheduled when the
+    workflow task ends, which waits for the local ones, so nothing would run side by side."""
+    return state.has(Feature.LOCAL_READS) and all(
+        spec.local and spec.effect == "read" for spec in specs
+    )
+
+
+def record_tool_results(
+    state: LoopState, outcomes: list[ToolOutcome], paused_seconds: float = 0.0
+) -> None:
+    """Record each outcome under its call id; an answered batch goes to the model.
+    `paused_seconds`: the longest a child run of the step waited for humans, which is not this
+    run's working time either."""
+    if paused_seconds:
+        record_pause(state, paused_seconds)
+    batch = state.open_batch()
+    for outcome in outcomes:
+        result = _as_result(state, outcome)
+        if result.call_id not in batch.order or result.call_id in batch.results:
+            raise ValueError(f"result for {result.call_id!r} does not answer an open call")
+        if result.status == "unknown":
+            # Never retried blindly: the system of record is asked first (DESIGN.md §3 step 7).
+            state.calls[result.call_id].status = "unknown"
+            state.calls[result.call_id].result_summary = result.content[:SUMMARY_CHARS]
+            batch.unknown.append(result.call_id)
+        else:
+            settle(state, batch, result)
+    close_if_answered(state)
+
+
+def _as_result(state: LoopState, outcome: ToolOutcome) -> ToolResult:
+    if isinstance(outcome, ToolResult):
+        return outcome
+    call = state.call(outcome.call_id)
+    if isinstance(outcome, ChildOutcome):
+        return child_result(state, call, outcome.result)
+    # A read that kept failing is reported to the model; a write whose attempt failed may
+    # or may not have happened, so it is `unknown`.
+    error_class = outcome.error_class
+    if not state.has(Feature.TOOL_ERROR_CLASSES):
+        error_class = "transient"  # runs started before the classes were told apart
+    write = state.spec_of(outcome.call_id).effect == "write"
+    return results.failure(call, outcome.message, error_class, write=write)
+
+
+def record_outcome(state: LoopState, call_id: str, outcome: Outcome, now: datetime) -> None:
+    """What the system of record said about an unknown write."""
+    batch = state.open_batch()
+    batch.unknown.remove(call_id)
+    call, spec = state.with_specs([call_id])[0]
+    record = state.calls[call_id]
+    if outcome.state == "applied":
+        settle(state, batch, results.confirmed(call, outcome.record, "the system of record has it"))
+    elif outcome.state == "not_applied" and outcome.record is not None:
+        # Refused before commit, and the refusal is on record under the key.
+        settle(state, batch, results.refusal(call, "business", json.dumps(outcome.record)))
+    elif outcome.state == "not_applied" and record.attempts < MAX_WRITE_ATTEMPTS:
+        batch.writes.insert(0, call_id)  # definitely absent: send again, same key
+    else:
+        known = (
+            f"still absent after {record.attempts} attempts"
+            if outcome.state == "not_applied"
+            else f"lookup inconclusive: {outcome.record or 'no answer'}"
+        )
+        batch.reconciling[call_id] = Reconciliation(
+            call_id=call_id,
+            tool=spec.name,
+            idempotency_key=record.idempotency_key,
+            known=known,
+            since=now,
+        )
+        state.phase = "awaiting_reconciliation"
+    close_if_answered(state)
+
+
+def record_verdict(state: LoopState, passed: bool, reason: str) -> None:
+    """A passed check accepts this turn's answer; a failed one goes back to the model with
+    the reason, on the same budget, a bounded number of times."""
+    if passed:
+        state.verified_turn = state.turn
+        return
+    check = state.run_input.completion_check
+    if state.output_corrections >= MAX_OUTPUT_CORRECTIONS:
+        record_failure(state, f"verification: completion_check {check} failed: {reason}")
+        return
+    state.output_corrections += 1
+    state.outbox = [
+        StateUpdate(
+            kind="verification",
+            text=f"Not done yet: the completion check {check} says: {reason}. Finish the "
+            "task (or say why you cannot), then answer again.",
+        )
+    ]
+    state.last_output = None
+
+
+def record_failure(state: LoopState, reason: str) -> None:
+    state.failure = reason
+
+
+def continue_transcript(state: LoopState, previous: PreviousRun) -> None:
+    """This run goes on from `previous`'s transcript: its unsent results first, then a note
+    saying where it stopped, then this run's task."""
+    state.head = previous.head
+    note = StateUpdate(
+        kind="continued",
+        text=f"This run continues run {previous.workflow_id}, which stopped: "
+        f"{previous.status} ({previous.stop_reason}).",
+    )
+    state.outbox = [*previous.unsent, note, *state.outbox]
+
+
+def record_finish(state: LoopState, step: Finish) -> AgentRunResult:
+    """The run stops: its result, with the stop report."""
+    state.phase = "finished"
+    state.stop_reason = step.stop_reason
+    result = AgentRunResult(
+        status=step.status,
+        stop_reason=step.stop_reason,
+        output=step.output,
+        usage=state.usage,
+        calls=list(state.calls.values()),
+        side_effects=side_effects(state),
+        pending=pending_at_stop(state),
+        transcript_head=state.head,
+        unsent=unsent_events(state, step.stop_reason),
+        paused_seconds=state.paused_seconds,
+    )
+    result.report = stop_report(result, state.workflow_id)
+    return result

@@ -1,0 +1,67 @@
+"""Settling a batch: each call id gets its one result, and once every call of the batch is
+answered the results go to the model in the call order (then the stall check runs).
+
+Also the one rule of what a rejection does: a rejected call of a tool that says `stop` stops
+the run, and nothing more of its batch goes to the model.
+"""
+
+from __future__ import annotations
+
+from agentloop.contract import ApprovalDecision
+from agentloop.events import StateUpdate, ToolResult
+from agentloop.policies import progress
+from agentloop.workflows.loop.state import SUMMARY_CHARS, Batch, Feature, LoopState
+
+
+def settle(state: LoopState, batch: Batch, result: ToolResult) -> None:
+    batch.results[result.call_id] = result
+    if result.artifact_ref and result.artifact_ref not in state.artifacts:
+        state.artifacts.append(result.artifact_ref)
+    record = state.calls[result.call_id]
+    record.status = result.status
+    record.result_summary = result.content[:SUMMARY_CHARS]
+
+
+def stopping_rejection(state: LoopState, batch: Batch) -> tuple[str, ApprovalDecision] | None:
+    """The first rejection in `batch` that stops the run (its tool's `on_reject` is `stop`),
+    with its call id; None when every rejection so far is only told to the model."""
+    for call_id, decision in batch.decisions.items():
+        if not decision.approved and state.spec_of(call_id).on_reject == "stop":
+            return call_id, decision
+    return None
+
+
+def close_if_answered(state: LoopState) -> None:
+    """Once every call id has its result, the results go to the model in the call order."""
+    batch = state.batch
+    if batch is None or batch.denied is not None or len(batch.results) < len(batch.order):
+        return
+    if stopping_rejection(state, batch) is not None:
+        return  # the run stops `rejected`; nothing more goes to the model
+    state.outbox.extend(batch.results[call_id] for call_id in batch.order)
+    if state.has(Feature.STALL_DETECTION):
+        _check_progress(state, batch)
+    state.batch = None
+    state.last_output = None
+
+
+def _check_progress(state: LoopState, batch: Batch) -> None:
+    """One nudge the first time the loop repeats itself; the second time, the run stops."""
+    assert state.last_output is not None
+    state.progress.append(
+        progress.fingerprint(state.last_output.tool_calls, batch.results, state.tools)
+    )
+    repeating = progress.stall(state.progress, state.tools)
+    if repeating is None:
+        return
+    if state.nudged:
+        state.stalled = repeating
+        return
+    state.nudged = True
+    state.outbox.append(
+        StateUpdate(
+            kind="nudge",
+            text=f"No progress: {repeating}. Do not repeat it: change your approach, or give "
+            "your final answer with what you know.",
+        )
+    )

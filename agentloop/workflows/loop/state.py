@@ -1,0 +1,291 @@
+"""Run state (DESIGN.md §1): everything the runner decides from, nothing the model reads.
+
+`LoopState` is what the workflow keeps and hands over on continue-as-new; `Batch` is one model
+output's tool calls on their way from validation to the last result. Fields are only ever
+added, with defaults: a run carried over from an older deploy still parses.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from agentloop.contract import AgentRunInput, ApprovalDecision, CallRecord, Limits, Phase, Usage
+from agentloop.events import Event, Instruction, ModelOutput, ToolCall, ToolResult, UserInput
+from agentloop.policies.approval import PendingApproval
+from agentloop.policies.progress import TurnFingerprint
+from agentloop.tool_spec import BUILTIN_TOOLS, ToolSpec
+from agentloop.transcript import ROOT
+
+
+class Feature(StrEnum):
+    """A behaviour added after runs already existed. Its value is its `workflow.patched` id:
+    a run started before it replays without it."""
+
+    BUILTIN_TOOLS = "builtin-tools"
+    """`read_artifact` may be called without being named in `tools`."""
+    ASK_USER = "ask-user"
+    """`ask_user` may be called without being named in `tools`."""
+    STALL_DETECTION = "stall-detection"
+    TOOL_ERROR_CLASSES = "tool-error-classes"
+    LOCAL_READS = "local-reads"
+    RUN_DEADLINE_TIMER = "run-deadline-timer"
+    PHASE_WHEN_WAITING = "phase-when-waiting"
+    LOCAL_DESCRIBE_TOOLS = "local-describe-tools"
+    """The tool specs are read by a local activity, inside the run's first workflow task."""
+
+
+FEATURES = (
+    Feature.STALL_DETECTION,
+    Feature.TOOL_ERROR_CLASSES,
+    Feature.LOCAL_READS,
+    Feature.RUN_DEADLINE_TIMER,
+    Feature.PHASE_WHEN_WAITING,
+)
+"""Behaviours a run started before `FEATURE_SET` asked `workflow.patched` for, one by one."""
+
+FEATURE_SET = "features-2026-11"
+"""One patch id for every behaviour in `FEATURES_OF_SET`: a run started from it on records one
+patch marker, and one `TemporalChangeVersion` upsert, instead of one of each per behaviour (14
+of a 2-turn run's 39 events before). A behaviour added later gets a new set whose id is asked
+for first; runs of this set replay with this one."""
+
+BUILTIN_TOOL_PATCHES = (("read_artifact", Feature.BUILTIN_TOOLS), ("ask_user", Feature.ASK_USER))
+"""Each built-in tool and the feature that introduced it: older runs replay without it."""
+
+FEATURES_OF_SET = (
+    *(feature for _, feature in BUILTIN_TOOL_PATCHES),
+    *FEATURES,
+    Feature.LOCAL_DESCRIBE_TOOLS,
+)
+
+MAX_REFUSED_CALLS = 8
+"""Calls refused before running (unknown tool, bad arguments, failed precondition, a rejected
+action) go back to the model as errors; past this many in a run, the run stops."""
+
+MAX_OUTPUT_CORRECTIONS = 2
+"""How many times a final answer that breaks `output_schema` goes back to the model."""
+
+MAX_WRITE_ATTEMPTS = 2
+"""A write the system of record says definitely did not happen is sent again (same key) at
+most this many times in all."""
+
+SUMMARY_CHARS = 200
+"""How much of a result the call ledger keeps."""
+
+
+class Reconciliation(BaseModel):
+    call_id: str
+    tool: str
+    idempotency_key: str
+    known: str
+    """What the runner knows: why the outcome is still unknown."""
+    since: datetime
+
+
+class Delegation(BaseModel):
+    """A sub-task handed to a child run: what it was given, and what it reported."""
+
+    child_workflow_id: str
+    limits: Limits
+    """The child's slice of this run's budget."""
+    status: str = "running"
+    stop_reason: str = ""
+    usage: Usage = Field(default_factory=Usage)
+    """What the child used, charged to this run (its whole slice when it did not say)."""
+    tools_used: dict[str, int] = Field(default_factory=dict)
+    side_effects: list[dict[str, Any]] = Field(default_factory=list)
+
+    def whole_slice(self) -> Usage:
+        """The child's slice spent to the last unit: what it may still use while it runs,
+        and what it is charged when it ends without saying what it used."""
+        return Usage(
+            model_calls=self.limits.max_model_calls,
+            tool_calls=self.limits.max_tool_calls,
+            input_tokens=self.limits.max_total_tokens or 0,
+            cost_usd=self.limits.max_cost_usd or 0.0,
+        )
+
+
+class Batch(BaseModel):
+    """One model output's tool calls, from validation to the last result.
+
+    The pipeline: validation (whitelist, schema, scope, rejected actions) when the output
+    arrives; then business preconditions; then the reads (in parallel); then the approvals of
+    the writes; then the writes, one at a time in the model's order. Every call id ends with
+    exactly one result."""
+
+    order: list[str]
+    """Call ids in the model's order."""
+    results: dict[str, ToolResult] = Field(default_factory=dict)
+    unchecked: list[str] = Field(default_factory=list)
+    """Allowed calls whose business precondition has not been checked yet."""
+    reads: list[str] = Field(default_factory=list)
+    """Allowed reads not run yet."""
+    writes: list[str] = Field(default_factory=list)
+    """Allowed writes not run yet, in the model's order."""
+    approvals: dict[str, PendingApproval] = Field(default_factory=dict)
+    decisions: dict[str, ApprovalDecision] = Field(default_factory=dict)
+    questions: list[str] = Field(default_factory=list)
+    """`ask_user` calls waiting for the user's `message`."""
+    asked_at: datetime | None = None
+    unknown: list[str] = Field(default_factory=list)
+    """Writes whose outcome is unknown: the system of record is asked before anything else."""
+    reconciling: dict[str, Reconciliation] = Field(default_factory=dict)
+    """Writes the lookup could not settle: they wait for an operator's `resolve`."""
+    denied: str | None = None
+    """Set when authorization refused a call: the whole batch is answered and the run stops."""
+
+    def undecided(self) -> list[str]:
+        return [call_id for call_id in self.approvals if call_id not in self.decisions]
+
+
+class LoopState(BaseModel):
+    """Run state (DESIGN.md §1): everything the runner decides from, nothing the model reads."""
+
+    run_input: AgentRunInput
+    workflow_id: str = ""
+    """Stable across retries, restarts and continue-as-new: write idempotency keys derive
+    from it and the call id."""
+    tools: dict[str, ToolSpec] = Field(default_factory=dict)
+    builtin_tools: list[str] = Field(default_factory=list)
+    """Tools this run may call without naming them (`read_artifact`)."""
+    features: list[Feature] = Field(default_factory=lambda: list(FEATURES))
+    """Behaviours added after runs already existed, switched on per run (the shell asks
+    `workflow.patched`), so runs started before them replay unchanged; see `has`."""
+    progress: list[TurnFingerprint] = Field(default_factory=list)
+    nudged: bool = False
+    stalled: str | None = None
+    started_at: datetime
+    phase: Phase = "calling_model"
+    turn: int = 0
+    head: str = ROOT
+    """Key of the last transcript node the store holds for this run."""
+    outbox: list[Event] = Field(default_factory=list)
+    """Events the model has not seen yet; they ride inline in the next model call."""
+    last_output: ModelOutput | None = None
+    """The model output not yet acted on; None when the next step is a model call."""
+    usage: Usage = Field(default_factory=Usage)
+    calls: dict[str, CallRecord] = Field(default_factory=dict)
+    batch: Batch | None = None
+    """The tool calls of `last_output` on their way through the pipeline."""
+    refused_decisions: list[dict[str, Any]] = Field(default_factory=list)
+    """Approval decisions that changed nothing, and why (shown in `status`)."""
+    artifacts: list[str] = Field(default_factory=list)
+    """References of the artifacts this run's tool results were cut into (`read_artifact`
+    reads only these)."""
+    rejected_actions: list[str] = Field(default_factory=list)
+    """Digests of (action, arguments) an approver rejected: never run in this run."""
+    delegations: dict[str, Delegation] = Field(default_factory=dict)
+    """`delegate` calls by call id: the child runs and what they used."""
+    run_chain: list[str] = Field(default_factory=list)
+    """The Temporal run ids this run went through (one more per continue-as-new)."""
+    paused_seconds: float = 0.0
+    """Time spent waiting for humans; the run's deadline does not count it."""
+    paused_since: datetime | None = None
+    """Set while the run waits for a human (that wait is not counted yet)."""
+    chars_per_token: float | None = None
+    """Characters per token the provider's count of the last request showed (the context
+    budget in tokens is turned into characters with it)."""
+    tools_ref: str | None = None
+    """Where a model call stored the tool specs: later calls name them instead of carrying
+    them (None: not stored yet, or a run from before specs went by reference)."""
+    output_corrections: int = 0
+    verified_turn: int = 0
+    """The turn whose final answer the completion check accepted."""
+    cancel_reason: str | None = None
+    failure: str | None = None
+    """Set when an operation failed in a way that ends the run (its error class first)."""
+    limit: str | None = None
+    """Set when a batch could not be reserved in the budget: nothing of it started."""
+    stop_reason: str | None = None
+
+    @classmethod
+    def start(
+        cls,
+        run_input: AgentRunInput,
+        tools: list[ToolSpec],
+        now: datetime,
+        workflow_id: str = "",
+        builtin_tools: list[str] | None = None,
+    ) -> LoopState:
+        outbox: list[Event] = []
+        if run_input.instructions:
+            outbox.append(Instruction(text=run_input.instructions))
+        outbox.append(UserInput(text=run_input.task, sender=run_input.principal.subject))
+        return cls(
+            run_input=run_input,
+            workflow_id=workflow_id,
+            tools={spec.name: spec for spec in tools},
+            builtin_tools=list(BUILTIN_TOOLS) if builtin_tools is None else builtin_tools,
+            started_at=now,
+            outbox=outbox,
+        )
+
+    def has(self, feature: Feature) -> bool:
+        """Whether this run was started with `feature` (the one place features are read)."""
+        return feature in self.features
+
+    def active_since(self, now: datetime | None = None) -> datetime:
+        """The start of the run's working time: waits for humans do not count, the one still
+        going on included (given `now`)."""
+        waiting = 0.0
+        if now is not None and self.paused_since is not None:
+            waiting = (now - self.paused_since).total_seconds()
+        return self.started_at + seconds(self.paused_seconds + waiting)
+
+    def reserved(self) -> Usage:
+        """Usage so far plus the slices of the child runs still working: what `limits_left`
+        shows, since those slices are spoken for."""
+        total = self.usage.model_copy()
+        for delegation in self.delegations.values():
+            if delegation.status == "running":
+                add_usage(total, delegation.whole_slice())
+        return total
+
+    def used_per_tool(self) -> Counter[str]:
+        """Calls started per tool, the child runs' included."""
+        used = started_per_tool(self.calls.values())
+        for delegation in self.delegations.values():
+            used.update(delegation.tools_used)
+        return used
+
+    def open_batch(self) -> Batch:
+        """The batch a tool step works on; there is one whenever such a step was decided."""
+        if self.batch is None:
+            raise ValueError("no tool calls are open")
+        return self.batch
+
+    def spec_of(self, call_id: str) -> ToolSpec:
+        return self.tools[self.calls[call_id].tool]
+
+    def call(self, call_id: str) -> ToolCall:
+        """The proposed call `call_id` of the output being acted on."""
+        assert self.last_output is not None
+        for call in self.last_output.tool_calls:
+            if call.call_id == call_id:
+                return call
+        raise KeyError(call_id)
+
+    def with_specs(self, call_ids: Iterable[str]) -> list[tuple[ToolCall, ToolSpec]]:
+        assert self.last_output is not None
+        calls = {call.call_id: call for call in self.last_output.tool_calls}
+        return [(calls[call_id], self.spec_of(call_id)) for call_id in call_ids]
+
+
+def started_per_tool(calls: Iterable[CallRecord]) -> Counter[str]:
+    return Counter(r.tool for r in calls if r.attempts > 0)
+
+
+def add_usage(total: Usage, more: Usage) -> None:
+    for field in Usage.model_fields:
+        setattr(total, field, getattr(total, field) + getattr(more, field))
+
+
+def seconds(value: float) -> timedelta:
+    return timedelta(seconds=value)

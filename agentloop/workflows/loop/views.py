@@ -1,0 +1,169 @@
+"""Read-only views of the run state: what `status` shows, what the UI's current details say,
+what the result and the stop report list, and the facts restated when context is short."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from agentloop.contract import CallRecord, RunStatusView
+from agentloop.events import Event
+from agentloop.policies import budgets
+from agentloop.workflows.loop import results
+from agentloop.workflows.loop.state import LoopState
+
+
+def refused_calls(state: LoopState) -> int:
+    """Calls the runner refused before running them (not those a human rejected)."""
+    return sum(1 for r in state.calls.values() if r.decision in results.REFUSAL_DECISIONS)
+
+
+def pending_approvals(state: LoopState) -> list[dict[str, Any]]:
+    """What an approver is shown: each call waiting for a decision with its exact arguments."""
+    batch = state.batch
+    if batch is None:
+        return []
+    return [batch.approvals[c].model_dump(mode="json") for c in batch.undecided()]
+
+
+def side_effects(state: LoopState) -> list[dict[str, Any]]:
+    """Writes that happened (or may have), and how we know; the child runs' included."""
+    delegated = [
+        {**effect, "via": f"{d.child_workflow_id} (delegate {call_id})"}
+        for call_id, d in state.delegations.items()
+        for effect in d.side_effects
+    ]
+    return [
+        {
+            "call_id": r.call_id,
+            "tool": r.tool,
+            "idempotency_key": r.idempotency_key,
+            "status": r.status,
+            "confirmed_by": _confirmation(r),
+        }
+        for r in state.calls.values()
+        if r.tool in state.tools
+        and state.tools[r.tool].effect == "write"
+        and r.status in ("succeeded", "confirmed_after_query", "unknown")
+    ] + delegated
+
+
+def _confirmation(record: CallRecord) -> str:
+    if record.status == "succeeded":
+        return "the system's response"
+    if record.status == "unknown":
+        return "not confirmed: outcome unknown"
+    if "resolved:" in record.decision:
+        return "operator (" + record.decision.split("resolved:", 1)[1].strip() + ")"
+    return "lookup by idempotency key"
+
+
+def unresolved(state: LoopState) -> list[dict[str, Any]]:
+    """Writes waiting for an operator's `resolve`, with what is known about each."""
+    batch = state.batch
+    if batch is None:
+        return []
+    return [
+        {**r.model_dump(mode="json"), "arguments": state.calls[c].arguments}
+        for c, r in batch.reconciling.items()
+    ]
+
+
+def question(state: LoopState) -> str | None:
+    """The question the run is waiting on the user to answer, if any."""
+    batch = state.batch
+    if batch is None or not batch.questions:
+        return None
+    return str(state.call(batch.questions[0]).arguments.get("question", ""))
+
+
+def facts(state: LoopState) -> list[str]:
+    """What must stay true for the model however its context is shortened: human decisions
+    and the writes that happened, from run state."""
+    decided = [
+        f"{r.tool} {r.call_id} was {r.decision}"
+        for r in state.calls.values()
+        if r.decision.startswith(("approved by", "rejected by"))
+    ]
+    written = [
+        f"{e['tool']} {e['call_id']} is {e['status']} (confirmed by {e['confirmed_by']})"
+        for e in side_effects(state)
+    ]
+    return decided + written
+
+
+def details(state: LoopState, now: datetime) -> str:
+    """A line for the Temporal UI's "current details": where the run is and what it waits on."""
+    left = budgets.limits_left(
+        state.run_input.limits, state.reserved(), state.active_since(now), now
+    )
+    parts = [
+        f"**{state.phase}** · turn {state.turn}",
+        f"calls left: model {left.model_calls}, tools {left.tool_calls}",
+    ]
+    waiting = [f"{a['tool']} ({a['call_id']})" for a in pending_approvals(state)]
+    if waiting:
+        parts.append("awaiting approval: " + ", ".join(waiting))
+    asked = question(state)
+    if asked:
+        parts.append(f"question: {asked}")
+    unsettled = [u["call_id"] for u in unresolved(state)]
+    if unsettled:
+        parts.append("unresolved writes: " + ", ".join(unsettled))
+    children = [d.child_workflow_id for d in state.delegations.values() if d.status == "running"]
+    if children:
+        parts.append("waiting for sub-agents: " + ", ".join(children))
+    return "\n".join(parts)
+
+
+def status_view(state: LoopState | None, now: datetime) -> RunStatusView:
+    """What the `status` query answers (before the run has started: that it is about to)."""
+    if state is None:
+        return RunStatusView(phase="calling_model", turn=0)
+    return RunStatusView(
+        phase=state.phase,
+        turn=state.turn,
+        pending_approvals=pending_approvals(state),
+        question=question(state),
+        unresolved=unresolved(state),
+        usage=state.usage,
+        limits_left=budgets.limits_left(
+            state.run_input.limits, state.reserved(), state.active_since(now), now
+        ),
+        calls=list(state.calls.values()),
+        refused_decisions=state.refused_decisions,
+        run_chain=state.run_chain,
+        stop_reason=state.stop_reason,
+        transcript_head=state.head,
+    )
+
+
+def pending_at_stop(state: LoopState) -> list[dict[str, Any]]:
+    """What was left undone when the run stopped."""
+    waiting = {c["call_id"] for c in pending_approvals(state)}
+    return [
+        {
+            "call_id": r.call_id,
+            "tool": r.tool,
+            "status": "awaiting_approval" if r.call_id in waiting else r.status,
+        }
+        for r in state.calls.values()
+        if r.status in ("proposed", "running", "unknown")
+    ]
+
+
+def unsent_events(state: LoopState, stop_reason: str) -> list[Event]:
+    """What the model has not seen at the stop, so that a continuing run can send it first:
+    every call of the last tool-call output answered (calls that never ran say so)."""
+    events = list(state.outbox)
+    output = state.last_output
+    if output is None or not output.offers_calls:
+        return events
+    answered = state.batch.results if state.batch else {}
+    for call in output.tool_calls:
+        result = answered.get(call.call_id)
+        if result is None:
+            status = state.calls[call.call_id].status if call.call_id in state.calls else ""
+            result = results.not_run(call, status == "unknown", stop_reason)
+        events.append(result)
+    return events

@@ -1,0 +1,96 @@
+"""How a run starts: its input checked, the behaviours it runs with chosen, its tools
+described, a finished run's transcript taken up (`continue_from`), and when it continues as
+new. Workflow code (deterministic)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+import agentloop.workflows.loop as loop
+from agentloop.activity_io import DescribeToolsInput
+from agentloop.contract import AgentRunInput, PreviousRun, describe_validation_error
+from agentloop.tool_spec import ToolSpec
+from agentloop.workflows.failures import describe_failure, invalid_input
+from agentloop.workflows.loop import Feature, LoopState
+
+DESCRIBE_TOOLS_TIMEOUT = timedelta(seconds=30)
+
+
+def parse_input(raw_input: Any) -> AgentRunInput:
+    """Bad input fails the run at once, naming the field, instead of failing a workflow task
+    (which Temporal would retry for ever)."""
+    try:
+        return AgentRunInput.model_validate(raw_input)
+    except ValidationError as exc:
+        raise invalid_input(describe_validation_error(exc)) from None
+
+
+async def start(run_input: AgentRunInput) -> LoopState:
+    """A fresh run's state. A run started before the feature set asks for each behaviour on
+    its own, in the order it did then (patch markers are commands): built-in tools first."""
+    in_set = workflow.patched(loop.FEATURE_SET)
+    builtins = [
+        name
+        for name, feature in loop.BUILTIN_TOOL_PATCHES
+        if in_set or workflow.patched(feature.value)
+    ]
+    specs = await _describe_tools(list(dict.fromkeys([*run_input.tools, *builtins])), local=in_set)
+    info = workflow.info()
+    state = LoopState.start(run_input, specs, workflow.now(), info.workflow_id, builtins)
+    if run_input.continue_from:
+        await _continue_from(state, run_input.continue_from)
+    features: list[Feature] = (
+        list(loop.FEATURES_OF_SET)
+        if in_set
+        else [f for f in loop.FEATURES if workflow.patched(f.value)]
+    )
+    state.features = features
+    return state
+
+
+async def _describe_tools(names: list[str], *, local: bool) -> list[ToolSpec]:
+    """The specs of `names` from the worker's registry. `local`: as a local activity, inside
+    the workflow task (an in-memory lookup needs no activity task round trip); runs started
+    before that replay with an ordinary one."""
+    execute = workflow.execute_local_activity if local else workflow.execute_activity
+    try:
+        specs: list[ToolSpec] = await execute(
+            "describe_tools",
+            DescribeToolsInput(names=names),
+            result_type=list[ToolSpec],
+            start_to_close_timeout=DESCRIBE_TOOLS_TIMEOUT,
+            summary=f"tools: {', '.join(names) or 'none'}",
+        )
+    except ActivityError as exc:
+        # An unknown tool name is bad input: say so as the run's own failure.
+        raise invalid_input(describe_failure(exc)) from None
+    return specs
+
+
+async def _continue_from(state: LoopState, workflow_id: str) -> None:
+    """Start from a finished run's transcript: what its model had not seen goes first."""
+    try:
+        previous: PreviousRun = await workflow.execute_activity(
+            "load_previous_run",
+            workflow_id,
+            result_type=PreviousRun,
+            start_to_close_timeout=DESCRIBE_TOOLS_TIMEOUT,
+            summary=f"continue from {workflow_id}",
+        )
+    except ActivityError as exc:
+        raise invalid_input(f"continue_from: {describe_failure(exc)}") from None
+    loop.continue_transcript(state, previous)
+
+
+def time_to_continue_as_new(state: LoopState) -> bool:
+    """When Temporal suggests it, or past the run's own event count: history stays small."""
+    info = workflow.info()
+    every = state.run_input.continue_as_new_after_events
+    return info.is_continue_as_new_suggested() or (
+        every is not None and info.get_current_history_length() >= every
+    )

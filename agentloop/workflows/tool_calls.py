@@ -1,0 +1,79 @@
+"""The tool steps: business preconditions, and the calls themselves (reads in parallel, a
+write alone), each outcome recorded under its call id.
+
+Workflow code (deterministic), activities referred to by name.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+import agentloop.workflows.loop as loop
+from agentloop.activity_io import PreconditionResult
+from agentloop.workflows import visibility
+from agentloop.workflows.children import run_with_children
+from agentloop.workflows.deadline import RunDeadline
+from agentloop.workflows.failures import describe_failure
+from agentloop.workflows.loop import CheckPreconditions, LoopState, RunTools
+from agentloop.workflows.tool_activities import start_tool, tool_input, tool_outcome
+
+PRECONDITION_RETRY = RetryPolicy(maximum_attempts=3)
+
+
+async def check_preconditions(
+    state: LoopState, step: CheckPreconditions, deadline: RunDeadline
+) -> None:
+    visibility.waiting(state)
+    handles = [
+        workflow.start_activity(
+            "check_precondition",
+            tool_input(call),
+            result_type=PreconditionResult,
+            start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
+            retry_policy=PRECONDITION_RETRY,
+            summary=f"precondition {call.name} · {call.call_id}",
+        )
+        for call, spec in step.calls
+    ]
+    if not await deadline.wait_for(handles):
+        return
+    failures: dict[str, str | None] = {}
+    for (call, _), handle in zip(step.calls, handles, strict=True):
+        try:
+            failures[call.call_id] = (await handle).problem
+        except ActivityError as exc:
+            # A check that cannot be made does not let the call through.
+            failures[call.call_id] = f"precondition not checked: {describe_failure(exc)}"
+    loop.record_preconditions(state, failures)
+
+
+async def run_tools(state: LoopState, step: RunTools, deadline: RunDeadline) -> None:
+    run = loop.start_tools(state, step, workflow.now())
+    if not run.local:
+        visibility.waiting(state)
+    if run.children:
+        await run_with_children(state, step, run.children)
+        return
+    handles = [
+        start_tool(call, spec, run.idempotency_keys[call.call_id], run.local)
+        for call, spec in step.calls
+    ]
+    # Reads stop for a cancel or the deadline; a write, once started, is never cut short.
+    # Local reads are bounded by their own short timeout, not raced against a deadline
+    # timer: a timer started beside them and cancelled by their result may or may not reach
+    # history, depending on whether Temporal hands the result back in the same workflow task,
+    # and a replay that decides otherwise diverges (seen under load: TimerStarted in history,
+    # none on replay).
+    if all(spec.effect == "read" for _, spec in step.calls) and not (
+        await deadline.wait_for(handles, race=not run.local)
+    ):
+        return
+    outcomes = [
+        await tool_outcome(call, handle)
+        for (call, _), handle in zip(step.calls, handles, strict=True)
+    ]
+    loop.record_tool_results(state, outcomes)

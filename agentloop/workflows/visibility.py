@@ -1,0 +1,60 @@
+"""What a run shows while it runs: the Temporal UI's current details, the `AgentPhase` and
+`AgentStatus` search attributes, and the audit records of the workflow's decisions.
+
+Workflow code (deterministic). Details are metadata, not commands; a search attribute upsert
+is a command, so when one is issued is part of what replays.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+
+import agentloop.workflows.loop as loop
+from agentloop.contract import RunStatus
+from agentloop.search import AGENT_PHASE, AGENT_STATUS
+from agentloop.workflows.loop import Feature, LoopState
+
+
+def show(state: LoopState) -> None:
+    """At the top of each step: the UI's current details and, for runs from before the
+    feature `phase-when-waiting`, the run's phase attribute (then the phase the previous
+    step left)."""
+    workflow.set_current_details(loop.details(state, workflow.now()))
+    if not state.has(Feature.PHASE_WHEN_WAITING):
+        _index_phase(state)
+
+
+def waiting(state: LoopState) -> None:
+    """The run is about to wait on Temporal in `state.phase`: that is the phase a list query
+    finds it in meanwhile (feature `phase-when-waiting`). A batch of local reads is no such
+    wait: it starts and ends inside the workflow task, and an upsert there, and the one back,
+    would be two events a turn no list query could see."""
+    if state.has(Feature.PHASE_WHEN_WAITING):
+        show_phase(state)
+
+
+def show_phase(state: LoopState) -> None:
+    workflow.set_current_details(loop.details(state, workflow.now()))
+    _index_phase(state)
+
+
+def _index_phase(state: LoopState) -> None:
+    indexed = workflow.info().typed_search_attributes.get(AGENT_PHASE)
+    # Only runs started with the attributes are indexed: the namespace has them then.
+    if indexed is not None and indexed != state.phase:
+        workflow.upsert_search_attributes([AGENT_PHASE.value_set(state.phase)])
+
+
+def show_finished(status: RunStatus) -> None:
+    if workflow.info().typed_search_attributes.get(AGENT_STATUS) is not None:
+        workflow.upsert_search_attributes(
+            [AGENT_PHASE.value_set("finished"), AGENT_STATUS.value_set(status)]
+        )
+
+
+def audit(event: str, **fields: Any) -> None:
+    """One audit record through `workflow.logger` (silent during replay; ids, digests and
+    statuses only, never model text or tool output)."""
+    workflow.logger.info(event, extra={"audit": {"event": event, **fields}})
