@@ -20,7 +20,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(PY)
 PROVIDER ?= openai-chat
 
 demo: $(VENV)/.installed
-	$(PY) -m agentloop.demo.run_demo --provider $(PROVIDER)
+	$(PY) -m agentloop.cli.demo --provider $(PROVIDER)
 
 dev: $(VENV)/.installed
 	$(VENV)/bin/agentloop dev

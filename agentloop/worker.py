@@ -18,16 +18,16 @@ from temporalio.converter import DataConverter
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from agentloop import tracing
 from agentloop.activities.model import ModelActivities
 from agentloop.activities.runs import RunActivities
 from agentloop.activities.tools import ToolActivities
 from agentloop.activities.verify import VerifierActivities
 from agentloop.adapters import AdapterFactory
-from agentloop.audit import DEFAULT_REDACT_FIELDS, configure_logging, settings_secrets
-from agentloop.codec import EncryptionCodec, encrypting_data_converter
-from agentloop.config import ConfigError, SandboxMode, Settings
 from agentloop.pricing import PriceTable
+from agentloop.runtime import tracing
+from agentloop.runtime.audit import DEFAULT_REDACT_FIELDS, configure_logging, settings_secrets
+from agentloop.runtime.codec import EncryptionCodec, encrypting_data_converter
+from agentloop.runtime.config import ConfigError, SandboxMode, Settings
 from agentloop.store import Store, open_store
 from agentloop.tools.http import ServiceClient
 from agentloop.tools.registry import default_registry
@@ -36,7 +36,8 @@ from agentloop.workflows.agent_run import AgentRun
 
 def data_converter(settings: Settings) -> DataConverter:
     """The pydantic converter; with `AGENTLOOP_CODEC_KEYS` set, every payload encrypted
-    (`agentloop.codec`). Raises `ConfigError` naming the variable when the keys are malformed."""
+    (`agentloop.runtime.codec`). Raises `ConfigError` naming the variable when the keys are
+    malformed."""
     ring = settings.codec_key_ring()
     if ring is None:
         return pydantic_data_converter
@@ -59,8 +60,8 @@ def workflow_runner(sandbox: SandboxMode) -> WorkflowRunner:
 async def connect(settings: Settings) -> Client:
     """A client for `settings`; the worker, the CLI and the tests all connect here, so all of
     them read and write payloads the same way (encrypted when keys are configured) and trace
-    the same way (`agentloop.tracing`: a worker built on this client inherits its interceptors,
-    so they are never given to the worker a second time)."""
+    the same way (`agentloop.runtime.tracing`: a worker built on this client inherits its
+    interceptors, so they are never given to the worker a second time)."""
     return await Client.connect(
         settings.temporal_address,
         namespace=settings.temporal_namespace,

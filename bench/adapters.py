@@ -29,12 +29,12 @@ from agentloop.adapters import (
     openai_responses,
 )
 from agentloop.adapters.base import ModelRequest, ProviderAdapter
-from agentloop.config import Settings
+from agentloop.cli.dev import free_port
 from agentloop.contract import ModelSettings, Provider
 from agentloop.demo.scripted_provider import Script
 from agentloop.demo.scripted_provider.server import ScriptedProvider
-from agentloop.devstack import free_port
 from agentloop.events import Event, ModelOutput
+from agentloop.runtime.config import Settings
 from agentloop.store import open_store
 from agentloop.tools.registry import default_registry
 from bench.longrun import play, transcript

@@ -10,7 +10,7 @@ import signal
 
 from temporalio.worker import Worker
 
-from agentloop.config import Settings
+from agentloop.runtime.config import Settings
 from agentloop.worker import connect, workflow_runner
 from bench.floor import BenchFloor, noop
 from bench.processes import FLOOR_READY

@@ -18,9 +18,9 @@ from temporalio.worker import Worker
 from agentloop.activities.model import ModelActivities
 from agentloop.activities.tools import ToolActivities
 from agentloop.adapters import AdapterFactory
-from agentloop.config import Settings
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult
 from agentloop.events import Event
+from agentloop.runtime.config import Settings
 from agentloop.store import Store, load_transcript, open_store
 from agentloop.tools.contract import Tool
 from agentloop.tools.http import ServiceClient

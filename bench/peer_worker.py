@@ -16,7 +16,7 @@ from temporalio.client import Client
 from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.worker import Worker
 
-from agentloop.config import Settings
+from agentloop.runtime.config import Settings
 from bench.peer import STEP_TIMEOUT, BenchPeerAgent, WeatherReads
 from bench.processes import PEER_BASE_URL_VARIABLE, PEER_READY
 

@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentloop.config import VARIABLES, Settings
+from agentloop.runtime.config import VARIABLES, Settings
 
 AGENTLOOP_WORKER = ["-m", "agentloop.worker"]
 AGENTLOOP_READY = "agentloop worker polling"

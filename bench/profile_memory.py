@@ -36,11 +36,11 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 
 from agentloop import search
-from agentloop.config import Settings
+from agentloop.cli.dev import DevStack, DevStackPorts
 from agentloop.contract import WORKFLOW_NAME, AgentRunResult, RunStatusView, UserMessage
 from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
 from agentloop.demo.scripted_provider.server import ScriptedProvider
-from agentloop.devstack import DevStack, DevStackPorts
+from agentloop.runtime.config import Settings
 from bench.memory import ProcessMemory
 from bench.processes import AGENTLOOP_READY, child_process, worker_env
 from bench.run import PROVIDER_ENV

@@ -24,7 +24,7 @@ from typing import Any
 
 import agentloop
 import bench
-from agentloop.devstack import DevStack, DevStackPorts
+from agentloop.cli.dev import DevStack, DevStackPorts
 from bench import adapters, history, outputs, replay, thousand_turns, throughput, turns
 from bench.report import Section, render, write_json
 

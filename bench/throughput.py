@@ -19,9 +19,9 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 
-from agentloop.config import Settings
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult
 from agentloop.demo.scripted_provider.server import ScriptedProvider
+from agentloop.runtime.config import Settings
 from bench.floor import FLOOR_WORKFLOW, FloorStep
 from bench.memory import PeakSampler
 from bench.peer import PEER_WORKFLOW, RUN_TIMEOUT, PeerTask

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from agentloop.config import Settings
 from agentloop.demo.scripted_provider.server import ScriptedProvider
+from agentloop.runtime.config import Settings
 from bench.floor import FloorStep
 from bench.processes import (
     WorkerProcess,

@@ -17,8 +17,8 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 
 from agentloop import search
-from agentloop.config import Settings
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, RunStatusView
+from agentloop.runtime.config import Settings
 from agentloop.workflows.deadline import DEADLINE_TIMER_SUMMARY
 
 WORKER_READY_LINE = "agentloop worker polling"

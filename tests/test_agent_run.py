@@ -20,10 +20,10 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from agentloop.config import Settings
 from agentloop.contract import AgentRunInput, Limits, RunStatusView
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
+from agentloop.runtime.config import Settings
 from agentloop.worker import running_worker, workflow_runner
 from agentloop.workflows import loop
 from tests.support import deadline_timers, local_activity_type, start_run, wait_for_phase

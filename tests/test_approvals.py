@@ -15,7 +15,6 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from agentloop.config import Settings
 from agentloop.contract import (
     AgentRunInput,
     AgentRunResult,
@@ -26,6 +25,7 @@ from agentloop.contract import (
 )
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
+from agentloop.runtime.config import Settings
 from agentloop.worker import running_worker
 from tests.support import (
     start_run,
@@ -303,7 +303,7 @@ async def test_the_pending_approval_survives_a_killed_worker(
 async def time_skipping(
     worker_settings: Settings,
 ) -> AsyncIterator[tuple[WorkflowEnvironment, Settings]]:
-    from agentloop.devstack import temporal_binary
+    from agentloop.cli.dev import temporal_binary
 
     server = Path(temporal_binary()).with_name("temporal-test-server")
     env = await WorkflowEnvironment.start_time_skipping(

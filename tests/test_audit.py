@@ -33,7 +33,10 @@ with workflow.unsafe.imports_passed_through():
     from agentloop.activities.tools import ToolActivities
     from agentloop.activity_io import CallModelInput, RunToolInput
     from agentloop.adapters.base import ModelRequest, ProviderError
-    from agentloop.audit import (
+    from agentloop.digests import args_digest
+    from agentloop.events import ModelOutput, ProviderRef, ToolCall, Usage, UserInput
+    from agentloop.pricing import PriceTable
+    from agentloop.runtime.audit import (
         DEFAULT_REDACT_FIELDS,
         audit,
         configure_logging,
@@ -42,10 +45,7 @@ with workflow.unsafe.imports_passed_through():
         reset_logging,
         settings_secrets,
     )
-    from agentloop.config import Settings
-    from agentloop.digests import args_digest
-    from agentloop.events import ModelOutput, ProviderRef, ToolCall, Usage, UserInput
-    from agentloop.pricing import PriceTable
+    from agentloop.runtime.config import Settings
     from agentloop.store import ROOT, SqliteStore
     from agentloop.tool_spec import Outcome
     from agentloop.tools.contract import OutcomeUnknown, ToolContext, ToolError

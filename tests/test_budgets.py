@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from agentloop.config import Settings
 from agentloop.contract import AgentRunInput, Limits, RunStatusView
 from agentloop.contract import Usage as RunUsage
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
@@ -16,6 +15,7 @@ from agentloop.demo.scripted_provider.scripts import ScriptUsage
 from agentloop.events import Usage
 from agentloop.policies import budgets
 from agentloop.pricing import DEFAULT_PRICES, PriceTable
+from agentloop.runtime.config import Settings
 from tests.support import start_run
 
 T0 = datetime(2026, 1, 1)

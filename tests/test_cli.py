@@ -26,11 +26,11 @@ import aiohttp
 import pytest
 from temporalio.client import Client
 
-from agentloop.config import Settings
+from agentloop.cli.dev import free_port, temporal_binary
 from agentloop.contract import AgentRunResult
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
-from agentloop.devstack import free_port, temporal_binary
+from agentloop.runtime.config import Settings
 from tests.support import wait_for_phase, wait_until
 
 pytestmark = pytest.mark.integration
@@ -522,7 +522,7 @@ async def test_demo_runs_offline_and_the_slow_read_finishes_last(tmp_path: Path)
     finished = await run_process(
         sys.executable,
         "-m",
-        "agentloop.demo.run_demo",
+        "agentloop.cli.demo",
         env=process_env(),
         cwd=tmp_path,
         timeout=60,

@@ -12,8 +12,8 @@ from temporalio.api.history.v1 import History
 from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
-from agentloop.codec import decode_in_place
-from agentloop.config import Settings
+from agentloop.runtime.codec import decode_in_place
+from agentloop.runtime.config import Settings
 from tests.test_cli import agentloop, assert_no_traceback, process_env
 from tests.test_codec import (  # the encrypted server, worker and finished travel run
     CANARY_CITY,

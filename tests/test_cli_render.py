@@ -12,15 +12,16 @@ import pytest
 from rich.console import Console
 from rich.live import Live
 
-from agentloop.cli import build_parser
-from agentloop.cli_contract import (
+from agentloop.cli.output import (
     EXIT_CODE_MEANINGS,
     PAUSED_PHASES,
     RESULT_EXIT_CODES,
     ExitCode,
     RunSnapshot,
 )
-from agentloop.cli_progress import LivePanel, ProgressLog, format_snapshot
+from agentloop.cli.parser import build_parser
+from agentloop.cli.progress import LivePanel, ProgressLog, format_snapshot
+from agentloop.cli.transcript import format_transcript
 from agentloop.contract import (
     AgentRunResult,
     CallRecord,
@@ -40,7 +41,6 @@ from agentloop.events import (
     UserInput,
 )
 from agentloop.events import Usage as TokenUsage
-from agentloop.transcript_view import format_transcript
 
 RESERVE = {"workshop_id": "ws-101", "participant_id": "p-carol"}
 DIGEST = "sha256:0123abcd"

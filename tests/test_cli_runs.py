@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
-from agentloop.config import Settings
+from agentloop.cli.dev import free_port
 from agentloop.contract import AgentRunInput, AgentRunResult
 from agentloop.demo.scripted_provider import (
     Script,
@@ -26,7 +26,7 @@ from agentloop.demo.scripted_provider import (
     ScriptedToolCall,
     ScriptTurn,
 )
-from agentloop.devstack import free_port
+from agentloop.runtime.config import Settings
 from tests.support import start_run, wait_for_phase
 from tests.test_cli import AGENTLOOP, Finished, agentloop, assert_no_traceback, process_env
 

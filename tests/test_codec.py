@@ -28,8 +28,12 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from agentloop import search
-from agentloop.cli import build_parser
-from agentloop.codec import (
+from agentloop.cli.dev import FAST_DEV_SERVER, free_port, temporal_binary
+from agentloop.cli.parser import build_parser
+from agentloop.contract import AgentRunInput, AgentRunResult, RunStatusView
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.demo.services import ExampleService
+from agentloop.runtime.codec import (
     ENCODING,
     KEY_ID_METADATA,
     EncryptionCodec,
@@ -42,17 +46,13 @@ from agentloop.codec import (
     mask_key_ring,
     new_key,
 )
-from agentloop.config import (
+from agentloop.runtime.config import (
     CONFIG_FILE_VARIABLE,
     VARIABLES,
     ConfigError,
     Settings,
     load_config,
 )
-from agentloop.contract import AgentRunInput, AgentRunResult, RunStatusView
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
-from agentloop.demo.services import ExampleService
-from agentloop.devstack import FAST_DEV_SERVER, free_port, temporal_binary
 from agentloop.worker import connect, data_converter, running_worker
 from agentloop.workflows.agent_run import AgentRun
 from tests.support import start_run

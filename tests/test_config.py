@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from temporalio.service import TLSConfig
 
-from agentloop.config import (
+from agentloop.cli.dev import free_port
+from agentloop.runtime.config import (
     CONFIG_FILE_VARIABLE,
     VARIABLES,
     ConfigError,
@@ -18,7 +19,6 @@ from agentloop.config import (
     load_config,
     mask_secret,
 )
-from agentloop.devstack import free_port
 from tests.test_cli import agentloop, assert_no_traceback, process_env
 
 PEM_CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"

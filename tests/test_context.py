@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from agentloop.config import Settings
 from agentloop.context import PREVIEW_CHARS, Measured, budget_chars, chars_per_token, fit, size
 from agentloop.contract import AgentRunInput, ApprovalDecision, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.scripted_provider.scripts import ScriptUsage
 from agentloop.events import ModelOutput, StateUpdate, ToolCall, ToolResult, UserInput
+from agentloop.runtime.config import Settings
 from agentloop.store import load_transcript, open_store
 from tests.support import start_run, wait_for_phase
 

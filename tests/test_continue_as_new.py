@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from agentloop.config import Settings
 from agentloop.contract import AgentRunInput, ApprovalDecision, Principal, RunStatusView
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
+from agentloop.runtime.config import Settings
 from tests.support import start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]

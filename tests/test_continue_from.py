@@ -10,10 +10,10 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from agentloop.config import Settings
 from agentloop.contract import AgentRunInput, AgentRunResult, Limits
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
+from agentloop.runtime.config import Settings
 from tests.support import start_run
 from tests.test_cli import agentloop, process_env
 

@@ -15,10 +15,10 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from agentloop.config import Settings
 from agentloop.contract import AgentRunInput, AgentRunResult
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
+from agentloop.runtime.config import Settings
 from tests.support import start_run, wait_until, worker_env, worker_process
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,6 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
-from agentloop.config import Settings
 from agentloop.contract import (
     AgentRunInput,
     AgentRunResult,
@@ -23,6 +22,7 @@ from agentloop.contract import (
 )
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
+from agentloop.runtime.config import Settings
 from tests.support import start_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]

@@ -21,8 +21,8 @@ import aiohttp
 import pytest
 import yaml
 
-from agentloop.config import Settings
 from agentloop.demo.services import ExampleService
+from agentloop.runtime.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"

@@ -39,13 +39,13 @@ import openai
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from agentloop.config import Settings
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.scripted_provider.scripts import ScriptedError
 from agentloop.demo.services import ExampleService
 from agentloop.events import ErrorClass, ModelOutput, ToolResult
 from agentloop.policies.errors import classify_connection_error, classify_http_error
+from agentloop.runtime.config import Settings
 from agentloop.store import load_transcript, open_store
 from agentloop.tools.http import ServiceClient
 from agentloop.workflows.loop import MAX_REFUSED_CALLS

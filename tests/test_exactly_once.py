@@ -18,7 +18,6 @@ import aiohttp
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from agentloop.config import Settings
 from agentloop.contract import (
     AgentRunInput,
     AgentRunResult,
@@ -30,6 +29,7 @@ from agentloop.contract import (
 )
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
+from agentloop.runtime.config import Settings
 from agentloop.workflows.steps import LOOKUP_RETRY
 from tests.support import start_run, wait_for_phase, wait_until
 

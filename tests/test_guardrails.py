@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from temporalio.client import Client
 
-from agentloop.config import Settings
 from agentloop.contract import AgentRunInput, Principal, UserMessage
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
+from agentloop.runtime.config import Settings
 from tests.support import start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]

@@ -23,12 +23,12 @@ from temporalio.testing import ActivityEnvironment
 
 from agentloop.activities.tools import ToolActivities
 from agentloop.activity_io import RunToolInput
-from agentloop.config import Settings
 from agentloop.contract import AgentRunInput, AgentRunResult
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.demo.services.control import padding_text
 from agentloop.events import ToolResult
+from agentloop.runtime.config import Settings
 from agentloop.store import artifact_key, open_store
 from agentloop.tools.artifacts import PAGE_CHARS
 from agentloop.tools.http import ServiceClient

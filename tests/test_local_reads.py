@@ -13,10 +13,10 @@ from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 
-from agentloop.config import Settings
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, Limits
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
+from agentloop.runtime.config import Settings
 from agentloop.tool_spec import LOCAL_DEFAULT_TIMEOUT_SECONDS, LOCAL_MAX_TIMEOUT_SECONDS, ToolSpec
 from agentloop.workflows import loop
 from tests.support import local_activity_type, start_run

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from agentloop.config import Settings
 from agentloop.contract import AgentRunInput, AgentRunResult
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.scripted_provider.scripts import ScriptedError
 from agentloop.demo.services import ExampleService
+from agentloop.runtime.config import Settings
 from agentloop.workflows.steps import MODEL_RETRY
 from tests.support import start_run
 

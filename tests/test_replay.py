@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from agentloop.config import SandboxMode
-from agentloop.replay import (
+from agentloop.cli.replay import (
     HistoryFileError,
     explain,
     load_history,
     replay_histories,
 )
+from agentloop.runtime.config import SandboxMode
 
 HISTORY_DIR = Path(__file__).parent / "histories"
 HISTORIES = sorted(HISTORY_DIR.glob("*.json"))

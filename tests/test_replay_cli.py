@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from agentloop.config import Settings
+from agentloop.cli.dev import free_port, temporal_binary
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
-from agentloop.devstack import free_port, temporal_binary
+from agentloop.runtime.config import Settings
 from tests.test_cli import agentloop, assert_no_traceback, process_env, run_process
 from tests.test_replay import HISTORY_DIR, tampered_travel
 

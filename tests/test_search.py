@@ -11,9 +11,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from agentloop import search
-from agentloop.config import Settings
 from agentloop.contract import AgentRunInput, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.runtime.config import Settings
 from tests.support import start_run, wait_for_phase
 from tests.test_cli import agentloop, process_env
 

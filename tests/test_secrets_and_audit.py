@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from agentloop.config import Settings
 from agentloop.contract import AgentRunInput, ApprovalDecision, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
+from agentloop.runtime.config import Settings
 from tests.support import WORKER_READY_LINE, start_run, wait_for_phase, wait_until, worker_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]

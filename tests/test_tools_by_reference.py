@@ -11,9 +11,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from agentloop.activity_io import MODEL_CALL, MODEL_CALL_BY_REF
-from agentloop.config import Settings
 from agentloop.contract import AgentRunInput
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.runtime.config import Settings
 from agentloop.store import SqliteStore, StoreError
 from agentloop.store.specs import ToolSpecCache
 from agentloop.tool_spec import ToolSpec

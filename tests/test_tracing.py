@@ -21,10 +21,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
 
-from agentloop import tracing
-from agentloop.config import OTEL_MODULES, ConfigError, OtelMode, Settings
 from agentloop.contract import AgentRunInput
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.runtime import tracing
+from agentloop.runtime.config import OTEL_MODULES, ConfigError, OtelMode, Settings
 from agentloop.worker import connect, running_worker
 from tests.support import start_run, worker_env, worker_process
 from tests.test_cli import agentloop, assert_no_traceback

@@ -17,9 +17,9 @@ from agentloop.activity_io import (
 )
 from agentloop.adapters import AdapterFactory
 from agentloop.adapters.base import ModelRequest, ProviderError
-from agentloop.audit import audit
 from agentloop.context import budget_chars, fit
 from agentloop.pricing import PriceTable
+from agentloop.runtime.audit import audit
 from agentloop.store import Store, StoreError, with_contents
 from agentloop.store.chains import TranscriptCache
 from agentloop.store.specs import ToolSpecCache

@@ -10,9 +10,9 @@ from temporalio.exceptions import ApplicationError
 
 from agentloop.activities.heartbeat import keep_heartbeating
 from agentloop.activity_io import DescribeToolsInput, PreconditionResult, RunToolInput
-from agentloop.audit import audit
 from agentloop.digests import args_digest
 from agentloop.events import ToolResult
+from agentloop.runtime.audit import audit
 from agentloop.store import stored_by_reference
 from agentloop.tool_spec import Outcome, ToolSpec, bounded
 from agentloop.tools.contract import OutcomeUnknown, ToolContext, ToolError

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from agentloop import search
+from agentloop.cli.dev import DevStack, DevStackPorts
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, Limits
 from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
-from agentloop.devstack import DevStack, DevStackPorts
 
 HERE = Path(__file__).parent
 WEATHER = {"city": "Shanghai", "date": "2026-12-01"}

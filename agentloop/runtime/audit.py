@@ -47,7 +47,7 @@ from agentloop.digests import canonical_json, sha256_hex
 
 LogFormat = Literal["json", "console"]
 
-AUDIT_LOGGER = "agentloop.audit"
+AUDIT_LOGGER = "agentloop.runtime.audit"
 """The stdlib logger `audit()` writes to; it is always open at INFO, whatever the level."""
 
 DEFAULT_REDACT_FIELDS = ("recipient", "customer_email", "email", "body")

@@ -28,7 +28,7 @@ from temporalio.client import (
 from temporalio.service import RPCError
 
 from agentloop import search
-from agentloop.cli_contract import (
+from agentloop.cli.output import (
     PAUSED_PHASES,
     RESULT_EXIT_CODES,
     Decision,
@@ -40,8 +40,8 @@ from agentloop.cli_contract import (
     StartedRun,
     print_json,
 )
-from agentloop.cli_progress import format_snapshot, progress_display
-from agentloop.config import Settings
+from agentloop.cli.progress import format_snapshot, progress_display
+from agentloop.cli.transcript import format_transcript, read_transcript
 from agentloop.contract import (
     WORKFLOW_NAME,
     AgentRunInput,
@@ -56,9 +56,9 @@ from agentloop.contract import (
     UserMessage,
     describe_validation_error,
 )
+from agentloop.runtime.config import Settings
 from agentloop.store import StoreError, StoreUnavailable
 from agentloop.store.base import mask_url
-from agentloop.transcript_view import format_transcript, read_transcript
 
 FOLLOW_POLL_SECONDS = 0.5
 FOLLOW_QUERY_TIMEOUT = timedelta(seconds=5)

@@ -28,7 +28,7 @@ from agentloop.contract import (
 )
 
 if TYPE_CHECKING:  # replay pulls in the workflow code: only `agentloop replay` needs it
-    from agentloop.replay import ReplayReport
+    from agentloop.cli.replay import ReplayReport
 
 
 # --- exit codes: one table ------------------------------------------------------------------------

@@ -31,8 +31,8 @@ from pydantic import BaseModel, Field, ValidationError
 from temporalio.service import TLSConfig
 
 from agentloop.adapters import ProviderEndpoints
-from agentloop.codec import KeyRing, KeyRingError, mask_key_ring
 from agentloop.contract import DEFAULT_TASK_QUEUE
+from agentloop.runtime.codec import KeyRing, KeyRingError, mask_key_ring
 from agentloop.store.base import mask_url
 
 DEFAULT_STORE_URL = "sqlite:///.agentloop/store.db"
@@ -42,7 +42,7 @@ CONFIG_FILE_VARIABLE = "AGENTLOOP_CONFIG"
 Source = Literal["env", "file", "default"]
 OtelMode = Literal["off", "console", "global"]
 """`AGENTLOOP_OTEL`: no tracing; spans printed on stderr; spans into the process's own
-OpenTelemetry TracerProvider (see `agentloop.tracing`)."""
+OpenTelemetry TracerProvider (see `agentloop.runtime.tracing`)."""
 SandboxMode = Literal["off", "on"]
 """`AGENTLOOP_WORKFLOW_SANDBOX`: whether workers (and `agentloop replay`) run AgentRun inside
 Temporal's workflow sandbox (see "Determinism" in the README for why it is off by default)."""
@@ -89,9 +89,10 @@ class Settings(BaseModel):
     in time has an unknown outcome and is looked up, never resent blindly."""
     codec_keys: str | None = Field(default=None, repr=False)
     """`ID:BASE64KEY[,ID:BASE64KEY...]`, the first active: with it every payload in workflow
-    history is encrypted (AES-256-GCM, `agentloop.codec`); the others still decrypt."""
+    history is encrypted (AES-256-GCM, `agentloop.runtime.codec`); the others still decrypt."""
     otel: OtelMode = "off"
-    """OpenTelemetry tracing of runs through Temporal's TracingInterceptor (`agentloop.tracing`)."""
+    """OpenTelemetry tracing of runs through Temporal's TracingInterceptor
+    (`agentloop.runtime.tracing`)."""
     workflow_sandbox: SandboxMode = "off"
 
     @classmethod

@@ -21,7 +21,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from agentloop.config import VARIABLES, ConfigError, Settings, check_otel
+from agentloop.runtime.config import VARIABLES, ConfigError, Settings, check_otel
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer

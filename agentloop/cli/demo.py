@@ -15,8 +15,9 @@ import uuid
 from pathlib import Path
 
 from agentloop import search
-from agentloop.cli import exit_now
-from agentloop.cli_progress import format_result
+from agentloop.cli.dev import DevStack, DevStackPorts
+from agentloop.cli.main import exit_now
+from agentloop.cli.progress import format_result
 from agentloop.contract import (
     WORKFLOW_NAME,
     AgentRunInput,
@@ -24,7 +25,6 @@ from agentloop.contract import (
     Principal,
     Provider,
 )
-from agentloop.devstack import DevStack, DevStackPorts
 
 TASK = (
     "My train is G1234 on 2026-12-01 and I am going to Shanghai. "

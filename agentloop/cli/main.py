@@ -1,7 +1,9 @@
-"""The `agentloop` command: a dev stack, a worker, and the client side of runs."""
+"""The `agentloop` command: the entry point and the commands that are not about one run.
 
-# The commands about runs are in cli_runs.py; what scripts rely on (exit codes, the --json
-# documents) in cli_contract.py; what people see (progress, results) in cli_progress.py.
+Its arguments are declared in `parser.py`; the commands about runs are in `runs.py`; what
+scripts rely on (exit codes, the --json documents) in `output.py`; what people see (progress,
+results) in `progress.py`.
+"""
 
 from __future__ import annotations
 
@@ -19,12 +21,13 @@ from typing import NoReturn
 from pydantic import ValidationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentloop import tracing
-from agentloop.cli_contract import ExitCode, ReplayedHistory, exit_codes_help, print_json
-from agentloop.cli_runs import build_run_input, client_command, run
-from agentloop.codec import ENCODING, PayloadDecryptionError
-from agentloop.config import VARIABLES, ConfigError, Settings, load_config
+from agentloop.cli.output import ExitCode, ReplayedHistory, print_json
+from agentloop.cli.parser import build_parser
+from agentloop.cli.runs import build_run_input, client_command, run
 from agentloop.contract import AgentRunInput, describe_validation_error
+from agentloop.runtime import tracing
+from agentloop.runtime.codec import ENCODING, PayloadDecryptionError
+from agentloop.runtime.config import VARIABLES, ConfigError, Settings, load_config
 from agentloop.worker import connect
 
 CONNECT_TIMEOUT_SECONDS = 10.0
@@ -41,203 +44,6 @@ DEV_REPLACES = frozenset(
     }
 )
 """Settings `agentloop dev` sets itself (its own server, store and services): not checked."""
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="agentloop",
-        description=__doc__,
-        epilog=exit_codes_help(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    dev = commands.add_parser(
-        "dev",
-        help="run Temporal dev server + UI, example service, "
-        "scripted provider and a worker until Ctrl-C",
-    )
-    dev.add_argument("--port", type=int, default=7233, help="Temporal frontend port")
-    dev.add_argument("--ui-port", type=int, default=8233)
-    dev.add_argument("--example-port", type=int, default=8787)
-    dev.add_argument("--provider-port", type=int, default=8788)
-    dev.add_argument("--state-dir", type=Path, default=Path(".agentloop"))
-    dev.add_argument(
-        "--persist",
-        action="store_true",
-        help="keep workflow history across restarts (in STATE_DIR/temporal.db)",
-    )
-
-    commands.add_parser("worker", help="run a worker (configuration from the environment)")
-
-    config = commands.add_parser(
-        "config",
-        help="check the configuration and print each setting, where it came from "
-        "(env, file, default), secrets masked",
-    )
-    add_json_flag(config)
-
-    run = run_parser(commands, "run", help="start an agent run and print its id and UI link")
-    run.add_argument("task")
-    run.add_argument("--provider", default="openai-chat")
-    run.add_argument("--model", default="travel")
-    run.add_argument(
-        "--tool", action="append", default=[], dest="tools", help="allow this tool (repeat)"
-    )
-    run.add_argument("--instructions", default="")
-    run.add_argument("--id", help="workflow id (default: a new one)")
-    run.add_argument("--subject", default="cli-user")
-    run.add_argument("--scope", action="append", default=[], dest="scopes")
-    run.add_argument("--max-model-calls", type=int)
-    run.add_argument("--max-tool-calls", type=int)
-    run.add_argument("--no-stream", action="store_true")
-    run.add_argument(
-        "--no-index",
-        dest="index",
-        action="store_false",
-        help="start without the search attributes (a namespace without them)",
-    )
-
-    lister = commands.add_parser("list", help="find runs by phase, status, provider, tenant")
-    lister.add_argument("--awaiting-approval", action="store_true")
-    lister.add_argument("--phase")
-    lister.add_argument("--status", help="completed, limit_reached, ... or running")
-    lister.add_argument("--provider")
-    lister.add_argument("--tenant")
-    lister.add_argument("--limit", type=int, default=50)
-    add_json_flag(lister)
-
-    status = commands.add_parser(
-        "status",
-        help="show where a run is, or its result; exits with the run's code",
-        epilog=exit_codes_help(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    status.add_argument("run_id")
-    add_json_flag(status)
-
-    transcript = commands.add_parser(
-        "transcript",
-        help="print a run's full conversation from the store (AGENTLOOP_STORE_URL)",
-    )
-    transcript.add_argument("run_id")
-    add_json_flag(transcript, "print the events as a JSON array")
-
-    cancel = commands.add_parser("cancel", help="cancel a run")
-    cancel.add_argument("run_id")
-    cancel.add_argument("--reason", default="")
-    add_json_flag(cancel)
-
-    message = commands.add_parser(
-        "message", help="answer a run's question (awaiting_input), or tell it something"
-    )
-    message.add_argument("run_id")
-    message.add_argument("--text", required=True)
-    message.add_argument("--sender", required=True)
-    add_json_flag(message)
-
-    for name, text in (("approve", "approve a pending call"), ("reject", "reject a pending call")):
-        sub = commands.add_parser(name, help=text)
-        sub.add_argument("run_id")
-        sub.add_argument("call_id")
-        sub.add_argument("--approver", required=True)
-        sub.add_argument("--reason", default="")
-        sub.add_argument(
-            "--digest",
-            help="the args digest you were shown (default: the one "
-            "`status` shows now, after printing the arguments)",
-        )
-        add_json_flag(sub)
-
-    cont = run_parser(
-        commands,
-        "continue",
-        help="start a new run on a finished run's transcript, with a new budget",
-    )
-    cont.add_argument("run_id")
-    cont.add_argument("--task", default="Continue where you stopped.")
-    cont.add_argument(
-        "--max-model-calls",
-        type=int,
-        required=True,
-        help="the model calls granted to the new run (never inherited)",
-    )
-    cont.add_argument("--max-tool-calls", type=int)
-    cont.add_argument("--id", help="workflow id of the new run")
-
-    resolve = commands.add_parser("resolve", help="say whether a write of unknown outcome happened")
-    resolve.add_argument("run_id")
-    resolve.add_argument("call_id")
-    resolve.add_argument("--outcome", choices=["applied", "not_applied"], required=True)
-    resolve.add_argument("--operator", required=True)
-    resolve.add_argument("--note", default="")
-    add_json_flag(resolve)
-
-    history = commands.add_parser(
-        "history", help="export a run's full history as JSON (what `replay` reads)"
-    )
-    history.add_argument("run_id")
-    history.add_argument(
-        "-o", "--output", type=Path, metavar="FILE", help="write it here (default: stdout)"
-    )
-    add_json_flag(history, "with -o: say where it went as a JSON object")
-
-    replay = commands.add_parser(
-        "replay",
-        help="replay exported histories against today's workflow code (no server needed)",
-    )
-    replay.add_argument(
-        "paths",
-        nargs="+",
-        type=Path,
-        metavar="PATH",
-        help="a history JSON file, or a folder: every *.json in it",
-    )
-    add_json_flag(replay, "print one JSON object per history, in an array")
-
-    codec = commands.add_parser(
-        "codec-server",
-        help="serve the Temporal UI's remote codec endpoint (POST /decode, /encode) with the "
-        "keys of AGENTLOOP_CODEC_KEYS, so the UI shows encrypted history decrypted",
-    )
-    codec.add_argument("--port", type=int, default=8081)
-    codec.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="interface to listen on (default 127.0.0.1: whoever reaches it can decrypt)",
-    )
-    codec.add_argument(
-        "--origin",
-        action="append",
-        dest="origins",
-        metavar="URL",
-        help="the UI origin a browser may call it from (repeat; default http://localhost:8233 "
-        "and http://127.0.0.1:8233)",
-    )
-    return parser
-
-
-def run_parser(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help: str
-) -> argparse.ArgumentParser:
-    """`run` and `continue`: both start a run, and may follow it to its end."""
-    sub = commands.add_parser(
-        name,
-        help=help,
-        epilog=exit_codes_help(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub.add_argument(
-        "--follow",
-        action="store_true",
-        help="show progress until the run ends, then its result; exit with the run's code",
-    )
-    add_json_flag(sub, "print one JSON object: the run's id and UI link, or with --follow its end")
-    return sub
-
-
-def add_json_flag(parser: argparse.ArgumentParser, text: str = "print it as JSON") -> None:
-    parser.add_argument("--json", action="store_true", help=text + " (for scripts)")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -356,7 +162,7 @@ def show_config(as_json: bool) -> int:
 
 async def replay_files(paths: Sequence[Path], as_json: bool) -> int:
     """One line per history: ok, FAIL (what diverged) or ERROR (not a readable history)."""
-    from agentloop.replay import replay_each
+    from agentloop.cli.replay import replay_each
 
     # Each failure is reported in its line; the SDK's own log of it would only repeat it.
     logging.getLogger("temporalio").setLevel(logging.CRITICAL)
@@ -373,7 +179,7 @@ async def replay_files(paths: Sequence[Path], as_json: bool) -> int:
 async def codec_server(args: argparse.Namespace) -> int:
     """Serve the codec endpoint until SIGINT or SIGTERM; exit 2 when the keys are unset or
     malformed or the port is taken."""
-    from agentloop.codec import DEFAULT_UI_ORIGINS, EncryptionCodec, serve_codec_server
+    from agentloop.runtime.codec import DEFAULT_UI_ORIGINS, EncryptionCodec, serve_codec_server
 
     try:
         loaded = load_config(skip=set(VARIABLES) - {"codec_keys"})
@@ -427,8 +233,8 @@ async def codec_server(args: argparse.Namespace) -> int:
 
 
 async def dev(args: argparse.Namespace) -> int:
-    from agentloop.audit import DEFAULT_REDACT_FIELDS, configure_logging, settings_secrets
-    from agentloop.devstack import DevStack, DevStackError, DevStackPorts
+    from agentloop.cli.dev import DevStack, DevStackError, DevStackPorts
+    from agentloop.runtime.audit import DEFAULT_REDACT_FIELDS, configure_logging, settings_secrets
 
     configure_logging(
         fmt="console",

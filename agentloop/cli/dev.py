@@ -19,9 +19,9 @@ from types import TracebackType
 from temporalio.client import Client
 
 from agentloop import search
-from agentloop.config import Settings
 from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.demo.services import ExampleService
+from agentloop.runtime.config import Settings
 from agentloop.worker import connect, running_worker
 
 FAST_DEV_SERVER = ["--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000"]

@@ -29,7 +29,7 @@ from agentloop.contract import WORKFLOW_NAME
 from agentloop.workflows.agent_run import AgentRun
 
 if TYPE_CHECKING:
-    from agentloop.config import SandboxMode
+    from agentloop.runtime.config import SandboxMode
 
 __all__ = [
     "Divergence",
@@ -233,7 +233,7 @@ async def _replay_file(replayer: Replayer, path: Path) -> ReplayReport:
 def _replayer(sandbox: SandboxMode | None) -> Replayer:
     """Today's AgentRun, run as workers run it and decoding payloads as they do (encrypted
     ones too, when the environment holds the codec keys)."""
-    from agentloop.config import Settings
+    from agentloop.runtime.config import Settings
     from agentloop.worker import data_converter, workflow_runner
 
     settings = Settings.from_env()

@@ -18,7 +18,7 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
-from agentloop.cli_contract import PAUSED_PHASES, RunSnapshot
+from agentloop.cli.output import PAUSED_PHASES, RunSnapshot
 from agentloop.contract import AgentRunResult, CallRecord, LimitsLeft, RunStatusView, Usage
 
 LIVE_RECENT_CALLS = 10
