@@ -22,19 +22,18 @@ from temporalio.client import Client
 
 from agentloop.adapters import (
     AdapterFactory,
-    ProviderEndpoints,
     adapter_for,
     anthropic_messages,
     openai_chat,
     openai_responses,
 )
 from agentloop.adapters.base import ModelRequest, ProviderAdapter
-from agentloop.cli.dev import free_port
 from agentloop.contract import ModelSettings, Provider
 from agentloop.demo.scripted_provider import Script
 from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.events import Event, ModelOutput
-from agentloop.runtime.config import Settings
+from agentloop.runtime.config import ProviderEndpoints, Settings
+from agentloop.runtime.dev_server import free_port
 from agentloop.store import open_store
 from agentloop.tools.registry import default_registry
 from bench.longrun import play, transcript

@@ -18,8 +18,7 @@ from agentloop.activity_io import MODEL_CALLS
 from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.events import Event, ModelOutput, ToolResult
 from agentloop.runtime.config import Settings
-from agentloop.tools.contract import ToolContext
-from agentloop.tools.registry import define_tool
+from agentloop.tools.contract import ToolContext, define_tool
 from bench.longrun import play, transcript, worker_with_tools
 from bench.report import Figure, Section, ratio
 from bench.scripts import long_input, report_script

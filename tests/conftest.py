@@ -13,10 +13,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from agentloop import search
-from agentloop.cli.dev import FAST_DEV_SERVER, temporal_binary
 from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.runtime.dev_server import FAST_DEV_SERVER, temporal_binary
 from agentloop.worker import running_worker
 
 

@@ -303,7 +303,7 @@ async def test_the_pending_approval_survives_a_killed_worker(
 async def time_skipping(
     worker_settings: Settings,
 ) -> AsyncIterator[tuple[WorkflowEnvironment, Settings]]:
-    from agentloop.cli.dev import temporal_binary
+    from agentloop.runtime.dev_server import temporal_binary
 
     server = Path(temporal_binary()).with_name("temporal-test-server")
     env = await WorkflowEnvironment.start_time_skipping(

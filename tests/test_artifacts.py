@@ -16,8 +16,8 @@ from agentloop.contract import AgentRunInput
 from agentloop.events import ToolResult
 from agentloop.store import SqliteStore
 from agentloop.tools.artifacts import read_artifact
-from agentloop.tools.contract import ToolContext
-from agentloop.tools.registry import ToolRegistry, define_tool
+from agentloop.tools.contract import ToolContext, define_tool
+from agentloop.tools.registry import ToolRegistry
 from agentloop.workflows import loop
 from agentloop.workflows.loop import CallModel, LoopState
 from tests.test_loop import T0, call, model_turn, tool_output

@@ -48,8 +48,8 @@ with workflow.unsafe.imports_passed_through():
     from agentloop.runtime.config import Settings
     from agentloop.store import ROOT, SqliteStore
     from agentloop.tool_spec import Outcome
-    from agentloop.tools.contract import OutcomeUnknown, ToolContext, ToolError
-    from agentloop.tools.registry import ToolRegistry, define_tool
+    from agentloop.tools.contract import OutcomeUnknown, ToolContext, ToolError, define_tool
+    from agentloop.tools.registry import ToolRegistry
 
 API_KEY = "sk-test-Zq8v3LmN0pRt5WxY2aBcD"
 """A provider key passed to `configure_logging(secrets=...)`: it must never be rendered."""

@@ -26,11 +26,11 @@ import aiohttp
 import pytest
 from temporalio.client import Client
 
-from agentloop.cli.dev import free_port, temporal_binary
 from agentloop.contract import AgentRunResult
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.runtime.dev_server import free_port, temporal_binary
 from tests.support import wait_for_phase, wait_until
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
-from agentloop.cli.dev import free_port
 from agentloop.contract import AgentRunInput, AgentRunResult
 from agentloop.demo.scripted_provider import (
     Script,
@@ -27,6 +26,7 @@ from agentloop.demo.scripted_provider import (
     ScriptTurn,
 )
 from agentloop.runtime.config import Settings
+from agentloop.runtime.dev_server import free_port
 from tests.support import start_run, wait_for_phase
 from tests.test_cli import AGENTLOOP, Finished, agentloop, assert_no_traceback, process_env
 

@@ -28,7 +28,6 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from agentloop import search
-from agentloop.cli.dev import FAST_DEV_SERVER, free_port, temporal_binary
 from agentloop.cli.parser import build_parser
 from agentloop.contract import AgentRunInput, AgentRunResult, RunStatusView
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
@@ -53,6 +52,7 @@ from agentloop.runtime.config import (
     Settings,
     load_config,
 )
+from agentloop.runtime.dev_server import FAST_DEV_SERVER, free_port, temporal_binary
 from agentloop.worker import connect, data_converter, running_worker
 from agentloop.workflows.agent_run import AgentRun
 from tests.support import start_run

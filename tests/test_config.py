@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from temporalio.service import TLSConfig
 
-from agentloop.cli.dev import free_port
 from agentloop.runtime.config import (
     CONFIG_FILE_VARIABLE,
     VARIABLES,
@@ -19,6 +18,7 @@ from agentloop.runtime.config import (
     load_config,
     mask_secret,
 )
+from agentloop.runtime.dev_server import free_port
 from tests.test_cli import agentloop, assert_no_traceback, process_env
 
 PEM_CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"

@@ -26,7 +26,6 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
 from agentloop import search
-from agentloop.cli.dev import FAST_DEV_SERVER, free_port, temporal_binary
 from agentloop.contract import (
     AgentRunInput,
     AgentRunResult,
@@ -39,6 +38,7 @@ from agentloop.contract import (
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.runtime.dev_server import FAST_DEV_SERVER, free_port, temporal_binary
 from tests.support import start_run, wait_for_phase, wait_until, worker_env, worker_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]

@@ -28,6 +28,7 @@ from psycopg import sql
 
 from agentloop.context import Measured
 from agentloop.events import ModelOutput, StateUpdate, ToolResult, UserInput
+from agentloop.runtime.audit import mask_url
 from agentloop.store import (
     ROOT,
     SqliteStore,
@@ -41,7 +42,6 @@ from agentloop.store import (
     read_artifact_text,
 )
 from agentloop.store import _walk_chain as walk_chain
-from agentloop.store.base import mask_url
 from agentloop.store.chains import TranscriptCache
 from agentloop.store.postgres import PostgresStore
 from agentloop.transcript import append, parse_node

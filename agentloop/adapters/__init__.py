@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agentloop.adapters.base import ProviderAdapter, ProviderError
 from agentloop.contract import Provider
+from agentloop.runtime.config import ProviderEndpoints
 
 if TYPE_CHECKING:
     import anthropic
     import openai
 
     SdkClient = openai.AsyncOpenAI | anthropic.AsyncAnthropic
-
-
-@dataclass(frozen=True)
-class ProviderEndpoints:
-    """Keys and base URLs for the official clients (None: the client's own default)."""
-
-    openai_api_key: str | None = None
-    openai_base_url: str | None = None
-    anthropic_api_key: str | None = None
-    anthropic_base_url: str | None = None
 
 
 class AdapterFactory:

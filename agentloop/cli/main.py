@@ -233,8 +233,9 @@ async def codec_server(args: argparse.Namespace) -> int:
 
 
 async def dev(args: argparse.Namespace) -> int:
-    from agentloop.cli.dev import DevStack, DevStackError, DevStackPorts
+    from agentloop.cli.dev import DevStack, DevStackPorts
     from agentloop.runtime.audit import DEFAULT_REDACT_FIELDS, configure_logging, settings_secrets
+    from agentloop.runtime.dev_server import DevStackError
 
     configure_logging(
         fmt="console",

@@ -56,9 +56,9 @@ from agentloop.contract import (
     UserMessage,
     describe_validation_error,
 )
+from agentloop.runtime.audit import mask_url
 from agentloop.runtime.config import Settings
 from agentloop.store import StoreError, StoreUnavailable
-from agentloop.store.base import mask_url
 
 FOLLOW_POLL_SECONDS = 0.5
 FOLLOW_QUERY_TIMEOUT = timedelta(seconds=5)

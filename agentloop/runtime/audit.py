@@ -104,6 +104,8 @@ _PROVIDER_KEY = re.compile(r"\bsk-[A-Za-z0-9_-]{16,}")
 _TEMPORAL_SUFFIX = re.compile(r" \(\{.*\}\)$", re.DOTALL)
 """What temporalio's logger adapters append to a message: the details we render as fields."""
 _WORD_SPLIT = re.compile(r"[_\-.\s]+|(?<=[a-z0-9])(?=[A-Z])")
+_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@/?#]*):.*@")
+_QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&#]*")
 
 
 class Redactor:
@@ -421,3 +423,14 @@ def core_log_forwarding_runtime(core_level: str = "WARN") -> Runtime:
             )
         )
     )
+
+
+def mask_url(url: str) -> str:
+    """`url` with any password replaced by `***`, for error messages and logs."""
+    head, sep, query = url.partition("?")
+    at = head.rfind("@")
+    if at >= 0:
+        match = _USERINFO.match(head[: at + 1])
+        if match:
+            head = f"{match['scheme']}{match['user']}:***@{head[at + 1 :]}"
+    return _QUERY_PASSWORD.sub(r"\1***", head + sep + query)

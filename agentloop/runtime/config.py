@@ -30,10 +30,9 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, Field, ValidationError
 from temporalio.service import TLSConfig
 
-from agentloop.adapters import ProviderEndpoints
 from agentloop.contract import DEFAULT_TASK_QUEUE
+from agentloop.runtime.audit import mask_url
 from agentloop.runtime.codec import KeyRing, KeyRingError, mask_key_ring
-from agentloop.store.base import mask_url
 
 DEFAULT_STORE_URL = "sqlite:///.agentloop/store.db"
 DEFAULT_EXAMPLE_SERVICE_URL = "http://127.0.0.1:8787"
@@ -62,6 +61,16 @@ class ConfigError(ValueError):
             lines = "".join(f"\n  {p}" for p in self.problems)
             message = f"invalid configuration ({len(self.problems)} problems):{lines}"
         super().__init__(message)
+
+
+@dataclass(frozen=True)
+class ProviderEndpoints:
+    """Keys and base URLs for the official clients (None: the client's own default)."""
+
+    openai_api_key: str | None = None
+    openai_base_url: str | None = None
+    anthropic_api_key: str | None = None
+    anthropic_base_url: str | None = None
 
 
 class Settings(BaseModel):

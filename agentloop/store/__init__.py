@@ -7,6 +7,7 @@ PostgreSQL (several workers). Both implement `Store` and pass the same contract 
 from __future__ import annotations
 
 from agentloop.events import Event
+from agentloop.runtime.audit import mask_url
 from agentloop.store.artifacts import (
     artifact_key,
     load_artifact_text,
@@ -14,7 +15,7 @@ from agentloop.store.artifacts import (
     stored_by_reference,
     with_contents,
 )
-from agentloop.store.base import Store, StoreError, StoreUnavailable, mask_url, order_chain
+from agentloop.store.base import Store, StoreError, StoreUnavailable, order_chain
 from agentloop.store.sqlite import SqliteStore
 from agentloop.transcript import ROOT, parse_node
 

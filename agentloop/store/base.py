@@ -14,7 +14,6 @@ workers writing the same nodes at once need no coordination.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
@@ -78,18 +77,3 @@ def order_chain(head: str, rows: Iterable[tuple[str, str | None, str]]) -> list[
         key = parent
     chain.reverse()
     return chain
-
-
-_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@/?#]*):.*@")
-_QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&#]*")
-
-
-def mask_url(url: str) -> str:
-    """`url` with any password replaced by `***`, for error messages and logs."""
-    head, sep, query = url.partition("?")
-    at = head.rfind("@")
-    if at >= 0:
-        match = _USERINFO.match(head[: at + 1])
-        if match:
-            head = f"{match['scheme']}{match['user']}:***@{head[at + 1 :]}"
-    return _QUERY_PASSWORD.sub(r"\1***", head + sep + query)

@@ -21,8 +21,9 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
+from agentloop.runtime.audit import mask_url
 from agentloop.store.artifacts import artifact_key
-from agentloop.store.base import StoreError, StoreUnavailable, mask_url, node_rows, order_chain
+from agentloop.store.base import StoreError, StoreUnavailable, node_rows, order_chain
 
 # Table names are unqualified: they land in the first schema of the connection's search_path
 # (`schema=` below, or `?options=-csearch_path%3D...` in the URL).

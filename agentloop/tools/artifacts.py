@@ -11,8 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentloop.store import StoreError, load_artifact_text
-from agentloop.tools.contract import ToolContext, ToolError
-from agentloop.tools.registry import define_tool
+from agentloop.tools.contract import ToolContext, ToolError, define_tool
 
 PAGE_CHARS = 4_000
 

@@ -7,8 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentloop.tools.contract import ToolContext
-from agentloop.tools.registry import define_tool
+from agentloop.tools.contract import ToolContext, define_tool
 
 
 class AskUserArgs(BaseModel):

@@ -7,6 +7,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
+
 from agentloop.tool_spec import Outcome, ToolSpec
 
 
@@ -57,3 +59,27 @@ class Tool:
     handler: ToolHandler
     precondition: Precondition | None = None
     lookup_outcome: OutcomeLookup | None = None
+
+
+def define_tool(
+    name: str,
+    args_model: type[BaseModel],
+    handler: ToolHandler,
+    *,
+    precondition: Precondition | None = None,
+    lookup_outcome: OutcomeLookup | None = None,
+    **spec: Any,
+) -> Tool:
+    """A tool whose argument schema is generated from its pydantic model."""
+    return Tool(
+        spec=ToolSpec(
+            name=name,
+            parameters=args_model.model_json_schema(),
+            has_precondition=precondition is not None,
+            has_outcome_lookup=lookup_outcome is not None,
+            **spec,
+        ),
+        handler=handler,
+        precondition=precondition,
+        lookup_outcome=lookup_outcome,
+    )

@@ -12,8 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentloop.tool_spec import DELEGATE
-from agentloop.tools.contract import ToolContext
-from agentloop.tools.registry import define_tool
+from agentloop.tools.contract import ToolContext, define_tool
 
 
 class DelegateArgs(BaseModel):

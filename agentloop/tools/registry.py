@@ -3,36 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
-
-from pydantic import BaseModel
 
 from agentloop.tool_spec import ToolSpec
-from agentloop.tools.contract import OutcomeLookup, Precondition, Tool, ToolHandler
-
-
-def define_tool(
-    name: str,
-    args_model: type[BaseModel],
-    handler: ToolHandler,
-    *,
-    precondition: Precondition | None = None,
-    lookup_outcome: OutcomeLookup | None = None,
-    **spec: Any,
-) -> Tool:
-    """A tool whose argument schema is generated from its pydantic model."""
-    return Tool(
-        spec=ToolSpec(
-            name=name,
-            parameters=args_model.model_json_schema(),
-            has_precondition=precondition is not None,
-            has_outcome_lookup=lookup_outcome is not None,
-            **spec,
-        ),
-        handler=handler,
-        precondition=precondition,
-        lookup_outcome=lookup_outcome,
-    )
+from agentloop.tools.contract import Tool
 
 
 class UnknownToolError(KeyError):

@@ -12,14 +12,13 @@ from urllib.parse import quote
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentloop.tool_spec import Outcome
-from agentloop.tools.contract import ToolContext
+from agentloop.tools.contract import ToolContext, define_tool
 from agentloop.tools.http import (
     WRITE_TOOL_TIMEOUT_SECONDS,
     ServiceClient,
     idempotency_headers,
     lookup_operation,
 )
-from agentloop.tools.registry import define_tool
 
 TICKET_ID = r"^T-[0-9]{1,8}$"
 EMAIL = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"

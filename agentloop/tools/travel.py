@@ -7,8 +7,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentloop.tools.contract import ToolContext
-from agentloop.tools.registry import define_tool
+from agentloop.tools.contract import ToolContext, define_tool
 
 ISO_DATE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
 

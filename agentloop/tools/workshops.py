@@ -13,14 +13,13 @@ from urllib.parse import quote
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentloop.tool_spec import Outcome
-from agentloop.tools.contract import ToolContext, ToolError
+from agentloop.tools.contract import ToolContext, ToolError, define_tool
 from agentloop.tools.http import (
     WRITE_TOOL_TIMEOUT_SECONDS,
     ServiceClient,
     idempotency_headers,
     lookup_operation,
 )
-from agentloop.tools.registry import define_tool
 
 WORKSHOP_ID = r"^ws-[0-9]{3,6}$"
 PARTICIPANT_ID = r"^p-[a-z][a-z0-9-]{0,30}$"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .app import ExampleService
+    from agentloop.demo.services.app import ExampleService
 
 __all__ = ["ExampleService"]
 
@@ -14,7 +14,7 @@ def __getattr__(name: str) -> Any:
     # Imported lazily: importing `.app` eagerly here would make
     # `python -m agentloop.demo.services.app` warn that the module was already imported.
     if name == "ExampleService":
-        from .app import ExampleService
+        from agentloop.demo.services.app import ExampleService
 
         return ExampleService
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

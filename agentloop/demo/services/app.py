@@ -18,9 +18,9 @@ from typing import Any, Self
 
 from aiohttp import web
 
-from . import control, support, travel, workshops
-from .control import CONTROL_KEY, Control
-from .db import DB_KEY, Database, open_database
+from agentloop.demo.services import control, support, travel, workshops
+from agentloop.demo.services.control import CONTROL_KEY, Control
+from agentloop.demo.services.db import DB_KEY, Database, open_database
 
 DOMAIN_SCHEMAS = (travel.SCHEMA, workshops.SCHEMA, support.SCHEMA)
 SEEDED_DOMAINS = (workshops, support)

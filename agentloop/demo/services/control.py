@@ -23,9 +23,9 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from . import faults
-from .db import DB_KEY, Database
-from .faults import Faults
+from agentloop.demo.services import faults
+from agentloop.demo.services.db import DB_KEY, Database
+from agentloop.demo.services.faults import Faults
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .control import (
+from agentloop.demo.services.control import (
     ApiError,
     Apply,
     forget_operations,
@@ -24,7 +24,7 @@ from .control import (
     utc_now_iso,
     write_once,
 )
-from .db import DB_KEY, Database
+from agentloop.demo.services.db import DB_KEY, Database
 
 DOMAIN = "support"
 

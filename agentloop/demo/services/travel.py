@@ -16,8 +16,8 @@ from typing import Any
 
 from aiohttp import web
 
-from .control import invalid_argument
-from .db import DB_KEY, Database
+from agentloop.demo.services.control import invalid_argument
+from agentloop.demo.services.db import DB_KEY, Database
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS train_status (

@@ -1,0 +1,184 @@
+"""The house's rules, read from the import graph: no import cycles, and no module importing one
+that stands above it. Every agentloop module is read (imports inside functions and under
+`TYPE_CHECKING` too), so a rule broken anywhere fails here, with the line that breaks it.
+
+From the bottom up: the vocabulary every layer speaks (events, the contract, tool specs, what
+the workflow and its activities exchange, the chain hashing); the pure policies and the process
+concerns (`runtime/`); the store; the provider adapters and the tools; the workflow (which
+never imports store, adapter, tool or activity code: it runs on recorded results only); the
+activities; the demo's example systems and scripted model; the worker; and the CLI on top.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.test_workflow_determinism import PACKAGE_DIR, imported_modules
+
+VOCABULARY = frozenset(
+    {
+        "activity_io",
+        "context",
+        "contract",
+        "digests",
+        "events",
+        "pricing",
+        "reporting",
+        "search",
+        "tool_spec",
+        "transcript",
+    }
+)
+"""Top-level modules every layer may import: pure data and pure functions."""
+
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    "vocabulary": frozenset({"vocabulary"}),
+    "policies": frozenset({"vocabulary"}),
+    "runtime": frozenset({"vocabulary"}),
+    "store": frozenset({"vocabulary", "runtime"}),
+    "adapters": frozenset({"vocabulary", "policies", "runtime"}),
+    "tools": frozenset({"vocabulary", "runtime", "store"}),
+    "workflows": frozenset({"vocabulary", "policies"}),
+    "activities": frozenset({"vocabulary", "policies", "runtime", "store", "adapters", "tools"}),
+    "demo": frozenset({"vocabulary", "policies", "runtime", "store", "tools"}),
+    "worker": frozenset(
+        {"vocabulary", "policies", "runtime", "store", "adapters", "tools", "workflows"}
+        | {"activities"}
+    ),
+    "cli": frozenset(
+        {"vocabulary", "policies", "runtime", "store", "adapters", "tools", "workflows"}
+        | {"activities", "demo", "worker"}
+    ),
+}
+"""Each layer and the layers below it that it may import (its own modules aside)."""
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> str:
+    """`agentloop.workflows.loop.decide` -> `workflows`; a vocabulary module -> `vocabulary`."""
+    first = module.split(".")[1] if "." in module else ""
+    if first in VOCABULARY:
+        return "vocabulary"
+    return first
+
+
+def import_graph() -> dict[str, list[tuple[int, str]]]:
+    """Module -> `(line, agentloop module)` for each agentloop import in it."""
+    graph: dict[str, list[tuple[int, str]]] = {}
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        name = module_name(path)
+        graph[name] = [
+            (line, imported)
+            for line, imported in imported_modules(ast.parse(path.read_text()))
+            if imported.startswith("agentloop.") and imported != name
+        ]
+    return graph
+
+
+def cycles(graph: dict[str, list[tuple[int, str]]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    edges = {m: sorted({i for _, i in deps if i in graph}) for m, deps in graph.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in edges[module]:
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in edges:
+        if module not in index:
+            visit(module)
+    return found
+
+
+def upward_imports(graph: dict[str, list[tuple[int, str]]]) -> Iterator[str]:
+    for module, deps in sorted(graph.items()):
+        layer = layer_of(module)
+        if layer not in MAY_IMPORT:
+            continue  # the package's own face (`agentloop`) stands above everything
+        for line, imported in deps:
+            target = layer_of(imported)
+            if target != layer and target not in MAY_IMPORT[layer]:
+                yield f"{module}:{line} ({layer}) imports {imported} ({target})"
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    unplaced = [m for m in import_graph() if m != "agentloop" and layer_of(m) not in MAY_IMPORT]
+    assert unplaced == []
+
+
+def test_no_import_cycles() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_no_module_imports_one_that_stands_above_it() -> None:
+    assert list(upward_imports(import_graph())) == []
+
+
+def test_the_pure_loop_imports_no_temporal_and_nothing_of_the_shell() -> None:
+    graph = import_graph()
+    found = []
+    for module, path in ((m, PACKAGE_DIR.parent.joinpath(*m.split("."))) for m in graph):
+        if not module.startswith("agentloop.workflows.loop"):
+            continue
+        source = (path / "__init__.py" if path.is_dir() else path.with_suffix(".py")).read_text()
+        for line, imported in imported_modules(ast.parse(source)):
+            outside_loop = imported.startswith("agentloop.workflows.") and not imported.startswith(
+                "agentloop.workflows.loop"
+            )
+            if imported.startswith("temporalio") or outside_loop:
+                found.append(f"{module}:{line} imports {imported}")
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    ("graph", "expected"),
+    [
+        ({"agentloop.a": [(1, "agentloop.b")], "agentloop.b": [(2, "agentloop.a")]}, 1),
+        ({"agentloop.a": [(1, "agentloop.b")], "agentloop.b": []}, 0),
+    ],
+)
+def test_the_cycle_check_finds_a_cycle(
+    graph: dict[str, list[tuple[int, str]]], expected: int
+) -> None:
+    assert len(cycles(graph)) == expected
+
+
+def test_the_layer_check_finds_an_upward_import() -> None:
+    graph = {
+        "agentloop.workflows.steps": [(3, "agentloop.store.sqlite")],
+        "agentloop.demo.run": [(5, "agentloop.cli.main")],
+        "agentloop.cli.main": [(7, "agentloop.workflows.agent_run")],
+    }
+    assert list(upward_imports(graph)) == [
+        "agentloop.demo.run:5 (demo) imports agentloop.cli.main (cli)",
+        "agentloop.workflows.steps:3 (workflows) imports agentloop.store.sqlite (store)",
+    ]
