@@ -27,7 +27,8 @@ from agentloop.pricing import PriceTable
 from agentloop.runtime import tracing
 from agentloop.runtime.audit import DEFAULT_REDACT_FIELDS, configure_logging, settings_secrets
 from agentloop.runtime.codec import EncryptionCodec, encrypting_data_converter
-from agentloop.runtime.config import ConfigError, SandboxMode, Settings
+from agentloop.runtime.config import ConfigError, Settings
+from agentloop.runtime.config_checks import SandboxMode
 from agentloop.store import Store, open_store
 from agentloop.tools.http import ServiceClient
 from agentloop.tools.registry import default_registry

@@ -24,7 +24,7 @@ from agentloop.cli.replay import (
     load_history,
     replay_histories,
 )
-from agentloop.runtime.config import SandboxMode
+from agentloop.runtime.config_checks import SandboxMode
 
 HISTORY_DIR = Path(__file__).parent / "histories"
 HISTORIES = sorted(HISTORY_DIR.glob("*.json"))

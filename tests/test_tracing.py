@@ -24,7 +24,8 @@ from temporalio.contrib.opentelemetry import TracingInterceptor
 from agentloop.contract import AgentRunInput
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.runtime import tracing
-from agentloop.runtime.config import OTEL_MODULES, ConfigError, OtelMode, Settings
+from agentloop.runtime.config import ConfigError, Settings
+from agentloop.runtime.config_checks import OTEL_MODULES, OtelMode
 from agentloop.worker import connect, running_worker
 from tests.support import start_run, worker_env, worker_process
 from tests.test_cli import agentloop, assert_no_traceback

@@ -29,7 +29,7 @@ from agentloop.contract import WORKFLOW_NAME
 from agentloop.workflows.agent_run import AgentRun
 
 if TYPE_CHECKING:
-    from agentloop.runtime.config import SandboxMode
+    from agentloop.runtime.config_checks import SandboxMode
 
 __all__ = [
     "Divergence",

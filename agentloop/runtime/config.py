@@ -16,16 +16,12 @@ variable name.
 from __future__ import annotations
 
 import difflib
-import importlib
-import json
-import math
 import os
 import tomllib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
-from urllib.parse import urlsplit
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 from temporalio.service import TLSConfig
@@ -33,20 +29,27 @@ from temporalio.service import TLSConfig
 from agentloop.contract import DEFAULT_TASK_QUEUE
 from agentloop.runtime.audit import mask_url
 from agentloop.runtime.codec import KeyRing, KeyRingError, mask_key_ring
+from agentloop.runtime.config_checks import (
+    Check,
+    OtelMode,
+    SandboxMode,
+    check_codec_keys,
+    check_host_port,
+    check_otel,
+    check_pem_file,
+    check_positive_number,
+    check_pricing_file,
+    check_sandbox_mode,
+    check_store_url,
+    http_url_check,
+    read_text,
+)
 
 DEFAULT_STORE_URL = "sqlite:///.agentloop/store.db"
 DEFAULT_EXAMPLE_SERVICE_URL = "http://127.0.0.1:8787"
 CONFIG_FILE_VARIABLE = "AGENTLOOP_CONFIG"
 
 Source = Literal["env", "file", "default"]
-OtelMode = Literal["off", "console", "global"]
-"""`AGENTLOOP_OTEL`: no tracing; spans printed on stderr; spans into the process's own
-OpenTelemetry TracerProvider (see `agentloop.runtime.tracing`)."""
-SandboxMode = Literal["off", "on"]
-"""`AGENTLOOP_WORKFLOW_SANDBOX`: whether workers (and `agentloop replay`) run AgentRun inside
-Temporal's workflow sandbox (see "Determinism" in the README for why it is off by default)."""
-OTEL_MODULES = ("opentelemetry.sdk.trace", "temporalio.contrib.opentelemetry")
-"""What tracing imports: the `otel` extra."""
 
 
 class ConfigError(ValueError):
@@ -155,173 +158,6 @@ class Settings(BaseModel):
         )
 
 
-# --- checks: each takes a present value and returns what is wrong with it, or None -----------
-
-Check = Callable[[Any], "str | None"]
-
-
-def check_host_port(value: str) -> str | None:
-    expected = "expected host:port, e.g. localhost:7233"
-    if "://" in value:
-        return f"{expected} (no scheme: drop {value.split('://')[0]}://)"
-    host, sep, port = value.rpartition(":")
-    if not sep or not host:
-        return expected
-    if host.startswith("["):
-        if not host.endswith("]") or len(host) < 3:
-            return expected
-    elif ":" in host:
-        return f"{expected} (an IPv6 host goes in brackets, e.g. [::1]:7233)"
-    if any(c.isspace() or c in "/?#@" for c in host):
-        return expected
-    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
-        return f"port {port!r} is not a number from 1 to 65535: {expected}"
-    return None
-
-
-def check_store_url(value: str) -> str | None:
-    """The URLs `agentloop.store.open_store` accepts, checked without opening anything."""
-    expected = (
-        "expected sqlite:///PATH, a file path, or postgresql://USER:PASSWORD@HOST:PORT/DB"
-        " (postgres:// too)"
-    )
-    if value.startswith("sqlite:///"):
-        return None if value.removeprefix("sqlite:///") else f"no path after sqlite:///: {expected}"
-    if value.startswith(("postgresql://", "postgres://")):
-        return None
-    if "://" in value:
-        return f"unsupported scheme: {expected}"
-    return None
-
-
-def _http_url_check(example: str) -> Check:
-    def check(value: str) -> str | None:
-        expected = f"expected an http(s) URL, e.g. {example}"
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            return expected
-        try:
-            parts.port  # noqa: B018 -- raises on a port that is not a number in range
-        except ValueError:
-            return f"its port is not a number from 0 to 65535: {expected}"
-        return None
-
-    return check
-
-
-def check_positive_number(value: Any) -> str | None:
-    expected = "expected a positive number of seconds, e.g. 30"
-    if isinstance(value, bool):
-        return expected
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return expected
-    return None if math.isfinite(number) and number > 0 else expected
-
-
-def check_pricing_file(value: str) -> str | None:
-    shape = 'a JSON object {"model-prefix": [input, output]} in USD per million tokens'
-    text, unreadable = _read_text(value)
-    if unreadable:
-        return f"{unreadable}: expected {shape}"
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        return f"not valid JSON ({exc}): expected {shape}"
-    if not isinstance(data, dict):
-        return f"expected {shape}, not a JSON {type(data).__name__}"
-    for prefix, prices in data.items():
-        if not (
-            isinstance(prices, list) and len(prices) == 2 and all(_is_price(p) for p in prices)
-        ):
-            return (
-                f"the prices of {prefix!r} are {json.dumps(prices)}: expected {shape},"
-                ' e.g. {"gpt-4o": [2.5, 10.0]}'
-            )
-    return None
-
-
-def check_pem_file(value: str) -> str | None:
-    text, unreadable = _read_text(value)
-    if unreadable:
-        return f"{unreadable}: expected the path of a PEM file"
-    if "-----BEGIN" not in text:
-        return "not a PEM file (no -----BEGIN line): expected the path of a PEM file"
-    return None
-
-
-def check_codec_keys(value: str) -> str | None:
-    try:
-        KeyRing.parse(value)
-    except KeyRingError as exc:
-        return str(exc)
-    return None
-
-
-def check_otel(value: str) -> str | None:
-    """Also whether tracing can work in this process: the `otel` extra is installed and, for
-    `global`, a TracerProvider is set (like a file that must exist, this is checked where the
-    settings are loaded)."""
-    if value not in get_args(OtelMode):
-        return (
-            "expected off, console (spans printed on stderr) or global (the process's"
-            " OpenTelemetry TracerProvider)"
-        )
-    if value == "off":
-        return None
-    try:
-        for module in OTEL_MODULES:
-            importlib.import_module(module)
-    except ImportError:
-        return "tracing needs the OpenTelemetry packages: pip install 'agentloop[otel]'"
-    if value == "global" and not _tracer_provider_is_set():
-        return (
-            "no OpenTelemetry TracerProvider is set in this process: run under"
-            " opentelemetry-instrument (exporters configured by the OTEL_* variables), or set"
-            " one with opentelemetry.trace.set_tracer_provider() before loading the settings;"
-            " or use console"
-        )
-    return None
-
-
-def check_sandbox_mode(value: str) -> str | None:
-    if value not in get_args(SandboxMode):
-        return "expected off (AgentRun runs unsandboxed, the default) or on (in Temporal's sandbox)"
-    return None
-
-
-def _tracer_provider_is_set() -> bool:
-    from opentelemetry import trace
-
-    # Until a provider is set, OpenTelemetry hands out a proxy that drops every span.
-    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
-
-
-def _is_price(value: Any) -> bool:
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value >= 0
-    )
-
-
-def _read_text(path: str) -> tuple[str, str | None]:
-    """`(the file's text, None)`, or `("", why it cannot be read)`."""
-    file = Path(path)
-    if not file.exists():
-        return "", "no such file"
-    if not file.is_file():
-        return "", "not a file"
-    try:
-        return file.read_text(encoding="utf-8"), None
-    except OSError as exc:
-        return "", f"cannot read it ({exc.strerror or exc})"
-    except UnicodeDecodeError:
-        return "", "not a text file"
-
-
 # --- the one table of settings and their variables ---------------------------------------
 
 
@@ -348,17 +184,17 @@ VARIABLES: dict[str, Variable] = {
     "task_queue": Variable("AGENT_LOOP_TASK_QUEUE"),
     "store_url": Variable("AGENTLOOP_STORE_URL", check_store_url, is_url=True),
     "example_service_url": Variable(
-        "AGENTLOOP_EXAMPLE_SERVICE_URL", _http_url_check("http://127.0.0.1:8787"), is_url=True
+        "AGENTLOOP_EXAMPLE_SERVICE_URL", http_url_check("http://127.0.0.1:8787"), is_url=True
     ),
     "openai_api_key": Variable("OPENAI_API_KEY", secret=True),
     "openai_base_url": Variable(
-        "OPENAI_BASE_URL", _http_url_check("https://api.openai.com/v1"), is_url=True
+        "OPENAI_BASE_URL", http_url_check("https://api.openai.com/v1"), is_url=True
     ),
     "anthropic_api_key": Variable("ANTHROPIC_API_KEY", secret=True),
     "anthropic_base_url": Variable(
-        "ANTHROPIC_BASE_URL", _http_url_check("https://api.anthropic.com"), is_url=True
+        "ANTHROPIC_BASE_URL", http_url_check("https://api.anthropic.com"), is_url=True
     ),
-    "ui_url": Variable("AGENTLOOP_UI_URL", _http_url_check("http://localhost:8233"), is_url=True),
+    "ui_url": Variable("AGENTLOOP_UI_URL", http_url_check("http://localhost:8233"), is_url=True),
     "pricing_file": Variable("AGENTLOOP_PRICING_FILE", check_pricing_file),
     "tool_http_timeout_seconds": Variable(
         "AGENTLOOP_TOOL_HTTP_TIMEOUT_SECONDS", check_positive_number
@@ -486,7 +322,7 @@ def _present(value: Any) -> Any:
 
 def _read_config_file(path: str, problems: list[str]) -> dict[str, Any]:
     where = f"{CONFIG_FILE_VARIABLE}={path!r}"
-    text, unreadable = _read_text(path)
+    text, unreadable = read_text(path)
     if unreadable:
         problems.append(f"{where}: {unreadable}: point it at a TOML file of settings, or unset it")
         return {}

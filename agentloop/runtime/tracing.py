@@ -21,7 +21,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from agentloop.runtime.config import VARIABLES, ConfigError, Settings, check_otel
+from agentloop.runtime.config import VARIABLES, ConfigError, Settings
+from agentloop.runtime.config_checks import check_otel
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
