@@ -175,10 +175,10 @@ def test_the_cycle_check_finds_a_cycle(
 def test_the_layer_check_finds_an_upward_import() -> None:
     graph = {
         "agentloop.workflows.steps": [(3, "agentloop.store.sqlite")],
-        "agentloop.demo.run": [(5, "agentloop.cli.main")],
-        "agentloop.cli.main": [(7, "agentloop.workflows.agent_run")],
+        "agentloop.demo.run": [(5, "agentloop.cli.commands")],
+        "agentloop.cli.commands": [(7, "agentloop.workflows.agent_run")],
     }
     assert list(upward_imports(graph)) == [
-        "agentloop.demo.run:5 (demo) imports agentloop.cli.main (cli)",
+        "agentloop.demo.run:5 (demo) imports agentloop.cli.commands (cli)",
         "agentloop.workflows.steps:3 (workflows) imports agentloop.store.sqlite (store)",
     ]

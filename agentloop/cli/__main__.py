@@ -1,5 +1,5 @@
 """`python -m agentloop.cli`: the `agentloop` command without its console script."""
 
-from agentloop.cli.main import main
+from agentloop.cli.commands import main
 
 main()

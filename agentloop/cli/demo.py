@@ -15,8 +15,8 @@ import uuid
 from pathlib import Path
 
 from agentloop import search
+from agentloop.cli.commands import exit_now
 from agentloop.cli.dev import DevStack, DevStackPorts
-from agentloop.cli.main import exit_now
 from agentloop.cli.progress import format_result
 from agentloop.contract import (
     WORKFLOW_NAME,
