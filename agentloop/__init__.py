@@ -1,1 +1,133 @@
-"""agentloop: a durable AI-agent tool-calling loop that runs as a Temporal service."""
+"""agentloop: a durable AI-agent tool-calling loop that runs as a Temporal service.
+
+The public API, for a team's own tools and its own worker:
+
+    import agentloop
+
+    @agentloop.tool(effect="write", scopes=["tickets:write"], lookup_outcome=...)
+    async def send_reply(ctx: agentloop.ToolContext[Deps], ticket_id: str, body: str) -> dict:
+        ...
+
+Names are imported when first used, so `import agentloop` stays cheap (workflow code imports
+agentloop modules, and must not pull in worker or provider code)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentloop.activity_io import Verdict
+    from agentloop.client import connect, start_run
+    from agentloop.contract import (
+        AgentRunInput,
+        AgentRunResult,
+        ApprovalDecision,
+        Limits,
+        Principal,
+        ResolveRequest,
+        RunStatusView,
+        UserMessage,
+    )
+    from agentloop.runtime.config import Settings
+    from agentloop.tool_spec import Outcome
+    from agentloop.tools.activity_tools import activity_tool
+    from agentloop.tools.contract import (
+        BusinessRefusal,
+        InvalidArguments,
+        OutcomeUnknown,
+        PermissionDenied,
+        ToolContext,
+        ToolError,
+        TransientError,
+    )
+    from agentloop.tools.decorator import (
+        VerifyContext,
+        approval_rule,
+        dependencies,
+        tool,
+        verifier,
+    )
+    from agentloop.tools.plugins import PluginError, Toolset
+    from agentloop.worker import WorkerParts, running_worker, worker_parts
+
+_EXPORTS = {
+    "Verdict": "agentloop.activity_io",
+    "connect": "agentloop.client",
+    "start_run": "agentloop.client",
+    "AgentRunInput": "agentloop.contract",
+    "AgentRunResult": "agentloop.contract",
+    "ApprovalDecision": "agentloop.contract",
+    "Limits": "agentloop.contract",
+    "Principal": "agentloop.contract",
+    "ResolveRequest": "agentloop.contract",
+    "RunStatusView": "agentloop.contract",
+    "UserMessage": "agentloop.contract",
+    "Settings": "agentloop.runtime.config",
+    "Outcome": "agentloop.tool_spec",
+    "activity_tool": "agentloop.tools.activity_tools",
+    "BusinessRefusal": "agentloop.tools.contract",
+    "InvalidArguments": "agentloop.tools.contract",
+    "OutcomeUnknown": "agentloop.tools.contract",
+    "PermissionDenied": "agentloop.tools.contract",
+    "ToolContext": "agentloop.tools.contract",
+    "ToolError": "agentloop.tools.contract",
+    "TransientError": "agentloop.tools.contract",
+    "VerifyContext": "agentloop.tools.decorator",
+    "approval_rule": "agentloop.tools.decorator",
+    "dependencies": "agentloop.tools.decorator",
+    "tool": "agentloop.tools.decorator",
+    "verifier": "agentloop.tools.decorator",
+    "PluginError": "agentloop.tools.plugins",
+    "Toolset": "agentloop.tools.plugins",
+    "WorkerParts": "agentloop.worker",
+    "running_worker": "agentloop.worker",
+    "worker_parts": "agentloop.worker",
+}
+
+__all__ = [
+    "AgentRunInput",
+    "AgentRunResult",
+    "ApprovalDecision",
+    "BusinessRefusal",
+    "InvalidArguments",
+    "Limits",
+    "Outcome",
+    "OutcomeUnknown",
+    "PermissionDenied",
+    "PluginError",
+    "Principal",
+    "ResolveRequest",
+    "RunStatusView",
+    "Settings",
+    "ToolContext",
+    "ToolError",
+    "Toolset",
+    "TransientError",
+    "UserMessage",
+    "Verdict",
+    "VerifyContext",
+    "WorkerParts",
+    "activity_tool",
+    "approval_rule",
+    "connect",
+    "dependencies",
+    "running_worker",
+    "start_run",
+    "tool",
+    "verifier",
+    "worker_parts",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentloop' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

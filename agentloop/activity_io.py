@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agentloop.contract import CallRecord, ModelSettings, Provider
+from agentloop.contract import CallRecord, ModelSettings, Principal, Provider
 from agentloop.events import Event, ModelOutput
 from agentloop.tool_spec import ToolSpec
 
@@ -60,11 +60,44 @@ class RunToolInput(BaseModel):
     tool: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str = ""
+    principal: Principal | None = None
+    """Who the run acts for (`ToolContext.principal`); None from runs started before it
+    was sent (the activity then says `anonymous`)."""
+    approval_rule: str | None = None
+    """`check_precondition` only: the approval rule of the call's tool, as the run's tool
+    spec names it, to evaluate with the precondition (the verdict goes into history)."""
+
+
+class ActivityToolInput(BaseModel):
+    """What an activity tool (`agentloop.activity_tool`) and its lookup activity are given:
+    one JSON object, readable by a worker in any SDK language."""
+
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    call_id: str
+    idempotency_key: str = ""
+    """For a write: the key to send to the system of record, and to look the write up by."""
+    principal: Principal
+    workflow_id: str
+
+
+class ToolOutput(BaseModel):
+    """`frame_tool_output`: what an activity tool returned, to be bounded like any tool's
+    output (kept whole as an artifact when large) by agentloop's own worker."""
+
+    workflow_id: str
+    call_id: str
+    tool: str
+    output: Any = None
 
 
 class PreconditionResult(BaseModel):
     problem: str | None = None
     """Why the call must not go ahead; None when the precondition holds."""
+    error_class: str | None = None
+    """`permission` when the refusal was a `PermissionDenied` (None: a business refusal)."""
+    needs_approval: bool | None = None
+    """The verdict of `approval_rule` (None when none was asked)."""
 
 
 class VerifyInput(BaseModel):
@@ -73,6 +106,7 @@ class VerifyInput(BaseModel):
     answer: str = ""
     calls: list[CallRecord] = Field(default_factory=list)
     """The call ledger: the evidence a verifier checks against the systems of record."""
+    principal: Principal | None = None
 
 
 class Verdict(BaseModel):
@@ -82,3 +116,5 @@ class Verdict(BaseModel):
 
 class DescribeToolsInput(BaseModel):
     names: list[str] = Field(default_factory=list)
+    completion_check: str | None = None
+    """The run's verifier, checked to exist on the worker before anything runs."""

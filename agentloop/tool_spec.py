@@ -66,6 +66,15 @@ class ToolSpec(BaseModel):
     worker that runs the workflow, with no activity task round trip through the server (a few
     ms instead of ~10). Its attempts are recorded as a marker, not as activity events; a lost
     worker's attempt is simply run again, which only a read can afford."""
+    activity: str | None = None
+    """A tool that is an existing Temporal activity of this type, on `task_queue`, served by
+    any worker in any SDK language (`agentloop.activity_tool`); None: agentloop's `run_tool`."""
+    task_queue: str | None = None
+    lookup_activity: str | None = None
+    """For an activity tool's writes: the activity type (on the same task queue) that says,
+    by idempotency key, whether the write happened."""
+    heartbeat_seconds: float | None = None
+    """An activity tool that heartbeats: a worker lost mid-call is noticed this fast."""
 
     @model_validator(mode="before")
     @classmethod
@@ -73,6 +82,14 @@ class ToolSpec(BaseModel):
         if isinstance(data, dict) and data.get("local") and "timeout_seconds" not in data:
             return {**data, "timeout_seconds": LOCAL_DEFAULT_TIMEOUT_SECONDS}
         return data
+
+    @model_validator(mode="after")
+    def _activity_tools_are_complete(self) -> ToolSpec:
+        if self.activity is not None and not self.task_queue:
+            raise ValueError(f"tool {self.name}: an activity tool names its task queue")
+        if self.activity is not None and (self.local or self.has_precondition):
+            raise ValueError(f"tool {self.name}: an activity tool is neither local nor checked")
+        return self
 
     @model_validator(mode="after")
     def _local_is_a_short_read(self) -> ToolSpec:

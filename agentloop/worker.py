@@ -1,5 +1,7 @@
 """Wiring only: a Temporal client with the pydantic converter (and the tracing interceptor when
-`AGENTLOOP_OTEL` asks for it), and a worker on `agent-loop`."""
+`AGENTLOOP_OTEL` asks for it), and a worker on `agent-loop` with the built-in tools and the
+team's tool modules. `worker_parts` hands out AgentRun and its activities for a worker of
+your own; `running_worker` is that worker; `serve` runs one until a signal."""
 
 from __future__ import annotations
 
@@ -7,14 +9,12 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
-import aiohttp
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import DataConverter
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
@@ -23,26 +23,15 @@ from agentloop.activities.runs import RunActivities
 from agentloop.activities.tools import ToolActivities
 from agentloop.activities.verify import VerifierActivities
 from agentloop.adapters import AdapterFactory
+from agentloop.client import connect
 from agentloop.pricing import PriceTable
 from agentloop.runtime import tracing
 from agentloop.runtime.audit import DEFAULT_REDACT_FIELDS, configure_logging, settings_secrets
-from agentloop.runtime.codec import EncryptionCodec, encrypting_data_converter
 from agentloop.runtime.config import ConfigError, Settings
 from agentloop.runtime.config_checks import SandboxMode
-from agentloop.store import Store, open_store
-from agentloop.tools.http import ServiceClient
-from agentloop.tools.registry import default_registry
+from agentloop.store import open_store
+from agentloop.tools.plugins import PluginError, Toolbox, load_toolbox
 from agentloop.workflows.agent_run import AgentRun
-
-
-def data_converter(settings: Settings) -> DataConverter:
-    """The pydantic converter; with `AGENTLOOP_CODEC_KEYS` set, every payload encrypted
-    (`agentloop.runtime.codec`). Raises `ConfigError` naming the variable when the keys are
-    malformed."""
-    ring = settings.codec_key_ring()
-    if ring is None:
-        return pydantic_data_converter
-    return encrypting_data_converter(EncryptionCodec.from_ring(ring))
 
 
 def workflow_runner(sandbox: SandboxMode) -> WorkflowRunner:
@@ -58,69 +47,91 @@ def workflow_runner(sandbox: SandboxMode) -> WorkflowRunner:
     return SandboxedWorkflowRunner() if sandbox == "on" else UnsandboxedWorkflowRunner()
 
 
-async def connect(settings: Settings) -> Client:
-    """A client for `settings`; the worker, the CLI and the tests all connect here, so all of
-    them read and write payloads the same way (encrypted when keys are configured) and trace
-    the same way (`agentloop.runtime.tracing`: a worker built on this client inherits its
-    interceptors, so they are never given to the worker a second time)."""
-    return await Client.connect(
-        settings.temporal_address,
-        namespace=settings.temporal_namespace,
-        data_converter=data_converter(settings),
-        api_key=settings.temporal_api_key,
-        tls=settings.tls_config(),
-        interceptors=tracing.interceptors(settings),
-    )
-
-
 @dataclass(frozen=True)
-class ToolServices:
-    """What example tools reach: the example service standing in for systems of record."""
+class WorkerParts:
+    """What an agentloop worker runs, for a `temporalio.worker.Worker` of your own:
 
-    example: ServiceClient
-    store: Store
-    """Where `read_artifact` finds large tool outputs."""
+        async with worker_parts(client, settings, tools=["my_team.tools"]) as parts:
+            worker = Worker(client, task_queue=settings.task_queue, **parts.worker_kwargs())
+
+    Model calls, tool executions and the rest all run on that task queue; add activities of
+    your own beside `parts.activities` as you like."""
+
+    workflows: list[type]
+    activities: list[Callable[..., Any]]
+    workflow_runner: WorkflowRunner
+    toolbox: Toolbox
+
+    def worker_kwargs(self) -> dict[str, Any]:
+        return {
+            "workflows": self.workflows,
+            "activities": self.activities,
+            "workflow_runner": self.workflow_runner,
+        }
+
+
+def tool_modules(settings: Settings, tools: Sequence[str] | None = None) -> list[str]:
+    """The tool modules a worker loads: `tools` (e.g. `--tools`) after `AGENTLOOP_TOOLS`."""
+    return list(dict.fromkeys([*settings.tool_modules(), *(tools or ())]))
 
 
 @asynccontextmanager
-async def running_worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
-    """A worker polling `settings.task_queue` for as long as the context is open."""
+async def worker_parts(
+    client: Client,
+    settings: Settings,
+    tools: Sequence[str] | Toolbox | None = None,
+) -> AsyncIterator[WorkerParts]:
+    """AgentRun and its activities for `client`, with the built-in tools and the tool modules
+    `tools` names (default: `settings.tools`, `AGENTLOOP_TOOLS`). Their dependencies, the store
+    and the provider clients are open for as long as the context is.
+
+    Raises `PluginError` (before anything opens) when a tool module cannot be loaded."""
+    toolbox = tools if isinstance(tools, Toolbox) else load_toolbox(tool_modules(settings, tools))
     store = open_store(settings.store_url)
-    timeout = aiohttp.ClientTimeout(total=settings.tool_http_timeout_seconds)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        services = ToolServices(
-            example=ServiceClient(settings.example_service_url, session), store=store
-        )
-        adapters = AdapterFactory(settings.provider_endpoints())
-        model = ModelActivities(store, adapters, PriceTable.with_overrides(settings.pricing_file))
-        registry = default_registry()
-        tools = ToolActivities(registry, services)
-        runs = RunActivities(client)
-        verifiers = VerifierActivities(registry, services)
-        worker = Worker(
-            client,
-            task_queue=settings.task_queue,
-            workflows=[AgentRun],
-            workflow_runner=workflow_runner(settings.workflow_sandbox),
-            activities=[
-                *model.activities(),
-                tools.describe_tools,
-                tools.check_precondition,
-                tools.run_tool,
-                tools.lookup_outcome,
-                runs.load_previous_run,
-                verifiers.verify_completion,
-            ],
-        )
-        try:
-            async with worker:
-                yield worker
-        finally:
-            await adapters.close()
-            await store.close()
+    adapters = AdapterFactory(settings.provider_endpoints())
+    try:
+        async with toolbox.opened(settings) as opened:
+            model = ModelActivities(
+                store, adapters, PriceTable.with_overrides(settings.pricing_file)
+            )
+            tool_activities = ToolActivities(opened, store)
+            runs = RunActivities(client)
+            verifiers = VerifierActivities(opened, store)
+            yield WorkerParts(
+                workflows=[AgentRun],
+                activities=[
+                    *model.activities(),
+                    tool_activities.describe_tools,
+                    tool_activities.check_precondition,
+                    tool_activities.run_tool,
+                    tool_activities.lookup_outcome,
+                    tool_activities.frame_tool_output,
+                    runs.load_previous_run,
+                    verifiers.verify_completion,
+                ],
+                workflow_runner=workflow_runner(settings.workflow_sandbox),
+                toolbox=toolbox,
+            )
+    finally:
+        await adapters.close()
+        await store.close()
 
 
-async def serve(settings: Settings) -> None:
+@asynccontextmanager
+async def running_worker(
+    client: Client,
+    settings: Settings,
+    tools: Sequence[str] | Toolbox | None = None,
+) -> AsyncIterator[Worker]:
+    """A worker polling `settings.task_queue` for as long as the context is open (see
+    `worker_parts` for `tools`)."""
+    async with worker_parts(client, settings, tools) as parts:
+        worker = Worker(client, task_queue=settings.task_queue, **parts.worker_kwargs())
+        async with worker:
+            yield worker
+
+
+async def serve(settings: Settings, toolbox: Toolbox) -> None:
     """Run a worker until SIGINT or SIGTERM."""
     configure_logging(
         level=os.environ.get("AGENTLOOP_LOG_LEVEL", "INFO"),
@@ -134,10 +145,10 @@ async def serve(settings: Settings) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with running_worker(client, settings):
+        async with running_worker(client, settings, toolbox):
             print(
                 f"agentloop worker polling task queue {settings.task_queue!r} "
-                f"on {settings.temporal_address}",
+                f"on {settings.temporal_address}; tools: {', '.join(toolbox.registry.names())}",
                 flush=True,
             )
             await stop.wait()
@@ -146,12 +157,15 @@ async def serve(settings: Settings) -> None:
 
 
 def main() -> None:
+    """`python worker.py` (and `python -m agentloop.worker`): a worker from the configuration;
+    exit 2 on a bad configuration or a tool module that cannot be loaded, before polling."""
     try:
         settings = Settings.load()
-    except ConfigError as exc:
+        toolbox = load_toolbox(tool_modules(settings))
+    except (ConfigError, PluginError) as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(2) from None
-    asyncio.run(serve(settings))
+    asyncio.run(serve(settings, toolbox))
 
 
 if __name__ == "__main__":

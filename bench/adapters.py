@@ -31,11 +31,12 @@ from agentloop.adapters.base import ModelRequest, ProviderAdapter
 from agentloop.contract import ModelSettings, Provider
 from agentloop.demo.scripted_provider import Script
 from agentloop.demo.scripted_provider.server import ScriptedProvider
+from agentloop.demo.tools.travel import get_weather
 from agentloop.events import Event, ModelOutput
 from agentloop.runtime.config import ProviderEndpoints, Settings
 from agentloop.runtime.dev_server import free_port
 from agentloop.store import open_store
-from agentloop.tools.registry import default_registry
+from agentloop.tools.builtins import read_artifact
 from bench.longrun import play, transcript
 from bench.processes import child_process
 from bench.report import Figure, Section, ratio
@@ -90,7 +91,7 @@ def request_before_last_output(name: Provider, model: str, events: list[Event]) 
         provider=name,
         model=model,
         events=events[:last],
-        tools=default_registry().specs(["get_weather", "read_artifact"]),
+        tools=[get_weather.spec, read_artifact.spec],
         settings=ModelSettings(stream=True),
     )
 

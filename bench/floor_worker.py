@@ -10,8 +10,9 @@ import signal
 
 from temporalio.worker import Worker
 
+from agentloop.client import connect
 from agentloop.runtime.config import Settings
-from agentloop.worker import connect, workflow_runner
+from agentloop.worker import workflow_runner
 from bench.floor import BenchFloor, noop
 from bench.processes import FLOOR_READY
 

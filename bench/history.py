@@ -18,7 +18,8 @@ from agentloop.activity_io import MODEL_CALLS
 from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.events import Event, ModelOutput, ToolResult
 from agentloop.runtime.config import Settings
-from agentloop.tools.contract import ToolContext, define_tool
+from agentloop.tools.contract import ToolContext
+from agentloop.tools.decorator import tool
 from bench.longrun import play, transcript, worker_with_tools
 from bench.report import Figure, Section, ratio
 from bench.scripts import long_input, report_script
@@ -40,16 +41,12 @@ def report_text(day: int) -> str:
     return "".join(lines)[:REPORT_CHARS]
 
 
-async def _report(args: dict[str, Any], ctx: ToolContext) -> str:
-    return report_text(args["day"])
+@tool(name="bench_daily_report")
+async def REPORT_TOOL(ctx: ToolContext[Any], args: ReportArgs) -> str:
+    """The full sensor report of one day (about 10 KB of text)."""
+    return report_text(args.day)
 
 
-REPORT_TOOL = define_tool(
-    "bench_daily_report",
-    ReportArgs,
-    _report,
-    description="The full sensor report of one day (about 10 KB of text).",
-)
 """Default output cap (8,000 chars), as a real tool would have: each 10 KB report is kept as
 an artifact and the model sees a preview of the cap's size. (Uncapped, 100 turns of 10 KB
 would also pass the 1 MiB request-body limit of the scripted provider's aiohttp server.)"""

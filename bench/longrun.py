@@ -4,29 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import aiohttp
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
-from temporalio.worker import Worker
 
-from agentloop.activities.model import ModelActivities
-from agentloop.activities.tools import ToolActivities
-from agentloop.adapters import AdapterFactory
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult
 from agentloop.events import Event
 from agentloop.runtime.config import Settings
 from agentloop.store import Store, load_transcript, open_store
 from agentloop.tools.contract import Tool
-from agentloop.tools.http import ServiceClient
-from agentloop.tools.registry import default_registry
-from agentloop.worker import ToolServices
-from agentloop.workflows.agent_run import AgentRun
+from agentloop.tools.plugins import load_toolbox
+from agentloop.worker import running_worker
 
 
 async def play(
@@ -128,31 +120,17 @@ async def transcript(store: Store, result: AgentRunResult) -> list[Event]:
 async def worker_with_tools(
     client: Client, settings: Settings, task_queue: str, store_path: Path, extra: list[Tool]
 ) -> AsyncIterator[Store]:
-    """A worker wired like `agentloop.worker.running_worker`, whose registry also has `extra`
-    tools, on its own task queue and store; yields the store."""
-    store = open_store(f"sqlite:///{store_path}")
-    registry = default_registry()
+    """The agentloop worker with the example tools and `extra` (a tool module like any
+    team's), on its own task queue and store; yields the store to read transcripts from."""
+    own = settings.model_copy(
+        update={"task_queue": task_queue, "store_url": f"sqlite:///{store_path}"}
+    )
+    toolbox = load_toolbox(["agentloop.demo.tools"])
     for tool in extra:
-        registry.add(tool)
-    timeout = aiohttp.ClientTimeout(total=settings.tool_http_timeout_seconds)
-    adapters = AdapterFactory(settings.provider_endpoints())
+        toolbox.registry.add(tool)
+    store = open_store(own.store_url)
     try:
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            example = ServiceClient(settings.example_service_url, session)
-            model = ModelActivities(store, adapters)
-            tools = ToolActivities(registry, ToolServices(example=example, store=store))
-            activities: list[Callable[..., Any]] = [
-                *model.activities(),
-                tools.describe_tools,
-                tools.check_precondition,
-                tools.run_tool,
-                tools.lookup_outcome,
-            ]
-            worker = Worker(
-                client, task_queue=task_queue, workflows=[AgentRun], activities=activities
-            )
-            async with worker:
-                yield store
+        async with running_worker(client, own, toolbox):
+            yield store
     finally:
-        await adapters.close()
         await store.close()

@@ -13,6 +13,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from agentloop import search
+from agentloop.cli.dev import EXAMPLE_TOOLS_MODULE
 from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
@@ -76,6 +77,7 @@ def worker_settings(
         anthropic_base_url=scripted_provider.anthropic_base_url,
         # A hung write is given up on (and looked up) quickly in tests.
         tool_http_timeout_seconds=2.0,
+        tools=EXAMPLE_TOOLS_MODULE,
     )
 
 

@@ -7,7 +7,7 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -17,11 +17,27 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 
 from agentloop import search
-from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, RunStatusView
+from agentloop.activities.tools import ToolActivities
+from agentloop.contract import (
+    WORKFLOW_NAME,
+    AgentRunInput,
+    AgentRunResult,
+    RunStatusView,
+)
 from agentloop.runtime.config import Settings
+from agentloop.store import Store
+from agentloop.tools.contract import Tool
+from agentloop.tools.plugins import OpenedToolbox, Plugin, Toolset, build_toolbox
 from agentloop.workflows.deadline import DEADLINE_TIMER_SUMMARY
 
 WORKER_READY_LINE = "agentloop worker polling"
+
+
+def tool_activities(tools: Sequence[Tool], store: Store, deps: Any = None) -> ToolActivities:
+    """The tool activities of a worker serving `tools` beside the built-ins, the tools'
+    dependencies (`ctx.deps`) being `deps`."""
+    box = build_toolbox([Plugin("tests", Toolset(tools=tuple(tools)))])
+    return ToolActivities(OpenedToolbox(box, {"tests": deps}), store)
 
 
 async def start_run(
@@ -125,6 +141,7 @@ def worker_env(client: Client, settings: Settings, store: Path) -> dict[str, str
         "AGENTLOOP_STORE_URL": f"sqlite:///{store}",
         "AGENTLOOP_EXAMPLE_SERVICE_URL": settings.example_service_url,
         "AGENTLOOP_TOOL_HTTP_TIMEOUT_SECONDS": str(settings.tool_http_timeout_seconds),
+        "AGENTLOOP_TOOLS": settings.tools or "",
     }
     for name, value in (
         ("OPENAI_API_KEY", settings.openai_api_key),
@@ -138,12 +155,15 @@ def worker_env(client: Client, settings: Settings, store: Path) -> dict[str, str
 
 
 @asynccontextmanager
-async def worker_process(env: dict[str, str]) -> AsyncIterator[asyncio.subprocess.Process]:
-    """`python -m agentloop.worker` as its own OS process, yielded once it polls."""
+async def worker_process(
+    env: dict[str, str],
+    command: Sequence[str] = (sys.executable, "-m", "agentloop.worker"),
+    ready: str = WORKER_READY_LINE,
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """A worker (`python -m agentloop.worker`, or `command`) as its own OS process, yielded
+    once it prints `ready` (it polls)."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agentloop.worker",
+        *command,
         env={**os.environ, **env},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
@@ -154,7 +174,7 @@ async def worker_process(env: dict[str, str]) -> AsyncIterator[asyncio.subproces
             line = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
             if not line:
                 raise AssertionError("worker process exited before it was ready")
-            if WORKER_READY_LINE in line:
+            if ready in line:
                 break
         yield process
     finally:

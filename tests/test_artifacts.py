@@ -7,51 +7,38 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
 from temporalio.testing import ActivityEnvironment
 
-from agentloop.activities.tools import ToolActivities
 from agentloop.activity_io import RunToolInput
 from agentloop.contract import AgentRunInput
 from agentloop.events import ToolResult
 from agentloop.store import SqliteStore
-from agentloop.tools.artifacts import read_artifact
-from agentloop.tools.contract import ToolContext, define_tool
-from agentloop.tools.registry import ToolRegistry
+from agentloop.tools.builtins import read_artifact
+from agentloop.tools.contract import ToolContext
+from agentloop.tools.decorator import tool
 from agentloop.workflows import loop
 from agentloop.workflows.loop import CallModel, LoopState
+from tests.support import tool_activities
 from tests.test_loop import T0, call, model_turn, tool_output
 
 ONE_MB = 1_000_000
 
 
-class NoArgs(BaseModel):
-    pass
-
-
-async def _dump(args: dict[str, Any], ctx: ToolContext) -> Any:
+@tool(name="dump_logs", max_result_chars=2_000)
+async def DUMP(ctx: ToolContext[Any]) -> Any:
     # Distinct, escape-heavy lines so a wrong offset or a lost character would show.
     return "".join(f'line {i:06d} "quoted" é\n' for i in range(ONE_MB // 23 + 1))
-
-
-DUMP = define_tool("dump_logs", NoArgs, _dump, max_result_chars=2_000)
-
-
-class Services:
-    def __init__(self, store: SqliteStore) -> None:
-        self.store = store
-        self.example = None
 
 
 async def test_a_one_megabyte_output_becomes_a_preview_and_pages(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.db")
     try:
-        tools = ToolActivities(ToolRegistry([DUMP, read_artifact]), Services(store))
+        tools = tool_activities([DUMP], store)
         env = ActivityEnvironment()
         result: ToolResult = await env.run(
             tools.run_tool, RunToolInput(workflow_id="wf", call_id="c1", tool="dump_logs")
         )
-        full = await _dump({}, None)  # type: ignore[arg-type]
+        full = await DUMP(None)
         assert len(full) >= ONE_MB
         assert len(result.content) <= DUMP.spec.max_result_chars
         frame = json.loads(result.content)

@@ -30,7 +30,6 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.worker import Worker
 
     from agentloop.activities.model import ModelActivities
-    from agentloop.activities.tools import ToolActivities
     from agentloop.activity_io import CallModelInput, RunToolInput
     from agentloop.adapters.base import ModelRequest, ProviderError
     from agentloop.digests import args_digest
@@ -48,8 +47,9 @@ with workflow.unsafe.imports_passed_through():
     from agentloop.runtime.config import Settings
     from agentloop.store import ROOT, SqliteStore
     from agentloop.tool_spec import Outcome
-    from agentloop.tools.contract import OutcomeUnknown, ToolContext, ToolError, define_tool
-    from agentloop.tools.registry import ToolRegistry
+    from agentloop.tools.contract import OutcomeUnknown, ToolContext, ToolError
+    from agentloop.tools.decorator import tool
+    from tests.support import tool_activities
 
 API_KEY = "sk-test-Zq8v3LmN0pRt5WxY2aBcD"
 """A provider key passed to `configure_logging(secrets=...)`: it must never be rendered."""
@@ -93,57 +93,41 @@ class ReplyArgs(BaseModel):
     body: str
 
 
-async def _weather(args: dict[str, Any], ctx: ToolContext) -> Any:
-    return {"city": args["city"], "forecast": f"sunny {TOOL_OUTPUT_MARK}"}
+@tool(name="get_weather", version="3")
+async def _weather(ctx: ToolContext[Any], args: WeatherArgs) -> Any:
+    return {"city": args.city, "forecast": f"sunny {TOOL_OUTPUT_MARK}"}
 
 
-async def _big(args: dict[str, Any], ctx: ToolContext) -> Any:
+@tool(name="dump", max_result_chars=1_000)
+async def _big(ctx: ToolContext[Any], args: WeatherArgs) -> Any:
     return TOOL_OUTPUT_MARK + "x" * 5_000
 
 
-async def _flaky(args: dict[str, Any], ctx: ToolContext) -> Any:
+@tool(name="flaky")
+async def _flaky(ctx: ToolContext[Any], args: WeatherArgs) -> Any:
     raise ToolError(f"upstream 503 {TOOL_OUTPUT_MARK}", error_class="transient", retryable=True)
 
 
-async def _closed(args: dict[str, Any], ctx: ToolContext) -> Any:
+@tool(name="closed")
+async def _closed(ctx: ToolContext[Any], args: WeatherArgs) -> Any:
     raise ToolError(f"city closed {TOOL_OUTPUT_MARK}", error_class="business")
 
 
-async def _send(args: dict[str, Any], ctx: ToolContext) -> Any:
-    raise OutcomeUnknown(f"connection dropped after sending to {args['recipient']}")
+async def _recipient_known(ctx: ToolContext[Any], args: ReplyArgs) -> None:
+    if args.recipient != "dana@example.com":
+        raise ToolError(f"no ticket contact {args.recipient}")
 
 
-async def _recipient_known(args: dict[str, Any], ctx: ToolContext) -> None:
-    if args["recipient"] != "dana@example.com":
-        raise ToolError(f"no ticket contact {args['recipient']}")
-
-
-async def _lookup(key: str, ctx: ToolContext) -> Outcome:
+async def _lookup(ctx: ToolContext[Any], args: ReplyArgs) -> Outcome:
     return Outcome(state="applied", record={"sent_to": "dana@example.com", "note": RECORD_MARK})
 
 
-REGISTRY = ToolRegistry(
-    [
-        define_tool("get_weather", WeatherArgs, _weather, version="3"),
-        define_tool("dump", WeatherArgs, _big, max_result_chars=1_000),
-        define_tool("flaky", WeatherArgs, _flaky),
-        define_tool("closed", WeatherArgs, _closed),
-        define_tool(
-            "send_reply",
-            ReplyArgs,
-            _send,
-            precondition=_recipient_known,
-            lookup_outcome=_lookup,
-            effect="write",
-        ),
-    ]
-)
+@tool(name="send_reply", effect="write", precondition=_recipient_known, lookup_outcome=_lookup)
+async def _send(ctx: ToolContext[Any], args: ReplyArgs) -> Any:
+    raise OutcomeUnknown(f"connection dropped after sending to {args.recipient}")
 
 
-class Services:
-    def __init__(self, store: SqliteStore) -> None:
-        self.store = store
-        self.example = None
+TOOLS = [_weather, _big, _flaky, _closed, _send]
 
 
 @pytest.fixture
@@ -182,7 +166,7 @@ async def test_a_tool_execution_is_audited_with_context_and_without_its_output(
     log: tuple[io.StringIO, Records], env: ActivityEnvironment, store: SqliteStore
 ) -> None:
     stream, records = log
-    tools = ToolActivities(REGISTRY, Services(store))
+    tools = tool_activities(TOOLS, store)
     request = RunToolInput(
         workflow_id="wf-audit-1", call_id="call_w1", tool="get_weather", arguments={"city": "Oslo"}
     )
@@ -227,7 +211,7 @@ async def test_large_output_failures_and_retries_are_audited_by_size_class_and_s
     log: tuple[io.StringIO, Records], env: ActivityEnvironment, store: SqliteStore
 ) -> None:
     stream, records = log
-    tools = ToolActivities(REGISTRY, Services(store))
+    tools = tool_activities(TOOLS, store)
 
     def request(tool: str, call_id: str) -> RunToolInput:
         return RunToolInput(workflow_id="wf", call_id=call_id, tool=tool, arguments={"city": "X"})
@@ -258,7 +242,7 @@ async def test_a_write_its_precondition_and_its_outcome_lookup_are_audited(
     log: tuple[io.StringIO, Records], env: ActivityEnvironment, store: SqliteStore
 ) -> None:
     stream, records = log
-    tools = ToolActivities(REGISTRY, Services(store))
+    tools = tool_activities(TOOLS, store)
     request = RunToolInput(
         workflow_id="wf-audit-1",
         call_id="call_s1",

@@ -29,6 +29,7 @@ from temporalio.worker import Replayer
 
 from agentloop import search
 from agentloop.cli.parser import build_parser
+from agentloop.client import connect, data_converter
 from agentloop.contract import AgentRunInput, AgentRunResult, RunStatusView
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
@@ -53,7 +54,7 @@ from agentloop.runtime.config import (
     load_config,
 )
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, free_port, temporal_binary
-from agentloop.worker import connect, data_converter, running_worker
+from agentloop.worker import running_worker
 from agentloop.workflows.agent_run import AgentRun
 from tests.support import start_run
 from tests.test_cli import AGENTLOOP, Finished, assert_no_traceback, process_env, run_process

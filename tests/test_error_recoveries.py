@@ -43,11 +43,11 @@ from agentloop.contract import AgentRunInput, AgentRunResult, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.scripted_provider.scripts import ScriptedError
 from agentloop.demo.services import ExampleService
+from agentloop.demo.tools.http import ServiceClient
 from agentloop.events import ErrorClass, ModelOutput, ToolResult
 from agentloop.policies.errors import classify_connection_error, classify_http_error
 from agentloop.runtime.config import Settings
 from agentloop.store import load_transcript, open_store
-from agentloop.tools.http import ServiceClient
 from agentloop.workflows.loop import MAX_REFUSED_CALLS
 from agentloop.workflows.steps import LOOKUP_RETRY, MODEL_RETRY
 from tests.support import start_run, wait_for_phase

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 
+from agentloop.activity_io import PreconditionResult
 from agentloop.contract import AgentRunInput, ApprovalDecision, Principal
 from agentloop.events import ToolResult
 from agentloop.policies import approval
@@ -77,7 +78,7 @@ def decision(
 def pass_preconditions(state: LoopState) -> None:
     step = loop.decide(state, T0)
     assert isinstance(step, CheckPreconditions)
-    loop.record_preconditions(state, {c.call_id: None for c, _ in step.calls})
+    loop.record_preconditions(state, {c.call_id: PreconditionResult() for c, _ in step.calls}, T0)
 
 
 def test_missing_scope_denies_the_whole_batch_and_answers_every_call_id() -> None:
@@ -225,7 +226,9 @@ def test_a_failed_precondition_goes_back_to_the_model_and_nothing_waits() -> Non
     model_turn(state, tool_output(reserve("w1")))
     step = loop.decide(state, T0)
     assert isinstance(step, CheckPreconditions)
-    loop.record_preconditions(state, {"w1": "ws-101 has no seats left"})
+    loop.record_preconditions(
+        state, {"w1": PreconditionResult(problem="ws-101 has no seats left")}, T0
+    )
     assert loop.decide(state, T0) == CallModel(turn=2)
     result = state.outbox[0]
     assert isinstance(result, ToolResult) and result.status == "rejected"

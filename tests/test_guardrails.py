@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 
 from agentloop.contract import AgentRunInput, Principal, UserMessage
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
@@ -222,7 +223,7 @@ async def test_a_final_answer_confirmed_by_the_system_of_record_completes(
     assert any("no write was made" in b.get("text", "") for b in second)
 
 
-async def test_an_unknown_completion_check_fails_the_run_naming_it(
+async def test_an_unknown_completion_check_fails_the_run_at_start_naming_it(
     client: Client,
     worker: Settings,
     scripted_provider: ScriptedProvider,
@@ -235,6 +236,11 @@ async def test_an_unknown_completion_check_fails_the_run_naming_it(
         model=run_id,
         completion_check="telepathy",
     )
-    result = await (await start_run(client, worker, run_id, run_input)).result()
-    assert result.status == "failed"
-    assert "completion_check: no verifier 'telepathy'" in result.stop_reason
+    with pytest.raises(WorkflowFailureError) as failed:
+        await (await start_run(client, worker, run_id, run_input)).result()
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
+    assert "completion_check: no verifier 'telepathy'" in cause.message
+    assert "writes_applied" in cause.message  # the verifiers this worker has
+    # Found before anything ran: not even the model was asked.
+    assert [r for r in scripted_provider.requests if r["script"] == run_id] == []

@@ -21,20 +21,19 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import ActivityEnvironment
 
-from agentloop.activities.tools import ToolActivities
 from agentloop.activity_io import RunToolInput
 from agentloop.contract import AgentRunInput, AgentRunResult
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.demo.services.control import padding_text
+from agentloop.demo.tools import EXAMPLE_TOOLS, ExampleDeps
+from agentloop.demo.tools.http import ServiceClient
+from agentloop.demo.tools.travel import get_weather
 from agentloop.events import ToolResult
 from agentloop.runtime.config import Settings
 from agentloop.store import artifact_key, open_store
-from agentloop.tools.artifacts import PAGE_CHARS
-from agentloop.tools.http import ServiceClient
-from agentloop.tools.registry import default_registry
-from agentloop.worker import ToolServices
-from tests.support import start_run
+from agentloop.tools.builtins import PAGE_CHARS
+from tests.support import start_run, tool_activities
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -69,10 +68,8 @@ async def dry_run_big_call(example_service: ExampleService, store_path: Path) ->
     store = open_store(f"sqlite:///{store_path}")
     try:
         async with aiohttp.ClientSession() as session:
-            services = ToolServices(
-                example=ServiceClient(example_service.base_url, session), store=store
-            )
-            tools = ToolActivities(default_registry(), services)
+            deps = ExampleDeps(ServiceClient(example_service.base_url, session))
+            tools = tool_activities(EXAMPLE_TOOLS, store, deps)
             request = RunToolInput(
                 workflow_id="dry-run", call_id=BIG_CALL, tool="get_weather", arguments=WEATHER_ARGS
             )
@@ -230,7 +227,7 @@ async def test_a_one_megabyte_output_reaches_the_model_as_a_preview_it_can_page(
     # The request that carried the big result: a bounded preview, the size and the reference.
     carried = requests[1]
     content = tool_content(carried, BIG_CALL)
-    max_chars = default_registry().get("get_weather").spec.max_result_chars
+    max_chars = get_weather.spec.max_result_chars
     assert len(content) <= max_chars
     assert content == dry.content  # what the worker made of the same read
     frame = json.loads(content)

@@ -6,7 +6,9 @@ From the bottom up: the vocabulary every layer speaks (events, the contract, too
 the workflow and its activities exchange, the chain hashing); the pure policies and the process
 concerns (`runtime/`); the store; the provider adapters and the tools; the workflow (which
 never imports store, adapter, tool or activity code: it runs on recorded results only); the
-activities; the demo's example systems and scripted model; the worker; and the CLI on top.
+activities; the demo's example tools, systems and scripted model; the client; the worker; the
+CLI; and `agentloop.testing` on top (the package's face, `agentloop/__init__.py`, hands on
+names from every floor).
 """
 
 from __future__ import annotations
@@ -41,19 +43,16 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "runtime": frozenset({"vocabulary"}),
     "store": frozenset({"vocabulary", "runtime"}),
     "adapters": frozenset({"vocabulary", "policies", "runtime"}),
-    "tools": frozenset({"vocabulary", "runtime", "store"}),
+    "tools": frozenset({"vocabulary", "policies", "runtime", "store"}),
     "workflows": frozenset({"vocabulary", "policies"}),
     "activities": frozenset({"vocabulary", "policies", "runtime", "store", "adapters", "tools"}),
     "demo": frozenset({"vocabulary", "policies", "runtime", "store", "tools"}),
-    "worker": frozenset(
-        {"vocabulary", "policies", "runtime", "store", "adapters", "tools", "workflows"}
-        | {"activities"}
-    ),
-    "cli": frozenset(
-        {"vocabulary", "policies", "runtime", "store", "adapters", "tools", "workflows"}
-        | {"activities", "demo", "worker"}
-    ),
+    "client": frozenset({"vocabulary", "runtime"}),
 }
+_BELOW_WORKER = frozenset(MAY_IMPORT) - {"demo"}
+MAY_IMPORT["worker"] = _BELOW_WORKER
+MAY_IMPORT["cli"] = _BELOW_WORKER | {"demo", "worker"}
+MAY_IMPORT["testing"] = MAY_IMPORT["cli"] | {"cli"}
 """Each layer and the layers below it that it may import (its own modules aside)."""
 
 

@@ -299,7 +299,7 @@ def test_max_total_tokens_is_checked_before_the_next_model_call() -> None:
 
 
 def test_a_child_run_that_ends_without_a_result_is_charged_its_whole_slice() -> None:
-    from agentloop.tools.delegate import delegate
+    from agentloop.tools.builtins import delegate
 
     state = LoopState.start(
         AgentRunInput.model_validate(
@@ -367,7 +367,7 @@ def test_a_failed_write_is_unknown_and_waits_for_its_lookup() -> None:
 
 def test_a_childs_long_answer_is_cut_to_the_delegate_tools_cap() -> None:
     from agentloop.contract import AgentRunResult
-    from agentloop.tools.delegate import delegate
+    from agentloop.tools.builtins import delegate
 
     state = LoopState.start(
         AgentRunInput.model_validate(

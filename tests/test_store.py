@@ -43,6 +43,7 @@ from agentloop.store import (
 )
 from agentloop.store import _walk_chain as walk_chain
 from agentloop.store.chains import TranscriptCache
+from agentloop.store.memory import MemoryContents, MemoryStore
 from agentloop.store.postgres import PostgresStore
 from agentloop.transcript import append, parse_node
 
@@ -90,8 +91,12 @@ def with_search_path(url: str, schema: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "memory"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    if request.param == "memory":
+        contents = MemoryContents()
+        yield Backend("memory", "", lambda: MemoryStore(contents))
+        return
     if request.param == "sqlite":
         path = tmp_path / "store.db"
         yield Backend("sqlite", f"sqlite:///{path}", lambda: SqliteStore(path))
@@ -223,6 +228,8 @@ async def test_concurrent_writers_of_overlapping_nodes_leave_the_chain_intact(
 
 
 async def test_open_store_reaches_the_same_store(backend: Backend, store: Store) -> None:
+    if backend.name == "memory":
+        pytest.skip("a memory store has no URL: it lives in one process")
     head, nodes = append(ROOT, EVENTS)
     await store.put_nodes(nodes)
     other = open_store(backend.url)

@@ -14,24 +14,19 @@ from aiohttp import web
 from jsonschema import Draft202012Validator
 
 from agentloop.demo.services import ExampleService
+from agentloop.demo.tools import EXAMPLE_TOOLS, ExampleDeps
+from agentloop.demo.tools.http import DEFAULT_TIMEOUT, OutcomeUnknown, ServiceClient
+from agentloop.testing import tool_context
 from agentloop.tool_spec import Outcome
 from agentloop.tools.contract import Tool, ToolContext, ToolError
-from agentloop.tools.http import DEFAULT_TIMEOUT, OutcomeUnknown, ServiceClient
-from agentloop.tools.registry import default_registry
 
 RESERVE_ALICE = {"workshop_id": "ws-101", "participant_id": "p-alice"}
 REPLY_DANA = {"ticket_id": "T-1001", "recipient": "dana@example.com", "body": "Refund issued."}
-REGISTRY = default_registry()
+TOOLS = {t.spec.name: t for t in EXAMPLE_TOOLS}
+LOOKED_UP = {"reserve_seat": RESERVE_ALICE, "send_reply": REPLY_DANA}
+"""The arguments an outcome lookup is asked about (it asks by the idempotency key)."""
 
-
-@dataclass(frozen=True)
-class Services:
-    """What `ToolContext.services` holds in the worker (`agentloop.worker.ToolServices`)."""
-
-    example: ServiceClient
-
-
-MakeContext = Callable[..., ToolContext]
+MakeContext = Callable[..., ToolContext[Any]]
 
 
 @pytest.fixture
@@ -50,34 +45,31 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 def ctx(svc: ExampleService, session: aiohttp.ClientSession) -> MakeContext:
     """A context for one call; `timeout` (s) gives the client a shorter patience."""
 
-    def make(key: str = "wf-1/call-1", timeout: float | None = None) -> ToolContext:
+    def make(key: str = "wf-1/call-1", timeout: float | None = None) -> ToolContext[Any]:
         client_timeout = aiohttp.ClientTimeout(total=timeout) if timeout else None
         client = ServiceClient(svc.base_url, session, timeout=client_timeout)
-        return ToolContext(
-            call_id=key.rpartition("/")[2],
-            workflow_id="wf-1",
-            idempotency_key=key,
-            services=Services(client),
+        return tool_context(
+            ExampleDeps(client), call_id=key.rpartition("/")[2], idempotency_key=key
         )
 
     return make
 
 
 def tool(name: str) -> Tool:
-    return REGISTRY.get(name)
+    return TOOLS[name]
 
 
-async def run(name: str, args: dict[str, Any], context: ToolContext) -> Any:
+async def run(name: str, args: dict[str, Any], context: ToolContext[Any]) -> Any:
     return await tool(name).handler(args, context)
 
 
-async def outcome(name: str, context: ToolContext) -> Outcome:
+async def outcome(name: str, context: ToolContext[Any]) -> Outcome:
     lookup = tool(name).lookup_outcome
     assert lookup is not None
-    return await lookup(context.idempotency_key, context)
+    return await lookup(LOOKED_UP[name], context)
 
 
-async def precondition(name: str, args: dict[str, Any], context: ToolContext) -> None:
+async def precondition(name: str, args: dict[str, Any], context: ToolContext[Any]) -> None:
     check = tool(name).precondition
     assert check is not None
     await check(args, context)
@@ -293,7 +285,7 @@ async def test_a_lookup_that_cannot_answer_is_retryable_never_absent(
 async def test_unreachable_service(session: aiohttp.ClientSession, tmp_path: Path) -> None:
     async with ExampleService(tmp_path / "gone.db") as gone:
         url = gone.base_url
-    call = ToolContext("c1", "wf-1", "wf-1/c1", Services(ServiceClient(url, session)))
+    call = tool_context(ExampleDeps(ServiceClient(url, session)), idempotency_key="wf-1/c1")
     # Nothing could be sent, so nothing can have happened: safe to retry, not "unknown".
     with pytest.raises(ToolError) as caught:
         await run("reserve_seat", RESERVE_ALICE, call)

@@ -21,12 +21,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
 
+from agentloop.client import connect
 from agentloop.contract import AgentRunInput
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.runtime import tracing
 from agentloop.runtime.config import ConfigError, Settings
 from agentloop.runtime.config_checks import OTEL_MODULES, OtelMode
-from agentloop.worker import connect, running_worker
+from agentloop.worker import running_worker
 from tests.support import start_run, worker_env, worker_process
 from tests.test_cli import agentloop, assert_no_traceback
 from tests.test_config import clean_env, problems_of

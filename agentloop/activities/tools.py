@@ -1,4 +1,6 @@
-"""`describe_tools` and `run_tool`: the only place where tools touch the outside world."""
+"""The tool-side activities: `describe_tools`, `check_precondition`, `run_tool` and
+`lookup_outcome`, the only places where tools touch the outside world. The team's code (its
+tools, preconditions, lookups and approval rules) runs here, never in the workflow."""
 
 from __future__ import annotations
 
@@ -9,26 +11,65 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agentloop.activities.heartbeat import keep_heartbeating
-from agentloop.activity_io import DescribeToolsInput, PreconditionResult, RunToolInput
+from agentloop.activity_io import (
+    DescribeToolsInput,
+    PreconditionResult,
+    RunToolInput,
+    ToolOutput,
+)
+from agentloop.contract import Principal
 from agentloop.digests import args_digest
 from agentloop.events import ToolResult
 from agentloop.runtime.audit import audit
-from agentloop.store import stored_by_reference
+from agentloop.store import Store, stored_by_reference
 from agentloop.tool_spec import Outcome, ToolSpec, bounded
-from agentloop.tools.contract import OutcomeUnknown, ToolContext, ToolError
-from agentloop.tools.registry import ToolRegistry, UnknownToolError
+from agentloop.tools.contract import Artifacts, OutcomeUnknown, ToolContext, ToolError
+from agentloop.tools.plugins import OpenedToolbox
+from agentloop.tools.registry import UnknownToolError
+
+ANONYMOUS = Principal(subject="anonymous")
+"""The principal of a call from a run started before calls carried theirs."""
+
+
+def context_fields(
+    toolbox: OpenedToolbox,
+    store: Store,
+    *,
+    tool: str,
+    call_id: str,
+    workflow_id: str,
+    idempotency_key: str,
+    principal: Principal | None,
+    deps_of: str = "tool",
+) -> dict[str, Any]:
+    """What a tool's code (or a verifier's) is told about the call, inside an activity: the
+    fields of its `ToolContext`."""
+    info = activity.info()
+    return {
+        "call_id": call_id,
+        "idempotency_key": idempotency_key,
+        "workflow_id": workflow_id,
+        "run_id": info.workflow_run_id or "",
+        "attempt": info.attempt,
+        "principal": principal or ANONYMOUS,
+        "deps": toolbox.deps_of(deps_of, tool),
+        "artifacts": Artifacts(store),
+        "tool": tool,
+    }
 
 
 class ToolActivities:
-    def __init__(self, registry: ToolRegistry, services: Any) -> None:
-        self._registry = registry
-        self._services = services
+    def __init__(self, toolbox: OpenedToolbox, store: Store) -> None:
+        self._toolbox = toolbox
+        self._registry = toolbox.registry
+        self._store = store
 
     @activity.defn(name="describe_tools")
     async def describe_tools(self, request: DescribeToolsInput) -> list[ToolSpec]:
-        """The specs in force when the run starts; recorded in history, so replay is stable."""
+        """The specs in force when the run starts; recorded in history, so replay is stable.
+        A run naming a tool or a completion check this worker lacks fails here, at once."""
         try:
-            return self._registry.specs(request.names)
+            specs = self._registry.specs(request.names)
         except UnknownToolError as exc:
             known = ", ".join(self._registry.names())
             raise ApplicationError(
@@ -36,28 +77,59 @@ class ToolActivities:
                 type="InvalidInput",
                 non_retryable=True,
             ) from None
+        check = request.completion_check
+        if check is not None and f"verifier:{check}" not in self._toolbox.box.origin:
+            known = ", ".join(sorted(self._toolbox.box.verifier_names()))
+            raise ApplicationError(
+                f"completion_check: no verifier {check!r}; this worker has: {known}",
+                type="InvalidInput",
+                non_retryable=True,
+            )
+        return specs
 
     @activity.defn(name="check_precondition")
     async def check_precondition(self, request: RunToolInput) -> PreconditionResult:
-        """A business check against the system of record, before approval or execution."""
+        """A business check against the system of record, before approval or execution; and
+        the tool's approval rule, when the run asks for its verdict."""
         tool = self._registry.get(request.tool)
+        needs_approval = await self._approval_verdict(request)
         if tool.precondition is None:
-            return _precondition_checked(request, PreconditionResult())
+            return _precondition_checked(request, PreconditionResult(needs_approval=needs_approval))
         try:
             await tool.precondition(request.arguments, self._context(request))
         except ToolError as exc:
             if exc.retryable:
                 _audit_precondition(request, ok=None, error_class=exc.error_class)
                 raise ApplicationError(str(exc), type=f"Tool:{exc.error_class}") from exc
-            return _precondition_checked(request, PreconditionResult(problem=str(exc)))
-        return _precondition_checked(request, PreconditionResult())
+            refused = PreconditionResult(
+                problem=str(exc),
+                error_class="permission" if exc.error_class == "permission" else None,
+                needs_approval=needs_approval,
+            )
+            return _precondition_checked(request, refused)
+        return _precondition_checked(request, PreconditionResult(needs_approval=needs_approval))
 
-    def _context(self, request: RunToolInput) -> ToolContext:
+    async def _approval_verdict(self, request: RunToolInput) -> bool | None:
+        name = request.approval_rule
+        if name is None:
+            return None
+        rule = self._toolbox.box.rules.get(name)
+        if rule is None:
+            # A rule this worker does not know must not silently let a call through.
+            return True
+        return await rule.evaluate(request.arguments, request.principal or ANONYMOUS)
+
+    def _context(self, request: RunToolInput) -> ToolContext[Any]:
         return ToolContext(
-            call_id=request.call_id,
-            workflow_id=request.workflow_id,
-            idempotency_key=request.idempotency_key,
-            services=self._services,
+            **context_fields(
+                self._toolbox,
+                self._store,
+                tool=request.tool,
+                call_id=request.call_id,
+                workflow_id=request.workflow_id,
+                idempotency_key=request.idempotency_key,
+                principal=request.principal,
+            )
         )
 
     @activity.defn(name="lookup_outcome")
@@ -68,7 +140,7 @@ class ToolActivities:
             outcome = Outcome(state="unknown", record=f"{request.tool} has no outcome lookup")
             return _outcome_looked_up(request, outcome)
         try:
-            outcome = await tool.lookup_outcome(request.idempotency_key, self._context(request))
+            outcome = await tool.lookup_outcome(request.arguments, self._context(request))
         except ToolError as exc:
             # Retried by LOOKUP_RETRY; when attempts run out the runner records `unknown`.
             _audit_lookup(request, outcome=None, error_class=exc.error_class)
@@ -95,18 +167,32 @@ class ToolActivities:
             # A crash in the handler: Temporal retries it (a write's outcome is looked up).
             _audit_attempt_failed(request, tool.spec, type(exc).__name__)
             raise
+        return await self._succeeded(request, tool.spec, value)
+
+    @activity.defn(name="frame_tool_output")
+    async def frame_tool_output(self, request: ToolOutput) -> ToolResult:
+        """An activity tool's output, bounded like any tool's."""
+        spec = self._registry.get(request.tool).spec
+        as_run = RunToolInput(
+            workflow_id=request.workflow_id, call_id=request.call_id, tool=request.tool
+        )
+        return await self._succeeded(as_run, spec, request.output)
+
+    async def _succeeded(self, request: RunToolInput, spec: ToolSpec, value: Any) -> ToolResult:
+        """A tool's output as its result: kept whole as an artifact when over the tool's cap,
+        stored once, referred to by the next model call."""
         text = _to_text(value)
-        content, artifact = await self._bounded(request, text, tool.spec)
+        content, artifact = await self._bounded(request, text, spec)
         result = ToolResult(
             call_id=request.call_id,
             tool=request.tool,
             status="succeeded",
             content=content,
             artifact_ref=artifact,
-            side_effect=tool.spec.effect == "write",
+            side_effect=spec.effect == "write",
         )
-        result = await stored_by_reference(self._services.store, result)
-        return _executed(request, tool.spec, result, output_chars=len(text))
+        result = await stored_by_reference(self._store, result)
+        return _executed(request, spec, result, output_chars=len(text))
 
     async def _bounded(
         self, request: RunToolInput, text: str, spec: ToolSpec
@@ -115,7 +201,7 @@ class ToolActivities:
         size and the reference to page through with `read_artifact`."""
         if len(text) <= spec.max_result_chars:
             return text, None
-        ref = await self._services.store.put_artifact(text.encode("utf-8"), "text/plain")
+        ref = await self._store.put_artifact(text.encode("utf-8"), "text/plain")
         frame = {
             "truncated": True,
             "source": {"tool": request.tool, "call_id": request.call_id},

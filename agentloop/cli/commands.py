@@ -24,11 +24,11 @@ from temporalio.service import RPCError, RPCStatusCode
 from agentloop.cli.output import ExitCode, ReplayedHistory, print_json
 from agentloop.cli.parser import build_parser
 from agentloop.cli.runs import build_run_input, client_command, run
+from agentloop.client import connect
 from agentloop.contract import AgentRunInput, describe_validation_error
 from agentloop.runtime import tracing
 from agentloop.runtime.codec import ENCODING, PayloadDecryptionError
 from agentloop.runtime.config import VARIABLES, ConfigError, Settings, load_config
-from agentloop.worker import connect
 
 CONNECT_TIMEOUT_SECONDS = 10.0
 DEV_REPLACES = frozenset(
@@ -87,10 +87,7 @@ async def dispatch(args: argparse.Namespace) -> int:
     if args.command == "dev":
         return await dev(args)
     if args.command == "worker":
-        from agentloop.worker import serve
-
-        await serve(settings)
-        return ExitCode.OK
+        return await worker(settings, args)
     run_input: AgentRunInput | None = None
     if args.command == "run":
         # Bad input is reported before anything else, Temporal reachable or not.
@@ -232,10 +229,30 @@ async def codec_server(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def requested_tools(args: argparse.Namespace) -> list[str]:
+    """`--tools A --tools B,C` as `[A, B, C]`."""
+    return [m.strip() for option in args.tools for m in option.split(",") if m.strip()]
+
+
+async def worker(settings: Settings, args: argparse.Namespace) -> int:
+    """The tool modules are loaded, and every problem with them reported, before connecting."""
+    from agentloop.tools.plugins import PluginError, load_toolbox
+    from agentloop.worker import serve, tool_modules
+
+    try:
+        toolbox = load_toolbox(tool_modules(settings, requested_tools(args)))
+    except PluginError as exc:
+        print(f"agentloop worker: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    await serve(settings, toolbox)
+    return ExitCode.OK
+
+
 async def dev(args: argparse.Namespace) -> int:
     from agentloop.cli.dev import DevStack, DevStackPorts
     from agentloop.runtime.audit import DEFAULT_REDACT_FIELDS, configure_logging, settings_secrets
     from agentloop.runtime.dev_server import DevStackError
+    from agentloop.tools.plugins import PluginError
 
     configure_logging(
         fmt="console",
@@ -248,7 +265,12 @@ async def dev(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with DevStack(ports, state_dir=args.state_dir, persist_history=args.persist) as stack:
+        async with DevStack(
+            ports,
+            state_dir=args.state_dir,
+            persist_history=args.persist,
+            tools=requested_tools(args),
+        ) as stack:
             settings = stack.settings
             openai = settings.openai_base_url or "the OpenAI API"
             anthropic = settings.anthropic_base_url or "the Anthropic API"
@@ -259,12 +281,13 @@ async def dev(args: argparse.Namespace) -> int:
                 f"  example svc  {stack.settings.example_service_url}\n"
                 f"  models       OpenAI: {openai}; Anthropic: {anthropic}"
                 f"{' (scripted provider)' if stack.scripted_provider else ''}\n"
-                f"  worker       task queue {stack.settings.task_queue!r}\n"
+                f"  worker       task queue {stack.settings.task_queue!r}, tools: "
+                f"{', '.join(stack.tool_names)}\n"
                 "Ctrl-C stops everything.",
                 flush=True,
             )
             await stop.wait()
-    except DevStackError as exc:
+    except (DevStackError, PluginError) as exc:
         print(f"agentloop dev: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     print("agentloop dev stopped", flush=True)

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import os
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -15,6 +16,7 @@ from types import TracebackType
 from temporalio.client import Client
 
 from agentloop import search
+from agentloop.client import connect
 from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
@@ -25,7 +27,12 @@ from agentloop.runtime.dev_server import (
     free_port,
     temporal_binary,
 )
-from agentloop.worker import connect, running_worker
+from agentloop.tools.plugins import Toolbox, load_toolbox
+from agentloop.worker import running_worker
+
+EXAMPLE_TOOLS_MODULE = "agentloop.demo.tools"
+"""The example tools, which the dev stack always loads (its example service is their
+system of record)."""
 
 STARTUP_TIMEOUT_SECONDS = 30.0
 
@@ -50,6 +57,7 @@ class DevStack:
         state_dir: Path = Path(".agentloop"),
         persist_history: bool = False,
         quiet: bool = False,
+        tools: Sequence[str] = (),
     ) -> None:
         self.ports = ports
         self.state_dir = state_dir
@@ -61,6 +69,13 @@ class DevStack:
         self.scripted_provider: ScriptedProvider | None = None
         self._server: subprocess.Popen[bytes] | None = None
         self._exit = contextlib.AsyncExitStack()
+        self._tools = list(tools)
+        self._modules: list[str] = []
+        self.toolbox: Toolbox | None = None
+
+    @property
+    def tool_names(self) -> list[str]:
+        return self.toolbox.registry.names() if self.toolbox else []
 
     async def __aenter__(self) -> DevStack:
         try:
@@ -82,6 +97,9 @@ class DevStack:
             self._stop_server()
 
     async def _start(self) -> None:
+        # The tool modules first: one that cannot be loaded stops the stack before it starts.
+        self._modules = [EXAMPLE_TOOLS_MODULE, *Settings.from_env().tool_modules(), *self._tools]
+        self.toolbox = load_toolbox(self._modules)
         ports = self.ports
         for port, what, flag in (
             (ports.temporal, "the Temporal frontend", "--port"),
@@ -103,9 +121,12 @@ class DevStack:
                 **endpoints,
                 "store_url": f"sqlite:///{self.state_dir / 'store.db'}",
                 "ui_url": f"http://localhost:{ports.ui}",
+                "tools": ",".join(dict.fromkeys(self._modules)),
             }
         )
-        await self._exit.enter_async_context(running_worker(self.client, self.settings))
+        await self._exit.enter_async_context(
+            running_worker(self.client, self.settings, self.toolbox)
+        )
 
     async def _model_endpoints(self) -> dict[str, str | None]:
         """Real providers where a key is set (their base URLs left as found); the scripted

@@ -34,8 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep workflow history across restarts (in STATE_DIR/temporal.db)",
     )
+    add_tools_option(dev, "beside the example tools")
 
-    commands.add_parser("worker", help="run a worker (configuration from the environment)")
+    worker = commands.add_parser("worker", help="run a worker (configuration from the environment)")
+    add_tools_option(worker, "beside the built-ins, after AGENTLOOP_TOOLS")
 
     config = commands.add_parser(
         "config",
@@ -54,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--instructions", default="")
     run.add_argument("--id", help="workflow id (default: a new one)")
     run.add_argument("--subject", default="cli-user")
+    run.add_argument("--tenant", default="default", help="the principal's tenant")
     run.add_argument("--scope", action="append", default=[], dest="scopes")
     run.add_argument("--max-model-calls", type=int)
     run.add_argument("--max-tool-calls", type=int)
@@ -201,6 +204,16 @@ def run_parser(
     )
     add_json_flag(sub, "print one JSON object: the run's id and UI link, or with --follow its end")
     return sub
+
+
+def add_tools_option(parser: argparse.ArgumentParser, where: str) -> None:
+    parser.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE[:ATTR]",
+        help=f"a tool module to load {where} (repeatable; also comma-separated)",
+    )
 
 
 def add_json_flag(parser: argparse.ArgumentParser, text: str = "print it as JSON") -> None:

@@ -233,8 +233,9 @@ async def _replay_file(replayer: Replayer, path: Path) -> ReplayReport:
 def _replayer(sandbox: SandboxMode | None) -> Replayer:
     """Today's AgentRun, run as workers run it and decoding payloads as they do (encrypted
     ones too, when the environment holds the codec keys)."""
+    from agentloop.client import data_converter
     from agentloop.runtime.config import Settings
-    from agentloop.worker import data_converter, workflow_runner
+    from agentloop.worker import workflow_runner
 
     settings = Settings.from_env()
     return Replayer(

@@ -111,7 +111,7 @@ def build_run_input(args: argparse.Namespace) -> AgentRunInput:
         provider=args.provider,
         model=args.model,
         tools=args.tools,
-        principal=Principal(subject=args.subject, scopes=args.scopes),
+        principal=Principal(subject=args.subject, tenant=args.tenant, scopes=args.scopes),
         limits=Limits.model_validate(limits),
         stream=not args.no_stream,
     )

@@ -41,6 +41,7 @@ from agentloop.runtime.config_checks import (
     check_pricing_file,
     check_sandbox_mode,
     check_store_url,
+    check_tool_modules,
     http_url_check,
     read_text,
 )
@@ -106,6 +107,9 @@ class Settings(BaseModel):
     """OpenTelemetry tracing of runs through Temporal's TracingInterceptor
     (`agentloop.runtime.tracing`)."""
     workflow_sandbox: SandboxMode = "off"
+    tools: str | None = None
+    """`module[:attribute],...`: the team's tool modules the worker loads beside the
+    built-ins (`agentloop.tools.plugins`); in the TOML file also an array of strings."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -119,6 +123,10 @@ class Settings(BaseModel):
         """Like `from_env`, every value checked: raises one `ConfigError` listing every
         problem."""
         return load_config(env).settings
+
+    def tool_modules(self) -> list[str]:
+        """`tools` as a list of `module[:attribute]`, in order, each once."""
+        return list(dict.fromkeys(m.strip() for m in (self.tools or "").split(",") if m.strip()))
 
     def provider_endpoints(self) -> ProviderEndpoints:
         return ProviderEndpoints(
@@ -204,10 +212,12 @@ VARIABLES: dict[str, Variable] = {
     ),
     "otel": Variable("AGENTLOOP_OTEL", check_otel),
     "workflow_sandbox": Variable("AGENTLOOP_WORKFLOW_SANDBOX", check_sandbox_mode),
+    "tools": Variable("AGENTLOOP_TOOLS", check_tool_modules),
 }
 """Settings field -> its environment variable (and file key: the field name)."""
 
 _NUMBER_FIELDS = frozenset({"tool_http_timeout_seconds"})
+_LIST_FIELDS = frozenset({"tools"})
 _TLS_PAIR_PROBLEM = (
     "TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY go together: set both (the client certificate"
     " and its private key, PEM files) or neither"
@@ -336,7 +346,15 @@ def _read_config_file(path: str, problems: list[str]) -> dict[str, Any]:
         if key not in VARIABLES:
             problems.append(f"{path} ({CONFIG_FILE_VARIABLE}): unknown key {key!r}{_hint(key)}")
             continue
+        if (
+            key in _LIST_FIELDS
+            and isinstance(value, list)
+            and all(isinstance(v, str) for v in value)
+        ):
+            value = ",".join(value)
         wanted = "a number or a string" if key in _NUMBER_FIELDS else "a string"
+        if key in _LIST_FIELDS:
+            wanted = "a string or an array of strings"
         ok = isinstance(value, str) or (
             key in _NUMBER_FIELDS and isinstance(value, int | float) and not isinstance(value, bool)
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -187,3 +188,16 @@ def read_text(path: str) -> tuple[str, str | None]:
         return "", f"cannot read it ({exc.strerror or exc})"
     except UnicodeDecodeError:
         return "", "not a text file"
+
+
+_MODULE_SOURCE = re.compile(r"^[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?$")
+
+
+def check_tool_modules(value: str) -> str | None:
+    """`module[:attribute],...`; whether each imports is checked when the worker loads them."""
+    wrong = [
+        s.strip() for s in value.split(",") if s.strip() and not _MODULE_SOURCE.match(s.strip())
+    ]
+    if wrong:
+        return f"expected module[:attribute],... (e.g. my_team.tools), not {', '.join(wrong)}"
+    return None

@@ -34,16 +34,3 @@ class ToolRegistry:
 
     def specs(self, names: Iterable[str]) -> list[ToolSpec]:
         return [self.get(name).spec for name in names]
-
-
-def default_registry() -> ToolRegistry:
-    from agentloop.tools.artifacts import read_artifact
-    from agentloop.tools.ask_user import ask_user
-    from agentloop.tools.delegate import delegate
-    from agentloop.tools.support import SUPPORT_TOOLS
-    from agentloop.tools.travel import TRAVEL_TOOLS
-    from agentloop.tools.workshops import WORKSHOP_TOOLS
-
-    return ToolRegistry(
-        [read_artifact, ask_user, delegate, *TRAVEL_TOOLS, *WORKSHOP_TOOLS, *SUPPORT_TOOLS]
-    )

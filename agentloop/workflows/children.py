@@ -11,7 +11,7 @@ from temporalio.exceptions import ChildWorkflowError
 
 import agentloop.workflows.loop as loop
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, CancelRequest
-from agentloop.events import ToolCall, ToolResult
+from agentloop.events import ToolCall
 from agentloop.search import AGENT_PHASE, initial
 from agentloop.workflows.loop import ChildOutcome, LoopState, RunTools, ToolOutcome
 from agentloop.workflows.tool_activities import start_tool, tool_outcome
@@ -24,12 +24,12 @@ async def run_with_children(
     """Reads and child runs side by side. A child keeps its own slice of the deadline (its
     waits for humans excluded), so no timer here; a cancel reaches the children as their
     own `cancel`, and what they did is recorded before this run stops."""
-    tools: dict[str, workflow.ActivityHandle[ToolResult]] = {}
+    tools: dict[str, workflow.ActivityHandle[Any]] = {}
     runs: dict[str, workflow.ChildWorkflowHandle[Any, AgentRunResult]] = {}
     for call, spec in step.calls:
         child_input = children.get(call.call_id)
         if child_input is None:
-            tools[call.call_id] = start_tool(call, spec, "", local=False)
+            tools[call.call_id] = start_tool(call, spec, state.run_input.principal, "", local=False)
         else:
             runs[call.call_id] = await _start_child(state, call, child_input)
             audit(
@@ -60,13 +60,13 @@ async def run_with_children(
                 )
     outcomes: list[ToolOutcome] = []
     paused = 0.0
-    for call, _ in step.calls:
+    for call, spec in step.calls:
         if call.call_id in runs:
             report = await _child_outcome(runs[call.call_id])
             paused = max(paused, report.paused_seconds if report else 0.0)
             outcomes.append(ChildOutcome(call.call_id, report))
         elif not stopped:
-            outcomes.append(await tool_outcome(call, tools[call.call_id]))
+            outcomes.append(await tool_outcome(call, spec, tools[call.call_id]))
     # The parent waited as long as its children waited for humans: not its working time.
     loop.record_tool_results(state, outcomes, paused_seconds=paused)
     for call_id in runs:

@@ -17,15 +17,30 @@ def describe_failure(exc: ActivityError) -> str:
     return str(cause or exc)
 
 
-def tool_failure_class(exc: ActivityError) -> ErrorClass:
-    """A tool's own `ToolError` keeps its class (`Tool:<class>`); any other exception the
+REMOTE_ERROR_TYPES: dict[str, ErrorClass] = {
+    "InvalidArguments": "invalid_arguments",
+    "BusinessRefusal": "business",
+    "PermissionDenied": "permission",
+    "TransientError": "transient",
+    "OutcomeUnknown": "transient",
+}
+"""The error types an activity tool raises (its exception's class name, or the type of an
+`ApplicationError`) and their classes (`agentloop.tools.activity_tools`)."""
+
+
+def tool_failure_class(exc: ActivityError, *, remote: bool = False) -> ErrorClass:
+    """A tool's own `ToolError` keeps its class (`Tool:<class>`), and so does an activity
+    tool's (`remote`) error of a type in `REMOTE_ERROR_TYPES`; any other exception the
     handler raised is a bug in the tool (`internal`); a timeout or a lost worker is
     `transient`."""
     cause = exc.cause
     if not isinstance(cause, ApplicationError):
         return "transient"
-    named = (cause.type or "").removeprefix("Tool:")
-    if cause.type and cause.type.startswith("Tool:") and named in get_args(ErrorClass):
+    kind = cause.type or ""
+    if remote and kind in REMOTE_ERROR_TYPES:
+        return REMOTE_ERROR_TYPES[kind]
+    named = kind.removeprefix("Tool:")
+    if kind.startswith("Tool:") and named in get_args(ErrorClass):
         return cast(ErrorClass, named)
     return "internal"
 

@@ -31,37 +31,47 @@ def parse_input(raw_input: Any) -> AgentRunInput:
 
 
 async def start(run_input: AgentRunInput) -> LoopState:
-    """A fresh run's state. A run started before the feature set asks for each behaviour on
-    its own, in the order it did then (patch markers are commands): built-in tools first."""
-    in_set = workflow.patched(loop.FEATURE_SET)
+    """A fresh run's state. A new run asks for the newest feature set (one patch marker); a
+    run that recorded an older set replays with it; a run started before sets asks for each
+    behaviour on its own, in the order it did then (patch markers are commands): built-in
+    tools first."""
+    in_set: tuple[Feature, ...] | None = next(
+        (members for set_id, members in loop.FEATURE_SETS if workflow.patched(set_id)), None
+    )
     builtins = [
         name
         for name, feature in loop.BUILTIN_TOOL_PATCHES
-        if in_set or workflow.patched(feature.value)
+        if in_set is not None or workflow.patched(feature.value)
     ]
-    specs = await _describe_tools(list(dict.fromkeys([*run_input.tools, *builtins])), local=in_set)
+    specs = await _describe_tools(
+        list(dict.fromkeys([*run_input.tools, *builtins])),
+        run_input.completion_check,
+        local=in_set is not None,
+    )
     info = workflow.info()
     state = LoopState.start(run_input, specs, workflow.now(), info.workflow_id, builtins)
     if run_input.continue_from:
         await _continue_from(state, run_input.continue_from)
-    features: list[Feature] = (
-        list(loop.FEATURES_OF_SET)
-        if in_set
+    state.features = (
+        list(in_set)
+        if in_set is not None
         else [f for f in loop.FEATURES if workflow.patched(f.value)]
     )
-    state.features = features
     return state
 
 
-async def _describe_tools(names: list[str], *, local: bool) -> list[ToolSpec]:
-    """The specs of `names` from the worker's registry. `local`: as a local activity, inside
-    the workflow task (an in-memory lookup needs no activity task round trip); runs started
-    before that replay with an ordinary one."""
+async def _describe_tools(
+    names: list[str], completion_check: str | None, *, local: bool
+) -> list[ToolSpec]:
+    """The specs of `names` from the worker's registry (which also checks that the run's
+    completion check exists there). `local`: as a local activity, inside the workflow task (an
+    in-memory lookup needs no activity task round trip); runs started before that replay with
+    an ordinary one."""
     execute = workflow.execute_local_activity if local else workflow.execute_activity
     try:
         specs: list[ToolSpec] = await execute(
             "describe_tools",
-            DescribeToolsInput(names=names),
+            DescribeToolsInput(names=names, completion_check=completion_check),
             result_type=list[ToolSpec],
             start_to_close_timeout=DESCRIBE_TOOLS_TIMEOUT,
             summary=f"tools: {', '.join(names) or 'none'}",

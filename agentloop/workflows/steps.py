@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 from datetime import timedelta
+from typing import Any
 
+from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -26,7 +28,7 @@ from agentloop.activity_io import (
     Verdict,
     VerifyInput,
 )
-from agentloop.contract import AgentRunResult, Phase
+from agentloop.contract import AgentRunResult, Phase, describe_validation_error
 from agentloop.tool_spec import Outcome
 from agentloop.workflows import visibility
 from agentloop.workflows.deadline import RunDeadline
@@ -39,7 +41,7 @@ from agentloop.workflows.loop import (
     LoopState,
     Verify,
 )
-from agentloop.workflows.tool_activities import tool_input
+from agentloop.workflows.tool_activities import activity_tool_input, tool_input
 from agentloop.workflows.visibility import audit
 
 MODEL_START_TO_CLOSE = timedelta(seconds=180)
@@ -141,6 +143,7 @@ async def verify(state: LoopState, step: Verify) -> None:
                 workflow_id=workflow.info().workflow_id,
                 answer=step.answer,
                 calls=list(state.calls.values()),
+                principal=state.run_input.principal,
             ),
             result_type=Verdict,
             start_to_close_timeout=VERIFY_TIMEOUT,
@@ -158,18 +161,43 @@ async def verify(state: LoopState, step: Verify) -> None:
 
 async def lookup_outcome(state: LoopState, step: LookupOutcome) -> None:
     visibility.waiting(state)
+    outcome = await _looked_up(state, step)
+    loop.record_outcome(state, step.call.call_id, outcome, workflow.now())
+
+
+async def _looked_up(state: LoopState, step: LookupOutcome) -> Outcome:
+    """What the system of record says, through the tool's lookup: agentloop's
+    `lookup_outcome` activity, or an activity tool's own lookup activity on its queue."""
+    call, spec, principal = step.call, step.spec, state.run_input.principal
+    options: dict[str, Any] = {
+        "start_to_close_timeout": timedelta(seconds=spec.timeout_seconds),
+        "retry_policy": LOOKUP_RETRY,
+        "summary": f"lookup {call.name} · {call.call_id}",
+    }
     try:
-        outcome = await workflow.execute_activity(
-            "lookup_outcome",
-            tool_input(step.call, step.idempotency_key),
-            result_type=Outcome,
-            start_to_close_timeout=timedelta(seconds=step.spec.timeout_seconds),
-            retry_policy=LOOKUP_RETRY,
-            summary=f"lookup {step.call.name} · {step.call.call_id}",
+        if spec.activity is None:
+            looked_up: Outcome = await workflow.execute_activity(
+                "lookup_outcome",
+                tool_input(call, principal, step.idempotency_key),
+                result_type=Outcome,
+                **options,
+            )
+            return looked_up
+        if spec.lookup_activity is None:
+            return Outcome(state="unknown", record=f"{call.name} has no outcome lookup")
+        answer = await workflow.execute_activity(
+            spec.lookup_activity,
+            activity_tool_input(call, principal, step.idempotency_key),
+            task_queue=spec.task_queue,
+            **options,
         )
     except ActivityError as exc:
-        outcome = Outcome(state="unknown", record=f"lookup failed: {describe_failure(exc)}")
-    loop.record_outcome(state, step.call.call_id, outcome, workflow.now())
+        return Outcome(state="unknown", record=f"lookup failed: {describe_failure(exc)}")
+    try:
+        return Outcome.model_validate(answer)
+    except ValidationError as exc:
+        problem = describe_validation_error(exc)[:500]
+        return Outcome(state="unknown", record=f"lookup answered no outcome: {problem}")
 
 
 def finish(state: LoopState, step: Finish) -> AgentRunResult:

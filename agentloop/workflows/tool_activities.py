@@ -4,12 +4,14 @@ it is given, and what its outcome means. Workflow code (deterministic), activiti
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
-from agentloop.activity_io import RunToolInput
+from agentloop.activity_io import ActivityToolInput, RunToolInput, ToolOutput
+from agentloop.contract import Principal
 from agentloop.events import ToolCall, ToolResult
 from agentloop.tool_spec import ToolSpec
 from agentloop.workflows.failures import describe_failure, tool_failure_class
@@ -19,23 +21,43 @@ TOOL_HEARTBEAT = timedelta(seconds=5)
 """A worker that dies mid-tool is noticed this fast (the activity heartbeats every second)."""
 
 
+FRAME_TIMEOUT = timedelta(seconds=10)
+DEFINITIVE_REMOTE_ERRORS = ["InvalidArguments", "BusinessRefusal", "PermissionDenied"]
+"""An activity tool's refusals: retrying them cannot help."""
+
+
 def start_tool(
-    call: ToolCall, spec: ToolSpec, idempotency_key: str, local: bool
-) -> workflow.ActivityHandle[ToolResult]:
+    call: ToolCall, spec: ToolSpec, principal: Principal, idempotency_key: str, local: bool
+) -> workflow.ActivityHandle[Any]:
     summary = f"{call.name} · {call.call_id}"
+    is_write = spec.effect == "write"
+    if spec.activity is not None:
+        return workflow.start_activity(
+            spec.activity,
+            activity_tool_input(call, principal, idempotency_key),
+            task_queue=spec.task_queue,
+            start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
+            heartbeat_timeout=(
+                timedelta(seconds=spec.heartbeat_seconds) if spec.heartbeat_seconds else None
+            ),
+            retry_policy=RetryPolicy(
+                maximum_attempts=1 if is_write else spec.max_attempts,
+                non_retryable_error_types=DEFINITIVE_REMOTE_ERRORS,
+            ),
+            summary=summary,
+        )
     if local:
         return workflow.start_local_activity(
             "run_tool",
-            tool_input(call, idempotency_key),
+            tool_input(call, principal, idempotency_key),
             result_type=ToolResult,
             start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
             retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts),
             summary=summary,
         )
-    is_write = spec.effect == "write"
     return workflow.start_activity(
         "run_tool",
-        tool_input(call, idempotency_key),
+        tool_input(call, principal, idempotency_key),
         result_type=ToolResult,
         start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
         heartbeat_timeout=TOOL_HEARTBEAT,
@@ -45,19 +67,64 @@ def start_tool(
     )
 
 
-async def tool_outcome(call: ToolCall, handle: workflow.ActivityHandle[ToolResult]) -> ToolOutcome:
+async def tool_outcome(
+    call: ToolCall, spec: ToolSpec, handle: workflow.ActivityHandle[Any]
+) -> ToolOutcome:
+    """What a tool activity came back with; an activity tool's output is then bounded (and
+    kept as an artifact when large) by agentloop's own worker, like any tool's."""
+    remote = spec.activity is not None
     try:
-        return await handle
+        value = await handle
+        if not remote:
+            result: ToolResult = value
+            return result
+        framed: ToolResult = await workflow.execute_local_activity(
+            "frame_tool_output",
+            ToolOutput(
+                workflow_id=workflow.info().workflow_id,
+                call_id=call.call_id,
+                tool=call.name,
+                output=value,
+            ),
+            result_type=ToolResult,
+            start_to_close_timeout=FRAME_TIMEOUT,
+            summary=f"frame {call.name} · {call.call_id}",
+        )
+        return framed
     except ActivityError as exc:
-        return ToolFailure(call.call_id, describe_failure(exc), tool_failure_class(exc))
+        return ToolFailure(
+            call.call_id, describe_failure(exc), tool_failure_class(exc, remote=remote)
+        )
 
 
-def tool_input(call: ToolCall, idempotency_key: str = "") -> RunToolInput:
-    """What every tool-side activity (precondition, execution, outcome lookup) is given."""
+def tool_input(
+    call: ToolCall,
+    principal: Principal,
+    idempotency_key: str = "",
+    approval_rule: str | None = None,
+) -> RunToolInput:
+    """What every tool-side activity of agentloop's (precondition, execution, outcome
+    lookup) is given."""
     return RunToolInput(
         workflow_id=workflow.info().workflow_id,
         call_id=call.call_id,
         tool=call.name,
         arguments=call.arguments,
         idempotency_key=idempotency_key,
+        principal=principal,
+        approval_rule=approval_rule,
+    )
+
+
+def activity_tool_input(
+    call: ToolCall, principal: Principal, idempotency_key: str
+) -> ActivityToolInput:
+    """What an activity tool and its lookup activity are given."""
+    return ActivityToolInput(
+        tool=call.name,
+        arguments=call.arguments,
+        call_id=call.call_id,
+        idempotency_key=idempotency_key,
+        principal=principal,
+        workflow_id=workflow.info().workflow_id,
     )

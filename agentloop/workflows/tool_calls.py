@@ -28,10 +28,11 @@ async def check_preconditions(
     state: LoopState, step: CheckPreconditions, deadline: RunDeadline
 ) -> None:
     visibility.waiting(state)
+    principal = state.run_input.principal
     handles = [
         workflow.start_activity(
             "check_precondition",
-            tool_input(call),
+            tool_input(call, principal, approval_rule=step.rules.get(call.call_id)),
             result_type=PreconditionResult,
             start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
             retry_policy=PRECONDITION_RETRY,
@@ -41,14 +42,15 @@ async def check_preconditions(
     ]
     if not await deadline.wait_for(handles):
         return
-    failures: dict[str, str | None] = {}
+    checked: dict[str, PreconditionResult] = {}
     for (call, _), handle in zip(step.calls, handles, strict=True):
         try:
-            failures[call.call_id] = (await handle).problem
+            checked[call.call_id] = await handle
         except ActivityError as exc:
             # A check that cannot be made does not let the call through.
-            failures[call.call_id] = f"precondition not checked: {describe_failure(exc)}"
-    loop.record_preconditions(state, failures)
+            problem = f"precondition not checked: {describe_failure(exc)}"
+            checked[call.call_id] = PreconditionResult(problem=problem)
+    loop.record_preconditions(state, checked, workflow.now())
 
 
 async def run_tools(state: LoopState, step: RunTools, deadline: RunDeadline) -> None:
@@ -59,7 +61,9 @@ async def run_tools(state: LoopState, step: RunTools, deadline: RunDeadline) -> 
         await run_with_children(state, step, run.children)
         return
     handles = [
-        start_tool(call, spec, run.idempotency_keys[call.call_id], run.local)
+        start_tool(
+            call, spec, state.run_input.principal, run.idempotency_keys[call.call_id], run.local
+        )
         for call, spec in step.calls
     ]
     # Reads stop for a cancel or the deadline; a write, once started, is never cut short.
@@ -73,7 +77,7 @@ async def run_tools(state: LoopState, step: RunTools, deadline: RunDeadline) -> 
     ):
         return
     outcomes = [
-        await tool_outcome(call, handle)
-        for (call, _), handle in zip(step.calls, handles, strict=True)
+        await tool_outcome(call, spec, handle)
+        for (call, spec), handle in zip(step.calls, handles, strict=True)
     ]
     loop.record_tool_results(state, outcomes)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from agentloop.demo.scripted_provider.playback import RecordedRequest
 from agentloop.demo.scripted_provider.scripts import (
     Script,
     ScriptedError,
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from agentloop.demo.scripted_provider.server import ScriptedProvider
 
 __all__ = [
+    "RecordedRequest",
     "Script",
     "ScriptTurn",
     "ScriptUsage",

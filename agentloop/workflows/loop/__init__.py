@@ -50,6 +50,7 @@ from agentloop.workflows.loop.record import (
 from agentloop.workflows.loop.state import (
     BUILTIN_TOOL_PATCHES,
     FEATURE_SET,
+    FEATURE_SETS,
     FEATURES,
     FEATURES_OF_SET,
     MAX_OUTPUT_CORRECTIONS,
@@ -71,6 +72,7 @@ __all__ = [
     "FEATURES",
     "FEATURES_OF_SET",
     "FEATURE_SET",
+    "FEATURE_SETS",
     "MAX_OUTPUT_CORRECTIONS",
     "MAX_REFUSED_CALLS",
     "AwaitApproval",

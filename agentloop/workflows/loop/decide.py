@@ -107,7 +107,7 @@ def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
     if batch.denied is not None:
         return Finish("denied", f"denied: {batch.denied}")
     if batch.unchecked:
-        return CheckPreconditions(state.with_specs(batch.unchecked))
+        return CheckPreconditions(state.with_specs(batch.unchecked), dict(batch.assessing))
     if batch.reads:
         return RunTools(state.with_specs(batch.reads))
     if batch.questions:

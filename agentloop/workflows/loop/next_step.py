@@ -6,7 +6,7 @@ and its neighbours); the shell never decides anything itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -22,9 +22,11 @@ class CallModel:
 
 @dataclass(frozen=True)
 class CheckPreconditions:
-    """Ask the systems of record whether these calls may go ahead (in parallel)."""
+    """Ask the systems of record whether these calls may go ahead (in parallel), and the
+    worker for the verdict of each approval rule in `rules` (call id -> rule)."""
 
     calls: list[tuple[ToolCall, ToolSpec]]
+    rules: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from agentloop.policies import approval, authorization, budgets
 from agentloop.policies.validation import Allowed, Refused, validate_call
 from agentloop.tool_spec import DELEGATE, ToolSpec
 from agentloop.workflows.loop import results
-from agentloop.workflows.loop.state import Batch, LoopState
+from agentloop.workflows.loop.state import Batch, Feature, LoopState
 
 
 @dataclass
@@ -111,20 +111,34 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutc
     batch = planned.batch
     batch.questions = [call.call_id for call in questions]
     batch.asked_at = now if questions else None
+    rules_in_worker = state.has(Feature.APPROVAL_RULES_IN_WORKER)
     for call, spec in allowed:
-        if spec.has_precondition:
+        write = spec.effect == "write"
+        rule = spec.needs_approval if write and isinstance(spec.needs_approval, str) else None
+        if rule is not None and rules_in_worker:
+            # The rule is the team's code: the worker evaluates it, the verdict is recorded.
+            batch.assessing[call.call_id] = rule
+        if spec.has_precondition or call.call_id in batch.assessing:
             batch.unchecked.append(call.call_id)
         (batch.reads if spec.effect == "read" else batch.writes).append(call.call_id)
-        if spec.effect == "write" and approval.needs_approval(spec, call.arguments, principal):
-            batch.approvals[call.call_id] = approval.PendingApproval(
-                call_id=call.call_id,
-                tool=call.name,
-                arguments=call.arguments,
-                args_digest=call.args_digest,
-                approvers=spec.approvers,
-                requested_at=now,
-            )
+        if (
+            write
+            and call.call_id not in batch.assessing
+            and approval.needs_approval(spec, call.arguments, principal)
+        ):
+            batch.approvals[call.call_id] = pending_approval(call, spec, now)
     return planned
+
+
+def pending_approval(call: ToolCall, spec: ToolSpec, now: datetime) -> approval.PendingApproval:
+    return approval.PendingApproval(
+        call_id=call.call_id,
+        tool=call.name,
+        arguments=call.arguments,
+        args_digest=call.args_digest,
+        approvers=spec.approvers,
+        requested_at=now,
+    )
 
 
 def action_digest(spec: ToolSpec, call: ToolCall) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from agentloop.activity_io import CallModelInput, CallModelResult
+from agentloop.activity_io import CallModelInput, CallModelResult, PreconditionResult
 from agentloop.context import chars_per_token
 from agentloop.contract import AgentRunResult, CallRecord, ModelSettings, PreviousRun
 from agentloop.events import Event, ModelOutput, StateUpdate, ToolResult
@@ -28,7 +28,12 @@ from agentloop.workflows.loop.exchange import (
 )
 from agentloop.workflows.loop.humans import record_pause
 from agentloop.workflows.loop.next_step import CallModel, Finish, RunTools
-from agentloop.workflows.loop.plan import OverBudget, ProtocolViolation, plan_batch
+from agentloop.workflows.loop.plan import (
+    OverBudget,
+    ProtocolViolation,
+    pending_approval,
+    plan_batch,
+)
 from agentloop.workflows.loop.settle import close_if_answered, settle
 from agentloop.workflows.loop.state import (
     MAX_OUTPUT_CORRECTIONS,
@@ -146,16 +151,25 @@ def _send_back_if_rejected(state: LoopState, output: ModelOutput, schema: dict[s
     state.last_output = None
 
 
-def record_preconditions(state: LoopState, failures: dict[str, str | None]) -> None:
-    """`failures`: call id -> why its precondition failed (None: it holds)."""
+def record_preconditions(
+    state: LoopState, checked: dict[str, PreconditionResult], now: datetime
+) -> None:
+    """What each check said: why a call's precondition failed (it is refused), and for a
+    write whose tool names an approval rule, whether it waits for a human (a verdict that is
+    missing says it does: a rule that could not be asked must not let a call through)."""
     batch = state.open_batch()
     for call_id in batch.unchecked:
-        problem = failures[call_id]
-        if problem is not None:
-            result = results.refusal(state.call(call_id), "precondition_failed", problem)
+        result = checked[call_id]
+        if result.problem is not None:
+            reason = "permission" if result.error_class == "permission" else "precondition_failed"
+            refused = results.refusal(state.call(call_id), reason, result.problem)
             state.calls[call_id].decision = "precondition_failed"
-            settle(state, batch, result)
+            settle(state, batch, refused)
+        elif call_id in batch.assessing and result.needs_approval is not False:
+            call, spec = state.with_specs([call_id])[0]
+            batch.approvals[call_id] = pending_approval(call, spec, now)
     batch.unchecked = []
+    batch.assessing = {}
     close_if_answered(state)
 
 

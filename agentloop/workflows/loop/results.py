@@ -16,11 +16,15 @@ REFUSAL_CLASSES: dict[str, ErrorClass] = {
     "invalid_arguments": "invalid_arguments",
     "rejected_action": "permission",
     "precondition_failed": "business",
+    "permission": "permission",
 }
 """Why the runner refused a call -> the error class the model is told (default `business`)."""
 
-REFUSAL_DECISIONS = frozenset(REFUSAL_CLASSES)
-"""The ledger decisions of calls the runner refused before running them."""
+REFUSAL_DECISIONS = frozenset(
+    {"unknown_tool", "invalid_arguments", "precondition_failed", "rejected_action"}
+)
+"""The ledger decisions of calls the runner refused before running them (a denied batch is
+`permission`, and stops the run instead)."""
 
 
 def error_content(error_class: str, message: str) -> str:
@@ -48,18 +52,24 @@ def denial(call: ToolCall, message: str) -> ToolResult:
     )
 
 
+REFUSING_CLASSES = frozenset({"invalid_arguments", "business", "permission"})
+"""Failures that say the call was refused: nothing happened, even for a write."""
+
+
 def failure(call: ToolCall, message: str, error_class: ErrorClass, *, write: bool) -> ToolResult:
     """The result of a call whose activity failed for good: `transient` (timeouts, an outage
     outlasting the retries) may be worth another try; `internal` (the tool itself broke) is
-    not. A write's outcome is unknown either way."""
+    not. A write's outcome is unknown either way, unless the failure was a refusal (an
+    activity tool's `BusinessRefusal`, say: agentloop's own tools return theirs as results)."""
+    unknown = write and error_class not in REFUSING_CLASSES
     return ToolResult(
         call_id=call.call_id,
         tool=call.name,
-        status="unknown" if write else "failed",
+        status="unknown" if unknown else "failed",
         content=error_content(error_class, message),
         error_class=error_class,
         retryable=not write and error_class == "transient",
-        side_effect=write,
+        side_effect=unknown,
     )
 
 

@@ -38,6 +38,10 @@ class Feature(StrEnum):
     PHASE_WHEN_WAITING = "phase-when-waiting"
     LOCAL_DESCRIBE_TOOLS = "local-describe-tools"
     """The tool specs are read by a local activity, inside the run's first workflow task."""
+    APPROVAL_RULES_IN_WORKER = "approval-rules-in-worker"
+    """A tool's named approval rule is evaluated by the worker (with the precondition check)
+    and its verdict recorded; the workflow never runs a rule. Before it, the built-in rules
+    ran in the workflow."""
 
 
 FEATURES = (
@@ -49,20 +53,27 @@ FEATURES = (
 )
 """Behaviours a run started before `FEATURE_SET` asked `workflow.patched` for, one by one."""
 
-FEATURE_SET = "features-2026-11"
-"""One patch id for every behaviour in `FEATURES_OF_SET`: a run started from it on records one
-patch marker, and one `TemporalChangeVersion` upsert, instead of one of each per behaviour (14
-of a 2-turn run's 39 events before). A behaviour added later gets a new set whose id is asked
-for first; runs of this set replay with this one."""
-
 BUILTIN_TOOL_PATCHES = (("read_artifact", Feature.BUILTIN_TOOLS), ("ask_user", Feature.ASK_USER))
 """Each built-in tool and the feature that introduced it: older runs replay without it."""
 
-FEATURES_OF_SET = (
+FEATURES_2026_11 = (
     *(feature for _, feature in BUILTIN_TOOL_PATCHES),
     *FEATURES,
     Feature.LOCAL_DESCRIBE_TOOLS,
 )
+
+FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
+    ("features-2026-12", (*FEATURES_2026_11, Feature.APPROVAL_RULES_IN_WORKER)),
+    ("features-2026-11", FEATURES_2026_11),
+)
+"""Patch ids that each stand for a set of behaviours, newest first. A new run asks for the
+first and records one patch marker (and one `TemporalChangeVersion` upsert) instead of one of
+each per behaviour (14 of a 2-turn run's 39 events before sets); a run replays with the set it
+recorded. A behaviour added later gets a new set in front, holding every behaviour before it."""
+
+FEATURE_SET, FEATURES_OF_SET = FEATURE_SETS[0]
+"""The set a new run starts with."""
+
 
 MAX_REFUSED_CALLS = 8
 """Calls refused before running (unknown tool, bad arguments, failed precondition, a rejected
@@ -124,7 +135,10 @@ class Batch(BaseModel):
     """Call ids in the model's order."""
     results: dict[str, ToolResult] = Field(default_factory=dict)
     unchecked: list[str] = Field(default_factory=list)
-    """Allowed calls whose business precondition has not been checked yet."""
+    """Allowed calls whose business precondition (or approval rule) has not been checked yet."""
+    assessing: dict[str, str] = Field(default_factory=dict)
+    """Writes whose tool names an approval rule -> the rule: the worker evaluates it with the
+    precondition check, and the verdict says whether the call waits for approval."""
     reads: list[str] = Field(default_factory=list)
     """Allowed reads not run yet."""
     writes: list[str] = Field(default_factory=list)

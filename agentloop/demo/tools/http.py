@@ -1,4 +1,4 @@
-"""Activity-side: the HTTP client example tools use to reach their systems of record.
+"""The HTTP client the example tools reach their system of record with (their `ctx.deps`).
 
 Transport and HTTP failures are mapped onto tool error classes here, once, for every tool:
 
@@ -13,6 +13,7 @@ Transport and HTTP failures are mapped onto tool error classes here, once, for e
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -33,7 +34,7 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 _NOT_PROCESSED = frozenset({429, 503})
 
 
-def idempotency_headers(ctx: ToolContext) -> dict[str, str]:
+def idempotency_headers(ctx: ToolContext[Any]) -> dict[str, str]:
     """The headers of a write: its idempotency key, without which it must never be sent.
 
     Raises:
@@ -102,6 +103,13 @@ class ServiceClient:
             raise ToolError(
                 f"service unreachable: {exc!r}", error_class="transient", retryable=True
             ) from exc
+
+
+@dataclass(frozen=True)
+class ExampleDeps:
+    """What the example tools get as `ctx.deps`: a client of the example service."""
+
+    example: ServiceClient
 
 
 def _checked(status: int, body: Any, *, write: bool) -> Any:

@@ -1,0 +1,83 @@
+"""The client side: a Temporal client for agentloop's settings, and starting a run.
+
+Every client of agentloop's runs connects through `connect`, so all of them read and write
+payloads the same way (encrypted when `AGENTLOOP_CODEC_KEYS` is set) and trace the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
+from temporalio.service import RPCError, RPCStatusCode
+
+from agentloop import search
+from agentloop.contract import DEFAULT_TASK_QUEUE, WORKFLOW_NAME, AgentRunInput, AgentRunResult
+from agentloop.runtime import tracing
+from agentloop.runtime.codec import EncryptionCodec, encrypting_data_converter
+from agentloop.runtime.config import Settings
+
+
+def data_converter(settings: Settings) -> DataConverter:
+    """The pydantic converter; with `AGENTLOOP_CODEC_KEYS` set, every payload encrypted
+    (`agentloop.runtime.codec`). Raises `ConfigError` naming the variable when the keys are
+    malformed."""
+    ring = settings.codec_key_ring()
+    if ring is None:
+        return pydantic_data_converter
+    return encrypting_data_converter(EncryptionCodec.from_ring(ring))
+
+
+async def connect(settings: Settings) -> Client:
+    """A client for `settings`; the worker, the CLI and the tests all connect here, so all of
+    them read and write payloads the same way (encrypted when keys are configured) and trace
+    the same way (`agentloop.runtime.tracing`: a worker built on this client inherits its
+    interceptors, so they are never given to the worker a second time)."""
+    return await Client.connect(
+        settings.temporal_address,
+        namespace=settings.temporal_namespace,
+        data_converter=data_converter(settings),
+        api_key=settings.temporal_api_key,
+        tls=settings.tls_config(),
+        interceptors=tracing.interceptors(settings),
+    )
+
+
+async def start_run(
+    client: Client,
+    run_input: AgentRunInput,
+    *,
+    id: str,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    indexed: bool | None = None,
+    **options: Any,
+) -> WorkflowHandle[Any, AgentRunResult]:
+    """Start an `AgentRun` as the CLI does: its UI summary, its result type, and its search
+    attributes (so `agentloop list` finds it). `indexed=None` indexes it when the namespace
+    has agentloop's attributes registered and starts it unindexed otherwise; True insists.
+    Starting twice with the same `id` while the first runs does not start a second run
+    (Temporal raises `WorkflowAlreadyStartedError`). `options` go to `Client.start_workflow`."""
+    start = dict(
+        id=id,
+        task_queue=task_queue,
+        result_type=AgentRunResult,
+        static_summary=run_input.summary(),
+        **options,
+    )
+    if indexed is False:
+        return await client.start_workflow(WORKFLOW_NAME, run_input, **start)
+    try:
+        return await client.start_workflow(
+            WORKFLOW_NAME, run_input, search_attributes=search.initial(run_input), **start
+        )
+    except RPCError as exc:
+        if indexed or not _attributes_unregistered(exc):
+            raise
+    return await client.start_workflow(WORKFLOW_NAME, run_input, **start)
+
+
+def _attributes_unregistered(exc: RPCError) -> bool:
+    """The server refused the start because the namespace lacks agentloop's attributes."""
+    return exc.status == RPCStatusCode.INVALID_ARGUMENT and "search attribute" in str(exc).lower()

@@ -1,0 +1,50 @@
+"""A store in a dict, for one process's tests: what `agentloop.testing.tool_context` gives a
+tool's artifacts when the team calls its code directly. Same contract as the real backends;
+nothing survives the process."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from agentloop.store.artifacts import artifact_key
+from agentloop.store.base import node_rows, order_chain
+
+
+@dataclass
+class MemoryContents:
+    """What memory stores hold; stores given the same contents see each other's writes."""
+
+    nodes: dict[str, tuple[str | None, str]] = field(default_factory=dict)
+    artifacts: dict[str, tuple[bytes, str]] = field(default_factory=dict)
+
+
+class MemoryStore:
+    def __init__(self, contents: MemoryContents | None = None) -> None:
+        contents = contents or MemoryContents()
+        self._nodes = contents.nodes
+        self._artifacts = contents.artifacts
+
+    async def put_nodes(self, nodes: Sequence[tuple[str, str]]) -> None:
+        for key, parent, body in node_rows(nodes):
+            self._nodes.setdefault(key, (parent, body))
+
+    async def get_node(self, key: str) -> str | None:
+        found = self._nodes.get(key)
+        return None if found is None else found[1]
+
+    async def load_chain(self, head: str) -> list[tuple[str, str]]:
+        if not head:
+            return []
+        return order_chain(head, ((k, p, b) for k, (p, b) in self._nodes.items()))
+
+    async def put_artifact(self, data: bytes, media_type: str) -> str:
+        key = artifact_key(data)
+        self._artifacts.setdefault(key, (bytes(data), media_type))
+        return key
+
+    async def get_artifact(self, key: str) -> tuple[bytes, str] | None:
+        return self._artifacts.get(key)
+
+    async def close(self) -> None:
+        return None

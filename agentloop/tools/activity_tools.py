@@ -1,0 +1,104 @@
+"""`agentloop.activity_tool`: a tool that is an existing Temporal activity, on any task queue,
+served by any worker in any SDK language.
+
+The run schedules the activity itself (model calls stay on agentloop's queue), with one JSON
+object as its input (`ActivityToolInput`): the call's arguments, its call id, the write's
+idempotency key and the principal. What the activity returns is the result the model is sent
+(bounded, and kept as an artifact when large, by agentloop's own worker). To say what went
+wrong it raises an error whose type (the exception's class name in most SDKs, or an
+`ApplicationError` type) is one of `InvalidArguments`, `BusinessRefusal`, `PermissionDenied`
+(nothing happened; the model is told), `TransientError` or `OutcomeUnknown`. A write is run
+once and never retried blindly: when its outcome is unknown (it timed out, its worker died)
+the `lookup_activity` is asked, by idempotency key, and answers
+`{"state": "applied" | "not_applied" | "unknown", "record": ...}`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import BaseModel, ValidationError
+
+from agentloop.contract import describe_validation_error
+from agentloop.tool_spec import DEFAULT_MAX_RESULT_CHARS, Effect, ToolSpec
+from agentloop.tools.contract import Tool, ToolContext
+from agentloop.tools.decorator import ToolDefinitionError
+
+
+async def _scheduled_by_the_run(arguments: dict[str, Any], ctx: ToolContext[Any]) -> Any:
+    raise RuntimeError(f"{ctx.tool} is an activity tool: the run schedules it, never run_tool")
+
+
+def activity_tool(
+    name: str,
+    *,
+    activity: str,
+    task_queue: str,
+    parameters: type[BaseModel] | Mapping[str, Any],
+    description: str,
+    effect: Effect = "read",
+    scopes: Sequence[str] = (),
+    needs_approval: bool | str = False,
+    approvers: Sequence[str] = (),
+    action: str = "",
+    on_reject: Literal["stop", "tell_model"] = "stop",
+    timeout_seconds: float = 30.0,
+    heartbeat_seconds: float | None = None,
+    max_attempts: int = 3,
+    max_calls_per_run: int | None = None,
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+    poll_limit: int | None = None,
+    version: str = "1",
+    lookup_activity: str | None = None,
+) -> Tool:
+    """Declare a tool that is the activity type `activity` on `task_queue`.
+
+    `parameters`: the arguments' JSON Schema, or a pydantic model to generate it from.
+    `heartbeat_seconds`: set it when the activity heartbeats (a lost worker is then noticed
+    that fast, not after `timeout_seconds`). `lookup_activity`: for a write, the activity
+    type (same queue) that finds its outcome by idempotency key. The other options are
+    `agentloop.tool`'s."""
+    schema = (
+        parameters.model_json_schema()
+        if isinstance(parameters, type) and issubclass(parameters, BaseModel)
+        else dict(parameters)
+    )
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise ToolDefinitionError(
+            f"activity tool {name}: its parameters are no JSON Schema: {exc.message}"
+        ) from None
+    if effect == "read" and lookup_activity is not None:
+        raise ToolDefinitionError(f"activity tool {name}: only a write has an outcome to look up")
+    try:
+        spec = ToolSpec(
+            name=name,
+            version=version,
+            description=description,
+            parameters=schema,
+            effect=effect,
+            required_scopes=list(scopes),
+            timeout_seconds=timeout_seconds,
+            max_attempts=max_attempts,
+            max_calls_per_run=max_calls_per_run,
+            max_result_chars=max_result_chars,
+            needs_approval=needs_approval,
+            approvers=list(approvers),
+            action=action,
+            on_reject=on_reject,
+            poll_limit=poll_limit,
+            has_outcome_lookup=lookup_activity is not None,
+            activity=activity,
+            task_queue=task_queue,
+            lookup_activity=lookup_activity,
+            heartbeat_seconds=heartbeat_seconds,
+        )
+    except ValidationError as exc:
+        raise ToolDefinitionError(
+            f"activity tool {name}: {describe_validation_error(exc)}"
+        ) from None
+    return Tool(spec=spec, handler=_scheduled_by_the_run)

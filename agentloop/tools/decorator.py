@@ -1,0 +1,426 @@
+"""`@agentloop.tool` and its companions: a team's own tools, approval rules, verifiers and
+dependencies, declared in a module of theirs that the worker loads (`agentloop.tools.plugins`).
+
+A tool is an `async def` whose first parameter is the `ToolContext` and whose other parameters
+are typed keyword parameters (or one pydantic model): the JSON Schema the model is sent comes
+from them, the description from the docstring. Its precondition and outcome lookup take the
+same parameters. Nothing here runs inside the workflow: the worker's activities call it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar, get_type_hints, overload
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from agentloop.activity_io import Verdict
+from agentloop.contract import CallRecord, Principal, describe_validation_error
+from agentloop.tool_spec import DEFAULT_MAX_RESULT_CHARS, Effect, Outcome, ToolSpec
+from agentloop.tools.contract import (
+    InvalidArguments,
+    OutcomeLookup,
+    Precondition,
+    Tool,
+    ToolContext,
+    ToolHandler,
+)
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+class ToolDefinitionError(TypeError):
+    """A tool, rule, verifier or dependencies declaration agentloop cannot use, named with the
+    function and the problem (raised when the module is imported)."""
+
+
+@dataclass(frozen=True)
+class _Arguments:
+    """How a function of the team's takes a call's arguments."""
+
+    model: type[BaseModel]
+    as_model: bool
+    """The function takes one pydantic model, not keyword parameters."""
+
+    def parse(self, arguments: Mapping[str, Any]) -> BaseModel:
+        try:
+            return self.model.model_validate(dict(arguments))
+        except ValidationError as exc:
+            raise InvalidArguments(describe_validation_error(exc)) from None
+
+    def call(
+        self, function: Callable[..., Awaitable[Any]], arguments: Mapping[str, Any], ctx: Any
+    ) -> Awaitable[Any]:
+        parsed = self.parse(arguments)
+        if self.as_model:
+            return function(ctx, parsed)
+        return function(ctx, **{name: getattr(parsed, name) for name in self.model.model_fields})
+
+
+def _arguments_of(function: Callable[..., Any], what: str) -> _Arguments:
+    """The arguments model of `function(ctx, ...)`."""
+    name = _qualname(function)
+    if not inspect.iscoroutinefunction(function):
+        raise ToolDefinitionError(f"{what} {name} must be an `async def`")
+    params = list(inspect.signature(function).parameters.values())
+    if not params or params[0].kind not in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    ):
+        raise ToolDefinitionError(f"{what} {name}: its first parameter must be the ToolContext")
+    try:
+        hints = get_type_hints(function, include_extras=True)
+    except Exception as exc:  # an annotation that does not resolve
+        raise ToolDefinitionError(f"{what} {name}: its annotations do not resolve: {exc}") from exc
+    rest = params[1:]
+    if len(rest) == 1 and _is_model(hints.get(rest[0].name)):
+        return _Arguments(model=hints[rest[0].name], as_model=True)
+    fields: dict[str, Any] = {}
+    for param in rest:
+        if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            raise ToolDefinitionError(
+                f"{what} {name}: *{param.name} cannot be described to the model; name each argument"
+            )
+        if param.name not in hints:
+            raise ToolDefinitionError(f"{what} {name}: parameter {param.name!r} has no type")
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (hints[param.name], default)
+    try:
+        model = create_model(
+            f"{function.__name__}_arguments",
+            __config__=ConfigDict(extra="forbid"),
+            **fields,
+        )
+    except Exception as exc:
+        raise ToolDefinitionError(f"{what} {name}: {exc}") from exc
+    return _Arguments(model=model, as_model=False)
+
+
+def _prose(text: str) -> str:
+    """A docstring as the model reads it: each paragraph on one line."""
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs if p.strip())
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _qualname(function: Callable[..., Any]) -> str:
+    return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', function)}"
+
+
+def _schema_of(arguments: _Arguments, name: str) -> dict[str, Any]:
+    try:
+        schema = arguments.model.model_json_schema()
+        Draft202012Validator.check_schema(schema)
+    except (SchemaError, TypeError, ValueError) as exc:
+        raise ToolDefinitionError(f"tool {name}: no JSON Schema for its arguments: {exc}") from exc
+    return schema
+
+
+def _same_arguments(
+    companion: Callable[..., Awaitable[Any]] | None, arguments: _Arguments, what: str, tool: str
+) -> _Arguments | None:
+    """A precondition or lookup takes the tool's own arguments (or none besides the context)."""
+    if companion is None:
+        return None
+    own = _arguments_of(companion, f"{what} of tool {tool}")
+    if own.model.model_fields and set(own.model.model_fields) != set(arguments.model.model_fields):
+        raise ToolDefinitionError(
+            f"{what} {_qualname(companion)} of tool {tool}: it must take the tool's arguments "
+            f"({', '.join(arguments.model.model_fields) or 'none'}), or only the context"
+        )
+    return own if own.model.model_fields else None
+
+
+def _adapt(
+    function: Callable[..., Awaitable[Any]], own: _Arguments | None, tool_args: _Arguments
+) -> Callable[[dict[str, Any], ToolContext[Any]], Awaitable[Any]]:
+    async def call(arguments: dict[str, Any], ctx: ToolContext[Any]) -> Any:
+        if own is None:
+            tool_args.parse(arguments)  # checked all the same
+            return await function(ctx)
+        return await own.call(function, arguments, ctx)
+
+    return call
+
+
+@overload
+def tool(function: F, /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    effect: Effect = "read",
+    scopes: Sequence[str] = (),
+    needs_approval: bool | str = False,
+    approvers: Sequence[str] = (),
+    action: str = "",
+    on_reject: Literal["stop", "tell_model"] = "stop",
+    local: bool = False,
+    timeout_seconds: float | None = None,
+    max_attempts: int = 3,
+    max_calls_per_run: int | None = None,
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+    poll_limit: int | None = None,
+    version: str = "1",
+    precondition: Callable[..., Awaitable[None]] | None = None,
+    lookup_outcome: Callable[..., Awaitable[Outcome]] | None = None,
+) -> Callable[[F], Tool]: ...
+
+
+def tool(
+    function: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    effect: Effect = "read",
+    scopes: Sequence[str] = (),
+    needs_approval: bool | str = False,
+    approvers: Sequence[str] = (),
+    action: str = "",
+    on_reject: Literal["stop", "tell_model"] = "stop",
+    local: bool = False,
+    timeout_seconds: float | None = None,
+    max_attempts: int = 3,
+    max_calls_per_run: int | None = None,
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+    poll_limit: int | None = None,
+    version: str = "1",
+    precondition: Callable[..., Awaitable[None]] | None = None,
+    lookup_outcome: Callable[..., Awaitable[Outcome]] | None = None,
+) -> Tool | Callable[[F], Tool]:
+    """Declare a tool: `@tool` or `@tool(effect="write", ...)` on an `async def`.
+
+    Args:
+        name: the name the model calls it by (default: the function's name).
+        description: what the model is told (default: the docstring).
+        effect: `read` or `write`. A write gets an idempotency key, one attempt, and an
+            outcome lookup when its answer is lost; it needs `lookup_outcome` to be resolved
+            without a human.
+        scopes: the principal's scopes the call needs (checked before anything runs).
+        needs_approval: True, or the name of an approval rule (`@approval_rule`) that says
+            when a human must approve; rules run in the worker, never in the workflow.
+        approvers: who may decide (empty: anyone).
+        action: what the call does in the world (default: the name): a rejected action
+            never runs again in the run, under any tool.
+        on_reject: `stop` the run, or `tell_model` and go on.
+        local: a sub-second read run as a Temporal local activity.
+        timeout_seconds: one attempt's limit (default 30 s; a local read's 5 s).
+        max_attempts: a read's attempts (a write always gets one).
+        max_calls_per_run: a cap on this tool's calls in one run.
+        max_result_chars: what the model is sent of a result; the rest goes to the store as
+            an artifact the model pages through.
+        poll_limit: a polling tool may repeat the same call this often before it is a stall.
+        version: recorded with every call (the audit and the call ledger).
+        precondition: `async def check(ctx, <the tool's arguments>)` raising
+            `BusinessRefusal` or `PermissionDenied` when the call must not go ahead: run
+            before approval or execution, against the system of record.
+        lookup_outcome: `async def lookup(ctx, <the tool's arguments>) -> Outcome`: what the
+            system of record holds under `ctx.idempotency_key` (writes).
+    """
+
+    def declare(function: F) -> Tool:
+        tool_name = name or function.__name__
+        if effect == "read" and lookup_outcome is not None:
+            raise ToolDefinitionError(f"tool {tool_name}: only a write has an outcome to look up")
+        arguments = _arguments_of(function, "tool")
+        check = _same_arguments(precondition, arguments, "precondition", tool_name)
+        lookup = _same_arguments(lookup_outcome, arguments, "lookup_outcome", tool_name)
+        spec_fields: dict[str, Any] = {}
+        if timeout_seconds is not None:
+            spec_fields["timeout_seconds"] = timeout_seconds
+        try:
+            spec = ToolSpec(
+                name=tool_name,
+                version=version,
+                description=_prose(description or function.__doc__ or ""),
+                parameters=_schema_of(arguments, tool_name),
+                effect=effect,
+                required_scopes=list(scopes),
+                max_attempts=max_attempts,
+                max_calls_per_run=max_calls_per_run,
+                max_result_chars=max_result_chars,
+                needs_approval=needs_approval,
+                approvers=list(approvers),
+                action=action,
+                on_reject=on_reject,
+                has_precondition=precondition is not None,
+                poll_limit=poll_limit,
+                has_outcome_lookup=lookup_outcome is not None,
+                local=local,
+                **spec_fields,
+            )
+        except ValidationError as exc:
+            raise ToolDefinitionError(
+                f"tool {tool_name}: {describe_validation_error(exc)}"
+            ) from None
+        handler: ToolHandler = _adapt(function, arguments, arguments)
+        return Tool(
+            spec=spec,
+            handler=handler,
+            precondition=(
+                _adapt(precondition, check, arguments) if precondition is not None else None
+            ),
+            lookup_outcome=(
+                _adapt(lookup_outcome, lookup, arguments) if lookup_outcome is not None else None
+            ),
+            function=function,
+        )
+
+    return declare(function) if function is not None else declare
+
+
+# --- approval rules, verifiers, dependencies ------------------------------------------------
+
+RuleFunction = Callable[[Mapping[str, Any], Principal], "bool | Awaitable[bool]"]
+
+
+@dataclass(frozen=True)
+class ApprovalRule:
+    """A named predicate over a call's arguments and the principal: True when a human must
+    approve. Named by a tool's `needs_approval`; evaluated in the worker before the call is
+    offered for approval, and the verdict recorded in history (replay never runs it)."""
+
+    name: str
+    function: RuleFunction
+
+    def __call__(self, arguments: Mapping[str, Any], principal: Principal) -> Any:
+        """The rule as written (sync or async), for the team's own tests."""
+        return self.function(arguments, principal)
+
+    async def evaluate(self, arguments: Mapping[str, Any], principal: Principal) -> bool:
+        """The verdict, whichever way the rule was written (what the worker records)."""
+        verdict = self.function(arguments, principal)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        return bool(verdict)
+
+
+def approval_rule(name: str) -> Callable[[RuleFunction], ApprovalRule]:
+    """Declare an approval rule: `@approval_rule("over_limit")` on
+    `def rule(arguments, principal) -> bool` (or an `async def`)."""
+
+    def declare(function: RuleFunction) -> ApprovalRule:
+        if not name:
+            raise ToolDefinitionError(f"approval rule {_qualname(function)} needs a name")
+        return ApprovalRule(name, function)
+
+    return declare
+
+
+async def _no_lookup(call: CallRecord) -> Outcome:
+    return Outcome(state="unknown", record="no lookup was given to this context")
+
+
+@dataclass(frozen=True)
+class VerifyContext(ToolContext[Any]):
+    """What a verifier knows: the run, its final answer, and its call ledger (the evidence
+    to check against the systems of record). `lookup` asks a write's own outcome lookup."""
+
+    answer: str = ""
+    calls: Sequence[CallRecord] = ()
+    lookup: Callable[[CallRecord], Awaitable[Outcome]] = field(default=_no_lookup)
+    """A write's outcome at its system of record, through its tool's own lookup."""
+
+
+VerifierFunction = Callable[[VerifyContext], "Awaitable[Verdict | bool]"]
+
+
+@dataclass(frozen=True)
+class Verifier:
+    """A named completion check (`AgentRunInput.completion_check`): a final answer is only a
+    candidate until it agrees. Runs in the worker; its verdict is recorded in history."""
+
+    name: str
+    function: VerifierFunction
+
+    async def __call__(self, ctx: VerifyContext) -> Verdict | bool:
+        """The verifier as written, for the team's own tests."""
+        return await self.function(ctx)
+
+    async def evaluate(self, ctx: VerifyContext) -> Verdict:
+        """Its answer as a `Verdict` (a bare bool gets a stock reason)."""
+        verdict = await self.function(ctx)
+        if isinstance(verdict, Verdict):
+            return verdict
+        return Verdict(passed=bool(verdict), reason="" if verdict else f"{self.name} says no")
+
+
+def verifier(name: str) -> Callable[[VerifierFunction], Verifier]:
+    """Declare a verifier: `@verifier("refund_issued")` on
+    `async def check(ctx: VerifyContext) -> Verdict` (or a bool)."""
+
+    def declare(function: VerifierFunction) -> Verifier:
+        if not inspect.iscoroutinefunction(function):
+            raise ToolDefinitionError(f"verifier {_qualname(function)} must be an `async def`")
+        if not name:
+            raise ToolDefinitionError(f"verifier {_qualname(function)} needs a name")
+        return Verifier(name, function)
+
+    return declare
+
+
+OpenFunction = Callable[..., "AbstractAsyncContextManager[Any] | AsyncIterator[Any]"]
+
+
+@dataclass(frozen=True)
+class Dependencies:
+    """How a module's dependencies are opened and closed: once per worker, around its life.
+    Its tools, rules and verifiers get the opened object as `ctx.deps`."""
+
+    function: OpenFunction
+    takes_settings: bool
+
+    def __call__(self, settings: Any = None) -> AbstractAsyncContextManager[Any]:
+        """`async with my_deps(settings) as deps:`, for the team's own tests."""
+        return self.open(settings)
+
+    def open(self, settings: Any) -> AbstractAsyncContextManager[Any]:
+        args = (settings,) if self.takes_settings else ()
+        if inspect.isasyncgenfunction(self.function):
+            return asynccontextmanager(self.function)(*args)
+        opened = self.function(*args)
+        if not isinstance(opened, AbstractAsyncContextManager):
+            raise ToolDefinitionError(
+                f"dependencies {_qualname(self.function)} returned {type(opened).__name__}, "
+                "not an async context manager"
+            )
+        return opened
+
+
+def dependencies(function: OpenFunction) -> Dependencies:
+    """Declare a module's dependencies: `@dependencies` on an async generator (or a function
+    returning an async context manager) that yields the object its tools get as `ctx.deps`.
+    It may take one parameter: the worker's settings (`agentloop.Settings`)."""
+    params = list(inspect.signature(function).parameters)
+    if len(params) > 1:
+        raise ToolDefinitionError(
+            f"dependencies {_qualname(function)} takes at most one parameter (the settings)"
+        )
+    return Dependencies(function, takes_settings=bool(params))
+
+
+__all__ = [
+    "ApprovalRule",
+    "Dependencies",
+    "OutcomeLookup",
+    "Precondition",
+    "ToolDefinitionError",
+    "Verifier",
+    "VerifyContext",
+    "approval_rule",
+    "dependencies",
+    "tool",
+    "verifier",
+]

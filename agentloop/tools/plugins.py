@@ -1,0 +1,253 @@
+"""Loading a team's tool modules: `AGENTLOOP_TOOLS=module[:attribute],...`.
+
+A module given alone contributes every tool, approval rule, verifier and `@dependencies`
+declared at its top level; `module:attribute` names one of them, or a `Toolset`. The
+built-ins (`read_artifact`, `ask_user`, `delegate`, the rules `always` and
+`for_someone_else`, the verifier `writes_applied`) are always there. Everything is checked
+when the worker starts, before it polls: a problem is a `PluginError` naming the module, the
+object and what is wrong.
+"""
+
+from __future__ import annotations
+
+import importlib
+import traceback
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from agentloop.policies.approval import APPROVAL_RULES
+from agentloop.tools.builtins import BUILTIN_TOOLS
+from agentloop.tools.contract import Tool
+from agentloop.tools.decorator import (
+    ApprovalRule,
+    Dependencies,
+    ToolDefinitionError,
+    Verifier,
+    approval_rule,
+)
+from agentloop.tools.registry import ToolRegistry
+
+T = TypeVar("T")
+
+BUILTIN = "agentloop (built-in)"
+BUILTIN_VERIFIERS = ("writes_applied",)
+"""Verifiers every worker has (`activities.verify`)."""
+
+
+class PluginError(Exception):
+    """A tool module the worker cannot load; the message names the module, the object and
+    the problem."""
+
+
+@dataclass(frozen=True)
+class Toolset:
+    """What `module:attribute` may name: tools, rules and verifiers that share dependencies."""
+
+    tools: Sequence[Tool] = ()
+    rules: Sequence[ApprovalRule] = ()
+    verifiers: Sequence[Verifier] = ()
+    dependencies: Dependencies | None = None
+
+
+@dataclass
+class Plugin:
+    """One loaded module (or attribute of one)."""
+
+    source: str
+    toolset: Toolset
+
+
+@dataclass
+class Toolbox:
+    """Every tool, rule and verifier a worker serves, each with the module it came from."""
+
+    registry: ToolRegistry = field(default_factory=ToolRegistry)
+    rules: dict[str, ApprovalRule] = field(default_factory=dict)
+    verifiers: dict[str, Verifier] = field(default_factory=dict)
+    origin: dict[str, str] = field(default_factory=dict)
+    """`tool:NAME`, `rule:NAME`, `verifier:NAME` -> the module that declared it."""
+    dependencies: dict[str, Dependencies] = field(default_factory=dict)
+    """Module -> how its dependencies are opened."""
+
+    def verifier_names(self) -> list[str]:
+        """Every verifier a run may name as its `completion_check`, the built-ins included."""
+        return sorted(k.removeprefix("verifier:") for k in self.origin if k.startswith("verifier:"))
+
+    @asynccontextmanager
+    async def opened(self, settings: Any) -> AsyncIterator[OpenedToolbox]:
+        """Every module's dependencies, opened for as long as the context is (a worker's
+        life), closed in the reverse order."""
+        async with AsyncExitStack() as stack:
+            deps: dict[str, Any] = {}
+            for source, declared in self.dependencies.items():
+                try:
+                    deps[source] = await stack.enter_async_context(declared.open(settings))
+                except Exception as exc:
+                    raise PluginError(
+                        f"{source}: its dependencies did not open: {type(exc).__name__}: {exc}"
+                    ) from exc
+            yield OpenedToolbox(self, deps)
+
+
+@dataclass(frozen=True)
+class OpenedToolbox:
+    """A toolbox whose dependencies are open: what the activities use."""
+
+    box: Toolbox
+    deps: dict[str, Any]
+
+    @property
+    def registry(self) -> ToolRegistry:
+        return self.box.registry
+
+    def deps_of(self, kind: str, name: str) -> Any:
+        """The dependencies of the module that declared `kind:name` (None: it declares none)."""
+        return self.deps.get(self.box.origin.get(f"{kind}:{name}", ""))
+
+
+def builtin_toolbox() -> Toolbox:
+    """The built-ins alone: what `agentloop worker` serves with no tool modules."""
+    box = Toolbox()
+    for tool in BUILTIN_TOOLS:
+        box.registry.add(tool)
+        box.origin[f"tool:{tool.spec.name}"] = BUILTIN
+    for name, function in APPROVAL_RULES.items():
+        box.rules[name] = approval_rule(name)(function)
+        box.origin[f"rule:{name}"] = BUILTIN
+    for name in BUILTIN_VERIFIERS:
+        box.origin[f"verifier:{name}"] = BUILTIN
+    return box
+
+
+def load_toolbox(sources: Iterable[str]) -> Toolbox:
+    """The built-ins plus every module named in `sources` (`module` or `module:attribute`)."""
+    unique = dict.fromkeys(s.strip() for s in sources if s.strip())
+    return build_toolbox(load_plugin(source) for source in unique)
+
+
+def build_toolbox(plugins: Iterable[Plugin]) -> Toolbox:
+    """The built-ins plus `plugins`, every name checked to be declared once."""
+    box = builtin_toolbox()
+    for plugin in plugins:
+        _add(box, plugin)
+    _check_rules_named(box)
+    return box
+
+
+def load_plugin(source: str) -> Plugin:
+    module_name, _, attribute = source.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ToolDefinitionError as exc:
+        raise PluginError(f"{module_name}: {exc}") from None
+    except Exception as exc:
+        where = _where(exc, module_name)
+        raise PluginError(
+            f"{module_name}: cannot be imported: {type(exc).__name__}: {exc}{where}"
+        ) from None
+    if attribute:
+        if not hasattr(module, attribute):
+            raise PluginError(f"{source}: {module_name} has no attribute {attribute!r}")
+        return Plugin(source, _toolset_of(source, getattr(module, attribute)))
+    found = [value for value in vars(module).values() if _is_declaration(value)]
+    return Plugin(module_name, _toolset_of(module_name, found))
+
+
+def _where(exc: BaseException, module_name: str) -> str:
+    """The line of the team's module the import failed at, when the traceback has it."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "importlib" not in f.filename]
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f" (at {last.filename}:{last.lineno})"
+
+
+def _is_declaration(value: Any) -> bool:
+    return isinstance(value, Tool | ApprovalRule | Verifier | Dependencies | Toolset)
+
+
+def _toolset_of(source: str, value: Any) -> Toolset:
+    """`value` (a declaration, a `Toolset`, or a list of declarations) as one toolset."""
+    if isinstance(value, Toolset):
+        return value
+    items = list(value) if isinstance(value, list | tuple) else [value]
+    tools: list[Tool] = []
+    rules: list[ApprovalRule] = []
+    verifiers: list[Verifier] = []
+    deps: list[Dependencies] = []
+    nested: list[Toolset] = []
+    for item in items:
+        match item:
+            case Tool():
+                tools.append(item)
+            case ApprovalRule():
+                rules.append(item)
+            case Verifier():
+                verifiers.append(item)
+            case Dependencies():
+                deps.append(item)
+            case Toolset():
+                nested.append(item)
+            case _:
+                raise PluginError(
+                    f"{source}: {type(item).__name__} {item!r} is not a tool, an approval "
+                    "rule, a verifier, @dependencies or a Toolset"
+                )
+    for toolset in nested:
+        tools += toolset.tools
+        rules += toolset.rules
+        verifiers += toolset.verifiers
+        deps += [toolset.dependencies] if toolset.dependencies else []
+    # One declaration named twice (at the top and in a Toolset) is one declaration.
+    tools, rules, verifiers, deps = (_once(t) for t in (tools, rules, verifiers, deps))
+    if len(deps) > 1:
+        raise PluginError(f"{source}: declares @dependencies {len(deps)} times; one per module")
+    if not (tools or rules or verifiers):
+        raise PluginError(f"{source}: declares no tool, approval rule or verifier")
+    return Toolset(tools, rules, verifiers, deps[0] if deps else None)
+
+
+def _once(items: list[T]) -> list[T]:
+    return list({id(item): item for item in items}.values())
+
+
+def _add(box: Toolbox, plugin: Plugin) -> None:
+    source, toolset = plugin.source, plugin.toolset
+    for tool in toolset.tools:
+        _claim(box, "tool", tool.spec.name, source)
+        box.registry.add(tool)
+    for rule in toolset.rules:
+        _claim(box, "rule", rule.name, source)
+        box.rules[rule.name] = rule
+    for check in toolset.verifiers:
+        _claim(box, "verifier", check.name, source)
+        box.verifiers[check.name] = check
+    if toolset.dependencies is not None:
+        box.dependencies[source] = toolset.dependencies
+
+
+_KIND_WORDS = {"tool": "tool", "rule": "approval rule", "verifier": "verifier"}
+
+
+def _claim(box: Toolbox, kind: str, name: str, source: str) -> None:
+    key = f"{kind}:{name}"
+    holder = box.origin.get(key)
+    if holder is not None:
+        whose = "a built-in" if holder == BUILTIN else f"already declared by {holder}"
+        raise PluginError(f"{source}: {_KIND_WORDS[kind]} {name!r} is {whose}")
+    box.origin[key] = source
+
+
+def _check_rules_named(box: Toolbox) -> None:
+    """Every approval rule a tool names exists: a missing one would gate every call."""
+    for name in box.registry.names():
+        rule = box.registry.get(name).spec.needs_approval
+        if isinstance(rule, str) and rule not in box.rules:
+            source = box.origin[f"tool:{name}"]
+            known = ", ".join(sorted(box.rules)) or "none"
+            raise PluginError(
+                f"{source}: tool {name!r} names approval rule {rule!r}, which no module "
+                f"declares (rules: {known})"
+            )

@@ -1,0 +1,348 @@
+"""The public tool API without a server: `@agentloop.tool` and its companions, the loading of
+tool modules (`AGENTLOOP_TOOLS`), and `agentloop worker` refusing a bad module with exit 2
+before it polls."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Iterator, Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from pydantic import BaseModel, Field
+
+import agentloop
+from agentloop import InvalidArguments, Outcome, Principal, ToolContext
+from agentloop.runtime.config import Settings
+from agentloop.runtime.dev_server import free_port
+from agentloop.testing import tool_context
+from agentloop.tools.decorator import ToolDefinitionError
+from agentloop.tools.plugins import (
+    PluginError,
+    Toolset,
+    load_toolbox,
+)
+from tests.test_cli import AGENTLOOP, assert_no_traceback, process_env, run_process
+
+# --- the decorator -------------------------------------------------------------------------
+
+
+@agentloop.tool
+async def forecast(
+    ctx: ToolContext[Any],
+    city: Annotated[str, Field(min_length=1, description="a city")],
+    days: int = 3,
+) -> dict[str, Any]:
+    """The weather of the next days.
+
+    In a city of the caller's choosing."""
+    return {"city": city, "days": days, "tenant": ctx.principal.tenant, "call": ctx.call_id}
+
+
+class RefundArgs(BaseModel):
+    order_id: str
+    amount: float = Field(gt=0)
+
+
+async def _refundable(ctx: ToolContext[Any], args: RefundArgs) -> None:
+    if args.amount > 100:
+        raise agentloop.BusinessRefusal("over the refund limit")
+
+
+async def _refunded(ctx: ToolContext[Any], args: RefundArgs) -> Outcome:
+    return Outcome(state="applied", record={"key": ctx.idempotency_key})
+
+
+@agentloop.tool(
+    effect="write",
+    scopes=["orders:write"],
+    needs_approval=True,
+    approvers=["finance"],
+    precondition=_refundable,
+    lookup_outcome=_refunded,
+    timeout_seconds=12,
+)
+async def refund(ctx: ToolContext[Any], args: RefundArgs) -> str:
+    """Refund an order."""
+    return f"refunded {args.amount} on {args.order_id} as {ctx.idempotency_key}"
+
+
+def test_the_schema_and_description_come_from_the_signature_and_the_docstring() -> None:
+    spec = forecast.spec
+    assert spec.name == "forecast"
+    assert (
+        spec.description == "The weather of the next days.\n\nIn a city of the caller's choosing."
+    )
+    assert spec.parameters["properties"]["city"]["description"] == "a city"
+    assert spec.parameters["properties"]["days"]["default"] == 3
+    assert spec.parameters["required"] == ["city"]
+    assert spec.parameters["additionalProperties"] is False
+    assert (spec.effect, spec.has_precondition, spec.has_outcome_lookup) == ("read", False, False)
+
+
+def test_every_option_of_the_contract_reaches_the_spec() -> None:
+    spec = refund.spec
+    assert spec.parameters["required"] == ["order_id", "amount"]
+    assert (spec.effect, spec.required_scopes, spec.approvers) == (
+        "write",
+        ["orders:write"],
+        ["finance"],
+    )
+    assert (spec.needs_approval, spec.timeout_seconds) == (True, 12)
+    assert spec.has_precondition and spec.has_outcome_lookup
+
+
+async def test_the_handler_precondition_and_lookup_take_the_same_arguments() -> None:
+    ctx = tool_context(idempotency_key="wf/c1", principal=Principal(subject="s", tenant="acme"))
+    assert refund.precondition is not None and refund.lookup_outcome is not None
+    args = {"order_id": "17", "amount": 40}
+    assert await refund.handler(args, ctx) == "refunded 40.0 on 17 as wf/c1"
+    await refund.precondition(args, ctx)
+    with pytest.raises(agentloop.BusinessRefusal, match="over the refund limit"):
+        await refund.precondition({"order_id": "17", "amount": 400}, ctx)
+    looked_up = await refund.lookup_outcome(args, ctx)
+    assert looked_up == Outcome(state="applied", record={"key": "wf/c1"})
+    # Wrong arguments are the model's to fix, named by field.
+    with pytest.raises(InvalidArguments, match="amount"):
+        await refund.handler({"order_id": "17", "amount": -1}, ctx)
+
+
+async def test_a_tool_stays_callable_as_written() -> None:
+    ctx = tool_context(principal=Principal(subject="s", tenant="acme"))
+    assert await forecast(ctx, city="Oslo") == {
+        "city": "Oslo",
+        "days": 3,
+        "tenant": "acme",
+        "call": "call_1",
+    }
+
+
+def test_what_cannot_be_a_tool_is_refused_with_the_function_named() -> None:
+    def sync(ctx: ToolContext[Any], city: str) -> str:
+        return city
+
+    async def untyped(ctx, city):  # type: ignore[no-untyped-def]
+        return city
+
+    async def star(ctx: ToolContext[Any], *cities: str) -> str:
+        return ""
+
+    async def other_args(ctx: ToolContext[Any], order: str) -> None:
+        return None
+
+    cases = [
+        (lambda: agentloop.tool(sync), "must be an `async def`"),
+        (lambda: agentloop.tool(untyped), "parameter 'city' has no type"),
+        (lambda: agentloop.tool(star), "*cities cannot be described"),
+        (
+            lambda: agentloop.tool(precondition=other_args)(forecast.function),
+            "it must take the tool's arguments",
+        ),
+        (lambda: agentloop.tool(lookup_outcome=_refunded)(forecast.function), "only a write"),
+        (lambda: agentloop.tool(local=True, effect="write")(forecast.function), "only a read"),
+    ]
+    for declare, problem in cases:
+        with pytest.raises(ToolDefinitionError, match=problem.replace("*", r"\*")) as caught:
+            declare()
+        assert "test_plugins" in str(caught.value) or "forecast" in str(caught.value)
+
+
+# --- loading -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A folder on sys.path to write tool modules into (forgotten afterwards)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = set(sys.modules)
+    yield tmp_path
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+
+
+def write(folder: Path, name: str, source: str) -> None:
+    (folder / f"{name}.py").write_text(textwrap.dedent(source))
+
+
+GOOD = """
+    from collections.abc import AsyncIterator
+    import agentloop
+
+    OPENED = []
+
+    @agentloop.dependencies
+    async def deps() -> AsyncIterator[dict]:
+        OPENED.append("open")
+        yield {"db": "ok"}
+        OPENED.append("closed")
+
+    @agentloop.tool
+    async def lookup_order(ctx: agentloop.ToolContext[dict], order_id: str) -> dict:
+        return {"order": order_id, "db": ctx.deps["db"]}
+
+    @agentloop.approval_rule("big_refund")
+    def big(arguments, principal) -> bool:
+        return arguments.get("amount", 0) > 100
+
+    @agentloop.verifier("order_closed")
+    async def closed(ctx) -> bool:
+        return True
+"""
+
+
+async def test_a_module_brings_its_tools_rules_verifiers_and_dependencies(modules: Path) -> None:
+    write(modules, "good_tools", GOOD)
+    box = load_toolbox(["good_tools"])
+    assert box.registry.names() == ["ask_user", "delegate", "lookup_order", "read_artifact"]
+    assert {"always", "for_someone_else", "big_refund"} <= set(box.rules)
+    assert box.verifier_names() == ["order_closed", "writes_applied"]
+    import good_tools  # type: ignore[import-not-found]
+
+    async with box.opened(Settings()) as opened:
+        assert good_tools.OPENED == ["open"]
+        ctx = tool_context(opened.deps_of("tool", "lookup_order"))
+        assert await box.registry.get("lookup_order").handler({"order_id": "7"}, ctx) == {
+            "order": "7",
+            "db": "ok",
+        }
+    assert good_tools.OPENED == ["open", "closed"]
+    assert await box.rules["big_refund"].evaluate({"amount": 150}, Principal(subject="s"))
+    assert box.rules["big_refund"]({"amount": 50}, Principal(subject="s")) is False  # as written
+
+
+def test_module_colon_attribute_names_one_toolset(modules: Path) -> None:
+    write(
+        modules,
+        "two_sets",
+        """
+        import agentloop
+
+        @agentloop.tool
+        async def first(ctx: agentloop.ToolContext[None]) -> str:
+            return "1"
+
+        @agentloop.tool
+        async def second(ctx: agentloop.ToolContext[None]) -> str:
+            return "2"
+
+        ONLY_FIRST = agentloop.Toolset(tools=[first])
+        """,
+    )
+    assert "second" not in load_toolbox(["two_sets:ONLY_FIRST"]).registry.names()
+    assert {"first", "second"} <= set(load_toolbox(["two_sets"]).registry.names())
+    assert isinstance(Toolset(), Toolset)
+
+
+BAD_MODULES: Mapping[str, tuple[str, str]] = {
+    "broken_import": (
+        "import no_such_dependency_anywhere\n",
+        "cannot be imported: ModuleNotFoundError",
+    ),
+    "shadows_builtin": (
+        """
+        import agentloop
+
+        @agentloop.tool(name="read_artifact")
+        async def mine(ctx: agentloop.ToolContext[None]) -> str:
+            return ""
+        """,
+        "tool 'read_artifact' is a built-in",
+    ),
+    "no_schema": (
+        """
+        import agentloop
+
+        class Opaque:
+            pass
+
+        @agentloop.tool
+        async def strange(ctx: agentloop.ToolContext[None], thing: Opaque) -> str:
+            return ""
+        """,
+        "tool no_schema.strange: ",
+    ),
+    "rule_twice": (
+        """
+        import agentloop
+
+        @agentloop.approval_rule("always")
+        def mine(arguments, principal) -> bool:
+            return True
+
+        @agentloop.tool
+        async def t(ctx: agentloop.ToolContext[None]) -> str:
+            return ""
+        """,
+        "approval rule 'always' is a built-in",
+    ),
+    "verifier_twice": (
+        """
+        import agentloop
+
+        @agentloop.verifier("writes_applied")
+        async def mine(ctx) -> bool:
+            return True
+        """,
+        "verifier 'writes_applied' is a built-in",
+    ),
+    "unknown_rule": (
+        """
+        import agentloop
+
+        @agentloop.tool(effect="write", needs_approval="nobody_declared_it")
+        async def t(ctx: agentloop.ToolContext[None]) -> str:
+            return ""
+        """,
+        "names approval rule 'nobody_declared_it', which no module declares",
+    ),
+    "nothing_here": ("X = 1\n", "declares no tool, approval rule or verifier"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_MODULES))
+def test_a_bad_module_is_refused_naming_the_module_and_the_problem(
+    modules: Path, name: str
+) -> None:
+    source, problem = BAD_MODULES[name]
+    write(modules, name, source)
+    with pytest.raises(PluginError) as caught:
+        load_toolbox([name])
+    message = str(caught.value)
+    assert message.startswith(name) and problem in message, message
+
+
+def test_two_modules_declaring_one_name_are_refused_naming_both(modules: Path) -> None:
+    write(modules, "team_a", GOOD)
+    write(modules, "team_b", GOOD.replace("OPENED = []", "OPENED = ['b']"))
+    with pytest.raises(
+        PluginError, match=r"team_b: tool 'lookup_order' is already declared by team_a"
+    ):
+        load_toolbox(["team_a", "team_b"])
+
+
+@pytest.fixture
+async def unreachable_temporal() -> AsyncIterator[str]:
+    """A TEMPORAL_ADDRESS nothing answers on: a worker that got as far as connecting would
+    fail differently (and later)."""
+    yield f"127.0.0.1:{free_port()}"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "name", ["broken_import", "shadows_builtin", "no_schema", "rule_twice", "verifier_twice"]
+)
+async def test_agentloop_worker_exits_2_before_polling_on_a_bad_module(
+    tmp_path: Path, name: str, unreachable_temporal: str
+) -> None:
+    source, problem = BAD_MODULES[name]
+    write(tmp_path, name, source)
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)
+    env = process_env(TEMPORAL_ADDRESS=unreachable_temporal, PYTHONPATH=path)
+    finished = await run_process(*AGENTLOOP, "worker", "--tools", name, env=env, cwd=tmp_path)
+    assert finished.returncode == 2, finished.explain()
+    assert_no_traceback(finished)
+    assert f"agentloop worker: {name}" in finished.stderr and problem in finished.stderr
+    assert "polling" not in finished.stdout and "cannot reach Temporal" not in finished.stderr
