@@ -1,0 +1,195 @@
+"""A tool that is an existing Temporal activity on another task queue (`agentloop.activity_tool`),
+served by a plain `temporalio` worker process that imports nothing of agentloop
+(`tests/team_plugin/plain_worker.py`): the run schedules it there with the call id, the
+idempotency key and the principal; its refusals reach the model; when that worker is killed
+mid-write, its own lookup activity decides, and the write exists once."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from temporalio.client import Client
+
+import agentloop
+from agentloop.client import start_run
+from agentloop.contract import AgentRunInput, AgentRunResult, Principal
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.demo.services import ExampleService
+from agentloop.runtime.config import Settings
+from agentloop.tools.plugins import Plugin, Toolset, build_toolbox
+from agentloop.worker import running_worker
+from tests.support import wait_until, worker_process
+from tests.test_crash_phases import requests_to, reservations
+from tests.test_platform import sent_result
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
+
+PLAIN_WORKER = Path(__file__).parent / "team_plugin" / "plain_worker.py"
+PLAIN_READY = "plain worker polling"
+BOOK = {"workshop_id": "ws-101", "participant_id": "p-carol"}
+
+
+class BookArgs(BaseModel):
+    workshop_id: str
+    participant_id: str
+
+
+def plain_worker(
+    client: Client, queue: str, service: ExampleService
+) -> AbstractAsyncContextManager[asyncio.subprocess.Process]:
+    env = {
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEAM_QUEUE": queue,
+        "TEAM_SERVICE_URL": service.base_url,
+    }
+    return worker_process(env, command=[sys.executable, str(PLAIN_WORKER)], ready=PLAIN_READY)
+
+
+@pytest.fixture
+async def agentloop_queue(
+    client: Client, worker_settings: Settings, tmp_path: Path
+) -> AsyncIterator[tuple[str, str]]:
+    """An agentloop worker (in this process) whose only team tool is the activity tool
+    `book_seat` on a queue of its own; yields (agentloop's queue, the team's queue)."""
+    team_queue = f"team-activities-{uuid.uuid4().hex[:8]}"
+    book = agentloop.activity_tool(
+        "book_seat",
+        activity="book_seat",
+        task_queue=team_queue,
+        parameters=BookArgs,
+        description="Book a seat in a workshop.",
+        effect="write",
+        lookup_activity="booking_outcome",
+        heartbeat_seconds=2,
+        timeout_seconds=60,
+    )
+    toolbox = build_toolbox([Plugin("remote_team", Toolset(tools=[book]))])
+    settings = worker_settings.model_copy(
+        update={
+            "task_queue": f"agentloop-{uuid.uuid4().hex[:8]}",
+            "store_url": f"sqlite:///{tmp_path / 'store.db'}",
+        }
+    )
+    async with running_worker(client, settings, toolbox):
+        yield settings.task_queue, team_queue
+
+
+async def start_booking(
+    client: Client,
+    provider: ScriptedProvider,
+    queue: str,
+    run_id: str,
+    arguments: dict[str, str] = BOOK,
+) -> Any:
+    provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(id="c_book", name="book_seat", arguments=arguments)
+                    ]
+                ),
+                ScriptTurn(text="Done."),
+            ],
+        )
+    )
+    run_input = AgentRunInput(
+        task="Book Carol a seat.",
+        provider="openai-chat",
+        model=run_id,
+        tools=["book_seat"],
+        principal=Principal(subject="p-alice", tenant="acme"),
+    )
+    return await start_run(client, run_input, id=run_id, task_queue=queue)
+
+
+async def test_an_activity_tool_runs_on_its_own_queue_with_the_key_and_principal(
+    client: Client,
+    agentloop_queue: tuple[str, str],
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    queue, team_queue = agentloop_queue
+    async with plain_worker(client, team_queue, example_service):
+        handle = await start_booking(client, scripted_provider, queue, run_id)
+        result: AgentRunResult = await asyncio.wait_for(handle.result(), 60)
+
+    assert result.status == "completed", result.stop_reason
+    [booked] = result.calls
+    assert (booked.call_id, booked.status, booked.attempts) == ("c_book", "succeeded", 1)
+    told = sent_result(scripted_provider, run_id, "c_book")
+    assert (told["served_by"], told["for"]) == ("plain worker", "p-alice")
+    assert told["booked"]["operation_id"] == booked.idempotency_key
+    assert reservations(example_service) == 1
+    # The activity ran on the team's queue: agentloop's own run_tool never did.
+    history = await handle.fetch_history()
+    scheduled = [
+        (
+            e.activity_task_scheduled_event_attributes.activity_type.name,
+            e.activity_task_scheduled_event_attributes.task_queue.name,
+        )
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert ("book_seat", team_queue) in scheduled
+    assert all(name != "run_tool" for name, _ in scheduled)
+
+
+async def test_an_activity_tools_refusal_reaches_the_model_and_nothing_is_looked_up(
+    client: Client,
+    agentloop_queue: tuple[str, str],
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    queue, team_queue = agentloop_queue
+    full = {"workshop_id": "ws-102", "participant_id": "p-carol"}  # ws-102 has no seats left
+    async with plain_worker(client, team_queue, example_service):
+        handle = await start_booking(client, scripted_provider, queue, run_id, full)
+        result: AgentRunResult = await asyncio.wait_for(handle.result(), 60)
+
+    assert result.status == "completed", result.stop_reason
+    [booked] = result.calls
+    assert booked.status == "failed"  # refused: not unknown, no lookup
+    assert sent_result(scripted_provider, run_id, "c_book")["error"]["class"] == "business"
+    assert requests_to(example_service, "workshops.operation") == []
+    assert result.side_effects == []
+
+
+async def test_the_plain_worker_killed_mid_write_its_lookup_decides_and_the_write_exists_once(
+    client: Client,
+    agentloop_queue: tuple[str, str],
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    queue, team_queue = agentloop_queue
+    example_service.inject_fault("workshops.reserve", "commit_then_hang", hang_ms=120_000)
+    async with plain_worker(client, team_queue, example_service) as first:
+        handle = await start_booking(client, scripted_provider, queue, run_id)
+        await wait_until(lambda: reservations(example_service) == 1, "the write to commit")
+        first.send_signal(signal.SIGKILL)
+        await first.wait()
+    # Its heartbeats stop: the write's outcome is unknown, and the lookup waits for a worker.
+    async with plain_worker(client, team_queue, example_service):
+        result: AgentRunResult = await asyncio.wait_for(handle.result(), 90)
+
+    assert result.status == "completed", result.stop_reason
+    [booked] = result.calls
+    assert (booked.status, booked.attempts) == ("confirmed_after_query", 1)
+    [effect] = result.side_effects
+    assert (effect["call_id"], effect["status"]) == ("c_book", "confirmed_after_query")
+    assert len(requests_to(example_service, "workshops.reserve")) == 1
+    assert len(requests_to(example_service, "workshops.operation")) == 1
+    assert reservations(example_service) == 1
