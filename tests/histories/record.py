@@ -20,6 +20,7 @@ from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, Lim
 from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
 
 HERE = Path(__file__).parent
+RULE_TOOLS = "tests.histories.rule_tools"
 WEATHER = {"city": "Shanghai", "date": "2026-12-01"}
 BEIJING = {"city": "Beijing", "date": "2026-12-01"}
 TRAIN = {"train_number": "G1234", "date": "2026-12-01"}
@@ -92,6 +93,19 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
             ScriptTurn(text="{{call_w1.condition}}, {{call_t.status}}"),
         ],
     )
+    noting = Script(
+        name="replay-approval-rule",
+        turns=[
+            ScriptTurn(
+                tool_calls=[
+                    ScriptedToolCall(
+                        id="call_note", name="note_for", arguments={"participant_id": "anonymous"}
+                    )
+                ]
+            ),
+            ScriptTurn(text="Noted."),
+        ],
+    )
     return {
         "travel": ([], {"model": "travel"}),
         "travel_unstreamed": ([], {"model": "travel", "stream": False}),
@@ -121,16 +135,21 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
         # Recorded after the `features-2026-11` set: one patch marker for every behaviour,
         # tool specs from a local activity.
         "feature_set": ([local], {"model": local.name}),
+        # Recorded after the `features-2026-12` set: the tool's approval rule is evaluated by
+        # the worker (with the precondition check) and the verdict recorded.
+        "approval_rule_in_worker": ([noting], {"model": noting.name, "tools": ["note_for"]}),
     }
 
 
-INDEXED = {"phase_when_waiting", "feature_set"}
+INDEXED = {"phase_when_waiting", "feature_set", "approval_rule_in_worker"}
 """Scenarios started with agentloop's search attributes, as the CLI starts runs."""
 
 
 async def record(only: set[str]) -> None:
     with tempfile.TemporaryDirectory() as state_dir:
-        async with DevStack(DevStackPorts.free(), state_dir=Path(state_dir), quiet=True) as stack:
+        async with DevStack(
+            DevStackPorts.free(), state_dir=Path(state_dir), quiet=True, tools=[RULE_TOOLS]
+        ) as stack:
             assert stack.client is not None and stack.scripted_provider is not None
             for name, (scripts, overrides) in scenarios().items():
                 if only and name not in only:
