@@ -26,7 +26,7 @@ dev: $(VENV)/.installed
 	$(VENV)/bin/agentloop dev
 
 lint: $(VENV)/.installed-dev
-	$(VENV)/bin/ruff check agentloop tests bench worker.py
+	$(VENV)/bin/ruff check agentloop tests bench worker.py examples
 	$(VENV)/bin/mypy
 
 test: lint
