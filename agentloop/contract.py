@@ -6,7 +6,7 @@ added, with defaults. Pure pydantic: imported by the workflow, the CLI and calle
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -62,10 +62,26 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+MAX_TEXT_CHARS = 200_000
+"""A run's task and its instructions."""
+MAX_MESSAGE_CHARS = 100_000
+"""A `message` signal's text."""
+MAX_NAME_CHARS = 200
+"""Names: a tool, a model, a subject, an approver, a call id..."""
+MAX_NOTE_CHARS = 4_000
+"""A reason or a note a person gives with a decision."""
+MAX_WAIT_SECONDS = 10 * 365 * 86_400.0
+"""The longest a run waits for anything (a deadline, an approval, an answer): ten years."""
+MAX_LIST_ITEMS = 256
+"""Tools, scopes, per-tool limits."""
+
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+
+
 class Principal(_Strict):
-    subject: str = Field(min_length=1)
-    tenant: str = "default"
-    scopes: list[str] = Field(default_factory=list)
+    subject: Name
+    tenant: str = Field(default="default", max_length=MAX_NAME_CHARS)
+    scopes: list[Name] = Field(default_factory=list, max_length=MAX_LIST_ITEMS)
 
 
 class Limits(_Strict):
@@ -73,25 +89,30 @@ class Limits(_Strict):
     max_tool_calls: int = Field(default=32, ge=0)
     max_total_tokens: int | None = Field(default=None, ge=1)
     max_cost_usd: float | None = Field(default=None, ge=0)
-    deadline_seconds: float | None = Field(default=600, gt=0)
-    per_tool: dict[str, int] = Field(default_factory=dict)
+    deadline_seconds: float | None = Field(default=600, gt=0, le=MAX_WAIT_SECONDS)
+    per_tool: dict[Name, Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict, max_length=MAX_LIST_ITEMS
+    )
 
 
 class AgentRunInput(_Strict):
-    task: str = Field(min_length=1)
-    instructions: str = ""
+    """The run's input. Every field has a maximum (the constants above): an input beyond one
+    fails the run at once, naming the field, instead of wedging it later."""
+
+    task: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
+    instructions: str = Field(default="", max_length=MAX_TEXT_CHARS)
     provider: Provider
-    model: str = Field(min_length=1)
-    tools: list[str] = Field(default_factory=list)
+    model: Name
+    tools: list[Name] = Field(default_factory=list, max_length=MAX_LIST_ITEMS)
     principal: Principal = Field(default_factory=lambda: Principal(subject="anonymous"))
     limits: Limits = Field(default_factory=Limits)
     stream: bool = True
-    approval_timeout_seconds: float = Field(default=86400, gt=0)
-    reconciliation_timeout_seconds: float = Field(default=86400, gt=0)
-    input_timeout_seconds: float = Field(default=86400, gt=0)
-    """How long a question the model asked (`ask_user`) waits for a `message`."""
+    approval_timeout_seconds: float = Field(default=86400, gt=0, le=MAX_WAIT_SECONDS)
+    reconciliation_timeout_seconds: float = Field(default=86400, gt=0, le=MAX_WAIT_SECONDS)
     """How long a write whose outcome stayed unknown waits for a `resolve` signal before the
     run stops `unresolved`."""
+    input_timeout_seconds: float = Field(default=86400, gt=0, le=MAX_WAIT_SECONDS)
+    """How long a question the model asked (`ask_user`) waits for a `message`."""
     context_budget_chars: int | None = Field(default=None, ge=2_000)
     """Characters the model may be sent per call; past it, older tool results are shortened
     and run-state facts restated. Wins over `context_budget_tokens`."""
@@ -102,9 +123,11 @@ class AgentRunInput(_Strict):
     """Continue as new once a run's history holds this many events (besides whenever
     Temporal suggests it); the run state and transcript head carry over."""
     output_schema: dict[str, Any] | None = None
-    completion_check: str | None = None
-    continue_from: str | None = None
-    delegate_model: str | None = None
+    """When set, the final answer must be JSON satisfying it (checked when the run starts to
+    be a JSON Schema of at most 64,000 characters and 32 levels)."""
+    completion_check: Name | None = None
+    continue_from: str | None = Field(default=None, min_length=1, max_length=1_000)
+    delegate_model: Name | None = None
     """The model of the runs this run delegates to with the `delegate` tool (default: its own)."""
 
     def summary(self) -> str:
@@ -208,35 +231,35 @@ class RunStatusView(BaseModel):
 
 
 class CancelRequest(BaseModel):
-    reason: str = ""
+    reason: str = Field(default="", max_length=MAX_NOTE_CHARS)
 
 
 class ApprovalDecision(_Strict):
     """The `approve` signal (and `decide_approval` update): a decision on one pending call,
     bound to the args digest the approver was shown in `status`."""
 
-    call_id: str = Field(min_length=1)
-    args_digest: str = Field(min_length=1)
+    call_id: Name
+    args_digest: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     approved: bool
-    approver: str = Field(min_length=1)
-    reason: str = ""
+    approver: Name
+    reason: str = Field(default="", max_length=MAX_NOTE_CHARS)
 
 
 class ResolveRequest(_Strict):
     """The `resolve` signal: an operator's word on a write whose outcome stayed unknown."""
 
-    call_id: str = Field(min_length=1)
+    call_id: Name
     outcome: Literal["applied", "not_applied"]
-    operator: str = Field(min_length=1)
-    note: str = ""
+    operator: Name
+    note: str = Field(default="", max_length=MAX_NOTE_CHARS)
 
 
 class UserMessage(_Strict):
     """The `message` signal: answers the question a run is waiting on (`awaiting_input`), or
     is a later message from the user, seen at the next model call."""
 
-    text: str = Field(min_length=1)
-    sender: str = Field(min_length=1)
+    text: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
+    sender: Name
 
 
 class ApprovalVerdict(BaseModel):

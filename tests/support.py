@@ -33,6 +33,11 @@ from agentloop.workflows.deadline import DEADLINE_TIMER_SUMMARY
 WORKER_READY_LINE = "agentloop worker polling"
 
 
+def write_key(handle: WorkflowHandle[Any, Any], call_id: str) -> str:
+    """The idempotency key a run's write `call_id` is sent under: unique per run chain."""
+    return f"{handle.id}/{handle.first_execution_run_id}/{call_id}"
+
+
 def tool_activities(tools: Sequence[Tool], store: Store, deps: Any = None) -> ToolActivities:
     """The tool activities of a worker serving `tools` beside the built-ins, the tools'
     dependencies (`ctx.deps`) being `deps`."""

@@ -33,6 +33,7 @@ from tests.support import (
     wait_for_status,
     worker_env,
     worker_process,
+    write_key,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -132,7 +133,7 @@ async def test_a_read_runs_while_the_gated_write_waits_then_approve_runs_it_once
     [effect] = result.side_effects
     assert (effect["call_id"], effect["status"]) == ("call_reserve", "succeeded")
     assert effect["confirmed_by"] == "the system's response"
-    assert effect["idempotency_key"] == f"{run_id}/call_reserve"
+    assert effect["idempotency_key"] == write_key(handle, "call_reserve")
     assert (
         "approved by workshop-lead" in {c.call_id: c for c in result.calls}["call_reserve"].decision
     )

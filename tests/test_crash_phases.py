@@ -39,7 +39,14 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, free_port, temporal_binary
-from tests.support import start_run, wait_for_phase, wait_until, worker_env, worker_process
+from tests.support import (
+    start_run,
+    wait_for_phase,
+    wait_until,
+    worker_env,
+    worker_process,
+    write_key,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -263,13 +270,13 @@ async def test_killed_while_a_write_is_held_before_its_commit_it_is_sent_again_s
     run_id: str,
 ) -> None:
     settings, env = make_env(client, worker_settings, tmp_path, tool_http_timeout_seconds=SLOW_HTTP)
-    key = f"{run_id}/call_reserve"
-    scripted_provider.register(reserve_script(run_id, key))
+    scripted_provider.register(reserve_script(run_id, f"{run_id}/"))
     # The delay knob holds the request before the handler runs: nothing is committed yet.
     example_service.set_delay("workshops.reserve", 30_000)
 
     async with worker_process(env) as first:
         handle = await start_run(client, settings, run_id, run_input(run_id, ["reserve_seat"]))
+        key = write_key(handle, "call_reserve")
         await approve_pending(handle, "call_reserve")
         await wait_until(
             lambda: counts(example_service)["workshops.reserve"] == 1,
@@ -315,12 +322,12 @@ async def test_killed_after_the_commit_the_new_worker_finds_it_and_does_not_rese
     run_id: str,
 ) -> None:
     settings, env = make_env(client, worker_settings, tmp_path, tool_http_timeout_seconds=SLOW_HTTP)
-    key = f"{run_id}/call_reserve"
-    scripted_provider.register(reserve_script(run_id, key))
+    scripted_provider.register(reserve_script(run_id, f"{run_id}/"))
     example_service.inject_fault("workshops.reserve", "commit_then_hang", hang_ms=120_000)
 
     async with worker_process(env) as first:
         handle = await start_run(client, settings, run_id, run_input(run_id, ["reserve_seat"]))
+        key = write_key(handle, "call_reserve")
         await approve_pending(handle, "call_reserve")
         await wait_until(lambda: reservations(example_service) == 1, "the write to commit")
         await kill(first)
@@ -329,7 +336,11 @@ async def test_killed_after_the_commit_the_new_worker_finds_it_and_does_not_rese
 
     assert result.status == "completed", result.stop_reason
     reserve = by_id(result.calls)["call_reserve"]
-    assert (reserve.status, reserve.attempts) == ("confirmed_after_query", 1)
+    assert (reserve.status, reserve.attempts, reserve.idempotency_key) == (
+        "confirmed_after_query",
+        1,
+        key,
+    )
     [effect] = result.side_effects
     assert (effect["call_id"], effect["status"]) == ("call_reserve", "confirmed_after_query")
     found = counts(example_service)
@@ -392,13 +403,13 @@ async def test_killed_while_awaiting_reconciliation_the_resolution_lands_on_the_
     run_id: str,
 ) -> None:
     settings, env = make_env(client, worker_settings, tmp_path)
-    key = f"{run_id}/call_reserve"
     scripted_provider.register(reserve_script(run_id, "ops says applied"))
     example_service.inject_fault("workshops.reserve", "commit_then_drop")
     example_service.inject_fault("workshops.operation", "unavailable", count=50)
 
     async with worker_process(env) as first:
         handle = await start_run(client, settings, run_id, run_input(run_id, ["reserve_seat"]))
+        key = write_key(handle, "call_reserve")
         await approve_pending(handle, "call_reserve")
         await wait_for_phase(handle, "awaiting_reconciliation")
         await kill(first)

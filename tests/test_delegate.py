@@ -311,7 +311,8 @@ async def test_a_childs_write_is_a_side_effect_of_the_parent(
     [effect] = result.side_effects
     assert effect["call_id"] == "call_r" and effect["status"] == "succeeded"
     assert effect["via"] == f"{child.id} (delegate call_d)"
-    assert effect["idempotency_key"] == f"{child.id}/call_r"
+    key = effect["idempotency_key"]  # the child's own chain: WORKFLOW_ID/FIRST_RUN_ID/CALL_ID
+    assert key.startswith(f"{child.id}/") and key.endswith("/call_r") and key.count("/") >= 3
     assert "reserve_seat call_r" in result.report
 
 

@@ -164,15 +164,15 @@ def side_effect(status: str, confirmed_by: str) -> Check:
     was confirmed."""
 
     async def check(result: AgentRunResult, ctx: Ctx) -> None:
-        assert result.side_effects == [
-            {
-                "call_id": "call_w",
-                "tool": "reserve_seat",
-                "idempotency_key": f"{ctx.run_id}/call_w",
-                "status": status,
-                "confirmed_by": confirmed_by,
-            }
-        ]
+        [effect] = result.side_effects
+        key = effect.pop("idempotency_key")
+        assert effect == {
+            "call_id": "call_w",
+            "tool": "reserve_seat",
+            "status": status,
+            "confirmed_by": confirmed_by,
+        }
+        assert key.startswith(f"{ctx.run_id}/") and key.endswith("/call_w")  # one per run chain
         assert f"reserve_seat call_w: {status}, confirmed by {confirmed_by}" in result.report
 
     return check

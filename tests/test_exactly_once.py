@@ -31,7 +31,7 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.workflows.steps import LOOKUP_RETRY
-from tests.support import start_run, wait_for_phase, wait_until
+from tests.support import start_run, wait_for_phase, wait_until, write_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -157,7 +157,7 @@ CONFIRMED_BY = {
 
 
 def check_effect(
-    result: AgentRunResult, run_id: str, case: WriteCase, status: str, confirmed_by: str = ""
+    result: AgentRunResult, key: str, case: WriteCase, status: str, confirmed_by: str = ""
 ) -> None:
     """The write is in `side_effects` exactly once, under its key, with `status`, and the
     report says how it was confirmed."""
@@ -165,7 +165,7 @@ def check_effect(
     assert effect == {
         "call_id": CALL_ID,
         "tool": case.tool,
-        "idempotency_key": f"{run_id}/{CALL_ID}",
+        "idempotency_key": key,
         "status": status,
         "confirmed_by": confirmed_by or CONFIRMED_BY[status],
     }
@@ -183,13 +183,13 @@ async def test_an_answer_lost_after_the_commit_is_confirmed_by_lookup_not_resent
     case: WriteCase,
     fault: str,
 ) -> None:
-    key = f"{run_id}/{CALL_ID}"
     # The model is given the record the lookup found: it carries the idempotency key.
-    scripted_provider.register(write_script(run_id, case, key))
+    scripted_provider.register(write_script(run_id, case, f"{run_id}/"))
     hang = {"hang_ms": HANG_MS} if fault == "commit_then_hang" else {}
     example_service.inject_fault(case.write_endpoint, fault, **hang)
 
     handle = await start_and_approve(client, worker, example_service, run_id, case)
+    key = write_key(handle, CALL_ID)
     result = await handle.result()
 
     assert result.status == "completed", result.stop_reason
@@ -200,7 +200,7 @@ async def test_an_answer_lost_after_the_commit_is_confirmed_by_lookup_not_resent
     assert found[case.lookup_endpoint] == 1
     call = the_call(result.calls)
     assert (call.status, call.attempts, call.idempotency_key) == ("confirmed_after_query", 1, key)
-    check_effect(result, run_id, case, "confirmed_after_query")
+    check_effect(result, key, case, "confirmed_after_query")
     assert example_service.stats()["faults"] == {}  # the fault was consumed by the one write
     # At the service the write was logged without an answer delivered: dropped, or abandoned
     # by the client that gave up waiting (the service then cancels the hung response).
@@ -224,11 +224,11 @@ async def test_a_write_refused_before_the_commit_is_sent_again_with_the_same_key
     run_id: str,
     case: WriteCase,
 ) -> None:
-    key = f"{run_id}/{CALL_ID}"
-    scripted_provider.register(write_script(run_id, case, key))
+    scripted_provider.register(write_script(run_id, case, f"{run_id}/"))
     example_service.inject_fault(case.write_endpoint, "fail_before_commit")
 
     handle = await start_and_approve(client, worker, example_service, run_id, case)
+    key = write_key(handle, CALL_ID)
     result = await handle.result()
 
     assert result.status == "completed", result.stop_reason
@@ -249,7 +249,7 @@ async def test_a_write_refused_before_the_commit_is_sent_again_with_the_same_key
     ]
     call = the_call(result.calls)
     assert (call.status, call.attempts, call.idempotency_key) == ("succeeded", 2, key)
-    check_effect(result, run_id, case, "succeeded")
+    check_effect(result, key, case, "succeeded")
     # The one record is the one made under the run's key for this call.
     held = await operation(example_service, case, key)
     assert held["state"] == "applied"
@@ -274,8 +274,7 @@ async def test_a_brief_lookup_outage_is_ridden_out_by_the_lookups_retries(
     run_id: str,
     case: WriteCase,
 ) -> None:
-    key = f"{run_id}/{CALL_ID}"
-    scripted_provider.register(write_script(run_id, case, key))
+    scripted_provider.register(write_script(run_id, case, f"{run_id}/"))
     example_service.inject_fault(case.write_endpoint, "commit_then_drop")
     example_service.inject_fault(case.lookup_endpoint, "unavailable", count=1)
 
@@ -299,12 +298,12 @@ async def test_an_inconclusive_lookup_waits_for_the_operator_and_never_resends(
     run_id: str,
     case: WriteCase,
 ) -> None:
-    key = f"{run_id}/{CALL_ID}"
     scripted_provider.register(write_script(run_id, case, "ops says applied"))
     example_service.inject_fault(case.write_endpoint, "commit_then_drop")
     example_service.inject_fault(case.lookup_endpoint, "unavailable", count=LOOKUP_OUTAGE)
 
     handle = await start_and_approve(client, worker, example_service, run_id, case)
+    key = write_key(handle, CALL_ID)
     view = await wait_for_phase(handle, "awaiting_reconciliation")
     [waiting] = view.unresolved
     assert (waiting["call_id"], waiting["tool"], waiting["idempotency_key"]) == (
@@ -333,7 +332,7 @@ async def test_an_inconclusive_lookup_waits_for_the_operator_and_never_resends(
     call = the_call(result.calls)
     assert (call.status, call.attempts, call.idempotency_key) == ("confirmed_after_query", 1, key)
     assert "resolved: ops says applied" in call.decision
-    check_effect(result, run_id, case, "confirmed_after_query", "operator (ops says applied)")
+    check_effect(result, key, case, "confirmed_after_query", "operator (ops says applied)")
 
 
 @both_writes
@@ -345,14 +344,14 @@ async def test_no_operator_before_the_reconciliation_timeout_stops_the_run_unres
     run_id: str,
     case: WriteCase,
 ) -> None:
-    key = f"{run_id}/{CALL_ID}"
-    scripted_provider.register(write_script(run_id, case, key))
+    scripted_provider.register(write_script(run_id, case, f"{run_id}/"))
     example_service.inject_fault(case.write_endpoint, "commit_then_drop")
     example_service.inject_fault(case.lookup_endpoint, "unavailable", count=LOOKUP_OUTAGE)
 
     handle = await start_and_approve(
         client, worker, example_service, run_id, case, reconciliation_timeout_seconds=2
     )
+    key = write_key(handle, CALL_ID)
     result = await handle.result()
 
     assert result.status == "unresolved", result.stop_reason
@@ -360,7 +359,7 @@ async def test_no_operator_before_the_reconciliation_timeout_stops_the_run_unres
     assert result.pending == [{"call_id": CALL_ID, "tool": case.tool, "status": "unknown"}]
     call = the_call(result.calls)
     assert (call.status, call.attempts, call.idempotency_key) == ("unknown", 1, key)
-    check_effect(result, run_id, case, "unknown")
+    check_effect(result, key, case, "unknown")
     # The commit happened (once); the run did not pretend otherwise, nor send it again.
     assert records(example_service, case) == 1
     assert counts(example_service)[case.write_endpoint] == 1

@@ -42,10 +42,13 @@ ALLOWED_IMPORTS = frozenset(
         "itertools",
         "json",
         "jsonschema",  # argument validation: pure
+        "jsonschema.exceptions",
         "math",
         "pydantic",
         "re",
+        "re2",  # RE2: patterns in linear time, the same answer everywhere
         "temporalio",
+        "temporalio.api.common.v1",  # payload messages (signals are taken raw)
         "temporalio.common",
         "temporalio.exceptions",
         "temporalio.workflow",

@@ -8,13 +8,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentloop.policies.bounds import MAX_ANSWER_CHARS, OutOfBounds, loads_bounded
 from agentloop.policies.validation import schema_problems
 
 
-def check_output(schema: dict[str, Any], text: str) -> tuple[Any, list[str]]:
-    """The parsed answer and what is wrong with it (nothing: it is accepted)."""
+def check_output(
+    schema: dict[str, Any], text: str, *, bounded: bool = False
+) -> tuple[Any, list[str]]:
+    """The parsed answer and what is wrong with it (nothing: it is accepted). `bounded`: an
+    answer too long or too deep to parse is refused unparsed (feature `bounded-validation`)."""
     try:
-        parsed = json.loads(text)
-    except ValueError:
+        parsed = loads_bounded(text, max_chars=MAX_ANSWER_CHARS) if bounded else json.loads(text)
+    except OutOfBounds as exc:
+        return None, [f"the answer is {exc}"]
+    except (ValueError, RecursionError):
         return None, ["the answer is not valid JSON"]
-    return parsed, schema_problems(schema, parsed)
+    return parsed, schema_problems(schema, parsed, bounded=bounded)

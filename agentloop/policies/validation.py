@@ -2,16 +2,29 @@
 
 Pure, run inside the workflow. A refused call becomes a structured error result under its own
 call id, so the model can correct itself; nothing is executed for it.
+
+What a check may cost is bounded (`bounded=True`, feature `bounded-validation`): arguments over
+`MAX_ARGUMENT_CHARS` or `MAX_DEPTH` are refused before any schema check; patterns run on RE2,
+whose time is linear in the input (Python's `re` backtracks: a 60,000-character recipient
+took it ~10 s against an e-mail pattern, holding the worker's GIL); every problem is told in at
+most `MAX_ERROR_CHARS`; and any exception a check raises is a refusal, never a failed
+workflow task. Runs started before that validate as they did.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+import functools
+from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass
+from typing import Any
 
-from jsonschema import Draft202012Validator
+import re2
+from jsonschema import Draft202012Validator, ValidationError, validators
+from jsonschema.exceptions import SchemaError
 
+from agentloop.digests import canonical_json
 from agentloop.events import ToolCall
+from agentloop.policies.bounds import MAX_ARGUMENT_CHARS, MAX_DEPTH, clipped, value_depth
 from agentloop.tool_spec import ToolSpec
 
 MAX_SCHEMA_ERRORS = 5
@@ -32,22 +45,145 @@ class Refused:
 Verdict = Allowed | Refused
 
 
-def validate_call(call: ToolCall, tools: Mapping[str, ToolSpec], allowed: Set[str]) -> Verdict:
+def validate_call(
+    call: ToolCall, tools: Mapping[str, ToolSpec], allowed: Set[str], *, bounded: bool = False
+) -> Verdict:
     spec = tools.get(call.name)
     if spec is None or call.name not in allowed:
         names = ", ".join(sorted(allowed)) or "none"
         return Refused("unknown_tool", f"unknown tool {call.name!r}; tools available: {names}")
-    problems = schema_problems(spec.parameters, call.arguments)
+    if bounded:
+        too_big = arguments_too_big(call.arguments)
+        if too_big:
+            return Refused("invalid_arguments", too_big)
+    problems = schema_problems(spec.parameters, call.arguments, bounded=bounded)
     if problems:
         message = "arguments do not match the schema: " + "; ".join(problems)
         return Refused("invalid_arguments", message)
     return Allowed(spec)
 
 
-def schema_problems(schema: Mapping[str, object], arguments: Mapping[str, object]) -> list[str]:
-    validator = Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
-    return [_describe(e.absolute_path, e.message) for e in errors[:MAX_SCHEMA_ERRORS]]
+def arguments_too_big(arguments: Mapping[str, Any]) -> str | None:
+    """Why arguments are refused unchecked: too long or too deeply nested."""
+    if value_depth(arguments) > MAX_DEPTH:
+        return f"the arguments are nested deeper than {MAX_DEPTH} levels"
+    size = len(canonical_json(arguments))
+    if size > MAX_ARGUMENT_CHARS:
+        return (
+            f"the arguments are {size} characters of JSON, over the limit of {MAX_ARGUMENT_CHARS}"
+        )
+    return None
+
+
+def schema_problems(
+    schema: Mapping[str, object], instance: object, *, bounded: bool = False
+) -> list[str]:
+    if not bounded:
+        validator = Draft202012Validator(schema)
+        errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
+        return [_describe(e.absolute_path, e.message) for e in errors[:MAX_SCHEMA_ERRORS]]
+    try:
+        found = sorted(
+            BoundedValidator(schema).iter_errors(instance), key=lambda e: list(e.absolute_path)
+        )
+    except Exception as exc:  # a check that cannot be made lets nothing through
+        return [clipped(f"the arguments could not be checked: {type(exc).__name__}: {exc}")]
+    return [clipped(_describe(e.absolute_path, e.message)) for e in found[:MAX_SCHEMA_ERRORS]]
+
+
+def schema_problem(schema: Mapping[str, object]) -> str | None:
+    """Why `schema` is no JSON Schema this workflow can check against, or None."""
+    try:
+        BoundedValidator.check_schema(schema)
+        for pattern in _patterns(schema):
+            _compiled(pattern)
+        for ref in _refs(schema):
+            if not _resolves(schema, ref):
+                return clipped(f"$ref {ref!r} does not resolve within the schema")
+    except SchemaError as exc:
+        return clipped(f"not a valid JSON Schema: {exc.message}")
+    except re2.error as exc:
+        return clipped(f"a pattern RE2 cannot run (no lookaround or backreferences): {exc}")
+    except Exception as exc:
+        return clipped(f"not a usable JSON Schema: {type(exc).__name__}: {exc}")
+    return None
+
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a bad pattern is reported to the caller, not to stderr
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled(pattern: str) -> Any:
+    return re2.compile(pattern, _RE2_OPTIONS)
+
+
+def _objects(schema: object) -> Iterator[dict[str, Any]]:
+    """Every object in a schema, iteratively (a deep schema cannot exhaust the stack)."""
+    pending = [schema]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            yield node
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+
+
+def _patterns(schema: object) -> Iterator[str]:
+    """Every regular expression in a schema: `pattern` values and `patternProperties` keys."""
+    for node in _objects(schema):
+        if isinstance(node.get("pattern"), str):
+            yield node["pattern"]
+        if isinstance(node.get("patternProperties"), dict):
+            yield from (k for k in node["patternProperties"] if isinstance(k, str))
+
+
+def _refs(schema: object) -> Iterator[str]:
+    for node in _objects(schema):
+        if isinstance(node.get("$ref"), str):
+            yield node["$ref"]
+
+
+def _resolves(schema: object, ref: str) -> bool:
+    """A `$ref` within the schema (`#`, `#/a/b`); nothing is ever fetched from elsewhere."""
+    if not ref.startswith("#"):
+        return False
+    node = schema
+    for part in (p for p in ref[1:].split("/") if p):
+        key = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            return False
+    return True
+
+
+def _pattern(
+    validator: Any, pattern: str, instance: object, schema: object
+) -> Iterator[ValidationError]:
+    if isinstance(instance, str) and not _compiled(pattern).search(instance):
+        yield ValidationError(f"{clipped(repr(instance), 80)} does not match {pattern!r}")
+
+
+def _pattern_properties(
+    validator: Any, patterns: dict[str, Any], instance: object, schema: object
+) -> Iterator[ValidationError]:
+    if not isinstance(instance, dict):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if _compiled(pattern).search(key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+BoundedValidator = validators.extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator,
+    {"pattern": _pattern, "patternProperties": _pattern_properties},
+)
+"""JSON Schema 2020-12 with its regular expressions on RE2 (linear time, deterministic)."""
 
 
 def _describe(path: object, message: str) -> str:

@@ -9,15 +9,18 @@ afresh for every run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, assert_never
 
 from temporalio import workflow
+from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
     import jsonschema  # noqa: F401  (validation runs in the sandbox; import it once, outside)
 
     # By their full names: `from agentloop.workflows import loop` would load a fresh copy per
     # run (the sandbox re-imports this module's own package), ~0.5 MiB each in the cache.
+    import agentloop.workflows.inbound as inbound
     import agentloop.workflows.loop as loop
     import agentloop.workflows.startup as startup
     import agentloop.workflows.steps as steps
@@ -34,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         UserMessage,
     )
     from agentloop.workflows.deadline import RunDeadline
+    from agentloop.workflows.inbound import Inbound, InboundRefused
     from agentloop.workflows.loop import (
         AwaitApproval,
         AwaitInput,
@@ -52,27 +56,25 @@ with workflow.unsafe.imports_passed_through():
 class AgentRun:
     def __init__(self) -> None:
         self._state: LoopState | None = None
-        self._cancel_reason: str | None = None
-        self._early_decisions: list[ApprovalDecision] = []
-        self._early_messages: list[UserMessage] = []
+        self._early: list[tuple[str, Inbound | InboundRefused]] = []
+        """What arrived before the run state existed, in order (applied once it does)."""
 
     @workflow.run
-    async def run(self, raw_input: Any, carried: LoopState | None = None) -> AgentRunResult:
-        """`carried` is the run state handed over by `continue_as_new` (None on a fresh start)."""
-        run_input = startup.parse_input(raw_input)
+    async def run(self, raw_input: Any = None, carried: LoopState | None = None) -> AgentRunResult:
+        """`carried` is the run state handed over by `continue_as_new` (None on a fresh start).
+        `raw_input` is untyped here (checked by `startup.parse_input`) and may be missing."""
+        run_input = startup.parse_input(raw_input, carried)
         state = carried if carried is not None else await startup.start(run_input)
         state.run_chain.append(workflow.info().run_id)
         self._state = state
         deadline = RunDeadline(state)
-        state.cancel_reason = state.cancel_reason or self._cancel_reason
-        for decision in self._early_decisions:
-            loop.record_decision(state, decision, workflow.now())
-        for message in self._early_messages:
-            loop.record_message(state, message)
+        for name, early in self._early:
+            self._apply(name, early)
+        self._early = []
         while True:
             if startup.time_to_continue_as_new(state):
                 # A safe point: nothing is in flight, and everything is in `state`.
-                workflow.continue_as_new(args=[raw_input, state])
+                workflow.continue_as_new(args=[startup.input_to_carry(raw_input, state), state])
             step = loop.decide(state, workflow.now())
             visibility.show(state)
             match step:
@@ -97,25 +99,62 @@ class AgentRun:
                 case _:
                     assert_never(step)
 
-    @workflow.signal
-    def cancel(self, request: CancelRequest) -> None:
-        self._cancel_reason = request.reason
-        if self._state is not None and self._state.cancel_reason is None:
-            self._state.cancel_reason = request.reason
+    @workflow.signal(dynamic=True)
+    def signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """Every signal (`approve`, `resolve`, `message`, `cancel`), taken raw: a payload
+        that is missing, malformed or unknown is refused and recorded with its reason
+        (`inbound`), never dropped and never a failed workflow task."""
+        try:
+            request: Inbound | InboundRefused = inbound.parse(name, args)
+        except InboundRefused as refused:
+            request = refused
+        if self._state is None:
+            self._early.append((name, request))
+            return
+        self._apply(name, request)
 
-    @workflow.signal
-    def approve(self, decision: ApprovalDecision) -> None:
-        """A human's decision on one pending call, bound to the args digest they were shown."""
-        self._decide(decision)
+    def _apply(self, name: str, request: Inbound | InboundRefused) -> None:
+        state = self._state
+        assert state is not None
+        match request:
+            case InboundRefused():
+                loop.record_refused_input(
+                    state, name, request.shown, request.reason, workflow.now()
+                )
+            case CancelRequest():
+                if state.cancel_reason is None:
+                    state.cancel_reason = request.reason
+            case ApprovalDecision():
+                self._decide(request)
+            case UserMessage():
+                loop.record_message(state, request, workflow.now())
+            case ResolveRequest():
+                loop.record_resolution(state, request, workflow.now())
+            case _:
+                assert_never(request)
 
     @workflow.update
-    def decide_approval(self, decision: ApprovalDecision) -> ApprovalVerdict:
+    def decide_approval(self, raw: RawValue = inbound.NOTHING) -> ApprovalVerdict:
         """The `approve` signal's twin for callers that want to know at once if it counted."""
-        return self._decide(decision)
+        return self._decide(self._decision(raw))
+
+    @decide_approval.validator
+    def _check_decision(self, raw: RawValue = inbound.NOTHING) -> None:
+        """A decision that is not one is rejected here, naming the field (nothing recorded)."""
+        self._decision(raw)
+
+    def _decision(self, raw: RawValue) -> ApprovalDecision:
+        try:
+            parsed = inbound.parse("decide_approval", [raw], inbound.UPDATE_SHAPES)
+        except InboundRefused as refused:
+            raise ValueError(refused.reason) from None
+        assert isinstance(parsed, ApprovalDecision)
+        return parsed
 
     def _decide(self, decision: ApprovalDecision) -> ApprovalVerdict:
+        """A human's decision on one pending call, bound to the args digest they were shown."""
         if self._state is None:
-            self._early_decisions.append(decision)
+            self._early.append(("approve", decision))
             return ApprovalVerdict(accepted=False, reason="the run has not started yet")
         verdict = loop.record_decision(self._state, decision, workflow.now())
         visibility.audit(
@@ -128,20 +167,6 @@ class AgentRun:
             refused_because=verdict.reason,
         )
         return verdict
-
-    @workflow.signal
-    def message(self, message: UserMessage) -> None:
-        """The user's answer to the run's question, or a later message from them."""
-        if self._state is None:
-            self._early_messages.append(message)
-        else:
-            loop.record_message(self._state, message)
-
-    @workflow.signal
-    def resolve(self, request: ResolveRequest) -> None:
-        """An operator's word on a write whose outcome stayed unknown."""
-        if self._state is not None:
-            loop.record_resolution(self._state, request, workflow.now())
 
     @workflow.query
     def status(self) -> RunStatusView:

@@ -14,6 +14,8 @@ from temporalio.exceptions import ActivityError
 import agentloop.workflows.loop as loop
 from agentloop.activity_io import DescribeToolsInput
 from agentloop.contract import AgentRunInput, PreviousRun, describe_validation_error
+from agentloop.policies import checks
+from agentloop.policies.bounds import MAX_DEPTH, value_depth
 from agentloop.tool_spec import ToolSpec
 from agentloop.workflows.failures import describe_failure, invalid_input
 from agentloop.workflows.loop import Feature, LoopState
@@ -21,13 +23,31 @@ from agentloop.workflows.loop import Feature, LoopState
 DESCRIBE_TOOLS_TIMEOUT = timedelta(seconds=30)
 
 
-def parse_input(raw_input: Any) -> AgentRunInput:
-    """Bad input fails the run at once, naming the field, instead of failing a workflow task
-    (which Temporal would retry for ever)."""
+def parse_input(raw_input: Any, carried: LoopState | None) -> AgentRunInput:
+    """The run's input, checked: bad input fails the run at once, naming the field, instead
+    of failing a workflow task (which Temporal would retry for ever). A run continued as new
+    has it in the state it carries."""
+    if carried is not None:
+        return carried.run_input
+    if raw_input is None:
+        raise invalid_input("input: the run was started without an AgentRunInput")
+    if value_depth(raw_input) > MAX_DEPTH:
+        raise invalid_input(f"input: nested deeper than {MAX_DEPTH} levels")
     try:
-        return AgentRunInput.model_validate(raw_input)
+        run_input = AgentRunInput.model_validate(raw_input)
     except ValidationError as exc:
         raise invalid_input(describe_validation_error(exc)) from None
+    problem = checks.input_problem(run_input)
+    if problem:
+        raise invalid_input(problem)
+    return run_input
+
+
+def input_to_carry(raw_input: Any, state: LoopState) -> Any:
+    """What `continue_as_new` passes as the next run's input: nothing, since the state it
+    carries holds the input (feature `input-carried-once`; before it, the input went twice,
+    and a large one made the next run's start payload too large)."""
+    return None if state.has(Feature.INPUT_CARRIED_ONCE) else raw_input
 
 
 async def start(run_input: AgentRunInput) -> LoopState:

@@ -18,6 +18,7 @@ from agentloop.workflows.loop.humans import (
     record_message,
     record_pause,
     record_pause_started,
+    record_refused_input,
     record_resolution,
 )
 from agentloop.workflows.loop.next_step import (
@@ -109,6 +110,7 @@ __all__ = [
     "record_pause",
     "record_pause_started",
     "record_preconditions",
+    "record_refused_input",
     "record_resolution",
     "record_tool_results",
     "record_verdict",

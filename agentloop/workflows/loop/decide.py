@@ -27,7 +27,13 @@ from agentloop.workflows.loop.next_step import (
 )
 from agentloop.workflows.loop.record import response_named
 from agentloop.workflows.loop.settle import stopping_rejection
-from agentloop.workflows.loop.state import MAX_REFUSED_CALLS, Batch, LoopState, seconds
+from agentloop.workflows.loop.state import (
+    MAX_REFUSED_CALLS,
+    Batch,
+    Feature,
+    LoopState,
+    seconds,
+)
 from agentloop.workflows.loop.views import refused_calls
 
 
@@ -93,7 +99,9 @@ def _final_candidate(state: LoopState, output: ModelOutput) -> Finish:
     schema = state.run_input.output_schema
     if schema is None:
         return Finish("completed", "final answer", output.text)
-    parsed, problems = check_output(schema, output.text)
+    parsed, problems = check_output(
+        schema, output.text, bounded=state.has(Feature.BOUNDED_VALIDATION)
+    )
     if problems:
         # Only reached once the corrections are used up (see `record_model_output`).
         return Finish(

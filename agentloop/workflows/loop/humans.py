@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from typing import Any
 
 from agentloop.contract import ApprovalDecision, ApprovalVerdict, ResolveRequest, UserMessage
 from agentloop.events import ToolResult, UserInput
@@ -14,6 +15,27 @@ from agentloop.workflows.loop.plan import action_digest
 from agentloop.workflows.loop.settle import close_if_answered, settle
 from agentloop.workflows.loop.state import LoopState
 
+MAX_REFUSED_RECORDS = 100
+"""Refusals `status` keeps (the newest): a flood of bad signals cannot grow the run state."""
+MAX_WAITING_MESSAGE_CHARS = 400_000
+"""Text of messages the model has not seen yet that a run holds; past it, a message is
+refused (the next model call would not fit Temporal's payload limit)."""
+
+
+def _refuse(state: LoopState, record: dict[str, Any]) -> None:
+    state.refused_decisions.append(record)
+    del state.refused_decisions[:-MAX_REFUSED_RECORDS]
+
+
+def record_refused_input(
+    state: LoopState, signal: str, shown: str, reason: str, now: datetime
+) -> None:
+    """A signal whose payload was refused before anything could act on it."""
+    _refuse(
+        state,
+        {"signal": signal, "payload": shown, "refused_because": reason, "at": now.isoformat()},
+    )
+
 
 def record_decision(state: LoopState, decision: ApprovalDecision, now: datetime) -> ApprovalVerdict:
     """Apply a human's decision if it counts; otherwise record why it changed nothing."""
@@ -21,9 +43,7 @@ def record_decision(state: LoopState, decision: ApprovalDecision, now: datetime)
     pending = batch.approvals if batch else {}
     refused = approval.judge(decision, pending, batch.decisions if batch else {})
     if refused is not None:
-        state.refused_decisions.append(
-            {**decision.model_dump(), "refused_because": refused, "at": now.isoformat()}
-        )
+        _refuse(state, {**decision.model_dump(), "refused_because": refused, "at": now.isoformat()})
         return ApprovalVerdict(accepted=False, reason=refused)
     assert batch is not None
     batch.decisions[decision.call_id] = decision
@@ -41,10 +61,20 @@ def record_decision(state: LoopState, decision: ApprovalDecision, now: datetime)
     return ApprovalVerdict(accepted=True)
 
 
-def record_message(state: LoopState, message: UserMessage) -> None:
-    """A user's message answers the pending question, or waits for the next model call."""
+def record_message(state: LoopState, message: UserMessage, now: datetime) -> None:
+    """A user's message answers the pending question, or waits for the next model call (while
+    the text waiting for it stays under `MAX_WAITING_MESSAGE_CHARS`)."""
     batch = state.batch
     if batch is None or not batch.questions:
+        waiting = sum(len(e.text) for e in state.outbox if isinstance(e, UserInput))
+        if waiting + len(message.text) > MAX_WAITING_MESSAGE_CHARS:
+            reason = (
+                f"{waiting} characters of messages already wait for the model; this one "
+                f"would pass the {MAX_WAITING_MESSAGE_CHARS} limit"
+            )
+            shown = message.text[:200]
+            record_refused_input(state, "message", shown, reason, now)
+            return
         state.outbox.append(UserInput(text=message.text, sender=message.sender))
         return
     call_id = batch.questions.pop(0)
@@ -63,9 +93,7 @@ def record_resolution(state: LoopState, request: ResolveRequest, now: datetime) 
     batch = state.batch
     if batch is None or request.call_id not in batch.reconciling:
         reason = f"no write {request.call_id!r} is awaiting reconciliation"
-        state.refused_decisions.append(
-            {**request.model_dump(), "refused_because": reason, "at": now.isoformat()}
-        )
+        _refuse(state, {**request.model_dump(), "refused_because": reason, "at": now.isoformat()})
         return reason
     del batch.reconciling[request.call_id]
     call = state.call(request.call_id)

@@ -62,8 +62,9 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutc
     allowed: list[tuple[ToolCall, ToolSpec]] = []
     principal = state.run_input.principal
     whitelist = {*state.run_input.tools, *state.builtin_tools}
+    bounded = state.has(Feature.BOUNDED_VALIDATION)
     for call in output.tool_calls:
-        verdict = validate_call(call, state.tools, whitelist)
+        verdict = validate_call(call, state.tools, whitelist, bounded=bounded)
         if isinstance(verdict, Allowed) and call.name == "read_artifact":
             verdict = _own_artifact(state, call) or verdict
         if not isinstance(verdict, Allowed):

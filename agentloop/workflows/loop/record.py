@@ -34,7 +34,7 @@ from agentloop.workflows.loop.plan import (
     pending_approval,
     plan_batch,
 )
-from agentloop.workflows.loop.settle import close_if_answered, settle
+from agentloop.workflows.loop.settle import close_if_answered, leave_batch, settle
 from agentloop.workflows.loop.state import (
     MAX_OUTPUT_CORRECTIONS,
     MAX_WRITE_ATTEMPTS,
@@ -136,7 +136,7 @@ def response_named(output: ModelOutput) -> str:
 
 
 def _send_back_if_rejected(state: LoopState, output: ModelOutput, schema: dict[str, Any]) -> None:
-    _, problems = check_output(schema, output.text)
+    _, problems = check_output(schema, output.text, bounded=state.has(Feature.BOUNDED_VALIDATION))
     if not problems or state.output_corrections >= MAX_OUTPUT_CORRECTIONS:
         return
     # Not done: the verdict goes back to the model as an observation, on the same budget.
@@ -165,6 +165,8 @@ def record_preconditions(
             refused = results.refusal(state.call(call_id), reason, result.problem)
             state.calls[call_id].decision = "precondition_failed"
             settle(state, batch, refused)
+            if state.has(Feature.REFUSED_WRITES_LEAVE_BATCH):
+                leave_batch(batch, call_id)
         elif call_id in batch.assessing and result.needs_approval is not False:
             call, spec = state.with_specs([call_id])[0]
             batch.approvals[call_id] = pending_approval(call, spec, now)
@@ -183,7 +185,7 @@ def start_tools(state: LoopState, step: RunTools, now: datetime) -> ToolsToRun:
         record.status = "running"
         record.attempts += 1
         if spec.effect == "write":
-            record.idempotency_key = f"{state.workflow_id}/{call.call_id}"
+            record.idempotency_key = idempotency_key(state, call.call_id)
         for queue in (batch.reads, batch.writes):
             if call.call_id in queue:
                 queue.remove(call.call_id)
@@ -194,6 +196,15 @@ def start_tools(state: LoopState, step: RunTools, now: datetime) -> ToolsToRun:
         children=children,
         local=not children and runs_locally(state, [spec for _, spec in step.calls]),
     )
+
+
+def idempotency_key(state: LoopState, call_id: str) -> str:
+    """What a write is sent (and looked up) under: unique per run chain and call. A workflow
+    id may be reused by a later run (Temporal allows it once the first closed), so the chain's
+    first run id is part of it (feature `run-chain-keys`)."""
+    if state.has(Feature.RUN_CHAIN_KEYS) and state.run_chain:
+        return f"{state.workflow_id}/{state.run_chain[0]}/{call_id}"
+    return f"{state.workflow_id}/{call_id}"
 
 
 def runs_locally(state: LoopState, specs: Iterable[ToolSpec]) -> bool:

@@ -22,6 +22,14 @@ def settle(state: LoopState, batch: Batch, result: ToolResult) -> None:
     record.result_summary = result.content[:SUMMARY_CHARS]
 
 
+def leave_batch(batch: Batch, call_id: str) -> None:
+    """A call that is answered before it ran (refused) is no longer waiting for anything."""
+    for queue in (batch.reads, batch.writes, batch.questions, batch.unknown):
+        if call_id in queue:
+            queue.remove(call_id)
+    batch.approvals.pop(call_id, None)
+
+
 def stopping_rejection(state: LoopState, batch: Batch) -> tuple[str, ApprovalDecision] | None:
     """The first rejection in `batch` that stops the run (its tool's `on_reject` is `stop`),
     with its call id; None when every rejection so far is only told to the model."""

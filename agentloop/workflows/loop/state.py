@@ -42,6 +42,17 @@ class Feature(StrEnum):
     """A tool's named approval rule is evaluated by the worker (with the precondition check)
     and its verdict recorded; the workflow never runs a rule. Before it, the built-in rules
     ran in the workflow."""
+    BOUNDED_VALIDATION = "bounded-validation"
+    """Arguments and answers over a size or depth bound are refused unchecked, patterns run
+    on RE2, problems are told clipped (`policies.validation`)."""
+    INPUT_CARRIED_ONCE = "input-carried-once"
+    """`continue_as_new` passes the input only inside the run state it carries."""
+    REFUSED_WRITES_LEAVE_BATCH = "refused-writes-leave-batch"
+    """A call whose precondition fails leaves the batch at once: it is neither offered for
+    approval nor run (before it, a refused write in a batch of writes was still run)."""
+    RUN_CHAIN_KEYS = "run-chain-keys"
+    """A write's idempotency key names the run chain (`WORKFLOW_ID/FIRST_RUN_ID/CALL_ID`), so a
+    later run reusing the workflow id never shares keys with an earlier one."""
 
 
 FEATURES = (
@@ -63,7 +74,17 @@ FEATURES_2026_11 = (
 )
 
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
-    ("features-2026-12", (*FEATURES_2026_11, Feature.APPROVAL_RULES_IN_WORKER)),
+    (
+        "features-2026-12",
+        (
+            *FEATURES_2026_11,
+            Feature.APPROVAL_RULES_IN_WORKER,
+            Feature.BOUNDED_VALIDATION,
+            Feature.INPUT_CARRIED_ONCE,
+            Feature.REFUSED_WRITES_LEAVE_BATCH,
+            Feature.RUN_CHAIN_KEYS,
+        ),
+    ),
     ("features-2026-11", FEATURES_2026_11),
 )
 """Patch ids that each stand for a set of behaviours, newest first. A new run asks for the

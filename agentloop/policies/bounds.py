@@ -1,0 +1,87 @@
+"""How much outside input the workflow will look at: sizes and nesting, checked before any
+parse or schema check whose cost depends on the input. Pure.
+
+Everything that reaches the workflow from outside (signals, updates, the run's input, model
+output, tool output) is untrusted; what is over a bound is refused with the reason, never
+parsed. JSON nested deeper than `MAX_DEPTH` is refused before `json.loads` sees it (Python's
+parser recurses: 50,000 `[` raise `RecursionError`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+MAX_DEPTH = 32
+"""Nesting of objects and arrays in anything parsed from outside."""
+MAX_SIGNAL_BYTES = 256_000
+"""A signal's or update's payload."""
+MAX_ARGUMENT_CHARS = 256_000
+"""A tool call's arguments, as JSON text."""
+MAX_ANSWER_CHARS = 1_000_000
+"""A final answer parsed as JSON against `output_schema`."""
+MAX_SCHEMA_CHARS = 64_000
+"""An `output_schema` (or a tool's parameters) as JSON text."""
+MAX_ERROR_CHARS = 300
+"""One validation problem as the model or an operator is told it."""
+
+
+class OutOfBounds(ValueError):
+    """Input over a bound: refused unparsed, with the bound named."""
+
+
+def nesting_depth(text: str, limit: int = MAX_DEPTH) -> int:
+    """The deepest nesting of `[`/`{` in JSON text, not counting brackets inside strings;
+    stops counting (returns `limit + 1`) as soon as `limit` is passed."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    return deepest
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def value_depth(value: Any, limit: int = MAX_DEPTH) -> int:
+    """The deepest nesting of dicts and lists in a parsed value (iteratively; stops past
+    `limit`)."""
+    deepest = 0
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list):
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                return deepest
+            pending.extend((v, depth) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def loads_bounded(text: str, *, max_chars: int, max_depth: int = MAX_DEPTH) -> Any:
+    """`json.loads`, for text from outside: raises `OutOfBounds` for text longer than
+    `max_chars` or nested deeper than `max_depth`, `ValueError` for text that is not JSON."""
+    if len(text) > max_chars:
+        raise OutOfBounds(f"{len(text)} characters, over the limit of {max_chars}")
+    if nesting_depth(text, max_depth) > max_depth:
+        raise OutOfBounds(f"nested deeper than {max_depth} levels")
+    return json.loads(text)
+
+
+def clipped(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """`text`, cut to `limit` characters with a mark where it was cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,25 @@
+"""What a run's input must be besides its field types, checked when the run starts, so
+nothing that passed validation wedges it later (an `output_schema` that is no schema was
+found only when the final answer arrived). Pure."""
+
+from __future__ import annotations
+
+from agentloop.contract import AgentRunInput
+from agentloop.digests import canonical_json
+from agentloop.policies.bounds import MAX_DEPTH, MAX_SCHEMA_CHARS, value_depth
+from agentloop.policies.validation import schema_problem
+
+
+def input_problem(run_input: AgentRunInput) -> str | None:
+    """Why `run_input` cannot run, naming the field; None when it can."""
+    schema = run_input.output_schema
+    if schema is not None:
+        if value_depth(schema) > MAX_DEPTH:
+            return f"output_schema: nested deeper than {MAX_DEPTH} levels"
+        size = len(canonical_json(schema))
+        if size > MAX_SCHEMA_CHARS:
+            return f"output_schema: {size} characters of JSON, over the {MAX_SCHEMA_CHARS} limit"
+        problem = schema_problem(schema)
+        if problem:
+            return f"output_schema: {problem}"
+    return None

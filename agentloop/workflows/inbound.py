@@ -1,0 +1,97 @@
+"""What comes into a running run from outside: its signals and the `decide_approval` update,
+taken as raw payloads and checked here, by agentloop's code, before anything acts on them.
+
+A payload that is missing, null, not JSON, too large, too deep, or not the shape the signal
+takes is refused with the field and the reason (recorded in `status.refused_decisions`; an
+update is rejected with that reason): it never reaches a handler that would fail the workflow
+task, and it is never dropped without a trace. Workflow code (deterministic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue
+
+from agentloop.contract import (
+    ApprovalDecision,
+    CancelRequest,
+    ResolveRequest,
+    UserMessage,
+    describe_validation_error,
+)
+from agentloop.policies.bounds import MAX_SIGNAL_BYTES, OutOfBounds, clipped, loads_bounded
+
+NOTHING = RawValue(Payload(metadata={"encoding": b"binary/null"}))
+"""What a handler gets when the signal or update was sent without an argument."""
+
+SIGNAL_SHAPES: dict[str, type[BaseModel]] = {
+    "approve": ApprovalDecision,
+    "resolve": ResolveRequest,
+    "message": UserMessage,
+    "cancel": CancelRequest,
+}
+"""The run's signals and what each takes."""
+UPDATE_SHAPES: dict[str, type[BaseModel]] = {"decide_approval": ApprovalDecision}
+
+Inbound = ApprovalDecision | ResolveRequest | UserMessage | CancelRequest
+
+
+class InboundRefused(Exception):
+    """A signal or update payload refused; `reason` names the field, `shown` is a short
+    rendering of what was sent (for the record)."""
+
+    def __init__(self, reason: str, shown: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.shown = shown
+
+
+def decode(raw: RawValue, max_bytes: int = MAX_SIGNAL_BYTES) -> Any:
+    """The JSON value of a raw payload, within bounds (None for no value)."""
+    payload = raw.payload
+    encoding = payload.metadata.get("encoding", b"").decode("utf-8", "replace")
+    if encoding == "binary/null":
+        return None
+    if encoding != "json/plain":
+        raise InboundRefused(f"the payload is {encoding or 'not encoded'}, not JSON", "")
+    if len(payload.data) > max_bytes:
+        raise InboundRefused(
+            f"the payload is {len(payload.data)} bytes, over the limit of {max_bytes}",
+            clipped(payload.data[:200].decode("utf-8", "replace"), 200),
+        )
+    text = payload.data.decode("utf-8", "replace")
+    try:
+        return loads_bounded(text, max_chars=max_bytes)
+    except (OutOfBounds, ValueError) as exc:
+        raise InboundRefused(f"the payload is not usable JSON: {exc}", clipped(text, 200)) from None
+
+
+def parse(
+    name: str, args: Sequence[RawValue], shapes: dict[str, type[BaseModel]] = SIGNAL_SHAPES
+) -> Inbound:
+    """Signal (or update) `name` with its raw arguments as the shape it takes, or
+    `InboundRefused` saying why not."""
+    shape = shapes.get(name)
+    if shape is None:
+        known = ", ".join(shapes)
+        raise InboundRefused(f"no signal {name!r}: this run takes {known}", "")
+    if len(args) > 1:
+        raise InboundRefused(f"{name} takes one argument, not {len(args)}", "")
+    value = decode(args[0]) if args else None
+    shown = clipped(repr(value), 200)
+    if value is None and shape is CancelRequest:
+        value = {}  # `temporal workflow signal --name cancel` with no input: cancel, no reason
+    if isinstance(value, str) and shape is CancelRequest:
+        value = {"reason": value}
+    if value is None:
+        fields = ", ".join(shape.model_fields)
+        raise InboundRefused(f"{name}: a payload is required: {{{fields}}}", shown)
+    try:
+        parsed: Inbound = shape.model_validate(value)  # type: ignore[assignment]
+    except ValidationError as exc:
+        raise InboundRefused(f"{name}: {describe_validation_error(exc)}", shown) from None
+    return parsed
