@@ -1,0 +1,378 @@
+"""Nothing from outside wedges a run (issue #18): careless and hostile input, each reproduced
+against a real dev server, is refused and recorded with its reason, or fails the run at once
+naming the field. No history here may hold a failed or timed-out workflow task."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import ApplicationError
+
+from agentloop.contract import (
+    WORKFLOW_NAME,
+    AgentRunInput,
+    AgentRunResult,
+    ApprovalDecision,
+    Principal,
+    RunStatusView,
+)
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.demo.services import ExampleService
+from agentloop.runtime.config import Settings
+from agentloop.runtime.dev_server import temporal_binary
+from tests.support import start_run, wait_for_phase, wait_for_status
+from tests.test_cli import process_env, run_process
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
+
+ALL_SCOPES = ["workshops:read", "workshops:write", "tickets:read", "tickets:write"]
+RESERVE = {"workshop_id": "ws-101", "participant_id": "p-carol"}
+WEDGED = {
+    EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT,
+}
+
+
+def call(call_id: str, name: str, **arguments: Any) -> ScriptedToolCall:
+    return ScriptedToolCall(id=call_id, name=name, arguments=arguments)
+
+
+def run_input(model: str, tools: list[str], **fields: Any) -> AgentRunInput:
+    return AgentRunInput.model_validate(
+        {
+            "task": "Do the thing.",
+            "provider": "openai-chat",
+            "model": model,
+            "tools": tools,
+            "principal": Principal(subject="p-alice", scopes=ALL_SCOPES),
+            **fields,
+        }
+    )
+
+
+async def assert_never_wedged(handle: WorkflowHandle[Any, Any]) -> None:
+    events = [e.event_type async for e in handle.fetch_history_events()]
+    assert WEDGED.isdisjoint(events), [EventType.Name(e) for e in events if e in WEDGED]
+
+
+async def paused_for_approval(
+    client: Client, worker: Settings, provider: ScriptedProvider, run_id: str
+) -> WorkflowHandle[Any, AgentRunResult]:
+    provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(tool_calls=[call("c_res", "reserve_seat", **RESERVE)]),
+                ScriptTurn(text="Booked."),
+            ],
+        )
+    )
+    handle = await start_run(client, worker, run_id, run_input(run_id, ["reserve_seat"]))
+    await wait_for_phase(handle, "awaiting_approval")
+    return handle
+
+
+async def refusals(handle: WorkflowHandle[Any, Any], count: int) -> list[dict[str, Any]]:
+    view = await wait_for_status(
+        handle, lambda v: len(v.refused_decisions) >= count, f"{count} refusals"
+    )
+    return view.refused_decisions
+
+
+async def test_signals_without_a_payload_are_refused_and_recorded_and_a_bare_cancel_cancels(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    handle = await paused_for_approval(client, worker, scripted_provider, run_id)
+    await handle.signal("approve")
+    await handle.signal("approve", None)
+    await handle.signal("resolve", None)
+    await handle.signal("message")
+    refused = await refusals(handle, 4)
+    assert [(r["signal"], r["refused_because"]) for r in refused] == [
+        (
+            "approve",
+            "approve: a payload is required: {call_id, args_digest, approved, approver, reason}",
+        ),
+        (
+            "approve",
+            "approve: a payload is required: {call_id, args_digest, approved, approver, reason}",
+        ),
+        ("resolve", "resolve: a payload is required: {call_id, outcome, operator, note}"),
+        ("message", "message: a payload is required: {text, sender}"),
+    ]
+    with pytest.raises(WorkflowUpdateFailedError) as rejected:
+        await handle.execute_update("decide_approval", None)
+    assert "decide_approval: a payload is required" in str(rejected.value.cause)
+    view = await handle.query("status", result_type=RunStatusView)
+    assert view.phase == "awaiting_approval" and len(view.refused_decisions) == 4
+
+    # The operator's most natural command: no input at all. It cancels.
+    target = client.service_client.config.target_host
+    sent = await run_process(
+        temporal_binary(),
+        "workflow",
+        "signal",
+        "--address",
+        target,
+        "-w",
+        run_id,
+        "--name",
+        "cancel",
+        env=process_env(),
+    )
+    assert sent.returncode == 0, sent.explain()
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "cancelled", result.stop_reason
+    await assert_never_wedged(handle)
+
+
+MALFORMED: list[tuple[str, Any, str]] = [
+    ("approve", {"call_id": "c_res"}, "args_digest: Field required"),
+    (
+        "approve",
+        {"call_id": "c_res", "args_digest": "x", "approved": "maybe", "approver": "a"},
+        "approved: Input should be a valid boolean",
+    ),
+    (
+        "approve",
+        {"call_id": "c_res", "args_digest": "x", "approved": True, "approver": "a", "sneaky": 1},
+        "sneaky: Extra inputs are not permitted",
+    ),
+    ("approve", "yes please", "approve: input: Input should be a valid dictionary"),
+    (
+        "resolve",
+        {"call_id": "c_res", "outcome": "maybe", "operator": "ops"},
+        "outcome: Input should be 'applied' or 'not_applied'",
+    ),
+    ("message", {"text": "", "sender": "dana"}, "text: String should have at least 1 character"),
+    ("message", {"text": "x" * 100_001, "sender": "dana"}, "text: String should have at most"),
+    ("nudge", {"any": "thing"}, "no signal 'nudge'"),
+]
+
+
+async def test_malformed_signals_and_updates_are_refused_naming_the_field(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    handle = await paused_for_approval(client, worker, scripted_provider, run_id)
+    for name, payload, _ in MALFORMED:
+        await handle.signal(name, payload)
+    refused = await refusals(handle, len(MALFORMED))
+    for record, (name, _, reason) in zip(refused, MALFORMED, strict=True):
+        assert record["signal"] == name and reason in record["refused_because"], record
+    # Deeply nested JSON and a payload over the limit: refused unparsed.
+    await handle.signal("approve", json.loads("[" * 30 + "]" * 30))
+    await handle.signal("message", {"text": "y" * 300_000, "sender": "dana"})
+    deep, big = (await refusals(handle, len(MALFORMED) + 2))[-2:]
+    assert "approve: input: Input should be a valid dictionary" in deep["refused_because"]
+    assert "over the limit of 256000" in big["refused_because"]
+
+    with pytest.raises(WorkflowUpdateFailedError) as rejected:
+        await handle.execute_update("decide_approval", {"call_id": "c_res", "approved": True})
+    assert "args_digest: Field required" in str(rejected.value.cause)
+    # The real decision still counts, and the run completes.
+    view = await handle.query("status", result_type=RunStatusView)
+    [pending] = view.pending_approvals
+    decision = ApprovalDecision(
+        call_id="c_res", args_digest=pending["args_digest"], approved=True, approver="workshop-lead"
+    )
+    verdict = await handle.execute_update("decide_approval", decision)
+    assert verdict["accepted"] is True
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed", result.stop_reason
+    await assert_never_wedged(handle)
+
+
+async def test_a_recipient_that_would_backtrack_is_refused_at_once(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    recipient = "x@" + "a." * 30_000 + "@"
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        call(
+                            "c_reply",
+                            "send_reply",
+                            ticket_id="T-1001",
+                            recipient=recipient,
+                            body="Hi",
+                        )
+                    ]
+                ),
+                ScriptTurn(text="Could not send."),
+            ],
+        )
+    )
+    handle = await start_run(client, worker, run_id, run_input(run_id, ["send_reply"]))
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed", result.stop_reason
+    [reply] = result.calls
+    assert (reply.decision, reply.status) == ("invalid_arguments", "rejected")
+    assert "recipient" in reply.result_summary
+    assert example_service.records()["replies"] == 0
+    await assert_never_wedged(handle)
+
+
+async def test_an_answer_nested_fifty_thousand_deep_is_refused_not_parsed(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    deep = "[" * 50_000 + "]" * 50_000
+    scripted_provider.register(
+        Script(
+            name=run_id, turns=[ScriptTurn(text=deep), ScriptTurn(text=deep), ScriptTurn(text=deep)]
+        )
+    )
+    handle = await start_run(
+        client, worker, run_id, run_input(run_id, [], output_schema={"type": "array"})
+    )
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "failed"
+    assert "over the limit" in result.stop_reason or "nested deeper" in result.stop_reason
+    assert result.usage.model_calls == 3  # two corrections, then the stop
+    await assert_never_wedged(handle)
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"approval_timeout_seconds": 1e12}, "approval_timeout_seconds"),
+        ({"input_timeout_seconds": 1e300}, "input_timeout_seconds"),
+        ({"output_schema": {"type": "bogus"}}, "output_schema: not a valid JSON Schema"),
+        ({"output_schema": {"type": "string", "minLength": "three"}}, "output_schema"),
+        ({"output_schema": {"$ref": "#/missing"}}, "output_schema: $ref '#/missing'"),
+        ({"output_schema": {"type": "string", "pattern": "(?<=a)b"}}, "output_schema: a pattern"),
+        ({"limits": {"per_tool": {"reserve_seat": -1}}}, "limits.per_tool.reserve_seat"),
+        ({"task": "t" * 2_090_000}, "task: String should have at most 200000"),
+    ],
+)
+async def test_inputs_that_would_wedge_later_fail_the_run_at_start_naming_the_field(
+    client: Client, worker: Settings, run_id: str, fields: dict[str, Any], named: str
+) -> None:
+    raw = {"task": "x", "provider": "openai-chat", "model": "m", **fields}
+    handle = await start_run(client, worker, run_id, raw)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await asyncio.wait_for(handle.result(), 30)
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
+    assert named in cause.message, cause.message
+    await assert_never_wedged(handle)
+
+
+async def test_a_run_started_without_any_input_fails_at_once(
+    client: Client, worker: Settings, run_id: str
+) -> None:
+    handle = await client.start_workflow(WORKFLOW_NAME, id=run_id, task_queue=worker.task_queue)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await asyncio.wait_for(handle.result(), 30)
+    cause = failed.value.cause
+    assert (
+        isinstance(cause, ApplicationError) and "started without an AgentRunInput" in cause.message
+    )
+    await assert_never_wedged(handle)
+
+
+async def test_a_failed_precondition_in_a_batch_of_writes_leaves_the_batch(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        call(
+                            "c_full", "reserve_seat", workshop_id="ws-102", participant_id="p-carol"
+                        ),
+                        call("c_ok", "reserve_seat", **RESERVE),
+                    ]
+                ),
+                ScriptTurn(text="Booked one."),
+            ],
+        )
+    )
+    handle = await start_run(client, worker, run_id, run_input(run_id, ["reserve_seat"]))
+    view = await wait_for_phase(handle, "awaiting_approval")
+    assert [p["call_id"] for p in view.pending_approvals] == ["c_ok"]  # the refused one is out
+    [pending] = view.pending_approvals
+    await handle.signal(
+        "approve",
+        ApprovalDecision(
+            call_id="c_ok",
+            args_digest=pending["args_digest"],
+            approved=True,
+            approver="workshop-lead",
+        ),
+    )
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed", result.stop_reason
+    calls = {c.call_id: c for c in result.calls}
+    assert (calls["c_full"].decision, calls["c_full"].attempts) == ("precondition_failed", 0)
+    assert (calls["c_ok"].status, calls["c_ok"].attempts) == ("succeeded", 1)
+    assert example_service.records()["reservations"] == 1
+    await assert_never_wedged(handle)
+
+
+async def test_a_reused_workflow_id_never_shares_a_write_key_with_the_earlier_run(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        call(
+                            "c_reply",
+                            "send_reply",
+                            ticket_id="T-1001",
+                            recipient="dana@example.com",
+                            body="Your refund is on its way.",
+                        )
+                    ]
+                ),
+                ScriptTurn(text="Replied."),
+            ],
+        )
+    )
+    results: list[AgentRunResult] = []
+    for _ in range(2):  # the same workflow id, once the first run has closed
+        handle = await start_run(client, worker, run_id, run_input(run_id, ["send_reply"]))
+        view = await wait_for_phase(handle, "awaiting_approval")
+        await handle.signal(
+            "approve",
+            ApprovalDecision(
+                call_id="c_reply",
+                args_digest=view.pending_approvals[0]["args_digest"],
+                approved=True,
+                approver="support-lead",
+            ),
+        )
+        results.append(await asyncio.wait_for(handle.result(), 30))
+    first, second = (r.calls[0] for r in results)
+    assert first.status == second.status == "succeeded"
+    assert first.idempotency_key != second.idempotency_key
+    assert example_service.records()["replies"] == 2  # each run's reply was really sent
