@@ -26,7 +26,12 @@ from agentloop.adapters import AdapterFactory
 from agentloop.client import connect
 from agentloop.pricing import PriceTable
 from agentloop.runtime import tracing
-from agentloop.runtime.audit import DEFAULT_REDACT_FIELDS, configure_logging, settings_secrets
+from agentloop.runtime.audit import (
+    DEFAULT_REDACT_FIELDS,
+    Redactor,
+    configure_logging,
+    settings_secrets,
+)
 from agentloop.runtime.config import ConfigError, Settings
 from agentloop.runtime.config_checks import SandboxMode
 from agentloop.store import open_store
@@ -92,7 +97,10 @@ async def worker_parts(
     try:
         async with toolbox.opened(settings) as opened:
             model = ModelActivities(
-                store, adapters, PriceTable.with_overrides(settings.pricing_file)
+                store,
+                adapters,
+                PriceTable.with_overrides(settings.pricing_file),
+                Redactor(settings_secrets(settings)),
             )
             tool_activities = ToolActivities(opened, store)
             runs = RunActivities(client)

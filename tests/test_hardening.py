@@ -26,7 +26,13 @@ from agentloop.contract import (
     Principal,
     RunStatusView,
 )
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.demo.scripted_provider import (
+    Script,
+    ScriptedError,
+    ScriptedProvider,
+    ScriptedToolCall,
+    ScriptTurn,
+)
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import temporal_binary
@@ -376,3 +382,26 @@ async def test_a_reused_workflow_id_never_shares_a_write_key_with_the_earlier_ru
     assert first.status == second.status == "succeeded"
     assert first.idempotency_key != second.idempotency_key
     assert example_service.records()["replies"] == 2  # each run's reply was really sent
+
+
+async def test_a_provider_error_echoing_the_api_key_is_masked_in_the_stop_and_history(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    key = worker.openai_api_key
+    assert key
+    echo = f"Incorrect API key provided: {key}. Find your key at the dashboard."
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[ScriptTurn(text="x", errors=[ScriptedError(status=401, message=echo)])],
+        )
+    )
+    handle = await start_run(client, worker, run_id, run_input(run_id, []))
+    result = await asyncio.wait_for(handle.result(), 30)
+
+    assert result.status == "failed"
+    assert "Incorrect API key provided: ***" in result.stop_reason, result.stop_reason
+    assert key not in result.stop_reason and key not in result.report
+    history = (await handle.fetch_history()).to_json()
+    assert f"provided: {key}" not in history
+    await assert_never_wedged(handle)

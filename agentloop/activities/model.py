@@ -19,7 +19,7 @@ from agentloop.adapters import AdapterFactory
 from agentloop.adapters.base import ModelRequest, ProviderError
 from agentloop.context import budget_chars, fit
 from agentloop.pricing import PriceTable
-from agentloop.runtime.audit import audit
+from agentloop.runtime.audit import Redactor, audit
 from agentloop.store import Store, StoreError, with_contents
 from agentloop.store.chains import TranscriptCache
 from agentloop.store.specs import ToolSpecCache
@@ -29,8 +29,15 @@ from agentloop.transcript import append
 
 class ModelActivities:
     def __init__(
-        self, store: Store, adapters: AdapterFactory, prices: PriceTable | None = None
+        self,
+        store: Store,
+        adapters: AdapterFactory,
+        prices: PriceTable | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
+        self._redactor = redactor or Redactor()
+        """Masks credentials in what a failure says: a provider's error may echo the key,
+        and the message reaches the run's stop reason, its report and history."""
         self._store = store
         self._transcripts = TranscriptCache()
         self._specs = ToolSpecCache()
@@ -81,11 +88,13 @@ class ModelActivities:
                 output = await adapter.complete(model_request)
         except ProviderError as exc:
             _audit_failure(request, exc.error_class, exc.retryable, exc.status_code, exc.request_id)
-            raise _as_application_error(exc) from exc
+            # `from None`: the cause's own message would reach history unmasked.
+            raise _as_application_error(exc, self._redactor.scrub) from None
         except Exception as exc:
             # Not classified by the adapter: Temporal retries it like any activity failure.
             _audit_failure(request, type(exc).__name__, retryable=True)
-            raise
+            message = self._redactor.scrub(f"{type(exc).__name__}: {exc}")
+            raise ApplicationError(message, type=type(exc).__name__) from None
         # One write for the turn, once the answer is in: the workflow moves its head only on
         # this activity's result, so a failed or retried call leaves nothing it needs unwritten.
         head, nodes = append(request.head, [*new_events, output])
@@ -146,10 +155,10 @@ def _audit_failure(
     )
 
 
-def _as_application_error(exc: ProviderError) -> ApplicationError:
+def _as_application_error(exc: ProviderError, scrub: Callable[[str], str]) -> ApplicationError:
     delay = exc.retry_after_seconds
     return ApplicationError(
-        f"{exc.error_class}: {exc}",
+        scrub(f"{exc.error_class}: {exc}"),
         type=f"Provider:{exc.error_class}",
         non_retryable=not exc.retryable,
         next_retry_delay=timedelta(seconds=delay) if delay is not None else None,
