@@ -405,3 +405,49 @@ async def test_a_provider_error_echoing_the_api_key_is_masked_in_the_stop_and_hi
     history = (await handle.fetch_history()).to_json()
     assert f"provided: {key}" not in history
     await assert_never_wedged(handle)
+
+
+async def test_temporals_own_cancel_stops_the_run_with_its_result_and_report(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    handle = await paused_for_approval(client, worker, scripted_provider, run_id)
+    await handle.cancel()  # what the UI's Cancel button and `temporal workflow cancel` send
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "cancelled"
+    assert result.stop_reason == "cancelled: cancel requested through Temporal"
+    assert result.pending == [
+        {"call_id": "c_res", "tool": "reserve_seat", "status": "awaiting_approval"}
+    ]
+    assert "cancelled" in result.report
+    assert (await handle.describe()).status.name == "COMPLETED"
+    await assert_never_wedged(handle)
+
+
+async def test_temporals_cancel_lets_a_write_in_flight_finish(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    handle = await paused_for_approval(client, worker, scripted_provider, run_id)
+    example_service.set_delay("workshops.reserve", 1_500)
+    view = await handle.query("status", result_type=RunStatusView)
+    decision = ApprovalDecision(
+        call_id="c_res",
+        args_digest=view.pending_approvals[0]["args_digest"],
+        approved=True,
+        approver="workshop-lead",
+    )
+    await handle.signal("approve", decision)
+    await wait_for_status(handle, lambda v: v.phase == "executing_tools", "the write to start")
+    await handle.cancel()
+    result = await asyncio.wait_for(handle.result(), 30)
+
+    assert result.status == "cancelled", result.stop_reason
+    [write] = result.calls
+    assert (write.status, write.attempts) == ("succeeded", 1)  # finished, not cut short
+    [effect] = result.side_effects
+    assert (effect["call_id"], effect["status"]) == ("c_res", "succeeded")
+    assert example_service.records()["reservations"] == 1
+    await assert_never_wedged(handle)

@@ -9,6 +9,7 @@ afresh for every run.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any, assert_never
 
@@ -49,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         LoopState,
         RunTools,
         Verify,
+        Work,
     )
 
 
@@ -77,27 +79,37 @@ class AgentRun:
                 workflow.continue_as_new(args=[startup.input_to_carry(raw_input, state), state])
             step = loop.decide(state, workflow.now())
             visibility.show(state)
-            match step:
-                case CallModel():
-                    await steps.call_model(state, step, deadline)
-                case CheckPreconditions():
-                    await tool_calls.check_preconditions(state, step, deadline)
-                case RunTools():
-                    await tool_calls.run_tools(state, step, deadline)
-                case AwaitApproval():
-                    await steps.await_humans(state, step, "awaiting_approval")
-                case Verify():
-                    await steps.verify(state, step)
-                case AwaitInput():
-                    await steps.await_humans(state, step, "awaiting_input")
-                case LookupOutcome():
-                    await steps.lookup_outcome(state, step)
-                case AwaitReconciliation():
-                    await steps.await_humans(state, step, "awaiting_reconciliation")
-                case Finish():
-                    return steps.finish(state, step)
-                case _:
-                    assert_never(step)
+            if isinstance(step, Finish):
+                return steps.finish(state, step)
+            try:
+                await self._carry_out(state, step, deadline)
+            except asyncio.CancelledError:
+                # Temporal's cancel request: the run stops like after the `cancel` signal
+                # (the step it interrupted is told by the state; a write was shielded).
+                if not state.has(loop.Feature.TEMPORAL_CANCEL_AS_SIGNAL):
+                    raise
+                loop.record_cancel_request(state)
+
+    async def _carry_out(self, state: LoopState, step: Work, deadline: RunDeadline) -> None:
+        match step:
+            case CallModel():
+                await steps.call_model(state, step, deadline)
+            case CheckPreconditions():
+                await tool_calls.check_preconditions(state, step, deadline)
+            case RunTools():
+                await tool_calls.run_tools(state, step, deadline)
+            case AwaitApproval():
+                await steps.await_humans(state, step, "awaiting_approval")
+            case Verify():
+                await steps.verify(state, step)
+            case AwaitInput():
+                await steps.await_humans(state, step, "awaiting_input")
+            case LookupOutcome():
+                await steps.lookup_outcome(state, step)
+            case AwaitReconciliation():
+                await steps.await_humans(state, step, "awaiting_reconciliation")
+            case _:
+                assert_never(step)
 
     @workflow.signal(dynamic=True)
     def signal(self, name: str, args: Sequence[RawValue]) -> None:

@@ -6,7 +6,10 @@ Workflow code (deterministic), activities referred to by name.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Coroutine
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -18,7 +21,7 @@ from agentloop.workflows import visibility
 from agentloop.workflows.children import run_with_children
 from agentloop.workflows.deadline import RunDeadline
 from agentloop.workflows.failures import describe_failure
-from agentloop.workflows.loop import CheckPreconditions, LoopState, RunTools
+from agentloop.workflows.loop import CheckPreconditions, Feature, LoopState, RunTools, ToolOutcome
 from agentloop.workflows.tool_activities import start_tool, tool_input, tool_outcome
 
 PRECONDITION_RETRY = RetryPolicy(maximum_attempts=3)
@@ -77,7 +80,22 @@ async def run_tools(state: LoopState, step: RunTools, deadline: RunDeadline) -> 
     ):
         return
     outcomes = [
-        await tool_outcome(call, spec, handle)
+        await _finished(state, tool_outcome(call, spec, handle))
+        if spec.effect == "write"
+        else await tool_outcome(call, spec, handle)
         for (call, spec), handle in zip(step.calls, handles, strict=True)
     ]
     loop.record_tool_results(state, outcomes)
+
+
+async def _finished(state: LoopState, outcome: Coroutine[Any, Any, ToolOutcome]) -> ToolOutcome:
+    """A write, once started, is never cut short: Temporal's cancel request does not reach
+    it (feature `temporal-cancel-as-signal`); the run stops once its outcome is in."""
+    if not state.has(Feature.TEMPORAL_CANCEL_AS_SIGNAL):
+        return await outcome
+    writing = asyncio.ensure_future(outcome)
+    try:
+        return await asyncio.shield(writing)
+    except asyncio.CancelledError:
+        loop.record_cancel_request(state)
+        return await writing

@@ -14,6 +14,7 @@ from agentloop.workflows.loop.exchange import (
 )
 from agentloop.workflows.loop.humans import (
     awaiting_humans,
+    record_cancel_request,
     record_decision,
     record_message,
     record_pause,
@@ -33,6 +34,7 @@ from agentloop.workflows.loop.next_step import (
     NextStep,
     RunTools,
     Verify,
+    Work,
 )
 from agentloop.workflows.loop.plan import action_digest
 from agentloop.workflows.loop.record import (
@@ -94,6 +96,7 @@ __all__ = [
     "ToolOutcome",
     "ToolsToRun",
     "Verify",
+    "Work",
     "action_digest",
     "awaiting_humans",
     "continue_transcript",
@@ -101,6 +104,7 @@ __all__ = [
     "details",
     "pending_approvals",
     "pending_at_stop",
+    "record_cancel_request",
     "record_decision",
     "record_failure",
     "record_finish",

@@ -110,6 +110,16 @@ def record_resolution(state: LoopState, request: ResolveRequest, now: datetime) 
     return None
 
 
+TEMPORAL_CANCEL_REASON = "cancel requested through Temporal"
+
+
+def record_cancel_request(state: LoopState) -> None:
+    """Temporal's own cancel request, taken like the `cancel` signal (the first reason
+    given stays)."""
+    if state.cancel_reason is None:
+        state.cancel_reason = TEMPORAL_CANCEL_REASON
+
+
 def awaiting_humans(state: LoopState) -> set[str]:
     """Call ids waiting for an approval decision, a user's answer or an operator's word."""
     batch = state.batch

@@ -81,7 +81,7 @@ class Finish:
 AwaitHumans = AwaitApproval | AwaitInput | AwaitReconciliation
 """The steps that wait for a person (their time does not count against the deadline)."""
 
-NextStep = (
+Work = (
     CallModel
     | CheckPreconditions
     | RunTools
@@ -90,5 +90,7 @@ NextStep = (
     | Verify
     | LookupOutcome
     | AwaitReconciliation
-    | Finish
 )
+"""Every step but the last: what the shell carries out before it asks `decide` again."""
+
+NextStep = Work | Finish

@@ -50,6 +50,10 @@ class Feature(StrEnum):
     REFUSED_WRITES_LEAVE_BATCH = "refused-writes-leave-batch"
     """A call whose precondition fails leaves the batch at once: it is neither offered for
     approval nor run (before it, a refused write in a batch of writes was still run)."""
+    TEMPORAL_CANCEL_AS_SIGNAL = "temporal-cancel-as-signal"
+    """Temporal's own cancel request (the UI's Cancel, `temporal workflow cancel`) stops the
+    run like the `cancel` signal: a write in flight finishes, the result and its stop report
+    are written. Before it, the run ended `Canceled` with neither."""
     RUN_CHAIN_KEYS = "run-chain-keys"
     """A write's idempotency key names the run chain (`WORKFLOW_ID/FIRST_RUN_ID/CALL_ID`), so a
     later run reusing the workflow id never shares keys with an earlier one."""
@@ -83,6 +87,7 @@ FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
             Feature.INPUT_CARRIED_ONCE,
             Feature.REFUSED_WRITES_LEAVE_BATCH,
             Feature.RUN_CHAIN_KEYS,
+            Feature.TEMPORAL_CANCEL_AS_SIGNAL,
         ),
     ),
     ("features-2026-11", FEATURES_2026_11),
