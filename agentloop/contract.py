@@ -127,6 +127,9 @@ class AgentRunInput(_Strict):
     be a JSON Schema of at most 64,000 characters and 32 levels)."""
     completion_check: Name | None = None
     continue_from: str | None = Field(default=None, min_length=1, max_length=1_000)
+    """A finished run's workflow id whose transcript this run resumes: of the same tenant,
+    and of the same subject unless `continue_as_other_subject`."""
+    continue_as_other_subject: bool = False
     delegate_model: Name | None = None
     """The model of the runs this run delegates to with the `delegate` tool (default: its own)."""
 
@@ -174,6 +177,18 @@ class CallRecord(BaseModel):
     """For a `delegate` call: the workflow id of the child run doing the sub-task."""
 
 
+class UnresolvedWrite(BaseModel):
+    """A write whose outcome stayed unknown when its run stopped: a run that continues that
+    one holds the same action for an operator's word instead of sending it again."""
+
+    action_digest: str
+    tool: str
+    call_id: str
+    idempotency_key: str
+    workflow_id: str
+    """The run that sent it."""
+
+
 class AgentRunResult(BaseModel):
     status: RunStatus
     stop_reason: str
@@ -192,6 +207,12 @@ class AgentRunResult(BaseModel):
     pending, usage, and how to continue."""
     paused_seconds: float = 0.0
     """Time the run spent waiting for humans (not counted against its deadline)."""
+    rejected_actions: list[str] = Field(default_factory=list)
+    """Digests of the actions an approver rejected (a continuing run never runs them)."""
+    unresolved_writes: list[UnresolvedWrite] = Field(default_factory=list)
+    """Writes whose outcome stayed unknown, this run's and those it inherited unresolved."""
+    artifacts: list[str] = Field(default_factory=list)
+    """The artifacts its transcript refers to (a continuing run may read them)."""
 
 
 class PreviousRun(BaseModel):
@@ -202,6 +223,11 @@ class PreviousRun(BaseModel):
     status: str
     stop_reason: str
     unsent: list[Event] = Field(default_factory=list)
+    principal: Principal | None = None
+    """Who it ran for (None: not known, from an older loader)."""
+    rejected_actions: list[str] = Field(default_factory=list)
+    unresolved_writes: list[UnresolvedWrite] = Field(default_factory=list)
+    artifacts: list[str] = Field(default_factory=list)
 
 
 class LimitsLeft(BaseModel):

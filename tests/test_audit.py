@@ -398,7 +398,9 @@ async def test_a_failed_model_call_is_audited_and_the_key_in_its_message_never_s
     model = ModelActivities(store, CannedAdapters(error=error))  # type: ignore[arg-type]
     with pytest.raises(ApplicationError) as raised:
         await env.run(model.call_model, model_request())
-    assert API_KEY in str(raised.value)  # the error itself is unchanged ...
+    # The error itself is masked (it reaches the stop reason and history) ...
+    assert API_KEY not in str(raised.value) and "invalid x-api-key ***" in str(raised.value)
+    assert raised.value.__cause__ is None  # ... with no unmasked cause behind it
     try:
         raise raised.value
     except ApplicationError:

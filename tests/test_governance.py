@@ -176,7 +176,7 @@ def test_a_rejected_action_is_never_run_again_under_another_name() -> None:
     assert isinstance(loop.decide(state, T0), Finish)
     # The same reservation under another tool name for the same action is refused outright.
     state = new_state()
-    state.rejected_actions.append(loop.action_digest(RESERVE, reserve("w1")))
+    state.rejected_actions.append(loop.action_digest(RESERVE, reserve("w1").arguments))
     model_turn(state, tool_output(reserve("b1", tool="book_seat")))
     assert loop.decide(state, T0) == CallModel(turn=2)
     refused = state.outbox[0]

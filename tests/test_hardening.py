@@ -451,3 +451,173 @@ async def test_temporals_cancel_lets_a_write_in_flight_finish(
     assert (effect["call_id"], effect["status"]) == ("c_res", "succeeded")
     assert example_service.records()["reservations"] == 1
     await assert_never_wedged(handle)
+
+
+REPLY = {"ticket_id": "T-1001", "recipient": "dana@example.com", "body": "Refund issued."}
+
+
+def reply_script(name: str) -> Script:
+    """Turn 1 (the first run) sends the reply; turn 2 (the run continuing it) proposes the
+    same reply under a new call id; turn 3 ends."""
+    return Script(
+        name=name,
+        turns=[
+            ScriptTurn(tool_calls=[call("c_first", "send_reply", **REPLY)]),
+            ScriptTurn(tool_calls=[call("c_again", "send_reply", **REPLY)]),
+            ScriptTurn(text="Sent."),
+        ],
+    )
+
+
+async def approve_the_pending(handle: WorkflowHandle[Any, AgentRunResult]) -> None:
+    view = await wait_for_phase(handle, "awaiting_approval")
+    [pending] = view.pending_approvals
+    await handle.signal(
+        "approve",
+        ApprovalDecision(
+            call_id=pending["call_id"],
+            args_digest=pending["args_digest"],
+            approved=True,
+            approver="support-lead",
+        ),
+    )
+
+
+async def test_continuing_an_unresolved_run_holds_the_same_write_instead_of_sending_it_again(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    scripted_provider.register(reply_script(run_id))
+    example_service.inject_fault("support.reply", "commit_then_drop")
+    example_service.inject_fault("support.operation", "unavailable", count=50)
+    first = await start_run(
+        client,
+        worker,
+        run_id,
+        run_input(run_id, ["send_reply"], reconciliation_timeout_seconds=1),
+    )
+    await approve_the_pending(first)
+    stopped = await asyncio.wait_for(first.result(), 30)
+    assert stopped.status == "unresolved", stopped.stop_reason
+    [unknown] = stopped.unresolved_writes
+    assert (unknown.call_id, unknown.tool) == ("c_first", "send_reply")
+    assert example_service.records()["replies"] == 1  # it did go out, once
+
+    # The continuation's model proposes the same reply under a new call id.
+    example_service.clear_faults()
+    handle = await start_run(
+        client, worker, f"{run_id}-again", run_input(run_id, ["send_reply"], continue_from=run_id)
+    )
+    view = await wait_for_phase(handle, "awaiting_reconciliation")
+    [held] = view.unresolved
+    assert held["call_id"] == "c_again" and held["idempotency_key"] == unknown.idempotency_key
+    assert "unknown outcome" in held["known"]
+    assert example_service.records()["replies"] == 1  # held, not sent
+    await handle.signal("resolve", {"call_id": "c_again", "outcome": "applied", "operator": "ops"})
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed", result.stop_reason
+    assert {c.call_id: c.status for c in result.calls} == {"c_again": "confirmed_after_query"}
+    assert result.unresolved_writes == []  # settled by the operator's word
+    assert example_service.records()["replies"] == 1
+    await assert_never_wedged(handle)
+
+
+async def test_a_run_of_another_tenant_or_subject_is_not_continued(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    scripted_provider.register(
+        Script(name=run_id, turns=[ScriptTurn(text="Secret plans."), ScriptTurn(text="Go on.")])
+    )
+    first = await start_run(client, worker, run_id, run_input(run_id, []))
+    assert (await first.result()).status == "completed"
+
+    cases = [
+        (Principal(subject="p-alice", tenant="globex"), False, "belongs to tenant 'default'"),
+        (Principal(subject="p-mallory"), False, "ran for 'p-alice', not 'p-mallory'"),
+    ]
+    for index, (principal, other_subject, refused) in enumerate(cases):
+        handle = await start_run(
+            client,
+            worker,
+            f"{run_id}-{index}",
+            run_input(
+                run_id,
+                [],
+                principal=principal,
+                continue_from=run_id,
+                continue_as_other_subject=other_subject,
+            ),
+        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            await asyncio.wait_for(handle.result(), 30)
+        cause = failed.value.cause
+        assert isinstance(cause, ApplicationError) and refused in cause.message, cause.message
+    # Within the tenant, another subject may continue it when the input says so.
+    allowed = await start_run(
+        client,
+        worker,
+        f"{run_id}-ok",
+        run_input(
+            run_id,
+            [],
+            principal=Principal(subject="p-bob"),
+            continue_from=run_id,
+            continue_as_other_subject=True,
+        ),
+    )
+    assert (await allowed.result()).status == "completed"
+
+
+async def test_a_continued_run_reads_the_artifacts_its_inherited_transcript_refers_to(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    from agentloop.contract import Limits
+    from agentloop.store import artifact_key
+    from tests.test_large_output import WEATHER_ARGS, weather_body
+
+    example_service.set_padding("weather", 20_000)
+    try:
+        full = await weather_body(example_service)
+        ref = artifact_key(full.encode("utf-8"))
+        page = {"ref": ref, "offset": 0, "limit": 100}
+        scripted_provider.register(
+            Script(
+                name=run_id,
+                turns=[
+                    ScriptTurn(tool_calls=[call("c_big", "get_weather", **WEATHER_ARGS)]),
+                    ScriptTurn(tool_calls=[call("c_page", "read_artifact", **page)]),
+                    ScriptTurn(text="Read it."),
+                ],
+            )
+        )
+        first = await start_run(
+            client,
+            worker,
+            run_id,
+            run_input(run_id, ["get_weather"], limits=Limits(max_model_calls=1)),
+        )
+        stopped = await asyncio.wait_for(first.result(), 30)
+        assert stopped.status == "limit_reached" and stopped.artifacts == [ref]
+
+        handle = await start_run(
+            client,
+            worker,
+            f"{run_id}-2",
+            run_input(run_id, ["get_weather"], continue_from=run_id),
+        )
+        result = await asyncio.wait_for(handle.result(), 30)
+    finally:
+        example_service.set_padding(None, 0)
+    assert result.status == "completed", result.stop_reason
+    [paged] = result.calls
+    assert (paged.call_id, paged.decision, paged.status) == ("c_page", "allowed", "succeeded")
+    # The page came back: the artifact of the run it continues, read whole from the store.
+    assert f'"ref": "{ref}"' in paged.result_summary
+    assert f'"total_chars": {len(full)}' in paged.result_summary

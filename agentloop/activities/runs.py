@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import ValidationError
 from temporalio import activity
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentloop.contract import AgentRunResult, PreviousRun
+from agentloop.contract import AgentRunInput, AgentRunResult, PreviousRun, Principal
 
 
 class RunActivities:
@@ -35,7 +38,32 @@ class RunActivities:
             status=result.status,
             stop_reason=result.stop_reason,
             unsent=result.unsent,
+            principal=await self._principal(handle),
+            rejected_actions=result.rejected_actions,
+            unresolved_writes=result.unresolved_writes,
+            artifacts=result.artifacts,
         )
+
+    async def _principal(self, handle: WorkflowHandle[Any, AgentRunResult]) -> Principal | None:
+        """Who the run ran for, from its start event: its input, or (a run continued as new)
+        the input inside the state it was handed. None when neither says."""
+        async for event in handle.fetch_history_events():
+            payloads = event.workflow_execution_started_event_attributes.input.payloads
+            decoded = await self._client.data_converter.decode(
+                payloads[:2], [Any] * len(payloads[:2])
+            )
+            for candidate in (
+                decoded[0] if decoded else None,
+                decoded[1].get("run_input")
+                if len(decoded) > 1 and isinstance(decoded[1], dict)
+                else None,
+            ):
+                try:
+                    return AgentRunInput.model_validate(candidate).principal
+                except ValidationError:
+                    continue
+            return None
+        return None
 
 
 def _invalid(message: str) -> ApplicationError:

@@ -4,7 +4,7 @@ found only when the final answer arrived). Pure."""
 
 from __future__ import annotations
 
-from agentloop.contract import AgentRunInput
+from agentloop.contract import AgentRunInput, PreviousRun
 from agentloop.digests import canonical_json
 from agentloop.policies.bounds import MAX_DEPTH, MAX_SCHEMA_CHARS, value_depth
 from agentloop.policies.validation import schema_problem
@@ -22,4 +22,22 @@ def input_problem(run_input: AgentRunInput) -> str | None:
         problem = schema_problem(schema)
         if problem:
             return f"output_schema: {problem}"
+    return None
+
+
+def continue_from_problem(run_input: AgentRunInput, previous: PreviousRun) -> str | None:
+    """Why `run_input` may not continue `previous`: a run is continued by its own tenant, and
+    by its own subject unless `continue_as_other_subject` says otherwise."""
+    theirs, ours = previous.principal, run_input.principal
+    if theirs is None:
+        return f"run {previous.workflow_id!r} does not say whose it was: it is not continued"
+    if theirs.tenant != ours.tenant:
+        return (
+            f"run {previous.workflow_id!r} belongs to tenant {theirs.tenant!r}, not {ours.tenant!r}"
+        )
+    if theirs.subject != ours.subject and not run_input.continue_as_other_subject:
+        return (
+            f"run {previous.workflow_id!r} ran for {theirs.subject!r}, not {ours.subject!r} "
+            "(continue_as_other_subject allows it, within the tenant)"
+        )
     return None

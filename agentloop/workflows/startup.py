@@ -71,7 +71,8 @@ async def start(run_input: AgentRunInput) -> LoopState:
     info = workflow.info()
     state = LoopState.start(run_input, specs, workflow.now(), info.workflow_id, builtins)
     if run_input.continue_from:
-        await _continue_from(state, run_input.continue_from)
+        checked = in_set is not None and Feature.CONTINUE_FROM_CHECKED in in_set
+        await _continue_from(state, run_input.continue_from, checked)
     state.features = (
         list(in_set)
         if in_set is not None
@@ -102,8 +103,10 @@ async def _describe_tools(
     return specs
 
 
-async def _continue_from(state: LoopState, workflow_id: str) -> None:
-    """Start from a finished run's transcript: what its model had not seen goes first."""
+async def _continue_from(state: LoopState, workflow_id: str, checked: bool) -> None:
+    """Start from a finished run's transcript: what its model had not seen goes first. A run
+    of another tenant (or, unless allowed, another subject) may not be continued: its model
+    would see that run's task and tool output."""
     try:
         previous: PreviousRun = await workflow.execute_activity(
             "load_previous_run",
@@ -114,6 +117,9 @@ async def _continue_from(state: LoopState, workflow_id: str) -> None:
         )
     except ActivityError as exc:
         raise invalid_input(f"continue_from: {describe_failure(exc)}") from None
+    problem = checks.continue_from_problem(state.run_input, previous) if checked else None
+    if problem:
+        raise invalid_input(f"continue_from: {problem}")
     loop.continue_transcript(state, previous)
 
 

@@ -51,7 +51,7 @@ def record_decision(state: LoopState, decision: ApprovalDecision, now: datetime)
     record.decision = f"{'approved' if decision.approved else 'rejected'} by {decision.approver}"
     if not decision.approved:
         call, spec = state.with_specs([decision.call_id])[0]
-        state.rejected_actions.append(action_digest(spec, call))
+        state.rejected_actions.append(action_digest(spec, call.arguments))
         batch.writes.remove(decision.call_id)
         message = f"rejected by {decision.approver}" + (
             f": {decision.reason}" if decision.reason else ""
@@ -96,7 +96,9 @@ def record_resolution(state: LoopState, request: ResolveRequest, now: datetime) 
         _refuse(state, {**request.model_dump(), "refused_because": reason, "at": now.isoformat()})
         return reason
     del batch.reconciling[request.call_id]
-    call = state.call(request.call_id)
+    call, spec = state.with_specs([request.call_id])[0]
+    # An inherited unknown write is settled by the same word.
+    state.inherited_unresolved.pop(action_digest(spec, call.arguments), None)
     said = f"{request.operator} says {request.outcome}" + (
         f": {request.note}" if request.note else ""
     )

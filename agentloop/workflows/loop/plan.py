@@ -7,16 +7,19 @@ each call), a protocol violation that ends the run, or a budget the batch does n
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
+from agentloop.contract import UnresolvedWrite
 from agentloop.digests import args_digest
 from agentloop.events import ModelOutput, ToolCall, ToolResult
 from agentloop.policies import approval, authorization, budgets
 from agentloop.policies.validation import Allowed, Refused, validate_call
 from agentloop.tool_spec import DELEGATE, ToolSpec
 from agentloop.workflows.loop import results
-from agentloop.workflows.loop.state import Batch, Feature, LoopState
+from agentloop.workflows.loop.state import Batch, Feature, LoopState, Reconciliation
 
 
 @dataclass
@@ -85,7 +88,7 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutc
                     call, results.refusal(call, "invalid_arguments", problem), "invalid_arguments"
                 )
                 continue
-        if action_digest(spec, call) in state.rejected_actions:
+        if action_digest(spec, call.arguments) in state.rejected_actions:
             message = (
                 "an approver rejected this exact action in this run; "
                 "it will not run, under this tool or another"
@@ -115,6 +118,12 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutc
     rules_in_worker = state.has(Feature.APPROVAL_RULES_IN_WORKER)
     for call, spec in allowed:
         write = spec.effect == "write"
+        held = (
+            state.inherited_unresolved.get(action_digest(spec, call.arguments)) if write else None
+        )
+        if held is not None:
+            batch.reconciling[call.call_id] = _held(call, held, now)
+            continue
         rule = spec.needs_approval if write and isinstance(spec.needs_approval, str) else None
         if rule is not None and rules_in_worker:
             # The rule is the team's code: the worker evaluates it, the verdict is recorded.
@@ -142,9 +151,23 @@ def pending_approval(call: ToolCall, spec: ToolSpec, now: datetime) -> approval.
     )
 
 
-def action_digest(spec: ToolSpec, call: ToolCall) -> str:
-    """What a rejection is remembered by: the action in the world and its exact arguments."""
-    return args_digest(spec.action_name, call.arguments)
+def _held(call: ToolCall, held: UnresolvedWrite, now: datetime) -> Reconciliation:
+    """The same action as a write whose outcome stayed unknown in the run this one continues:
+    it waits for an operator's word on that write, and is never sent again blindly."""
+    return Reconciliation(
+        call_id=call.call_id,
+        tool=call.name,
+        idempotency_key=held.idempotency_key,
+        known=f"the same action ({held.tool} {held.call_id} of run {held.workflow_id}) has an "
+        "unknown outcome: say whether it happened before anything is sent again",
+        since=now,
+    )
+
+
+def action_digest(spec: ToolSpec, arguments: Mapping[str, Any]) -> str:
+    """What a rejection (or an unknown outcome) is remembered by: the action in the world
+    and its exact arguments, whichever tool names it."""
+    return args_digest(spec.action_name, dict(arguments))
 
 
 def _delegation_problem(state: LoopState, call: ToolCall) -> str | None:

@@ -43,7 +43,13 @@ from agentloop.workflows.loop.state import (
     LoopState,
     Reconciliation,
 )
-from agentloop.workflows.loop.views import facts, pending_at_stop, side_effects, unsent_events
+from agentloop.workflows.loop.views import (
+    facts,
+    pending_at_stop,
+    side_effects,
+    unresolved_writes,
+    unsent_events,
+)
 
 
 def start_model_call(state: LoopState, step: CallModel) -> ModelTurn:
@@ -312,8 +318,14 @@ def record_failure(state: LoopState, reason: str) -> None:
 
 def continue_transcript(state: LoopState, previous: PreviousRun) -> None:
     """This run goes on from `previous`'s transcript: its unsent results first, then a note
-    saying where it stopped, then this run's task."""
+    saying where it stopped, then this run's task. What `previous` refused and left unknown
+    stays so here, and the artifacts its transcript refers to may be read."""
     state.head = previous.head
+    state.rejected_actions = list(
+        dict.fromkeys([*previous.rejected_actions, *state.rejected_actions])
+    )
+    state.inherited_unresolved = {w.action_digest: w for w in previous.unresolved_writes}
+    state.artifacts = list(dict.fromkeys([*previous.artifacts, *state.artifacts]))
     note = StateUpdate(
         kind="continued",
         text=f"This run continues run {previous.workflow_id}, which stopped: "
@@ -337,6 +349,9 @@ def record_finish(state: LoopState, step: Finish) -> AgentRunResult:
         transcript_head=state.head,
         unsent=unsent_events(state, step.stop_reason),
         paused_seconds=state.paused_seconds,
+        rejected_actions=state.rejected_actions,
+        unresolved_writes=unresolved_writes(state),
+        artifacts=state.artifacts,
     )
     result.report = stop_report(result, state.workflow_id)
     return result

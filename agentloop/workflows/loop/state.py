@@ -15,7 +15,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agentloop.contract import AgentRunInput, ApprovalDecision, CallRecord, Limits, Phase, Usage
+from agentloop.contract import (
+    AgentRunInput,
+    ApprovalDecision,
+    CallRecord,
+    Limits,
+    Phase,
+    UnresolvedWrite,
+    Usage,
+)
 from agentloop.events import Event, Instruction, ModelOutput, ToolCall, ToolResult, UserInput
 from agentloop.policies.approval import PendingApproval
 from agentloop.policies.progress import TurnFingerprint
@@ -54,6 +62,10 @@ class Feature(StrEnum):
     """Temporal's own cancel request (the UI's Cancel, `temporal workflow cancel`) stops the
     run like the `cancel` signal: a write in flight finishes, the result and its stop report
     are written. Before it, the run ended `Canceled` with neither."""
+    CONTINUE_FROM_CHECKED = "continue-from-checked"
+    """`continue_from` only within the tenant (and subject), and what the earlier run
+    refused or left unknown is carried (its rejected actions, its unresolved writes, its
+    artifacts)."""
     RUN_CHAIN_KEYS = "run-chain-keys"
     """A write's idempotency key names the run chain (`WORKFLOW_ID/FIRST_RUN_ID/CALL_ID`), so a
     later run reusing the workflow id never shares keys with an earlier one."""
@@ -88,6 +100,7 @@ FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
             Feature.REFUSED_WRITES_LEAVE_BATCH,
             Feature.RUN_CHAIN_KEYS,
             Feature.TEMPORAL_CANCEL_AS_SIGNAL,
+            Feature.CONTINUE_FROM_CHECKED,
         ),
     ),
     ("features-2026-11", FEATURES_2026_11),
@@ -220,7 +233,11 @@ class LoopState(BaseModel):
     """References of the artifacts this run's tool results were cut into (`read_artifact`
     reads only these)."""
     rejected_actions: list[str] = Field(default_factory=list)
-    """Digests of (action, arguments) an approver rejected: never run in this run."""
+    """Digests of (action, arguments) an approver rejected: never run in this run (nor in a
+    run continuing it)."""
+    inherited_unresolved: dict[str, UnresolvedWrite] = Field(default_factory=dict)
+    """Writes of the run this one continues whose outcome stayed unknown, by action digest:
+    the same action is held for an operator's word, never sent again blindly."""
     delegations: dict[str, Delegation] = Field(default_factory=dict)
     """`delegate` calls by call id: the child runs and what they used."""
     run_chain: list[str] = Field(default_factory=list)

@@ -6,10 +6,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from agentloop.contract import CallRecord, RunStatusView
+from agentloop.contract import CallRecord, RunStatusView, UnresolvedWrite
 from agentloop.events import Event
 from agentloop.policies import budgets
 from agentloop.workflows.loop import results
+from agentloop.workflows.loop.plan import action_digest
 from agentloop.workflows.loop.state import LoopState
 
 
@@ -136,6 +137,23 @@ def status_view(state: LoopState | None, now: datetime) -> RunStatusView:
         stop_reason=state.stop_reason,
         transcript_head=state.head,
     )
+
+
+def unresolved_writes(state: LoopState) -> list[UnresolvedWrite]:
+    """Writes whose outcome is unknown at the stop: this run's, and those it inherited and
+    nobody resolved."""
+    own = [
+        UnresolvedWrite(
+            action_digest=action_digest(state.tools[r.tool], r.arguments),
+            tool=r.tool,
+            call_id=r.call_id,
+            idempotency_key=r.idempotency_key,
+            workflow_id=state.workflow_id,
+        )
+        for r in state.calls.values()
+        if r.status == "unknown" and r.tool in state.tools
+    ]
+    return [*state.inherited_unresolved.values(), *own]
 
 
 def pending_at_stop(state: LoopState) -> list[dict[str, Any]]:
