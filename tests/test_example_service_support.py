@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from agentloop.demo.services import ExampleService
+from agentloop.demo.services.control import request_fingerprint
 from tests.test_example_service_workshops import Answer, lookup, send
 
 REPLY = {"recipient": "dana@example.com", "body": "Your refund was issued today."}
@@ -131,7 +132,12 @@ async def test_reply_is_sent_once_and_shows_on_the_ticket(
     assert replies(svc) == 1
 
     found = await lookup(http, svc, "support", "key-1")
-    assert found.body == {"operation_id": "key-1", "state": "applied", "record": sent.body}
+    assert found.body == {
+        "operation_id": "key-1",
+        "state": "applied",
+        "record": sent.body,
+        "fingerprint": request_fingerprint({"ticket_id": "T-1001", **REPLY}),
+    }
 
 
 async def test_same_key_never_sends_twice(svc: ExampleService, http: aiohttp.ClientSession) -> None:

@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 
 from agentloop.demo.services import ExampleService
+from agentloop.demo.services.control import request_fingerprint
 
 
 class Answer(NamedTuple):
@@ -154,7 +155,12 @@ async def test_reservation_writes_one_record_and_takes_a_seat(
 
     found = await lookup(http, svc, "workshops", "key-1")
     assert found.status == 200
-    assert found.body == {"operation_id": "key-1", "state": "applied", "record": record}
+    assert found.body == {
+        "operation_id": "key-1",
+        "state": "applied",
+        "record": record,
+        "fingerprint": request_fingerprint({"workshop_id": "ws-101", "participant_id": "p-alice"}),
+    }
 
 
 async def test_same_key_again_replays_the_first_result(
@@ -234,6 +240,7 @@ async def test_refusals_are_recorded_under_the_key(
         "state": "refused",
         "status": status,
         "error": refused.body["error"],
+        "fingerprint": request_fingerprint({"workshop_id": ws, "participant_id": participant}),
     }
     assert svc.records()["reservations"] == 0
 

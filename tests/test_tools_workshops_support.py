@@ -63,10 +63,12 @@ async def run(name: str, args: dict[str, Any], context: ToolContext[Any]) -> Any
     return await tool(name).handler(args, context)
 
 
-async def outcome(name: str, context: ToolContext[Any]) -> Outcome:
+async def outcome(
+    name: str, context: ToolContext[Any], arguments: dict[str, Any] | None = None
+) -> Outcome:
     lookup = tool(name).lookup_outcome
     assert lookup is not None
-    return await lookup(LOOKED_UP[name], context)
+    return await lookup(arguments or LOOKED_UP[name], context)
 
 
 async def precondition(name: str, args: dict[str, Any], context: ToolContext[Any]) -> None:
@@ -223,14 +225,30 @@ async def test_reserve_once_and_look_it_up(ctx: MakeContext, svc: ExampleService
     assert alice_seats(svc) == 1
 
 
+async def test_a_key_used_for_another_request_is_no_proof_of_this_one(
+    ctx: MakeContext, svc: ExampleService
+) -> None:
+    call = ctx("wf-1/call-reserve")
+    await run("reserve_seat", RESERVE_ALICE, call)
+    lookup = tool("reserve_seat").lookup_outcome
+    assert lookup is not None
+    # The same key, asked about a different reservation: the service's record is not this one.
+    other = {"workshop_id": "ws-101", "participant_id": "p-carol"}
+    assert await lookup(other, call) == Outcome(
+        state="unknown", record="the key was used for a different request"
+    )
+    assert (await lookup(RESERVE_ALICE, call)).state == "applied"
+
+
 async def test_refused_reservation_is_a_business_error_and_not_applied(
     ctx: MakeContext,
 ) -> None:
     call = ctx()
+    full = {"workshop_id": "ws-102", "participant_id": "p-alice"}
     with pytest.raises(ToolError) as caught:
-        await run("reserve_seat", {"workshop_id": "ws-102", "participant_id": "p-alice"}, call)
+        await run("reserve_seat", full, call)
     assert (caught.value.error_class, type(caught.value)) == ("business", ToolError)
-    found = await outcome("reserve_seat", call)
+    found = await outcome("reserve_seat", call, full)
     assert found.state == "not_applied"
     assert found.record["code"] == "no_seats"
 

@@ -356,7 +356,7 @@ def write_once(
     Raises:
         ApiError: 409 `idempotency_key_reused` when the key was used for a different request.
     """
-    fingerprint = _fingerprint(request_fields)
+    fingerprint = request_fingerprint(request_fields)
     with db.transaction() as conn:
         known = conn.execute(
             "SELECT fingerprint, status, body FROM operations WHERE domain = ? AND key = ?",
@@ -398,7 +398,9 @@ def _outcome(status: int) -> str:
     return "applied" if status < 400 else "refused"
 
 
-def _fingerprint(request_fields: dict[str, Any]) -> str:
+def request_fingerprint(request_fields: dict[str, Any]) -> str:
+    """What a write's key was used for: a lookup by key compares it with the request it asks
+    about (a key is never the only proof)."""
     canonical = json.dumps(request_fields, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -414,13 +416,18 @@ def operation_handler(domain: str) -> Handler:
     async def handler(request: web.Request) -> web.Response:
         key = request.match_info["key"]
         row = request.app[DB_KEY].fetch_one(
-            "SELECT outcome, status, body FROM operations WHERE domain = ? AND key = ?",
+            "SELECT outcome, status, body, fingerprint FROM operations"
+            " WHERE domain = ? AND key = ?",
             (domain, key),
         )
         if row is None:
             raise ApiError(404, "not_found", f"no {domain} operation with key {key!r}")
         body = json.loads(row["body"])
-        view: dict[str, Any] = {"operation_id": key, "state": row["outcome"]}
+        view: dict[str, Any] = {
+            "operation_id": key,
+            "state": row["outcome"],
+            "fingerprint": row["fingerprint"],
+        }
         if row["outcome"] == "applied":
             view["record"] = body
         else:

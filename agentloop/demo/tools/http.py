@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 
+from agentloop.demo.services.control import request_fingerprint
 from agentloop.tool_spec import Outcome
 from agentloop.tools.contract import OutcomeUnknown, ToolContext, ToolError
 
@@ -132,12 +133,16 @@ def _checked(status: int, body: Any, *, write: bool) -> Any:
     return body
 
 
-async def lookup_operation(client: ServiceClient, path: str) -> Outcome:
-    """What the example service recorded under an idempotency key (`GET .../operations/{key}`).
+async def lookup_operation(
+    client: ServiceClient, path: str, request_fields: dict[str, Any]
+) -> Outcome:
+    """What the example service recorded under an idempotency key (`GET .../operations/{key}`)
+    for the request `request_fields` describes.
 
     `not_applied` only when the service says so (404: no operation ever committed under the key,
-    or a recorded refusal, which a retry with the same key would get again). A question that
-    itself failed raises a retryable `ToolError`: the lookup activity is retried, and once its
+    or a recorded refusal, which a retry with the same key would get again). A key the service
+    holds for another request is `unknown`: the key alone is no proof. A question that itself
+    failed raises a retryable `ToolError`: the lookup activity is retried, and once its
     attempts are used up the runner records `unknown` (never "absent" from an outage)."""
     try:
         answer = await client.get_json_or_none(path)
@@ -147,6 +152,11 @@ async def lookup_operation(client: ServiceClient, path: str) -> Outcome:
         ) from exc
     if answer is None:
         return Outcome(state="not_applied")
+    if isinstance(answer, dict) and answer.get("fingerprint") not in (
+        None,
+        request_fingerprint(request_fields),
+    ):
+        return Outcome(state="unknown", record="the key was used for a different request")
     state = answer.get("state") if isinstance(answer, dict) else None
     if state == "applied":
         return Outcome(state="applied", record=answer.get("record"))

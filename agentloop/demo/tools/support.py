@@ -56,7 +56,8 @@ async def search_policy(ctx: ToolContext[ExampleDeps], args: SearchPolicyArgs) -
 
 async def _reply_outcome(ctx: ToolContext[ExampleDeps], args: SendReplyArgs) -> Outcome:
     path = f"/support/operations/{quote(ctx.idempotency_key, safe='')}"
-    return await lookup_operation(ctx.deps.example, path)
+    asked = {"ticket_id": args.ticket_id, "recipient": args.recipient, "body": args.body}
+    return await lookup_operation(ctx.deps.example, path, asked)
 
 
 @tool(

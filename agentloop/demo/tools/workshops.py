@@ -57,7 +57,8 @@ async def _eligible(ctx: ToolContext[ExampleDeps], args: ReserveSeatArgs) -> Non
 
 async def _reservation_outcome(ctx: ToolContext[ExampleDeps], args: ReserveSeatArgs) -> Outcome:
     path = f"/workshops/operations/{_q(ctx.idempotency_key)}"
-    return await lookup_operation(ctx.deps.example, path)
+    asked = {"workshop_id": args.workshop_id, "participant_id": args.participant_id}
+    return await lookup_operation(ctx.deps.example, path, asked)
 
 
 @tool(
