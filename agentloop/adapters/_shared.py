@@ -5,7 +5,6 @@ Pure apart from `_map_sdk_errors`, which only translates exceptions.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from agentloop.events import (
     ToolResult,
     UserInput,
 )
+from agentloop.policies.bounds import MAX_ARGUMENT_CHARS, OutOfBounds, loads_bounded
 from agentloop.policies.errors import classify_connection_error, classify_http_error
 
 RUNNER_NOTE_PREFIX = "[agentloop] "
@@ -50,11 +50,14 @@ def _reject_constant(name: str) -> Any:
 def parse_arguments(raw: str) -> dict[str, Any]:
     """The arguments string as a JSON object; an empty string is `{}`.
 
-    Raises `ArgumentsError` saying what is wrong (invalid JSON, NaN/Infinity, not an object)."""
+    Raises `ArgumentsError` saying what is wrong (too long or too deeply nested to parse,
+    invalid JSON, NaN/Infinity, not an object)."""
     if not raw.strip():
         return {}
     try:
-        value = json.loads(raw, parse_constant=_reject_constant)
+        value = loads_bounded(raw, max_chars=MAX_ARGUMENT_CHARS, parse_constant=_reject_constant)
+    except OutOfBounds as err:
+        raise ArgumentsError(f"arguments not parsed: {err}") from err
     except ValueError as err:
         raise ArgumentsError(f"arguments are not valid JSON ({err})") from err
     if not isinstance(value, dict):

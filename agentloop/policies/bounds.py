@@ -10,6 +10,7 @@ parser recurses: 50,000 `[` raise `RecursionError`).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 MAX_DEPTH = 32
@@ -72,14 +73,20 @@ def value_depth(value: Any, limit: int = MAX_DEPTH) -> int:
     return deepest
 
 
-def loads_bounded(text: str, *, max_chars: int, max_depth: int = MAX_DEPTH) -> Any:
+def loads_bounded(
+    text: str,
+    *,
+    max_chars: int,
+    max_depth: int = MAX_DEPTH,
+    parse_constant: Callable[[str], Any] | None = None,
+) -> Any:
     """`json.loads`, for text from outside: raises `OutOfBounds` for text longer than
     `max_chars` or nested deeper than `max_depth`, `ValueError` for text that is not JSON."""
     if len(text) > max_chars:
         raise OutOfBounds(f"{len(text)} characters, over the limit of {max_chars}")
     if nesting_depth(text, max_depth) > max_depth:
         raise OutOfBounds(f"nested deeper than {max_depth} levels")
-    return json.loads(text)
+    return json.loads(text, parse_constant=parse_constant)
 
 
 def clipped(text: str, limit: int = MAX_ERROR_CHARS) -> str:
