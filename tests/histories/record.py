@@ -106,6 +106,23 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
             ScriptTurn(text="Noted."),
         ],
     )
+    nested: Any = "Shanghai"
+    for _ in range(40):
+        nested = [nested]
+    bounded = Script(
+        name="replay-bounded",
+        turns=[
+            ScriptTurn(
+                tool_calls=[
+                    ScriptedToolCall(
+                        id="call_deep", name="get_weather", arguments={"city": nested}
+                    ),
+                    ScriptedToolCall(id="call_ok", name="get_weather", arguments=WEATHER),
+                ]
+            ),
+            ScriptTurn(text="{{call_ok.condition}}"),
+        ],
+    )
     return {
         "travel": ([], {"model": "travel"}),
         "travel_unstreamed": ([], {"model": "travel", "stream": False}),
@@ -138,10 +155,13 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
         # Recorded after the `features-2026-12` set: the tool's approval rule is evaluated by
         # the worker (with the precondition check) and the verdict recorded.
         "approval_rule_in_worker": ([noting], {"model": noting.name, "tools": ["note_for"]}),
+        # Recorded after the `features-2026-12b` set: arguments nested past the bound are
+        # refused unparsed, so the output is incomplete and neither of its calls runs.
+        "bounded_arguments": ([bounded], {"model": bounded.name}),
     }
 
 
-INDEXED = {"phase_when_waiting", "feature_set", "approval_rule_in_worker"}
+INDEXED = {"phase_when_waiting", "feature_set", "approval_rule_in_worker", "bounded_arguments"}
 """Scenarios started with agentloop's search attributes, as the CLI starts runs."""
 
 

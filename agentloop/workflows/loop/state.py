@@ -89,12 +89,13 @@ FEATURES_2026_11 = (
     Feature.LOCAL_DESCRIBE_TOOLS,
 )
 
+FEATURES_2026_12 = (*FEATURES_2026_11, Feature.APPROVAL_RULES_IN_WORKER)
+
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
     (
-        "features-2026-12",
+        "features-2026-12b",
         (
-            *FEATURES_2026_11,
-            Feature.APPROVAL_RULES_IN_WORKER,
+            *FEATURES_2026_12,
             Feature.BOUNDED_VALIDATION,
             Feature.INPUT_CARRIED_ONCE,
             Feature.REFUSED_WRITES_LEAVE_BATCH,
@@ -103,6 +104,7 @@ FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
             Feature.CONTINUE_FROM_CHECKED,
         ),
     ),
+    ("features-2026-12", FEATURES_2026_12),
     ("features-2026-11", FEATURES_2026_11),
 )
 """Patch ids that each stand for a set of behaviours, newest first. A new run asks for the
