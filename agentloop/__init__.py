@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         UserMessage,
     )
     from agentloop.runtime.config import Settings
+    from agentloop.runtime.signing import load_private_key, sign_decision
     from agentloop.tool_spec import Outcome
     from agentloop.tools.activity_tools import activity_tool
     from agentloop.tools.contract import (
@@ -64,6 +65,8 @@ _EXPORTS = {
     "RunStatusView": "agentloop.contract",
     "UserMessage": "agentloop.contract",
     "Settings": "agentloop.runtime.config",
+    "load_private_key": "agentloop.runtime.signing",
+    "sign_decision": "agentloop.runtime.signing",
     "Outcome": "agentloop.tool_spec",
     "activity_tool": "agentloop.tools.activity_tools",
     "BusinessRefusal": "agentloop.tools.contract",
@@ -112,7 +115,9 @@ __all__ = [
     "approval_rule",
     "connect",
     "dependencies",
+    "load_private_key",
     "running_worker",
+    "sign_decision",
     "start_run",
     "tool",
     "verifier",

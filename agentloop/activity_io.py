@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agentloop.contract import CallRecord, ModelSettings, Principal, Provider
+from agentloop.contract import ApprovalDecision, CallRecord, ModelSettings, Principal, Provider
 from agentloop.events import Event, ModelOutput
 from agentloop.tool_spec import ToolSpec
 
@@ -118,3 +118,20 @@ class DescribeToolsInput(BaseModel):
     names: list[str] = Field(default_factory=list)
     completion_check: str | None = None
     """The run's verifier, checked to exist on the worker before anything runs."""
+
+
+class CheckApprovalInput(BaseModel):
+    decision: ApprovalDecision
+    workflow_id: str
+    run: str
+    """The run chain's first run id: what a signed decision is bound to."""
+
+
+class ApprovalCheck(BaseModel):
+    """The worker's word on one approval decision: whether it counts."""
+
+    problem: str = ""
+    """Why it does not (empty: it counts)."""
+    signing: Literal["signed", "unsigned"] | None = None
+    """Whether the worker checks signatures (it has approver keys) or takes names as given
+    (None: the worker could not be asked)."""

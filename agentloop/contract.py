@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from agentloop.events import Event
 
@@ -70,6 +70,8 @@ MAX_NAME_CHARS = 200
 """Names: a tool, a model, a subject, an approver, a call id..."""
 MAX_NOTE_CHARS = 4_000
 """A reason or a note a person gives with a decision."""
+MAX_SIGNATURE_CHARS = 200
+"""A signed approval's signature, base64 (an Ed25519 signature is 88 characters)."""
 MAX_WAIT_SECONDS = 10 * 365 * 86_400.0
 """The longest a run waits for anything (a deadline, an approval, an answer): ten years."""
 MAX_LIST_ITEMS = 256
@@ -251,6 +253,9 @@ class RunStatusView(BaseModel):
     calls: list[CallRecord] = Field(default_factory=list)
     refused_decisions: list[dict[str, Any]] = Field(default_factory=list)
     run_chain: list[str] = Field(default_factory=list)
+    approval_signing: str = ""
+    """`signed` (decisions count only when signed by a configured approver key) or `unsigned`
+    (any signaller may name any approver), as the worker last said; empty until it has."""
     stop_reason: str | None = None
     transcript_head: str = ""
     """Key of the last transcript node in the store (`agentloop transcript` reads from it)."""
@@ -269,6 +274,11 @@ class ApprovalDecision(_Strict):
     approved: bool
     approver: Name
     reason: str = Field(default="", max_length=MAX_NOTE_CHARS)
+    expires_at: AwareDatetime | None = None
+    """Until when a signed decision counts (`agentloop.runtime.signing`)."""
+    signature: str = Field(default="", max_length=MAX_SIGNATURE_CHARS)
+    """The approver's Ed25519 signature (base64) of the decision, for a worker configured with
+    approver keys; empty for unsigned approvals."""
 
 
 class ResolveRequest(_Strict):

@@ -18,6 +18,7 @@ from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from agentloop.activities.approvals import ApprovalActivities
 from agentloop.activities.model import ModelActivities
 from agentloop.activities.runs import RunActivities
 from agentloop.activities.tools import ToolActivities
@@ -105,6 +106,7 @@ async def worker_parts(
             tool_activities = ToolActivities(opened, store)
             runs = RunActivities(client)
             verifiers = VerifierActivities(opened, store)
+            approvals = ApprovalActivities(settings.approvers())
             yield WorkerParts(
                 workflows=[AgentRun],
                 activities=[
@@ -116,6 +118,7 @@ async def worker_parts(
                     tool_activities.frame_tool_output,
                     runs.load_previous_run,
                     verifiers.verify_completion,
+                    approvals.check_approval,
                 ],
                 workflow_runner=workflow_runner(settings.workflow_sandbox),
                 toolbox=toolbox,

@@ -107,14 +107,14 @@ async def test_signals_without_a_payload_are_refused_and_recorded_and_a_bare_can
     assert [(r["signal"], r["refused_because"]) for r in refused] == [
         (
             "approve",
-            "approve: a payload is required: {call_id, args_digest, approved, approver, reason}",
+            "approve: a payload is required: {call_id, args_digest, approved, approver, ...}",
         ),
         (
             "approve",
-            "approve: a payload is required: {call_id, args_digest, approved, approver, reason}",
+            "approve: a payload is required: {call_id, args_digest, approved, approver, ...}",
         ),
-        ("resolve", "resolve: a payload is required: {call_id, outcome, operator, note}"),
-        ("message", "message: a payload is required: {text, sender}"),
+        ("resolve", "resolve: a payload is required: {call_id, outcome, operator, ...}"),
+        ("message", "message: a payload is required: {text, sender, ...}"),
     ]
     with pytest.raises(WorkflowUpdateFailedError) as rejected:
         await handle.execute_update("decide_approval", None)

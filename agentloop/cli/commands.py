@@ -21,6 +21,7 @@ from typing import NoReturn
 from pydantic import ValidationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentloop.cli.keys import approver_keys
 from agentloop.cli.output import ExitCode, ReplayedHistory, print_json
 from agentloop.cli.parser import build_parser
 from agentloop.cli.runs import build_run_input, client_command, run
@@ -78,6 +79,8 @@ async def dispatch(args: argparse.Namespace) -> int:
         return show_config(as_json=args.json)
     if args.command == "codec-server":  # needs nothing but the keys
         return await codec_server(args)
+    if args.command == "keys":  # needs nothing but the files
+        return approver_keys(args)
     # Checked before anything starts or connects; `dev` replaces some settings itself.
     try:
         settings = load_config(skip=DEV_REPLACES if args.command == "dev" else ()).settings

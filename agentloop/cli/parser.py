@@ -117,7 +117,24 @@ def build_parser() -> argparse.ArgumentParser:
             help="the args digest you were shown (default: the one "
             "`status` shows now, after printing the arguments)",
         )
+        sub.add_argument(
+            "--key",
+            help="sign the decision with this approver's private key (PEM, from `agentloop "
+            "keys new`; default: $AGENTLOOP_APPROVER_KEY): needed when the workers have "
+            "AGENTLOOP_APPROVER_KEYS",
+        )
         add_json_flag(sub)
+
+    keys = commands.add_parser("keys", help="approver keys for signed approvals")
+    keys_commands = keys.add_subparsers(dest="keys_command", required=True)
+    new_key = keys_commands.add_parser(
+        "new", help="make an approver's key pair: the private key file and its public line"
+    )
+    new_key.add_argument("approver")
+    new_key.add_argument("--dir", default=".", help="where NAME.pem is written (default: .)")
+    show_key = keys_commands.add_parser("public", help="the public line of a private key file")
+    show_key.add_argument("approver")
+    show_key.add_argument("key_file")
 
     cont = run_parser(
         commands,

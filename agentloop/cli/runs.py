@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 import uuid
@@ -58,6 +59,7 @@ from agentloop.contract import (
 )
 from agentloop.runtime.audit import mask_url
 from agentloop.runtime.config import Settings
+from agentloop.runtime.signing import SigningError, load_private_key, sign_decision
 from agentloop.store import StoreError, StoreUnavailable
 
 FOLLOW_POLL_SECONDS = 0.5
@@ -368,12 +370,20 @@ async def export_history(handle: Handle, output: Path | None, as_json: bool) -> 
 
 
 async def decide(handle: Handle, args: argparse.Namespace, approved: bool) -> int:
-    """Send a decision through the `decide_approval` update, which says at once whether it
-    counted; the decision is bound to the args digest shown here."""
+    """Send a decision through the `decide_approval` update, which says whether it counted;
+    the decision is bound to the args digest shown here, and signed with `--key` (or
+    $AGENTLOOP_APPROVER_KEY) for this run chain."""
     shown: dict[str, Any] | None = None
     digest = args.digest
+    key_file = args.key or os.environ.get("AGENTLOOP_APPROVER_KEY") or None
+    try:
+        key = load_private_key(key_file) if key_file else None
+    except SigningError as exc:
+        print(f"agentloop {args.command}: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    view = await query_status(handle) if digest is None or key is not None else None
     if digest is None:
-        view = await query_status(handle)
+        assert view is not None
         shown = next((p for p in view.pending_approvals if p["call_id"] == args.call_id), None)
         if shown is None:
             reason = f"no call {args.call_id!r} is waiting for approval"
@@ -388,17 +398,18 @@ async def decide(handle: Handle, args: argparse.Namespace, approved: bool) -> in
         digest = shown["args_digest"]
         if not args.json:
             print(f"{shown['tool']} {json.dumps(shown['arguments'])}  [{digest}]")
-    verdict = await handle.execute_update(
-        "decide_approval",
-        ApprovalDecision(
-            call_id=args.call_id,
-            args_digest=digest,
-            approved=approved,
-            approver=args.approver,
-            reason=args.reason,
-        ),
-        result_type=ApprovalVerdict,
+    request = ApprovalDecision(
+        call_id=args.call_id,
+        args_digest=digest,
+        approved=approved,
+        approver=args.approver,
+        reason=args.reason,
     )
+    if key is not None:
+        assert view is not None
+        run = view.run_chain[0] if view.run_chain else ""
+        request = sign_decision(request, key, workflow_id=handle.id, run=run)
+    verdict = await handle.execute_update("decide_approval", request, result_type=ApprovalVerdict)
     decision = Decision(
         workflow_id=handle.id,
         call_id=args.call_id,

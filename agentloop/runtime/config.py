@@ -33,6 +33,7 @@ from agentloop.runtime.config_checks import (
     Check,
     OtelMode,
     SandboxMode,
+    check_approver_keys,
     check_codec_keys,
     check_host_port,
     check_otel,
@@ -45,6 +46,7 @@ from agentloop.runtime.config_checks import (
     http_url_check,
     read_text,
 )
+from agentloop.runtime.signing import ApproverKeys, SigningError
 
 DEFAULT_STORE_URL = "sqlite:///.agentloop/store.db"
 DEFAULT_EXAMPLE_SERVICE_URL = "http://127.0.0.1:8787"
@@ -110,6 +112,10 @@ class Settings(BaseModel):
     tools: str | None = None
     """`module[:attribute],...`: the team's tool modules the worker loads beside the
     built-ins (`agentloop.tools.plugins`); in the TOML file also an array of strings."""
+    approver_keys: str | None = None
+    """`NAME=ed25519:BASE64,...`: the approvers whose signed decisions count. With it, the
+    worker refuses unsigned or wrongly signed approvals (`agentloop.runtime.signing`);
+    without, any signaller may name any approver. In the TOML file also an array."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -138,6 +144,14 @@ class Settings(BaseModel):
 
     def run_url(self, workflow_id: str) -> str:
         return f"{self.ui_url}/namespaces/{self.temporal_namespace}/workflows/{workflow_id}"
+
+    def approvers(self) -> ApproverKeys:
+        """The keys of `approver_keys` (none when unset); raises `ConfigError` naming
+        AGENTLOOP_APPROVER_KEYS when it is malformed."""
+        try:
+            return ApproverKeys.parse(self.approver_keys)
+        except SigningError as exc:
+            raise ConfigError([f"{VARIABLES['approver_keys'].name}: {exc}"]) from None
 
     def codec_key_ring(self) -> KeyRing | None:
         """The key ring of `codec_keys` (None when unset); raises `ConfigError` naming
@@ -213,11 +227,12 @@ VARIABLES: dict[str, Variable] = {
     "otel": Variable("AGENTLOOP_OTEL", check_otel),
     "workflow_sandbox": Variable("AGENTLOOP_WORKFLOW_SANDBOX", check_sandbox_mode),
     "tools": Variable("AGENTLOOP_TOOLS", check_tool_modules),
+    "approver_keys": Variable("AGENTLOOP_APPROVER_KEYS", check_approver_keys),
 }
 """Settings field -> its environment variable (and file key: the field name)."""
 
 _NUMBER_FIELDS = frozenset({"tool_http_timeout_seconds"})
-_LIST_FIELDS = frozenset({"tools"})
+_LIST_FIELDS = frozenset({"tools", "approver_keys"})
 _TLS_PAIR_PROBLEM = (
     "TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY go together: set both (the client certificate"
     " and its private key, PEM files) or neither"

@@ -15,6 +15,7 @@ from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from agentloop.runtime.codec import KeyRing, KeyRingError
+from agentloop.runtime.signing import ApproverKeys, SigningError
 
 OtelMode = Literal["off", "console", "global"]
 """`AGENTLOOP_OTEL`: no tracing; spans printed on stderr; spans into the process's own
@@ -123,6 +124,14 @@ def check_codec_keys(value: str) -> str | None:
     try:
         KeyRing.parse(value)
     except KeyRingError as exc:
+        return str(exc)
+    return None
+
+
+def check_approver_keys(value: str) -> str | None:
+    try:
+        ApproverKeys.parse(value)
+    except SigningError as exc:
         return str(exc)
     return None
 

@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
 
     # By their full names: `from agentloop.workflows import loop` would load a fresh copy per
     # run (the sandbox re-imports this module's own package), ~0.5 MiB each in the cache.
+    import agentloop.workflows.approvals as approvals
     import agentloop.workflows.inbound as inbound
     import agentloop.workflows.loop as loop
     import agentloop.workflows.startup as startup
@@ -44,7 +45,9 @@ with workflow.unsafe.imports_passed_through():
         AwaitInput,
         AwaitReconciliation,
         CallModel,
+        CheckApprovals,
         CheckPreconditions,
+        DecisionToCheck,
         Finish,
         LookupOutcome,
         LoopState,
@@ -60,6 +63,11 @@ class AgentRun:
         self._state: LoopState | None = None
         self._early: list[tuple[str, Inbound | InboundRefused]] = []
         """What arrived before the run state existed, in order (applied once it does)."""
+        self._checked: dict[int, ApprovalVerdict] = {}
+        """The worker's verdicts on held decisions, by ticket, for the updates waiting on them."""
+        self._closing = False
+        """Set when the run is about to end or continue as new: no held decision will be
+        checked in this run any more."""
 
     @workflow.run
     async def run(self, raw_input: Any = None, carried: LoopState | None = None) -> AgentRunResult:
@@ -76,10 +84,12 @@ class AgentRun:
         while True:
             if startup.time_to_continue_as_new(state):
                 # A safe point: nothing is in flight, and everything is in `state`.
+                await self._close()
                 workflow.continue_as_new(args=[startup.input_to_carry(raw_input, state), state])
             step = loop.decide(state, workflow.now())
             visibility.show(state)
             if isinstance(step, Finish):
+                await self._close()
                 return steps.finish(state, step)
             try:
                 await self._carry_out(state, step, deadline)
@@ -96,6 +106,8 @@ class AgentRun:
                 await steps.call_model(state, step, deadline)
             case CheckPreconditions():
                 await tool_calls.check_preconditions(state, step, deadline)
+            case CheckApprovals():
+                self._checked.update(await approvals.check_approvals(state, step))
             case RunTools():
                 await tool_calls.run_tools(state, step, deadline)
             case AwaitApproval():
@@ -146,9 +158,16 @@ class AgentRun:
                 assert_never(request)
 
     @workflow.update
-    def decide_approval(self, raw: RawValue = inbound.NOTHING) -> ApprovalVerdict:
-        """The `approve` signal's twin for callers that want to know at once if it counted."""
-        return self._decide(self._decision(raw))
+    async def decide_approval(self, raw: RawValue = inbound.NOTHING) -> ApprovalVerdict:
+        """The `approve` signal's twin for callers that want to know if it counted: answers
+        once the decision is applied or refused (after the worker's check, when it has one)."""
+        held = self._decide(self._decision(raw))
+        if isinstance(held, ApprovalVerdict):
+            return held
+        await workflow.wait_condition(lambda: held.ticket in self._checked or self._closing)
+        return self._checked.pop(held.ticket, None) or ApprovalVerdict(
+            accepted=False, reason="the run stopped before the worker checked the decision"
+        )
 
     @decide_approval.validator
     def _check_decision(self, raw: RawValue = inbound.NOTHING) -> None:
@@ -163,22 +182,22 @@ class AgentRun:
         assert isinstance(parsed, ApprovalDecision)
         return parsed
 
-    def _decide(self, decision: ApprovalDecision) -> ApprovalVerdict:
-        """A human's decision on one pending call, bound to the args digest they were shown."""
+    def _decide(self, decision: ApprovalDecision) -> ApprovalVerdict | DecisionToCheck:
+        """A human's decision on one pending call, bound to the args digest they were shown:
+        its verdict, or the decision held for the worker's check."""
         if self._state is None:
             self._early.append(("approve", decision))
             return ApprovalVerdict(accepted=False, reason="the run has not started yet")
-        verdict = loop.record_decision(self._state, decision, workflow.now())
-        visibility.audit(
-            "approval.decided",
-            call_id=decision.call_id,
-            args_digest=decision.args_digest,
-            approved=decision.approved,
-            approver=decision.approver,
-            accepted=verdict.accepted,
-            refused_because=verdict.reason,
-        )
-        return verdict
+        outcome = loop.receive_decision(self._state, decision, workflow.now())
+        if isinstance(outcome, ApprovalVerdict):
+            approvals.audit_decision(decision, outcome)
+        return outcome
+
+    async def _close(self) -> None:
+        """Before the run ends or continues as new: updates still waiting on a check are
+        answered (and finish) first, so none is left unanswered."""
+        self._closing = True
+        await workflow.wait_condition(workflow.all_handlers_finished)
 
     @workflow.query
     def status(self) -> RunStatusView:

@@ -88,8 +88,8 @@ def parse(
     if isinstance(value, str) and shape is CancelRequest:
         value = {"reason": value}
     if value is None:
-        fields = ", ".join(shape.model_fields)
-        raise InboundRefused(f"{name}: a payload is required: {{{fields}}}", shown)
+        fields = ", ".join(n for n, f in shape.model_fields.items() if f.is_required())
+        raise InboundRefused(f"{name}: a payload is required: {{{fields}, ...}}", shown)
     try:
         parsed: Inbound = shape.model_validate(value)  # type: ignore[assignment]
     except ValidationError as exc:

@@ -124,9 +124,11 @@ async def _continue_from(state: LoopState, workflow_id: str, checked: bool) -> N
 
 
 def time_to_continue_as_new(state: LoopState) -> bool:
-    """When Temporal suggests it, or past the run's own event count: history stays small."""
+    """When Temporal suggests it, or past the run's own event count: history stays small.
+    Not while a decision waits for the worker's check (its update waits for the verdict)."""
     info = workflow.info()
     every = state.run_input.continue_as_new_after_events
-    return info.is_continue_as_new_suggested() or (
+    due = info.is_continue_as_new_suggested() or (
         every is not None and info.get_current_history_length() >= every
     )
+    return due and not loop.decisions_to_check(state)

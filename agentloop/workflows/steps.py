@@ -117,8 +117,9 @@ def _audit_model_call(state: LoopState, step: CallModel, result: CallModelResult
 
 
 async def await_humans(state: LoopState, step: AwaitHumans, phase: Phase) -> None:
-    """Wait for the decisions (or a cancel) until the step's deadline; the next `decide`
-    sees what arrived. The wait does not count against the run's deadline."""
+    """Wait for the decisions (or a cancel, or a decision for the worker to check) until the
+    step's deadline; the next `decide` sees what arrived. The wait does not count against the
+    run's deadline."""
     state.phase = phase
     visibility.show_phase(state)
     waiting = set(step.call_ids)
@@ -126,7 +127,11 @@ async def await_humans(state: LoopState, step: AwaitHumans, phase: Phase) -> Non
     loop.record_pause_started(state, since)
     with contextlib.suppress(TimeoutError):
         await workflow.wait_condition(
-            lambda: not waiting & loop.awaiting_humans(state) or state.cancel_reason is not None,
+            lambda: (
+                not waiting & loop.awaiting_humans(state)
+                or state.cancel_reason is not None
+                or bool(loop.decisions_to_check(state))
+            ),
             timeout=max((step.deadline - since).total_seconds(), 0.001),
         )
     loop.record_pause(state, (workflow.now() - since).total_seconds())

@@ -18,6 +18,7 @@ from agentloop.workflows.loop.next_step import (
     AwaitInput,
     AwaitReconciliation,
     CallModel,
+    CheckApprovals,
     CheckPreconditions,
     Finish,
     LookupOutcome,
@@ -111,9 +112,12 @@ def _final_candidate(state: LoopState, output: ModelOutput) -> Finish:
 
 
 def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
-    """The batch's pipeline: preconditions, reads, questions, approvals, lookups, writes."""
+    """The batch's pipeline: preconditions, reads, questions, approvals, lookups, writes.
+    A decision that arrived is checked by the worker first, whatever the batch waits on."""
     if batch.denied is not None:
         return Finish("denied", f"denied: {batch.denied}")
+    if batch.to_check:
+        return CheckApprovals(list(batch.to_check))
     if batch.unchecked:
         return CheckPreconditions(state.with_specs(batch.unchecked), dict(batch.assessing))
     if batch.reads:

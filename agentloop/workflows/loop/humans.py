@@ -13,7 +13,7 @@ from agentloop.policies import approval
 from agentloop.workflows.loop import results
 from agentloop.workflows.loop.plan import action_digest
 from agentloop.workflows.loop.settle import close_if_answered, settle
-from agentloop.workflows.loop.state import LoopState
+from agentloop.workflows.loop.state import DecisionToCheck, Feature, LoopState
 
 MAX_REFUSED_RECORDS = 100
 """Refusals `status` keeps (the newest): a flood of bad signals cannot grow the run state."""
@@ -37,14 +37,69 @@ def record_refused_input(
     )
 
 
-def record_decision(state: LoopState, decision: ApprovalDecision, now: datetime) -> ApprovalVerdict:
-    """Apply a human's decision if it counts; otherwise record why it changed nothing."""
+MAX_DECISIONS_TO_CHECK = 16
+"""Decisions a run holds for the worker to check; past it, a decision is refused (a flood of
+approvals cannot grow the run state)."""
+
+
+def receive_decision(
+    state: LoopState, decision: ApprovalDecision, now: datetime
+) -> ApprovalVerdict | DecisionToCheck:
+    """A human's decision as it arrives: refused with the reason if it cannot count, applied
+    if it counts as it is, or (feature `approvals-checked-by-worker`) held for the worker's
+    check, which `record_checked_decision` then applies."""
+    refused = _judged(state, decision)
+    if refused is not None:
+        return _refused_decision(state, decision, refused, now)
+    if not state.has(Feature.APPROVALS_CHECKED_BY_WORKER):
+        return _apply_decision(state, decision)
+    batch = state.batch
+    assert batch is not None
+    if len(batch.to_check) >= MAX_DECISIONS_TO_CHECK:
+        reason = f"{MAX_DECISIONS_TO_CHECK} decisions already wait for the worker's check"
+        return _refused_decision(state, decision, reason, now)
+    state.decisions_received += 1
+    held = DecisionToCheck(ticket=state.decisions_received, decision=decision)
+    batch.to_check.append(held)
+    return held
+
+
+def record_checked_decision(
+    state: LoopState, held: DecisionToCheck, problem: str, signing: str | None, now: datetime
+) -> ApprovalVerdict:
+    """The worker's word on a held decision: it counts (if it still can: another decision
+    may have come first) or is refused with the worker's reason."""
+    batch = state.batch
+    if batch is not None and held in batch.to_check:
+        batch.to_check.remove(held)
+    if signing:
+        state.approval_signing = signing
+    refused = problem or _judged(state, held.decision)
+    if refused:
+        return _refused_decision(state, held.decision, refused, now)
+    return _apply_decision(state, held.decision)
+
+
+def decisions_to_check(state: LoopState) -> list[DecisionToCheck]:
+    return list(state.batch.to_check) if state.batch is not None else []
+
+
+def _judged(state: LoopState, decision: ApprovalDecision) -> str | None:
     batch = state.batch
     pending = batch.approvals if batch else {}
-    refused = approval.judge(decision, pending, batch.decisions if batch else {})
-    if refused is not None:
-        _refuse(state, {**decision.model_dump(), "refused_because": refused, "at": now.isoformat()})
-        return ApprovalVerdict(accepted=False, reason=refused)
+    return approval.judge(decision, pending, batch.decisions if batch else {})
+
+
+def _refused_decision(
+    state: LoopState, decision: ApprovalDecision, reason: str, now: datetime
+) -> ApprovalVerdict:
+    shown = decision.model_dump(mode="json", exclude={"signature", "expires_at"})
+    _refuse(state, {**shown, "refused_because": reason, "at": now.isoformat()})
+    return ApprovalVerdict(accepted=False, reason=reason)
+
+
+def _apply_decision(state: LoopState, decision: ApprovalDecision) -> ApprovalVerdict:
+    batch = state.batch
     assert batch is not None
     batch.decisions[decision.call_id] = decision
     record = state.calls[decision.call_id]

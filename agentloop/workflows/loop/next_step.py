@@ -13,6 +13,7 @@ from typing import Any
 from agentloop.contract import RunStatus
 from agentloop.events import ToolCall
 from agentloop.tool_spec import ToolSpec
+from agentloop.workflows.loop.state import DecisionToCheck
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,14 @@ class CheckPreconditions:
 
     calls: list[tuple[ToolCall, ToolSpec]]
     rules: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckApprovals:
+    """Ask the worker whether each of these approval decisions counts (its signature, when
+    the worker has approver keys); in parallel."""
+
+    decisions: list[DecisionToCheck]
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,7 @@ AwaitHumans = AwaitApproval | AwaitInput | AwaitReconciliation
 Work = (
     CallModel
     | CheckPreconditions
+    | CheckApprovals
     | RunTools
     | AwaitApproval
     | AwaitInput

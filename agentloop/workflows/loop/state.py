@@ -66,6 +66,10 @@ class Feature(StrEnum):
     """`continue_from` only within the tenant (and subject), and what the earlier run
     refused or left unknown is carried (its rejected actions, its unresolved writes, its
     artifacts)."""
+    APPROVALS_CHECKED_BY_WORKER = "approvals-checked-by-worker"
+    """Every approval decision is checked by the worker before it counts (`check_approval`:
+    its signature against the worker's approver keys, or nothing when it has none) and the
+    verdict recorded; the workflow never checks a signature itself."""
     RUN_CHAIN_KEYS = "run-chain-keys"
     """A write's idempotency key names the run chain (`WORKFLOW_ID/FIRST_RUN_ID/CALL_ID`), so a
     later run reusing the workflow id never shares keys with an earlier one."""
@@ -102,6 +106,7 @@ FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
             Feature.RUN_CHAIN_KEYS,
             Feature.TEMPORAL_CANCEL_AS_SIGNAL,
             Feature.CONTINUE_FROM_CHECKED,
+            Feature.APPROVALS_CHECKED_BY_WORKER,
         ),
     ),
     ("features-2026-12", FEATURES_2026_12),
@@ -164,6 +169,14 @@ class Delegation(BaseModel):
         )
 
 
+class DecisionToCheck(BaseModel):
+    """An approval decision that passed the workflow's own checks, waiting for the worker's
+    word (`check_approval`); `ticket` tells the `decide_approval` update waiting on it."""
+
+    ticket: int
+    decision: ApprovalDecision
+
+
 class Batch(BaseModel):
     """One model output's tool calls, from validation to the last result.
 
@@ -186,6 +199,8 @@ class Batch(BaseModel):
     """Allowed writes not run yet, in the model's order."""
     approvals: dict[str, PendingApproval] = Field(default_factory=dict)
     decisions: dict[str, ApprovalDecision] = Field(default_factory=dict)
+    to_check: list[DecisionToCheck] = Field(default_factory=list)
+    """Decisions the worker has not checked yet (feature `approvals-checked-by-worker`)."""
     questions: list[str] = Field(default_factory=list)
     """`ask_user` calls waiting for the user's `message`."""
     asked_at: datetime | None = None
@@ -231,6 +246,10 @@ class LoopState(BaseModel):
     """The tool calls of `last_output` on their way through the pipeline."""
     refused_decisions: list[dict[str, Any]] = Field(default_factory=list)
     """Approval decisions that changed nothing, and why (shown in `status`)."""
+    decisions_received: int = 0
+    """Approval decisions sent to the worker to check so far (each one's ticket)."""
+    approval_signing: str = ""
+    """What the worker said the last time it checked a decision: `signed` or `unsigned`."""
     artifacts: list[str] = Field(default_factory=list)
     """References of the artifacts this run's tool results were cut into (`read_artifact`
     reads only these)."""

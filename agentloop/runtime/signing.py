@@ -1,0 +1,200 @@
+"""Signed approvals: an approver's decision signed with their Ed25519 key, checked by the
+worker against the public keys it is configured with (`AGENTLOOP_APPROVER_KEYS`).
+
+Without keys, anyone who can signal a run can name any approver: the dev stack's default,
+which `status` says (`approval_signing`). With keys, a decision counts only when it is signed
+by the key of the approver it names, for exactly this run chain, call, arguments digest,
+verdict and reason, and has not expired; anything else is refused and recorded.
+
+What is signed (`signed_bytes`) is a fixed prefix and the canonical JSON of
+
+    {"approved", "approver", "args_digest", "call_id", "expires_at", "reason", "run",
+     "workflow_id"}
+
+where `run` is the first run id of the run chain (`status.run_chain[0]`): a decision signed
+for one run never counts for another run reusing its workflow id.
+
+Keys as text: `ed25519:BASE64` (the 32 raw bytes of the public key); a private key is a PEM
+file (`agentloop keys new NAME`). Used by the worker (checking), the CLI and `sign_decision`
+(signing).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from agentloop.contract import ApprovalDecision
+
+SIGNED_PREFIX = b"agentloop approval v1\n"
+KEY_PREFIX = "ed25519:"
+DEFAULT_LIFETIME = timedelta(minutes=15)
+"""How long a signature made by the CLI counts."""
+MAX_LIFETIME = timedelta(hours=24)
+"""A signature that claims to count for longer is refused (a leaked one must expire)."""
+APPROVER_NAME = re.compile(r"[A-Za-z0-9_.@-]{1,200}")
+_KEYS_SHAPE = "expected NAME=ed25519:BASE64[,NAME=ed25519:BASE64...] (agentloop keys new NAME)"
+
+
+class SigningError(ValueError):
+    """Approver keys or a private key that cannot be used; the message says which and why."""
+
+
+def signed_bytes(decision: ApprovalDecision, *, workflow_id: str, run: str) -> bytes:
+    """What the approver signs for `decision` on run chain `workflow_id`/`run`."""
+    fields = {
+        "approved": decision.approved,
+        "approver": decision.approver,
+        "args_digest": decision.args_digest,
+        "call_id": decision.call_id,
+        "expires_at": _instant(decision.expires_at),
+        "reason": decision.reason,
+        "run": run,
+        "workflow_id": workflow_id,
+    }
+    return SIGNED_PREFIX + json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+
+
+def sign_decision(
+    decision: ApprovalDecision,
+    key: Ed25519PrivateKey,
+    *,
+    workflow_id: str,
+    run: str,
+    now: datetime | None = None,
+    lifetime: timedelta = DEFAULT_LIFETIME,
+) -> ApprovalDecision:
+    """`decision` with `expires_at` (now + `lifetime`) and its signature, for run chain
+    `workflow_id`/`run` (the run's first run id: `status.run_chain[0]`)."""
+    if lifetime > MAX_LIFETIME:
+        raise SigningError(f"a signature counts for at most {MAX_LIFETIME}, not {lifetime}")
+    expires = (now or datetime.now(UTC)) + lifetime
+    unsigned = decision.model_copy(update={"expires_at": expires, "signature": ""})
+    signature = key.sign(signed_bytes(unsigned, workflow_id=workflow_id, run=run))
+    return unsigned.model_copy(update={"signature": base64.b64encode(signature).decode()})
+
+
+@dataclass(frozen=True)
+class ApproverKeys:
+    """Approver name -> public key: whose decisions count, and how to tell."""
+
+    keys: Mapping[str, Ed25519PublicKey] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str | None) -> ApproverKeys:
+        """`NAME=ed25519:BASE64,...` (None or blank: no keys, unsigned approvals). Raises
+        `SigningError` naming the first entry that is wrong."""
+        keys: dict[str, Ed25519PublicKey] = {}
+        for number, entry in enumerate((e.strip() for e in (text or "").split(",")), start=1):
+            if not entry:
+                continue
+            name, sep, encoded = (part.strip() for part in entry.partition("="))
+            if not sep or not APPROVER_NAME.fullmatch(name):
+                raise SigningError(
+                    f"entry {number} does not start with an approver name: {_KEYS_SHAPE}"
+                )
+            if name in keys:
+                raise SigningError(f"approver {name!r} has two keys: {_KEYS_SHAPE}")
+            keys[name] = parse_public_key(encoded, f"approver {name!r}")
+        return cls(keys)
+
+    @property
+    def signing(self) -> bool:
+        return bool(self.keys)
+
+    def problem(
+        self, decision: ApprovalDecision, *, workflow_id: str, run: str, now: datetime
+    ) -> str | None:
+        """Why `decision` does not count under these keys, or None when it does."""
+        if not self.keys:
+            return None
+        if not decision.signature:
+            names = ", ".join(sorted(self.keys))
+            return (
+                "unsigned: this worker takes only signed approvals (keys for: "
+                f"{names}); sign with `agentloop approve --key`"
+            )
+        public = self.keys.get(decision.approver)
+        if public is None:
+            return f"no approver key is configured for {decision.approver!r}"
+        if decision.expires_at is None:
+            return "a signed decision needs expires_at"
+        expires = decision.expires_at.astimezone(UTC)
+        if expires <= now:
+            return f"the signature expired at {_instant(expires)}"
+        if expires - now > MAX_LIFETIME:
+            return f"the signature claims to count until {_instant(expires)}, past {MAX_LIFETIME}"
+        try:
+            signature = base64.b64decode(decision.signature, validate=True)
+        except (binascii.Error, ValueError):
+            return "the signature is not base64"
+        try:
+            public.verify(signature, signed_bytes(decision, workflow_id=workflow_id, run=run))
+        except InvalidSignature:
+            return (
+                f"the signature is not {decision.approver}'s for this decision (signed for "
+                "another run, call, arguments, verdict or reason, or with another key)"
+            )
+        return None
+
+
+def parse_public_key(text: str, what: str = "the key") -> Ed25519PublicKey:
+    encoded = text.strip()
+    if not encoded.startswith(KEY_PREFIX):
+        raise SigningError(f"{what}: expected {KEY_PREFIX}BASE64, not {encoded[:12]!r}…")
+    try:
+        raw = base64.b64decode(encoded[len(KEY_PREFIX) :], validate=True)
+    except (binascii.Error, ValueError):
+        raise SigningError(f"{what}: the key is not base64") from None
+    if len(raw) != 32:
+        raise SigningError(f"{what}: an Ed25519 public key is 32 bytes, this is {len(raw)}")
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
+def public_key_text(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
+    """`ed25519:BASE64` of the (public half of the) key, as `AGENTLOOP_APPROVER_KEYS` takes it."""
+    public = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return KEY_PREFIX + base64.b64encode(raw).decode()
+
+
+def new_private_key_pem() -> tuple[bytes, str]:
+    """A fresh key: its PEM (PKCS#8, unencrypted: keep the file private) and public text."""
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return pem, public_key_text(key)
+
+
+def load_private_key(path: str | Path) -> Ed25519PrivateKey:
+    """The Ed25519 private key in the PEM file at `path`; raises `SigningError` saying why not."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise SigningError(f"cannot read the key file {path}: {exc.strerror}") from None
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
+        raise SigningError(f"{path} is not an unencrypted PEM private key: {exc}") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise SigningError(f"{path} holds a {type(key).__name__}, not an Ed25519 key")
+    return key
+
+
+def _instant(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")

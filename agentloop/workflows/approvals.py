@@ -1,0 +1,75 @@
+"""The Temporal side of approval decisions: the worker's check of each one (`check_approval`,
+a local activity: the signature against the worker's approver keys), and its audit record.
+
+Workflow code (deterministic). The workflow never verifies a signature: it acts on the
+verdict the activity recorded, so replay needs neither keys nor crypto.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+import agentloop.workflows.loop as loop
+from agentloop.activity_io import ApprovalCheck, CheckApprovalInput
+from agentloop.contract import ApprovalDecision, ApprovalVerdict
+from agentloop.workflows.failures import describe_failure
+from agentloop.workflows.loop import CheckApprovals, DecisionToCheck, LoopState
+from agentloop.workflows.visibility import audit
+
+CHECK_TIMEOUT = timedelta(seconds=10)
+CHECK_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
+
+
+async def check_approvals(state: LoopState, step: CheckApprovals) -> dict[int, ApprovalVerdict]:
+    """Each held decision checked by the worker, in parallel, then applied in the order they
+    arrived (the first that counts decides its call); the verdicts by ticket."""
+    checks = await asyncio.gather(*(_check(state, held) for held in step.decisions))
+    verdicts: dict[int, ApprovalVerdict] = {}
+    for held, check in zip(step.decisions, checks, strict=True):
+        verdict = loop.record_checked_decision(
+            state, held, check.problem, check.signing, workflow.now()
+        )
+        audit_decision(held.decision, verdict, signing=check.signing)
+        verdicts[held.ticket] = verdict
+    return verdicts
+
+
+async def _check(state: LoopState, held: DecisionToCheck) -> ApprovalCheck:
+    info = workflow.info()
+    try:
+        check: ApprovalCheck = await workflow.execute_local_activity(
+            "check_approval",
+            CheckApprovalInput(
+                decision=held.decision,
+                workflow_id=info.workflow_id,
+                run=state.run_chain[0] if state.run_chain else info.run_id,
+            ),
+            result_type=ApprovalCheck,
+            start_to_close_timeout=CHECK_TIMEOUT,
+            retry_policy=CHECK_RETRY,
+            summary=f"check approval of {held.decision.call_id} by {held.decision.approver}",
+        )
+    except ActivityError as exc:
+        # A decision nobody could check does not count; the approver may send it again.
+        return ApprovalCheck(problem=f"the worker could not check it: {describe_failure(exc)}")
+    return check
+
+
+def audit_decision(
+    decision: ApprovalDecision, verdict: ApprovalVerdict, signing: str | None = None
+) -> None:
+    audit(
+        "approval.decided",
+        call_id=decision.call_id,
+        args_digest=decision.args_digest,
+        approved=decision.approved,
+        approver=decision.approver,
+        accepted=verdict.accepted,
+        refused_because=verdict.reason,
+        **({"signing": signing} if signing else {}),
+    )
