@@ -14,9 +14,19 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from temporalio.client import WorkflowHandle
+
 from agentloop import search
 from agentloop.cli.dev import DevStack, DevStackPorts
-from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, Limits
+from agentloop.contract import (
+    WORKFLOW_NAME,
+    AgentRunInput,
+    AgentRunResult,
+    ApprovalDecision,
+    ApprovalVerdict,
+    Limits,
+    RunStatusView,
+)
 from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
 
 HERE = Path(__file__).parent
@@ -123,6 +133,21 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
             ScriptTurn(text="{{call_ok.condition}}"),
         ],
     )
+    reserving = Script(
+        name="replay-approval-checked",
+        turns=[
+            ScriptTurn(
+                tool_calls=[
+                    ScriptedToolCall(
+                        id="call_res",
+                        name="reserve_seat",
+                        arguments={"workshop_id": "ws-101", "participant_id": "p-carol"},
+                    )
+                ]
+            ),
+            ScriptTurn(text="Booked."),
+        ],
+    )
     return {
         "travel": ([], {"model": "travel"}),
         "travel_unstreamed": ([], {"model": "travel", "stream": False}),
@@ -158,11 +183,43 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
         # Recorded after the `features-2026-12b` set: arguments nested past the bound are
         # refused unparsed, so the output is incomplete and neither of its calls runs.
         "bounded_arguments": ([bounded], {"model": bounded.name}),
+        # Recorded after `approvals-checked-by-worker`: the decision (sent by the update,
+        # see `APPROVED`) is checked by the worker's `check_approval` before it counts.
+        "approval_checked": (
+            [reserving],
+            {
+                "model": reserving.name,
+                "tools": ["reserve_seat"],
+                "principal": {"subject": "p-alice", "scopes": ["workshops:write"]},
+            },
+        ),
     }
 
 
 INDEXED = {"phase_when_waiting", "feature_set", "approval_rule_in_worker", "bounded_arguments"}
 """Scenarios started with agentloop's search attributes, as the CLI starts runs."""
+APPROVED = {"approval_checked"}
+"""Scenarios whose pending call is approved (by `decide_approval`) once the run waits."""
+
+
+async def approve_when_waiting(handle: WorkflowHandle[Any, Any]) -> None:
+    for _ in range(200):
+        view = await handle.query("status", result_type=RunStatusView)
+        if view.pending_approvals:
+            [pending] = view.pending_approvals
+            decision = ApprovalDecision(
+                call_id=pending["call_id"],
+                args_digest=pending["args_digest"],
+                approved=True,
+                approver="workshop-lead",
+            )
+            verdict = await handle.execute_update(
+                "decide_approval", decision, result_type=ApprovalVerdict
+            )
+            assert verdict.accepted, verdict.reason
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError("the run never waited for approval")
 
 
 async def record(only: set[str]) -> None:
@@ -192,6 +249,8 @@ async def record(only: set[str]) -> None:
                     result_type=AgentRunResult,
                     search_attributes=search.initial(run_input) if name in INDEXED else None,
                 )
+                if name in APPROVED:
+                    await approve_when_waiting(handle)
                 result = await handle.result()
                 history = await handle.fetch_history()
                 path = HERE / f"{name}.json"
