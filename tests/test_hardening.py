@@ -36,13 +36,14 @@ from agentloop.demo.scripted_provider import (
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import temporal_binary
-from tests.support import start_run, wait_for_phase, wait_for_status
+from tests.support import start_run, wait_for_phase, wait_for_status, wait_until
 from tests.test_cli import process_env, run_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
 ALL_SCOPES = ["workshops:read", "workshops:write", "tickets:read", "tickets:write"]
 RESERVE = {"workshop_id": "ws-101", "participant_id": "p-carol"}
+WEATHER = {"city": "Shanghai", "date": "2026-12-01"}
 WEDGED = {
     EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
     EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT,
@@ -621,3 +622,28 @@ async def test_a_continued_run_reads_the_artifacts_its_inherited_transcript_refe
     # The page came back: the artifact of the run it continues, read whole from the store.
     assert f'"ref": "{ref}"' in paged.result_summary
     assert f'"total_chars": {len(full)}' in paged.result_summary
+
+
+async def test_a_message_sent_while_the_model_answers_reaches_the_next_model_call(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(tool_calls=[call("c_w", "get_weather", **WEATHER)], delay_ms=1_500),
+                ScriptTurn(text="Noted."),
+            ],
+        )
+    )
+    handle = await start_run(client, worker, run_id, run_input(run_id, ["get_weather"]))
+    await wait_until(lambda: len(scripted_provider.requests) == 1, "the first model call")
+    await handle.signal("message", {"text": "Also: I travel on Friday.", "sender": "p-alice"})
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed", result.stop_reason
+    first, second = (r["body"]["messages"] for r in scripted_provider.requests)
+    said = [m for m in second if m["role"] == "user" and "Friday" in str(m["content"])]
+    assert len(said) == 1 and not any("Friday" in str(m.get("content")) for m in first)
+    # The message follows the tool result it arrived after, not before the call it raced.
+    assert second.index(said[0]) > next(i for i, m in enumerate(second) if m["role"] == "tool")
+    await assert_never_wedged(handle)

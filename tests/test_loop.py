@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agentloop.activity_io import CallModelResult
-from agentloop.contract import AgentRunInput, Limits
+from agentloop.contract import AgentRunInput, Limits, UserMessage
 from agentloop.digests import args_digest
 from agentloop.events import (
     ErrorClass,
@@ -389,3 +389,21 @@ def test_a_childs_long_answer_is_cut_to_the_delegate_tools_cap() -> None:
     report = json.loads(result.content)
     assert report["output"].startswith("x" * 1_000) and "truncated" in report["output"]
     assert (report["status"], result.status, result.call_id) == ("completed", "succeeded", "c1")
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_a_message_that_arrives_during_a_model_call_waits_for_the_next_one(kept: bool) -> None:
+    state = new_state(output_schema={"type": "object"})
+    if kept:
+        state.features.append(Feature.MESSAGES_DURING_MODEL_CALL_KEPT)
+    step = loop.decide(state, T0)
+    assert isinstance(step, CallModel)
+    turn = loop.start_model_call(state, step)
+    loop.record_message(state, UserMessage(text="Friday, please", sender="p-alice"), T0)
+    not_json = ModelOutput(stop="final", text="not JSON")
+    loop.record_model_output(state, CallModelResult(head="h1", output=not_json), T0, len(turn.sent))
+    # The answer is sent back for correction; the message goes with it, first (or, before the
+    # feature, was lost).
+    kinds = [(type(e).__name__, getattr(e, "kind", "")) for e in state.outbox]
+    expected = [("UserInput", ""), ("StateUpdate", "verification")]
+    assert kinds == (expected if kept else expected[1:])

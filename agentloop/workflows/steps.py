@@ -85,7 +85,7 @@ async def call_model(state: LoopState, step: CallModel, deadline: RunDeadline) -
             type="TranscriptDiverged",
             non_retryable=True,
         )
-    loop.record_model_output(state, result, workflow.now())
+    loop.record_model_output(state, result, workflow.now(), sent=len(turn.sent))
     _audit_model_call(state, step, result)
 
 

@@ -89,14 +89,19 @@ def _by_reference(events: list[Event]) -> list[Event]:
     ]
 
 
-def record_model_output(state: LoopState, result: CallModelResult, now: datetime) -> None:
+def record_model_output(
+    state: LoopState, result: CallModelResult, now: datetime, sent: int | None = None
+) -> None:
+    """The model's answer to a call that carried the first `sent` events of the outbox
+    (None: all of it); what arrived during the call stays for the next one."""
     output = result.output
     state.head = result.head
     state.tools_ref = state.tools_ref or result.tools_ref
     state.chars_per_token = (
         chars_per_token(result.request_chars, output.usage.input_tokens) or state.chars_per_token
     )
-    state.outbox = []
+    keep = state.has(Feature.MESSAGES_DURING_MODEL_CALL_KEPT) and sent is not None
+    state.outbox = state.outbox[sent:] if keep else []
     state.usage.input_tokens += output.usage.input_tokens
     state.usage.output_tokens += output.usage.output_tokens
     state.usage.cost_usd += result.cost_usd
@@ -147,14 +152,24 @@ def _send_back_if_rejected(state: LoopState, output: ModelOutput, schema: dict[s
         return
     # Not done: the verdict goes back to the model as an observation, on the same budget.
     state.output_corrections += 1
-    state.outbox = [
+    _tell_model(
+        state,
         StateUpdate(
             kind="verification",
             text="Your final answer was rejected (" + "; ".join(problems) + "). Answer again with "
             f"only JSON matching this schema: {json.dumps(schema, sort_keys=True)}",
-        )
-    ]
+        ),
+    )
     state.last_output = None
+
+
+def _tell_model(state: LoopState, update: StateUpdate) -> None:
+    """`update` for the next model call, after what already waits for it (before
+    `messages-during-model-call-kept`, it replaced that)."""
+    if state.has(Feature.MESSAGES_DURING_MODEL_CALL_KEPT):
+        state.outbox.append(update)
+    else:
+        state.outbox = [update]
 
 
 def record_preconditions(
@@ -302,13 +317,14 @@ def record_verdict(state: LoopState, passed: bool, reason: str) -> None:
         record_failure(state, f"verification: completion_check {check} failed: {reason}")
         return
     state.output_corrections += 1
-    state.outbox = [
+    _tell_model(
+        state,
         StateUpdate(
             kind="verification",
             text=f"Not done yet: the completion check {check} says: {reason}. Finish the "
             "task (or say why you cannot), then answer again.",
-        )
-    ]
+        ),
+    )
     state.last_output = None
 
 

@@ -70,6 +70,9 @@ class Feature(StrEnum):
     """Every approval decision is checked by the worker before it counts (`check_approval`:
     its signature against the worker's approver keys, or nothing when it has none) and the
     verdict recorded; the workflow never checks a signature itself."""
+    MESSAGES_DURING_MODEL_CALL_KEPT = "messages-during-model-call-kept"
+    """A message (or any event) that arrived while a model call was in flight waits for the
+    next call; before it, the call's end emptied the outbox and such a message was lost."""
     RUN_CHAIN_KEYS = "run-chain-keys"
     """A write's idempotency key names the run chain (`WORKFLOW_ID/FIRST_RUN_ID/CALL_ID`), so a
     later run reusing the workflow id never shares keys with an earlier one."""
@@ -107,6 +110,7 @@ FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
             Feature.TEMPORAL_CANCEL_AS_SIGNAL,
             Feature.CONTINUE_FROM_CHECKED,
             Feature.APPROVALS_CHECKED_BY_WORKER,
+            Feature.MESSAGES_DURING_MODEL_CALL_KEPT,
         ),
     ),
     ("features-2026-12", FEATURES_2026_12),
