@@ -8,6 +8,8 @@ started without them (an unregistered namespace) simply is not indexed."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from temporalio.common import (
     SearchAttributeKey,
     SearchAttributePair,
@@ -38,6 +40,16 @@ def initial(run_input: AgentRunInput) -> TypedSearchAttributes:
 def dev_server_flags() -> list[str]:
     """`temporal server start-dev` flags registering them on the embedded server."""
     return [flag for key in ALL for flag in ("--search-attribute", f"{key.name}=Keyword")]
+
+
+def create_commands(names: Iterable[str], namespace: str) -> str:
+    """The one shell line registering the attributes `names` on `namespace` (the Temporal CLI
+    registers one attribute per command)."""
+    return " && ".join(
+        f"temporal operator search-attribute create --namespace {namespace} "
+        f"--name {name} --type Keyword"
+        for name in names
+    )
 
 
 def list_query(
