@@ -118,3 +118,13 @@ class DescribeToolsInput(BaseModel):
     names: list[str] = Field(default_factory=list)
     completion_check: str | None = None
     """The run's verifier, checked to exist on the worker before anything runs."""
+
+
+class RunDescription(BaseModel):
+    """What `describe_run` tells a run started without agentloop's search attributes as it
+    starts: its tools' specs, and whether it may index itself."""
+
+    tools: list[ToolSpec] = Field(default_factory=list)
+    indexable: bool = False
+    """The namespace has every agentloop search attribute registered (as Keyword): upserting
+    them cannot fail the workflow task."""

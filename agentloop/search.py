@@ -3,8 +3,12 @@ visibility (`agentloop list`, the UI's search box).
 
 They must be registered on the namespace: `agentloop dev` registers them on the embedded
 server; on a real cluster run once, for each: `temporal operator search-attribute create
---name AgentPhase --type Keyword` (likewise AgentStatus, AgentProvider, AgentTenant). A run
-started without them (an unregistered namespace) simply is not indexed."""
+--name AgentPhase --type Keyword` (likewise AgentStatus, AgentProvider, AgentTenant;
+`create_commands` spells them out). A run is indexed however it was started: `start_run` and
+the CLI start it with them; a run started without them (a plain `start_workflow`) upserts
+them as it starts, before its first model call, when the worker finds them registered on the
+namespace (feature `indexed-however-started`; `agentloop.runtime.indexing` asks). On a
+namespace without them no run is indexed."""
 
 from __future__ import annotations
 

@@ -34,6 +34,7 @@ from agentloop.runtime.audit import (
 )
 from agentloop.runtime.config import ConfigError, Settings
 from agentloop.runtime.config_checks import SandboxMode
+from agentloop.runtime.indexing import Registration
 from agentloop.store import open_store
 from agentloop.tools.plugins import PluginError, Toolbox, load_toolbox
 from agentloop.workflows.agent_run import AgentRun
@@ -102,7 +103,7 @@ async def worker_parts(
                 PriceTable.with_overrides(settings.pricing_file),
                 Redactor(settings_secrets(settings)),
             )
-            tool_activities = ToolActivities(opened, store)
+            tool_activities = ToolActivities(opened, store, Registration(client))
             runs = RunActivities(client)
             verifiers = VerifierActivities(opened, store)
             yield WorkerParts(
@@ -110,6 +111,7 @@ async def worker_parts(
                 activities=[
                     *model.activities(),
                     tool_activities.describe_tools,
+                    tool_activities.describe_run,
                     tool_activities.check_precondition,
                     tool_activities.run_tool,
                     tool_activities.lookup_outcome,

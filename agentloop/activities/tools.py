@@ -1,6 +1,7 @@
-"""The tool-side activities: `describe_tools`, `check_precondition`, `run_tool` and
-`lookup_outcome`, the only places where tools touch the outside world. The team's code (its
-tools, preconditions, lookups and approval rules) runs here, never in the workflow."""
+"""The tool-side activities: `describe_tools` (and `describe_run`), `check_precondition`,
+`run_tool` and `lookup_outcome`, the only places where tools touch the outside world. The
+team's code (its tools, preconditions, lookups and approval rules) runs here, never in the
+workflow."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from agentloop.activities.heartbeat import keep_heartbeating
 from agentloop.activity_io import (
     DescribeToolsInput,
     PreconditionResult,
+    RunDescription,
     RunToolInput,
     ToolOutput,
 )
@@ -21,6 +23,7 @@ from agentloop.contract import Principal
 from agentloop.digests import args_digest
 from agentloop.events import ToolResult
 from agentloop.runtime.audit import audit
+from agentloop.runtime.indexing import Registration
 from agentloop.store import Store, stored_by_reference
 from agentloop.tool_spec import Outcome, ToolSpec, bounded
 from agentloop.tools.contract import Artifacts, OutcomeUnknown, ToolContext, ToolError
@@ -59,10 +62,15 @@ def context_fields(
 
 
 class ToolActivities:
-    def __init__(self, toolbox: OpenedToolbox, store: Store) -> None:
+    def __init__(
+        self, toolbox: OpenedToolbox, store: Store, registration: Registration | None = None
+    ) -> None:
+        """`registration` tells whether a run's namespace has agentloop's search attributes
+        (None: never, as for a worker with no server to ask)."""
         self._toolbox = toolbox
         self._registry = toolbox.registry
         self._store = store
+        self._registration = registration
 
     @activity.defn(name="describe_tools")
     async def describe_tools(self, request: DescribeToolsInput) -> list[ToolSpec]:
@@ -86,6 +94,16 @@ class ToolActivities:
                 non_retryable=True,
             )
         return specs
+
+    @activity.defn(name="describe_run")
+    async def describe_run(self, request: DescribeToolsInput) -> RunDescription:
+        """`describe_tools` for a run started without agentloop's search attributes, and
+        whether its namespace has them registered: only then may it upsert them."""
+        tools = await self.describe_tools(request)
+        registration = self._registration
+        namespace = activity.info().namespace
+        indexable = registration is not None and await registration.indexable(namespace)
+        return RunDescription(tools=tools, indexable=indexable)
 
     @activity.defn(name="check_precondition")
     async def check_precondition(self, request: RunToolInput) -> PreconditionResult:

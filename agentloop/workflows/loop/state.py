@@ -69,6 +69,12 @@ class Feature(StrEnum):
     RUN_CHAIN_KEYS = "run-chain-keys"
     """A write's idempotency key names the run chain (`WORKFLOW_ID/FIRST_RUN_ID/CALL_ID`), so a
     later run reusing the workflow id never shares keys with an earlier one."""
+    INDEXED_HOWEVER_STARTED = "indexed-however-started"
+    """A run started without agentloop's search attributes (a plain `start_workflow`) reads
+    its tool specs with `describe_run`, which also says whether the namespace has the
+    attributes registered; when it has, the run upserts them (phase, status, provider,
+    tenant) as it starts, before its first model call, and keeps them current like a run
+    started with them. Before it, such a run was never indexed."""
 
 
 FEATURES = (
@@ -102,6 +108,7 @@ FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
             Feature.RUN_CHAIN_KEYS,
             Feature.TEMPORAL_CANCEL_AS_SIGNAL,
             Feature.CONTINUE_FROM_CHECKED,
+            Feature.INDEXED_HOWEVER_STARTED,
         ),
     ),
     ("features-2026-12", FEATURES_2026_12),
