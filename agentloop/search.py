@@ -8,7 +8,8 @@ server; on a real cluster run once, for each: `temporal operator search-attribut
 the CLI start it with them; a run started without them (a plain `start_workflow`) upserts
 them as it starts, before its first model call, when the worker finds them registered on the
 namespace (feature `indexed-however-started`; `agentloop.runtime.indexing` asks). On a
-namespace without them no run is indexed."""
+namespace without them no run is indexed, and `agentloop list` says so (naming the missing
+attributes and the commands registering them) instead of listing nothing."""
 
 from __future__ import annotations
 

@@ -25,9 +25,10 @@ from agentloop.contract import (
 )
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.runtime.config import Settings
+from agentloop.runtime.dev_server import temporal_binary
 from agentloop.worker import running_worker
 from tests.support import local_activity_type, start_run, wait_for_phase
-from tests.test_cli import agentloop, process_env
+from tests.test_cli import agentloop, assert_no_traceback, process_env, run_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -304,3 +305,35 @@ async def test_on_a_namespace_without_the_attributes_a_run_is_left_unindexed_and
     assert "EVENT_TYPE_WORKFLOW_TASK_FAILED" not in kinds, kinds
     assert [local_activity_type(e) for e in events if local_activity_type(e)] == ["describe_run"]
     assert [agent_attributes(e) for e in events if agent_attributes(e)] == []
+
+
+async def test_agentloop_list_on_a_namespace_without_the_attributes_says_what_to_register(
+    client: Client, bare_namespace: str, tmp_path: Path
+) -> None:
+    """Not an empty list (nothing could be found there) and not a traceback: one line naming
+    the missing attributes and the command registering them, which does register them."""
+    address = client.service_client.config.target_host
+    env = process_env(TEMPORAL_ADDRESS=address, TEMPORAL_NAMESPACE=bare_namespace)
+    for flags in ([], ["--awaiting-approval"], ["--status", "completed", "--json"]):
+        finished = await agentloop("list", *flags, env=env, cwd=tmp_path)
+        assert finished.returncode == 2, finished.explain()
+        assert finished.stdout == "", finished.explain()
+        assert_no_traceback(finished)
+        [line] = finished.stderr.splitlines()
+        assert line.startswith(
+            f"agentloop list: namespace '{bare_namespace}' on {address} lacks the search "
+            "attributes AgentPhase, AgentStatus, AgentProvider, AgentTenant (type Keyword)"
+        )
+        command = line.split("register them once: ")[1]
+        assert command.startswith(
+            f"temporal operator search-attribute create --namespace {bare_namespace} "
+            "--name AgentPhase --type Keyword && "
+        )
+
+    # The command as printed (the Temporal CLI reads TEMPORAL_ADDRESS too).
+    path = f"{Path(temporal_binary()).parent}:{env['PATH']}"
+    registered = await run_process("sh", "-c", command, env={**env, "PATH": path})
+    assert registered.returncode == 0, registered.explain()
+    finished = await agentloop("list", "--awaiting-approval", "--json", env=env, cwd=tmp_path)
+    assert finished.returncode == 0, finished.explain()
+    assert json.loads(finished.stdout) == []

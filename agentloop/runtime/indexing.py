@@ -40,6 +40,17 @@ async def missing_attributes(client: Client, namespace: str | None = None) -> li
     return [key.name for key in search.ALL if registered.get(key.name) != keyword]
 
 
+def unregistered(missing: list[str], namespace: str, server: str | None = None) -> str:
+    """One line: which attributes `namespace` (on `server`) lacks, and the command
+    registering them."""
+    on = f" on {server}" if server else ""
+    return (
+        f"namespace {namespace!r}{on} lacks the search attributes {', '.join(missing)} (type "
+        f"Keyword), so runs are not indexed by them; register them once: "
+        f"{search.create_commands(missing, namespace)}"
+    )
+
+
 @dataclass
 class _Answer:
     indexable: bool
@@ -80,12 +91,6 @@ class Registration:
                 )
                 return False
             if missing:
-                log.warning(
-                    "namespace %r lacks the search attributes %s: runs started without them "
-                    "stay unindexed (%s)",
-                    namespace,
-                    ", ".join(missing),
-                    search.create_commands(missing, namespace),
-                )
+                log.warning("%s", unregistered(missing, namespace))
             self._answers[namespace] = _Answer(indexable=not missing, at=self._clock())
             return not missing
