@@ -158,6 +158,11 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
         # Recorded after the `features-2026-12b` set: arguments nested past the bound are
         # refused unparsed, so the output is incomplete and neither of its calls runs.
         "bounded_arguments": ([bounded], {"model": bounded.name}),
+        # Recorded after `indexed-however-started` joined `features-2026-12b`, started
+        # WITHOUT search attributes (not in `INDEXED`) on a server that has them: the run
+        # reads its tools with `describe_run` and upserts them itself before its first
+        # model call.
+        "indexed_however_started": ([local], {"model": local.name}),
     }
 
 
