@@ -260,6 +260,50 @@ def agent_attributes(event: HistoryEvent) -> dict[str, str]:
     return {k: json.loads(v.data) for k, v in fields.indexed_fields.items() if k in names}
 
 
+async def test_a_run_that_indexed_itself_stays_indexed_across_continue_as_new(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """The next run of a chain starts with the attributes its predecessor had (Temporal
+    carries them over), so it is found in the phase it waits in after the boundary."""
+    train = ScriptedToolCall(id="c1", name="get_train_status", arguments=TRAIN)
+    again = ScriptedToolCall(id="c2", name="get_train_status", arguments=TRAIN)
+    reserve = ScriptedToolCall(
+        id="c3",
+        name="reserve_seat",
+        arguments={"workshop_id": "ws-101", "participant_id": "p-carol"},
+    )
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(tool_calls=[train]),
+                ScriptTurn(tool_calls=[again]),
+                ScriptTurn(tool_calls=[reserve]),
+            ],
+        )
+    )
+    handle = await client.start_workflow(
+        WORKFLOW_NAME,
+        AgentRunInput(
+            task="book",
+            provider="openai-chat",
+            model=run_id,
+            tools=["get_train_status", "reserve_seat"],
+            principal=Principal(subject="agent", tenant=run_id, scopes=["workshops:write"]),
+            continue_as_new_after_events=20,
+        ),
+        id=run_id,
+        task_queue=worker.task_queue,
+        result_type=AgentRunResult,
+    )
+    view = await wait_for_phase(handle, "awaiting_approval")
+    assert len(view.run_chain) >= 2, "no continue-as-new before the approval"
+    await wait_until_listed(
+        client, search.list_query(phase="awaiting_approval", tenant=run_id), run_id
+    )
+    await handle.cancel()
+
+
 @pytest.fixture
 async def bare_namespace(client: Client, run_id: str) -> str:
     """A namespace of the test server without agentloop's search attributes."""
