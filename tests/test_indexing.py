@@ -104,13 +104,18 @@ async def test_a_worker_asks_once_per_namespace_and_trusts_the_answer_for_a_whil
 
 
 @pytest.mark.parametrize("status", [RPCStatusCode.UNIMPLEMENTED, RPCStatusCode.UNAVAILABLE])
-async def test_a_check_that_fails_counts_as_unregistered_and_is_not_remembered(
+async def test_a_check_that_fails_counts_as_unregistered_for_a_while(
     status: RPCStatusCode,
 ) -> None:
     client, operator = fake_client({"full": dict.fromkeys(ALL_NAMES, KEYWORD)})
-    registration = Registration(client, clock=lambda: 0.0)
+    now = [0.0]
+    registration = Registration(client, remembered_seconds=30, clock=lambda: now[0])
     operator.fail = RPCError("no", status, b"")
     assert await registration.indexable("full") is False
+    now[0] = 29.0
+    assert await registration.indexable("full") is False  # not asked again by every run
+    assert operator.asked == ["full"]
+    now[0] = 31.0
     assert await registration.indexable("full") is True
     assert operator.asked == ["full", "full"]
 

@@ -59,9 +59,10 @@ class _Answer:
 
 class Registration:
     """Whether runs on a namespace may be indexed, for one worker process: asked of the
-    server at most once every `remembered_seconds` per namespace. A check that fails counts
-    as not registered (a run left unindexed is harmless; a failed upsert is not) and is
-    asked again by the next run."""
+    server at most once every `remembered_seconds` per namespace (runs starting together
+    wait for the one answer). A check that fails counts as not registered for as long (a run
+    left unindexed is harmless; a failed upsert is not; and a server that does not answer
+    is not asked again by every run)."""
 
     def __init__(
         self,
@@ -89,8 +90,9 @@ class Registration:
                     namespace,
                     exc,
                 )
-                return False
-            if missing:
-                log.warning("%s", unregistered(missing, namespace))
+                missing = [key.name for key in search.ALL]
+            else:
+                if missing:
+                    log.warning("%s", unregistered(missing, namespace))
             self._answers[namespace] = _Answer(indexable=not missing, at=self._clock())
             return not missing
