@@ -118,6 +118,9 @@ class DescribeToolsInput(BaseModel):
     names: list[str] = Field(default_factory=list)
     completion_check: str | None = None
     """The run's verifier, checked to exist on the worker before anything runs."""
+    indexing: bool = True
+    """`describe_run`: whether to find out if the run may index itself (a run started with
+    agentloop's search attributes is indexed already)."""
 
 
 class CheckApprovalInput(BaseModel):
@@ -135,3 +138,15 @@ class ApprovalCheck(BaseModel):
     signing: Literal["signed", "unsigned"] | None = None
     """Whether the worker checks signatures (it has approver keys) or takes names as given
     (None: the worker could not be asked)."""
+
+
+class RunDescription(BaseModel):
+    """What `describe_run` tells a run as it starts: its tools' specs, whether it may index
+    itself, and how the worker takes approvals."""
+
+    tools: list[ToolSpec] = Field(default_factory=list)
+    indexable: bool = False
+    """The namespace has every agentloop search attribute registered (as Keyword): upserting
+    them cannot fail the workflow task."""
+    approval_signing: Literal["signed", "unsigned"] | None = None
+    """Whether the worker takes only signed approvals (None: a worker from before it said)."""

@@ -255,7 +255,8 @@ class RunStatusView(BaseModel):
     run_chain: list[str] = Field(default_factory=list)
     approval_signing: str = ""
     """`signed` (decisions count only when signed by a configured approver key) or `unsigned`
-    (any signaller may name any approver), as the worker last said; empty until it has."""
+    (any signaller may name any approver), as the worker said when the run started and
+    each time it checked a decision; empty for a run from before workers said."""
     stop_reason: str | None = None
     transcript_head: str = ""
     """Key of the last transcript node in the store (`agentloop transcript` reads from it)."""

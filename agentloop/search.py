@@ -3,10 +3,17 @@ visibility (`agentloop list`, the UI's search box).
 
 They must be registered on the namespace: `agentloop dev` registers them on the embedded
 server; on a real cluster run once, for each: `temporal operator search-attribute create
---name AgentPhase --type Keyword` (likewise AgentStatus, AgentProvider, AgentTenant). A run
-started without them (an unregistered namespace) simply is not indexed."""
+--name AgentPhase --type Keyword` (likewise AgentStatus, AgentProvider, AgentTenant;
+`create_commands` spells them out). A run is indexed however it was started: `start_run` and
+the CLI start it with them; a run started without them (a plain `start_workflow`) upserts
+them as it starts, before its first model call, when the worker finds them registered on the
+namespace (feature `indexed-however-started`; `agentloop.runtime.indexing` asks). On a
+namespace without them no run is indexed, and `agentloop list` says so (naming the missing
+attributes and the commands registering them) instead of listing nothing."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from temporalio.common import (
     SearchAttributeKey,
@@ -38,6 +45,16 @@ def initial(run_input: AgentRunInput) -> TypedSearchAttributes:
 def dev_server_flags() -> list[str]:
     """`temporal server start-dev` flags registering them on the embedded server."""
     return [flag for key in ALL for flag in ("--search-attribute", f"{key.name}=Keyword")]
+
+
+def create_commands(names: Iterable[str], namespace: str) -> str:
+    """The one shell line registering the attributes `names` on `namespace` (the Temporal CLI
+    registers one attribute per command)."""
+    return " && ".join(
+        f"temporal operator search-attribute create --namespace {namespace} "
+        f"--name {name} --type Keyword"
+        for name in names
+    )
 
 
 def list_query(

@@ -35,6 +35,7 @@ from agentloop.runtime.audit import (
 )
 from agentloop.runtime.config import ConfigError, Settings
 from agentloop.runtime.config_checks import SandboxMode
+from agentloop.runtime.indexing import Registration
 from agentloop.store import open_store
 from agentloop.tools.plugins import PluginError, Toolbox, load_toolbox
 from agentloop.workflows.agent_run import AgentRun
@@ -103,15 +104,19 @@ async def worker_parts(
                 PriceTable.with_overrides(settings.pricing_file),
                 Redactor(settings_secrets(settings)),
             )
-            tool_activities = ToolActivities(opened, store)
+            approver_keys = settings.approvers()
+            tool_activities = ToolActivities(
+                opened, store, Registration(client), approvals_signed=approver_keys.signing
+            )
             runs = RunActivities(client)
             verifiers = VerifierActivities(opened, store)
-            approvals = ApprovalActivities(settings.approvers())
+            approvals = ApprovalActivities(approver_keys)
             yield WorkerParts(
                 workflows=[AgentRun],
                 activities=[
                     *model.activities(),
                     tool_activities.describe_tools,
+                    tool_activities.describe_run,
                     tool_activities.check_precondition,
                     tool_activities.run_tool,
                     tool_activities.lookup_outcome,

@@ -152,7 +152,7 @@ async def test_a_new_run_marks_its_feature_set_once_and_reads_tool_specs_locally
     ]
     assert patches == [loop.FEATURE_SET]
     local = [local_activity_type(e) for e in events if local_activity_type(e)]
-    assert local == ["describe_tools", "run_tool"]
+    assert local == ["describe_run", "run_tool"]
     scheduled = [
         e.activity_task_scheduled_event_attributes.activity_type.name
         for e in events

@@ -3,19 +3,32 @@ exactly the runs waiting for a human."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
+from google.protobuf.duration_pb2 import Duration
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
 
 from agentloop import search
-from agentloop.contract import AgentRunInput, Principal
+from agentloop.contract import (
+    WORKFLOW_NAME,
+    AgentRunInput,
+    AgentRunResult,
+    ApprovalDecision,
+    Principal,
+)
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.runtime.config import Settings
-from tests.support import start_run, wait_for_phase
-from tests.test_cli import agentloop, process_env
+from agentloop.runtime.dev_server import temporal_binary
+from agentloop.worker import running_worker
+from tests.support import local_activity_type, start_run, wait_for_phase
+from tests.test_cli import agentloop, assert_no_traceback, process_env, run_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -137,3 +150,236 @@ async def test_a_run_is_indexed_in_the_phase_it_waits_in(
         ("call_model_by_ref", "calling_model"),
     ]
     assert upserted == ["executing_tools", "calling_model", "finished"]
+
+
+async def listed_ids(client: Client, query: str) -> list[str]:
+    return [execution.id async for execution in client.list_workflows(query)]
+
+
+async def wait_until_listed(client: Client, query: str, workflow_id: str) -> None:
+    """Visibility is eventually consistent: poll the query (bounded) until it finds the run."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    while workflow_id not in (found := await listed_ids(client, query)):
+        if loop.time() > deadline:
+            raise AssertionError(f"{query!r} never found {workflow_id}; it found {found}")
+        await asyncio.sleep(0.1)
+
+
+async def test_a_run_started_without_search_attributes_is_found_in_its_phase_and_finished(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+    tmp_path: Path,
+) -> None:
+    """A plain `start_workflow`, as the README's Python example may: no search attributes.
+    The worker finds them registered on the namespace and the run indexes itself as it
+    starts, before its first model call, so `agentloop list` finds it waiting for approval,
+    then finished; and not one workflow task failed for it."""
+    reserve = ScriptedToolCall(
+        id="call_r",
+        name="reserve_seat",
+        arguments={"workshop_id": "ws-101", "participant_id": "p-carol"},
+    )
+    scripted_provider.register(
+        Script(name=run_id, turns=[ScriptTurn(tool_calls=[reserve]), ScriptTurn(text="booked")])
+    )
+    run_input = AgentRunInput(
+        task="book",
+        provider="anthropic",
+        model=run_id,
+        tools=["reserve_seat"],
+        principal=Principal(subject="agent", tenant=run_id, scopes=["workshops:write"]),
+    )
+    handle = await client.start_workflow(
+        WORKFLOW_NAME,
+        run_input,
+        id=run_id,
+        task_queue=worker.task_queue,
+        result_type=AgentRunResult,
+    )
+    view = await wait_for_phase(handle, "awaiting_approval")
+
+    awaiting = search.list_query(phase="awaiting_approval", tenant=run_id)
+    await wait_until_listed(client, awaiting, run_id)
+    env = process_env(TEMPORAL_ADDRESS=client.service_client.config.target_host)
+    finished = await agentloop(
+        "list", "--awaiting-approval", "--tenant", run_id, "--json", env=env, cwd=tmp_path
+    )
+    assert finished.returncode == 0, finished.explain()
+    [row] = json.loads(finished.stdout)
+    assert (row["workflow_id"], row["phase"], row["status"], row["provider"], row["tenant"]) == (
+        run_id,
+        "awaiting_approval",
+        "running",
+        "anthropic",
+        run_id,
+    )
+
+    [pending] = view.pending_approvals
+    await handle.signal(
+        "approve",
+        ApprovalDecision(
+            call_id="call_r",
+            args_digest=pending["args_digest"],
+            approved=True,
+            approver="workshop-lead",
+        ),
+    )
+    assert (await handle.result()).status == "completed"
+    await wait_until_listed(
+        client, search.list_query(phase="finished", status="completed", tenant=run_id), run_id
+    )
+    assert run_id not in await listed_ids(client, awaiting)
+
+    events = [e async for e in handle.fetch_history_events()]
+    kinds = [EventType.Name(e.event_type) for e in events]
+    assert "EVENT_TYPE_WORKFLOW_TASK_FAILED" not in kinds, kinds
+    assert "EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT" not in kinds, kinds
+    # It indexed itself as it started, before it waited on anything (its model).
+    first_wait = kinds.index("EVENT_TYPE_ACTIVITY_TASK_SCHEDULED")
+    local = [local_activity_type(e) for e in events if local_activity_type(e)]
+    assert local == ["describe_run", "check_approval"]  # its tools; then the approval
+    upserted = [agent_attributes(e) for e in events if agent_attributes(e)]
+    assert upserted[0] == {
+        "AgentPhase": "calling_model",
+        "AgentStatus": "running",
+        "AgentProvider": "anthropic",
+        "AgentTenant": run_id,
+    }
+    assert events.index(next(e for e in events if agent_attributes(e))) < first_wait
+    assert upserted[-1] == {"AgentPhase": "finished", "AgentStatus": "completed"}
+
+
+def agent_attributes(event: HistoryEvent) -> dict[str, str]:
+    """The agentloop search attributes an upsert event sets (empty: none, or no upsert)."""
+    if event.event_type != EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+        return {}
+    fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes
+    names = {key.name for key in search.ALL}
+    return {k: json.loads(v.data) for k, v in fields.indexed_fields.items() if k in names}
+
+
+async def test_a_run_that_indexed_itself_stays_indexed_across_continue_as_new(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """The next run of a chain starts with the attributes its predecessor had (Temporal
+    carries them over), so it is found in the phase it waits in after the boundary."""
+    train = ScriptedToolCall(id="c1", name="get_train_status", arguments=TRAIN)
+    again = ScriptedToolCall(id="c2", name="get_train_status", arguments=TRAIN)
+    reserve = ScriptedToolCall(
+        id="c3",
+        name="reserve_seat",
+        arguments={"workshop_id": "ws-101", "participant_id": "p-carol"},
+    )
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(tool_calls=[train]),
+                ScriptTurn(tool_calls=[again]),
+                ScriptTurn(tool_calls=[reserve]),
+            ],
+        )
+    )
+    handle = await client.start_workflow(
+        WORKFLOW_NAME,
+        AgentRunInput(
+            task="book",
+            provider="openai-chat",
+            model=run_id,
+            tools=["get_train_status", "reserve_seat"],
+            principal=Principal(subject="agent", tenant=run_id, scopes=["workshops:write"]),
+            continue_as_new_after_events=20,
+        ),
+        id=run_id,
+        task_queue=worker.task_queue,
+        result_type=AgentRunResult,
+    )
+    view = await wait_for_phase(handle, "awaiting_approval")
+    assert len(view.run_chain) >= 2, "no continue-as-new before the approval"
+    await wait_until_listed(
+        client, search.list_query(phase="awaiting_approval", tenant=run_id), run_id
+    )
+    await handle.cancel()
+
+
+@pytest.fixture
+async def bare_namespace(client: Client, run_id: str) -> str:
+    """A namespace of the test server without agentloop's search attributes."""
+    name = f"bare-{run_id[-8:]}"
+    await client.workflow_service.register_namespace(
+        RegisterNamespaceRequest(
+            namespace=name, workflow_execution_retention_period=Duration(seconds=86400)
+        )
+    )
+    return name
+
+
+async def test_on_a_namespace_without_the_attributes_a_run_is_left_unindexed_and_runs(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    bare_namespace: str,
+    run_id: str,
+) -> None:
+    """The worker finds the attributes missing, so the run started without them never
+    upserts them (which would fail every workflow task): it runs to its end unindexed."""
+    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="done")]))
+    bare = await Client.connect(
+        client.service_client.config.target_host,
+        namespace=bare_namespace,
+        data_converter=pydantic_data_converter,
+    )
+    settings = worker_settings.model_copy(
+        update={"temporal_namespace": bare_namespace, "task_queue": f"bare-{run_id}"}
+    )
+    async with running_worker(bare, settings):
+        handle = await bare.start_workflow(
+            WORKFLOW_NAME,
+            AgentRunInput(task="hi", provider="openai-chat", model=run_id, tools=[]),
+            id=run_id,
+            task_queue=settings.task_queue,
+            result_type=AgentRunResult,
+        )
+        result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed"
+    events = [e async for e in handle.fetch_history_events()]
+    kinds = [EventType.Name(e.event_type) for e in events]
+    assert "EVENT_TYPE_WORKFLOW_TASK_FAILED" not in kinds, kinds
+    local = [local_activity_type(e) for e in events if local_activity_type(e)]
+    assert local == ["describe_run"]
+    assert [agent_attributes(e) for e in events if agent_attributes(e)] == []
+
+
+async def test_agentloop_list_on_a_namespace_without_the_attributes_says_what_to_register(
+    client: Client, bare_namespace: str, tmp_path: Path
+) -> None:
+    """Not an empty list (nothing could be found there) and not a traceback: one line naming
+    the missing attributes and the command registering them, which does register them."""
+    address = client.service_client.config.target_host
+    env = process_env(TEMPORAL_ADDRESS=address, TEMPORAL_NAMESPACE=bare_namespace)
+    for flags in ([], ["--awaiting-approval"], ["--status", "completed", "--json"]):
+        finished = await agentloop("list", *flags, env=env, cwd=tmp_path)
+        assert finished.returncode == 2, finished.explain()
+        assert finished.stdout == "", finished.explain()
+        assert_no_traceback(finished)
+        [line] = finished.stderr.splitlines()
+        assert line.startswith(
+            f"agentloop list: namespace '{bare_namespace}' on {address} lacks the search "
+            "attributes AgentPhase, AgentStatus, AgentProvider, AgentTenant (type Keyword)"
+        )
+        command = line.split("register them once: ")[1]
+        assert command.startswith(
+            f"temporal operator search-attribute create --namespace {bare_namespace} "
+            "--name AgentPhase --type Keyword && "
+        )
+
+    # The command as printed (the Temporal CLI reads TEMPORAL_ADDRESS too).
+    path = f"{Path(temporal_binary()).parent}:{env['PATH']}"
+    registered = await run_process("sh", "-c", command, env={**env, "PATH": path})
+    assert registered.returncode == 0, registered.explain()
+    finished = await agentloop("list", "--awaiting-approval", "--json", env=env, cwd=tmp_path)
+    assert finished.returncode == 0, finished.explain()
+    assert json.loads(finished.stdout) == []

@@ -34,7 +34,6 @@ from agentloop.runtime.signing import (
     sign_decision,
 )
 from agentloop.worker import running_worker
-from tests.support import wait_for_status
 from tests.test_cli import agentloop, assert_no_traceback, process_env
 from tests.test_hardening import assert_never_wedged, paused_for_approval, refusals
 
@@ -207,6 +206,8 @@ async def test_with_keys_only_the_approvers_signature_lets_the_write_run(
     run_id: str,
 ) -> None:
     handle = await paused_for_approval(client, signing_worker, scripted_provider, run_id)
+    waiting = await handle.query("status", result_type=RunStatusView)
+    assert waiting.approval_signing == "signed"
     unsigned = await pending_decision(handle)
     run = await run_of(handle)
     forged = sign_decision(unsigned, INTRUDER, workflow_id=handle.id, run=run)
@@ -223,7 +224,7 @@ async def test_with_keys_only_the_approvers_signature_lets_the_write_run(
     reasons = [r["refused_because"] for r in records]
     assert reasons[0].startswith("unsigned: this worker takes only signed approvals")
     assert all("the signature is not workshop-lead's" in r for r in reasons[1:])
-    view = await wait_for_status(handle, lambda v: v.approval_signing == "signed", "signed")
+    view = await handle.query("status", result_type=RunStatusView)
     assert view.phase == "awaiting_approval" and view.pending_approvals
     assert "signature" not in records[1]  # what status shows leaves the signature out
     assert reservations(example_service) == 0
@@ -304,6 +305,8 @@ async def test_without_keys_status_says_approvals_are_unsigned(
     run_id: str,
 ) -> None:
     handle = await paused_for_approval(client, worker, scripted_provider, run_id)
+    waiting = await handle.query("status", result_type=RunStatusView)
+    assert waiting.approval_signing == "unsigned"  # said from the start, before any decision
     verdict = await handle.execute_update(
         "decide_approval", await pending_decision(handle), result_type=ApprovalVerdict
     )

@@ -1,11 +1,12 @@
-"""The tool-side activities: `describe_tools`, `check_precondition`, `run_tool` and
-`lookup_outcome`, the only places where tools touch the outside world. The team's code (its
-tools, preconditions, lookups and approval rules) runs here, never in the workflow."""
+"""The tool-side activities: `describe_tools` (and `describe_run`), `check_precondition`,
+`run_tool` and `lookup_outcome`, the only places where tools touch the outside world. The
+team's code (its tools, preconditions, lookups and approval rules) runs here, never in the
+workflow."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -14,6 +15,7 @@ from agentloop.activities.heartbeat import keep_heartbeating
 from agentloop.activity_io import (
     DescribeToolsInput,
     PreconditionResult,
+    RunDescription,
     RunToolInput,
     ToolOutput,
 )
@@ -21,6 +23,7 @@ from agentloop.contract import Principal
 from agentloop.digests import args_digest
 from agentloop.events import ToolResult
 from agentloop.runtime.audit import audit
+from agentloop.runtime.indexing import Registration
 from agentloop.store import Store, stored_by_reference
 from agentloop.tool_spec import Outcome, ToolSpec, bounded
 from agentloop.tools.contract import Artifacts, OutcomeUnknown, ToolContext, ToolError
@@ -59,10 +62,22 @@ def context_fields(
 
 
 class ToolActivities:
-    def __init__(self, toolbox: OpenedToolbox, store: Store) -> None:
+    def __init__(
+        self,
+        toolbox: OpenedToolbox,
+        store: Store,
+        registration: Registration | None = None,
+        *,
+        approvals_signed: bool = False,
+    ) -> None:
+        """`registration` tells whether a run's namespace has agentloop's search attributes
+        (None: never, as for a worker with no server to ask); `approvals_signed`, whether the
+        worker has approver keys (a run's `status` says so from its start)."""
         self._toolbox = toolbox
         self._registry = toolbox.registry
         self._store = store
+        self._registration = registration
+        self._signing: Literal["signed", "unsigned"] = "signed" if approvals_signed else "unsigned"
 
     @activity.defn(name="describe_tools")
     async def describe_tools(self, request: DescribeToolsInput) -> list[ToolSpec]:
@@ -86,6 +101,21 @@ class ToolActivities:
                 non_retryable=True,
             )
         return specs
+
+    @activity.defn(name="describe_run")
+    async def describe_run(self, request: DescribeToolsInput) -> RunDescription:
+        """`describe_tools`, and what else a run learns from the worker as it starts: for a
+        run started without agentloop's search attributes, whether its namespace has them
+        registered (only then may it upsert them); how approvals are taken."""
+        tools = await self.describe_tools(request)
+        registration = self._registration
+        namespace = activity.info().namespace
+        indexable = (
+            request.indexing
+            and registration is not None
+            and await registration.indexable(namespace)
+        )
+        return RunDescription(tools=tools, indexable=indexable, approval_signing=self._signing)
 
     @activity.defn(name="check_precondition")
     async def check_precondition(self, request: RunToolInput) -> PreconditionResult:

@@ -26,7 +26,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowQueryFailedError,
 )
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from agentloop import search
 from agentloop.cli.output import (
@@ -59,6 +59,7 @@ from agentloop.contract import (
 )
 from agentloop.runtime.audit import mask_url
 from agentloop.runtime.config import Settings
+from agentloop.runtime.indexing import missing_attributes, unregistered
 from agentloop.runtime.signing import SigningError, load_private_key, sign_decision
 from agentloop.store import StoreError, StoreUnavailable
 
@@ -318,7 +319,19 @@ async def transcript_head(handle: Handle, found: RunSnapshot) -> str:
 
 
 async def list_runs(client: Client, args: argparse.Namespace) -> int:
-    """A visibility query over the runs' search attributes."""
+    """A visibility query over the runs' search attributes; on a namespace without them, a
+    line saying which are missing and how to register them (not an empty list: no run could
+    be found by them there)."""
+    try:
+        missing = await missing_attributes(client)
+    except RPCError as exc:
+        if exc.status not in (RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNIMPLEMENTED):
+            raise
+        missing = []  # the server does not say: the query itself will tell
+    if missing:
+        server = client.service_client.config.target_host
+        print(f"agentloop list: {unregistered(missing, client.namespace, server)}", file=sys.stderr)
+        return ExitCode.USAGE
     phase = "awaiting_approval" if args.awaiting_approval else args.phase
     query = search.list_query(
         phase=phase, status=args.status, provider=args.provider, tenant=args.tenant

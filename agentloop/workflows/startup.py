@@ -12,7 +12,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 import agentloop.workflows.loop as loop
-from agentloop.activity_io import DescribeToolsInput
+import agentloop.workflows.visibility as visibility
+from agentloop.activity_io import DescribeToolsInput, RunDescription
 from agentloop.contract import AgentRunInput, PreviousRun, describe_validation_error
 from agentloop.policies import checks
 from agentloop.policies.bounds import MAX_DEPTH, value_depth
@@ -54,7 +55,9 @@ async def start(run_input: AgentRunInput) -> LoopState:
     """A fresh run's state. A new run asks for the newest feature set (one patch marker); a
     run that recorded an older set replays with it; a run started before sets asks for each
     behaviour on its own, in the order it did then (patch markers are commands): built-in
-    tools first."""
+    tools first. Such a run learns from the worker (`describe_run`, feature
+    `indexed-however-started`) how approvals are taken and, when it was started without
+    agentloop's search attributes, whether the namespace has them: then it indexes itself."""
     in_set: tuple[Feature, ...] | None = next(
         (members for set_id, members in loop.FEATURE_SETS if workflow.patched(set_id)), None
     )
@@ -63,13 +66,19 @@ async def start(run_input: AgentRunInput) -> LoopState:
         for name, feature in loop.BUILTIN_TOOL_PATCHES
         if in_set is not None or workflow.patched(feature.value)
     ]
-    specs = await _describe_tools(
-        list(dict.fromkeys([*run_input.tools, *builtins])),
-        run_input.completion_check,
-        local=in_set is not None,
-    )
+    names = list(dict.fromkeys([*run_input.tools, *builtins]))
+    described: RunDescription | None = None
+    if in_set is not None and Feature.INDEXED_HOWEVER_STARTED in in_set:
+        described = await _describe_run(names, run_input.completion_check)
+        specs = described.tools
+    else:
+        specs = await _describe_tools(names, run_input.completion_check, local=in_set is not None)
     info = workflow.info()
     state = LoopState.start(run_input, specs, workflow.now(), info.workflow_id, builtins)
+    if described is not None:
+        state.approval_signing = described.approval_signing or ""
+        if described.indexable:
+            visibility.index(state)
     if run_input.continue_from:
         checked = in_set is not None and Feature.CONTINUE_FROM_CHECKED in in_set
         await _continue_from(state, run_input.continue_from, checked)
@@ -101,6 +110,24 @@ async def _describe_tools(
         # An unknown tool name is bad input: say so as the run's own failure.
         raise invalid_input(describe_failure(exc)) from None
     return specs
+
+
+async def _describe_run(names: list[str], completion_check: str | None) -> RunDescription:
+    """`_describe_tools` (local), and for a run started without the search attributes
+    whether the worker found them registered on the namespace: a run must never upsert them
+    where they are not (that fails the workflow task, again on every retry)."""
+    indexing = not visibility.indexed()
+    try:
+        described: RunDescription = await workflow.execute_local_activity(
+            "describe_run",
+            DescribeToolsInput(names=names, completion_check=completion_check, indexing=indexing),
+            result_type=RunDescription,
+            start_to_close_timeout=DESCRIBE_TOOLS_TIMEOUT,
+            summary=f"tools: {', '.join(names) or 'none'}",
+        )
+    except ActivityError as exc:
+        raise invalid_input(describe_failure(exc)) from None
+    return described
 
 
 async def _continue_from(state: LoopState, workflow_id: str, checked: bool) -> None:

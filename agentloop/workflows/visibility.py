@@ -13,7 +13,7 @@ from temporalio import workflow
 
 import agentloop.workflows.loop as loop
 from agentloop.contract import RunStatus
-from agentloop.search import AGENT_PHASE, AGENT_STATUS
+from agentloop.search import AGENT_PHASE, AGENT_STATUS, initial
 from agentloop.workflows.loop import Feature, LoopState
 
 
@@ -40,9 +40,30 @@ def show_phase(state: LoopState) -> None:
     _index_phase(state)
 
 
+def indexed() -> bool:
+    """The run carries agentloop's search attributes: it was started with them (the
+    namespace has them then), or it upserted them (`index`)."""
+    return workflow.info().typed_search_attributes.get(AGENT_PHASE) is not None
+
+
+def index(state: LoopState) -> None:
+    """Index a run started without the attributes, once, as it starts (before its first
+    model call); only when the worker found them registered on the namespace (an upsert of
+    an unregistered attribute fails the workflow task). Any it was started with stay as they
+    are; from here on the run keeps its phase and status current like any indexed run."""
+    carried = workflow.info().typed_search_attributes
+    updates = [
+        pair.key.value_set(state.phase if pair.key == AGENT_PHASE else pair.value)
+        for pair in initial(state.run_input)
+        if carried.get(pair.key) is None
+    ]
+    if updates:
+        workflow.upsert_search_attributes(updates)
+
+
 def _index_phase(state: LoopState) -> None:
     indexed = workflow.info().typed_search_attributes.get(AGENT_PHASE)
-    # Only runs started with the attributes are indexed: the namespace has them then.
+    # Only indexed runs upsert: the namespace has the attributes then.
     if indexed is not None and indexed != state.phase:
         workflow.upsert_search_attributes([AGENT_PHASE.value_set(state.phase)])
 

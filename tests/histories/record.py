@@ -180,8 +180,9 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
         # Recorded after the `features-2026-12` set: the tool's approval rule is evaluated by
         # the worker (with the precondition check) and the verdict recorded.
         "approval_rule_in_worker": ([noting], {"model": noting.name, "tools": ["note_for"]}),
-        # Recorded after the `features-2026-12b` set: arguments nested past the bound are
-        # refused unparsed, so the output is incomplete and neither of its calls runs.
+        # Recorded with the `features-2026-12b` set (after `indexed-however-started`: tools
+        # from `describe_run`): arguments nested past the bound are refused unparsed, so the
+        # output is incomplete and neither of its calls runs.
         "bounded_arguments": ([bounded], {"model": bounded.name}),
         # Recorded after `approvals-checked-by-worker`: the decision (sent by the update,
         # see `APPROVED`) is checked by the worker's `check_approval` before it counts.
@@ -193,10 +194,21 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
                 "principal": {"subject": "p-alice", "scopes": ["workshops:write"]},
             },
         ),
+        # Recorded after `indexed-however-started` joined `features-2026-12b`, started
+        # WITHOUT search attributes (not in `INDEXED`) on a server that has them: the run
+        # reads its tools with `describe_run` and upserts them itself before its first
+        # model call.
+        "indexed_however_started": ([local], {"model": local.name}),
     }
 
 
-INDEXED = {"phase_when_waiting", "feature_set", "approval_rule_in_worker", "bounded_arguments"}
+INDEXED = {
+    "phase_when_waiting",
+    "feature_set",
+    "approval_rule_in_worker",
+    "bounded_arguments",
+    "approval_checked",
+}
 """Scenarios started with agentloop's search attributes, as the CLI starts runs."""
 APPROVED = {"approval_checked"}
 """Scenarios whose pending call is approved (by `decide_approval`) once the run waits."""

@@ -76,6 +76,13 @@ class Feature(StrEnum):
     RUN_CHAIN_KEYS = "run-chain-keys"
     """A write's idempotency key names the run chain (`WORKFLOW_ID/FIRST_RUN_ID/CALL_ID`), so a
     later run reusing the workflow id never shares keys with an earlier one."""
+    INDEXED_HOWEVER_STARTED = "indexed-however-started"
+    """A run reads its tool specs with `describe_run`, which also says how the worker takes
+    approvals (`status.approval_signing` from the start) and, for a run started without
+    agentloop's search attributes (a plain `start_workflow`), whether the namespace has them
+    registered; when it has, the run upserts them (phase, status, provider, tenant) as it
+    starts, before its first model call, and keeps them current like a run started with
+    them. Before it, such a run was never indexed."""
 
 
 FEATURES = (
@@ -111,6 +118,7 @@ FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
             Feature.CONTINUE_FROM_CHECKED,
             Feature.APPROVALS_CHECKED_BY_WORKER,
             Feature.MESSAGES_DURING_MODEL_CALL_KEPT,
+            Feature.INDEXED_HOWEVER_STARTED,
         ),
     ),
     ("features-2026-12", FEATURES_2026_12),
@@ -253,7 +261,8 @@ class LoopState(BaseModel):
     decisions_received: int = 0
     """Approval decisions sent to the worker to check so far (each one's ticket)."""
     approval_signing: str = ""
-    """What the worker said the last time it checked a decision: `signed` or `unsigned`."""
+    """How the worker takes approvals, `signed` or `unsigned`: as it said at the start and the
+    last time it checked a decision."""
     artifacts: list[str] = Field(default_factory=list)
     """References of the artifacts this run's tool results were cut into (`read_artifact`
     reads only these)."""
