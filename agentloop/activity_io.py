@@ -40,6 +40,9 @@ class CallModelInput(BaseModel):
     """What this run's last request measured (see `context.budget_chars`)."""
     facts: list[str] = Field(default_factory=list)
     """What must not be lost if older results are shortened to fit: from run state."""
+    slim_output: bool = False
+    """Return the output slim (`slim_output`): the provider's raw items stay in the store, a
+    text over `MAX_INLINE_ANSWER_CHARS` travels by reference, and `sent_head` is set."""
 
 
 class CallModelResult(BaseModel):
@@ -52,6 +55,9 @@ class CallModelResult(BaseModel):
     """The size of the events sent (as `context.fit` measures them), for the token ratio."""
     tools_ref: str | None = None
     """Where the tool specs of the call are stored: later calls send this, not the specs."""
+    sent_head: str = ""
+    """With `slim_output`: the transcript head after `new_events`, before `output` (what the
+    workflow can check without the output's raw items)."""
 
 
 class RunToolInput(BaseModel):
@@ -104,6 +110,8 @@ class VerifyInput(BaseModel):
     check: str
     workflow_id: str
     answer: str = ""
+    answer_ref: str = ""
+    """The store key of the whole answer when `answer` is only its start (a long answer)."""
     calls: list[CallRecord] = Field(default_factory=list)
     """The call ledger: the evidence a verifier checks against the systems of record."""
     principal: Principal | None = None

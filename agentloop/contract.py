@@ -195,6 +195,10 @@ class AgentRunResult(BaseModel):
     status: RunStatus
     stop_reason: str
     output: str | dict[str, Any] | list[Any] | None = None
+    output_ref: str | None = None
+    """Set when the answer was too long to travel inline (over 100,000 characters): `output`
+    is its start, and this is the store key of the whole (`agentloop transcript` shows it,
+    `Store.get_artifact` reads it)."""
     usage: Usage = Field(default_factory=Usage)
     calls: list[CallRecord] = Field(default_factory=list)
     side_effects: list[dict[str, Any]] = Field(default_factory=list)

@@ -105,6 +105,12 @@ class ModelOutput(_Frozen):
     tool arguments`)."""
     usage: Usage = Field(default_factory=Usage)
     provider_ref: ProviderRef = Field(default_factory=ProviderRef)
+    text_ref: str = ""
+    """Set on an output as the workflow receives it when the text was too long to travel
+    inline: `text` is then its start and this is the store key of the whole (the transcript
+    holds it whole). Transport only: not part of the transcript node."""
+    text_chars: int = 0
+    """With `text_ref`: the length of the whole text."""
 
     @property
     def offers_calls(self) -> bool:

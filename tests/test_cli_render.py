@@ -20,7 +20,7 @@ from agentloop.cli.output import (
     RunSnapshot,
 )
 from agentloop.cli.parser import build_parser
-from agentloop.cli.progress import LivePanel, ProgressLog, format_snapshot
+from agentloop.cli.progress import LivePanel, ProgressLog, format_result, format_snapshot
 from agentloop.cli.transcript import format_transcript
 from agentloop.contract import (
     AgentRunResult,
@@ -227,3 +227,13 @@ def test_the_transcript_shows_each_event_with_calls_and_results_by_call_id() -> 
             "    You repeated a call.",
         ]
     )
+
+
+def test_an_answer_by_reference_is_shown_as_its_start_with_where_the_whole_is() -> None:
+    result = AgentRunResult(
+        status="completed", stop_reason="final answer", output="line 1", output_ref="sha256:ab"
+    )
+    shown = format_result(result)
+    assert "answer: line 1" in shown and "the whole is sha256:ab in the store" in shown
+    plain = format_result(AgentRunResult(status="completed", stop_reason="x", output="all"))
+    assert "in the store" not in plain

@@ -18,6 +18,8 @@ from temporalio.client import (
 )
 from temporalio.exceptions import ApplicationError
 
+from agentloop.activities.verify import VerifierActivities
+from agentloop.activity_io import VerifyInput
 from agentloop.contract import (
     WORKFLOW_NAME,
     AgentRunInput,
@@ -34,10 +36,15 @@ from agentloop.demo.scripted_provider import (
     ScriptTurn,
 )
 from agentloop.demo.services import ExampleService
+from agentloop.events import ModelOutput
+from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import temporal_binary
+from agentloop.store import load_artifact_text, load_transcript, open_store
+from agentloop.store.memory import MemoryStore
 from tests.support import start_run, wait_for_phase, wait_for_status, wait_until
 from tests.test_cli import process_env, run_process
+from tests.test_large_output import history_sizes
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -647,3 +654,86 @@ async def test_a_message_sent_while_the_model_answers_reaches_the_next_model_cal
     # The message follows the tool result it arrived after, not before the call it raced.
     assert second.index(said[0]) > next(i for i, m in enumerate(second) if m["role"] == "tool")
     await assert_never_wedged(handle)
+
+
+LONG_ANSWER = "".join(f"line {i:06d} of a very long report\n" for i in range(10_000))
+"""About 320,000 characters: over what travels inline (`MAX_INLINE_ANSWER_CHARS`)."""
+
+
+@pytest.mark.parametrize("provider", ["openai-chat", "openai-responses", "anthropic"])
+async def test_a_very_long_answer_travels_by_reference_and_the_result_names_it(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+    provider: str,
+) -> None:
+    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text=LONG_ANSWER)]))
+    handle = await start_run(client, worker, run_id, run_input(run_id, [], provider=provider))
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed", result.stop_reason
+    assert result.output == LONG_ANSWER[:MAX_INLINE_ANSWER_CHARS]
+    assert result.output_ref and f"{len(LONG_ANSWER)} characters" in result.stop_reason
+    store = open_store(worker.store_url)
+    try:
+        whole, _ = await load_artifact_text(store, result.output_ref)
+        [answer] = [e for e in await load_transcript(store, result.transcript_head)
+                    if isinstance(e, ModelOutput)]  # fmt: skip
+    finally:
+        await store.close()
+    assert whole == LONG_ANSWER and answer.text == LONG_ANSWER  # the transcript has it whole
+    # What rode in history: the answer's start once in the model call's result (no raw
+    # provider items repeating it) and once in the run's result; never the whole of it.
+    history = await handle.fetch_history()
+    _, largest = history_sizes(history)
+    assert largest < 2.5 * MAX_INLINE_ANSWER_CHARS, largest
+    await assert_never_wedged(handle)
+
+
+async def test_a_very_long_answer_cannot_be_checked_against_output_schema_and_is_refused(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    scripted_provider.register(
+        Script(name=run_id, turns=[ScriptTurn(text=LONG_ANSWER), ScriptTurn(text='{"ok": 1}')])
+    )
+    schema = {"type": "object", "required": ["ok"]}
+    handle = await start_run(client, worker, run_id, run_input(run_id, [], output_schema=schema))
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert (result.status, result.output, result.output_ref) == ("completed", {"ok": 1}, None)
+    second = scripted_provider.requests[1]["body"]["messages"]
+    told = [m["content"] for m in second if "can be checked against output_schema" in str(m)]
+    assert told and f"{len(LONG_ANSWER)} characters" in str(told[0])
+
+
+async def test_tool_calls_whose_arguments_pass_the_output_bound_do_not_run(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    body = "x" * 200_000  # each call is under the per-call bound; three are over the total
+    calls = [
+        call(f"c_{n}", "send_reply", ticket_id="T-1001", recipient="dana@example.com", body=body)
+        for n in range(3)
+    ]
+    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(tool_calls=calls)]))
+    handle = await start_run(client, worker, run_id, run_input(run_id, ["send_reply"]))
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "incomplete"
+    assert "call c_2: the output's tool-call arguments pass 512000 bytes" in result.stop_reason
+    assert example_service.records()["replies"] == 0 and result.calls == []
+    await assert_never_wedged(handle)
+
+
+async def test_a_verifier_judges_the_whole_of_an_answer_that_came_by_reference() -> None:
+    store = MemoryStore()
+    ref = await store.put_artifact(LONG_ANSWER.encode(), "text/plain")
+    verifiers = VerifierActivities(toolbox=None, store=store)  # type: ignore[arg-type]
+    start = VerifyInput(check="c", workflow_id="w", answer=LONG_ANSWER[:10], answer_ref=ref)
+    assert await verifiers._whole_answer(start) == LONG_ANSWER
+    inline = VerifyInput(check="c", workflow_id="w", answer="short")
+    assert await verifiers._whole_answer(inline) == "short"
+    missing = VerifyInput(check="c", workflow_id="w", answer="x", answer_ref="sha256:00")
+    with pytest.raises(ApplicationError, match="missing"):
+        await verifiers._whole_answer(missing)

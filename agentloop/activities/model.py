@@ -18,6 +18,8 @@ from agentloop.activity_io import (
 from agentloop.adapters import AdapterFactory
 from agentloop.adapters.base import ModelRequest, ProviderError
 from agentloop.context import budget_chars, fit
+from agentloop.events import ModelOutput
+from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS
 from agentloop.pricing import PriceTable
 from agentloop.runtime.audit import Redactor, audit
 from agentloop.store import Store, StoreError, with_contents
@@ -118,13 +120,41 @@ class ModelActivities:
             output_tokens=output.usage.output_tokens,
             cost_usd=cost,
         )
-        return CallModelResult(
+        result = CallModelResult(
             head=head,
             output=output,
             cost_usd=cost,
             request_chars=sent.chars,
             tools_ref=request.tools_ref or await self._stored_tools(tools),
         )
+        if request.slim_output:
+            sent_head, _ = append(request.head, new_events)
+            slim = await self._slim(output)
+            result = result.model_copy(update={"output": slim, "sent_head": sent_head})
+        return result
+
+    async def _slim(self, output: ModelOutput) -> ModelOutput:
+        """`output` as the workflow needs it, bounded whatever the model said: without the
+        provider's raw items (the transcript keeps them to echo back) or the raw text of
+        arguments that parsed, and a text over `MAX_INLINE_ANSWER_CHARS` cut, the whole stored
+        by reference."""
+        update: dict[str, object] = {
+            "provider_ref": output.provider_ref.model_copy(update={"raw_items": []}),
+            # Parsed arguments are what the workflow acts on; the raw text, kept only to show
+            # what the model sent when it did not parse, is in the transcript.
+            "tool_calls": [
+                call.model_copy(update={"raw_arguments": ""}) if call.arguments else call
+                for call in output.tool_calls
+            ],
+        }
+        if len(output.text) > MAX_INLINE_ANSWER_CHARS:
+            ref = await self._store.put_artifact(output.text.encode("utf-8"), "text/plain")
+            update |= {
+                "text": output.text[:MAX_INLINE_ANSWER_CHARS],
+                "text_ref": ref,
+                "text_chars": len(output.text),
+            }
+        return output.model_copy(update=update)
 
     async def _tools(self, request: CallModelInput) -> list[ToolSpec]:
         if request.tools_ref is None:

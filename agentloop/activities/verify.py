@@ -13,7 +13,7 @@ from temporalio.exceptions import ApplicationError
 from agentloop.activities.tools import context_fields
 from agentloop.activity_io import Verdict, VerifyInput
 from agentloop.contract import CallRecord
-from agentloop.store import Store
+from agentloop.store import Store, StoreError, load_artifact_text
 from agentloop.tool_spec import Outcome
 from agentloop.tools.contract import ToolContext, ToolError
 from agentloop.tools.decorator import VerifyContext
@@ -52,7 +52,7 @@ class VerifierActivities:
         )
         ctx = VerifyContext(
             **fields,
-            answer=request.answer,
+            answer=await self._whole_answer(request),
             calls=tuple(request.calls),
             lookup=lambda call: self._outcome(call, request),
         )
@@ -61,6 +61,16 @@ class VerifierActivities:
         except ToolError as exc:
             # Retried by the activity's policy; a check that cannot be made does not pass.
             raise ApplicationError(str(exc), type=f"Tool:{exc.error_class}") from exc
+
+    async def _whole_answer(self, request: VerifyInput) -> str:
+        """The answer the verifier judges: whole, from the store when it came by reference."""
+        if not request.answer_ref:
+            return request.answer
+        try:
+            text, _ = await load_artifact_text(self._store, request.answer_ref)
+        except StoreError as exc:
+            raise ApplicationError(str(exc), type="ArtifactMissing") from exc
+        return text
 
     async def _writes_applied(self, request: VerifyInput) -> Verdict:
         """At least one write happened, and every write the run counts as done is found by

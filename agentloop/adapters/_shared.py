@@ -26,7 +26,12 @@ from agentloop.events import (
     ToolResult,
     UserInput,
 )
-from agentloop.policies.bounds import MAX_ARGUMENT_CHARS, OutOfBounds, loads_bounded
+from agentloop.policies.bounds import (
+    MAX_ARGUMENT_CHARS,
+    MAX_OUTPUT_ARGUMENT_BYTES,
+    OutOfBounds,
+    loads_bounded,
+)
 from agentloop.policies.errors import classify_connection_error, classify_http_error
 
 RUNNER_NOTE_PREFIX = "[agentloop] "
@@ -94,11 +99,18 @@ def make_tool_calls(raw_calls: Iterable[tuple[str, str, str]]) -> tuple[list[Too
     that must not run (`call <id or #n>: ...`)."""
     calls: list[ToolCall] = []
     problems: list[str] = []
+    size = 0
     for index, (call_id, name, raw_arguments) in enumerate(raw_calls):
         call, problem = make_tool_call(call_id, name, raw_arguments)
         calls.append(call)
+        size += len(raw_arguments.encode("utf-8", "replace"))
         if problem:
             problems.append(f"call {call_id or f'#{index}'}: {problem}")
+        elif size > MAX_OUTPUT_ARGUMENT_BYTES:
+            problems.append(
+                f"call {call_id or f'#{index}'}: the output's tool-call arguments pass "
+                f"{MAX_OUTPUT_ARGUMENT_BYTES} bytes in all"
+            )
     return calls, problems
 
 

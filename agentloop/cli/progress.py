@@ -96,6 +96,11 @@ def format_result(result: AgentRunResult) -> str:
     if result.output is not None:
         output = result.output if isinstance(result.output, str) else json.dumps(result.output)
         lines.append(f"answer: {output}")
+        if result.output_ref:
+            lines.append(
+                f"(the answer's start: the whole is {result.output_ref} in the store; "
+                "`agentloop transcript` shows it)"
+            )
     if result.status != "completed" and result.report:
         lines.append(result.report)
     return "\n".join(lines)

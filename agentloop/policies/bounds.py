@@ -19,8 +19,14 @@ MAX_SIGNAL_BYTES = 256_000
 """A signal's or update's payload."""
 MAX_ARGUMENT_CHARS = 256_000
 """A tool call's arguments, as JSON text."""
+MAX_OUTPUT_ARGUMENT_BYTES = 512_000
+"""The arguments of all the tool calls of one model output, as UTF-8 JSON text: what one
+output may bring into the workflow stays well under Temporal's payload limit."""
 MAX_ANSWER_CHARS = 1_000_000
 """A final answer parsed as JSON against `output_schema`."""
+MAX_INLINE_ANSWER_CHARS = 100_000
+"""A model output's text that travels inline to the workflow (and into the run's result);
+longer text travels by reference through the store, like large tool output."""
 MAX_SCHEMA_CHARS = 64_000
 """An `output_schema` (or a tool's parameters) as JSON text."""
 MAX_ERROR_CHARS = 300

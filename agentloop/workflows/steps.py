@@ -78,10 +78,10 @@ async def call_model(state: LoopState, step: CallModel, deadline: RunDeadline) -
     except ActivityError as exc:
         loop.record_failure(state, f"model_error: {describe_failure(exc)}")
         return
-    expected = turn.head_after(result.output)
-    if expected != result.head:
+    diverged = turn.transcript_problem(result)
+    if diverged is not None:
         raise ApplicationError(
-            f"transcript diverged: the store's head {result.head} is not {expected}",
+            f"transcript diverged: {diverged}",
             type="TranscriptDiverged",
             non_retryable=True,
         )
@@ -147,6 +147,7 @@ async def verify(state: LoopState, step: Verify) -> None:
                 check=step.check,
                 workflow_id=workflow.info().workflow_id,
                 answer=step.answer,
+                answer_ref=step.answer_ref,
                 calls=list(state.calls.values()),
                 principal=state.run_input.principal,
             ),

@@ -12,7 +12,6 @@ from typing import assert_never
 
 from agentloop.events import ModelOutput
 from agentloop.policies import authorization, budgets
-from agentloop.policies.completion import check_output
 from agentloop.workflows.loop.next_step import (
     AwaitApproval,
     AwaitInput,
@@ -26,12 +25,11 @@ from agentloop.workflows.loop.next_step import (
     RunTools,
     Verify,
 )
-from agentloop.workflows.loop.record import response_named
+from agentloop.workflows.loop.record import answer_problems, response_named
 from agentloop.workflows.loop.settle import stopping_rejection
 from agentloop.workflows.loop.state import (
     MAX_REFUSED_CALLS,
     Batch,
-    Feature,
     LoopState,
     seconds,
 )
@@ -90,19 +88,23 @@ def _checked_candidate(state: LoopState, output: ModelOutput) -> NextStep:
     if finish.status != "completed" or check is None:
         return finish
     if state.verified_turn != state.turn:
-        return Verify(check, output.text)
+        return Verify(check, output.text, output.text_ref)
     return Finish(
-        finish.status, f"{finish.stop_reason}; completion_check {check} passed", finish.output
+        finish.status,
+        f"{finish.stop_reason}; completion_check {check} passed",
+        finish.output,
+        finish.output_ref,
     )
 
 
 def _final_candidate(state: LoopState, output: ModelOutput) -> Finish:
     schema = state.run_input.output_schema
     if schema is None:
+        if output.text_ref:
+            reason = f"final answer ({output.text_chars} characters: the whole by output_ref)"
+            return Finish("completed", reason, output.text, output.text_ref)
         return Finish("completed", "final answer", output.text)
-    parsed, problems = check_output(
-        schema, output.text, bounded=state.has(Feature.BOUNDED_VALIDATION)
-    )
+    parsed, problems = answer_problems(state, output, schema)
     if problems:
         # Only reached once the corrections are used up (see `record_model_output`).
         return Finish(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentloop.activity_io import CallModelInput
+from agentloop.activity_io import CallModelInput, CallModelResult
 from agentloop.contract import AgentRunInput, AgentRunResult
 from agentloop.events import ErrorClass, Event, ModelOutput, ToolResult
 from agentloop.transcript import append
@@ -27,6 +27,21 @@ class ModelTurn:
         """The transcript head once the sent events and `output` are appended."""
         head, _ = append(self.request.head, [*self.sent, output])
         return head
+
+    def transcript_problem(self, result: CallModelResult) -> str | None:
+        """Why the store's transcript is not the one this call extended, if it is not: the
+        head after the sent events (and, for a whole output, after it too) must be the one
+        the workflow computes. A slim output lacks what its node hashes, so its node is the
+        store's word."""
+        if self.request.slim_output:
+            expected, _ = append(self.request.head, self.sent)
+            if expected != result.sent_head:
+                return f"the store's head before the output {result.sent_head} is not {expected}"
+            return None
+        expected = self.head_after(result.output)
+        if expected != result.head:
+            return f"the store's head {result.head} is not {expected}"
+        return None
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,8 @@ class Verify:
 
     check: str
     answer: str
+    answer_ref: str = ""
+    """The store key of the whole answer when `answer` is only its start."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,8 @@ class Finish:
     status: RunStatus
     stop_reason: str
     output: str | dict[str, Any] | list[Any] | None = None
+    output_ref: str = ""
+    """The store key of the whole answer when `output` is only its start."""
 
 
 AwaitHumans = AwaitApproval | AwaitInput | AwaitReconciliation

@@ -15,6 +15,7 @@ from agentloop.activity_io import CallModelInput, CallModelResult, PreconditionR
 from agentloop.context import chars_per_token
 from agentloop.contract import AgentRunResult, CallRecord, ModelSettings, PreviousRun
 from agentloop.events import Event, ModelOutput, StateUpdate, ToolResult
+from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS
 from agentloop.policies.completion import check_output
 from agentloop.reporting import stop_report
 from agentloop.tool_spec import Outcome, ToolSpec
@@ -74,6 +75,7 @@ def start_model_call(state: LoopState, step: CallModel) -> ModelTurn:
         context_budget_tokens=run_input.context_budget_tokens,
         chars_per_token=state.chars_per_token,
         facts=facts(state),
+        slim_output=state.has(Feature.MODEL_OUTPUT_SLIM),
     )
     return ModelTurn(request, sent)
 
@@ -146,8 +148,23 @@ def response_named(output: ModelOutput) -> str:
     return f" (response {ref.response_id})" if ref.response_id else ""
 
 
+def answer_problems(
+    state: LoopState, output: ModelOutput, schema: dict[str, Any]
+) -> tuple[Any, list[str]]:
+    """A final answer checked against `output_schema`: its JSON value and what is wrong. An
+    answer too long to travel inline is not checked here (the workflow holds only its
+    start)."""
+    if output.text_ref:
+        limit = MAX_INLINE_ANSWER_CHARS
+        return None, [
+            f"the answer is {output.text_chars} characters, over the {limit} that can be"
+            " checked against output_schema"
+        ]
+    return check_output(schema, output.text, bounded=state.has(Feature.BOUNDED_VALIDATION))
+
+
 def _send_back_if_rejected(state: LoopState, output: ModelOutput, schema: dict[str, Any]) -> None:
-    _, problems = check_output(schema, output.text, bounded=state.has(Feature.BOUNDED_VALIDATION))
+    _, problems = answer_problems(state, output, schema)
     if not problems or state.output_corrections >= MAX_OUTPUT_CORRECTIONS:
         return
     # Not done: the verdict goes back to the model as an observation, on the same budget.
@@ -358,6 +375,7 @@ def record_finish(state: LoopState, step: Finish) -> AgentRunResult:
         status=step.status,
         stop_reason=step.stop_reason,
         output=step.output,
+        output_ref=step.output_ref or None,
         usage=state.usage,
         calls=list(state.calls.values()),
         side_effects=side_effects(state),

@@ -73,6 +73,11 @@ class Feature(StrEnum):
     MESSAGES_DURING_MODEL_CALL_KEPT = "messages-during-model-call-kept"
     """A message (or any event) that arrived while a model call was in flight waits for the
     next call; before it, the call's end emptied the outbox and such a message was lost."""
+    MODEL_OUTPUT_SLIM = "model-output-slim"
+    """A model output reaches the workflow slim: without the provider's raw items, and a text
+    over `MAX_INLINE_ANSWER_CHARS` by reference through the store (`ModelOutput.text_ref`;
+    the run's result names it in `output_ref`); the transcript check covers the events sent.
+    Before it, the whole output (raw items, any length of text) rode in history and state."""
     RUN_CHAIN_KEYS = "run-chain-keys"
     """A write's idempotency key names the run chain (`WORKFLOW_ID/FIRST_RUN_ID/CALL_ID`), so a
     later run reusing the workflow id never shares keys with an earlier one."""
@@ -118,6 +123,7 @@ FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
             Feature.CONTINUE_FROM_CHECKED,
             Feature.APPROVALS_CHECKED_BY_WORKER,
             Feature.MESSAGES_DURING_MODEL_CALL_KEPT,
+            Feature.MODEL_OUTPUT_SLIM,
             Feature.INDEXED_HOWEVER_STARTED,
         ),
     ),
