@@ -5,14 +5,17 @@ effect in the system of record.
 Each test runs its worker as a separate OS process (own task queue, own transcript store), so
 the kill is the real thing: no cleanup, no goodbye to the server. The server notices a lost
 activity through its heartbeat timeout (5 s for tools, 10 s for model calls) and a lost sticky
-workflow task after about 10 s, so each test takes 10-25 s. Every wait is bounded and waits on
-something observable (the `status` query, the provider's request log, the service's stats).
+workflow task after about 10 s, so each test takes 10-25 s; a lost outcome lookup has no
+heartbeat and is only given up on at its start-to-close timeout (the tool's 45 s), so that test
+takes about 50 s. Every wait is bounded and waits on something observable (the `status` query,
+the provider's request log, the service's stats).
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -21,6 +24,8 @@ from urllib.parse import quote
 
 import aiohttp
 import pytest
+from temporalio.api.enums.v1 import EventType, TimeoutType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
@@ -37,6 +42,7 @@ from agentloop.contract import (
 )
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
+from agentloop.demo.tools.http import WRITE_TOOL_TIMEOUT_SECONDS
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, free_port, temporal_binary
 from tests.support import (
@@ -70,10 +76,71 @@ def make_env(
     return settings, worker_env(client, settings, tmp_path / "store.db")
 
 
-async def kill(process: asyncio.subprocess.Process) -> None:
+def identity(process: asyncio.subprocess.Process) -> str:
+    """A worker process's Temporal identity (its client's default, `PID@HOST`), as history
+    names who started a workflow or activity task."""
+    return f"{process.pid}@{socket.gethostname()}"
+
+
+async def kill(process: asyncio.subprocess.Process) -> str:
+    """SIGKILL the worker; returns its identity."""
     process.send_signal(signal.SIGKILL)
     await process.wait()
     assert process.returncode == -signal.SIGKILL
+    return identity(process)
+
+
+async def history(handle: WorkflowHandle[Any, Any]) -> list[HistoryEvent]:
+    return [e async for e in handle.fetch_history_events()]
+
+
+def lost_workflow_tasks(events: list[HistoryEvent], *killed: str) -> list[str]:
+    """The timeout type of each timed-out workflow task of a run's history, once it is checked
+    that no workflow task failed (a replay that diverged) and that each one that timed out was
+    held by a killed worker (`kill`'s identities): started by it and lost with it, or waiting
+    on its sticky queue. Anything else would be a wedged run (`assert_never_wedged`)."""
+    by_id = {e.event_id: e for e in events}
+    failed = [
+        e.workflow_task_failed_event_attributes.failure.message
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+    ]
+    assert failed == [], failed
+    lost = []
+    for event in events:
+        if event.event_type != EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+            continue
+        timed_out = event.workflow_task_timed_out_event_attributes
+        if timed_out.started_event_id:
+            started = by_id[timed_out.started_event_id]
+            holder = started.workflow_task_started_event_attributes.identity
+        else:  # never started: it waited on a sticky queue, named `IDENTITY-UUID`
+            scheduled = by_id[timed_out.scheduled_event_id]
+            queue = scheduled.workflow_task_scheduled_event_attributes.task_queue.name
+            holder = queue.rpartition("-")[0]
+        assert holder in killed, f"workflow task {event.event_id} of {holder} timed out"
+        lost.append(TimeoutType.Name(timed_out.timeout_type))
+    return lost
+
+
+def activity_attempts(events: list[HistoryEvent], activity_type: str) -> list[tuple[int, str]]:
+    """For each activity of that type in a run's history: the attempt that ended it and the
+    worker that ran that attempt (history keeps only the last attempt's start)."""
+    scheduled = {
+        e.event_id
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == activity_type
+    }
+    return [
+        (
+            e.activity_task_started_event_attributes.attempt,
+            e.activity_task_started_event_attributes.identity,
+        )
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and e.activity_task_started_event_attributes.scheduled_event_id in scheduled
+    ]
 
 
 def call(call_id: str, name: str, arguments: dict[str, Any]) -> ScriptedToolCall:
@@ -129,8 +196,10 @@ async def approve_pending(
     await approve(handle, call_id, approver, pending["args_digest"])
 
 
-async def result_of(handle: WorkflowHandle[Any, AgentRunResult]) -> AgentRunResult:
-    return await asyncio.wait_for(handle.result(), RESULT_SECONDS)
+async def result_of(
+    handle: WorkflowHandle[Any, AgentRunResult], seconds: float = RESULT_SECONDS
+) -> AgentRunResult:
+    return await asyncio.wait_for(handle.result(), seconds)
 
 
 def counts(example_service: ExampleService) -> dict[str, int]:
@@ -430,6 +499,61 @@ async def test_killed_while_awaiting_reconciliation_the_resolution_lands_on_the_
     assert by_id(result.calls)["call_reserve"].status == "confirmed_after_query"
     assert reservations(example_service) == 1
     assert counts(example_service)["workshops.reserve"] == 1  # never resent
+
+
+# --- (g) during an outcome lookup ----------------------------------------------------------
+
+
+async def test_killed_during_an_outcome_lookup_the_new_worker_looks_it_up_again(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    settings, env = make_env(client, worker_settings, tmp_path, tool_http_timeout_seconds=SLOW_HTTP)
+    scripted_provider.register(reserve_script(run_id, f"{run_id}/"))
+    # The write commits but its answer is lost: outcome unknown, so the run asks the system of
+    # record by key, and that question is held at the service until the worker is dead.
+    example_service.inject_fault("workshops.reserve", "commit_then_drop")
+    example_service.set_delay("workshops.operation", 30_000)
+
+    async with worker_process(env) as first:
+        handle = await start_run(client, settings, run_id, run_input(run_id, ["reserve_seat"]))
+        key = write_key(handle, "call_reserve")
+        await approve_pending(handle, "call_reserve")
+        await wait_until(
+            lambda: counts(example_service)["workshops.operation"] == 1,
+            "the outcome lookup to reach the service",
+        )
+        killed = await kill(first)
+    assert reservations(example_service) == 1
+    example_service.set_delay("workshops.operation", 0)
+    async with worker_process(env) as second:
+        # The lookup activity has no heartbeat: its lost attempt is given up on only at its
+        # start-to-close timeout (the tool's 45 s), then attempt 2 runs here.
+        result = await result_of(handle, WRITE_TOOL_TIMEOUT_SECONDS + RESULT_SECONDS)
+
+    assert result.status == "completed", result.stop_reason
+    assert result.output == "Booked."
+    reserve = by_id(result.calls)["call_reserve"]
+    assert (reserve.status, reserve.attempts, reserve.idempotency_key) == (
+        "confirmed_after_query",
+        1,
+        key,
+    )
+    [effect] = result.side_effects
+    assert (effect["call_id"], effect["status"]) == ("call_reserve", "confirmed_after_query")
+    found = counts(example_service)
+    assert found["workshops.reserve"] == 1  # never resent
+    assert [r["status"] for r in requests_to(example_service, "workshops.operation")] == [None, 200]
+    assert reservations(example_service) == 1
+    events = await history(handle)
+    assert lost_workflow_tasks(events, killed) == []
+    # The one lookup activity: its second attempt ran on the new worker.
+    [lookup] = activity_attempts(events, "lookup_outcome")
+    assert lookup == (2, identity(second))
 
 
 # --- the dev server itself restarted -------------------------------------------------------
