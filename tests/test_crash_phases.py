@@ -46,6 +46,7 @@ from agentloop.demo.tools.http import WRITE_TOOL_TIMEOUT_SECONDS
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, free_port, temporal_binary
 from tests.support import (
+    local_activity_type,
     start_run,
     wait_for_phase,
     wait_until,
@@ -63,6 +64,7 @@ RESULT_SECONDS = 60
 """Bound on a run's end once the second worker is up (heartbeat + sticky timeouts included)."""
 SLOW_HTTP = 30.0
 """The tool HTTP timeout of workers that must still be waiting when they are killed."""
+DATE = "2026-12-01"
 
 
 def make_env(
@@ -554,6 +556,70 @@ async def test_killed_during_an_outcome_lookup_the_new_worker_looks_it_up_again(
     # The one lookup activity: its second attempt ran on the new worker.
     [lookup] = activity_attempts(events, "lookup_outcome")
     assert lookup == (2, identity(second))
+
+
+# --- (h) during a batch of local reads -----------------------------------------------------
+
+
+async def test_killed_during_a_batch_of_local_reads_the_batch_runs_again_each_under_its_id(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    settings, env = make_env(client, worker_settings, tmp_path, tool_http_timeout_seconds=SLOW_HTTP)
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        call("call_sh", "get_weather", {"city": "Shanghai", "date": DATE}),
+                        call("call_bj", "get_weather", {"city": "Beijing", "date": DATE}),
+                    ],
+                    expect_tool_results={"call_sh": "Shanghai", "call_bj": "Beijing"},
+                ),
+                ScriptTurn(text="{{call_sh.city}} and {{call_bj.city}}"),
+            ],
+        )
+    )
+    # Local reads run inside the workflow task: the worker dies holding it, both reads in
+    # flight (within the local reads' 5 s timeout).
+    example_service.set_delay("weather", 4_000)
+
+    async with worker_process(env) as first:
+        handle = await start_run(client, settings, run_id, run_input(run_id, ["get_weather"]))
+        await wait_until(
+            lambda: counts(example_service)["weather"] == 2, "both reads to reach the service"
+        )
+        killed = await kill(first)
+    example_service.set_delay("weather", 0)
+    async with worker_process(env):
+        result = await result_of(handle)
+
+    assert result.status == "completed", result.stop_reason
+    assert result.output == "Shanghai and Beijing"
+    assert {c.call_id: c.status for c in result.calls} == {
+        "call_sh": "succeeded",
+        "call_bj": "succeeded",
+    }
+    assert (result.usage.model_calls, result.usage.tool_calls) == (2, 2)
+    # The lost attempts were abandoned unanswered; the batch ran again, each read once.
+    assert [r["status"] for r in requests_to(example_service, "weather")] == [None, None, 200, 200]
+    # Each result went back under its own call id.
+    last = scripted_provider.requests[-1]["body"]["messages"]
+    tool_messages = {m["tool_call_id"]: m["content"] for m in last if m["role"] == "tool"}
+    assert set(tool_messages) == {"call_sh", "call_bj"}
+    assert "Shanghai" in tool_messages["call_sh"] and "Beijing" in tool_messages["call_bj"]
+    assert "Beijing" not in tool_messages["call_sh"] and "Shanghai" not in tool_messages["call_bj"]
+    events = await history(handle)
+    # The workflow task the reads ran in was lost with the worker (that is how a local
+    # activity's attempt is lost); the batch was recorded once, still local, by the new one.
+    assert lost_workflow_tasks(events, killed) == ["TIMEOUT_TYPE_START_TO_CLOSE"]
+    assert sum(local_activity_type(e) == "run_tool" for e in events) == 2
+    assert activity_attempts(events, "run_tool") == []
 
 
 # --- the dev server itself restarted -------------------------------------------------------
