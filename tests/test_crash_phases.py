@@ -54,6 +54,7 @@ from tests.support import (
     worker_process,
     write_key,
 )
+from tests.test_delegate import child_waiting_for_approval, delegation_result, parent_input
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -64,6 +65,8 @@ RESULT_SECONDS = 60
 """Bound on a run's end once the second worker is up (heartbeat + sticky timeouts included)."""
 SLOW_HTTP = 30.0
 """The tool HTTP timeout of workers that must still be waiting when they are killed."""
+STICKY_TIMEOUT = "TIMEOUT_TYPE_SCHEDULE_TO_START"
+"""A workflow task that waited on a dead worker's sticky queue (none was lost half done)."""
 DATE = "2026-12-01"
 
 
@@ -620,6 +623,80 @@ async def test_killed_during_a_batch_of_local_reads_the_batch_runs_again_each_un
     assert lost_workflow_tasks(events, killed) == ["TIMEOUT_TYPE_START_TO_CLOSE"]
     assert sum(local_activity_type(e) == "run_tool" for e in events) == 2
     assert activity_attempts(events, "run_tool") == []
+
+
+# --- (i) while a delegated child run writes ------------------------------------------------
+
+
+async def test_killed_while_a_child_run_writes_both_runs_finish_and_the_write_lands_once(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    settings, env = make_env(client, worker_settings, tmp_path, tool_http_timeout_seconds=SLOW_HTTP)
+    delegation = call("call_d", "delegate", {"task": "Book ws-101.", "tools": ["reserve_seat"]})
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(tool_calls=[delegation]),
+                ScriptTurn(text="The helper says: {{call_d.output}}"),
+            ],
+        )
+    )
+    scripted_provider.register(
+        Script(
+            name=f"{run_id}-child",
+            turns=[
+                ScriptTurn(
+                    tool_calls=[call("call_r", "reserve_seat", RESERVE)],
+                    expect_tool_results={"call_r": f"{run_id}/delegate/call_d/"},
+                ),
+                ScriptTurn(text="Booked: {{call_r.record.reservation_id}}"),
+            ],
+        )
+    )
+    # The child's write commits, and its answer is held until the worker is dead.
+    example_service.inject_fault("workshops.reserve", "commit_then_hang", hang_ms=120_000)
+
+    async with worker_process(env) as first:
+        parent = await start_run(client, settings, run_id, parent_input(run_id))
+        child, waiting = await child_waiting_for_approval(client, run_id, "call_d")
+        [pending] = waiting.pending_approvals
+        await approve(child, "call_r", "workshop-lead", pending["args_digest"])
+        await wait_until(lambda: reservations(example_service) == 1, "the child's write to commit")
+        killed = await kill(first)
+    async with worker_process(env):
+        result = await result_of(parent)
+    child_result = await result_of(child)
+
+    assert child_result.status == "completed", child_result.stop_reason
+    booking = by_id(child_result.calls)["call_r"]
+    # Looked up under the child's own key on the new worker, found, never resent.
+    assert (booking.status, booking.attempts) == ("confirmed_after_query", 1)
+    assert booking.idempotency_key == f"{child.id}/{(await child.describe()).run_id}/call_r"
+    assert result.status == "completed", result.stop_reason
+    assert result.output == f"The helper says: {child_result.output}"
+    assert isinstance(child_result.output, str) and child_result.output.startswith("Booked: r-")
+    found = counts(example_service)
+    assert (found["workshops.reserve"], found["workshops.operation"]) == (1, 1)
+    assert reservations(example_service) == 1
+    # The parent's model got the child's answer under the delegate call's id.
+    report = delegation_result(scripted_provider, "call_d")
+    assert (report["child_run"], report["status"]) == (child.id, "completed")
+    assert report["output"] == child_result.output
+    assert [(c.call_id, c.child_run) for c in result.calls] == [("call_d", child.id)]
+    [effect] = result.side_effects
+    assert (effect["call_id"], effect["status"]) == ("call_r", "confirmed_after_query")
+    assert effect["via"] == f"{child.id} (delegate call_d)"
+    assert result.usage.model_calls == 4  # 2 of the parent's, 2 of the child's
+    # No workflow task was in flight at the kill; one may have waited on the dead worker's
+    # sticky queue before the server handed it to the new worker.
+    for run in (parent, child):
+        assert set(lost_workflow_tasks(await history(run), killed)) <= {STICKY_TIMEOUT}
 
 
 # --- the dev server itself restarted -------------------------------------------------------
