@@ -49,6 +49,7 @@ from tests.support import (
     local_activity_type,
     start_run,
     wait_for_phase,
+    wait_for_status,
     wait_until,
     worker_env,
     worker_process,
@@ -68,6 +69,7 @@ SLOW_HTTP = 30.0
 STICKY_TIMEOUT = "TIMEOUT_TYPE_SCHEDULE_TO_START"
 """A workflow task that waited on a dead worker's sticky queue (none was lost half done)."""
 DATE = "2026-12-01"
+CONTINUE_AFTER_EVENTS = 36
 
 
 def make_env(
@@ -99,6 +101,25 @@ async def history(handle: WorkflowHandle[Any, Any]) -> list[HistoryEvent]:
     return [e async for e in handle.fetch_history_events()]
 
 
+async def chain_of(
+    client: Client, handle: WorkflowHandle[Any, Any]
+) -> list[tuple[str, list[HistoryEvent]]]:
+    """Each run of the workflow's chain (continue-as-new), first to last: its run id and its
+    history."""
+    chain: list[tuple[str, list[HistoryEvent]]] = []
+    run_id = handle.first_execution_run_id
+    while run_id:
+        events = await history(client.get_workflow_handle(handle.id, run_id=run_id))
+        chain.append((run_id, events))
+        last = events[-1]
+        run_id = (
+            last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+            if last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+            else None
+        )
+    return chain
+
+
 def lost_workflow_tasks(events: list[HistoryEvent], *killed: str) -> list[str]:
     """The timeout type of each timed-out workflow task of a run's history, once it is checked
     that no workflow task failed (a replay that diverged) and that each one that timed out was
@@ -126,6 +147,15 @@ def lost_workflow_tasks(events: list[HistoryEvent], *killed: str) -> list[str]:
         assert holder in killed, f"workflow task {event.event_id} of {holder} timed out"
         lost.append(TimeoutType.Name(timed_out.timeout_type))
     return lost
+
+
+def task_identities(events: list[HistoryEvent]) -> list[str]:
+    """Who started each workflow task of a run, in order."""
+    return [
+        e.workflow_task_started_event_attributes.identity
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+    ]
 
 
 def activity_attempts(events: list[HistoryEvent], activity_type: str) -> list[tuple[int, str]]:
@@ -697,6 +727,106 @@ async def test_killed_while_a_child_run_writes_both_runs_finish_and_the_write_la
     # sticky queue before the server handed it to the new worker.
     for run in (parent, child):
         assert set(lost_workflow_tasks(await history(run), killed)) <= {STICKY_TIMEOUT}
+
+
+# --- (j) across a continue-as-new ----------------------------------------------------------
+
+
+async def test_killed_right_after_a_continue_as_new_the_continued_run_finishes_intact(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    settings, env = make_env(client, worker_settings, tmp_path, tool_http_timeout_seconds=SLOW_HTTP)
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[call("call_reserve", "reserve_seat", RESERVE)],
+                    expect_tool_results={"call_reserve": f"{run_id}/"},
+                ),
+                ScriptTurn(
+                    tool_calls=[call("call_check", "check_workshop", {"workshop_id": "ws-101"})],
+                    expect_tool_results={"call_check": "p-carol"},
+                    delay_ms=3_000,
+                ),
+                ScriptTurn(
+                    text="{{call_check.title}}: {{call_reserve.reservation_id}}", delay_ms=3_000
+                ),
+            ],
+        )
+    )
+    # Every step after the write takes seconds, so the one the continued run starts with is
+    # still in flight when the worker is killed.
+    example_service.set_delay("workshops.get", 3_000)
+    tools = ["reserve_seat", "check_workshop"]
+    # The first run reaches about 35 events with the write, give or take a workflow task: it
+    # continues as new right after the write, or after the next model call, never before.
+    limited = run_input(run_id, tools, continue_as_new_after_events=CONTINUE_AFTER_EVENTS)
+    first_step = {
+        # The model call of turn 2 (the continued run started right after the write) ...
+        "calling_model": lambda: len(scripted_provider.requests) == 2,
+        # ... or the read it asked for (the run continued after that model call).
+        "executing_tools": lambda: counts(example_service)["workshops.get"] == 1,
+    }
+
+    async with worker_process(env) as first:
+        handle = await start_run(client, settings, run_id, limited)
+        key = write_key(handle, "call_reserve")
+        await approve_pending(handle, "call_reserve")
+        view = await wait_for_status(
+            handle, lambda v: len(v.run_chain) == 2, "the run to continue as new"
+        )
+        await wait_until(first_step[view.phase], f"the continued run's first step ({view.phase})")
+        killed = await kill(first)
+    # The write was made before the boundary; the continued run started with it in its ledger.
+    assert by_id(view.calls)["call_reserve"].status == "succeeded"
+    assert reservations(example_service) == 1
+    example_service.set_delay("workshops.get", 0)
+    async with worker_process(env) as second:
+        result = await result_of(handle)
+        final = await handle.query("status", result_type=RunStatusView)
+
+    assert result.status == "completed", result.stop_reason
+    assert isinstance(result.output, str) and result.output.startswith("Intro to Temporal: r-")
+    # The step the kill cut short ran again, once; nothing else did.
+    found = counts(example_service)
+    redone = {"calling_model": (4, 1), "executing_tools": (3, 2)}[view.phase]
+    assert (len(scripted_provider.requests), found["workshops.get"]) == redone
+    assert found["workshops.reserve"] == 1 and reservations(example_service) == 1
+    calls = by_id(result.calls)
+    assert [c.call_id for c in result.calls] == ["call_reserve", "call_check"]
+    assert (calls["call_reserve"].status, calls["call_reserve"].idempotency_key) == (
+        "succeeded",
+        key,
+    )
+    assert calls["call_check"].status == "succeeded"
+    # The ledger carried over: one budgeted call per turn, whatever the kill cut short.
+    assert (result.usage.model_calls, result.usage.tool_calls) == (3, 2)
+    # The continued run's model saw every result of the chain, each under its call id.
+    last = scripted_provider.requests[-1]["body"]["messages"]
+    assert [m["tool_call_id"] for m in last if m["role"] == "tool"] == [
+        "call_reserve",
+        "call_check",
+    ]
+
+    chain = await chain_of(client, handle)
+    assert len(chain) == 2, [run for run, _ in chain]
+    (_, first_run), (_, continued) = chain
+    # The killed worker ran the first run to its continue-as-new and started the continued
+    # run; the new worker took the continued run over and finished it.
+    assert set(task_identities(first_run)) == {killed}
+    assert first_run[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+    workers = task_identities(continued)
+    assert workers[0] == killed and workers[-1] == identity(second)
+    assert set(workers) == {killed, identity(second)}
+    assert lost_workflow_tasks(first_run, killed) == []
+    assert set(lost_workflow_tasks(continued, killed)) <= {STICKY_TIMEOUT}
+    assert final.run_chain == [run for run, _ in chain]
 
 
 # --- the dev server itself restarted -------------------------------------------------------
