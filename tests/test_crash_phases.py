@@ -932,3 +932,63 @@ async def test_the_dev_server_restarted_mid_run_keeps_the_run_and_the_write_happ
     assert by_id(result.calls)["call_reserve"].status == "succeeded"
     assert reservations(example_service) == 1
     assert counts(example_service)["workshops.reserve"] == 1
+
+
+async def heartbeat_recorded(handle: WorkflowHandle[Any, Any], seconds: float = 10) -> None:
+    """Until the server holds a heartbeat of the run's activity in flight (bounded)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while True:
+        pending = (await handle.describe()).raw_description.pending_activities
+        if any(p.HasField("last_heartbeat_time") for p in pending):
+            return
+        if loop.time() > deadline:
+            raise AssertionError("timed out waiting for a heartbeat of the activity in flight")
+        await asyncio.sleep(0.05)
+
+
+async def test_the_dev_server_restarted_while_a_write_is_in_flight_the_write_lands_once(
+    dev_server: DevServer,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    client = await dev_server.start()
+    settings, env = make_env(client, worker_settings, tmp_path, tool_http_timeout_seconds=SLOW_HTTP)
+    scripted_provider.register(reserve_script(run_id, f"{run_id}/"))
+    # The write is held before its commit for longer than the restart takes: it commits, and
+    # its activity completes, against the restarted server.
+    example_service.set_delay("workshops.reserve", 8_000)
+
+    async with worker_process(env) as worker:
+        handle = await start_run(client, settings, run_id, run_input(run_id, ["reserve_seat"]))
+        key = write_key(handle, "call_reserve")
+        await approve_pending(handle, "call_reserve")
+        await wait_until(
+            lambda: counts(example_service)["workshops.reserve"] == 1,
+            "the write to reach the service",
+        )
+        # Right after a recorded heartbeat: the next one (the SDK sends them 4 s apart) reaches
+        # the restarted server within the 5 s heartbeat timeout, so the attempt is kept.
+        await heartbeat_recorded(handle)
+        await dev_server.stop()
+        fresh = await dev_server.start()  # same port, same database file
+        assert worker.returncode is None  # the worker rode out the outage
+        [write] = requests_to(example_service, "workshops.reserve")
+        assert write["finished_seq"] is None  # still held at the service: in flight throughout
+        again = fresh.get_workflow_handle(run_id, result_type=AgentRunResult)
+        result = await result_of(again)
+
+    assert result.status == "completed", result.stop_reason
+    reserve = by_id(result.calls)["call_reserve"]
+    assert (reserve.status, reserve.attempts, reserve.idempotency_key) == ("succeeded", 1, key)
+    found = counts(example_service)
+    assert (found["workshops.reserve"], found["workshops.operation"]) == (1, 0)
+    assert reservations(example_service) == 1
+    held = await held_under(example_service, "workshops", key)
+    assert (held["state"], held["record"]["operation_id"]) == ("applied", key)
+    events = await history(again)
+    assert lost_workflow_tasks(events) == []
+    assert activity_attempts(events, "run_tool") == [(1, identity(worker))]
