@@ -8,7 +8,8 @@ activity through its heartbeat timeout (5 s for tools, 10 s for model calls) and
 workflow task after about 10 s, so each test takes 10-25 s; a lost outcome lookup has no
 heartbeat and is only given up on at its start-to-close timeout (the tool's 45 s), so that test
 takes about 50 s. Every wait is bounded and waits on something observable (the `status` query,
-the provider's request log, the service's stats).
+the provider's request log, the service's stats). Each history is checked too: no workflow task
+failed, and none timed out but those the killed worker held (`lost_workflow_tasks`).
 """
 
 from __future__ import annotations
@@ -311,7 +312,7 @@ async def test_killed_during_a_model_call_the_call_is_made_again_and_the_write_s
         handle = await start_run(client, settings, run_id, run_input(run_id, ["reserve_seat"]))
         await approve_pending(handle, "call_reserve")
         await wait_until(lambda: final_turn_requests() == 1, "the second model call", 30)
-        await kill(first)
+        killed = await kill(first)
     assert reservations(example_service) == 1
     async with worker_process(env):
         result = await result_of(handle)
@@ -323,6 +324,7 @@ async def test_killed_during_a_model_call_the_call_is_made_again_and_the_write_s
     assert by_id(result.calls)["call_reserve"].status == "succeeded"
     assert reservations(example_service) == 1
     assert counts(example_service)["workshops.reserve"] == 1
+    assert set(lost_workflow_tasks(await history(handle), killed)) <= {STICKY_TIMEOUT}
 
 
 # --- (b) during a read ---------------------------------------------------------------------
@@ -346,7 +348,7 @@ async def test_killed_during_a_read_the_read_runs_again_and_the_write_runs_once(
         await wait_until(
             lambda: counts(example_service)["workshops.get"] == 1, "the read to reach the service"
         )
-        await kill(first)
+        killed = await kill(first)
     example_service.set_delay("workshops.get", 0)
     async with worker_process(env):
         await approve_pending(handle, "call_reserve")
@@ -360,6 +362,7 @@ async def test_killed_during_a_read_the_read_runs_again_and_the_write_runs_once(
     assert [r["status"] for r in requests_to(example_service, "workshops.get")] == [None, 200]
     assert found["workshops.reserve"] == 1
     assert reservations(example_service) == 1
+    assert set(lost_workflow_tasks(await history(handle), killed)) <= {STICKY_TIMEOUT}
 
 
 # --- (c) during a write, before its commit -------------------------------------------------
@@ -386,7 +389,7 @@ async def test_killed_while_a_write_is_held_before_its_commit_it_is_sent_again_s
             lambda: counts(example_service)["workshops.reserve"] == 1,
             "the write to reach the service",
         )
-        await kill(first)
+        killed = await kill(first)
     # The service cancels the abandoned request: it is logged without an answer, no record.
     await wait_until(
         lambda: requests_to(example_service, "workshops.reserve")[0]["finished_seq"] is not None,
@@ -412,6 +415,7 @@ async def test_killed_while_a_write_is_held_before_its_commit_it_is_sent_again_s
     assert reservations(example_service) == 1
     held = await held_under(example_service, "workshops", key)
     assert (held["state"], held["record"]["operation_id"]) == ("applied", key)
+    assert set(lost_workflow_tasks(await history(handle), killed)) <= {STICKY_TIMEOUT}
 
 
 # --- (d) after the commit, before the activity completes -----------------------------------
@@ -434,7 +438,7 @@ async def test_killed_after_the_commit_the_new_worker_finds_it_and_does_not_rese
         key = write_key(handle, "call_reserve")
         await approve_pending(handle, "call_reserve")
         await wait_until(lambda: reservations(example_service) == 1, "the write to commit")
-        await kill(first)
+        killed = await kill(first)
     async with worker_process(env):
         result = await result_of(handle)
 
@@ -451,6 +455,7 @@ async def test_killed_after_the_commit_the_new_worker_finds_it_and_does_not_rese
     assert found["workshops.reserve"] == 1
     assert found["workshops.operation"] == 1
     assert reservations(example_service) == 1
+    assert set(lost_workflow_tasks(await history(handle), killed)) <= {STICKY_TIMEOUT}
 
 
 # --- (e) while awaiting approval (send_reply) ----------------------------------------------
@@ -482,7 +487,7 @@ async def test_killed_while_a_reply_awaits_approval_the_approved_reply_is_sent_o
             client, settings, run_id, run_input(run_id, ["send_reply"], provider="anthropic")
         )
         view = await wait_for_phase(handle, "awaiting_approval")
-        await kill(first)
+        killed = await kill(first)
     assert example_service.records()["replies"] == 0
     # No worker is polling: the signal waits in history for the next one.
     await approve(handle, "call_reply", "support-lead", view.pending_approvals[0]["args_digest"])
@@ -493,6 +498,7 @@ async def test_killed_while_a_reply_awaits_approval_the_approved_reply_is_sent_o
     assert by_id(result.calls)["call_reply"].status == "succeeded"
     assert example_service.records()["replies"] == 1
     assert counts(example_service)["support.reply"] == 1
+    assert set(lost_workflow_tasks(await history(handle), killed)) <= {STICKY_TIMEOUT}
 
 
 # --- (f) while awaiting reconciliation -----------------------------------------------------
@@ -516,7 +522,7 @@ async def test_killed_while_awaiting_reconciliation_the_resolution_lands_on_the_
         key = write_key(handle, "call_reserve")
         await approve_pending(handle, "call_reserve")
         await wait_for_phase(handle, "awaiting_reconciliation")
-        await kill(first)
+        killed = await kill(first)
     async with worker_process(env):
         # The new worker rebuilt the wait from history: the same call, the same key.
         view = await query_when_served(
@@ -534,6 +540,7 @@ async def test_killed_while_awaiting_reconciliation_the_resolution_lands_on_the_
     assert by_id(result.calls)["call_reserve"].status == "confirmed_after_query"
     assert reservations(example_service) == 1
     assert counts(example_service)["workshops.reserve"] == 1  # never resent
+    assert set(lost_workflow_tasks(await history(handle), killed)) <= {STICKY_TIMEOUT}
 
 
 # --- (g) during an outcome lookup ----------------------------------------------------------
@@ -932,6 +939,7 @@ async def test_the_dev_server_restarted_mid_run_keeps_the_run_and_the_write_happ
     assert by_id(result.calls)["call_reserve"].status == "succeeded"
     assert reservations(example_service) == 1
     assert counts(example_service)["workshops.reserve"] == 1
+    assert lost_workflow_tasks(await history(again)) == []
 
 
 async def heartbeat_recorded(handle: WorkflowHandle[Any, Any], seconds: float = 10) -> None:
