@@ -43,7 +43,6 @@ from agentloop.contract import (
 )
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
-from agentloop.demo.tools.http import WRITE_TOOL_TIMEOUT_SECONDS
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, free_port, temporal_binary
 from tests.support import (
@@ -573,9 +572,9 @@ async def test_killed_during_an_outcome_lookup_the_new_worker_looks_it_up_again(
     assert reservations(example_service) == 1
     example_service.set_delay("workshops.operation", 0)
     async with worker_process(env) as second:
-        # The lookup activity has no heartbeat: its lost attempt is given up on only at its
-        # start-to-close timeout (the tool's 45 s), then attempt 2 runs here.
-        result = await result_of(handle, WRITE_TOOL_TIMEOUT_SECONDS + RESULT_SECONDS)
+        # The lookup heartbeats (feature checks-heartbeat): its lost attempt is given up on
+        # at the heartbeat timeout, not the tool's 45 s, then attempt 2 runs here.
+        result = await result_of(handle, RESULT_SECONDS)
 
     assert result.status == "completed", result.stop_reason
     assert result.output == "Booked."
@@ -592,7 +591,8 @@ async def test_killed_during_an_outcome_lookup_the_new_worker_looks_it_up_again(
     assert [r["status"] for r in requests_to(example_service, "workshops.operation")] == [None, 200]
     assert reservations(example_service) == 1
     events = await history(handle)
-    assert lost_workflow_tasks(events, killed) == []
+    # At most the workflow task that waited on the killed worker's sticky queue.
+    assert set(lost_workflow_tasks(events, killed)) <= {"TIMEOUT_TYPE_SCHEDULE_TO_START"}
     # The one lookup activity: its second attempt ran on the new worker.
     [lookup] = activity_attempts(events, "lookup_outcome")
     assert lookup == (2, identity(second))

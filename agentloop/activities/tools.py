@@ -126,7 +126,8 @@ class ToolActivities:
         if tool.precondition is None:
             return _precondition_checked(request, PreconditionResult(needs_approval=needs_approval))
         try:
-            await tool.precondition(request.arguments, self._context(request))
+            async with keep_heartbeating():
+                await tool.precondition(request.arguments, self._context(request))
         except ToolError as exc:
             if exc.retryable:
                 _audit_precondition(request, ok=None, error_class=exc.error_class)
@@ -170,7 +171,8 @@ class ToolActivities:
             outcome = Outcome(state="unknown", record=f"{request.tool} has no outcome lookup")
             return _outcome_looked_up(request, outcome)
         try:
-            outcome = await tool.lookup_outcome(request.arguments, self._context(request))
+            async with keep_heartbeating():
+                outcome = await tool.lookup_outcome(request.arguments, self._context(request))
         except ToolError as exc:
             # Retried by LOOKUP_RETRY; when attempts run out the runner records `unknown`.
             _audit_lookup(request, outcome=None, error_class=exc.error_class)

@@ -41,7 +41,7 @@ from agentloop.workflows.loop import (
     LoopState,
     Verify,
 )
-from agentloop.workflows.tool_activities import activity_tool_input, tool_input
+from agentloop.workflows.tool_activities import activity_tool_input, checks_heartbeat, tool_input
 from agentloop.workflows.visibility import audit
 
 MODEL_START_TO_CLOSE = timedelta(seconds=180)
@@ -186,6 +186,7 @@ async def _looked_up(state: LoopState, step: LookupOutcome) -> Outcome:
                 "lookup_outcome",
                 tool_input(call, principal, step.idempotency_key),
                 result_type=Outcome,
+                heartbeat_timeout=checks_heartbeat(state),
                 **options,
             )
             return looked_up

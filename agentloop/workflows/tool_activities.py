@@ -15,10 +15,15 @@ from agentloop.contract import Principal
 from agentloop.events import ToolCall, ToolResult
 from agentloop.tool_spec import ToolSpec
 from agentloop.workflows.failures import describe_failure, tool_failure_class
-from agentloop.workflows.loop import ToolFailure, ToolOutcome
+from agentloop.workflows.loop import Feature, LoopState, ToolFailure, ToolOutcome
 
 TOOL_HEARTBEAT = timedelta(seconds=5)
 """A worker that dies mid-tool is noticed this fast (the activity heartbeats every second)."""
+
+
+def checks_heartbeat(state: LoopState) -> timedelta | None:
+    """The heartbeat timeout of agentloop's own precondition check and outcome lookup."""
+    return TOOL_HEARTBEAT if state.has(Feature.CHECKS_HEARTBEAT) else None
 
 
 FRAME_TIMEOUT = timedelta(seconds=10)

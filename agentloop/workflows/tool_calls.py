@@ -22,7 +22,12 @@ from agentloop.workflows.children import run_with_children
 from agentloop.workflows.deadline import RunDeadline
 from agentloop.workflows.failures import describe_failure
 from agentloop.workflows.loop import CheckPreconditions, Feature, LoopState, RunTools, ToolOutcome
-from agentloop.workflows.tool_activities import start_tool, tool_input, tool_outcome
+from agentloop.workflows.tool_activities import (
+    checks_heartbeat,
+    start_tool,
+    tool_input,
+    tool_outcome,
+)
 
 PRECONDITION_RETRY = RetryPolicy(maximum_attempts=3)
 
@@ -38,6 +43,7 @@ async def check_preconditions(
             tool_input(call, principal, approval_rule=step.rules.get(call.call_id)),
             result_type=PreconditionResult,
             start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
+            heartbeat_timeout=checks_heartbeat(state),
             retry_policy=PRECONDITION_RETRY,
             summary=f"precondition {call.name} · {call.call_id}",
         )

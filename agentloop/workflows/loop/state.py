@@ -78,6 +78,9 @@ class Feature(StrEnum):
     over `MAX_INLINE_ANSWER_CHARS` by reference through the store (`ModelOutput.text_ref`;
     the run's result names it in `output_ref`); the transcript check covers the events sent.
     Before it, the whole output (raw items, any length of text) rode in history and state."""
+    CHECKS_HEARTBEAT = "checks-heartbeat"
+    """agentloop's precondition check and outcome lookup heartbeat like a tool, so a worker
+    lost during one is noticed in seconds, not after the tool's whole timeout."""
     RUN_CHAIN_KEYS = "run-chain-keys"
     """A write's idempotency key names the run chain (`WORKFLOW_ID/FIRST_RUN_ID/CALL_ID`), so a
     later run reusing the workflow id never shares keys with an earlier one."""
@@ -124,6 +127,7 @@ FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
             Feature.APPROVALS_CHECKED_BY_WORKER,
             Feature.MESSAGES_DURING_MODEL_CALL_KEPT,
             Feature.MODEL_OUTPUT_SLIM,
+            Feature.CHECKS_HEARTBEAT,
             Feature.INDEXED_HOWEVER_STARTED,
         ),
     ),
