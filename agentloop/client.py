@@ -9,25 +9,25 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentloop import search
 from agentloop.contract import DEFAULT_TASK_QUEUE, WORKFLOW_NAME, AgentRunInput, AgentRunResult
-from agentloop.runtime import tracing
+from agentloop.runtime import converter, tracing
 from agentloop.runtime.codec import EncryptionCodec, encrypting_data_converter
 from agentloop.runtime.config import Settings
 
 
 def data_converter(settings: Settings) -> DataConverter:
-    """The pydantic converter; with `AGENTLOOP_CODEC_KEYS` set, every payload encrypted
+    """The pydantic converter (reading what pydantic's JSON parser refuses, see
+    `agentloop.runtime.converter`); with `AGENTLOOP_CODEC_KEYS` set, every payload encrypted
     (`agentloop.runtime.codec`). Raises `ConfigError` naming the variable when the keys are
     malformed."""
     ring = settings.codec_key_ring()
     if ring is None:
-        return pydantic_data_converter
-    return encrypting_data_converter(EncryptionCodec.from_ring(ring))
+        return converter.data_converter
+    return encrypting_data_converter(EncryptionCodec.from_ring(ring), converter.data_converter)
 
 
 async def connect(settings: Settings) -> Client:

@@ -40,7 +40,6 @@ from types import TracebackType
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
@@ -55,6 +54,7 @@ from agentloop.demo.scripted_provider import (
     ScriptTurn,
 )
 from agentloop.runtime.config import Settings
+from agentloop.runtime.converter import data_converter as agentloop_data_converter
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, temporal_binary
 from agentloop.store.memory import MemoryStore
 from agentloop.tools.contract import Artifacts, ToolContext
@@ -154,7 +154,7 @@ class Harness:
                 dev_server_existing_path=temporal_binary(),
                 dev_server_extra_args=FAST_DEV_SERVER,
                 search_attributes=search.ALL,
-                data_converter=pydantic_data_converter,
+                data_converter=agentloop_data_converter,
             )
         )
         await self.model.start(host="127.0.0.1", port=0)

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from agentloop import search
@@ -17,6 +16,7 @@ from agentloop.cli.dev import EXAMPLE_TOOLS_MODULE
 from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.runtime.converter import data_converter as agentloop_data_converter
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, temporal_binary
 from agentloop.worker import running_worker
 
@@ -27,7 +27,7 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_existing_path=temporal_binary(),
         dev_server_extra_args=FAST_DEV_SERVER,
         search_attributes=search.ALL,
-        data_converter=pydantic_data_converter,
+        data_converter=agentloop_data_converter,
     )
     async with env:
         yield env

@@ -33,6 +33,7 @@ from agentloop.client import connect, data_converter
 from agentloop.contract import AgentRunInput, AgentRunResult, RunStatusView
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
+from agentloop.runtime import converter as agentloop_converter
 from agentloop.runtime.codec import (
     ENCODING,
     KEY_ID_METADATA,
@@ -295,11 +296,11 @@ def test_codec_keys_are_masked_in_the_printed_configuration() -> None:
 
 
 def test_the_data_converter_follows_the_setting() -> None:
-    assert data_converter(Settings()) is pydantic_data_converter
+    assert data_converter(Settings()) is agentloop_converter.data_converter
     converter = data_converter(Settings(codec_keys=RING_K2_K1))
     assert isinstance(converter.payload_codec, EncryptionCodec)
     assert converter.payload_codec.ring.active == "k2"
-    assert converter.payload_converter_class is pydantic_data_converter.payload_converter_class
+    assert converter.payload_converter_class is agentloop_converter.PayloadConverter
     # A malformed value that skipped `load` (e.g. `Settings.from_env`) is named at connect.
     with pytest.raises(ConfigError, match=r"AGENTLOOP_CODEC_KEYS='k1:\*\*\*': key 'k1' is 16"):
         data_converter(Settings(codec_keys=f"k1:{SHORT}"))

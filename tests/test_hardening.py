@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
@@ -16,10 +17,12 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from agentloop.activities.verify import VerifierActivities
 from agentloop.activity_io import VerifyInput
+from agentloop.adapters._shared import make_tool_call, text_safe
 from agentloop.contract import (
     WORKFLOW_NAME,
     AgentRunInput,
@@ -737,3 +740,53 @@ async def test_a_verifier_judges_the_whole_of_an_answer_that_came_by_reference()
     missing = VerifyInput(check="c", workflow_id="w", answer="x", answer_ref="sha256:00")
     with pytest.raises(ApplicationError, match="missing"):
         await verifiers._whole_answer(missing)
+
+
+LONE = "\ud800"
+"""A lone surrogate: what a JSON `\\ud800` escape parses to. No payload can encode it."""
+
+
+def escaped(value: Any) -> RawValue:
+    """`value` as JSON with `\\u` escapes, as any other client could send it."""
+    return RawValue(Payload(metadata={"encoding": b"json/plain"}, data=json.dumps(value).encode()))
+
+
+def test_lone_surrogates_from_the_model_are_refused_or_replaced_never_raised() -> None:
+    call, problem = make_tool_call("c1", "get_weather", '{"city": "\\ud800"}')
+    assert call.arguments == {} and "lone surrogate" in problem
+    call, problem = make_tool_call(f"c{LONE}", "get_weather", "{}")
+    assert call.call_id == "c?" and "lone surrogate" in problem
+    paired = make_tool_call("c2", "get_weather", '{"city": "\\ud83d\\ude00"}')
+    assert paired == (paired[0], "") and paired[0].arguments == {"city": "\U0001f600"}
+    output = text_safe(ModelOutput(text=f"a{LONE}b"))
+    assert output.text == "a?b"
+    output.model_dump_json()  # now it can be recorded
+
+
+async def test_lone_surrogates_from_outside_never_reach_a_payload(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    scripted_provider.register(
+        Script(name=run_id, turns=[ScriptTurn(text=f"Sunny{LONE}."), ScriptTurn(text="ok")])
+    )
+    handle = await paused_for_approval(client, worker, scripted_provider, f"{run_id}-a")
+    await handle.signal("message", escaped({"text": f"hi{LONE}", "sender": "p-alice"}))
+    [refused] = await refusals(handle, 1)
+    assert refused["signal"] == "message" and "lone surrogate" in refused["refused_because"]
+    await handle.signal("cancel")
+    await asyncio.wait_for(handle.result(), 30)
+    await assert_never_wedged(handle)
+
+    bad_input = run_input(run_id, []).model_dump(mode="json") | {"task": f"go{LONE}"}
+    started = await client.start_workflow(
+        WORKFLOW_NAME, escaped(bad_input), id=f"{run_id}-b", task_queue=worker.task_queue
+    )
+    with pytest.raises(WorkflowFailureError) as failed:
+        await asyncio.wait_for(started.result(), 30)
+    assert "lone surrogate" in str(failed.value.cause)
+    await assert_never_wedged(started)
+
+    answered = await start_run(client, worker, run_id, run_input(run_id, []))
+    result = await asyncio.wait_for(answered.result(), 30)
+    assert (result.status, result.output) == ("completed", "Sunny?.")
+    await assert_never_wedged(answered)

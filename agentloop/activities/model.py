@@ -16,6 +16,7 @@ from agentloop.activity_io import (
     CallModelResult,
 )
 from agentloop.adapters import AdapterFactory
+from agentloop.adapters._shared import text_safe
 from agentloop.adapters.base import ModelRequest, ProviderError
 from agentloop.context import budget_chars, fit
 from agentloop.events import ModelOutput
@@ -87,7 +88,7 @@ class ModelActivities:
         try:
             adapter = self._adapters.get(request.provider)
             async with keep_heartbeating():
-                output = await adapter.complete(model_request)
+                output = text_safe(await adapter.complete(model_request))
         except ProviderError as exc:
             _audit_failure(request, exc.error_class, exc.retryable, exc.status_code, exc.request_id)
             # `from None`: the cause's own message would reach history unmasked.

@@ -13,6 +13,7 @@ from typing import Any, Protocol, assert_never, cast
 import anthropic
 import httpx2
 import openai
+from pydantic_core import PydanticSerializationError
 
 from agentloop.adapters.base import ProviderError, UnsupportedEventError
 from agentloop.digests import args_digest
@@ -29,7 +30,11 @@ from agentloop.events import (
 from agentloop.policies.bounds import (
     MAX_ARGUMENT_CHARS,
     MAX_OUTPUT_ARGUMENT_BYTES,
+    NOT_TEXT,
     OutOfBounds,
+    as_text,
+    is_text,
+    is_text_value,
     loads_bounded,
 )
 from agentloop.policies.errors import classify_connection_error, classify_http_error
@@ -67,6 +72,29 @@ def parse_arguments(raw: str) -> dict[str, Any]:
         raise ArgumentsError(f"arguments are not valid JSON ({err})") from err
     if not isinstance(value, dict):
         raise ArgumentsError(f"arguments are a JSON {type(value).__name__}, not an object")
+    if "\\u" in raw and not is_text_value(value):
+        raise ArgumentsError(f"arguments: {NOT_TEXT}")
+    return value
+
+
+def text_safe(output: ModelOutput) -> ModelOutput:
+    """`output`, with every string in it Unicode text: a provider's JSON may carry lone
+    surrogate escapes in the answer or its raw items, which would make the output impossible
+    to record (each becomes `?`)."""
+    try:
+        output.model_dump_json()
+    except PydanticSerializationError:
+        return ModelOutput.model_validate(_replace_surrogates(output.model_dump()))
+    return output
+
+
+def _replace_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return as_text(value)
+    if isinstance(value, dict):
+        return {as_text(k): _replace_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace_surrogates(v) for v in value]
     return value
 
 
@@ -76,10 +104,13 @@ def make_tool_call(call_id: str, name: str, raw_arguments: str) -> tuple[ToolCal
     A call whose arguments do not parse is still returned (with empty `arguments` and the
     raw string verbatim) so the record shows what the model sent."""
     problem = ""
+    if not is_text(call_id + name + raw_arguments):
+        call_id, name, raw_arguments = as_text(call_id), as_text(name), as_text(raw_arguments)
+        problem = f"the call: {NOT_TEXT}"
     try:
         arguments = parse_arguments(raw_arguments)
     except ArgumentsError as err:
-        arguments, problem = {}, str(err)
+        arguments, problem = {}, problem or str(err)
     if not call_id:
         problem = "call has no id"
     elif not name:

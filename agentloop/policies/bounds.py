@@ -95,6 +95,29 @@ def loads_bounded(
     return json.loads(text, parse_constant=parse_constant)
 
 
+NOT_TEXT = "holds a lone surrogate (such as the escape \\ud800), which is not text"
+
+
+def is_text(text: str) -> bool:
+    """Whether `text` is Unicode text: no lone surrogate, which a JSON `\\ud800` escape can
+    produce and which no payload, store or provider can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def is_text_value(value: Any) -> bool:
+    """Whether every string in a parsed JSON value is Unicode text."""
+    return is_text(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def as_text(text: str) -> str:
+    """`text` with each lone surrogate replaced by `?`."""
+    return text if is_text(text) else text.encode("utf-8", "replace").decode("utf-8")
+
+
 def clipped(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     """`text`, cut to `limit` characters with a mark where it was cut."""
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -23,7 +23,14 @@ from agentloop.contract import (
     UserMessage,
     describe_validation_error,
 )
-from agentloop.policies.bounds import MAX_SIGNAL_BYTES, OutOfBounds, clipped, loads_bounded
+from agentloop.policies.bounds import (
+    MAX_SIGNAL_BYTES,
+    NOT_TEXT,
+    OutOfBounds,
+    clipped,
+    is_text_value,
+    loads_bounded,
+)
 
 NOTHING = RawValue(Payload(metadata={"encoding": b"binary/null"}))
 """What a handler gets when the signal or update was sent without an argument."""
@@ -65,9 +72,13 @@ def decode(raw: RawValue, max_bytes: int = MAX_SIGNAL_BYTES) -> Any:
         )
     text = payload.data.decode("utf-8", "replace")
     try:
-        return loads_bounded(text, max_chars=max_bytes)
+        value = loads_bounded(text, max_chars=max_bytes)
     except (OutOfBounds, ValueError) as exc:
         raise InboundRefused(f"the payload is not usable JSON: {exc}", clipped(text, 200)) from None
+    if "\\u" in text and not is_text_value(value):
+        # The run could not record or send it (no payload can encode a lone surrogate).
+        raise InboundRefused(f"the payload {NOT_TEXT}", clipped(text, 200))
+    return value
 
 
 def parse(

@@ -16,7 +16,7 @@ import agentloop.workflows.visibility as visibility
 from agentloop.activity_io import DescribeToolsInput, RunDescription
 from agentloop.contract import AgentRunInput, PreviousRun, describe_validation_error
 from agentloop.policies import checks
-from agentloop.policies.bounds import MAX_DEPTH, value_depth
+from agentloop.policies.bounds import MAX_DEPTH, NOT_TEXT, is_text_value, value_depth
 from agentloop.tool_spec import ToolSpec
 from agentloop.workflows.failures import describe_failure, invalid_input
 from agentloop.workflows.loop import Feature, LoopState
@@ -34,6 +34,8 @@ def parse_input(raw_input: Any, carried: LoopState | None) -> AgentRunInput:
         raise invalid_input("input: the run was started without an AgentRunInput")
     if value_depth(raw_input) > MAX_DEPTH:
         raise invalid_input(f"input: nested deeper than {MAX_DEPTH} levels")
+    if not is_text_value(raw_input):
+        raise invalid_input(f"input: {NOT_TEXT}")
     try:
         run_input = AgentRunInput.model_validate(raw_input)
     except ValidationError as exc:

@@ -93,7 +93,11 @@ class Stream:
 
 def sse_frame(data: JSONObject, event: str | None = None) -> bytes:
     head = f"event: {event}\n" if event is not None else ""
-    return f"{head}data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+    try:
+        return f"{head}data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+    except UnicodeEncodeError:
+        # A script that plays a lone surrogate: sent as the `\\ud800` escape a provider sends.
+        return f"{head}data: {json.dumps(data)}\n\n".encode()
 
 
 def pieces(text: str | None, size: int = CONTENT_PIECE_CHARS) -> list[str]:
