@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
@@ -42,6 +43,7 @@ from agentloop.demo.services import ExampleService
 from agentloop.events import ModelOutput
 from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS
 from agentloop.runtime.config import Settings
+from agentloop.runtime.converter import data_converter as agentloop_data_converter
 from agentloop.runtime.dev_server import temporal_binary
 from agentloop.store import load_artifact_text, load_transcript, open_store
 from agentloop.store.memory import MemoryStore
@@ -790,3 +792,16 @@ async def test_lone_surrogates_from_outside_never_reach_a_payload(
     result = await asyncio.wait_for(answered.result(), 30)
     assert (result.status, result.output) == ("completed", "Sunny?.")
     await assert_never_wedged(answered)
+
+
+def test_the_converter_reads_lone_surrogates_and_refuses_what_is_not_json() -> None:
+    convert = agentloop_data_converter.payload_converter
+
+    def payload(data: bytes) -> Payload:
+        return Payload(metadata={"encoding": b"json/plain"}, data=data)
+
+    [value] = convert.from_payloads([payload(b'{"task": "go\\ud800"}')], [dict])
+    assert value == {"task": f"go{LONE}"}
+    for broken in (b'{"task": "go\\ud800"', b"[" * 50_000 + b'"\\ud800"' + b"]" * 50_000):
+        with pytest.raises(ValidationError):
+            convert.from_payloads([payload(broken)], [dict])

@@ -4,12 +4,12 @@ except that JSON holding a lone surrogate escape (`"\\ud800"`) is still read.
 pydantic's JSON parser refuses such a string, so a run started by any client with one in its
 input would fail every workflow task ("Failed decoding arguments") before agentloop's code
 could say why. Read with Python's parser instead, the input reaches `startup.parse_input`,
-which fails the run at once naming the problem. Only JSON pydantic refuses takes that path,
-and only when it is within the bounds every outside input is held to.
+which fails the run at once naming the problem. Only JSON pydantic refuses takes that path.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -22,8 +22,6 @@ from temporalio.converter import (
     JSONPlainPayloadConverter,
 )
 
-from agentloop.policies.bounds import MAX_DEPTH, OutOfBounds, loads_bounded
-
 
 class _JSONConverter(PydanticJSONPlainPayloadConverter):
     def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
@@ -33,9 +31,10 @@ class _JSONConverter(PydanticJSONPlainPayloadConverter):
             if b"\\u" not in payload.data or not _json_invalid(exc):
                 raise
             try:
-                text = payload.data.decode("utf-8")
-                value = loads_bounded(text, max_chars=len(text), max_depth=MAX_DEPTH)
-            except (UnicodeDecodeError, OutOfBounds, ValueError):
+                # Python's parser recurses: too deep a value raises RecursionError, refused
+                # like any JSON pydantic refuses (the payload is within Temporal's size limit).
+                value = json.loads(payload.data.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError):
                 raise exc from None
             return TypeAdapter(type_hint if type_hint is not None else Any).validate_python(value)
 
