@@ -22,8 +22,9 @@ MAX_WAITING_MESSAGE_CHARS = 400_000
 refused (the next model call would not fit Temporal's payload limit)."""
 
 
-def _refuse(state: LoopState, record: dict[str, Any]) -> None:
-    state.refused_decisions.append(record)
+def _refuse(state: LoopState, what: dict[str, Any], reason: str, now: datetime) -> None:
+    """Record in `status.refused_decisions` what was refused (`what`), why and when."""
+    state.refused_decisions.append({**what, "refused_because": reason, "at": now.isoformat()})
     del state.refused_decisions[:-MAX_REFUSED_RECORDS]
 
 
@@ -31,10 +32,7 @@ def record_refused_input(
     state: LoopState, signal: str, shown: str, reason: str, now: datetime
 ) -> None:
     """A signal whose payload was refused before anything could act on it."""
-    _refuse(
-        state,
-        {"signal": signal, "payload": shown, "refused_because": reason, "at": now.isoformat()},
-    )
+    _refuse(state, {"signal": signal, "payload": shown}, reason, now)
 
 
 MAX_DECISIONS_TO_CHECK = 16
@@ -94,7 +92,7 @@ def _refused_decision(
     state: LoopState, decision: ApprovalDecision, reason: str, now: datetime
 ) -> ApprovalVerdict:
     shown = decision.model_dump(mode="json", exclude={"signature", "expires_at"})
-    _refuse(state, {**shown, "refused_because": reason, "at": now.isoformat()})
+    _refuse(state, shown, reason, now)
     return ApprovalVerdict(accepted=False, reason=reason)
 
 
@@ -148,7 +146,7 @@ def record_resolution(state: LoopState, request: ResolveRequest, now: datetime) 
     batch = state.batch
     if batch is None or request.call_id not in batch.reconciling:
         reason = f"no write {request.call_id!r} is awaiting reconciliation"
-        _refuse(state, {**request.model_dump(), "refused_because": reason, "at": now.isoformat()})
+        _refuse(state, request.model_dump(), reason, now)
         return reason
     del batch.reconciling[request.call_id]
     call, spec = state.with_specs([request.call_id])[0]
