@@ -65,6 +65,9 @@ class AgentRun:
         """What arrived before the run state existed, in order (applied once it does)."""
         self._checked: dict[int, ApprovalVerdict] = {}
         """The worker's verdicts on held decisions, by ticket, for the updates waiting on them."""
+        self._awaited: set[int] = set()
+        """Tickets an update waits on: only their verdicts are kept (a signal's decision has
+        nobody to answer, so keeping its verdict would only grow the run's memory)."""
         self._closing = False
         """Set when the run is about to end or continue as new: no held decision will be
         checked in this run any more."""
@@ -107,7 +110,12 @@ class AgentRun:
             case CheckPreconditions():
                 await tool_calls.check_preconditions(state, step, deadline)
             case CheckApprovals():
-                self._checked.update(await approvals.check_approvals(state, step))
+                verdicts = await approvals.check_approvals(state, step)
+                self._checked.update(
+                    (ticket, verdict)
+                    for ticket, verdict in verdicts.items()
+                    if ticket in self._awaited
+                )
             case RunTools():
                 await tool_calls.run_tools(state, step, deadline)
             case AwaitApproval():
@@ -164,7 +172,11 @@ class AgentRun:
         held = self._decide(self._decision(raw))
         if isinstance(held, ApprovalVerdict):
             return held
-        await workflow.wait_condition(lambda: held.ticket in self._checked or self._closing)
+        self._awaited.add(held.ticket)
+        try:
+            await workflow.wait_condition(lambda: held.ticket in self._checked or self._closing)
+        finally:
+            self._awaited.discard(held.ticket)
         return self._checked.pop(held.ticket, None) or ApprovalVerdict(
             accepted=False, reason="the run stopped before the worker checked the decision"
         )

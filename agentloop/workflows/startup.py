@@ -100,36 +100,40 @@ async def _describe_tools(
     in-memory lookup needs no activity task round trip); runs started before that replay with
     an ordinary one."""
     execute = workflow.execute_local_activity if local else workflow.execute_activity
-    try:
-        specs: list[ToolSpec] = await execute(
-            "describe_tools",
-            DescribeToolsInput(names=names, completion_check=completion_check),
-            result_type=list[ToolSpec],
-            start_to_close_timeout=DESCRIBE_TOOLS_TIMEOUT,
-            summary=f"tools: {', '.join(names) or 'none'}",
-        )
-    except ActivityError as exc:
-        # An unknown tool name is bad input: say so as the run's own failure.
-        raise invalid_input(describe_failure(exc)) from None
+    asked = DescribeToolsInput(names=names, completion_check=completion_check)
+    specs: list[ToolSpec] = await _ask_worker(execute, "describe_tools", asked, list[ToolSpec])
     return specs
 
 
 async def _describe_run(names: list[str], completion_check: str | None) -> RunDescription:
-    """`_describe_tools` (local), and for a run started without the search attributes
-    whether the worker found them registered on the namespace: a run must never upsert them
-    where they are not (that fails the workflow task, again on every retry)."""
-    indexing = not visibility.indexed()
+    """What the worker tells a run at its start (feature `indexed-however-started`): the
+    tools' specs as `_describe_tools` does (local), how approvals are taken, and, for a run
+    started without the search attributes, whether the namespace has them: a run must never
+    upsert them where they are not (that fails the workflow task, again on every retry)."""
+    asked = DescribeToolsInput(
+        names=names, completion_check=completion_check, indexing=not visibility.indexed()
+    )
+    described: RunDescription = await _ask_worker(
+        workflow.execute_local_activity, "describe_run", asked, RunDescription
+    )
+    return described
+
+
+async def _ask_worker(
+    execute: Any, activity: str, asked: DescribeToolsInput, result_type: Any
+) -> Any:
+    """`activity` run with `execute`; its failure (an unknown tool or completion check) is
+    bad input, said as the run's own failure."""
     try:
-        described: RunDescription = await workflow.execute_local_activity(
-            "describe_run",
-            DescribeToolsInput(names=names, completion_check=completion_check, indexing=indexing),
-            result_type=RunDescription,
+        return await execute(
+            activity,
+            asked,
+            result_type=result_type,
             start_to_close_timeout=DESCRIBE_TOOLS_TIMEOUT,
-            summary=f"tools: {', '.join(names) or 'none'}",
+            summary=f"tools: {', '.join(asked.names) or 'none'}",
         )
     except ActivityError as exc:
         raise invalid_input(describe_failure(exc)) from None
-    return described
 
 
 async def _continue_from(state: LoopState, workflow_id: str, checked: bool) -> None:
