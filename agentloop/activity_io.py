@@ -18,6 +18,8 @@ MODEL_CALL_BY_REF = "call_model_by_ref"
 on older code, which would ignore the reference and call the model without tools, never takes
 it: it does not have the type."""
 MODEL_CALLS = (MODEL_CALL, MODEL_CALL_BY_REF)
+STORE_TEXTS = "store_texts"
+"""Long texts put in the store before the model call that first sends them."""
 
 
 class CallModelInput(BaseModel):
@@ -43,6 +45,11 @@ class CallModelInput(BaseModel):
     slim_output: bool = False
     """Return the output slim (`slim_output`): the provider's raw items stay in the store, a
     text over `MAX_INLINE_ANSWER_CHARS` travels by reference, and `sent_head` is set."""
+
+
+class StoreTextsInput(BaseModel):
+    texts: list[str] = Field(default_factory=list)
+    """Each stored as a `text/plain` artifact; the answer is their keys, in this order."""
 
 
 class CallModelResult(BaseModel):

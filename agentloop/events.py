@@ -41,6 +41,10 @@ class Instruction(_Frozen):
 
     type: Literal["instruction"] = "instruction"
     text: str = ""
+    text_ref: str = ""
+    """The store key of `text` once a run stored it (a text over `MAX_INLINE_TEXT_CHARS`):
+    what carries the event on may then drop the text and name it (`loop.texts`). Transport
+    only: not part of the transcript node."""
 
 
 class UserInput(_Frozen):
@@ -48,6 +52,8 @@ class UserInput(_Frozen):
 
     type: Literal["user_input"] = "user_input"
     text: str = ""
+    text_ref: str = ""
+    """As `Instruction.text_ref`."""
     sender: str = "user"
     """Who said it; the first one is the run's principal."""
 

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from agentloop.digests import canonical_json, sha256_hex
-from agentloop.events import Event
+from agentloop.events import Event, Instruction, ToolResult, UserInput
 
 ROOT = ""
 """The head of an empty transcript."""
@@ -25,6 +25,26 @@ _NODE_ADAPTER: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
 
 TRANSPORT_FIELDS = frozenset({"content_ref", "text_ref", "text_chars"})
 """Event fields that say how an event travels, not what it is: never part of a node."""
+
+
+def by_reference(event: Event) -> Event:
+    """`event` as it travels once its long text is in the store: without the text, which its
+    reference names (a tool result's `content_ref`, a task's or message's `text_ref`)."""
+    if isinstance(event, ToolResult) and event.content_ref:
+        return event.model_copy(update={"content": ""})
+    if isinstance(event, Instruction | UserInput) and event.text_ref:
+        return event.model_copy(update={"text": ""})
+    return event
+
+
+def is_hollow(event: Event) -> bool:
+    """Whether `event` lacks a text its node hashes (`by_reference`): only the store, which
+    has the text, can say the node's key."""
+    if isinstance(event, ToolResult):
+        return bool(event.content_ref) and not event.content
+    if isinstance(event, Instruction | UserInput):
+        return bool(event.text_ref) and not event.text
+    return False
 
 
 def node_body(event: Event, parent: str) -> dict[str, Any]:

@@ -12,8 +12,10 @@ from agentloop.activities.heartbeat import keep_heartbeating
 from agentloop.activity_io import (
     MODEL_CALL,
     MODEL_CALL_BY_REF,
+    STORE_TEXTS,
     CallModelInput,
     CallModelResult,
+    StoreTextsInput,
 )
 from agentloop.adapters import AdapterFactory
 from agentloop.adapters._shared import text_safe
@@ -47,9 +49,16 @@ class ModelActivities:
         self._adapters = adapters
         self._prices = prices or PriceTable()
 
-    def activities(self) -> list[Callable[..., Awaitable[CallModelResult]]]:
-        """What a worker registers: the model call with specs inline and by reference."""
-        return [self.call_model, self.call_model_by_ref]
+    def activities(self) -> list[Callable[..., Awaitable[object]]]:
+        """What a worker registers: the model call with specs inline and by reference, and
+        the store for the long texts a model call is sent by reference."""
+        return [self.call_model, self.call_model_by_ref, self.store_texts]
+
+    @activity.defn(name=STORE_TEXTS)
+    async def store_texts(self, request: StoreTextsInput) -> list[str]:
+        return [
+            await self._store.put_artifact(t.encode("utf-8"), "text/plain") for t in request.texts
+        ]
 
     @activity.defn(name=MODEL_CALL)
     async def call_model(self, request: CallModelInput) -> CallModelResult:

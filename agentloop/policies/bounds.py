@@ -27,6 +27,14 @@ MAX_ANSWER_CHARS = 1_000_000
 MAX_INLINE_ANSWER_CHARS = 100_000
 """A model output's text that travels inline to the workflow (and into the run's result);
 longer text travels by reference through the store, like large tool output."""
+MAX_INLINE_TEXT_CHARS = 4_000
+"""A task, instructions or message longer than this is stored once, and from then on a model
+call's input, the state a continue-as-new carries and a result's `unsent` name it by its store
+key instead of carrying it."""
+MAX_LEDGER_ARGUMENT_BYTES = 640_000
+"""The arguments of all the calls a run's ledger holds, as UTF-8 JSON text: the ledger rides
+in the state a continue-as-new carries and in the run's result, so what the model may propose
+over a whole run is bounded too (a batch that would pass it stops the run)."""
 MAX_SCHEMA_CHARS = 64_000
 """An `output_schema` (or a tool's parameters) as JSON text."""
 MAX_ERROR_CHARS = 300

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
-from agentloop.events import Event, ToolResult
+from agentloop.events import Event, Instruction, ToolResult, UserInput
 from agentloop.store.base import Store, StoreError
 
 BY_REFERENCE_MIN_CHARS = 256
@@ -54,12 +54,15 @@ async def stored_by_reference(store: Store, result: ToolResult) -> ToolResult:
 
 
 async def with_contents(store: Store, events: list[Event]) -> list[Event]:
-    """Events as a model call received them, tool-result contents sent by reference put back
-    from the store; `StoreError` when one is missing."""
+    """Events as a model call received them, the texts and tool-result contents sent by
+    reference put back from the store; `StoreError` when one is missing."""
     restored: list[Event] = []
     for event in events:
         if isinstance(event, ToolResult) and event.content_ref and not event.content:
             text, _ = await load_artifact_text(store, event.content_ref)
             event = event.model_copy(update={"content": text})
+        elif isinstance(event, Instruction | UserInput) and event.text_ref and not event.text:
+            text, _ = await load_artifact_text(store, event.text_ref)
+            event = event.model_copy(update={"text": text})
         restored.append(event)
     return restored

@@ -85,10 +85,12 @@ class AgentRun:
             self._apply(name, early)
         self._early = []
         while True:
-            if startup.time_to_continue_as_new(state):
-                # A safe point: nothing is in flight, and everything is in `state`.
+            if startup.time_to_continue_as_new(state) and await steps.store_long_texts(state):
+                # A safe point: nothing is in flight, and everything is in `state` (its long
+                # texts in the store, carried by reference).
                 await self._close()
-                workflow.continue_as_new(args=[startup.input_to_carry(raw_input, state), state])
+                carried = loop.state_to_carry(state)
+                workflow.continue_as_new(args=[startup.input_to_carry(raw_input, state), carried])
             step = loop.decide(state, workflow.now())
             visibility.show(state)
             if isinstance(step, Finish):

@@ -24,7 +24,9 @@ import agentloop.workflows.loop as loop
 from agentloop.activity_io import (
     MODEL_CALL,
     MODEL_CALL_BY_REF,
+    STORE_TEXTS,
     CallModelResult,
+    StoreTextsInput,
     Verdict,
     VerifyInput,
 )
@@ -52,11 +54,14 @@ MODEL_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=30),
     maximum_attempts=5,
 )
+STORE_TEXTS_TIMEOUT = timedelta(seconds=30)
 VERIFY_TIMEOUT = timedelta(seconds=60)
 LOOKUP_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
 
 
 async def call_model(state: LoopState, step: CallModel, deadline: RunDeadline) -> None:
+    if not await store_long_texts(state):
+        return
     turn = loop.start_model_call(state, step)
     visibility.waiting(state)
     run_input = state.run_input
@@ -87,6 +92,27 @@ async def call_model(state: LoopState, step: CallModel, deadline: RunDeadline) -
         )
     loop.record_model_output(state, result, workflow.now(), sent=len(turn.sent))
     _audit_model_call(state, step, result)
+
+
+async def store_long_texts(state: LoopState) -> bool:
+    """Put the long texts the model has not seen in the store (`loop.texts`), until none is
+    left unstored (a message may arrive meanwhile); False when the store could not take them,
+    which stops the run (no model call could read them either)."""
+    while pending := loop.texts_to_store(state):
+        try:
+            refs: list[str] = await workflow.execute_local_activity(
+                STORE_TEXTS,
+                StoreTextsInput(texts=list(pending.values())),
+                result_type=list[str],
+                start_to_close_timeout=STORE_TEXTS_TIMEOUT,
+                retry_policy=MODEL_RETRY,
+                summary=f"store {len(pending)} long texts",
+            )
+        except ActivityError as exc:
+            loop.record_failure(state, f"store_error: {describe_failure(exc)}")
+            return False
+        loop.record_texts_stored(state, dict(zip(pending, refs, strict=True)))
+    return True
 
 
 def _audit_model_call(state: LoopState, step: CallModel, result: CallModelResult) -> None:

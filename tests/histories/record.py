@@ -199,6 +199,17 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
         # reads its tools with `describe_run` and upserts them itself before its first
         # model call.
         "indexed_however_started": ([local], {"model": local.name}),
+        # Recorded with the `features-2026-12c` set (`texts-by-reference`): the long task is
+        # stored (`store_texts`, a local activity) before the first model call, which names
+        # it; past 20 events the run continues as new, carrying it by reference.
+        "texts_by_reference": (
+            [local],
+            {
+                "model": local.name,
+                "task": "Is train G1234 late, and the weather in Shanghai? " + "Context. " * 600,
+                "continue_as_new_after_events": 20,
+            },
+        ),
     }
 
 
@@ -264,10 +275,14 @@ async def record(only: set[str]) -> None:
                 if name in APPROVED:
                     await approve_when_waiting(handle)
                 result = await handle.result()
-                history = await handle.fetch_history()
-                path = HERE / f"{name}.json"
-                path.write_text(json.dumps(json.loads(history.to_json()), indent=1) + "\n")
-                print(f"{path.name}: {result.status} ({result.stop_reason})")
+                view = await handle.query("status", result_type=RunStatusView)
+                # Each run of a chain that continued as new, the first under the name.
+                for n, run in enumerate(view.run_chain, start=1):
+                    run_handle = stack.client.get_workflow_handle(handle.id, run_id=run)
+                    history = await run_handle.fetch_history()
+                    path = HERE / (f"{name}.json" if n == 1 else f"{name}_{n}.json")
+                    path.write_text(json.dumps(json.loads(history.to_json()), indent=1) + "\n")
+                    print(f"{path.name}: {result.status} ({result.stop_reason})")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """The loop as pure modules, with no Temporal in them: the state (`state`), the steps
 `decide` can answer (`next_step`), the state table (`decide`), a model output made a batch
 (`plan`), folding results back (`record`, `settle`, `humans`, `delegation`), the results the
-runner writes itself (`results`), what a step exchanges with Temporal (`exchange`) and the
-read-only views (`views`). This face hands on the names the workflow shell uses."""
+runner writes itself (`results`), long texts by reference (`texts`), what a step exchanges
+with Temporal (`exchange`) and the read-only views (`views`). This face hands on the names
+the workflow shell uses."""
 
 from agentloop.workflows.loop.decide import decide
 from agentloop.workflows.loop.exchange import (
@@ -65,6 +66,7 @@ from agentloop.workflows.loop.state import (
     Feature,
     LoopState,
 )
+from agentloop.workflows.loop.texts import record_texts_stored, state_to_carry, texts_to_store
 from agentloop.workflows.loop.views import (
     details,
     pending_approvals,
@@ -124,12 +126,15 @@ __all__ = [
     "record_preconditions",
     "record_refused_input",
     "record_resolution",
+    "record_texts_stored",
     "record_tool_results",
     "record_verdict",
     "runs_locally",
     "side_effects",
     "start_model_call",
     "start_tools",
+    "state_to_carry",
     "status_view",
+    "texts_to_store",
     "unresolved",
 ]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from agentloop.activity_io import CallModelInput, CallModelResult
 from agentloop.contract import AgentRunInput, AgentRunResult
 from agentloop.events import ErrorClass, Event, ModelOutput, ToolResult
-from agentloop.transcript import append
+from agentloop.transcript import append, is_hollow
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,10 @@ class ModelTurn:
         """Why the store's transcript is not the one this call extended, if it is not: the
         head after the sent events (and, for a whole output, after it too) must be the one
         the workflow computes. A slim output lacks what its node hashes, so its node is the
-        store's word."""
+        store's word; so are the sent events after a continue-as-new carried one without its
+        stored text (`is_hollow`), each read back from the store by its content key."""
+        if any(is_hollow(event) for event in self.sent):
+            return None
         if self.request.slim_output:
             expected, _ = append(self.request.head, self.sent)
             if expected != result.sent_head:

@@ -20,6 +20,9 @@ MAX_REFUSED_RECORDS = 100
 MAX_WAITING_MESSAGE_CHARS = 400_000
 """Text of messages the model has not seen yet that a run holds; past it, a message is
 refused (the next model call would not fit Temporal's payload limit)."""
+MAX_WAITING_MESSAGES = 64
+"""Messages the model has not seen yet that a run holds (feature `texts-by-reference`);
+past it, a message is refused."""
 
 
 def _refuse(state: LoopState, what: dict[str, Any], reason: str, now: datetime) -> None:
@@ -119,14 +122,9 @@ def record_message(state: LoopState, message: UserMessage, now: datetime) -> Non
     the text waiting for it stays under `MAX_WAITING_MESSAGE_CHARS`)."""
     batch = state.batch
     if batch is None or not batch.questions:
-        waiting = sum(len(e.text) for e in state.outbox if isinstance(e, UserInput))
-        if waiting + len(message.text) > MAX_WAITING_MESSAGE_CHARS:
-            reason = (
-                f"{waiting} characters of messages already wait for the model; this one "
-                f"would pass the {MAX_WAITING_MESSAGE_CHARS} limit"
-            )
-            shown = message.text[:200]
-            record_refused_input(state, "message", shown, reason, now)
+        reason = _waiting_problem(state, message)
+        if reason:
+            record_refused_input(state, "message", message.text[:200], reason, now)
             return
         state.outbox.append(UserInput(text=message.text, sender=message.sender))
         return
@@ -139,6 +137,20 @@ def record_message(state: LoopState, message: UserMessage, now: datetime) -> Non
         ToolResult(call_id=call_id, tool=call.name, content=json.dumps(answer, ensure_ascii=False)),
     )
     close_if_answered(state)
+
+
+def _waiting_problem(state: LoopState, message: UserMessage) -> str | None:
+    """Why `message` cannot wait for the next model call with those already waiting."""
+    waiting = [e for e in state.outbox if isinstance(e, UserInput)]
+    if state.has(Feature.TEXTS_BY_REFERENCE) and len(waiting) >= MAX_WAITING_MESSAGES:
+        return f"{len(waiting)} messages already wait for the model, the most a run holds"
+    chars = sum(len(e.text) for e in waiting)
+    if chars + len(message.text) > MAX_WAITING_MESSAGE_CHARS:
+        return (
+            f"{chars} characters of messages already wait for the model; this one "
+            f"would pass the {MAX_WAITING_MESSAGE_CHARS} limit"
+        )
+    return None
 
 
 def record_resolution(state: LoopState, request: ResolveRequest, now: datetime) -> str | None:

@@ -13,9 +13,10 @@ from datetime import datetime
 from typing import Any
 
 from agentloop.contract import UnresolvedWrite
-from agentloop.digests import args_digest
+from agentloop.digests import args_digest, canonical_json
 from agentloop.events import ModelOutput, ToolCall, ToolResult
 from agentloop.policies import approval, authorization, budgets
+from agentloop.policies.bounds import MAX_LEDGER_ARGUMENT_BYTES
 from agentloop.policies.validation import Allowed, Refused, validate_call
 from agentloop.tool_spec import DELEGATE, ToolSpec
 from agentloop.workflows.loop import results
@@ -51,6 +52,13 @@ class OverBudget:
 PlanOutcome = Planned | ProtocolViolation | OverBudget
 
 
+def argument_bytes(output: ModelOutput) -> int:
+    """The size of the arguments of `output`'s calls, as the ledger will hold them."""
+    return sum(
+        len(canonical_json(call.arguments).encode("utf-8", "replace")) for call in output.tool_calls
+    )
+
+
 def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutcome:
     """Validate every proposed call before anything runs."""
     ids = [call.call_id for call in output.tool_calls]
@@ -61,6 +69,13 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutc
     reused = sorted(set(ids) & state.calls.keys())
     if reused:
         return ProtocolViolation(f"protocol: call ids reused from an earlier turn: {reused}")
+    if state.has(Feature.TEXTS_BY_REFERENCE):
+        ledger = state.argument_bytes + argument_bytes(output)
+        if ledger > MAX_LEDGER_ARGUMENT_BYTES:
+            return OverBudget(
+                f"ledger: with this output's calls the run would hold {ledger} bytes of tool-call"
+                f" arguments, over the {MAX_LEDGER_ARGUMENT_BYTES} a run may hold"
+            )
     planned = Planned(Batch(order=ids))
     allowed: list[tuple[ToolCall, ToolSpec]] = []
     principal = state.run_input.principal

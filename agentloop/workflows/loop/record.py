@@ -19,6 +19,7 @@ from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS
 from agentloop.policies.completion import check_output
 from agentloop.reporting import stop_report
 from agentloop.tool_spec import Outcome, ToolSpec
+from agentloop.transcript import by_reference
 from agentloop.workflows.loop import results
 from agentloop.workflows.loop.delegation import child_result, start_delegations
 from agentloop.workflows.loop.exchange import (
@@ -32,6 +33,7 @@ from agentloop.workflows.loop.next_step import CallModel, Finish, RunTools
 from agentloop.workflows.loop.plan import (
     OverBudget,
     ProtocolViolation,
+    argument_bytes,
     pending_approval,
     plan_batch,
 )
@@ -67,7 +69,7 @@ def start_model_call(state: LoopState, step: CallModel) -> ModelTurn:
         provider=run_input.provider,
         model=run_input.model,
         head=state.head,
-        new_events=_by_reference(sent),
+        new_events=[by_reference(event) for event in sent],
         tools=[] if state.tools_ref is not None else list(state.tools.values()),
         tools_ref=state.tools_ref,
         settings=ModelSettings(stream=run_input.stream),
@@ -78,17 +80,6 @@ def start_model_call(state: LoopState, step: CallModel) -> ModelTurn:
         slim_output=state.has(Feature.MODEL_OUTPUT_SLIM),
     )
     return ModelTurn(request, sent)
-
-
-def _by_reference(events: list[Event]) -> list[Event]:
-    """What a model call's input carries: the contents `run_tool` stored travel as their
-    references (`content_ref`), so each rides in workflow history once."""
-    return [
-        event.model_copy(update={"content": ""})
-        if isinstance(event, ToolResult) and event.content_ref
-        else event
-        for event in events
-    ]
 
 
 def record_model_output(
@@ -123,6 +114,8 @@ def _open_batch(state: LoopState, output: ModelOutput, now: datetime) -> None:
     if isinstance(planned, ProtocolViolation):
         record_failure(state, planned.reason + response_named(output))
         return
+    if state.has(Feature.TEXTS_BY_REFERENCE):
+        state.argument_bytes += argument_bytes(output)
     for call in output.tool_calls:
         spec = state.tools.get(call.name)
         state.calls[call.call_id] = CallRecord(
@@ -381,7 +374,7 @@ def record_finish(state: LoopState, step: Finish) -> AgentRunResult:
         side_effects=side_effects(state),
         pending=pending_at_stop(state),
         transcript_head=state.head,
-        unsent=unsent_events(state, step.stop_reason),
+        unsent=_unsent(state, step.stop_reason),
         paused_seconds=state.paused_seconds,
         rejected_actions=state.rejected_actions,
         unresolved_writes=unresolved_writes(state),
@@ -389,3 +382,12 @@ def record_finish(state: LoopState, step: Finish) -> AgentRunResult:
     )
     result.report = stop_report(result, state.workflow_id)
     return result
+
+
+def _unsent(state: LoopState, stop_reason: str) -> list[Event]:
+    """`unsent_events`, the stored texts and contents by reference (`texts-by-reference`): a
+    run continuing this one sends them from the store."""
+    unsent = unsent_events(state, stop_reason)
+    if not state.has(Feature.TEXTS_BY_REFERENCE):
+        return unsent
+    return [by_reference(event) for event in unsent]

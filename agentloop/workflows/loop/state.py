@@ -91,6 +91,13 @@ class Feature(StrEnum):
     registered; when it has, the run upserts them (phase, status, provider, tenant) as it
     starts, before its first model call, and keeps them current like a run started with
     them. Before it, such a run was never indexed."""
+    TEXTS_BY_REFERENCE = "texts-by-reference"
+    """A task, instructions or message over `MAX_INLINE_TEXT_CHARS` is stored (`store_texts`)
+    before the model call that first sends it, and travels by reference from then on: in model
+    call inputs, in the state continue-as-new carries (with the tool results stored already),
+    and in a result's `unsent`. At most `MAX_WAITING_MESSAGES` messages wait for the model, and
+    the ledger holds at most `MAX_LEDGER_ARGUMENT_BYTES` of arguments. Before it, such texts
+    rode inline in every one of those."""
 
 
 FEATURES = (
@@ -113,24 +120,24 @@ FEATURES_2026_11 = (
 
 FEATURES_2026_12 = (*FEATURES_2026_11, Feature.APPROVAL_RULES_IN_WORKER)
 
+FEATURES_2026_12B = (
+    *FEATURES_2026_12,
+    Feature.BOUNDED_VALIDATION,
+    Feature.INPUT_CARRIED_ONCE,
+    Feature.REFUSED_WRITES_LEAVE_BATCH,
+    Feature.RUN_CHAIN_KEYS,
+    Feature.TEMPORAL_CANCEL_AS_SIGNAL,
+    Feature.CONTINUE_FROM_CHECKED,
+    Feature.APPROVALS_CHECKED_BY_WORKER,
+    Feature.MESSAGES_DURING_MODEL_CALL_KEPT,
+    Feature.MODEL_OUTPUT_SLIM,
+    Feature.CHECKS_HEARTBEAT,
+    Feature.INDEXED_HOWEVER_STARTED,
+)
+
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
-    (
-        "features-2026-12b",
-        (
-            *FEATURES_2026_12,
-            Feature.BOUNDED_VALIDATION,
-            Feature.INPUT_CARRIED_ONCE,
-            Feature.REFUSED_WRITES_LEAVE_BATCH,
-            Feature.RUN_CHAIN_KEYS,
-            Feature.TEMPORAL_CANCEL_AS_SIGNAL,
-            Feature.CONTINUE_FROM_CHECKED,
-            Feature.APPROVALS_CHECKED_BY_WORKER,
-            Feature.MESSAGES_DURING_MODEL_CALL_KEPT,
-            Feature.MODEL_OUTPUT_SLIM,
-            Feature.CHECKS_HEARTBEAT,
-            Feature.INDEXED_HOWEVER_STARTED,
-        ),
-    ),
+    ("features-2026-12c", (*FEATURES_2026_12B, Feature.TEXTS_BY_REFERENCE)),
+    ("features-2026-12b", FEATURES_2026_12B),
     ("features-2026-12", FEATURES_2026_12),
     ("features-2026-11", FEATURES_2026_11),
 )
@@ -241,6 +248,8 @@ class LoopState(BaseModel):
     """Run state (DESIGN.md §1): everything the runner decides from, nothing the model reads."""
 
     run_input: AgentRunInput
+    """As the run was started; in a run continued as new (feature `texts-by-reference`), its
+    task and instructions are only their start (the whole is in the transcript)."""
     workflow_id: str = ""
     """Stable across retries, restarts and continue-as-new: write idempotency keys derive
     from it and the call id."""
@@ -264,6 +273,8 @@ class LoopState(BaseModel):
     """The model output not yet acted on; None when the next step is a model call."""
     usage: Usage = Field(default_factory=Usage)
     calls: dict[str, CallRecord] = Field(default_factory=dict)
+    argument_bytes: int = 0
+    """The size of the arguments `calls` holds (feature `texts-by-reference`)."""
     batch: Batch | None = None
     """The tool calls of `last_output` on their way through the pipeline."""
     refused_decisions: list[dict[str, Any]] = Field(default_factory=list)
