@@ -278,6 +278,8 @@ async def test_an_answer_nested_fifty_thousand_deep_is_refused_not_parsed(
         ({"output_schema": {"type": "string", "pattern": "(?<=a)b"}}, "output_schema: a pattern"),
         ({"limits": {"per_tool": {"reserve_seat": -1}}}, "limits.per_tool.reserve_seat"),
         ({"task": "t" * 2_090_000}, "task: String should have at most 200000"),
+        ({"limits": {"max_tool_calls": 1_000_000}}, "limits.max_tool_calls: 1000000 is over"),
+        ({"limits": {"max_model_calls": 5_000}}, "limits.max_model_calls: 5000 is over"),
     ],
 )
 async def test_inputs_that_would_wedge_later_fail_the_run_at_start_naming_the_field(

@@ -4,9 +4,9 @@ found only when the final answer arrived). Pure."""
 
 from __future__ import annotations
 
-from agentloop.contract import AgentRunInput, PreviousRun
+from agentloop.contract import AgentRunInput, Limits, PreviousRun
 from agentloop.digests import canonical_json
-from agentloop.policies.bounds import MAX_DEPTH, MAX_SCHEMA_CHARS, value_depth
+from agentloop.policies.bounds import MAX_DEPTH, MAX_RUN_CALLS, MAX_SCHEMA_CHARS, value_depth
 from agentloop.policies.validation import schema_problem
 
 
@@ -22,6 +22,19 @@ def input_problem(run_input: AgentRunInput) -> str | None:
         problem = schema_problem(schema)
         if problem:
             return f"output_schema: {problem}"
+    return None
+
+
+def limits_problem(limits: Limits) -> str | None:
+    """Why `limits` are more than one run may use: its ledger and progress record one entry
+    per call, and they ride in the result and in what continue-as-new carries."""
+    for field in ("max_model_calls", "max_tool_calls"):
+        value = getattr(limits, field)
+        if value > MAX_RUN_CALLS:
+            return (
+                f"limits.{field}: {value} is over the {MAX_RUN_CALLS} one run may make"
+                " (continue_from goes on in a new run)"
+            )
     return None
 
 

@@ -68,6 +68,11 @@ async def start(run_input: AgentRunInput) -> LoopState:
         for name, feature in loop.BUILTIN_TOOL_PATCHES
         if in_set is not None or workflow.patched(feature.value)
     ]
+    if in_set is not None and Feature.TEXTS_BY_REFERENCE in in_set:
+        # Checked here, not in `parse_input`: a run started before the bound replays as it ran.
+        problem = checks.limits_problem(run_input.limits)
+        if problem:
+            raise invalid_input(problem)
     names = list(dict.fromkeys([*run_input.tools, *builtins]))
     described: RunDescription | None = None
     if in_set is not None and Feature.INDEXED_HOWEVER_STARTED in in_set:
