@@ -30,6 +30,7 @@ from agentloop.workflows.loop.settle import stopping_rejection
 from agentloop.workflows.loop.state import (
     MAX_REFUSED_CALLS,
     Batch,
+    Feature,
     LoopState,
     seconds,
 )
@@ -114,7 +115,8 @@ def _final_candidate(state: LoopState, output: ModelOutput) -> Finish:
 
 
 def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
-    """The batch's pipeline: preconditions, reads, questions, approvals, lookups, writes.
+    """The batch's pipeline: preconditions, reads, questions, approvals, lookups, writes (and
+    after each write, the reads it comes before).
     A decision that arrived is checked by the worker first, whatever the batch waits on."""
     if batch.denied is not None:
         return Finish("denied", f"denied: {batch.denied}")
@@ -122,8 +124,9 @@ def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
         return CheckApprovals(list(batch.to_check))
     if batch.unchecked:
         return CheckPreconditions(state.with_specs(batch.unchecked), dict(batch.assessing))
-    if batch.reads:
-        return RunTools(state.with_specs(batch.reads))
+    reads = batch.reads_ready() if state.has(Feature.ORDERED_BATCH) else batch.reads
+    if reads:
+        return RunTools(state.with_specs(reads))
     if batch.questions:
         assert batch.asked_at is not None
         deadline = batch.asked_at + seconds(state.run_input.input_timeout_seconds)

@@ -91,6 +91,10 @@ class Feature(StrEnum):
     registered; when it has, the run upserts them (phase, status, provider, tenant) as it
     starts, before its first model call, and keeps them current like a run started with
     them. Before it, such a run was never indexed."""
+    ORDERED_BATCH = "ordered-batch"
+    """A batch runs in the model's order around its writes: the reads before the first write
+    run together, a read after a write runs once that write is done (`Batch.reads_ready`).
+    Before it, every read of a batch ran before any write."""
     TEXTS_BY_REFERENCE = "texts-by-reference"
     """A task, instructions or message over `MAX_INLINE_TEXT_CHARS` is stored (`store_texts`)
     before the model call that first sends it, and travels by reference from then on: in model
@@ -136,7 +140,10 @@ FEATURES_2026_12B = (
 )
 
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
-    ("features-2026-12c", (*FEATURES_2026_12B, Feature.TEXTS_BY_REFERENCE)),
+    (
+        "features-2026-12c",
+        (*FEATURES_2026_12B, Feature.TEXTS_BY_REFERENCE, Feature.ORDERED_BATCH),
+    ),
     ("features-2026-12b", FEATURES_2026_12B),
     ("features-2026-12", FEATURES_2026_12),
     ("features-2026-11", FEATURES_2026_11),
@@ -210,9 +217,10 @@ class Batch(BaseModel):
     """One model output's tool calls, from validation to the last result.
 
     The pipeline: validation (whitelist, schema, scope, rejected actions) when the output
-    arrives; then business preconditions; then the reads (in parallel); then the approvals of
-    the writes; then the writes, one at a time in the model's order. Every call id ends with
-    exactly one result."""
+    arrives; then business preconditions; then the reads before the first write (in
+    parallel); then the approvals of the writes; then the writes, one at a time in the model's
+    order, each followed by the reads up to the next write. Every call id ends with exactly
+    one result."""
 
     order: list[str]
     """Call ids in the model's order."""
@@ -242,6 +250,18 @@ class Batch(BaseModel):
 
     def undecided(self) -> list[str]:
         return [call_id for call_id in self.approvals if call_id not in self.decisions]
+
+    def reads_ready(self) -> list[str]:
+        """The reads no unfinished write comes before, in the model's order: a read the model
+        put after a write may depend on it (feature `ordered-batch`)."""
+        unfinished = {*self.writes, *self.unknown, *self.reconciling}
+        ready: list[str] = []
+        for call_id in self.order:
+            if call_id in unfinished:
+                break
+            if call_id in self.reads:
+                ready.append(call_id)
+        return ready
 
 
 class LoopState(BaseModel):
