@@ -18,8 +18,25 @@ MODEL_CALL_BY_REF = "call_model_by_ref"
 on older code, which would ignore the reference and call the model without tools, never takes
 it: it does not have the type."""
 MODEL_CALLS = (MODEL_CALL, MODEL_CALL_BY_REF)
+OVER_BUDGET = "OverBudget"
+"""The failure type of a model call that was not started: even its input may not fit what is
+left of the run's token or cost cap (its message names the cap and by how much)."""
 STORE_TEXTS = "store_texts"
 """Long texts put in the store before the model call that first sends them."""
+
+
+class ModelCallBudget(BaseModel):
+    """What a model call may use, reserved before it starts (feature `strict-budgets`): the
+    activity bounds the request's input tokens, and sends the provider an output-token limit
+    that keeps the call within both caps, or does not start the call (`OverBudget`)."""
+
+    tokens_left: int | None = None
+    """`max_total_tokens` minus what the run used and its child runs hold (None: no cap)."""
+    cost_left: float | None = None
+    """The same of `max_cost_usd`."""
+    context_tokens: int | None = None
+    """The input plus output tokens of the run's last model call, as the provider counted
+    them: what the transcript up to now takes (None: not measured yet)."""
 
 
 class CallModelInput(BaseModel):
@@ -42,6 +59,8 @@ class CallModelInput(BaseModel):
     """What this run's last request measured (see `context.budget_chars`)."""
     facts: list[str] = Field(default_factory=list)
     """What must not be lost if older results are shortened to fit: from run state."""
+    budget: ModelCallBudget | None = None
+    """None: the call is not reserved against the token and cost caps (a run from before)."""
     slim_output: bool = False
     """Return the output slim (`slim_output`): the provider's raw items stay in the store, a
     text over `MAX_INLINE_ANSWER_CHARS` travels by reference, and `sent_head` is set."""

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agentloop.events import Event, ModelOutput, StateUpdate, ToolResult
+from agentloop.tool_spec import ToolSpec
 
 PREVIEW_CHARS = 300
 
@@ -96,6 +97,8 @@ class Fitted:
     """What the model is sent."""
     chars: int
     """Their size as `size` measures it: the token ratio's numerator."""
+    added: list[Event] = field(default_factory=list)
+    """What `fit` added that is in no transcript (the facts note)."""
 
 
 def fit(transcript: Measured, limit_chars: int | None, facts: list[str]) -> Fitted:
@@ -122,7 +125,37 @@ def fit(transcript: Measured, limit_chars: int | None, facts: list[str]) -> Fitt
         )
         fitted.append(note)
         total += size(note)
+        return Fitted(fitted, total, [note])
     return Fitted(fitted, total)
+
+
+FRAMING_TOKENS = 16
+"""Tokens a provider may add around each message or tool it is sent (role, separators):
+generous, since the bound below must hold."""
+
+
+def input_token_bound(
+    sent: Fitted, new_events: Sequence[Event], tools: Sequence[ToolSpec], context_tokens: int | None
+) -> int:
+    """The most input tokens the request `sent` can take, assuming a token covers at least one
+    byte (byte-level BPE, as the providers' tokenizers are): the transcript so far as the
+    provider counted it (`context_tokens`, the last call's input and output) plus the bytes of
+    what is new, or, before anything was counted, the bytes of the whole request."""
+    whole = _byte_bound(sent.events) + _byte_bound(tools)
+    if context_tokens is None:
+        return whole
+    return min(whole, context_tokens + _byte_bound([*new_events, *sent.added]))
+
+
+def _byte_bound(items: Sequence[Event | ToolSpec]) -> int:
+    return sum(len(_as_sent(item).encode("utf-8", "replace")) + FRAMING_TOKENS for item in items)
+
+
+def _as_sent(item: Event | ToolSpec) -> str:
+    """What of `item` a provider is sent (of a tool: its name, description and parameters)."""
+    if isinstance(item, ToolSpec):
+        return item.name + item.description + json.dumps(item.parameters, ensure_ascii=False)
+    return item.model_dump_json(exclude_defaults=True)
 
 
 def _elided(result: ToolResult) -> str:

@@ -6,6 +6,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from temporalio.client import Client
 
 from agentloop.contract import AgentRunInput, Limits, RunStatusView
@@ -17,6 +19,7 @@ from agentloop.policies import budgets
 from agentloop.pricing import DEFAULT_PRICES, PriceTable
 from agentloop.runtime.config import Settings
 from tests.support import start_run
+from tests.test_properties import examples
 
 T0 = datetime(2026, 1, 1)
 
@@ -56,7 +59,7 @@ async def test_max_cost_stops_the_run_before_the_call_that_would_exceed_it(
     scripted_provider: ScriptedProvider,
     run_id: str,
 ) -> None:
-    model = f"priced-{run_id}"
+    model = f"priced-{run_id}"  # $1000 per million tokens: $0.001 a token
     weather = {"city": "Oslo", "date": "2026-12-01"}
     scripted_provider.register(
         Script(
@@ -70,9 +73,9 @@ async def test_max_cost_stops_the_run_before_the_call_that_would_exceed_it(
                             arguments={**weather, "date": f"2026-12-0{i + 1}"},
                         )
                     ],
-                    usage=ScriptUsage(prompt_tokens=100, completion_tokens=0),  # $0.10 a call
+                    usage=ScriptUsage(prompt_tokens=900, completion_tokens=0),  # $0.90 a call
                 )
-                for i in range(6)
+                for i in range(8)
             ],
         )
     )
@@ -81,17 +84,26 @@ async def test_max_cost_stops_the_run_before_the_call_that_would_exceed_it(
         provider="anthropic",
         model=model,
         tools=["get_weather"],
-        limits=Limits(max_cost_usd=0.25),
+        limits=Limits(max_cost_usd=5.0),
     )
     handle = await start_run(client, worker, run_id, run_input)
     result = await handle.result()
     assert result.status == "limit_reached"
-    assert result.stop_reason.startswith("max_cost_usd")
-    assert result.usage.model_calls == 3
-    assert result.usage.cost_usd == pytest.approx(0.3)
-    assert len([r for r in scripted_provider.requests if r["script"] == model]) == 3
+    # Stopped before a call whose input alone might pass the cap, saying by how much.
+    assert result.stop_reason.startswith("max_cost_usd: the next model call could cost")
+    assert "short)" in result.stop_reason
+    assert result.usage.cost_usd <= 5.0
+    requests = [r for r in scripted_provider.requests if r["script"] == model]
+    assert 1 < len(requests) == result.usage.model_calls < 8
+    assert result.usage.cost_usd == pytest.approx(0.9 * len(requests))
+    # Each call was sent the output-token limit that keeps it within what was left.
+    sent = [r["body"]["max_tokens"] for r in requests]
+    assert sent[-1] < sent[0] <= 4096, sent
+    for n, limit in enumerate(sent):
+        assert 0.9 * (n + 1) + limit / 1000 <= 5.0, (n, limit)
     view = await handle.query("status", result_type=RunStatusView)
-    assert view.limits_left is not None and view.limits_left.cost_usd == 0.0
+    assert view.limits_left is not None
+    assert view.limits_left.cost_usd == pytest.approx(5.0 - result.usage.cost_usd)
 
 
 def test_children_starting_together_share_what_is_left_fairly() -> None:
@@ -127,3 +139,92 @@ def test_a_child_needs_a_model_call_of_its_own_and_one_left_for_the_parent() -> 
     assert budgets.children_blocked(limits, RunUsage(model_calls=3), 1) is not None
     assert budgets.children_blocked(limits, RunUsage(model_calls=2), 2) is not None
     assert budgets.children_blocked(limits, RunUsage(model_calls=3), 0) is None
+
+
+@given(
+    input_bound=st.integers(0, 200_000),
+    tokens_left=st.none() | st.integers(-1_000, 300_000),
+    cost_left=st.none() | st.floats(-1.0, 50.0),
+    price=st.none() | st.tuples(st.floats(0.0, 2_000.0), st.floats(0.0, 2_000.0)),
+    requested=st.none() | st.integers(1, 100_000),
+)
+def test_a_reserved_call_fits_every_cap_or_is_not_started(
+    input_bound: int,
+    tokens_left: int | None,
+    cost_left: float | None,
+    price: tuple[float, float] | None,
+    requested: int | None,
+) -> None:
+    cap = budgets.output_token_cap(input_bound, tokens_left, cost_left, price, requested)
+    if isinstance(cap, str):
+        assert cap.startswith(("max_total_tokens: ", "max_cost_usd: ")) and "short)" in cap
+        return
+    if cap is None:
+        assert requested is None and tokens_left is None
+        assert cost_left is None or price is None or price[1] == 0
+        return
+    assert cap >= budgets.MIN_OUTPUT_TOKENS or (requested is not None and cap == requested)
+    if requested is not None:
+        assert cap <= requested
+    if tokens_left is not None:
+        assert input_bound + cap <= tokens_left
+    if cost_left is not None and price is not None:
+        cost = (input_bound * price[0] + cap * price[1]) / 1_000_000
+        assert cost <= cost_left + 1e-9
+
+
+turns = st.lists(
+    st.tuples(st.integers(0, 2_000), st.integers(0, 6_000)),  # (prompt chars, answer chars)
+    min_size=1,
+    max_size=6,
+)
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("clean_fakes")
+async def test_generated_runs_end_at_or_under_their_token_cap(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    cases = examples(st.tuples(turns, st.integers(1_500, 12_000)), 12)
+    for n, (script_turns, cap) in enumerate(cases):
+        name = f"{run_id}-{n}"
+        scripted_provider.register(
+            Script(
+                name=name,
+                turns=[
+                    *(
+                        ScriptTurn(
+                            text="x" * prompt,  # padding the next request by as much
+                            tool_calls=[
+                                ScriptedToolCall(
+                                    id=f"c_{name}_{i}",
+                                    name="get_weather",
+                                    arguments={"city": "Oslo", "date": f"2026-12-{i + 1:02d}"},
+                                )
+                            ],
+                        )
+                        for i, (prompt, _) in enumerate(script_turns)
+                    ),
+                    ScriptTurn(text="y" * script_turns[-1][1]),
+                ],
+            )
+        )
+        run_input = AgentRunInput(
+            task="Weather in Oslo, again and again.",
+            provider="openai-chat",
+            model=name,
+            tools=["get_weather"],
+            limits=Limits(max_total_tokens=cap, max_model_calls=10, max_tool_calls=10),
+        )
+        result = await (await start_run(client, worker, name, run_input)).result()
+        used = result.usage.input_tokens + result.usage.output_tokens
+        assert used <= cap, (cap, used, result.stop_reason)
+        requests = [r for r in scripted_provider.requests if r["script"] == name]
+        assert len(requests) == result.usage.model_calls
+        # Each call was sent what was left of the cap after its input; once the transcript is
+        # measured (from the second call), that shrinks as the budget is spent.
+        limits = [r["body"]["max_completion_tokens"] for r in requests]
+        assert all(limit <= cap for limit in limits), (cap, limits)
+        assert limits[1:] == sorted(limits[1:], reverse=True), limits
+        if result.status == "limit_reached":
+            assert result.stop_reason.startswith("max_total_tokens"), result.stop_reason

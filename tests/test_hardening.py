@@ -39,6 +39,7 @@ from agentloop.demo.scripted_provider import (
     ScriptedToolCall,
     ScriptTurn,
 )
+from agentloop.demo.scripted_provider.scripts import ScriptUsage
 from agentloop.demo.services import ExampleService
 from agentloop.events import ModelOutput
 from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS
@@ -675,7 +676,12 @@ async def test_a_very_long_answer_travels_by_reference_and_the_result_names_it(
     run_id: str,
     provider: str,
 ) -> None:
-    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text=LONG_ANSWER)]))
+    # Counted within Anthropic's default output limit (4,096 tokens), which a longer answer
+    # would be cut at, as the scripted provider cuts it.
+    usage = ScriptUsage(prompt_tokens=50, completion_tokens=4_000)
+    scripted_provider.register(
+        Script(name=run_id, turns=[ScriptTurn(text=LONG_ANSWER, usage=usage)])
+    )
     handle = await start_run(client, worker, run_id, run_input(run_id, [], provider=provider))
     result = await asyncio.wait_for(handle.result(), 30)
     assert result.status == "completed", result.stop_reason

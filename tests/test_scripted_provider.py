@@ -328,3 +328,21 @@ def test_placeholder_forms() -> None:
 
     assert rendered == "plain text | two | 1 | true | <missing call_b.k>"
     assert missing == ["call_b.k"]
+
+
+async def test_an_answer_past_the_requests_output_limit_is_cut_there(client: AsyncOpenAI) -> None:
+    whole = await complete(client, "greeting", [USER])
+    assert whole.usage is not None and whole.usage.completion_tokens > 3
+    cut = await client.chat.completions.create(
+        model="greeting", messages=_wire([USER]), max_completion_tokens=3
+    )
+    assert cut.choices[0].finish_reason == "length"
+    assert cut.usage is not None and cut.usage.completion_tokens == 3
+    assert GREETING_TEXT.startswith(cut.choices[0].message.content or "")
+    assert len(cut.choices[0].message.content or "") < len(GREETING_TEXT)
+    # Tool calls past the limit are never half-sent: the output has none.
+    travel = await client.chat.completions.create(
+        model="travel", messages=_wire([USER]), tools=TRAVEL_TOOLS, max_completion_tokens=2
+    )
+    assert travel.choices[0].finish_reason == "length"
+    assert not travel.choices[0].message.tool_calls

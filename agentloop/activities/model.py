@@ -12,6 +12,7 @@ from agentloop.activities.heartbeat import keep_heartbeating
 from agentloop.activity_io import (
     MODEL_CALL,
     MODEL_CALL_BY_REF,
+    OVER_BUDGET,
     STORE_TEXTS,
     CallModelInput,
     CallModelResult,
@@ -19,9 +20,12 @@ from agentloop.activity_io import (
 )
 from agentloop.adapters import AdapterFactory
 from agentloop.adapters._shared import text_safe
+from agentloop.adapters.anthropic_messages import DEFAULT_MAX_TOKENS
 from agentloop.adapters.base import ModelRequest, ProviderError
-from agentloop.context import budget_chars, fit
+from agentloop.context import budget_chars, fit, input_token_bound
+from agentloop.contract import ModelSettings
 from agentloop.events import ModelOutput
+from agentloop.policies import budgets
 from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS
 from agentloop.pricing import PriceTable
 from agentloop.runtime.audit import Redactor, audit
@@ -30,6 +34,14 @@ from agentloop.store.chains import TranscriptCache
 from agentloop.store.specs import ToolSpecCache
 from agentloop.tool_spec import ToolSpec
 from agentloop.transcript import append
+
+DEFAULT_OUTPUT_TOKENS: dict[str, int] = {
+    "openai-chat": 16_384,
+    "openai-responses": 16_384,
+    "anthropic": DEFAULT_MAX_TOKENS,
+}
+"""The output-token limit a call reserved against a cap is sent when the run asked for none:
+one the provider's models accept (the budget then lowers it as it is spent)."""
 
 
 class ModelActivities:
@@ -87,12 +99,16 @@ class ModelActivities:
             ),
             request.facts,
         )
+        settings = request.settings
+        if request.budget is not None:
+            bound = input_token_bound(sent, new_events, tools, request.budget.context_tokens)
+            settings = self._reserved(request, bound)
         model_request = ModelRequest(
             provider=request.provider,
             model=request.model,
             events=sent.events,
             tools=tools,
-            settings=request.settings,
+            settings=settings,
         )
         try:
             adapter = self._adapters.get(request.provider)
@@ -142,6 +158,23 @@ class ModelActivities:
             slim = await self._slim(output)
             result = result.model_copy(update={"output": slim, "sent_head": sent_head})
         return result
+
+    def _reserved(self, request: CallModelInput, input_bound: int) -> ModelSettings:
+        """The call's settings with the output-token limit that keeps it within the run's token
+        and cost caps; `OverBudget` (the call is not started) when even its input may not fit."""
+        assert request.budget is not None
+        budget, settings = request.budget, request.settings
+        price = self._prices.price(request.model)
+        if budget.tokens_left is None and (budget.cost_left is None or price is None):
+            return settings
+        requested = settings.max_output_tokens or DEFAULT_OUTPUT_TOKENS[request.provider]
+        cap = budgets.output_token_cap(
+            input_bound, budget.tokens_left, budget.cost_left, price, requested
+        )
+        if isinstance(cap, str):
+            _audit_failure(request, "over_budget", retryable=False)
+            raise ApplicationError(cap, type=OVER_BUDGET, non_retryable=True)
+        return settings.model_copy(update={"max_output_tokens": cap})
 
     async def _slim(self, output: ModelOutput) -> ModelOutput:
         """`output` as the workflow needs it, bounded whatever the model said: without the

@@ -12,6 +12,10 @@ from datetime import datetime
 
 from agentloop.contract import Limits, LimitsLeft, Usage
 
+MIN_OUTPUT_TOKENS = 16
+"""The fewest output tokens a model call is started with: a call that cannot be given them
+within the budget is not started."""
+
 
 def deadline_passed(limits: Limits, started_at: datetime, now: datetime) -> bool:
     if limits.deadline_seconds is None:
@@ -28,6 +32,43 @@ def model_call_blocked(limits: Limits, usage: Usage) -> str | None:
     if limits.max_cost_usd is not None and usage.cost_usd >= limits.max_cost_usd:
         return f"max_cost_usd: ${usage.cost_usd:.4f} of ${limits.max_cost_usd:.4f} spent"
     return None
+
+
+def output_token_cap(
+    input_bound: int,
+    tokens_left: int | None,
+    cost_left: float | None,
+    price: tuple[float, float] | None,
+    requested: int | None,
+) -> int | str | None:
+    """What a model call's output may be, reserved before it starts (seed 003): its input can
+    take at most `input_bound` tokens, so what is left of `max_total_tokens` and of
+    `max_cost_usd` (at `price`, USD per million input and output tokens) after that input is
+    what its output may use. The output-token limit to send (None: no cap applies and none
+    was `requested`), or why the call cannot start, naming the cap and by how much."""
+    caps = [] if requested is None else [requested]
+    if tokens_left is not None:
+        room = tokens_left - input_bound
+        if room < MIN_OUTPUT_TOKENS:
+            return (
+                f"max_total_tokens: the next model call needs up to {input_bound} input and"
+                f" {MIN_OUTPUT_TOKENS} output tokens, {max(tokens_left, 0)} left"
+                f" ({input_bound + MIN_OUTPUT_TOKENS - tokens_left} short)"
+            )
+        caps.append(room)
+    if cost_left is not None and price is not None:
+        input_cost = input_bound * price[0] / 1_000_000
+        per_output = price[1] / 1_000_000
+        floor = input_cost + MIN_OUTPUT_TOKENS * per_output
+        if floor > cost_left:
+            return (
+                f"max_cost_usd: the next model call could cost ${floor:.4f} (up to {input_bound}"
+                f" input tokens and {MIN_OUTPUT_TOKENS} output), ${max(cost_left, 0.0):.4f}"
+                f" left (${floor - cost_left:.4f} short)"
+            )
+        if per_output > 0:
+            caps.append(int((cost_left - input_cost) / per_output))
+    return min(caps) if caps else None
 
 
 def tool_batch_blocked(

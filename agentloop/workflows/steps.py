@@ -24,6 +24,7 @@ import agentloop.workflows.loop as loop
 from agentloop.activity_io import (
     MODEL_CALL,
     MODEL_CALL_BY_REF,
+    OVER_BUDGET,
     STORE_TEXTS,
     CallModelResult,
     StoreTextsInput,
@@ -81,7 +82,11 @@ async def call_model(state: LoopState, step: CallModel, deadline: RunDeadline) -
     try:
         result = await handle
     except ActivityError as exc:
-        loop.record_failure(state, f"model_error: {describe_failure(exc)}")
+        cause = exc.cause
+        if isinstance(cause, ApplicationError) and cause.type == OVER_BUDGET:
+            loop.record_over_budget(state, cause.message)
+        else:
+            loop.record_failure(state, f"model_error: {describe_failure(exc)}")
         return
     diverged = turn.transcript_problem(result)
     if diverged is not None:

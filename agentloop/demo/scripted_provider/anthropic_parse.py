@@ -22,6 +22,7 @@ from agentloop.demo.scripted_provider.conversation import (
     Reasoning,
     Text,
     ToolResult,
+    output_limit,
     role_of,
     text_of,
 )
@@ -38,6 +39,7 @@ def parse_request(body: Mapping[str, Any]) -> Conversation:
         declared_tools=declared,
         problems=tool_problems,
         prompt_chars=len(json.dumps([body.get("system"), messages])),
+        max_output_tokens=output_limit(body.get("max_tokens")),
     )
     max_tokens = body.get("max_tokens")
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):

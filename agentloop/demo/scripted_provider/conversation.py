@@ -73,6 +73,11 @@ class ModelTurn:
         return [part for part in self.parts if isinstance(part, Call)]
 
 
+def output_limit(value: Any) -> int | None:
+    """A request's output-token limit, when it is a positive integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 @dataclass
 class Conversation:
     turns: list[ModelTurn] = field(default_factory=list)
@@ -87,6 +92,9 @@ class Conversation:
     """The size of the conversation, for the default usage estimate."""
     stream_usage: bool = False
     """Chat Completions `stream_options.include_usage`."""
+    max_output_tokens: int | None = None
+    """The output-token limit the request set (`max_completion_tokens`, `max_output_tokens`,
+    `max_tokens`): a longer scripted answer is cut there, as a real model's would be."""
 
     @property
     def turn_index(self) -> int:

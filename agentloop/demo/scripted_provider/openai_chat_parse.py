@@ -18,6 +18,7 @@ from agentloop.demo.scripted_provider.conversation import (
     ModelTurn,
     Part,
     ToolResult,
+    output_limit,
     role_of,
 )
 
@@ -31,6 +32,7 @@ def parse_request(body: Mapping[str, Any]) -> Conversation:
         declared_tools=_declared_tools(body.get("tools")),
         prompt_chars=len(json.dumps(messages)),
         stream_usage=isinstance(options, dict) and options.get("include_usage") is True,
+        max_output_tokens=output_limit(body.get("max_completion_tokens", body.get("max_tokens"))),
     )
     if not isinstance(messages, list) or not messages:
         conversation.problems.append("`messages` must be a non-empty list")

@@ -22,6 +22,7 @@ from agentloop.demo.scripted_provider.conversation import (
     Part,
     Reasoning,
     ToolResult,
+    output_limit,
     span,
     text_of,
 )
@@ -36,6 +37,7 @@ def parse_request(body: Mapping[str, Any]) -> Conversation:
         declared_tools=declared,
         problems=tool_problems,
         prompt_chars=len(json.dumps([body.get("instructions"), items])),
+        max_output_tokens=output_limit(body.get("max_output_tokens")),
     )
     if body.get("previous_response_id") is not None:
         conversation.problems.append(

@@ -21,7 +21,13 @@ from agentloop.demo.scripted_provider.checks import check_conversation
 from agentloop.demo.scripted_provider.conversation import Conversation, Part, Phase
 from agentloop.demo.scripted_provider.protocols import WireProtocol
 from agentloop.demo.scripted_provider.rendering import Rejection, Reply, TurnOutput
-from agentloop.demo.scripted_provider.scripts import Script, ScriptTurn, render_placeholders
+from agentloop.demo.scripted_provider.scripts import (
+    CHARS_PER_TOKEN,
+    Script,
+    ScriptTurn,
+    ScriptUsage,
+    render_placeholders,
+)
 
 _STOCK_MESSAGES = {
     429: "Rate limit reached (scripted fault); retry after the delay given.",
@@ -145,9 +151,11 @@ class Playback:
             # A missing value still answers (the marker is visible in the text) but is recorded.
             notes = [f"placeholder {{{{{m}}}}} has no value" for m in missing]
             self._record(protocol, script.name, turn, notes)
+        usage = scripted.usage_for(conversation.prompt_chars)
+        played, usage = _within_limit(played, usage, conversation.max_output_tokens)
         return Reply(
             output=TurnOutput(script.name, turn, played, phase),
-            usage=scripted.usage_for(conversation.prompt_chars),
+            usage=usage,
             created=int(time.time()),
             stream=stream,
             stream_usage=conversation.stream_usage,
@@ -181,3 +189,20 @@ def _fill(turn: ScriptTurn, results: dict[str, str]) -> tuple[ScriptTurn, list[s
         return turn, []
     text, missing = render_placeholders(turn.text, results)
     return turn.model_copy(update={"text": text}), missing
+
+
+def _within_limit(
+    played: ScriptTurn, usage: ScriptUsage, limit: int | None
+) -> tuple[ScriptTurn, ScriptUsage]:
+    """What a real model does past the request's output-token limit: it stops there, its
+    calls unfinished (`length`), having used exactly the limit."""
+    if limit is None or usage.completion_tokens <= limit:
+        return played, usage
+    cut = played.model_copy(
+        update={
+            "text": (played.text or "")[: limit * CHARS_PER_TOKEN],
+            "tool_calls": [],
+            "finish_reason": "length",
+        }
+    )
+    return cut, usage.model_copy(update={"completion_tokens": limit})

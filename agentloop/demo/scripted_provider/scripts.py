@@ -22,7 +22,7 @@ FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "functi
 _PLACEHOLDER = re.compile(r"\{\{\s*([^{}.\s]+)((?:\.[^{}.\s]+)*)\s*\}\}")
 
 # A rough "4 characters per token" keeps the default usage small, deterministic and plausible.
-_CHARS_PER_TOKEN = 4
+CHARS_PER_TOKEN = 4
 
 
 class ScriptedToolCall(BaseModel):
@@ -149,7 +149,7 @@ class Script(BaseModel):
 
 
 def _estimate_tokens(chars: int) -> int:
-    return chars // _CHARS_PER_TOKEN + 1
+    return chars // CHARS_PER_TOKEN + 1
 
 
 def load_builtin_scripts() -> dict[str, Script]:

@@ -11,7 +11,12 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from agentloop.activity_io import CallModelInput, CallModelResult, PreconditionResult
+from agentloop.activity_io import (
+    CallModelInput,
+    CallModelResult,
+    ModelCallBudget,
+    PreconditionResult,
+)
 from agentloop.context import chars_per_token
 from agentloop.contract import AgentRunResult, CallRecord, ModelSettings, PreviousRun
 from agentloop.events import Event, ModelOutput, StateUpdate, ToolResult
@@ -77,9 +82,29 @@ def start_model_call(state: LoopState, step: CallModel) -> ModelTurn:
         context_budget_tokens=run_input.context_budget_tokens,
         chars_per_token=state.chars_per_token,
         facts=facts(state),
+        budget=_budget(state) if state.has(Feature.STRICT_BUDGETS) else None,
         slim_output=state.has(Feature.MODEL_OUTPUT_SLIM),
     )
     return ModelTurn(request, sent)
+
+
+def _budget(state: LoopState) -> ModelCallBudget:
+    """What this call may use of the caps: the run's usage and its child runs' slices are
+    spoken for (this call is counted already, its tokens not yet)."""
+    limits, held = state.run_input.limits, state.reserved()
+    return ModelCallBudget(
+        tokens_left=None
+        if limits.max_total_tokens is None
+        else limits.max_total_tokens - held.input_tokens - held.output_tokens,
+        cost_left=None if limits.max_cost_usd is None else limits.max_cost_usd - held.cost_usd,
+        context_tokens=state.context_tokens,
+    )
+
+
+def record_over_budget(state: LoopState, reason: str) -> None:
+    """The model call was not started: even its input might not fit what is left of a cap."""
+    state.usage.model_calls -= 1
+    state.limit = reason
 
 
 def record_model_output(
@@ -95,6 +120,7 @@ def record_model_output(
     )
     keep = state.has(Feature.MESSAGES_DURING_MODEL_CALL_KEPT) and sent is not None
     state.outbox = state.outbox[sent:] if keep else []
+    state.context_tokens = output.usage.input_tokens + output.usage.output_tokens
     state.usage.input_tokens += output.usage.input_tokens
     state.usage.output_tokens += output.usage.output_tokens
     state.usage.cost_usd += result.cost_usd

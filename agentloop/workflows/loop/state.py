@@ -95,6 +95,12 @@ class Feature(StrEnum):
     """A batch runs in the model's order around its writes: the reads before the first write
     run together, a read after a write runs once that write is done (`Batch.reads_ready`).
     Before it, every read of a batch ran before any write."""
+    STRICT_BUDGETS = "strict-budgets"
+    """Each model call is reserved against `max_total_tokens` and `max_cost_usd` before it
+    starts: the activity bounds its input, sends an output-token limit within what is left,
+    or does not start it (`OverBudget`: the run stops `limit_reached`, naming the cap and by
+    how much). Before it, a call was checked only against what was already spent, and the
+    run could end past its caps."""
     TEXTS_BY_REFERENCE = "texts-by-reference"
     """A task, instructions or message over `MAX_INLINE_TEXT_CHARS` is stored (`store_texts`)
     before the model call that first sends it, and travels by reference from then on: in model
@@ -142,7 +148,12 @@ FEATURES_2026_12B = (
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
     (
         "features-2026-12c",
-        (*FEATURES_2026_12B, Feature.TEXTS_BY_REFERENCE, Feature.ORDERED_BATCH),
+        (
+            *FEATURES_2026_12B,
+            Feature.TEXTS_BY_REFERENCE,
+            Feature.ORDERED_BATCH,
+            Feature.STRICT_BUDGETS,
+        ),
     ),
     ("features-2026-12b", FEATURES_2026_12B),
     ("features-2026-12", FEATURES_2026_12),
@@ -321,6 +332,8 @@ class LoopState(BaseModel):
     """Time spent waiting for humans; the run's deadline does not count it."""
     paused_since: datetime | None = None
     """Set while the run waits for a human (that wait is not counted yet)."""
+    context_tokens: int | None = None
+    """The input plus output tokens of the last model call, as the provider counted them."""
     chars_per_token: float | None = None
     """Characters per token the provider's count of the last request showed (the context
     budget in tokens is turned into characters with it)."""
