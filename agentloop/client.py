@@ -14,6 +14,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentloop import search
 from agentloop.contract import DEFAULT_TASK_QUEUE, WORKFLOW_NAME, AgentRunInput, AgentRunResult
+from agentloop.policies import checks
 from agentloop.runtime import converter, tracing
 from agentloop.runtime.codec import EncryptionCodec, encrypting_data_converter
 from agentloop.runtime.config import Settings
@@ -58,7 +59,11 @@ async def start_run(
     attributes (so `agentloop list` finds it). `indexed=None` indexes it when the namespace
     has agentloop's attributes registered and starts it unindexed otherwise; True insists.
     Starting twice with the same `id` while the first runs does not start a second run
-    (Temporal raises `WorkflowAlreadyStartedError`). `options` go to `Client.start_workflow`."""
+    (Temporal raises `WorkflowAlreadyStartedError`). `options` go to `Client.start_workflow`.
+    A run with `continue_from` must be given its `limits` (ValueError otherwise)."""
+    problem = checks.continuation_problem(run_input)
+    if problem:
+        raise ValueError(problem)
     start = dict(
         id=id,
         task_queue=task_queue,

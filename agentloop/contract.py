@@ -219,6 +219,9 @@ class AgentRunResult(BaseModel):
     """Writes whose outcome stayed unknown, this run's and those it inherited unresolved."""
     artifacts: list[str] = Field(default_factory=list)
     """The artifacts its transcript refers to (a continuing run may read them)."""
+    chain_usage: Usage | None = None
+    """For a run that continued another (`continue_from`): the usage of the whole chain of
+    runs, this one's included (None: a run that continued none, or from before)."""
 
 
 class PreviousRun(BaseModel):
@@ -234,6 +237,8 @@ class PreviousRun(BaseModel):
     rejected_actions: list[str] = Field(default_factory=list)
     unresolved_writes: list[UnresolvedWrite] = Field(default_factory=list)
     artifacts: list[str] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    """What the run, and the runs it continued, used in all."""
 
 
 class LimitsLeft(BaseModel):
@@ -253,6 +258,8 @@ class RunStatusView(BaseModel):
     unresolved: list[dict[str, Any]] = Field(default_factory=list)
     question: str | None = None
     usage: Usage = Field(default_factory=Usage)
+    chain_usage: Usage | None = None
+    """As `AgentRunResult.chain_usage`, so far."""
     limits_left: LimitsLeft | None = None
     calls: list[CallRecord] = Field(default_factory=list)
     refused_decisions: list[dict[str, Any]] = Field(default_factory=list)

@@ -20,6 +20,13 @@ def stop_report(result: AgentRunResult, workflow_id: str) -> str:
         f"(outcomes: {done}); {usage.input_tokens + usage.output_tokens} tokens, "
         f"${usage.cost_usd:.4f}",
     ]
+    chain = result.chain_usage
+    if chain is not None:
+        lines.append(
+            f"With the runs it continued: {chain.model_calls} model calls, {chain.tool_calls}"
+            f" tool calls, {chain.input_tokens + chain.output_tokens} tokens,"
+            f" ${chain.cost_usd:.4f}"
+        )
     if result.side_effects:
         lines.append("Side effects:")
         lines += [

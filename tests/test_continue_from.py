@@ -10,7 +10,8 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from agentloop.contract import AgentRunInput, AgentRunResult, Limits
+from agentloop.client import start_run as agentloop_start_run
+from agentloop.contract import AgentRunInput, AgentRunResult, Limits, RunStatusView
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
@@ -105,3 +106,55 @@ async def test_continuing_an_unknown_run_is_refused_naming_the_field(
     cause = failure.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
     assert "continue_from" in cause.message and "no-such-run" in cause.message
+
+
+async def test_a_continuation_is_given_its_budget_and_shows_the_whole_chains_usage(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    scripted_provider.register(weather_script(run_id))
+    first_input = AgentRunInput(
+        task="Weather in Oslo?",
+        provider="openai-chat",
+        model=run_id,
+        tools=["get_weather"],
+        limits=Limits(max_model_calls=1),
+    )
+    first = await (await start_run(client, worker, run_id, first_input)).result()
+    assert first.status == "limit_reached" and first.chain_usage is None
+    following = AgentRunInput(
+        task="Go on.", provider="openai-chat", model=run_id, continue_from=run_id
+    )
+    # From Python: the helper refuses a continuation without its limits, before starting.
+    with pytest.raises(ValueError, match="limits: a run with continue_from must be given"):
+        await agentloop_start_run(client, following, id=f"{run_id}-2", task_queue=worker.task_queue)
+    # Started any other way (here as JSON without `limits`), the run fails at once.
+    raw = following.model_dump(mode="json", exclude_unset=True)
+    refused = await start_run(client, worker, f"{run_id}-raw", raw)
+    with pytest.raises(WorkflowFailureError) as failure:
+        await refused.result()
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
+    assert "limits: a run with continue_from must be given" in cause.message
+
+    granted = following.model_copy(update={"limits": Limits(max_model_calls=2)})
+    handle = await agentloop_start_run(
+        client, granted, id=f"{run_id}-2", task_queue=worker.task_queue
+    )
+    second = await handle.result()
+    assert second.status == "completed", second.stop_reason
+    assert second.usage.model_calls == 1 and second.usage.tool_calls == 0
+    chain = second.chain_usage
+    assert chain is not None
+    assert chain.model_calls == first.usage.model_calls + second.usage.model_calls == 2
+    assert chain.tool_calls == first.usage.tool_calls == 1
+    assert chain.input_tokens == first.usage.input_tokens + second.usage.input_tokens
+    assert chain.cost_usd == pytest.approx(first.usage.cost_usd + second.usage.cost_usd)
+    view = await handle.query("status", result_type=RunStatusView)
+    assert view.chain_usage == chain
+    assert "With the runs it continued: 2 model calls, 1 tool calls" in second.report
+    # The model calls the script saw are the chain's: one each.
+    assert len([r for r in scripted_provider.requests if r["script"] == run_id]) == 2

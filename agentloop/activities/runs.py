@@ -42,6 +42,7 @@ class RunActivities:
             rejected_actions=result.rejected_actions,
             unresolved_writes=result.unresolved_writes,
             artifacts=result.artifacts,
+            usage=result.chain_usage or result.usage,
         )
 
     async def _principal(self, handle: WorkflowHandle[Any, AgentRunResult]) -> Principal | None:

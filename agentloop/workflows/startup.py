@@ -73,6 +73,10 @@ async def start(run_input: AgentRunInput) -> LoopState:
         problem = checks.limits_problem(run_input.limits)
         if problem:
             raise invalid_input(problem)
+    if in_set is not None and Feature.CONTINUE_CHAIN_USAGE in in_set:
+        problem = checks.continuation_problem(run_input)
+        if problem:
+            raise invalid_input(problem)
     names = list(dict.fromkeys([*run_input.tools, *builtins]))
     described: RunDescription | None = None
     if in_set is not None and Feature.INDEXED_HOWEVER_STARTED in in_set:
@@ -86,14 +90,14 @@ async def start(run_input: AgentRunInput) -> LoopState:
         state.approval_signing = described.approval_signing or ""
         if described.indexable:
             visibility.index(state)
+    if in_set is not None:
+        state.features = list(in_set)
     if run_input.continue_from:
         checked = in_set is not None and Feature.CONTINUE_FROM_CHECKED in in_set
         await _continue_from(state, run_input.continue_from, checked)
-    state.features = (
-        list(in_set)
-        if in_set is not None
-        else [f for f in loop.FEATURES if workflow.patched(f.value)]
-    )
+    if in_set is None:
+        # After `continue_from`, as such a run asked then (patch markers are commands).
+        state.features = [f for f in loop.FEATURES if workflow.patched(f.value)]
     return state
 
 

@@ -378,6 +378,8 @@ def continue_transcript(state: LoopState, previous: PreviousRun) -> None:
     )
     state.inherited_unresolved = {w.action_digest: w for w in previous.unresolved_writes}
     state.artifacts = list(dict.fromkeys([*previous.artifacts, *state.artifacts]))
+    if state.has(Feature.CONTINUE_CHAIN_USAGE):
+        state.inherited_usage = previous.usage
     note = StateUpdate(
         kind="continued",
         text=f"This run continues run {previous.workflow_id}, which stopped: "
@@ -405,6 +407,7 @@ def record_finish(state: LoopState, step: Finish) -> AgentRunResult:
         rejected_actions=state.rejected_actions,
         unresolved_writes=unresolved_writes(state),
         artifacts=state.artifacts,
+        chain_usage=state.chain_usage(),
     )
     result.report = stop_report(result, state.workflow_id)
     return result

@@ -95,6 +95,10 @@ class Feature(StrEnum):
     """A batch runs in the model's order around its writes: the reads before the first write
     run together, a read after a write runs once that write is done (`Batch.reads_ready`).
     Before it, every read of a batch ran before any write."""
+    CONTINUE_CHAIN_USAGE = "continue-chain-usage"
+    """A run continuing another (`continue_from`) must be given its `limits` explicitly (a
+    continuation never takes fresh defaults silently), and its `status`, result and stop
+    report show the usage of the whole chain (`chain_usage`)."""
     STRICT_BUDGETS = "strict-budgets"
     """Each model call is reserved against `max_total_tokens` and `max_cost_usd` before it
     starts: the activity bounds its input, sends an output-token limit within what is left,
@@ -153,6 +157,7 @@ FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
             Feature.TEXTS_BY_REFERENCE,
             Feature.ORDERED_BATCH,
             Feature.STRICT_BUDGETS,
+            Feature.CONTINUE_CHAIN_USAGE,
         ),
     ),
     ("features-2026-12b", FEATURES_2026_12B),
@@ -324,6 +329,9 @@ class LoopState(BaseModel):
     inherited_unresolved: dict[str, UnresolvedWrite] = Field(default_factory=dict)
     """Writes of the run this one continues whose outcome stayed unknown, by action digest:
     the same action is held for an operator's word, never sent again blindly."""
+    inherited_usage: Usage | None = None
+    """What the runs this one continues (`continue_from`) used in all (feature
+    `continue-chain-usage`; None: it continues none)."""
     delegations: dict[str, Delegation] = Field(default_factory=dict)
     """`delegate` calls by call id: the child runs and what they used."""
     run_chain: list[str] = Field(default_factory=list)
@@ -391,6 +399,14 @@ class LoopState(BaseModel):
         for delegation in self.delegations.values():
             if delegation.status == "running":
                 add_usage(total, delegation.whole_slice())
+        return total
+
+    def chain_usage(self) -> Usage | None:
+        """The usage of the whole continue chain, this run's included (None: no chain)."""
+        if self.inherited_usage is None:
+            return None
+        total = self.inherited_usage.model_copy()
+        add_usage(total, self.usage)
         return total
 
     def used_per_tool(self) -> Counter[str]:

@@ -128,6 +128,7 @@ def status_view(state: LoopState | None, now: datetime) -> RunStatusView:
         question=question(state),
         unresolved=unresolved(state),
         usage=state.usage,
+        chain_usage=state.chain_usage(),
         limits_left=budgets.limits_left(
             state.run_input.limits, state.reserved(), state.active_since(now), now
         ),
