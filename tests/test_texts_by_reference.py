@@ -44,6 +44,13 @@ def call(call_id: str, name: str, **arguments: Any) -> ScriptedToolCall:
     return ScriptedToolCall(id=call_id, name=name, arguments=arguments)
 
 
+def booking(name: str, then: ScriptTurn) -> Script:
+    """A script that books a seat (a write waiting for approval), then plays `then`."""
+    return Script(
+        name=name, turns=[ScriptTurn(tool_calls=[call("c_res", "reserve_seat", **RESERVE)]), then]
+    )
+
+
 def run_input(model: str, tools: list[str], **fields: Any) -> AgentRunInput:
     return AgentRunInput.model_validate(
         {
@@ -84,15 +91,7 @@ async def approve(handle: WorkflowHandle[Any, Any], call_id: str) -> None:
 async def test_long_texts_ride_in_history_only_where_they_came_in_and_reach_the_model_whole(
     client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(tool_calls=[call("c_res", "reserve_seat", **RESERVE)]),
-                ScriptTurn(text="Booked, and noted."),
-            ],
-        )
-    )
+    scripted_provider.register(booking(run_id, ScriptTurn(text="Booked, and noted.")))
     handle = await start_run(
         client, worker, run_id, run_input(run_id, ["reserve_seat"], continue_as_new_after_events=20)
     )
@@ -143,16 +142,9 @@ async def test_long_texts_ride_in_history_only_where_they_came_in_and_reach_the_
 async def test_a_stopped_runs_unsent_texts_go_by_reference_and_a_continuing_run_sends_them(
     client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(tool_calls=[call("c_res", "reserve_seat", **RESERVE)]),
-                # The call that would have sent the message fails for good.
-                ScriptTurn(text="x", errors=[ScriptedError(status=400, message="bad request")]),
-            ],
-        )
-    )
+    # The call that would have sent the message fails for good.
+    failing = ScriptTurn(text="x", errors=[ScriptedError(status=400, message="bad request")])
+    scripted_provider.register(booking(run_id, failing))
     handle = await start_run(client, worker, run_id, run_input(run_id, ["reserve_seat"]))
     await wait_for_phase(handle, "awaiting_approval")
     await handle.signal("message", {"text": MESSAGE, "sender": "p-alice"})
@@ -201,15 +193,7 @@ async def _result_event(handle: WorkflowHandle[Any, Any]) -> Any:
 async def test_at_most_so_many_messages_wait_for_the_model(
     client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(tool_calls=[call("c_res", "reserve_seat", **RESERVE)]),
-                ScriptTurn(text="Read them all."),
-            ],
-        )
-    )
+    scripted_provider.register(booking(run_id, ScriptTurn(text="Read them all.")))
     handle = await start_run(client, worker, run_id, run_input(run_id, ["reserve_seat"]))
     await wait_for_phase(handle, "awaiting_approval")
     for n in range(MAX_WAITING_MESSAGES + 1):
