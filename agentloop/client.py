@@ -14,7 +14,6 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentloop import search
 from agentloop.contract import DEFAULT_TASK_QUEUE, WORKFLOW_NAME, AgentRunInput, AgentRunResult
-from agentloop.policies import checks
 from agentloop.runtime import converter, tracing
 from agentloop.runtime.codec import EncryptionCodec, encrypting_data_converter
 from agentloop.runtime.config import Settings
@@ -61,7 +60,7 @@ async def start_run(
     Starting twice with the same `id` while the first runs does not start a second run
     (Temporal raises `WorkflowAlreadyStartedError`). `options` go to `Client.start_workflow`.
     A run with `continue_from` must be given its `limits` (ValueError otherwise)."""
-    problem = checks.continuation_problem(run_input)
+    problem = run_input.unbudgeted_continuation()
     if problem:
         raise ValueError(problem)
     start = dict(

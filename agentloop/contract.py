@@ -135,6 +135,17 @@ class AgentRunInput(_Strict):
     delegate_model: Name | None = None
     """The model of the runs this run delegates to with the `delegate` tool (default: its own)."""
 
+    def unbudgeted_continuation(self) -> str | None:
+        """Why this run may not start as given, when it continues another without being
+        given its limits: fresh defaults would hand an unfinished task a new budget that
+        nobody decided (the CLI's `continue` asks for `--max-model-calls`)."""
+        if self.continue_from and "limits" not in self.model_fields_set:
+            return (
+                "limits: a run with continue_from must be given its limits explicitly (the"
+                " budget it may use on top of what the runs it continues used)"
+            )
+        return None
+
     def summary(self) -> str:
         """The run's one-line static summary in the Temporal UI."""
         task = self.task if len(self.task) <= 120 else self.task[:117] + "..."

@@ -6,7 +6,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from temporalio.client import Client
 
@@ -148,6 +148,7 @@ def test_a_child_needs_a_model_call_of_its_own_and_one_left_for_the_parent() -> 
     price=st.none() | st.tuples(st.floats(0.0, 2_000.0), st.floats(0.0, 2_000.0)),
     requested=st.none() | st.integers(1, 100_000),
 )
+@settings(max_examples=500)
 def test_a_reserved_call_fits_every_cap_or_is_not_started(
     input_bound: int,
     tokens_left: int | None,
@@ -160,8 +161,7 @@ def test_a_reserved_call_fits_every_cap_or_is_not_started(
         assert cap.startswith(("max_total_tokens: ", "max_cost_usd: ")) and "short)" in cap
         return
     if cap is None:
-        assert requested is None and tokens_left is None
-        assert cost_left is None or price is None or price[1] == 0
+        assert requested is None and tokens_left is None  # a cost cap alone may not bind
         return
     assert cap >= budgets.MIN_OUTPUT_TOKENS or (requested is not None and cap == requested)
     if requested is not None:

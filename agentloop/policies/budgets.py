@@ -15,6 +15,8 @@ from agentloop.contract import Limits, LimitsLeft, Usage
 MIN_OUTPUT_TOKENS = 16
 """The fewest output tokens a model call is started with: a call that cannot be given them
 within the budget is not started."""
+MAX_OUTPUT_LIMIT = 2**31
+"""Past this, a cost cap limits no output (a price of nearly nothing per token)."""
 
 
 def deadline_passed(limits: Limits, started_at: datetime, now: datetime) -> bool:
@@ -66,8 +68,9 @@ def output_token_cap(
                 f" input tokens and {MIN_OUTPUT_TOKENS} output), ${max(cost_left, 0.0):.4f}"
                 f" left (${floor - cost_left:.4f} short)"
             )
-        if per_output > 0:
-            caps.append(int((cost_left - input_cost) / per_output))
+        affordable = (cost_left - input_cost) / per_output if per_output > 0 else None
+        if affordable is not None and affordable < MAX_OUTPUT_LIMIT:
+            caps.append(int(affordable))
     return min(caps) if caps else None
 
 

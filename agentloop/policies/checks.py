@@ -38,18 +38,6 @@ def limits_problem(limits: Limits) -> str | None:
     return None
 
 
-def continuation_problem(run_input: AgentRunInput) -> str | None:
-    """Why a run continuing another may not start as given: its budget must be granted
-    explicitly, since fresh default limits would hand an unfinished task a new budget without
-    anyone deciding it (the CLI's `continue` asks for `--max-model-calls`)."""
-    if run_input.continue_from and "limits" not in run_input.model_fields_set:
-        return (
-            "limits: a run with continue_from must be given its limits explicitly (the budget"
-            " it may use on top of what the runs it continues used)"
-        )
-    return None
-
-
 def continue_from_problem(run_input: AgentRunInput, previous: PreviousRun) -> str | None:
     """Why `run_input` may not continue `previous`: a run is continued by its own tenant, and
     by its own subject unless `continue_as_other_subject` says otherwise."""

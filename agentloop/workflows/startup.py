@@ -74,7 +74,7 @@ async def start(run_input: AgentRunInput) -> LoopState:
         if problem:
             raise invalid_input(problem)
     if in_set is not None and Feature.CONTINUE_CHAIN_USAGE in in_set:
-        problem = checks.continuation_problem(run_input)
+        problem = run_input.unbudgeted_continuation()
         if problem:
             raise invalid_input(problem)
     names = list(dict.fromkeys([*run_input.tools, *builtins]))
