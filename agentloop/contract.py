@@ -97,6 +97,32 @@ class Limits(_Strict):
     )
 
 
+MAX_STOP_SEQUENCES = 16
+MAX_EXTRA_CHARS = 4_000
+ReasoningEffort = Literal["minimal", "low", "medium", "high"]
+
+
+class ModelParameters(_Strict):
+    """A run's model parameters (`AgentRunInput.model_settings`), sent on every model call.
+    Checked per provider when the run starts (`checks.model_settings_problem`): a parameter
+    the provider does not take fails the run at once, naming it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_output_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    stop: list[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]] = Field(
+        default_factory=list, max_length=MAX_STOP_SEQUENCES
+    )
+    """Stop sequences (Chat Completions `stop`, Anthropic `stop_sequences`)."""
+    reasoning_effort: ReasoningEffort | None = None
+    """OpenAI's reasoning effort (Chat `reasoning_effort`, Responses `reasoning.effort`)."""
+    extra: dict[str, Any] = Field(default_factory=dict)
+    """Provider-specific request fields passed through as given (at most 4,000 characters of
+    JSON; none agentloop sets itself)."""
+
+
 class AgentRunInput(_Strict):
     """The run's input. Every field has a maximum (the constants above): an input beyond one
     fails the run at once, naming the field, instead of wedging it later."""
@@ -109,6 +135,7 @@ class AgentRunInput(_Strict):
     principal: Principal = Field(default_factory=lambda: Principal(subject="anonymous"))
     limits: Limits = Field(default_factory=Limits)
     stream: bool = True
+    model_settings: ModelParameters = Field(default_factory=ModelParameters)
     approval_timeout_seconds: float = Field(default=86400, gt=0, le=MAX_WAIT_SECONDS)
     reconciliation_timeout_seconds: float = Field(default=86400, gt=0, le=MAX_WAIT_SECONDS)
     """How long a write whose outcome stayed unknown waits for a `resolve` signal before the
@@ -152,14 +179,13 @@ class AgentRunInput(_Strict):
         return f"{task} · {self.provider} {self.model}"
 
 
-class ModelSettings(BaseModel):
-    """How a model call is made, besides the transcript and the tools."""
+class ModelSettings(ModelParameters):
+    """How a model call is made, besides the transcript and the tools: the run's parameters
+    and whether it streams."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     stream: bool = True
-    max_output_tokens: int | None = None
-    temperature: float | None = None
 
 
 class Usage(BaseModel):

@@ -150,7 +150,9 @@ def test_settings_tools_and_no_system_when_none() -> None:
         )
     )
     assert "system" not in kwargs
-    assert (kwargs["stream"], kwargs["max_tokens"], kwargs["temperature"]) == (False, 256, 0.2)
+    assert (kwargs["stream"], kwargs["max_tokens"]) == (False, 256)
+    # API version 2026-10-21 answers 400 to any sampling parameter: none is sent.
+    assert "temperature" not in kwargs and "top_p" not in kwargs
     assert kwargs["tools"] == [
         {
             "name": "get_weather",

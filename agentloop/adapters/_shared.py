@@ -16,6 +16,7 @@ import openai
 from pydantic_core import PydanticSerializationError
 
 from agentloop.adapters.base import ProviderError, UnsupportedEventError
+from agentloop.contract import ModelSettings
 from agentloop.digests import args_digest
 from agentloop.events import (
     Event,
@@ -387,3 +388,30 @@ def _map_sdk_errors() -> Iterator[None]:
         raise ProviderError(
             _bounded(f"{type(err).__name__}: {err}"), error_class="internal", retryable=False
         ) from err
+
+
+def model_parameters(
+    settings: ModelSettings,
+    *,
+    max_tokens: str,
+    stop: str | None = None,
+    effort: Callable[[str], tuple[str, Any]] | None = None,
+    sampling: bool = True,
+) -> dict[str, Any]:
+    """The run's model parameters under the provider's names: `max_tokens` is its name for
+    the output-token limit, `stop` for stop sequences, `effort` spells the reasoning effort
+    (None: it takes no such field; the run's input was checked for that at start), and
+    `sampling` says whether it takes `temperature` and `top_p`."""
+    fields: dict[str, Any] = {}
+    if settings.max_output_tokens is not None:
+        fields[max_tokens] = settings.max_output_tokens
+    if sampling and settings.temperature is not None:
+        fields["temperature"] = settings.temperature
+    if sampling and settings.top_p is not None:
+        fields["top_p"] = settings.top_p
+    if settings.stop and stop is not None:
+        fields[stop] = list(settings.stop)
+    if settings.reasoning_effort is not None and effort is not None:
+        key, value = effort(settings.reasoning_effort)
+        fields[key] = value
+    return fields

@@ -25,6 +25,7 @@ from agentloop.adapters._shared import (
     demote_broken_calls,
     group_turns,
     make_tool_calls,
+    model_parameters,
     parse_arguments,
     runner_note,
 )
@@ -75,9 +76,14 @@ def build_request(request: ModelRequest) -> dict[str, Any]:
         kwargs["system"] = "\n\n".join(system)
     if request.tools:
         kwargs["tools"] = [_map_tool_spec(spec) for spec in request.tools]
-    if settings.temperature is not None:
-        kwargs["temperature"] = settings.temperature
-    return kwargs
+    kwargs |= model_parameters(
+        settings,
+        max_tokens="max_tokens",
+        stop="stop_sequences",
+        sampling=False,  # API version 2026-10-21 refuses them (checked at a run's start)
+    )
+    # Provider fields passed through: checked at start not to touch any of the above.
+    return {**settings.extra, **kwargs}
 
 
 def _map_tool_spec(spec: ToolSpec) -> dict[str, Any]:
@@ -362,6 +368,12 @@ class MessagesStreamAssembler:
 
 # --------------------------------------------------------------------------- adapter
 
+_CREATE_FIELDS = frozenset(
+    {"model", "max_tokens", "messages", "stream", "system", "tools", "stop_sequences"}
+)
+"""What `build_request` sets: `messages.create` takes them by name, the rest (a run's
+`model_settings.extra`) as `extra_body`."""
+
 _RAW_EVENTS = AsyncStream[object]
 """Streamed events as the JSON objects they are (see `AnthropicMessagesAdapter._create`)."""
 
@@ -384,7 +396,9 @@ class AnthropicMessagesAdapter:
     async def _create(self, kwargs: dict[str, Any]) -> _Response:
         if not kwargs["stream"]:
             try:
-                message = await self._client.messages.create(**kwargs)
+                known = {k: v for k, v in kwargs.items() if k in _CREATE_FIELDS}
+                extra = {k: v for k, v in kwargs.items() if k not in _CREATE_FIELDS}
+                message = await self._client.messages.create(**known, extra_body=extra or None)
             except ValueError as err:  # the SDK refuses a long request unless it is streamed
                 raise ProviderError(str(err), error_class="bad_request", retryable=False) from err
             return _Response(message.model_dump(), message._request_id or "")

@@ -22,6 +22,7 @@ from agentloop.adapters._shared import (
     demote_broken_calls,
     group_turns,
     make_tool_calls,
+    model_parameters,
     runner_note,
 )
 from agentloop.adapters.base import ModelRequest
@@ -62,11 +63,14 @@ def build_request(request: ModelRequest) -> dict[str, Any]:
         kwargs["stream_options"] = {"include_usage": True}
     if request.tools:
         kwargs["tools"] = [_map_tool_spec(spec) for spec in request.tools]
-    if settings.max_output_tokens is not None:
-        kwargs["max_completion_tokens"] = settings.max_output_tokens
-    if settings.temperature is not None:
-        kwargs["temperature"] = settings.temperature
-    return kwargs
+    kwargs |= model_parameters(
+        settings,
+        max_tokens="max_completion_tokens",
+        stop="stop",
+        effort=lambda effort: ("reasoning_effort", effort),
+    )
+    # Provider fields passed through: checked at start not to touch any of the above.
+    return {**settings.extra, **kwargs}
 
 
 def _map_tool_spec(spec: ToolSpec) -> dict[str, Any]:

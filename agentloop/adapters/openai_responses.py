@@ -25,6 +25,7 @@ from agentloop.adapters._shared import (
     demote_broken_calls,
     group_turns,
     make_tool_calls,
+    model_parameters,
     runner_note,
 )
 from agentloop.adapters.base import ModelRequest, ProviderError
@@ -80,11 +81,12 @@ def build_request(request: ModelRequest) -> dict[str, Any]:
         kwargs["instructions"] = "\n\n".join(instructions)
     if request.tools:
         kwargs["tools"] = [_map_tool_spec(spec) for spec in request.tools]
-    if settings.max_output_tokens is not None:
-        kwargs["max_output_tokens"] = settings.max_output_tokens
-    if settings.temperature is not None:
-        kwargs["temperature"] = settings.temperature
-    return kwargs
+    kwargs |= model_parameters(
+        settings,
+        max_tokens="max_output_tokens",
+        effort=lambda effort: ("reasoning", {"effort": effort}),
+    )
+    return {**settings.extra, **kwargs}
 
 
 def _map_tool_spec(spec: ToolSpec) -> Item:

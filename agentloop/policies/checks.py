@@ -4,14 +4,87 @@ found only when the final answer arrived). Pure."""
 
 from __future__ import annotations
 
-from agentloop.contract import AgentRunInput, Limits, PreviousRun
+from dataclasses import dataclass
+
+from agentloop.contract import (
+    MAX_EXTRA_CHARS,
+    AgentRunInput,
+    Limits,
+    ModelParameters,
+    PreviousRun,
+)
 from agentloop.digests import canonical_json
 from agentloop.policies.bounds import MAX_DEPTH, MAX_RUN_CALLS, MAX_SCHEMA_CHARS, value_depth
 from agentloop.policies.validation import schema_problem
 
 
+@dataclass(frozen=True)
+class ProviderParameters:
+    """What a provider's API takes of `ModelParameters`."""
+
+    max_temperature: float | None
+    """None: it takes no sampling parameters (`temperature`, `top_p`) at all."""
+    max_stop: int
+    """Stop sequences it takes (0: none)."""
+    reasoning_effort: bool
+
+
+PROVIDER_PARAMETERS: dict[str, ProviderParameters] = {
+    "openai-chat": ProviderParameters(max_temperature=2.0, max_stop=4, reasoning_effort=True),
+    "openai-responses": ProviderParameters(max_temperature=2.0, max_stop=0, reasoning_effort=True),
+    # Anthropic's API version 2026-10-21 (which its SDK 2 sends) answers 400 to any sampling
+    # parameter, even at its default.
+    "anthropic": ProviderParameters(max_temperature=None, max_stop=16, reasoning_effort=False),
+}
+
+SET_BY_AGENTLOOP = frozenset(
+    {
+        *("model", "messages", "input", "instructions", "system", "tools", "tool_choice"),
+        *("stream", "stream_options", "store", "include", "previous_response_id"),
+        *("max_tokens", "max_completion_tokens", "max_output_tokens", "temperature", "top_p"),
+        *("stop", "stop_sequences", "reasoning_effort", "reasoning", "extra_body"),
+    }
+)
+"""Request fields agentloop writes itself: `model_settings.extra` may not set them."""
+
+
+def model_settings_problem(provider: str, parameters: ModelParameters) -> str | None:
+    """Why `parameters` cannot be sent to `provider`, naming the field."""
+    takes = PROVIDER_PARAMETERS[provider]
+    if takes.max_temperature is None:
+        for field in ("temperature", "top_p"):
+            if getattr(parameters, field) is not None:
+                return f"model_settings.{field}: {provider} takes no sampling parameters"
+    elif parameters.temperature is not None and parameters.temperature > takes.max_temperature:
+        return (
+            f"model_settings.temperature: {parameters.temperature} is over the"
+            f" {takes.max_temperature} {provider} takes"
+        )
+    if len(parameters.stop) > takes.max_stop:
+        if takes.max_stop == 0:
+            return f"model_settings.stop: {provider} takes no stop sequences"
+        return f"model_settings.stop: {provider} takes at most {takes.max_stop} stop sequences"
+    if parameters.reasoning_effort is not None and not takes.reasoning_effort:
+        return (
+            f"model_settings.reasoning_effort: {provider} takes none (its own fields can go"
+            " in model_settings.extra)"
+        )
+    taken = sorted(SET_BY_AGENTLOOP & parameters.extra.keys())
+    if taken:
+        return f"model_settings.extra: {', '.join(taken)} set by agentloop itself"
+    if value_depth(parameters.extra) > MAX_DEPTH:
+        return f"model_settings.extra: nested deeper than {MAX_DEPTH} levels"
+    size = len(canonical_json(parameters.extra))
+    if size > MAX_EXTRA_CHARS:
+        return f"model_settings.extra: {size} characters of JSON, over the {MAX_EXTRA_CHARS} limit"
+    return None
+
+
 def input_problem(run_input: AgentRunInput) -> str | None:
     """Why `run_input` cannot run, naming the field; None when it can."""
+    problem = model_settings_problem(run_input.provider, run_input.model_settings)
+    if problem:
+        return problem
     schema = run_input.output_schema
     if schema is not None:
         if value_depth(schema) > MAX_DEPTH:

@@ -77,7 +77,7 @@ def start_model_call(state: LoopState, step: CallModel) -> ModelTurn:
         new_events=[by_reference(event) for event in sent],
         tools=[] if state.tools_ref is not None else list(state.tools.values()),
         tools_ref=state.tools_ref,
-        settings=ModelSettings(stream=run_input.stream),
+        settings=ModelSettings(**run_input.model_settings.model_dump(), stream=run_input.stream),
         context_budget_chars=run_input.context_budget_chars,
         context_budget_tokens=run_input.context_budget_tokens,
         chars_per_token=state.chars_per_token,
