@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import pytest
 from temporalio.client import Client
 
@@ -334,3 +335,68 @@ async def test_regression_matrix(
     assert {c.call_id: c.status for c in result.calls} == case.calls
     if case.check is not None:
         case.check(result, scripted_provider, run_id)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_the_articles_first_case_the_weather_times_out_and_the_train_answers(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+    provider: str,
+) -> None:
+    """Seed 000, case one: of two parallel reads the weather times out on every attempt
+    while the train answers; a malformed train number is refused. Each result goes back
+    under its own call id, and the answer quotes only the train."""
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        call("call_train", "get_train_status", TRAIN),
+                        call("call_weather", "get_weather", WEATHER),
+                        call("call_bad", "get_train_status", {**TRAIN, "train_number": "12-AB"}),
+                    ],
+                    expect_tool_results={
+                        "call_train": '"train_number": "G1234"',
+                        "call_weather": "service unreachable: TimeoutError",
+                        "call_bad": "train_number",
+                    },
+                ),
+                ScriptTurn(text="G1234: {{call_train.status}}. The weather is unavailable."),
+            ],
+        )
+    )
+    example_service.set_delay("weather", 3_000)  # past the tools' 2 s HTTP timeout
+    run_input = AgentRunInput(
+        task="Is train G1234 late on 2026-12-01, and what is the weather in Shanghai?",
+        provider=provider,  # type: ignore[arg-type]
+        model=run_id,
+        tools=["get_train_status", "get_weather"],
+    )
+    result = await (await start_run(client, worker, run_id, run_input)).result()
+    assert result.status == "completed", result.stop_reason
+    calls = {c.call_id: c for c in result.calls}
+    assert {k: c.status for k, c in calls.items()} == {
+        "call_train": "succeeded",
+        "call_weather": "failed",
+        "call_bad": "rejected",
+    }
+    status = example_service.stats()["requests"]
+    trains = [r for r in status if r["endpoint"] == "trains"]
+    weather = [r for r in status if r["endpoint"] == "weather"]
+    # The malformed number never reached the service; the weather was tried on every attempt.
+    assert len(trains) == 1 and "G1234" in trains[0]["path"]
+    assert len(weather) == 3
+    requests = [r for r in scripted_provider.requests if r["script"] == run_id]
+    assert len(requests) == 2 and {r["protocol"] for r in requests} == {provider}
+    # The answer quotes the train's status as the service gave it under the train's id.
+    async with aiohttp.ClientSession() as http:
+        url = f"{example_service.base_url}/travel/trains/G1234"
+        async with http.get(url, params={"date": TRAIN["date"]}) as response:
+            train = await response.json()
+    assert result.output == f"G1234: {train['status']}. The weather is unavailable."
+    weather_record = calls["call_weather"]
+    assert "transient" in weather_record.result_summary
