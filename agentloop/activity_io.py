@@ -73,6 +73,8 @@ class StoreTextsInput(BaseModel):
 
 class CallModelResult(BaseModel):
     head: str
+    attempt: int = 0
+    """The activity attempt that answered, Temporal's retries included (0: not said)."""
     """The transcript head after `new_events` and `output` were appended."""
     output: ModelOutput
     cost_usd: float = 0.0

@@ -189,11 +189,28 @@ class ModelSettings(ModelParameters):
 
 
 class Usage(BaseModel):
+    """What a run used, each count in its own unit (seed 003: model requests, tool executions
+    and runtime steps are counted apart)."""
+
     model_calls: int = 0
+    """Model calls the loop made (what `max_model_calls` limits)."""
     tool_calls: int = 0
+    """Tool calls started (what `max_tool_calls` limits)."""
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    model_requests: int = 0
+    """Requests sent to the provider: each model call's attempts, Temporal's retries included."""
+    tool_attempts: int = 0
+    """Tool executions: each call's activity attempts, Temporal's retries included."""
+    steps: int = 0
+    """Steps of the loop carried out (model calls, checks, tool steps, lookups, waits)."""
+    human_waits: int = 0
+    """Times the run waited for a person (approval, an answer, a reconciliation)."""
+
+
+BUDGETED = ("model_calls", "tool_calls", "input_tokens", "output_tokens", "cost_usd")
+"""The `Usage` fields limits are set on (and a delegate call's result shows the model)."""
 
 
 class CallRecord(BaseModel):
@@ -209,6 +226,9 @@ class CallRecord(BaseModel):
     status: str = "pending"
     """`pending`, `running`, or the `ToolResult` status."""
     attempts: int = 0
+    activity_attempts: int = 0
+    """Executions of the call's activity, Temporal's retries included (`attempts` counts the
+    times the runner started it)."""
     idempotency_key: str = ""
     result_summary: str = ""
     turn: int = 0

@@ -141,6 +141,9 @@ class ToolResult(_Frozen):
     """True when the call changed (or may have changed) an external system."""
     state: dict[str, Any] = Field(default_factory=dict)
     """Small task-state updates the tool reports (seed 003)."""
+    attempts: int = 0
+    """The activity attempt that answered (Temporal's retries included; 0: not said). Transport
+    only, like `content_ref`."""
     content_ref: str = ""
     """Where `run_tool` stored `content` (the store key of its bytes): the next model call
     carries this reference instead, so the content rides in workflow history once. Transport

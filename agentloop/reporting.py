@@ -5,9 +5,18 @@ from __future__ import annotations
 
 from collections import Counter
 
-from agentloop.contract import AgentRunResult
+from agentloop.contract import AgentRunResult, Usage
 
 CONTINUABLE = frozenset({"limit_reached", "stalled", "incomplete", "input_timeout", "failed"})
+
+
+def counted(usage: Usage) -> str:
+    """The counts kept apart, each in its unit (seed 003)."""
+    return (
+        f"{usage.model_requests} model requests (retries included), {usage.tool_attempts} tool"
+        f" executions (retries included), {usage.steps} loop steps, {usage.human_waits} waits"
+        " for people"
+    )
 
 
 def stop_report(result: AgentRunResult, workflow_id: str) -> str:
@@ -19,6 +28,7 @@ def stop_report(result: AgentRunResult, workflow_id: str) -> str:
         f"Done: {usage.model_calls} model calls, {usage.tool_calls} tool calls run "
         f"(outcomes: {done}); {usage.input_tokens + usage.output_tokens} tokens, "
         f"${usage.cost_usd:.4f}",
+        f"Counted: {counted(usage)}",
     ]
     chain = result.chain_usage
     if chain is not None:

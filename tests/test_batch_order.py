@@ -58,6 +58,7 @@ async def run_batch(
     result = await asyncio.wait_for(handle.result(), 30)
     assert result.status == "completed", result.stop_reason
     assert {c.call_id: c.status for c in result.calls} == {c.id: "succeeded" for c in calls}
+    assert result.usage.human_waits == 1  # the one approval
     return result
 
 

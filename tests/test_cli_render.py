@@ -81,7 +81,15 @@ def view(phase: Phase, *calls: tuple[str, str, str], seconds: float = 500.0) -> 
     return RunStatusView(
         phase=phase,
         turn=1,
-        usage=Usage(model_calls=1, tool_calls=len(calls), input_tokens=100, output_tokens=20),
+        usage=Usage(
+            model_calls=1,
+            tool_calls=len(calls),
+            input_tokens=100,
+            output_tokens=20,
+            model_requests=2,  # one retried
+            tool_attempts=len(calls),
+            steps=1 + len(calls),
+        ),
         limits_left=LimitsLeft(model_calls=7, tool_calls=32 - len(calls), seconds=seconds),
         calls=[CallRecord(call_id=c, tool=t, status=s) for c, t, s in calls],
     )
@@ -105,6 +113,13 @@ def waiting_view() -> RunStatusView:
     return waiting
 
 
+def counts(calls: int) -> str:
+    return (
+        f"2 model requests (retries included), {calls} tool executions (retries included),"
+        f" {1 + calls} loop steps, 0 waits for people"
+    )
+
+
 def test_the_progress_log_prints_a_line_only_when_its_subject_changed() -> None:
     out = io.StringIO()
     log = ProgressLog("run-1", out)
@@ -116,13 +131,16 @@ def test_the_progress_log_prints_a_line_only_when_its_subject_changed() -> None:
         "turn 1: calling_model",
         "usage: model calls 1 used, 7 left · tool calls 0 used, 32 left · tokens 120 "
         "· cost $0.0000",
+        f"counted: {counts(0)}",
         "turn 1: executing_tools",
         "usage: model calls 1 used, 7 left · tool calls 1 used, 31 left · tokens 120 "
         "· cost $0.0000",
+        f"counted: {counts(1)}",
         "  call call_check check_workshop: running",
         "turn 1: awaiting_approval",
         "usage: model calls 1 used, 7 left · tool calls 2 used, 30 left · tokens 120 "
         "· cost $0.0000",
+        f"counted: {counts(2)}",
         "  call call_check check_workshop: succeeded",
         "  call call_reserve reserve_seat: proposed",
         f"waiting for approval: call_reserve reserve_seat {json.dumps(RESERVE)} [{DIGEST}] "

@@ -148,6 +148,7 @@ class ModelActivities:
         )
         result = CallModelResult(
             head=head,
+            attempt=activity.info().attempt,
             output=output,
             cost_usd=cost,
             request_chars=sent.chars,

@@ -181,6 +181,11 @@ class ToolActivities:
 
     @activity.defn(name="run_tool")
     async def run_tool(self, request: RunToolInput) -> ToolResult:
+        result = await self._run_tool(request)
+        # The attempt that answered, Temporal's retries included (`Usage.tool_attempts`).
+        return result.model_copy(update={"attempts": activity.info().attempt})
+
+    async def _run_tool(self, request: RunToolInput) -> ToolResult:
         tool = self._registry.get(request.tool)
         try:
             async with keep_heartbeating():

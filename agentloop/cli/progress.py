@@ -20,6 +20,7 @@ from rich.text import Text
 
 from agentloop.cli.output import PAUSED_PHASES, RunSnapshot
 from agentloop.contract import AgentRunResult, CallRecord, LimitsLeft, RunStatusView, Usage
+from agentloop.reporting import counted
 
 LIVE_RECENT_CALLS = 10
 """Calls the live panel shows (the most recent ones); a long run would not fit otherwise."""
@@ -91,7 +92,7 @@ def format_result(result: AgentRunResult) -> str:
     usage = result.usage
     lines.append(
         f"usage: {usage.model_calls} model calls, {usage.tool_calls} tool calls, "
-        f"{usage.input_tokens + usage.output_tokens} tokens"
+        f"{usage.input_tokens + usage.output_tokens} tokens; counted: {counted(usage)}"
     )
     if result.output is not None:
         output = result.output if isinstance(result.output, str) else json.dumps(result.output)
@@ -170,7 +171,10 @@ def _usage_lines(usage: Usage, left: LimitsLeft | None) -> list[Line]:
         f"tokens {tokens}" + _left(left.total_tokens if left else None),
         f"cost ${usage.cost_usd:.4f}" + _left(left.cost_usd if left else None, "${:.4f}"),
     ]
-    lines = [Line("usage", "usage: " + " · ".join(parts), "dim")]
+    lines = [
+        Line("usage", "usage: " + " · ".join(parts), "dim"),
+        Line("counts", "counted: " + counted(usage), "dim"),
+    ]
     if left is not None and left.seconds is not None:
         deadline = f"deadline: {left.seconds:.0f} s left"
         lines.append(Line("deadline", deadline, "dim", ticking=True))

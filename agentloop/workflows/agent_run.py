@@ -106,6 +106,7 @@ class AgentRun:
                 loop.record_cancel_request(state)
 
     async def _carry_out(self, state: LoopState, step: Work, deadline: RunDeadline) -> None:
+        loop.record_step(state)
         match step:
             case CallModel():
                 await steps.call_model(state, step, deadline)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import cast, get_args
 
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 
 from agentloop.events import ErrorClass
 
@@ -43,6 +43,14 @@ def tool_failure_class(exc: ActivityError, *, remote: bool = False) -> ErrorClas
     if kind.startswith("Tool:") and named in get_args(ErrorClass):
         return cast(ErrorClass, named)
     return "internal"
+
+
+def attempts_made(exc: ActivityError, maximum_attempts: int) -> int:
+    """How many attempts an activity that failed for good made: all its retry policy allowed
+    when it ran out of them, else (a failure Temporal would not retry) at least the one."""
+    if exc.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
+        return maximum_attempts
+    return 1
 
 
 def invalid_input(problem: str) -> ApplicationError:

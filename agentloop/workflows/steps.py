@@ -35,7 +35,7 @@ from agentloop.contract import AgentRunResult, Phase, describe_validation_error
 from agentloop.tool_spec import Outcome
 from agentloop.workflows import visibility
 from agentloop.workflows.deadline import RunDeadline
-from agentloop.workflows.failures import describe_failure
+from agentloop.workflows.failures import attempts_made, describe_failure
 from agentloop.workflows.loop import (
     AwaitHumans,
     CallModel,
@@ -86,7 +86,8 @@ async def call_model(state: LoopState, step: CallModel, deadline: RunDeadline) -
         if isinstance(cause, ApplicationError) and cause.type == OVER_BUDGET:
             loop.record_over_budget(state, cause.message)
         else:
-            loop.record_failure(state, f"model_error: {describe_failure(exc)}")
+            requests = attempts_made(exc, MODEL_RETRY.maximum_attempts)
+            loop.record_model_failure(state, f"model_error: {describe_failure(exc)}", requests)
         return
     diverged = turn.transcript_problem(result)
     if diverged is not None:
@@ -130,6 +131,8 @@ def _audit_model_call(state: LoopState, step: CallModel, result: CallModelResult
         cost_usd=result.cost_usd,
         model_calls=state.usage.model_calls,
         tool_calls=state.usage.tool_calls,
+        model_requests=state.usage.model_requests,
+        tool_attempts=state.usage.tool_attempts,
     )
     for call in result.output.tool_calls:
         record = state.calls.get(call.call_id)

@@ -14,7 +14,7 @@ from agentloop.activity_io import ActivityToolInput, RunToolInput, ToolOutput
 from agentloop.contract import Principal
 from agentloop.events import ToolCall, ToolResult
 from agentloop.tool_spec import ToolSpec
-from agentloop.workflows.failures import describe_failure, tool_failure_class
+from agentloop.workflows.failures import attempts_made, describe_failure, tool_failure_class
 from agentloop.workflows.loop import Feature, LoopState, ToolFailure, ToolOutcome
 
 TOOL_HEARTBEAT = timedelta(seconds=5)
@@ -97,8 +97,12 @@ async def tool_outcome(
         )
         return framed
     except ActivityError as exc:
+        allowed = 1 if spec.effect == "write" else spec.max_attempts
         return ToolFailure(
-            call.call_id, describe_failure(exc), tool_failure_class(exc, remote=remote)
+            call.call_id,
+            describe_failure(exc),
+            tool_failure_class(exc, remote=remote),
+            attempts_made(exc, allowed),
         )
 
 

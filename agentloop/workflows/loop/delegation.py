@@ -9,7 +9,7 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
-from agentloop.contract import AgentRunInput, AgentRunResult
+from agentloop.contract import BUDGETED, AgentRunInput, AgentRunResult
 from agentloop.events import ErrorClass, ToolCall, ToolResult
 from agentloop.policies import budgets
 from agentloop.tool_spec import DELEGATE, ToolSpec, bounded
@@ -113,7 +113,9 @@ def child_result(state: LoopState, call: ToolCall, result: AgentRunResult | None
             {k: e[k] for k in ("tool", "call_id", "status", "confirmed_by")}
             for e in delegation.side_effects
         ],
-        "usage": delegation.usage.model_dump(),
+        # What the budget counts, as it always read: the model-facing text is hashed into the
+        # transcript, so a count added later must not change it for runs in flight.
+        "usage": delegation.usage.model_dump(include=set(BUDGETED)),
     }
     completed = delegation.status == "completed"
     return ToolResult(

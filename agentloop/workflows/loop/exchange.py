@@ -66,6 +66,8 @@ class ToolFailure:
     call_id: str
     message: str
     error_class: ErrorClass
+    attempts: int = 1
+    """The activity attempts it made, Temporal's retries included."""
 
 
 @dataclass(frozen=True)

@@ -195,6 +195,7 @@ def awaiting_humans(state: LoopState) -> set[str]:
 
 def record_pause_started(state: LoopState, now: datetime) -> None:
     state.paused_since = now
+    state.usage.human_waits += 1
 
 
 def record_pause(state: LoopState, seconds: float) -> None:

@@ -30,6 +30,7 @@ from agentloop.workflows.loop.delegation import child_result, start_delegations
 from agentloop.workflows.loop.exchange import (
     ChildOutcome,
     ModelTurn,
+    ToolFailure,
     ToolOutcome,
     ToolsToRun,
 )
@@ -121,6 +122,7 @@ def record_model_output(
     keep = state.has(Feature.MESSAGES_DURING_MODEL_CALL_KEPT) and sent is not None
     state.outbox = state.outbox[sent:] if keep else []
     state.context_tokens = output.usage.input_tokens + output.usage.output_tokens
+    state.usage.model_requests += max(result.attempt, 1)
     state.usage.input_tokens += output.usage.input_tokens
     state.usage.output_tokens += output.usage.output_tokens
     state.usage.cost_usd += result.cost_usd
@@ -287,6 +289,7 @@ def record_tool_results(
         result = _as_result(state, outcome)
         if result.call_id not in batch.order or result.call_id in batch.results:
             raise ValueError(f"result for {result.call_id!r} does not answer an open call")
+        _count_attempts(state, result.call_id, outcome)
         if result.status == "unknown":
             # Never retried blindly: the system of record is asked first (DESIGN.md §3 step 7).
             state.calls[result.call_id].status = "unknown"
@@ -295,6 +298,20 @@ def record_tool_results(
         else:
             settle(state, batch, result)
     close_if_answered(state)
+
+
+def _count_attempts(state: LoopState, call_id: str, outcome: ToolOutcome) -> None:
+    """The executions of the call's activity, Temporal's retries included (a result that does
+    not say, an activity tool's or a child run's, counts as one)."""
+    match outcome:
+        case ToolResult():
+            attempts = max(outcome.attempts, 1)
+        case ToolFailure():
+            attempts = outcome.attempts
+        case _:
+            attempts = 1
+    state.calls[call_id].activity_attempts += attempts
+    state.usage.tool_attempts += attempts
 
 
 def _as_result(state: LoopState, outcome: ToolOutcome) -> ToolResult:
@@ -366,6 +383,17 @@ def record_verdict(state: LoopState, passed: bool, reason: str) -> None:
 
 def record_failure(state: LoopState, reason: str) -> None:
     state.failure = reason
+
+
+def record_model_failure(state: LoopState, reason: str, requests: int) -> None:
+    """The model call failed for good after `requests` requests to the provider."""
+    state.usage.model_requests += requests
+    record_failure(state, reason)
+
+
+def record_step(state: LoopState) -> None:
+    """One more step of the loop carried out (`Usage.steps`)."""
+    state.usage.steps += 1
 
 
 def continue_transcript(state: LoopState, previous: PreviousRun) -> None:
