@@ -142,6 +142,8 @@ class VerifyInput(BaseModel):
     """The store key of the whole answer when `answer` is only its start (a long answer)."""
     calls: list[CallRecord] = Field(default_factory=list)
     """The call ledger: the evidence a verifier checks against the systems of record."""
+    task_state: dict[str, Any] = Field(default_factory=dict)
+    """The run's task state (`agentloop.WithState`)."""
     principal: Principal | None = None
 
 

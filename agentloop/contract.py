@@ -276,6 +276,8 @@ class AgentRunResult(BaseModel):
     """Writes whose outcome stayed unknown, this run's and those it inherited unresolved."""
     artifacts: list[str] = Field(default_factory=list)
     """The artifacts its transcript refers to (a continuing run may read them)."""
+    task_state: dict[str, Any] = Field(default_factory=dict)
+    """The task's state at the stop, as the run's tools set it (`agentloop.WithState`)."""
     chain_usage: Usage | None = None
     """For a run that continued another (`continue_from`): the usage of the whole chain of
     runs, this one's included (None: a run that continued none, or from before)."""
@@ -317,6 +319,8 @@ class RunStatusView(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     chain_usage: Usage | None = None
     """As `AgentRunResult.chain_usage`, so far."""
+    task_state: dict[str, Any] = Field(default_factory=dict)
+    """The task's state as the run's tools set it (`agentloop.WithState`)."""
     limits_left: LimitsLeft | None = None
     calls: list[CallRecord] = Field(default_factory=list)
     refused_decisions: list[dict[str, Any]] = Field(default_factory=list)

@@ -3,6 +3,7 @@ into the result and the CLI prints the same text."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 from agentloop.contract import AgentRunResult, Usage
@@ -30,6 +31,9 @@ def stop_report(result: AgentRunResult, workflow_id: str) -> str:
         f"${usage.cost_usd:.4f}",
         f"Counted: {counted(usage)}",
     ]
+    if result.task_state:
+        shown = json.dumps(result.task_state, ensure_ascii=False, sort_keys=True)
+        lines.append(f"Task state: {shown if len(shown) <= 600 else shown[:597] + '...'}")
     chain = result.chain_usage
     if chain is not None:
         lines.append(

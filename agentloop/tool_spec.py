@@ -13,7 +13,8 @@ Effect = Literal["read", "write"]
 
 DEFAULT_MAX_RESULT_CHARS = 8_000
 
-BUILTIN_TOOLS = ("read_artifact", "ask_user")
+READ_ARTIFACT = "read_artifact"
+BUILTIN_TOOLS = (READ_ARTIFACT, "ask_user")
 """Tools every run may call without naming them in its `tools`."""
 
 LOCAL_MAX_TIMEOUT_SECONDS = 10.0

@@ -168,10 +168,13 @@ def test_argument_schemas(name: str, args: dict[str, Any], valid: bool) -> None:
 async def test_reads_return_the_records(ctx: MakeContext) -> None:
     workshop = await run("check_workshop", {"workshop_id": "ws-101"}, ctx())
     assert (workshop["title"], workshop["seats_left"]) == ("Intro to Temporal", 3)
+    # The support reads also say what they found to the run's task state.
     ticket = await run("read_ticket", {"ticket_id": "T-1002"}, ctx())
-    assert ticket["customer_email"] == "erik@example.com"
+    assert ticket.output["customer_email"] == "erik@example.com"
+    assert ticket.state == {"ticket": "T-1002"}
     found = await run("search_policy", {"query": "damaged item"}, ctx())
-    assert found["results"][0]["policy_id"] == "POL-DAMAGED"
+    assert found.output["results"][0]["policy_id"] == "POL-DAMAGED"
+    assert found.state == {"policy": "POL-DAMAGED"}
 
 
 @pytest.mark.parametrize(
@@ -330,9 +333,11 @@ async def test_reply_is_sent_once_per_key(ctx: MakeContext, svc: ExampleService)
     call = ctx("wf-1/call-reply")
     assert await outcome("send_reply", call) == Outcome(state="not_applied")
     sent = await run("send_reply", REPLY_DANA, call)
-    assert (sent["recipient"], sent["body"]) == (REPLY_DANA["recipient"], REPLY_DANA["body"])
+    reply = sent.output
+    assert (reply["recipient"], reply["body"]) == (REPLY_DANA["recipient"], REPLY_DANA["body"])
+    assert sent.state == {"reply_sent_to": REPLY_DANA["recipient"]}
     assert await run("send_reply", REPLY_DANA, call) == sent
-    assert await outcome("send_reply", call) == Outcome(state="applied", record=sent)
+    assert await outcome("send_reply", call) == Outcome(state="applied", record=reply)
     assert svc.records()["replies_by_ticket"] == {"T-1001": 1}
 
 

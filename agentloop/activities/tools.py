@@ -22,11 +22,12 @@ from agentloop.activity_io import (
 from agentloop.contract import Principal
 from agentloop.digests import args_digest
 from agentloop.events import ToolResult
+from agentloop.policies import task_state
 from agentloop.runtime.audit import audit
 from agentloop.runtime.indexing import Registration
 from agentloop.store import Store, stored_by_reference
 from agentloop.tool_spec import Outcome, ToolSpec, bounded
-from agentloop.tools.contract import Artifacts, OutcomeUnknown, ToolContext, ToolError
+from agentloop.tools.contract import Artifacts, OutcomeUnknown, ToolContext, ToolError, WithState
 from agentloop.tools.plugins import OpenedToolbox
 from agentloop.tools.registry import UnknownToolError
 
@@ -218,6 +219,15 @@ class ToolActivities:
     async def _succeeded(self, request: RunToolInput, spec: ToolSpec, value: Any) -> ToolResult:
         """A tool's output as its result: kept whole as an artifact when over the tool's cap,
         stored once, referred to by the next model call."""
+        state: dict[str, Any] = {}
+        if isinstance(value, WithState):
+            problem = task_state.update_problem(value.state)
+            if problem is None:
+                state = dict(value.state)
+            else:
+                # The output stands (a write happened); only the update is refused.
+                _audit_state_refused(request, problem)
+            value = value.output
         text = _to_text(value)
         content, artifact = await self._bounded(request, text, spec)
         result = ToolResult(
@@ -227,6 +237,7 @@ class ToolActivities:
             content=content,
             artifact_ref=artifact,
             side_effect=spec.effect == "write",
+            state=state,
         )
         result = await stored_by_reference(self._store, result)
         return _executed(request, spec, result, output_chars=len(text))
@@ -357,6 +368,16 @@ def _failure(request: RunToolInput, spec: ToolSpec, error_class: str, message: s
             json.dumps({"error": {"class": error_class, "message": message}}), spec.max_result_chars
         ),
         error_class=error_class,
+    )
+
+
+def _audit_state_refused(request: RunToolInput, problem: str) -> None:
+    audit(
+        "tool.state_refused",
+        workflow_id=request.workflow_id,
+        call_id=request.call_id,
+        tool=request.tool,
+        problem=problem,
     )
 
 

@@ -54,6 +54,7 @@ class VerifierActivities:
             **fields,
             answer=await self._whole_answer(request),
             calls=tuple(request.calls),
+            task_state=dict(request.task_state),
             lookup=lambda call: self._outcome(call, request),
         )
         try:

@@ -14,10 +14,16 @@ from pydantic import BaseModel, Field
 
 from agentloop.digests import sha256_hex
 from agentloop.events import ToolCall, ToolResult
-from agentloop.tool_spec import ToolSpec
+from agentloop.tool_spec import READ_ARTIFACT, ToolSpec
 
 REPEATED_ERROR_LIMIT = 3
 """The same error signature this many turns in a row is a stall."""
+STATE_STALL_TURNS = 3
+"""Tool turns in a row that leave a run's task state as it was: a stall (seed 001, "the
+state hash does not change"), once tools have set any state."""
+FLIP_TURNS = 4
+"""Turns alternating between the same two sets of actions (A, B, A, B): a stall (seed 001,
+"the plan keeps switching")."""
 
 
 class TurnFingerprint(BaseModel):
@@ -27,6 +33,10 @@ class TurnFingerprint(BaseModel):
     """`tool|error class|message digest` of the calls that failed."""
     polling: bool = False
     """Every call went to a tool that declares a polling policy."""
+    actions: list[str] = Field(default_factory=list)
+    """`tool|args digest`, sorted: what the turn asked for, whatever came back."""
+    state: str = ""
+    """The hash of the task state after the turn (`task_state.state_hash`; "" for none)."""
 
 
 def fingerprint(
@@ -41,13 +51,23 @@ def fingerprint(
     polling = bool(calls) and all(
         (spec := specs.get(call.name)) is not None and spec.poll_limit is not None for call in calls
     )
-    return TurnFingerprint(calls=sorted(lines), errors=sorted(errors), polling=polling)
+    actions = sorted(f"{call.name}|{call.args_digest}" for call in calls)
+    return TurnFingerprint(
+        calls=sorted(lines), errors=sorted(errors), polling=polling, actions=actions
+    )
 
 
-def stall(history: Sequence[TurnFingerprint], specs: Mapping[str, ToolSpec]) -> str | None:
-    """What repeats, if the last turn shows no progress; None otherwise."""
+def stall(
+    history: Sequence[TurnFingerprint], specs: Mapping[str, ToolSpec], *, watch_state: bool = False
+) -> str | None:
+    """What repeats, if the last turn shows no progress; None otherwise. `watch_state`: the
+    task state and the plan's flips count too (feature `task-state`)."""
     if not history:
         return None
+    if watch_state:
+        found = _state_stall(history)
+        if found is not None:
+            return found
     last = history[-1]
     earlier = history[:-1]
     repeats = sum(1 for turn in earlier if turn.calls == last.calls)
@@ -65,6 +85,26 @@ def stall(history: Sequence[TurnFingerprint], specs: Mapping[str, ToolSpec]) -> 
     ):
         return f"the same error came back {REPEATED_ERROR_LIMIT} turns in a row"
     return None
+
+
+def _state_stall(history: Sequence[TurnFingerprint]) -> str | None:
+    # Paging through an artifact or polling is progress of its own kind: not counted.
+    acting = [t for t in history if not t.polling and not _only_paging(t)]
+    recent = acting[-STATE_STALL_TURNS - 1 :]
+    # The turn before the window shows the state they all left unchanged.
+    unchanged = len(recent) == STATE_STALL_TURNS + 1 and bool(recent[0].state)
+    if unchanged and all(turn.state == recent[0].state for turn in recent):
+        return f"the task state did not change in {STATE_STALL_TURNS} tool turns"
+    flips = history[-FLIP_TURNS:]
+    if len(flips) == FLIP_TURNS:
+        a, b = flips[0].actions, flips[1].actions
+        if a != b and all(turn.actions == (a, b)[i % 2] for i, turn in enumerate(flips)):
+            return "the plan flips between the same two actions"
+    return None
+
+
+def _only_paging(turn: TurnFingerprint) -> bool:
+    return bool(turn.actions) and all(a.startswith(f"{READ_ARTIFACT}|") for a in turn.actions)
 
 
 def _poll_limit(turn: TurnFingerprint, specs: Mapping[str, ToolSpec]) -> int:

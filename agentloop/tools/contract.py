@@ -12,7 +12,7 @@ outright).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -122,6 +122,17 @@ class ToolContext(Generic[DepsT]):
     artifacts: Artifacts
     tool: str = ""
     """The tool's name."""
+
+
+@dataclass(frozen=True)
+class WithState:
+    """What a handler returns to update the run's task state along with its output: the run
+    merges `state` into its `task_state` (each key replaces that key, `None` removes it; see
+    `policies.task_state`), shows it in `status` and the result, hands it to verifiers and
+    watches it for progress. The model sees `output` only."""
+
+    output: Any
+    state: Mapping[str, Any]
 
 
 ToolHandler = Callable[[dict[str, Any], ToolContext[Any]], Awaitable[Any]]

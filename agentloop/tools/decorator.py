@@ -330,6 +330,8 @@ class VerifyContext(ToolContext[Any]):
 
     answer: str = ""
     calls: Sequence[CallRecord] = ()
+    task_state: Mapping[str, Any] = field(default_factory=dict)
+    """The run's task state as its tools set it (`agentloop.WithState`)."""
     lookup: Callable[[CallRecord], Awaitable[Outcome]] = field(default=_no_lookup)
     """A write's outcome at its system of record, through its tool's own lookup."""
 

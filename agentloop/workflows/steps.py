@@ -184,6 +184,7 @@ async def verify(state: LoopState, step: Verify) -> None:
                 answer_ref=step.answer_ref,
                 calls=list(state.calls.values()),
                 principal=state.run_input.principal,
+                task_state=state.task_state,
             ),
             result_type=Verdict,
             start_to_close_timeout=VERIFY_TIMEOUT,

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 
 from agentloop.demo.tools.http import ExampleDeps, ServiceClient
-from agentloop.demo.tools.support import read_ticket, search_policy, send_reply
+from agentloop.demo.tools.support import read_ticket, search_policy, send_reply, ticket_answered
 from agentloop.demo.tools.travel import get_train_status, get_weather
 from agentloop.demo.tools.workshops import check_workshop, reserve_seat
 from agentloop.runtime.config import Settings
@@ -34,4 +34,4 @@ async def example_service(settings: Settings) -> AsyncIterator[ExampleDeps]:
         yield ExampleDeps(ServiceClient(settings.example_service_url, session))
 
 
-__all__ = ["EXAMPLE_TOOLS", "ExampleDeps", "example_service"]
+__all__ = ["EXAMPLE_TOOLS", "ExampleDeps", "example_service", "ticket_answered"]

@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentloop.activity_io import Verdict
 from agentloop.demo.tools.http import (
     WRITE_TOOL_TIMEOUT_SECONDS,
     ExampleDeps,
@@ -18,8 +19,8 @@ from agentloop.demo.tools.http import (
     lookup_operation,
 )
 from agentloop.tool_spec import Outcome
-from agentloop.tools.contract import ToolContext
-from agentloop.tools.decorator import tool
+from agentloop.tools.contract import ToolContext, WithState
+from agentloop.tools.decorator import VerifyContext, tool, verifier
 
 TICKET_ID = r"^T-[0-9]{1,8}$"
 EMAIL = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
@@ -45,13 +46,17 @@ class SendReplyArgs(BaseModel):
 @tool(scopes=["tickets:read"])
 async def read_ticket(ctx: ToolContext[ExampleDeps], args: ReadTicketArgs) -> Any:
     """A support ticket: customer email, subject, message, status and replies so far."""
-    return await ctx.deps.example.get_json(f"/support/tickets/{quote(args.ticket_id, safe='')}")
+    ticket = await ctx.deps.example.get_json(f"/support/tickets/{quote(args.ticket_id, safe='')}")
+    return WithState(ticket, {"ticket": args.ticket_id})
 
 
 @tool(scopes=["tickets:read"])
 async def search_policy(ctx: ToolContext[ExampleDeps], args: SearchPolicyArgs) -> Any:
     """Search the support policies by keywords; returns matching policy texts."""
-    return await ctx.deps.example.get_json("/support/policies", {"query": args.query})
+    found = await ctx.deps.example.get_json("/support/policies", {"query": args.query})
+    results = found.get("results") if isinstance(found, dict) else None
+    best = results[0].get("policy_id") if isinstance(results, list) and results else None
+    return WithState(found, {"policy": best})  # None: no policy adopted (yet)
 
 
 async def _reply_outcome(ctx: ToolContext[ExampleDeps], args: SendReplyArgs) -> Outcome:
@@ -74,8 +79,27 @@ async def _reply_outcome(ctx: ToolContext[ExampleDeps], args: SendReplyArgs) -> 
 async def send_reply(ctx: ToolContext[ExampleDeps], args: SendReplyArgs) -> Any:
     """Email a reply to a ticket's customer. Needs a human's approval of the exact recipient
     and text."""
-    return await ctx.deps.example.post_json(
+    sent = await ctx.deps.example.post_json(
         f"/support/tickets/{quote(args.ticket_id, safe='')}/replies",
         {"recipient": args.recipient, "body": args.body},
         headers=idempotency_headers(ctx),
     )
+    return WithState(sent, {"reply_sent_to": args.recipient})
+
+
+@verifier("ticket_answered")
+async def ticket_answered(ctx: VerifyContext) -> Verdict:
+    """The ticket the run read was answered: its task state names the ticket and a reply sent,
+    and the system of record has that reply under its key."""
+    ticket, sent = ctx.task_state.get("ticket"), ctx.task_state.get("reply_sent_to")
+    if not ticket or not sent:
+        return Verdict(
+            passed=False, reason=f"task state shows no reply sent: {dict(ctx.task_state)}"
+        )
+    replies = [
+        c for c in ctx.calls if c.tool == "send_reply" and c.arguments.get("ticket_id") == ticket
+    ]
+    for call in replies:
+        if (await ctx.lookup(call)).state == "applied":
+            return Verdict(passed=True, reason=f"{ticket} answered ({call.call_id})")
+    return Verdict(passed=False, reason=f"no reply to {ticket} is on record")

@@ -436,6 +436,7 @@ def record_finish(state: LoopState, step: Finish) -> AgentRunResult:
         unresolved_writes=unresolved_writes(state),
         artifacts=state.artifacts,
         chain_usage=state.chain_usage(),
+        task_state=state.task_state,
     )
     result.report = stop_report(result, state.workflow_id)
     return result

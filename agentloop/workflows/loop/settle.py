@@ -9,12 +9,17 @@ from __future__ import annotations
 
 from agentloop.contract import ApprovalDecision
 from agentloop.events import StateUpdate, ToolResult
-from agentloop.policies import progress
+from agentloop.policies import progress, task_state
 from agentloop.workflows.loop.state import SUMMARY_CHARS, Batch, Feature, LoopState
 
 
 def settle(state: LoopState, batch: Batch, result: ToolResult) -> None:
     batch.results[result.call_id] = result
+    if result.state and state.has(Feature.TASK_STATE):
+        document = task_state.merged(state.task_state, result.state)
+        # An update that would pass a bound is not applied: the document stays as it was.
+        if not isinstance(document, str):
+            state.task_state = document
     if result.artifact_ref and result.artifact_ref not in state.artifacts:
         state.artifacts.append(result.artifact_ref)
     record = state.calls[result.call_id]
@@ -56,10 +61,12 @@ def close_if_answered(state: LoopState) -> None:
 def _check_progress(state: LoopState, batch: Batch) -> None:
     """One nudge the first time the loop repeats itself; the second time, the run stops."""
     assert state.last_output is not None
-    state.progress.append(
-        progress.fingerprint(state.last_output.tool_calls, batch.results, state.tools)
-    )
-    repeating = progress.stall(state.progress, state.tools)
+    watched = state.has(Feature.TASK_STATE)
+    turn = progress.fingerprint(state.last_output.tool_calls, batch.results, state.tools)
+    if watched:
+        turn = turn.model_copy(update={"state": task_state.state_hash(state.task_state)})
+    state.progress.append(turn)
+    repeating = progress.stall(state.progress, state.tools, watch_state=watched)
     if repeating is None:
         return
     if state.nudged:

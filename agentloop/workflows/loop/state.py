@@ -95,6 +95,11 @@ class Feature(StrEnum):
     """A batch runs in the model's order around its writes: the reads before the first write
     run together, a read after a write runs once that write is done (`Batch.reads_ready`).
     Before it, every read of a batch ran before any write."""
+    TASK_STATE = "task-state"
+    """Tools update the run's task state with their results (`WithState`), merged by
+    `policies.task_state`; `status`, the result, the stop report, verifiers and the facts
+    restated after a context trim show it, and stall detection watches it: the same state
+    for `STATE_STALL_TURNS` tool turns, or a plan flipping between two actions, is a stall."""
     CONTINUE_CHAIN_USAGE = "continue-chain-usage"
     """A run continuing another (`continue_from`) must be given its `limits` explicitly (a
     continuation never takes fresh defaults silently), and its `status`, result and stop
@@ -158,6 +163,7 @@ FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
             Feature.ORDERED_BATCH,
             Feature.STRICT_BUDGETS,
             Feature.CONTINUE_CHAIN_USAGE,
+            Feature.TASK_STATE,
         ),
     ),
     ("features-2026-12b", FEATURES_2026_12B),
@@ -295,6 +301,8 @@ class LoopState(BaseModel):
     features: list[Feature] = Field(default_factory=lambda: list(FEATURES))
     """Behaviours added after runs already existed, switched on per run (the shell asks
     `workflow.patched`), so runs started before them replay unchanged; see `has`."""
+    task_state: dict[str, Any] = Field(default_factory=dict)
+    """The task's state, apart from the transcript (feature `task-state`)."""
     progress: list[TurnFingerprint] = Field(default_factory=list)
     nudged: bool = False
     stalled: str | None = None

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from agentloop.contract import CallRecord, RunStatusView, UnresolvedWrite
+from agentloop.digests import canonical_json
 from agentloop.events import Event
 from agentloop.policies import budgets
 from agentloop.workflows.loop import results
@@ -90,7 +91,8 @@ def facts(state: LoopState) -> list[str]:
         f"{e['tool']} {e['call_id']} is {e['status']} (confirmed by {e['confirmed_by']})"
         for e in side_effects(state)
     ]
-    return decided + written
+    known = [f"task state: {canonical_json(state.task_state)}"] if state.task_state else []
+    return decided + written + known
 
 
 def details(state: LoopState, now: datetime) -> str:
@@ -129,6 +131,7 @@ def status_view(state: LoopState | None, now: datetime) -> RunStatusView:
         unresolved=unresolved(state),
         usage=state.usage,
         chain_usage=state.chain_usage(),
+        task_state=state.task_state,
         limits_left=budgets.limits_left(
             state.run_input.limits, state.reserved(), state.active_since(now), now
         ),

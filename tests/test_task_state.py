@@ -1,0 +1,204 @@
+"""Task state apart from the transcript (issue #19 item 1; seed 003, DESIGN.md §3): the
+support tools set it with their results (`agentloop.WithState`), the run merges it, shows it
+in `status`, the result and the report, hands it to the verifier, and watches it for
+progress (seed 001: an unchanging state, a plan that flips)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from agentloop.contract import AgentRunInput, ApprovalDecision, Principal
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.demo.services import ExampleService
+from agentloop.policies import task_state
+from agentloop.policies.progress import TurnFingerprint, stall
+from agentloop.runtime.config import Settings
+from tests.support import start_run, wait_for_phase, wait_for_status
+
+PRINCIPAL = Principal(subject="agent-7", scopes=["tickets:read", "tickets:write"])
+REPLY = {"ticket_id": "T-1001", "recipient": "dana@example.com", "body": "Refund on its way."}
+
+
+def call(call_id: str, name: str, **arguments: Any) -> ScriptedToolCall:
+    return ScriptedToolCall(id=call_id, name=name, arguments=arguments)
+
+
+def support_run(model: str, tools: list[str], **fields: Any) -> AgentRunInput:
+    return AgentRunInput.model_validate(
+        {
+            "task": "Answer ticket T-1001.",
+            "provider": "openai-chat",
+            "model": model,
+            "tools": tools,
+            "principal": PRINCIPAL,
+            **fields,
+        }
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("clean_fakes")
+async def test_the_support_tools_set_the_task_state_and_the_verifier_reads_it(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(tool_calls=[call("c_read", "read_ticket", ticket_id="T-1001")]),
+                ScriptTurn(
+                    tool_calls=[call("c_policy", "search_policy", query="late refund")],
+                    delay_ms=1_000,  # time to look at the state the first step left
+                ),
+                ScriptTurn(tool_calls=[call("c_reply", "send_reply", **REPLY)]),
+                ScriptTurn(text="Answered."),
+            ],
+        )
+    )
+    run_input = support_run(
+        run_id,
+        ["read_ticket", "search_policy", "send_reply"],
+        completion_check="ticket_answered",
+    )
+    handle = await start_run(client, worker, run_id, run_input)
+    await wait_for_status(handle, lambda v: v.task_state == {"ticket": "T-1001"}, "the ticket")
+    waiting = await wait_for_phase(handle, "awaiting_approval")
+    policy = waiting.task_state["policy"]
+    assert waiting.task_state == {"ticket": "T-1001", "policy": policy} and policy
+    [pending] = waiting.pending_approvals
+    await handle.signal(
+        "approve",
+        ApprovalDecision(
+            call_id="c_reply",
+            args_digest=pending["args_digest"],
+            approved=True,
+            approver="support-lead",
+        ),
+    )
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed", result.stop_reason
+    assert "completion_check ticket_answered passed" in result.stop_reason
+    final = {"ticket": "T-1001", "policy": policy, "reply_sent_to": "dana@example.com"}
+    assert result.task_state == final
+    assert f'Task state: {{"policy": "{policy}", "reply_sent_to"' in result.report
+    assert example_service.records()["replies_by_ticket"] == {"T-1001": 1}
+    # The model saw the tools' outputs only: the state is run state, not conversation.
+    last = scripted_provider.requests[-1]["body"]["messages"]
+    assert not any("reply_sent_to" in str(m.get("content")) for m in last)
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("clean_fakes")
+async def test_a_verifier_refuses_an_answer_the_task_state_does_not_bear_out(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(tool_calls=[call("c_read", "read_ticket", ticket_id="T-1001")]),
+                ScriptTurn(text="Answered."),  # no reply was sent
+                ScriptTurn(text="Still answered."),
+                ScriptTurn(text="Answered, really."),
+            ],
+        )
+    )
+    run_input = support_run(run_id, ["read_ticket"], completion_check="ticket_answered")
+    result = await asyncio.wait_for(
+        (await start_run(client, worker, run_id, run_input)).result(), 30
+    )
+    assert result.status != "completed"
+    assert "task state shows no reply sent" in result.stop_reason, result.stop_reason
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("clean_fakes")
+async def test_a_model_acting_without_changing_the_task_state_is_stopped_after_one_nudge(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    def weather(day: int) -> ScriptTurn:
+        date = f"2026-12-{day:02d}"
+        return ScriptTurn(tool_calls=[call(f"c_w{day}", "get_weather", city="Oslo", date=date)])
+
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(tool_calls=[call("c_read", "read_ticket", ticket_id="T-1001")]),
+                *(weather(day) for day in range(1, 8)),
+            ],
+        )
+    )
+    run_input = support_run(run_id, ["read_ticket", "get_weather"])
+    result = await asyncio.wait_for(
+        (await start_run(client, worker, run_id, run_input)).result(), 30
+    )
+    assert result.status == "stalled", result.stop_reason
+    assert "the task state did not change in 3 tool turns" in result.stop_reason
+    # Read, three weather turns (the nudge), one more: stopped before the sixth model call.
+    requests = [r for r in scripted_provider.requests if r["script"] == run_id]
+    assert len(requests) == 5 == result.usage.model_calls
+    nudges = [m for m in requests[-1]["body"]["messages"] if "No progress" in str(m.get("content"))]
+    assert len(nudges) == 1
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("clean_fakes")
+async def test_a_model_alternating_two_calls_is_stopped(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    tickets = ["T-1001", "T-1002"] * 4
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(tool_calls=[call(f"c_{n}", "read_ticket", ticket_id=ticket)])
+                for n, ticket in enumerate(tickets)
+            ],
+        )
+    )
+    run_input = support_run(run_id, ["read_ticket"])
+    result = await asyncio.wait_for(
+        (await start_run(client, worker, run_id, run_input)).result(), 30
+    )
+    assert result.status == "stalled", result.stop_reason
+    assert result.usage.model_calls < len(tickets)
+
+
+def turn(actions: list[str], state: str = "s1", result: str = "") -> TurnFingerprint:
+    return TurnFingerprint(calls=[f"{a}|{result}" for a in actions], actions=actions, state=state)
+
+
+def test_a_plan_flipping_between_two_actions_is_a_stall_even_when_results_differ() -> None:
+    a, b = ["search|d1"], ["read|d2"]
+    history = [turn(a, "x1", "r1"), turn(b, "x2", "r2"), turn(a, "x3", "r3"), turn(b, "x4", "r4")]
+    assert stall(history, {}, watch_state=True) == "the plan flips between the same two actions"
+    assert stall(history, {}) is None  # runs started before task state replay without it
+    assert stall([*history[:3], turn(["other|d3"], "x4")], {}, watch_state=True) is None
+
+
+def test_paging_and_an_empty_state_are_not_counted_as_standing_still() -> None:
+    paging = [turn(["read_artifact|p1"]), turn(["read_artifact|p2"]), turn(["read_artifact|p3"])]
+    assert stall([turn(["read|t"]), *paging], {}, watch_state=True) is None
+    empty = [turn([f"w|{n}"], state="") for n in range(5)]
+    assert stall(empty, {}, watch_state=True) is None
+
+
+def test_task_state_merges_by_key_a_null_removes_and_bounds_hold() -> None:
+    merged = task_state.merged({"ticket": "T-1", "draft": True}, {"draft": None, "policy": "P"})
+    assert merged == {"ticket": "T-1", "policy": "P"}
+    assert task_state.update_problem(["not", "an", "object"]) is not None
+    assert task_state.update_problem({"k" * 65: 1}) is not None
+    assert task_state.update_problem({"big": "x" * 3_000}) is not None
+    assert task_state.update_problem({"ok": {"nested": [1, 2]}}) is None
+    many = {f"k{n}": n for n in range(task_state.MAX_STATE_KEYS)}
+    assert isinstance(task_state.merged(many, {"one_more": 1}), str)
+    assert task_state.state_hash({}) == "" and task_state.state_hash({"a": 1}) != ""
