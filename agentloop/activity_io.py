@@ -186,5 +186,7 @@ class RunDescription(BaseModel):
     indexable: bool = False
     """The namespace has every agentloop search attribute registered (as Keyword): upserting
     them cannot fail the workflow task."""
+    family_indexable: bool = False
+    """`AgentTaskFamily` is registered too (a run naming its `task_family` upserts it)."""
     approval_signing: Literal["signed", "unsigned"] | None = None
     """Whether the worker takes only signed approvals (None: a worker from before it said)."""

@@ -8,15 +8,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentloop import search
-from agentloop.contract import DEFAULT_TASK_QUEUE, WORKFLOW_NAME, AgentRunInput, AgentRunResult
+from agentloop.contract import (
+    DEFAULT_TASK_QUEUE,
+    WORKFLOW_NAME,
+    AgentRunInput,
+    AgentRunResult,
+    Limits,
+)
 from agentloop.runtime import converter, tracing
 from agentloop.runtime.codec import EncryptionCodec, encrypting_data_converter
 from agentloop.runtime.config import Settings
+from agentloop.runtime.indexing import missing_attributes, unregistered
+from agentloop.task_families import FamilyStats, FinishedRun, summarize
 
 
 def data_converter(settings: Settings) -> DataConverter:
@@ -85,3 +93,45 @@ async def start_run(
 def _attributes_unregistered(exc: RPCError) -> bool:
     """The server refused the start because the namespace lacks agentloop's attributes."""
     return exc.status == RPCStatusCode.INVALID_ARGUMENT and "search attribute" in str(exc).lower()
+
+
+class FamilyUnindexed(ValueError):
+    """The namespace lacks the `AgentTaskFamily` search attribute: no run is found by it."""
+
+
+async def family_stats(client: Client, family: str, *, limit: int = 1_000) -> FamilyStats:
+    """What the finished runs of `family` (the newest `limit`) used, and the limits their
+    completed runs suggest (`FamilyStats.suggested`). Raises `FamilyUnindexed` on a
+    namespace without the `AgentTaskFamily` attribute."""
+    missing = await missing_attributes(client, keys=[search.AGENT_TASK_FAMILY])
+    if missing:
+        server = client.service_client.config.target_host
+        raise FamilyUnindexed(unregistered(missing, client.namespace, server))
+    runs: list[FinishedRun] = []
+    async for execution in client.list_workflows(search.family_query(family), limit=limit):
+        handle = client.get_workflow_handle(
+            execution.id, run_id=execution.run_id, result_type=AgentRunResult
+        )
+        try:
+            result: AgentRunResult | None = await handle.result(follow_runs=False)
+        except WorkflowFailureError:
+            result = None
+        seconds = 0.0
+        if execution.start_time and execution.close_time:
+            seconds = (execution.close_time - execution.start_time).total_seconds()
+        paused = result.paused_seconds if result is not None else 0.0
+        runs.append(
+            FinishedRun(workflow_id=execution.id, result=result, seconds=max(0.0, seconds - paused))
+        )
+    return summarize(family, runs)
+
+
+async def limits_from(client: Client, family: str) -> tuple[Limits, str]:
+    """The limits `family`'s completed runs suggest, and what a run records as their source
+    (`AgentRunInput.limits_source`). Raises ValueError when no run of it completed."""
+    stats = await family_stats(client, family)
+    if stats.suggested is None:
+        raise ValueError(
+            f"task family {family!r}: no completed run to learn limits from ({stats.runs} runs)"
+        )
+    return stats.suggested, stats.source()

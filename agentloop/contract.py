@@ -159,6 +159,11 @@ class AgentRunInput(_Strict):
     """A finished run's workflow id whose transcript this run resumes: of the same tenant,
     and of the same subject unless `continue_as_other_subject`."""
     continue_as_other_subject: bool = False
+    task_family: Name | None = None
+    """The family of tasks this run belongs to (indexed as `AgentTaskFamily`): `agentloop
+    stats FAMILY` reads the finished runs of a family and suggests limits from them."""
+    limits_source: str | None = Field(default=None, max_length=MAX_NOTE_CHARS)
+    """Where `limits` came from, when not from the caller (`agentloop run --limits-from`)."""
     delegate_model: Name | None = None
     """The model of the runs this run delegates to with the `delegate` tool (default: its own)."""
 

@@ -28,23 +28,30 @@ AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
 AGENT_PROVIDER = SearchAttributeKey.for_keyword("AgentProvider")
 AGENT_TENANT = SearchAttributeKey.for_keyword("AgentTenant")
 ALL = (AGENT_PHASE, AGENT_STATUS, AGENT_PROVIDER, AGENT_TENANT)
+"""What every run is indexed by (a namespace lacking any of them indexes no run)."""
+AGENT_TASK_FAMILY = SearchAttributeKey.for_keyword("AgentTaskFamily")
+"""A run's `task_family`, for `agentloop stats`: indexed where registered, and only for runs
+that name one (a namespace without it indexes runs by `ALL` as before)."""
+REGISTERED = (*ALL, AGENT_TASK_FAMILY)
+"""What `agentloop dev` and `agentloop.testing` register."""
 
 
 def initial(run_input: AgentRunInput) -> TypedSearchAttributes:
     """What a run is started with; the workflow keeps phase and status current."""
-    return TypedSearchAttributes(
-        [
-            SearchAttributePair(AGENT_PHASE, "calling_model"),
-            SearchAttributePair(AGENT_STATUS, "running"),
-            SearchAttributePair(AGENT_PROVIDER, run_input.provider),
-            SearchAttributePair(AGENT_TENANT, run_input.principal.tenant),
-        ]
-    )
+    pairs = [
+        SearchAttributePair(AGENT_PHASE, "calling_model"),
+        SearchAttributePair(AGENT_STATUS, "running"),
+        SearchAttributePair(AGENT_PROVIDER, run_input.provider),
+        SearchAttributePair(AGENT_TENANT, run_input.principal.tenant),
+    ]
+    if run_input.task_family is not None:
+        pairs.append(SearchAttributePair(AGENT_TASK_FAMILY, run_input.task_family))
+    return TypedSearchAttributes(pairs)
 
 
 def dev_server_flags() -> list[str]:
     """`temporal server start-dev` flags registering them on the embedded server."""
-    return [flag for key in ALL for flag in ("--search-attribute", f"{key.name}=Keyword")]
+    return [flag for key in REGISTERED for flag in ("--search-attribute", f"{key.name}=Keyword")]
 
 
 def create_commands(names: Iterable[str], namespace: str) -> str:
@@ -54,6 +61,16 @@ def create_commands(names: Iterable[str], namespace: str) -> str:
         f"temporal operator search-attribute create --namespace {namespace} "
         f"--name {name} --type Keyword"
         for name in names
+    )
+
+
+def family_query(family: str) -> str:
+    """A visibility query for the finished runs of a task family (each run of a chain that
+    continued as new counts once: by its last run)."""
+    quoted = family.replace("'", "")
+    return (
+        f"WorkflowType = 'AgentRun' AND {AGENT_TASK_FAMILY.name} = '{quoted}'"
+        " AND ExecutionStatus != 'Running' AND ExecutionStatus != 'ContinuedAsNew'"
     )
 
 

@@ -153,7 +153,7 @@ class Harness:
             await WorkflowEnvironment.start_local(
                 dev_server_existing_path=temporal_binary(),
                 dev_server_extra_args=FAST_DEV_SERVER,
-                search_attributes=search.ALL,
+                search_attributes=search.REGISTERED,
                 data_converter=agentloop_data_converter,
             )
         )

@@ -323,7 +323,7 @@ async def encrypted_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
         dev_server_extra_args=FAST_DEV_SERVER,
-        search_attributes=search.ALL,
+        search_attributes=search.REGISTERED,
         data_converter=data_converter(Settings(codec_keys=RING_K2_K1)),
     )
     async with env:

@@ -31,6 +31,7 @@ VOCABULARY = frozenset(
         "pricing",
         "reporting",
         "search",
+        "task_families",
         "tool_spec",
         "transcript",
     }

@@ -111,12 +111,16 @@ class ToolActivities:
         tools = await self.describe_tools(request)
         registration = self._registration
         namespace = activity.info().namespace
-        indexable = (
-            request.indexing
-            and registration is not None
-            and await registration.indexable(namespace)
+        indexable = family = False
+        if request.indexing and registration is not None:
+            indexable = await registration.indexable(namespace)
+            family = await registration.family_indexable(namespace)
+        return RunDescription(
+            tools=tools,
+            indexable=indexable,
+            family_indexable=family,
+            approval_signing=self._signing,
         )
-        return RunDescription(tools=tools, indexable=indexable, approval_signing=self._signing)
 
     @activity.defn(name="check_precondition")
     async def check_precondition(self, request: RunToolInput) -> PreconditionResult:

@@ -25,6 +25,7 @@ from agentloop.cli.keys import approver_keys
 from agentloop.cli.output import ExitCode, ReplayedHistory, print_json
 from agentloop.cli.parser import build_parser
 from agentloop.cli.runs import build_run_input, client_command, run
+from agentloop.cli.stats import with_learned_limits
 from agentloop.client import connect
 from agentloop.contract import AgentRunInput, describe_validation_error
 from agentloop.runtime import tracing
@@ -111,6 +112,12 @@ async def dispatch(args: argparse.Namespace) -> int:
         return ExitCode.USAGE
     try:
         if run_input is not None:
+            if args.limits_from:
+                try:
+                    run_input = await with_learned_limits(client, args, run_input)
+                except ValueError as exc:
+                    print(f"--limits-from: {exc}", file=sys.stderr)
+                    return ExitCode.USAGE
             return await run(client, settings, args, run_input)
         return await client_command(client, settings, args)
     except (RPCError, PayloadDecryptionError, KeyError) as exc:

@@ -61,12 +61,27 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-model-calls", type=int)
     run.add_argument("--max-tool-calls", type=int)
     run.add_argument("--no-stream", action="store_true")
+    run.add_argument("--family", help="the run's task family (indexed as AgentTaskFamily)")
+    run.add_argument(
+        "--limits-from",
+        metavar="FAMILY",
+        help="take the limits FAMILY's finished runs suggest (see `stats`); "
+        "--max-model-calls and --max-tool-calls still win",
+    )
     run.add_argument(
         "--no-index",
         dest="index",
         action="store_false",
         help="start without the search attributes (a namespace without them)",
     )
+
+    stats = commands.add_parser(
+        "stats",
+        help="what a task family's finished runs used, and the limits they suggest",
+    )
+    stats.add_argument("family")
+    stats.add_argument("--limit", type=int, default=1_000, help="read at most this many runs")
+    add_json_flag(stats)
 
     lister = commands.add_parser("list", help="find runs by phase, status, provider, tenant")
     lister.add_argument("--awaiting-approval", action="store_true")

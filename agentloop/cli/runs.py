@@ -42,6 +42,7 @@ from agentloop.cli.output import (
     print_json,
 )
 from agentloop.cli.progress import format_snapshot, progress_display
+from agentloop.cli.stats import show_stats
 from agentloop.cli.transcript import format_transcript, read_transcript
 from agentloop.contract import (
     WORKFLOW_NAME,
@@ -74,6 +75,8 @@ async def client_command(client: Client, settings: Settings, args: argparse.Name
     """The commands about one existing run (and `list`)."""
     if args.command == "list":
         return await list_runs(client, args)
+    if args.command == "stats":
+        return await show_stats(client, args)
     if args.command == "continue":
         return await continue_run(client, settings, args)
     handle = client.get_workflow_handle(args.run_id, result_type=AgentRunResult)
@@ -117,6 +120,7 @@ def build_run_input(args: argparse.Namespace) -> AgentRunInput:
         principal=Principal(subject=args.subject, tenant=args.tenant, scopes=args.scopes),
         limits=Limits.model_validate(limits),
         stream=not args.no_stream,
+        task_family=args.family,
     )
 
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
+from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError
 
 from agentloop import search
@@ -27,17 +28,22 @@ after that."""
 log = logging.getLogger(__name__)
 
 
-async def missing_attributes(client: Client, namespace: str | None = None) -> list[str]:
-    """agentloop's search attributes `namespace` (default: the client's) does not have as
-    Keyword attributes, in `search.ALL` order. Raises `RPCError` when the server does not
-    say (a server without the operator service, a key without the permission)."""
+async def missing_attributes(
+    client: Client,
+    namespace: str | None = None,
+    keys: Iterable[SearchAttributeKey[str]] = search.ALL,
+) -> list[str]:
+    """Which of `keys` (default: the attributes every run is indexed by) `namespace` (default:
+    the client's) does not have as Keyword attributes, in order. Raises `RPCError` when the
+    server does not say (a server without the operator service, a key without the
+    permission)."""
     response = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace=namespace or client.namespace),
         timeout=CHECK_TIMEOUT,
     )
     registered = {**response.system_attributes, **response.custom_attributes}
     keyword = IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
-    return [key.name for key in search.ALL if registered.get(key.name) != keyword]
+    return [key.name for key in keys if registered.get(key.name) != keyword]
 
 
 def unregistered(missing: list[str], namespace: str, server: str | None = None) -> str:
@@ -54,6 +60,8 @@ def unregistered(missing: list[str], namespace: str, server: str | None = None) 
 @dataclass
 class _Answer:
     indexable: bool
+    family: bool
+    """`AgentTaskFamily` is registered too."""
     at: float
 
 
@@ -77,12 +85,21 @@ class Registration:
         self._lock = asyncio.Lock()
 
     async def indexable(self, namespace: str) -> bool:
+        """Whether runs on `namespace` may be indexed by `search.ALL`."""
+        return (await self._answer(namespace)).indexable
+
+    async def family_indexable(self, namespace: str) -> bool:
+        """Whether they may be indexed by `AgentTaskFamily` as well."""
+        answer = await self._answer(namespace)
+        return answer.indexable and answer.family
+
+    async def _answer(self, namespace: str) -> _Answer:
         async with self._lock:  # runs starting together ask the server once
             answer = self._answers.get(namespace)
             if answer is not None and self._clock() - answer.at < self._remembered:
-                return answer.indexable
+                return answer
             try:
-                missing = await missing_attributes(self._client, namespace)
+                missing = await missing_attributes(self._client, namespace, search.REGISTERED)
             except RPCError as exc:
                 log.warning(
                     "cannot tell whether namespace %r has agentloop's search attributes (%s): "
@@ -90,9 +107,14 @@ class Registration:
                     namespace,
                     exc,
                 )
-                missing = [key.name for key in search.ALL]
+                missing = [key.name for key in search.REGISTERED]
             else:
                 if missing:
                     log.warning("%s", unregistered(missing, namespace))
-            self._answers[namespace] = _Answer(indexable=not missing, at=self._clock())
-            return not missing
+            answer = _Answer(
+                indexable=not set(missing) & {key.name for key in search.ALL},
+                family=search.AGENT_TASK_FAMILY.name not in missing,
+                at=self._clock(),
+            )
+            self._answers[namespace] = answer
+            return answer

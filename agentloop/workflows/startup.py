@@ -89,7 +89,7 @@ async def start(run_input: AgentRunInput) -> LoopState:
     if described is not None:
         state.approval_signing = described.approval_signing or ""
         if described.indexable:
-            visibility.index(state)
+            visibility.index(state, family=described.family_indexable)
     if in_set is not None:
         state.features = list(in_set)
     if run_input.continue_from:

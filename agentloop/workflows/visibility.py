@@ -13,7 +13,7 @@ from temporalio import workflow
 
 import agentloop.workflows.loop as loop
 from agentloop.contract import RunStatus
-from agentloop.search import AGENT_PHASE, AGENT_STATUS, initial
+from agentloop.search import AGENT_PHASE, AGENT_STATUS, AGENT_TASK_FAMILY, initial
 from agentloop.workflows.loop import Feature, LoopState
 
 
@@ -46,16 +46,17 @@ def indexed() -> bool:
     return workflow.info().typed_search_attributes.get(AGENT_PHASE) is not None
 
 
-def index(state: LoopState) -> None:
+def index(state: LoopState, *, family: bool) -> None:
     """Index a run started without the attributes, once, as it starts (before its first
     model call); only when the worker found them registered on the namespace (an upsert of
     an unregistered attribute fails the workflow task). Any it was started with stay as they
-    are; from here on the run keeps its phase and status current like any indexed run."""
+    are; from here on the run keeps its phase and status current like any indexed run.
+    `family`: the namespace has `AgentTaskFamily` too (else a run's family is not indexed)."""
     carried = workflow.info().typed_search_attributes
     updates = [
         pair.key.value_set(state.phase if pair.key == AGENT_PHASE else pair.value)
         for pair in initial(state.run_input)
-        if carried.get(pair.key) is None
+        if carried.get(pair.key) is None and (family or pair.key != AGENT_TASK_FAMILY)
     ]
     if updates:
         workflow.upsert_search_attributes(updates)
