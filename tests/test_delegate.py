@@ -337,3 +337,51 @@ async def test_cancelling_the_parent_cancels_the_child(
     assert result.side_effects == []
     # The child's one model call is on the parent's ledger too.
     assert result.usage.model_calls == 2
+
+
+async def test_a_token_cap_holds_across_the_parent_and_its_child(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    """The child's slice of `max_total_tokens` is spoken for while it runs, and each run
+    reserves its own calls: together they end at or under the parent's cap, and each call was
+    sent an output limit within what its run had left."""
+    delegated = {"task": "Is G1234 on time?", "tools": ["get_train_status"], "max_model_calls": 3}
+    long = "A long account of the train's day. " * 400  # would pass the cap uncut
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(tool_calls=[call("call_d", "delegate", **delegated)]),
+                ScriptTurn(text=long),
+            ],
+        )
+    )
+    scripted_provider.register(
+        Script(
+            name=f"{run_id}-child",
+            turns=[
+                ScriptTurn(tool_calls=[call("call_t", "get_train_status", **TRAIN)]),
+                ScriptTurn(text=long),
+            ],
+        )
+    )
+    cap = 9_000
+    run_input = parent_input(
+        run_id, limits={"max_model_calls": 6, "max_tool_calls": 5, "max_total_tokens": cap}
+    )
+    result = await (await start_run(client, worker, run_id, run_input)).result()
+    child = await child_handle(client, run_id, "call_d").result()
+    child_cap = (await child_input(child_handle(client, run_id, "call_d")))["limits"][
+        "max_total_tokens"
+    ]
+    assert child_cap < cap
+    used = result.usage.input_tokens + result.usage.output_tokens
+    child_used = child.usage.input_tokens + child.usage.output_tokens
+    assert child_used <= child_cap and used <= cap, (used, child_used, result.stop_reason)
+    assert child_used > 0 and used > child_used  # the child's usage is charged to the parent
+    sent = [r["body"]["max_completion_tokens"] for r in scripted_provider.requests]
+    assert all(limit < cap for limit in sent), sent
