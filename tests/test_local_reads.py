@@ -232,3 +232,44 @@ async def test_a_local_batch_is_not_raced_against_a_deadline_timer(
     assert len(started) == len(before_the_read) == 1
     assert cancelled == []
     assert example_service.stats()["counts"]["weather"] == 1
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("clean_fakes")
+async def test_a_local_read_failing_on_every_attempt_is_told_to_the_model_not_failing_the_run(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    """The SDK raises a local activity's own ApplicationError (not an ActivityError) once its
+    retries run out: before it was handled, a weather outage failed the whole run."""
+    weather = {"city": "Oslo", "date": "2026-12-01"}
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(id="call_w", name="get_weather", arguments=weather)
+                    ],
+                    expect_tool_results={"call_w": "service error 503"},
+                ),
+                ScriptTurn(text="The weather service is down."),
+            ],
+        )
+    )
+    example_service.inject_fault("weather", "unavailable", count=10)
+    run_input = AgentRunInput(
+        task="Weather in Oslo?", provider="openai-chat", model=run_id, tools=["get_weather"]
+    )
+    handle = await start_run(client, worker, run_id, run_input)
+    result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    [record] = result.calls
+    assert (record.status, record.activity_attempts) == ("failed", 3)
+    assert example_service.stats()["counts"]["weather"] == 3
+    history = await handle.fetch_history()
+    patches = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED]
+    assert any(b"local-activity-failures-handled" in e.SerializeToString() for e in patches)

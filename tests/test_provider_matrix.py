@@ -294,7 +294,7 @@ async def clean_fakes(
     example_service.reset()
     example_service.set_delay("trains", 200)
     yield
-    example_service.set_delay("trains", 0)
+    example_service.set_delay(None, 0)  # every delay a case set: later tests start clean
     assert scripted_provider.violations == []
 
 

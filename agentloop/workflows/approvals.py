@@ -12,12 +12,11 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
 
 import agentloop.workflows.loop as loop
 from agentloop.activity_io import ApprovalCheck, CheckApprovalInput
 from agentloop.contract import ApprovalDecision, ApprovalVerdict
-from agentloop.workflows.failures import describe_failure
+from agentloop.workflows.failures import LOCAL_FAILURES, describe_failure, local_failure
 from agentloop.workflows.loop import CheckApprovals, DecisionToCheck, LoopState
 from agentloop.workflows.visibility import audit
 
@@ -54,7 +53,8 @@ async def _check(state: LoopState, held: DecisionToCheck) -> ApprovalCheck:
             retry_policy=CHECK_RETRY,
             summary=f"check approval of {held.decision.call_id} by {held.decision.approver}",
         )
-    except ActivityError as exc:
+    except LOCAL_FAILURES as caught:
+        exc = local_failure(caught)
         # A decision nobody could check does not count; the approver may send it again.
         return ApprovalCheck(problem=f"the worker could not check it: {describe_failure(exc)}")
     return check

@@ -35,7 +35,12 @@ from agentloop.contract import AgentRunResult, Phase, describe_validation_error
 from agentloop.tool_spec import Outcome
 from agentloop.workflows import visibility
 from agentloop.workflows.deadline import RunDeadline
-from agentloop.workflows.failures import attempts_made, describe_failure
+from agentloop.workflows.failures import (
+    LOCAL_FAILURES,
+    attempts_made,
+    describe_failure,
+    local_failure,
+)
 from agentloop.workflows.loop import (
     AwaitHumans,
     CallModel,
@@ -114,7 +119,8 @@ async def store_long_texts(state: LoopState) -> bool:
                 retry_policy=MODEL_RETRY,
                 summary=f"store {len(pending)} long texts",
             )
-        except ActivityError as exc:
+        except LOCAL_FAILURES as caught:
+            exc = local_failure(caught)
             loop.record_failure(state, f"store_error: {describe_failure(exc)}")
             return False
         loop.record_texts_stored(state, dict(zip(pending, refs, strict=True)))

@@ -8,13 +8,18 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
 
 from agentloop.activity_io import ActivityToolInput, RunToolInput, ToolOutput
 from agentloop.contract import Principal
 from agentloop.events import ToolCall, ToolResult
 from agentloop.tool_spec import ToolSpec
-from agentloop.workflows.failures import attempts_made, describe_failure, tool_failure_class
+from agentloop.workflows.failures import (
+    LOCAL_FAILURES,
+    attempts_made,
+    describe_failure,
+    local_failure,
+    tool_failure_class,
+)
 from agentloop.workflows.loop import Feature, LoopState, ToolFailure, ToolOutcome
 
 TOOL_HEARTBEAT = timedelta(seconds=5)
@@ -96,7 +101,8 @@ async def tool_outcome(
             summary=f"frame {call.name} · {call.call_id}",
         )
         return framed
-    except ActivityError as exc:
+    except LOCAL_FAILURES as caught:
+        exc = local_failure(caught)
         allowed = 1 if spec.effect == "write" else spec.max_attempts
         return ToolFailure(
             call.call_id,

@@ -11,6 +11,7 @@ import asyncio
 import json
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from agentloop.contract import (
     RunStatusView,
 )
 from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
+from agentloop.demo.services import ExampleService
 
 HERE = Path(__file__).parent
 RULE_TOOLS = "tests.histories.rule_tools"
@@ -116,6 +118,15 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
             ScriptTurn(text="Noted."),
         ],
     )
+    weather_only = Script(
+        name="replay-weather-only",
+        turns=[
+            ScriptTurn(
+                tool_calls=[ScriptedToolCall(id="call_w", name="get_weather", arguments=WEATHER)]
+            ),
+            ScriptTurn(text="The weather service is unavailable."),
+        ],
+    )
     nested: Any = "Shanghai"
     for _ in range(40):
         nested = [nested]
@@ -199,6 +210,18 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
         # reads its tools with `describe_run` and upserts them itself before its first
         # model call.
         "indexed_however_started": ([local], {"model": local.name}),
+        # A local read failing on every attempt (see `SERVICE_TROUBLE`): timed out (the live
+        # run gets the timeout wrapped, its replay the bare timeout), or answered 503 until its
+        # retries ran out (the patch `local-activity-failures-handled`; before it, the run
+        # failed). Either way the model is told under the call's id and the run completes.
+        "local_read_timed_out": (
+            [weather_only],
+            {"model": weather_only.name, "tools": ["get_weather"]},
+        ),
+        "local_read_failed": (
+            [weather_only],
+            {"model": weather_only.name, "tools": ["get_weather"]},
+        ),
         # Recorded with the `features-2026-12c` set (`texts-by-reference`): the long task is
         # stored (`store_texts`, a local activity) before the first model call, which names
         # it; past 20 events the run continues as new, carrying it by reference.
@@ -212,6 +235,13 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
         ),
     }
 
+
+SERVICE_TROUBLE: dict[str, Callable[[ExampleService], None]] = {
+    # Past the local read's 5 s timeout (the dev stack's HTTP timeout is 30 s).
+    "local_read_timed_out": lambda service: service.set_delay("weather", 6_000),
+    "local_read_failed": lambda service: service.inject_fault("weather", "unavailable", 10),
+}
+"""What the example service does to a scenario's requests (cleared after it)."""
 
 INDEXED = {
     "phase_when_waiting",
@@ -256,6 +286,11 @@ async def record(only: set[str]) -> None:
                     continue
                 for script in scripts:
                     stack.scripted_provider.register(script)
+                assert stack.example_service is not None
+                stack.example_service.reset()
+                trouble = SERVICE_TROUBLE.get(name)
+                if trouble is not None:
+                    trouble(stack.example_service)
                 run_input = AgentRunInput.model_validate(
                     {
                         "task": "Is train G1234 late on 2026-12-01, and the weather in Shanghai?",
