@@ -69,11 +69,14 @@ class WorkerParts:
     workflow_runner: WorkflowRunner
     toolbox: Toolbox
 
+    max_cached_workflows: int = 1_000
+
     def worker_kwargs(self) -> dict[str, Any]:
         return {
             "workflows": self.workflows,
             "activities": self.activities,
             "workflow_runner": self.workflow_runner,
+            "max_cached_workflows": self.max_cached_workflows,
         }
 
 
@@ -127,6 +130,7 @@ async def worker_parts(
                 ],
                 workflow_runner=workflow_runner(settings.workflow_sandbox),
                 toolbox=toolbox,
+                max_cached_workflows=settings.max_cached_workflows,
             )
     finally:
         await adapters.close()

@@ -35,6 +35,7 @@ from agentloop.runtime.config_checks import (
     SandboxMode,
     check_approver_keys,
     check_codec_keys,
+    check_count,
     check_host_port,
     check_otel,
     check_pem_file,
@@ -102,6 +103,10 @@ class Settings(BaseModel):
     tool_http_timeout_seconds: float = 30.0
     """How long an example tool waits for its system of record; a write that gets no answer
     in time has an unknown outcome and is looked up, never resent blindly."""
+    max_cached_workflows: int = 1_000
+    """Runs a worker keeps in its sticky cache (Temporal's `max_cached_workflows`). A run
+    waiting on a person costs the worker nothing beyond its place here; one evicted resumes
+    by replaying its history, running nothing again."""
     codec_keys: str | None = Field(default=None, repr=False)
     """`ID:BASE64KEY[,ID:BASE64KEY...]`, the first active: with it every payload in workflow
     history is encrypted (AES-256-GCM, `agentloop.runtime.codec`); the others still decrypt."""
@@ -221,6 +226,7 @@ VARIABLES: dict[str, Variable] = {
     "tool_http_timeout_seconds": Variable(
         "AGENTLOOP_TOOL_HTTP_TIMEOUT_SECONDS", check_positive_number
     ),
+    "max_cached_workflows": Variable("AGENTLOOP_MAX_CACHED_WORKFLOWS", check_count),
     "codec_keys": Variable(
         "AGENTLOOP_CODEC_KEYS", check_codec_keys, secret=True, mask=mask_key_ring
     ),
@@ -231,7 +237,7 @@ VARIABLES: dict[str, Variable] = {
 }
 """Settings field -> its environment variable (and file key: the field name)."""
 
-_NUMBER_FIELDS = frozenset({"tool_http_timeout_seconds"})
+_NUMBER_FIELDS = frozenset({"tool_http_timeout_seconds", "max_cached_workflows"})
 _LIST_FIELDS = frozenset({"tools", "approver_keys"})
 _TLS_PAIR_PROBLEM = (
     "TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY go together: set both (the client certificate"

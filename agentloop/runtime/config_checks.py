@@ -89,6 +89,17 @@ def check_positive_number(value: Any) -> str | None:
     return None if math.isfinite(number) and number > 0 else expected
 
 
+def check_count(value: Any) -> str | None:
+    expected = "expected a whole number, 0 or more, e.g. 1000"
+    if isinstance(value, bool):
+        return expected
+    try:
+        number = int(str(value))
+    except ValueError:
+        return expected
+    return None if number >= 0 else expected
+
+
 def check_pricing_file(value: str) -> str | None:
     shape = 'a JSON object {"model-prefix": [input, output]} in USD per million tokens'
     text, unreadable = read_text(value)
