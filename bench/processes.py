@@ -152,10 +152,11 @@ class WorkerProcess:
 
 @asynccontextmanager
 async def agentloop_worker(
-    settings: Settings, work_dir: Path, name: str
+    settings: Settings, work_dir: Path, name: str, extra_env: dict[str, str] | None = None
 ) -> AsyncIterator[WorkerProcess]:
-    """`python -m agentloop.worker` on task queue `name`, with its own SQLite store."""
-    env = worker_env(settings, name, work_dir / f"{name}-store.db")
+    """`python -m agentloop.worker` on task queue `name`, with its own SQLite store (and
+    `extra_env` over its environment)."""
+    env = {**worker_env(settings, name, work_dir / f"{name}-store.db"), **(extra_env or {})}
     log = work_dir / f"{name}-worker.log"
     async with child_process(AGENTLOOP_WORKER, env, AGENTLOOP_READY, log) as child:
         yield WorkerProcess(child, name)

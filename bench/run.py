@@ -25,7 +25,7 @@ from typing import Any
 import agentloop
 import bench
 from agentloop.cli.dev import DevStack, DevStackPorts
-from bench import adapters, history, outputs, replay, thousand_turns, throughput, turns
+from bench import adapters, history, outputs, paused, replay, thousand_turns, throughput, turns
 from bench.report import Section, render, write_json
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "latest.json"
@@ -55,6 +55,9 @@ class Plan:
     timing_budget_seconds: float = 1.0
     transport_calls: int = 40
     """Streamed calls per timed batch of section 7's transport figures."""
+    paused_runs: int = 2_000
+    paused_cached: int = 500
+    """Section 8: runs paused for approval at once, on a worker caching this many."""
 
 
 def plan(args: argparse.Namespace) -> Plan:
@@ -76,6 +79,8 @@ def plan(args: argparse.Namespace) -> Plan:
             replay_repeats=1,
             timing_budget_seconds=0.2,
             transport_calls=5,
+            paused_runs=40,
+            paused_cached=10,
         )
     return Plan(
         False,
@@ -158,6 +163,15 @@ async def measure(p: Plan) -> tuple[list[Section], int]:
                     client, settings, provider, work, p.long_turns, p.long_continue_as_new_events
                 )
             )
+            paused_section = await paused.measure(
+                client,
+                settings,
+                provider,
+                stack.example_service,
+                work,
+                p.paused_runs,
+                p.paused_cached,
+            )
             long = await replay.record_long(client, settings, provider, p.replay_turns)
             requests = await adapters.record_requests(client, settings, provider, p.adapter_turns)
         # Timed with the stack stopped: no worker, server or provider competes for the CPU.
@@ -167,6 +181,7 @@ async def measure(p: Plan) -> tuple[list[Section], int]:
                 requests, p.adapter_turns, p.timing_budget_seconds, p.transport_calls, work
             )
         )
+        done(paused_section)
     return sections, one.failures
 
 

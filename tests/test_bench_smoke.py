@@ -69,6 +69,17 @@ SECTIONS = {
             "anthropic streamed call",
         ],
     ),
+    8: (
+        "runs waiting on people",
+        [
+            "paused runs that failed to complete",
+            "worker RSS per paused run",
+            "worker peak RSS",
+            "seconds until all approved runs complete",
+            "resumed runs/s",
+            "writes at the service",
+        ],
+    ),
 }
 NUMBER = re.compile(r"\d")
 
@@ -113,5 +124,6 @@ def test_the_short_benchmark_prints_every_figure(tmp_path: Path) -> None:
         "long_run",
         "replay",
         "adapters",
+        "paused_runs",
     ]
     assert all(section["figures"] for section in document["sections"])

@@ -1,0 +1,137 @@
+"""Section 8, runs waiting on people (issue #21): many runs started, each pausing for an
+approval, on one worker whose sticky cache holds fewer runs than that; then all approved at
+once. What a paused run costs the worker, and how fast evicted runs resume (each replays its
+history, running nothing again: the writes are counted at the example service)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowHandle
+
+from agentloop.contract import (
+    AgentRunInput,
+    AgentRunResult,
+    ApprovalDecision,
+    Principal,
+    RunStatusView,
+)
+from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
+from agentloop.demo.scripted_provider.server import ScriptedProvider
+from agentloop.demo.services import ExampleService
+from agentloop.runtime.config import Settings
+from bench.memory import ProcessMemory
+from bench.processes import agentloop_worker
+from bench.report import Figure, Section, ratio
+
+PRINCIPAL = Principal(subject="bench", scopes=["tickets:write"])
+WAIT_SECONDS = 600.0
+
+
+async def measure(
+    client: Client,
+    settings: Settings,
+    provider: ScriptedProvider,
+    service: ExampleService,
+    work: Path,
+    runs: int,
+    cached: int,
+) -> Section:
+    section = Section(
+        "paused_runs",
+        f"runs waiting on people: {runs} paused on one worker caching {cached}",
+        "the same worker idle, before the runs (measured in this run)",
+    )
+    queue = f"bench-paused-{uuid.uuid4().hex[:8]}"
+    extra = {"AGENTLOOP_MAX_CACHED_WORKFLOWS": str(cached)}
+    service.reset()
+    async with agentloop_worker(settings, work, queue, extra) as worker:
+        memory = ProcessMemory(worker.pid)
+        idle = memory.rss_mib()
+        memory.reset_peak()
+        handles = await asyncio.gather(*(_start(client, provider, queue, n) for n in range(runs)))
+        views = await asyncio.gather(*(_paused(handle) for handle in handles))
+        paused = memory.rss_mib()
+        started = time.perf_counter()
+        await asyncio.gather(*(_approve(h, v) for h, v in zip(handles, views, strict=True)))
+        results: list[AgentRunResult] = await asyncio.wait_for(
+            asyncio.gather(*(handle.result() for handle in handles)), WAIT_SECONDS
+        )
+        resumed = time.perf_counter() - started
+        peak = memory.peak_mib()
+    failed = sum(1 for r in results if r.status != "completed")
+    writes = service.records().get("replies_by_ticket", {}).get("T-1001", 0)
+    per_run = (paused - idle) / runs
+    section.add(
+        Figure("paused runs that failed to complete", failed, 0),
+        Figure(
+            "worker RSS with every run paused (MiB)",
+            round(paused, 1),
+            round(idle, 1),
+            ratio(paused, idle),
+        ),
+        Figure("worker RSS per paused run (MiB)", round(per_run, 3), note="target <= 0.15"),
+        Figure("worker peak RSS (MiB)", round(peak, 1), round(idle, 1), ratio(peak, idle)),
+        Figure("seconds until all approved runs complete", round(resumed, 2)),
+        Figure("resumed runs/s", round(runs / resumed, 1) if resumed else 0.0),
+        Figure(
+            "runs resumed from history (beyond the cache)",
+            max(0, runs - cached),
+            note="at least: the cache held the rest",
+        ),
+        Figure(
+            "writes at the service (one per run: nothing re-ran)", writes, runs, ratio(writes, runs)
+        ),
+    )
+    return section
+
+
+async def _start(
+    client: Client, provider: ScriptedProvider, queue: str, n: int
+) -> WorkflowHandle[object, AgentRunResult]:
+    name = f"{queue}-{n}"
+    call = ScriptedToolCall(
+        id=f"c_reply_{n}",
+        name="send_reply",
+        arguments={"ticket_id": "T-1001", "recipient": "dana@example.com", "body": f"#{n}"},
+    )
+    provider.register(
+        Script(name=name, turns=[ScriptTurn(tool_calls=[call]), ScriptTurn(text="Sent.")])
+    )
+    run_input = AgentRunInput(
+        task="Answer ticket T-1001.",
+        provider="openai-chat",
+        model=name,
+        tools=["send_reply"],
+        principal=PRINCIPAL,
+    )
+    return await client.start_workflow(
+        "AgentRun", run_input, id=name, task_queue=queue, result_type=AgentRunResult
+    )
+
+
+async def _paused(handle: WorkflowHandle[object, AgentRunResult]) -> RunStatusView:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        view = await handle.query("status", result_type=RunStatusView)
+        if view.phase == "awaiting_approval" and view.pending_approvals:
+            return view
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{handle.id} never paused for approval ({view.phase})")
+        await asyncio.sleep(0.1)
+
+
+async def _approve(handle: WorkflowHandle[object, AgentRunResult], view: RunStatusView) -> None:
+    [pending] = view.pending_approvals
+    await handle.signal(
+        "approve",
+        ApprovalDecision(
+            call_id=pending["call_id"],
+            args_digest=pending["args_digest"],
+            approved=True,
+            approver="support-lead",
+        ),
+    )
