@@ -29,6 +29,9 @@ class Planned:
     decisions: dict[str, str] = field(default_factory=dict)
     """Call id -> why the runner refused it (`unknown_tool`, `permission`, ...); a call not
     named here is `allowed`."""
+    argument_bytes: int = 0
+    """What the output's calls add to the ledger's arguments (feature `texts-by-reference`;
+    0 without it)."""
 
     def refuse(self, call: ToolCall, result: ToolResult, decision: str) -> None:
         self.batch.results[call.call_id] = result
@@ -69,14 +72,14 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutc
     reused = sorted(set(ids) & state.calls.keys())
     if reused:
         return ProtocolViolation(f"protocol: call ids reused from an earlier turn: {reused}")
-    if state.has(Feature.TEXTS_BY_REFERENCE):
-        ledger = state.argument_bytes + argument_bytes(output)
-        if ledger > MAX_LEDGER_ARGUMENT_BYTES:
-            return OverBudget(
-                f"ledger: with this output's calls the run would hold {ledger} bytes of tool-call"
-                f" arguments, over the {MAX_LEDGER_ARGUMENT_BYTES} a run may hold"
-            )
-    planned = Planned(Batch(order=ids))
+    size = argument_bytes(output) if state.has(Feature.TEXTS_BY_REFERENCE) else 0
+    ledger = state.argument_bytes + size
+    if size and ledger > MAX_LEDGER_ARGUMENT_BYTES:
+        return OverBudget(
+            f"ledger: with this output's calls the run would hold {ledger} bytes of tool-call"
+            f" arguments, over the {MAX_LEDGER_ARGUMENT_BYTES} a run may hold"
+        )
+    planned = Planned(Batch(order=ids), argument_bytes=size)
     allowed: list[tuple[ToolCall, ToolSpec]] = []
     principal = state.run_input.principal
     whitelist = {*state.run_input.tools, *state.builtin_tools}

@@ -39,7 +39,6 @@ from agentloop.workflows.loop.next_step import CallModel, Finish, RunTools
 from agentloop.workflows.loop.plan import (
     OverBudget,
     ProtocolViolation,
-    argument_bytes,
     pending_approval,
     plan_batch,
 )
@@ -142,8 +141,7 @@ def _open_batch(state: LoopState, output: ModelOutput, now: datetime) -> None:
     if isinstance(planned, ProtocolViolation):
         record_failure(state, planned.reason + response_named(output))
         return
-    if state.has(Feature.TEXTS_BY_REFERENCE):
-        state.argument_bytes += argument_bytes(output)
+    state.argument_bytes += planned.argument_bytes  # measured once, by the plan
     for call in output.tool_calls:
         spec = state.tools.get(call.name)
         state.calls[call.call_id] = CallRecord(
