@@ -43,6 +43,7 @@ from agentloop.events import (
     Usage,
     UserInput,
 )
+from agentloop.policies.checks import SET_BY_AGENTLOOP
 from agentloop.tool_spec import ToolSpec
 
 PROVIDER = "anthropic"
@@ -368,12 +369,6 @@ class MessagesStreamAssembler:
 
 # --------------------------------------------------------------------------- adapter
 
-_CREATE_FIELDS = frozenset(
-    {"model", "max_tokens", "messages", "stream", "system", "tools", "stop_sequences"}
-)
-"""What `build_request` sets: `messages.create` takes them by name, the rest (a run's
-`model_settings.extra`) as `extra_body`."""
-
 _RAW_EVENTS = AsyncStream[object]
 """Streamed events as the JSON objects they are (see `AnthropicMessagesAdapter._create`)."""
 
@@ -396,8 +391,10 @@ class AnthropicMessagesAdapter:
     async def _create(self, kwargs: dict[str, Any]) -> _Response:
         if not kwargs["stream"]:
             try:
-                known = {k: v for k, v in kwargs.items() if k in _CREATE_FIELDS}
-                extra = {k: v for k, v in kwargs.items() if k not in _CREATE_FIELDS}
+                # What `build_request` set goes by name; a run's `model_settings.extra` (checked
+                # at start to touch none of those fields) as `extra_body`.
+                known = {k: v for k, v in kwargs.items() if k in SET_BY_AGENTLOOP}
+                extra = {k: v for k, v in kwargs.items() if k not in SET_BY_AGENTLOOP}
                 message = await self._client.messages.create(**known, extra_body=extra or None)
             except ValueError as err:  # the SDK refuses a long request unless it is streamed
                 raise ProviderError(str(err), error_class="bad_request", retryable=False) from err
