@@ -1,7 +1,8 @@
-"""Section 8, runs waiting on people (issue #21): many runs started, each pausing for an
-approval, on one worker whose sticky cache holds fewer runs than that; then all approved at
-once. What a paused run costs the worker, and how fast evicted runs resume (each replays its
-history, running nothing again: the writes are counted at the example service)."""
+"""Section 8, runs waiting on people (issue #21): many runs started (in waves of the cache's
+size), each pausing for an approval, on one worker whose sticky cache holds fewer runs than
+that; then all approved at once. What a paused run costs the worker, and how fast evicted runs
+resume (each replays its history, running nothing again: the writes are counted at the example
+service)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import uuid
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError
 
 from agentloop.contract import (
     AgentRunInput,
@@ -29,6 +31,9 @@ from bench.report import Figure, Section, ratio
 
 PRINCIPAL = Principal(subject="bench", scopes=["tickets:write"])
 WAIT_SECONDS = 600.0
+QUERIES_AT_ONCE = 50
+"""Queries (each answered by the worker) and result long polls (the dev server refuses past
+a namespace's poller limit) in flight at once."""
 
 
 async def measure(
@@ -52,13 +57,22 @@ async def measure(
         memory = ProcessMemory(worker.pid)
         idle = memory.rss_mib()
         memory.reset_peak()
-        handles = await asyncio.gather(*(_start(client, provider, queue, n) for n in range(runs)))
-        views = await asyncio.gather(*(_paused(handle) for handle in handles))
+        gate = asyncio.Semaphore(QUERIES_AT_ONCE)
+        handles: list[WorkflowHandle[object, AgentRunResult]] = []
+        views: list[RunStatusView] = []
+        # In waves of the cache's size: all at once, the worker evicts runs before they reach
+        # their pause and spends its time replaying them (the thrash a deployment avoids by
+        # sizing the cache to the runs in flight, not to the runs waiting).
+        for first in range(0, runs, cached):
+            wave = range(first, min(runs, first + cached))
+            started_wave = await asyncio.gather(*(_start(client, provider, queue, n) for n in wave))
+            views += await asyncio.gather(*(_paused(h, gate) for h in started_wave))
+            handles += started_wave
         paused = memory.rss_mib()
         started = time.perf_counter()
         await asyncio.gather(*(_approve(h, v) for h, v in zip(handles, views, strict=True)))
         results: list[AgentRunResult] = await asyncio.wait_for(
-            asyncio.gather(*(handle.result() for handle in handles)), WAIT_SECONDS
+            asyncio.gather(*(_result(h, gate) for h in handles)), WAIT_SECONDS
         )
         resumed = time.perf_counter() - started
         peak = memory.peak_mib()
@@ -113,15 +127,33 @@ async def _start(
     )
 
 
-async def _paused(handle: WorkflowHandle[object, AgentRunResult]) -> RunStatusView:
+async def _paused(
+    handle: WorkflowHandle[object, AgentRunResult], gate: asyncio.Semaphore
+) -> RunStatusView:
+    """The run's status once it waits for its approval. A query is answered by the worker
+    (replaying the run first when it is not cached), so at most `gate` are asked at once,
+    and one that times out under the load is asked again."""
     deadline = time.monotonic() + WAIT_SECONDS
     while True:
-        view = await handle.query("status", result_type=RunStatusView)
-        if view.phase == "awaiting_approval" and view.pending_approvals:
+        try:
+            async with gate:
+                view = await handle.query("status", result_type=RunStatusView)
+        except RPCError:
+            view = None
+        if view is not None and view.phase == "awaiting_approval" and view.pending_approvals:
             return view
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{handle.id} never paused for approval ({view.phase})")
-        await asyncio.sleep(0.1)
+            phase = view.phase if view is not None else "unknown"
+            raise TimeoutError(f"{handle.id} never paused for approval ({phase})")
+        await asyncio.sleep(0.5)
+
+
+async def _result(
+    handle: WorkflowHandle[object, AgentRunResult], gate: asyncio.Semaphore
+) -> AgentRunResult:
+    """A result is a long poll of the server; the dev server takes so many at once."""
+    async with gate:
+        return await handle.result()
 
 
 async def _approve(handle: WorkflowHandle[object, AgentRunResult], view: RunStatusView) -> None:
