@@ -21,6 +21,7 @@ from agentloop.runtime.config import VARIABLES, Settings
 
 AGENTLOOP_WORKER = ["-m", "agentloop.worker"]
 AGENTLOOP_READY = "agentloop worker polling"
+PROFILE_WORKER = ["-m", "bench.profile_worker"]
 FLOOR_WORKER = ["-m", "bench.floor_worker"]
 FLOOR_READY = "bench floor worker polling"
 PEER_WORKER = ["-m", "bench.peer_worker"]
@@ -152,13 +153,25 @@ class WorkerProcess:
 
 @asynccontextmanager
 async def agentloop_worker(
-    settings: Settings, work_dir: Path, name: str, extra_env: dict[str, str] | None = None
+    settings: Settings,
+    work_dir: Path,
+    name: str,
+    extra_env: dict[str, str] | None = None,
+    *,
+    instance: int = 0,
+    profile_to: Path | None = None,
 ) -> AsyncIterator[WorkerProcess]:
     """`python -m agentloop.worker` on task queue `name`, with its own SQLite store (and
-    `extra_env` over its environment)."""
+    `extra_env` over its environment). `instance` tells apart the logs of several workers on
+    one queue. With `profile_to`, it is `python -m bench.profile_worker`, whose CPU profile
+    SIGUSR1 starts and SIGUSR2 writes to `profile_to`."""
     env = {**worker_env(settings, name, work_dir / f"{name}-store.db"), **(extra_env or {})}
-    log = work_dir / f"{name}-worker.log"
-    async with child_process(AGENTLOOP_WORKER, env, AGENTLOOP_READY, log) as child:
+    log = work_dir / f"{name}-worker{instance or ''}.log"
+    args = AGENTLOOP_WORKER
+    if profile_to is not None:
+        args = PROFILE_WORKER
+        env["BENCH_CPU_PROFILE"] = str(profile_to)
+    async with child_process(args, env, AGENTLOOP_READY, log) as child:
         yield WorkerProcess(child, name)
 
 

@@ -42,12 +42,11 @@ from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTur
 from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.runtime.config import Settings
 from bench.memory import ProcessMemory
-from bench.processes import AGENTLOOP_READY, child_process, worker_env
+from bench.processes import AGENTLOOP_READY, PROFILE_WORKER, child_process, worker_env
 from bench.run import PROVIDER_ENV
 from bench.scripts import TRAVEL_SCRIPT, travel_input, travel_script
 from bench.throughput import agentloop_runner, run_batch, warm_up
 
-PROFILE_WORKER = ["-m", "bench.profile_worker"]
 PARK_SECONDS = 600.0
 """How long N runs may take to all be parked (tracemalloc slows the worker down a lot)."""
 PARKED_SCRIPT = "bench-parked"

@@ -1,10 +1,13 @@
 """`python -m bench.profile_worker`: `python -m agentloop.worker`, instrumented for memory
-profiling (`bench.profile_memory` drives it). Configured from the environment like the real
+and CPU profiling (`bench.profile_memory` drives it). Configured from the environment like the real
 worker, plus:
 
 - `BENCH_TRACEMALLOC_FRAMES=N`: trace Python allocations (N frames each); on SIGUSR1 a
   snapshot is dumped to `BENCH_SNAPSHOT_DIR/snapshot-<n>.pickle`, n = 1, 2, ... (written
   whole, then renamed into place).
+- `BENCH_CPU_PROFILE=PATH`: on SIGUSR1, start profiling the CPU time of every thread (yappi);
+  on SIGUSR2, stop and write the figures to PATH in pstats form (whole, then renamed into
+  place). Not with `BENCH_TRACEMALLOC_FRAMES`, which takes SIGUSR1 too.
 - `BENCH_MAX_CACHED_WORKFLOWS=N`: the worker's workflow cache size (Temporal's default: 1000).
 - `BENCH_PASSTHROUGH_MODULES=a,b`: run workflows in Temporal's sandbox, passing these modules
   (and their submodules) through from the host instead of importing them afresh for every
@@ -40,6 +43,23 @@ def _dump_snapshot(signum: int, frame: FrameType | None) -> None:
     partial.rename(target)
 
 
+def _start_cpu_profile(signum: int, frame: FrameType | None) -> None:
+    import yappi
+
+    yappi.set_clock_type("cpu")
+    yappi.start(builtins=True, profile_threads=True)
+
+
+def _save_cpu_profile(signum: int, frame: FrameType | None) -> None:
+    import yappi
+
+    yappi.stop()
+    target = Path(os.environ["BENCH_CPU_PROFILE"])
+    partial = target.with_suffix(".partial")
+    yappi.get_func_stats().save(str(partial), type="pstat")
+    partial.rename(target)
+
+
 def _configured_worker() -> None:
     from temporalio.worker import Worker
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -64,6 +84,9 @@ def _configured_worker() -> None:
 def main() -> None:
     if FRAMES:
         signal.signal(signal.SIGUSR1, _dump_snapshot)
+    elif os.environ.get("BENCH_CPU_PROFILE"):
+        signal.signal(signal.SIGUSR1, _start_cpu_profile)
+        signal.signal(signal.SIGUSR2, _save_cpu_profile)
     _configured_worker()
     from agentloop.worker import main as worker_main
 

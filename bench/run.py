@@ -25,7 +25,17 @@ from typing import Any
 import agentloop
 import bench
 from agentloop.cli.dev import DevStack, DevStackPorts
-from bench import adapters, history, outputs, paused, replay, thousand_turns, throughput, turns
+from bench import (
+    adapters,
+    history,
+    outputs,
+    paused,
+    replay,
+    stores,
+    thousand_turns,
+    throughput,
+    turns,
+)
 from bench.report import Section, render, write_json
 
 DEFAULT_JSON = Path(__file__).parent / "results" / "latest.json"
@@ -58,6 +68,8 @@ class Plan:
     paused_runs: int = 2_000
     paused_cached: int = 500
     """Section 8: runs paused for approval at once, on a worker caching this many."""
+    store_runs: int = 200
+    """Sections 9 and 10: concurrent 5-turn runs per store setup, and under the profiler."""
 
 
 def plan(args: argparse.Namespace) -> Plan:
@@ -81,6 +93,7 @@ def plan(args: argparse.Namespace) -> Plan:
             transport_calls=5,
             paused_runs=40,
             paused_cached=10,
+            store_runs=10,
         )
     return Plan(
         False,
@@ -172,6 +185,7 @@ async def measure(p: Plan) -> tuple[list[Section], int]:
                 p.paused_runs,
                 p.paused_cached,
             )
+            store_sections = await stores.measure(client, settings, provider, work, p.store_runs)
             long = await replay.record_long(client, settings, provider, p.replay_turns)
             requests = await adapters.record_requests(client, settings, provider, p.adapter_turns)
         # Timed with the stack stopped: no worker, server or provider competes for the CPU.
@@ -182,6 +196,8 @@ async def measure(p: Plan) -> tuple[list[Section], int]:
             )
         )
         done(paused_section)
+        for section in store_sections:
+            done(section)
     return sections, one.failures
 
 

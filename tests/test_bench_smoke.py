@@ -80,6 +80,23 @@ SECTIONS = {
             "writes at the service",
         ],
     ),
+    9: (
+        "several workers, one store",
+        [
+            "SQLite, 1 worker: runs/s",
+            "PostgreSQL, 1 worker: runs/s",
+            "PostgreSQL, 2 workers: p99 run latency",
+            "PostgreSQL, 2 workers: store statements per turn",
+        ],
+    ),
+    10: (
+        "what a turn costs the worker",
+        [
+            "worker CPU per turn, unprofiled",
+            "worker RSS growth per concurrent run",
+            "own time: ",
+        ],
+    ),
 }
 NUMBER = re.compile(r"\d")
 
@@ -98,7 +115,7 @@ def run_short(json_path: Path) -> subprocess.CompletedProcess[str]:
 
 def split_sections(stdout: str) -> dict[int, str]:
     """`[n] title` starts section n; it runs to the next blank line."""
-    found = re.findall(r"^\[(\d)\] (.*?)(?:\n\n|\Z)", stdout, flags=re.M | re.S)
+    found = re.findall(r"^\[(\d+)\] (.*?)(?:\n\n|\Z)", stdout, flags=re.M | re.S)
     return {int(index): body for index, body in found}
 
 
@@ -125,5 +142,7 @@ def test_the_short_benchmark_prints_every_figure(tmp_path: Path) -> None:
         "replay",
         "adapters",
         "paused_runs",
+        "stores",
+        "worker_cost",
     ]
     assert all(section["figures"] for section in document["sections"])
