@@ -164,15 +164,21 @@ async def worker_process(
     env: dict[str, str],
     command: Sequence[str] = (sys.executable, "-m", "agentloop.worker"),
     ready: str = WORKER_READY_LINE,
+    *,
+    drained: bool = True,
 ) -> AsyncIterator[asyncio.subprocess.Process]:
     """A worker (`python -m agentloop.worker`, or `command`) as its own OS process, yielded
-    once it prints `ready` (it polls)."""
+    once it prints `ready` (it polls). Unless `drained` is False (the test reads it), its
+    output is read to the end all along: a pipe nobody reads fills, and a worker writing its
+    audit log to it would stop in the middle of a run (and `wait()` on a killed one would
+    never see the pipe close)."""
     process = await asyncio.create_subprocess_exec(
         *command,
         env={**os.environ, **env},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
+    drain: asyncio.Task[None] | None = None
     try:
         assert process.stdout is not None
         while True:
@@ -181,8 +187,17 @@ async def worker_process(
                 raise AssertionError("worker process exited before it was ready")
             if ready in line:
                 break
+        if drained:
+            drain = asyncio.create_task(_drain(process.stdout))
         yield process
     finally:
         if process.returncode is None:
             process.kill()
         await process.wait()
+        if drain is not None:
+            await drain
+
+
+async def _drain(stream: asyncio.StreamReader) -> None:
+    while await stream.read(65536):
+        pass

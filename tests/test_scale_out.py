@@ -28,7 +28,7 @@ from tests.test_store import postgres_url, with_search_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
-RUNS = 30
+RUNS = 50
 PRINCIPAL = Principal(subject="agent-7", scopes=["tickets:read", "tickets:write"])
 __all__ = ["postgres_url"]  # the fixture, shared with the store's contract tests
 

@@ -210,7 +210,7 @@ async def test_a_console_worker_process_prints_its_spans_in_the_starters_trace(
     env = {**worker_env(client, settings, tmp_path / "store.db"), "AGENTLOOP_OTEL": "console"}
     starter = await connect(settings)
     run = one_tool_run(scripted_provider, run_id)
-    async with worker_process(env) as worker:
+    async with worker_process(env, drained=False) as worker:
         result = await (await start_run(starter, settings, run_id, run)).result()
         assert result.status == "completed", result.stop_reason
         printed = await printed_spans(worker, run_id, WORKER_SPANS)
