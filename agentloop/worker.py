@@ -9,10 +9,10 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
@@ -25,6 +25,7 @@ from agentloop.activities.tools import ToolActivities
 from agentloop.activities.verify import VerifierActivities
 from agentloop.adapters import AdapterFactory
 from agentloop.client import connect
+from agentloop.mcp.listing import name_clashes
 from agentloop.pricing import PriceTable
 from agentloop.runtime import tracing
 from agentloop.runtime.audit import (
@@ -36,9 +37,13 @@ from agentloop.runtime.audit import (
 from agentloop.runtime.config import ConfigError, Settings
 from agentloop.runtime.config_checks import SandboxMode
 from agentloop.runtime.indexing import Registration
+from agentloop.runtime.mcp_config import McpServerConfig
 from agentloop.store import open_store
 from agentloop.tools.plugins import PluginError, Toolbox, load_toolbox
 from agentloop.workflows.agent_run import AgentRun
+
+if TYPE_CHECKING:
+    from agentloop.mcp.tools import McpTools
 
 
 def workflow_runner(sandbox: SandboxMode) -> WorkflowRunner:
@@ -85,6 +90,30 @@ def tool_modules(settings: Settings, tools: Sequence[str] | None = None) -> list
     return list(dict.fromkeys([*settings.tool_modules(), *(tools or ())]))
 
 
+def load_worker_toolbox(settings: Settings, tools: Sequence[str] | None = None) -> Toolbox:
+    """The built-ins and the tool modules (`tool_modules`), checked against the worker's MCP
+    servers; raises `PluginError` (or `ConfigError` for a bad `AGENTLOOP_MCP_SERVERS`)."""
+    toolbox = load_toolbox(tool_modules(settings, tools))
+    _check_mcp_names(toolbox, settings.mcp_server_configs())
+    return toolbox
+
+
+def _check_mcp_names(toolbox: Toolbox, servers: Mapping[str, McpServerConfig]) -> None:
+    clashes = name_clashes(toolbox.registry.names(), servers)
+    if clashes:
+        raise PluginError(f"{'; '.join(clashes)}: rename one of them")
+
+
+def mcp_tools(servers: Mapping[str, McpServerConfig]) -> McpTools | None:
+    """The worker's connections to its MCP servers (none opens before a run needs it)."""
+    if not servers:
+        return None
+    from agentloop.mcp.pool import McpPool
+    from agentloop.mcp.tools import McpTools
+
+    return McpTools(McpPool(servers))
+
+
 @asynccontextmanager
 async def worker_parts(
     client: Client,
@@ -96,9 +125,12 @@ async def worker_parts(
     and the provider clients are open for as long as the context is.
 
     Raises `PluginError` (before anything opens) when a tool module cannot be loaded."""
-    toolbox = tools if isinstance(tools, Toolbox) else load_toolbox(tool_modules(settings, tools))
+    toolbox = tools if isinstance(tools, Toolbox) else load_worker_toolbox(settings, tools)
+    servers = settings.mcp_server_configs()
+    _check_mcp_names(toolbox, servers)
     store = open_store(settings.store_url)
     adapters = AdapterFactory(settings.provider_endpoints())
+    mcp = mcp_tools(servers)
     try:
         async with toolbox.opened(settings) as opened:
             model = ModelActivities(
@@ -109,7 +141,11 @@ async def worker_parts(
             )
             approver_keys = settings.approvers()
             tool_activities = ToolActivities(
-                opened, store, Registration(client), approvals_signed=approver_keys.signing
+                opened,
+                store,
+                Registration(client),
+                approvals_signed=approver_keys.signing,
+                mcp=mcp,
             )
             runs = RunActivities(client)
             verifiers = VerifierActivities(opened, store)
@@ -133,6 +169,8 @@ async def worker_parts(
                 max_cached_workflows=settings.max_cached_workflows,
             )
     finally:
+        if mcp is not None:
+            await mcp.close()
         await adapters.close()
         await store.close()
 
@@ -181,7 +219,7 @@ def main() -> None:
     exit 2 on a bad configuration or a tool module that cannot be loaded, before polling."""
     try:
         settings = Settings.load()
-        toolbox = load_toolbox(tool_modules(settings))
+        toolbox = load_worker_toolbox(settings)
     except (ConfigError, PluginError) as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(2) from None

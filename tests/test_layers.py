@@ -4,7 +4,8 @@ that stands above it. Every agentloop module is read (imports inside functions a
 
 From the bottom up: the vocabulary every layer speaks (events, the contract, tool specs, what
 the workflow and its activities exchange, the chain hashing); the pure policies and the process
-concerns (`runtime/`); the store; the provider adapters and the tools; the workflow (which
+concerns (`runtime/`); the store; the provider adapters and the tools; MCP servers as tool
+sources (`mcp/`); the workflow (which
 never imports store, adapter, tool or activity code: it runs on recorded results only); the
 activities; the demo's example tools, systems and scripted model; the client; the worker; the
 CLI; and `agentloop.testing` on top (the package's face, `agentloop/__init__.py`, hands on
@@ -46,7 +47,10 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "adapters": frozenset({"vocabulary", "policies", "runtime"}),
     "tools": frozenset({"vocabulary", "policies", "runtime", "store"}),
     "workflows": frozenset({"vocabulary", "policies"}),
-    "activities": frozenset({"vocabulary", "policies", "runtime", "store", "adapters", "tools"}),
+    "mcp": frozenset({"vocabulary", "policies", "runtime", "store", "tools"}),
+    "activities": frozenset(
+        {"vocabulary", "policies", "runtime", "store", "adapters", "tools", "mcp"}
+    ),
     "demo": frozenset({"vocabulary", "policies", "runtime", "store", "tools"}),
     "client": frozenset({"vocabulary", "runtime"}),
 }

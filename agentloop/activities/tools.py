@@ -6,7 +6,7 @@ workflow."""
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -22,14 +22,25 @@ from agentloop.activity_io import (
 from agentloop.contract import Principal
 from agentloop.digests import args_digest
 from agentloop.events import ToolResult
+from agentloop.mcp.listing import McpToolsError
 from agentloop.policies import task_state
 from agentloop.runtime.audit import audit
 from agentloop.runtime.indexing import Registration
 from agentloop.store import Store, stored_by_reference
 from agentloop.tool_spec import Outcome, ToolSpec, bounded
-from agentloop.tools.contract import Artifacts, OutcomeUnknown, ToolContext, ToolError, WithState
+from agentloop.tools.contract import (
+    Artifacts,
+    OutcomeUnknown,
+    Tool,
+    ToolContext,
+    ToolError,
+    WithState,
+)
 from agentloop.tools.plugins import OpenedToolbox
 from agentloop.tools.registry import UnknownToolError
+
+if TYPE_CHECKING:  # the MCP SDK is imported only by a worker that has MCP servers
+    from agentloop.mcp.tools import McpTools
 
 ANONYMOUS = Principal(subject="anonymous")
 """The principal of a call from a run started before calls carried theirs."""
@@ -70,12 +81,15 @@ class ToolActivities:
         registration: Registration | None = None,
         *,
         approvals_signed: bool = False,
+        mcp: McpTools | None = None,
     ) -> None:
         """`registration` tells whether a run's namespace has agentloop's search attributes
         (None: never, as for a worker with no server to ask); `approvals_signed`, whether the
-        worker has approver keys (a run's `status` says so from its start)."""
+        worker has approver keys (a run's `status` says so from its start); `mcp`, the MCP
+        servers whose tools runs may name."""
         self._toolbox = toolbox
         self._registry = toolbox.registry
+        self._mcp = mcp
         self._store = store
         self._registration = registration
         self._signing: Literal["signed", "unsigned"] = "signed" if approvals_signed else "unsigned"
@@ -84,15 +98,20 @@ class ToolActivities:
     async def describe_tools(self, request: DescribeToolsInput) -> list[ToolSpec]:
         """The specs in force when the run starts; recorded in history, so replay is stable.
         A run naming a tool or a completion check this worker lacks fails here, at once."""
+        from_mcp = [n for n in request.names if self._from_mcp(n)]
         try:
-            specs = self._registry.specs(request.names)
+            native = self._registry.specs(n for n in request.names if n not in from_mcp)
         except UnknownToolError as exc:
             known = ", ".join(self._registry.names())
+            servers = f"; MCP servers: {', '.join(self._mcp.servers)}" if self._mcp else ""
             raise ApplicationError(
-                f"tools: unknown tool {exc.args[0]!r}; this worker has: {known}",
+                f"tools: unknown tool {exc.args[0]!r}; this worker has: {known}{servers}",
                 type="InvalidInput",
                 non_retryable=True,
             ) from None
+        specs = native
+        if from_mcp:
+            specs = _in_order(request.names, [*native, *await self._mcp_specs(from_mcp)])
         check = request.completion_check
         if check is not None and f"verifier:{check}" not in self._toolbox.box.origin:
             known = ", ".join(sorted(self._toolbox.box.verifier_names()))
@@ -102,6 +121,29 @@ class ToolActivities:
                 non_retryable=True,
             )
         return specs
+
+    def _from_mcp(self, name: str) -> bool:
+        return self._mcp is not None and name not in self._registry and self._mcp.owns(name)
+
+    async def _mcp_specs(self, names: list[str]) -> list[ToolSpec]:
+        """The MCP tools' specs from a fresh listing: what the run keeps, whatever the servers
+        list later. A server that cannot be listed fails the run at once, naming it (an
+        optional one's tools are left out of the run, and the audit log says so)."""
+        assert self._mcp is not None
+        try:
+            specs, absent = await self._mcp.specs(names)
+        except McpToolsError as exc:
+            raise ApplicationError(str(exc), type="InvalidInput", non_retryable=True) from None
+        if absent:
+            audit("mcp.tools_absent", workflow_id=activity.info().workflow_id, absent=absent)
+        return specs
+
+    def _tool(self, request: RunToolInput) -> Tool:
+        """The tool a call runs: a native one, or an MCP server's, a write when the run's own
+        spec made it one (it then has an idempotency key)."""
+        if self._mcp is not None and self._from_mcp(request.tool):
+            return self._mcp.tool(request.tool, write=bool(request.idempotency_key))
+        return self._registry.get(request.tool)
 
     @activity.defn(name="describe_run")
     async def describe_run(self, request: DescribeToolsInput) -> RunDescription:
@@ -126,7 +168,7 @@ class ToolActivities:
     async def check_precondition(self, request: RunToolInput) -> PreconditionResult:
         """A business check against the system of record, before approval or execution; and
         the tool's approval rule, when the run asks for its verdict."""
-        tool = self._registry.get(request.tool)
+        tool = self._tool(request)
         needs_approval = await self._approval_verdict(request)
         if tool.precondition is None:
             return _precondition_checked(request, PreconditionResult(needs_approval=needs_approval))
@@ -171,7 +213,7 @@ class ToolActivities:
     @activity.defn(name="lookup_outcome")
     async def lookup_outcome(self, request: RunToolInput) -> Outcome:
         """Ask the system of record whether the write with this idempotency key happened."""
-        tool = self._registry.get(request.tool)
+        tool = self._tool(request)
         if tool.lookup_outcome is None:
             outcome = Outcome(state="unknown", record=f"{request.tool} has no outcome lookup")
             return _outcome_looked_up(request, outcome)
@@ -191,7 +233,7 @@ class ToolActivities:
         return result.model_copy(update={"attempts": activity.info().attempt})
 
     async def _run_tool(self, request: RunToolInput) -> ToolResult:
-        tool = self._registry.get(request.tool)
+        tool = self._tool(request)
         try:
             async with keep_heartbeating():
                 value = await tool.handler(request.arguments, self._context(request))
@@ -267,6 +309,11 @@ class ToolActivities:
             if len(framed) <= spec.max_result_chars or room <= 0:
                 return framed, ref
             room -= len(framed) - spec.max_result_chars
+
+
+def _in_order(names: list[str], specs: list[ToolSpec]) -> list[ToolSpec]:
+    by_name = {spec.name: spec for spec in specs}
+    return [by_name[name] for name in names if name in by_name]
 
 
 def _executed(

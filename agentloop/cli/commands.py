@@ -92,6 +92,10 @@ async def dispatch(args: argparse.Namespace) -> int:
         return await dev(args)
     if args.command == "worker":
         return await worker(settings, args)
+    if args.command == "mcp":  # talks to the MCP servers, not to Temporal
+        from agentloop.cli.mcp import mcp_command
+
+        return await mcp_command(settings, args)
     run_input: AgentRunInput | None = None
     if args.command == "run":
         # Bad input is reported before anything else, Temporal reachable or not.
@@ -246,12 +250,12 @@ def requested_tools(args: argparse.Namespace) -> list[str]:
 
 async def worker(settings: Settings, args: argparse.Namespace) -> int:
     """The tool modules are loaded, and every problem with them reported, before connecting."""
-    from agentloop.tools.plugins import PluginError, load_toolbox
-    from agentloop.worker import serve, tool_modules
+    from agentloop.tools.plugins import PluginError
+    from agentloop.worker import load_worker_toolbox, serve
 
     try:
-        toolbox = load_toolbox(tool_modules(settings, requested_tools(args)))
-    except PluginError as exc:
+        toolbox = load_worker_toolbox(settings, requested_tools(args))
+    except (PluginError, ConfigError) as exc:
         print(f"agentloop worker: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     await serve(settings, toolbox)

@@ -39,6 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
     worker = commands.add_parser("worker", help="run a worker (configuration from the environment)")
     add_tools_option(worker, "beside the built-ins, after AGENTLOOP_TOOLS")
 
+    mcp = commands.add_parser("mcp", help="the tools this worker's MCP servers would offer")
+    mcp_commands = mcp.add_subparsers(dest="mcp_command", required=True)
+    mcp_list = mcp_commands.add_parser(
+        "list", help="list the servers' tools now: each one's name, effect and why"
+    )
+    mcp_list.add_argument("server", nargs="?", help="one server (default: every one)")
+    add_json_flag(mcp_list)
+
     config = commands.add_parser(
         "config",
         help="check the configuration and print each setting, where it came from "

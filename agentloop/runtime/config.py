@@ -16,6 +16,7 @@ variable name.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import tomllib
 from collections.abc import Callable, Collection, Mapping
@@ -46,6 +47,13 @@ from agentloop.runtime.config_checks import (
     check_tool_modules,
     http_url_check,
     read_text,
+)
+from agentloop.runtime.mcp_config import (
+    McpConfigError,
+    McpServerConfig,
+    check_servers,
+    mask_servers,
+    parse_servers,
 )
 from agentloop.runtime.signing import ApproverKeys, SigningError
 
@@ -121,6 +129,9 @@ class Settings(BaseModel):
     """`NAME=ed25519:BASE64,...`: the approvers whose signed decisions count. With it, the
     worker refuses unsigned or wrongly signed approvals (`agentloop.runtime.signing`);
     without, any signaller may name any approver. In the TOML file also an array."""
+    mcp_servers: str | None = None
+    """A JSON object of MCP server name -> server (`agentloop.runtime.mcp_config`), whose tools the
+    worker offers; in the TOML file the `[mcp_servers.NAME]` tables."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -138,6 +149,14 @@ class Settings(BaseModel):
     def tool_modules(self) -> list[str]:
         """`tools` as a list of `module[:attribute]`, in order, each once."""
         return list(dict.fromkeys(m.strip() for m in (self.tools or "").split(",") if m.strip()))
+
+    def mcp_server_configs(self) -> dict[str, McpServerConfig]:
+        """The servers of `mcp_servers`; raises `ConfigError` naming AGENTLOOP_MCP_SERVERS
+        and the server when one is malformed."""
+        try:
+            return parse_servers(self.mcp_servers)
+        except McpConfigError as exc:
+            raise ConfigError([f"{VARIABLES['mcp_servers'].name}: {exc}"]) from None
 
     def provider_endpoints(self) -> ProviderEndpoints:
         return ProviderEndpoints(
@@ -234,11 +253,14 @@ VARIABLES: dict[str, Variable] = {
     "workflow_sandbox": Variable("AGENTLOOP_WORKFLOW_SANDBOX", check_sandbox_mode),
     "tools": Variable("AGENTLOOP_TOOLS", check_tool_modules),
     "approver_keys": Variable("AGENTLOOP_APPROVER_KEYS", check_approver_keys),
+    "mcp_servers": Variable("AGENTLOOP_MCP_SERVERS", check_servers, secret=True, mask=mask_servers),
 }
 """Settings field -> its environment variable (and file key: the field name)."""
 
 _NUMBER_FIELDS = frozenset({"tool_http_timeout_seconds", "max_cached_workflows"})
 _LIST_FIELDS = frozenset({"tools", "approver_keys"})
+_TABLE_FIELDS = frozenset({"mcp_servers"})
+"""Given in the file as a table, kept as its JSON text (the variable's form)."""
 _TLS_PAIR_PROBLEM = (
     "TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY go together: set both (the client certificate"
     " and its private key, PEM files) or neither"
@@ -373,9 +395,13 @@ def _read_config_file(path: str, problems: list[str]) -> dict[str, Any]:
             and all(isinstance(v, str) for v in value)
         ):
             value = ",".join(value)
+        if key in _TABLE_FIELDS and isinstance(value, dict):
+            value = json.dumps(value)
         wanted = "a number or a string" if key in _NUMBER_FIELDS else "a string"
         if key in _LIST_FIELDS:
             wanted = "a string or an array of strings"
+        if key in _TABLE_FIELDS:
+            wanted = "a table (or its JSON text)"
         ok = isinstance(value, str) or (
             key in _NUMBER_FIELDS and isinstance(value, int | float) and not isinstance(value, bool)
         )

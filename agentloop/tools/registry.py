@@ -23,6 +23,9 @@ class ToolRegistry:
             raise ValueError(f"tool {tool.spec.name!r} is registered twice")
         self._tools[tool.spec.name] = tool
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
     def get(self, name: str) -> Tool:
         try:
             return self._tools[name]

@@ -1,0 +1,179 @@
+"""What a server's tool listing becomes: each tool's `ToolSpec` under the name a run knows it
+by (`SERVER_TOOL`), its effect and why, or why it is left out.
+
+A server is untrusted: its names, descriptions, schemas and annotations are checked and
+bounded here, and an annotation is a hint the configuration decides whether to believe
+(`reads_from_hints`). Pure: the same listing and configuration give the same specs, and
+the schema's hash is the tool's version, so a run's frozen specs say which listing it had.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import ValidationError
+
+from agentloop.contract import describe_validation_error
+from agentloop.runtime.mcp_config import McpServerConfig
+from agentloop.tool_spec import Effect, ToolSpec
+
+PROVIDER_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+"""What every provider takes as a function name (OpenAI's rule is the narrowest)."""
+MAX_TOOLS_PER_SERVER = 256
+MAX_SCHEMA_BYTES = 64_000
+MAX_DESCRIPTION_CHARS = 4_000
+MAX_NESTING = 32
+
+
+class McpToolsError(Exception):
+    """A run cannot have the MCP tools it names; the message names the server and why."""
+
+
+@dataclass(frozen=True)
+class ListedTool:
+    """One tool as the server listed it, already parsed from the wire."""
+
+    name: str
+    description: str | None
+    input_schema: Any
+    read_only_hint: bool | None
+
+
+@dataclass(frozen=True)
+class OfferedTool:
+    server: str
+    tool: str
+    """The server's own name for it."""
+    name: str
+    """The name a run gives it: `SERVER_TOOL`."""
+    spec: ToolSpec | None
+    """None when it is left out (`problem` says why)."""
+    effect_reason: str = ""
+    problem: str | None = None
+
+
+def exposed_name(server: str, tool: str) -> str:
+    return f"{server}_{tool}"
+
+
+def server_of(name: str, servers: Any) -> tuple[str, str] | None:
+    """`(server, tool)` of a run's tool name, when its prefix names a configured server."""
+    server, sep, tool = name.partition("_")
+    return (server, tool) if sep and tool and server in servers else None
+
+
+def name_clashes(tool_names: Any, servers: Any) -> list[str]:
+    """The worker's own tools whose names an MCP server's prefix would claim."""
+    return [
+        f"tool {name!r} is named like a tool of MCP server {found[0]!r}"
+        for name in tool_names
+        if (found := server_of(name, servers)) is not None
+    ]
+
+
+def offered(server: str, config: McpServerConfig, listed: list[ListedTool]) -> list[OfferedTool]:
+    """Every tool the configuration lets runs have, in the server's order."""
+    result: list[OfferedTool] = []
+    for tool in listed[:MAX_TOOLS_PER_SERVER]:
+        if config.offers(tool.name):
+            result.append(offer(server, config, tool))
+    return result
+
+
+def offer(server: str, config: McpServerConfig, tool: ListedTool) -> OfferedTool:
+    name = exposed_name(server, tool.name)
+
+    def left_out(problem: str) -> OfferedTool:
+        return OfferedTool(server, tool.name, name, None, problem=problem)
+
+    if not PROVIDER_TOOL_NAME.match(name):
+        return left_out(
+            f"its name {name!r} is not 1-64 letters, digits, '_' or '-', as providers need"
+        )
+    problem = schema_problem(tool.input_schema)
+    if problem:
+        return left_out(problem)
+    override = config.tools.get(tool.name)
+    effect, reason = decide_effect(config, tool)
+    fields: dict[str, Any] = {
+        "name": name,
+        "version": version_of(tool, effect),
+        "description": (tool.description or "")[:MAX_DESCRIPTION_CHARS],
+        "parameters": tool.input_schema,
+        "effect": effect,
+        "timeout_seconds": config.timeout_seconds,
+        "has_outcome_lookup": effect == "write" and config.lookup_tool is not None,
+    }
+    if override is not None:
+        fields["required_scopes"] = override.scopes or []
+        for key in ("needs_approval", "approvers", "max_result_chars", "timeout_seconds"):
+            value = getattr(override, key)
+            if value is not None:
+                fields[key] = value
+    try:
+        spec = ToolSpec(**fields)
+    except ValidationError as exc:
+        return left_out(describe_validation_error(exc))
+    return OfferedTool(server, tool.name, name, spec, effect_reason=reason)
+
+
+def decide_effect(config: McpServerConfig, tool: ListedTool) -> tuple[Effect, str]:
+    """A tool is a write unless the team says it is a read, or lets the server say so."""
+    override = config.tools.get(tool.name)
+    if override is not None and override.effect is not None:
+        return override.effect, f"{override.effect}: set in the configuration"
+    if tool.read_only_hint is True:
+        if config.reads_from_hints:
+            return "read", "read: the server's readOnlyHint, believed (reads_from_hints)"
+        return "write", "write: the server says readOnlyHint, but reads_from_hints is off"
+    return "write", "write: the server gives no readOnlyHint"
+
+
+def schema_problem(schema: Any) -> str | None:
+    """Why `schema` cannot be a tool's parameters: not an object schema, too large or too
+    deep to check under our bounds, or no valid JSON Schema."""
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        return 'its inputSchema is not a JSON Schema of type "object"'
+    size = len(json.dumps(schema))
+    if size > MAX_SCHEMA_BYTES:
+        return f"its inputSchema is {size:,} bytes (at most {MAX_SCHEMA_BYTES:,})"
+    if _depth(schema) > MAX_NESTING:
+        return f"its inputSchema nests deeper than {MAX_NESTING} levels"
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        return f"its inputSchema is no valid JSON Schema: {exc.message}"
+    return None
+
+
+def version_of(tool: ListedTool, effect: Effect) -> str:
+    """The hash of what the model and the runner see of the tool: a changed schema is a new
+    version."""
+    seen = {
+        "name": tool.name,
+        "description": tool.description,
+        "schema": tool.input_schema,
+        "effect": effect,
+    }
+    digest = hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()
+    return f"mcp-{digest[:16]}"
+
+
+def _depth(value: Any) -> int:
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > MAX_NESTING:
+            return depth
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return deepest

@@ -1,0 +1,324 @@
+"""MCP servers' tools as agentloop tools, activity side.
+
+- `McpTools.specs(names)`: at a run's start (`describe_tools`), the named tools' specs from
+  a fresh listing of their servers. They go into the run's history: the run keeps them
+  whatever the server lists later, and its replay never asks the server.
+- `McpTools.tool(name, write=...)`: what `run_tool` and `lookup_outcome` run: a call to the
+  server through the worker's connection (`agentloop.mcp.pool`). Whether it is a write is the
+  run's word (its frozen spec gave it an idempotency key), never the server's current one.
+
+How a call's outcome maps onto agentloop's error classes (`agentloop.tools.contract`): a
+result with `isError` is the tool saying no (told to the model); the server's "invalid
+params" goes back to the model to fix; a call that could not be sent is transient; a call
+cut off after it was sent is transient for a read (Temporal retries it) and of unknown
+outcome for a write: looked up with the server's lookup tool by idempotency key, or, with
+none, left to a person (`awaiting_reconciliation`). Never resent blindly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
+from pydantic import ValidationError
+
+from agentloop.mcp.listing import ListedTool, McpToolsError, OfferedTool, offered, server_of
+from agentloop.mcp.pool import McpConnection, McpPool, ServerUnreachable, reason_of
+from agentloop.runtime.mcp_config import IDEMPOTENCY_META_KEY
+from agentloop.tool_spec import Outcome, ToolSpec
+from agentloop.tools.contract import (
+    BusinessRefusal,
+    InvalidArguments,
+    OutcomeUnknown,
+    Tool,
+    ToolContext,
+    TransientError,
+)
+
+LISTING_MAX_AGE_SECONDS = 2.0
+"""Runs starting together share one listing of a server; a change shows within this."""
+LISTING_TIMEOUT_SECONDS = 10.0
+MAX_LISTING_PAGES = 16
+MAX_CONTENT_BLOCKS = 64
+
+
+@dataclass
+class _Listing:
+    at: float
+    tools: dict[str, OfferedTool]
+
+
+class McpTools:
+    def __init__(self, pool: McpPool) -> None:
+        self._pool = pool
+        self._listings: dict[str, _Listing] = {}
+        self._listing_locks: dict[str, asyncio.Lock] = {}
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    def owns(self, name: str) -> bool:
+        return server_of(name, self._pool.servers) is not None
+
+    @property
+    def servers(self) -> list[str]:
+        return sorted(self._pool.servers)
+
+    async def listing(self, server: str, max_age: float = 0.0) -> list[OfferedTool]:
+        """What `server` offers now (at most `max_age` seconds old); raises `McpToolsError`
+        when it cannot be listed."""
+        kept = self._listings.get(server)
+        if kept is not None and time.monotonic() - kept.at <= max_age:
+            return list(kept.tools.values())
+        lock = self._listing_locks.setdefault(server, asyncio.Lock())
+        async with lock:
+            kept = self._listings.get(server)
+            if kept is None or time.monotonic() - kept.at > max_age:
+                tools = await self._list(server)
+                kept = _Listing(time.monotonic(), {t.tool: t for t in tools})
+                self._listings[server] = kept
+        return list(kept.tools.values())
+
+    async def specs(self, names: Iterable[str]) -> tuple[list[ToolSpec], list[str]]:
+        """The specs of the MCP tools among `names`, and a note for each tool of an optional
+        server that is down (absent from the run). Raises `McpToolsError`."""
+        wanted: dict[str, list[tuple[str, str]]] = {}
+        for name in names:
+            found = server_of(name, self._pool.servers)
+            if found is not None:
+                wanted.setdefault(found[0], []).append((name, found[1]))
+        listings = await asyncio.gather(
+            *(self._listed_or_error(server) for server in wanted), return_exceptions=False
+        )
+        specs: list[ToolSpec] = []
+        absent: list[str] = []
+        for (server, asked), listing in zip(wanted.items(), listings, strict=True):
+            if isinstance(listing, McpToolsError):
+                if not self._pool.servers[server].optional:
+                    raise listing
+                absent += [f"{name}: {listing}" for name, _ in asked]
+                continue
+            for name, tool in asked:
+                offer = listing.get(tool)
+                if offer is None:
+                    have = ", ".join(o.name for o in listing.values() if o.spec) or "none"
+                    raise McpToolsError(
+                        f"tools: MCP server {server!r} offers no tool {tool!r} ({name});"
+                        f" it offers: {have}"
+                    )
+                if offer.spec is None:
+                    raise McpToolsError(
+                        f"tools: {name} of MCP server {server!r} cannot be used: {offer.problem}"
+                    )
+                specs.append(offer.spec)
+        return specs, absent
+
+    async def _listed_or_error(self, server: str) -> dict[str, OfferedTool] | McpToolsError:
+        try:
+            await self.listing(server, LISTING_MAX_AGE_SECONDS)
+        except McpToolsError as exc:
+            return exc
+        return self._listings[server].tools
+
+    def tool(self, name: str, *, write: bool) -> Tool:
+        """The tool `name` as the worker runs it. Its spec is the worker's last listing of it
+        (or a bare one when the server no longer lists it: the call tells the model what the
+        server says), with the run's effect."""
+        found = server_of(name, self._pool.servers)
+        if found is None:
+            raise KeyError(name)
+        server, tool = found
+        config = self._pool.servers[server]
+        kept = self._listings.get(server)
+        offer = kept.tools.get(tool) if kept is not None else None
+        spec = offer.spec if offer is not None and offer.spec is not None else None
+        if spec is None:
+            spec = ToolSpec(name=name, timeout_seconds=config.timeout_seconds)
+        spec = spec.model_copy(update={"effect": "write" if write else "read"})
+        call = McpCall(self._pool.connection(server), tool, spec)
+        lookup = call.lookup if write and config.lookup_tool is not None else None
+        return Tool(spec=spec, handler=call.run, lookup_outcome=lookup)
+
+    async def _list(self, server: str) -> list[OfferedTool]:
+        connection = self._pool.connection(server)
+        try:
+            client = await connection.client()
+        except ServerUnreachable as exc:
+            raise McpToolsError(f"MCP server {server!r} is unreachable: {exc}") from None
+        listed: list[ListedTool] = []
+        cursor: str | None = None
+        try:
+            async with asyncio.timeout(LISTING_TIMEOUT_SECONDS):
+                for _ in range(MAX_LISTING_PAGES):
+                    page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+                    listed += [_listed(t) for t in page.tools]
+                    cursor = page.next_cursor
+                    if cursor is None:
+                        break
+        except TimeoutError:
+            await connection.broken(client)
+            raise McpToolsError(
+                f"MCP server {server!r} did not list its tools in {LISTING_TIMEOUT_SECONDS:g} s"
+            ) from None
+        except (MCPError, ValidationError, OSError, ConnectionError) as exc:
+            await connection.broken(client)
+            raise McpToolsError(
+                f"MCP server {server!r} could not list its tools: {reason_of(exc)}"
+            ) from None
+        return offered(server, self._pool.servers[server], listed)
+
+
+def _listed(tool: types.Tool) -> ListedTool:
+    hint = tool.annotations.read_only_hint if tool.annotations is not None else None
+    return ListedTool(tool.name, tool.description, tool.input_schema, hint)
+
+
+class McpCall:
+    """One tool of one server, called through the worker's connection to it."""
+
+    def __init__(self, connection: McpConnection, tool: str, spec: ToolSpec) -> None:
+        self._connection = connection
+        self._tool = tool
+        self._spec = spec
+
+    @property
+    def _write(self) -> bool:
+        return self._spec.effect == "write"
+
+    async def run(self, arguments: dict[str, Any], ctx: ToolContext[Any]) -> Any:
+        meta = {IDEMPOTENCY_META_KEY: ctx.idempotency_key} if ctx.idempotency_key else None
+        result = await self._call(self._tool, arguments, meta, sent_matters=self._write)
+        if result.is_error:
+            raise BusinessRefusal(f"{self._tool}: {_text_of(result) or 'the tool failed'}")
+        return await _output(result, ctx)
+
+    async def lookup(self, arguments: dict[str, Any], ctx: ToolContext[Any]) -> Outcome:
+        """The server's lookup tool, asked by the write's idempotency key."""
+        lookup_tool = self._connection.config.lookup_tool
+        assert lookup_tool is not None
+        result = await self._call(
+            lookup_tool, {"idempotency_key": ctx.idempotency_key}, None, sent_matters=False
+        )
+        if result.is_error:
+            raise TransientError(f"{lookup_tool}: {_text_of(result) or 'the lookup failed'}")
+        answer = result.structured_content
+        if answer is None:
+            try:
+                answer = json.loads(_text_of(result))
+            except ValueError:
+                answer = None
+        try:
+            return Outcome.model_validate(answer)
+        except ValidationError:
+            return Outcome(
+                state="unknown", record=f"{lookup_tool} gave no outcome: {answer!r:.200}"
+            )
+
+    async def _call(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        meta: dict[str, Any] | None,
+        *,
+        sent_matters: bool,
+    ) -> types.CallToolResult:
+        """One `tools/call`. `sent_matters`: a call cut off after it was sent may have acted
+        (a write), so it is of unknown outcome, not merely transient."""
+        server = self._connection.name
+        try:
+            client = await self._connection.client()
+        except ServerUnreachable as exc:
+            raise TransientError(f"MCP server {server!r} is unreachable: {exc}") from None
+        try:
+            return await _call_tool(client, tool, arguments, meta, self._spec.timeout_seconds)
+        except MCPError as exc:
+            if exc.code in (INVALID_PARAMS, METHOD_NOT_FOUND):
+                raise InvalidArguments(f"{tool}: {exc.message}") from None
+            cut_off = f"MCP server {server!r}: {tool}: {exc.message} (code {exc.code})"
+        except TimeoutError:
+            await self._connection.broken(client)
+            cut_off = (
+                f"MCP server {server!r}: {tool}: no answer in {self._spec.timeout_seconds:g} s"
+            )
+        except ValidationError as exc:
+            # The server answered something that is not a tool result: whatever it did, the
+            # answer says nothing usable.
+            cut_off = (
+                f"MCP server {server!r}: {tool}: a malformed answer ({exc.error_count()} errors)"
+            )
+        except Exception as exc:  # the connection broke under the call
+            await self._connection.broken(client)
+            cut_off = f"MCP server {server!r}: {tool}: connection lost: {reason_of(exc)}"
+        if sent_matters:
+            raise OutcomeUnknown(cut_off)
+        raise TransientError(cut_off)
+
+
+async def _call_tool(
+    client: Client,
+    tool: str,
+    arguments: dict[str, Any],
+    meta: dict[str, Any] | None,
+    timeout: float,
+) -> types.CallToolResult:
+    async with asyncio.timeout(timeout):
+        result = await client.session.call_tool(
+            tool,
+            arguments,
+            read_timeout_seconds=timeout,
+            meta=meta,  # type: ignore[arg-type]
+            allow_input_required=True,
+        )
+    if isinstance(result, types.InputRequiredResult):
+        # Asking a person mid-call is not wired to `awaiting_input` yet: the model is told.
+        raise BusinessRefusal(f"{tool}: the server asks for input this run cannot give")
+    return result
+
+
+async def _output(result: types.CallToolResult, ctx: ToolContext[Any]) -> Any:
+    """What the model is sent: the structured result when there is one, else the text
+    blocks; binary content (images, audio, blobs) is kept as an artifact, named in a line of
+    text where it stood."""
+    if result.structured_content is not None:
+        return result.structured_content
+    parts: list[str] = []
+    for block in result.content[:MAX_CONTENT_BLOCKS]:
+        if isinstance(block, types.TextContent):
+            parts.append(block.text)
+        elif isinstance(block, types.ImageContent | types.AudioContent):
+            parts.append(await _kept(ctx, block.type, block.data, block.mime_type))
+        elif isinstance(block, types.EmbeddedResource):
+            resource = block.resource
+            if isinstance(resource, types.TextResourceContents):
+                parts.append(resource.text)
+            else:
+                mime = resource.mime_type or "application/octet-stream"
+                parts.append(await _kept(ctx, "resource", resource.blob, mime))
+        elif isinstance(block, types.ResourceLink):
+            parts.append(f"[resource link: {block.uri}]")
+    if len(result.content) > MAX_CONTENT_BLOCKS:
+        parts.append(f"[{len(result.content) - MAX_CONTENT_BLOCKS} more content blocks left out]")
+    return "\n".join(parts)
+
+
+async def _kept(ctx: ToolContext[Any], kind: str, data: str, mime_type: str) -> str:
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return f"[{kind} {mime_type}: not valid base64, left out]"
+    ref = await ctx.artifacts.put(raw, mime_type[:100])
+    return f"[{kind} {mime_type}, {len(raw):,} bytes, kept as artifact {ref}]"
+
+
+def _text_of(result: types.CallToolResult) -> str:
+    return "\n".join(b.text for b in result.content if isinstance(b, types.TextContent))[:2000]

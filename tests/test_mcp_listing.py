@@ -1,0 +1,166 @@
+"""What an MCP server's listing becomes, and what the team's configuration may say (pure: no
+server). A server is untrusted: its annotations are hints the configuration decides whether
+to believe, and its names and schemas are checked and bounded before a run sees them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentloop.mcp.listing import (
+    MAX_SCHEMA_BYTES,
+    ListedTool,
+    decide_effect,
+    name_clashes,
+    offer,
+    offered,
+    server_of,
+)
+from agentloop.runtime.config import ConfigError, Settings, load_config
+from agentloop.runtime.mcp_config import (
+    McpConfigError,
+    McpServerConfig,
+    mask_servers,
+    parse_servers,
+)
+
+OBJECT = {"type": "object", "properties": {"ticket_id": {"type": "string"}}}
+
+
+def listed(
+    name: str = "find_ticket", schema: object = OBJECT, hint: bool | None = True
+) -> ListedTool:
+    return ListedTool(name, "Find a ticket.", schema, hint)
+
+
+def server(**fields: object) -> McpServerConfig:
+    return McpServerConfig.model_validate({"url": "http://127.0.0.1:9/mcp", **fields})
+
+
+@pytest.mark.parametrize(
+    ("fields", "hint", "effect", "why"),
+    [
+        ({"reads_from_hints": True}, True, "read", "readOnlyHint, believed"),
+        ({}, True, "write", "reads_from_hints is off"),
+        ({"reads_from_hints": True}, None, "write", "no readOnlyHint"),
+        ({"reads_from_hints": True}, False, "write", "no readOnlyHint"),
+        ({"tools": {"find_ticket": {"effect": "read"}}}, None, "read", "configuration"),
+        (
+            {"reads_from_hints": True, "tools": {"find_ticket": {"effect": "write"}}},
+            True,
+            "write",
+            "configuration",
+        ),
+    ],
+)
+def test_a_tool_is_a_write_unless_the_team_says_or_lets_the_server_say_it_reads(
+    fields: dict[str, object], hint: bool | None, effect: str, why: str
+) -> None:
+    got, reason = decide_effect(server(**fields), listed(hint=hint))
+    assert (got, why in reason) == (effect, True), reason
+
+
+def test_an_offered_tool_has_the_server_prefix_a_schema_hash_version_and_the_overrides() -> None:
+    config = server(
+        lookup_tool="lookup_note",
+        tools={
+            "add_note": {
+                "needs_approval": True,
+                "scopes": ["tickets:write"],
+                "max_result_chars": 500,
+            }
+        },
+    )
+    [note] = offered("tickets", config, [listed("add_note", hint=False)])
+    assert note.name == "tickets_add_note" and note.tool == "add_note"
+    assert note.spec is not None
+    assert note.spec.effect == "write" and note.spec.has_outcome_lookup
+    assert note.spec.needs_approval is True and note.spec.required_scopes == ["tickets:write"]
+    assert note.spec.max_result_chars == 500 and note.spec.version.startswith("mcp-")
+    changed = ListedTool("add_note", "Find a ticket.", {**OBJECT, "required": ["ticket_id"]}, False)
+    assert offer("tickets", config, changed).spec.version != note.spec.version  # type: ignore[union-attr]
+    assert server_of("tickets_add_note", {"tickets": config}) == ("tickets", "add_note")
+    assert server_of("other_add_note", {"tickets": config}) is None
+
+
+def test_include_and_exclude_choose_what_runs_may_have() -> None:
+    tools = [listed("a"), listed("b"), listed("c")]
+    assert [o.tool for o in offered("s", server(include=["a", "c"]), tools)] == ["a", "c"]
+    assert [o.tool for o in offered("s", server(exclude=["b"]), tools)] == ["a", "c"]
+
+
+@pytest.mark.parametrize(
+    ("tool", "problem"),
+    [
+        (listed(schema={"type": "string"}), 'not a JSON Schema of type "object"'),
+        (listed(schema=None), 'not a JSON Schema of type "object"'),
+        (listed(schema={"type": "object", "properties": 5}), "no valid JSON Schema"),
+        (
+            listed(schema={"type": "object", "description": "x" * MAX_SCHEMA_BYTES}),
+            "bytes (at most",
+        ),
+        (
+            listed(schema=json.loads('{"type": "object", "a": ' + "[" * 60 + "]" * 60 + "}")),
+            "nests",
+        ),
+        (listed(name="has.dots"), "is not 1-64 letters"),
+        (listed(name="x" * 70), "is not 1-64 letters"),
+    ],
+)
+def test_a_tool_the_loop_cannot_check_is_left_out_with_the_reason(
+    tool: ListedTool, problem: str
+) -> None:
+    result = offer("tickets", server(), tool)
+    assert result.spec is None and result.problem is not None and problem in result.problem
+
+
+def test_a_long_description_is_cut() -> None:
+    tool = ListedTool("t", "d" * 50_000, OBJECT, None)
+    spec = offer("s", server(), tool).spec
+    assert spec is not None and len(spec.description) == 4_000
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ('{"tickets": {}}', "exactly one"),
+        ('{"tickets": {"url": "http://a/mcp", "command": ["x"]}}', "exactly one"),
+        ('{"tickets": {"url": "ftp://a"}}', "not an http(s) URL"),
+        ('{"tickets": {"command": []}}', "non-empty"),
+        ('{"Tickets": {"url": "http://a/mcp"}}', "lower-case"),
+        ('{"tick_ets": {"url": "http://a/mcp"}}', "lower-case"),
+        ('{"tickets": {"url": "http://a/mcp", "colour": 1}}', "colour"),
+        ('{"tickets": {"url": "http://a/mcp", "tools": {"x": {"effect": "delete"}}}}', "effect"),
+        ('{"tickets": {"url": "http://a/mcp", "timeout_seconds": 0}}', "timeout_seconds"),
+        ("[1]", "an object"),
+        ("{", "not JSON"),
+    ],
+)
+def test_a_bad_configuration_names_the_server_and_the_problem(value: str, problem: str) -> None:
+    with pytest.raises(McpConfigError) as caught:
+        parse_servers(value)
+    assert problem in str(caught.value), caught.value
+    with pytest.raises(ConfigError, match="AGENTLOOP_MCP_SERVERS"):
+        Settings.load({"AGENTLOOP_MCP_SERVERS": value})
+
+
+def test_servers_come_from_the_toml_file_as_tables(tmp_path: Path) -> None:
+    file = tmp_path / "agentloop.toml"
+    file.write_text(
+        '[mcp_servers.tickets]\nurl = "http://127.0.0.1:9/mcp"\nheaders = {X-Key = "s3cret"}\n'
+        "[mcp_servers.tickets.tools.add_note]\nneeds_approval = true\n"
+    )
+    loaded = load_config({"AGENTLOOP_CONFIG": str(file)})
+    [tickets] = loaded.settings.mcp_server_configs().values()
+    assert tickets.tools["add_note"].needs_approval is True
+    shown = {name: value for name, value, _ in loaded.entries()}["AGENTLOOP_MCP_SERVERS"]
+    assert "s3cret" not in shown and "tickets" in shown
+    assert "s3cret" not in mask_servers(loaded.settings.mcp_servers or "")
+
+
+def test_a_worker_tool_named_like_a_servers_tools_is_a_clash() -> None:
+    assert name_clashes(["tickets_find", "send_reply"], {"tickets": server()}) == [
+        "tool 'tickets_find' is named like a tool of MCP server 'tickets'"
+    ]

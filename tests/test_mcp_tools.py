@@ -1,0 +1,344 @@
+"""A team's MCP server as a tool source (issue #20), end to end: a real MCP server process (the
+demo ticket server, built on the MCP SDK) over streamable HTTP and over stdio, an agentloop
+worker whose configuration names it, and runs on the real Temporal dev server. Effects are
+counted at the server (its state file); every result is checked under its call id."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.worker import Replayer
+
+from agentloop.client import start_run
+from agentloop.contract import AgentRunInput, AgentRunResult, ApprovalDecision, Principal
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.events import ToolResult
+from agentloop.runtime.config import Settings
+from agentloop.store import load_transcript, open_store
+from agentloop.worker import running_worker
+from agentloop.workflows.agent_run import AgentRun
+from tests.support import wait_for_phase, write_key
+from tests.test_mcp_server import SERVER, http_server, read_state, steer
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
+
+PRINCIPAL = Principal(subject="agent-7", scopes=["tickets:read", "tickets:write"])
+FIND = ScriptedToolCall(id="c_find", name="tickets_find_ticket", arguments={"ticket_id": "T-1001"})
+NOTE_ARGS = {"ticket_id": "T-1001", "text": "Refund approved."}
+NOTE = ScriptedToolCall(id="c_note", name="tickets_add_note", arguments=NOTE_ARGS)
+TOOLS = ["tickets_find_ticket", "tickets_add_note"]
+BUILTINS = {"read_artifact", "ask_user"}
+
+
+def http_config(url: str, **fields: Any) -> dict[str, Any]:
+    return {"url": url, "reads_from_hints": True, "lookup_tool": "lookup_note", **fields}
+
+
+def stdio_config(state: Path, **fields: Any) -> dict[str, Any]:
+    command = [sys.executable, *SERVER[1:], "--stdio", "--state", str(state)]
+    return {"command": command, "reads_from_hints": True, "lookup_tool": "lookup_note", **fields}
+
+
+@asynccontextmanager
+async def mcp_worker(
+    client: Client, settings: Settings, tmp_path: Path, servers: dict[str, Any]
+) -> AsyncIterator[Settings]:
+    """An agentloop worker in this process whose configuration names `servers`, on a task
+    queue and store of its own."""
+    own = settings.model_copy(
+        update={
+            "task_queue": f"mcp-{uuid.uuid4().hex[:8]}",
+            "store_url": f"sqlite:///{tmp_path / 'store.db'}",
+            "mcp_servers": json.dumps(servers),
+        }
+    )
+    async with running_worker(client, own):
+        yield own
+
+
+async def start(
+    client: Client,
+    provider: ScriptedProvider,
+    settings: Settings,
+    run_id: str,
+    turns: list[ScriptTurn],
+    tools: list[str] = TOOLS,
+) -> WorkflowHandle[Any, AgentRunResult]:
+    provider.register(Script(name=run_id, turns=turns))
+    run_input = AgentRunInput(
+        task="Note the refund on ticket T-1001.",
+        provider="openai-chat",
+        model=run_id,
+        tools=tools,
+        principal=PRINCIPAL,
+    )
+    return await start_run(client, run_input, id=run_id, task_queue=settings.task_queue)
+
+
+async def answered(settings: Settings, result: AgentRunResult) -> dict[str, ToolResult]:
+    """The tool results of the run's transcript, by call id (each call answered once)."""
+    store = open_store(settings.store_url)
+    try:
+        events = await load_transcript(store, result.transcript_head)
+    finally:
+        await store.close()
+    results = [e for e in events if isinstance(e, ToolResult)]
+    by_id = {r.call_id: r for r in results}
+    assert len(by_id) == len(results), [r.call_id for r in results]
+    return by_id
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+async def test_a_run_reads_and_writes_through_an_mcp_server_each_call_once(
+    transport: str,
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    state = tmp_path / "state.json"
+    turns = [ScriptTurn(tool_calls=[FIND, NOTE]), ScriptTurn(text="Noted.")]
+    async with http_server(state) as url:
+        config = http_config(url) if transport == "http" else stdio_config(state)
+        async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
+            handle = await start(client, scripted_provider, s, run_id, turns)
+            result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    assert {c.call_id: (c.tool, c.status) for c in result.calls} == {
+        "c_find": ("tickets_find_ticket", "succeeded"),
+        "c_note": ("tickets_add_note", "succeeded"),
+    }
+    at_server = read_state(state)
+    assert at_server["calls"] == {"find_ticket": 1, "add_note": 1}
+    [note] = at_server["notes"].values()
+    assert note["key"] == write_key(handle, "c_note")  # our key, in the request's _meta
+    results = await answered(s, result)
+    assert json.loads(results["c_find"].content)["subject"] == "Refund for order 17"
+    assert json.loads(results["c_note"].content)["note_id"] == note["note_id"]
+    assert results["c_note"].side_effect and not results["c_find"].side_effect
+    # The model saw each result under its own call id, in the provider's protocol.
+    assert scripted_provider.violations == []
+
+
+async def test_a_run_keeps_the_tools_it_started_with_when_the_server_changes_them(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    """The approval is bound to the exact arguments; while the run waits for it the server
+    deploys a new tool list. The run finishes on the list it started with, and its history
+    replays without asking the server."""
+    state = tmp_path / "state.json"
+    turns = [
+        ScriptTurn(tool_calls=[NOTE]),
+        ScriptTurn(tool_calls=[FIND]),
+        ScriptTurn(text="Noted and checked."),
+    ]
+    needing = {"tools": {"add_note": {"needs_approval": True}}}
+    async with http_server(state) as url:
+        servers = {"tickets": http_config(url, **needing)}
+        async with mcp_worker(client, worker_settings, tmp_path, servers) as s:
+            handle = await start(client, scripted_provider, s, run_id, turns)
+            view = await wait_for_phase(handle, "awaiting_approval")
+            [pending] = view.pending_approvals
+            assert pending["call_id"] == "c_note" and pending["arguments"] == NOTE_ARGS
+            assert not state.exists()  # nothing reached the server before the approval
+            steer(state, tool_set="v2")
+            await handle.signal(
+                "approve",
+                ApprovalDecision(
+                    call_id="c_note",
+                    args_digest=pending["args_digest"],
+                    approved=True,
+                    approver="support-lead",
+                ),
+            )
+            result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    assert read_state(state)["calls"] == {"add_note": 1, "find_ticket": 1}
+    requests = [r["body"] for r in scripted_provider.requests if r["script"] == run_id]
+    assert len(requests) == 3
+    for body in requests:
+        offered = {t["function"]["name"]: t["function"] for t in body["tools"]}
+        assert "tickets_close_ticket" not in offered
+        assert "(v2)" not in offered["tickets_find_ticket"]["description"]
+    history = await handle.fetch_history()
+    await Replayer(workflows=[AgentRun], data_converter=client.data_converter).replay_workflow(
+        history
+    )
+
+
+@pytest.mark.parametrize("with_lookup", [True, False])
+async def test_a_write_cut_off_after_the_server_committed_it_is_never_sent_again(
+    with_lookup: bool,
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    """The server commits the note, then never answers: the call times out. With the server's
+    lookup tool the run learns the note exists; without one it waits for a person."""
+    state = tmp_path / "state.json"
+    steer(state, after_commit="hang")
+    turns = [ScriptTurn(tool_calls=[NOTE]), ScriptTurn(text="Noted.")]
+    async with http_server(state) as url:
+        config = http_config(url, timeout_seconds=2)
+        if not with_lookup:
+            del config["lookup_tool"]
+        async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
+            handle = await start(client, scripted_provider, s, run_id, turns, ["tickets_add_note"])
+            if with_lookup:
+                result = await handle.result()
+            else:
+                view = await wait_for_phase(handle, "awaiting_reconciliation")
+                await handle.terminate("the test is done")
+    at_server = read_state(state)
+    assert at_server["calls"].get("add_note") == 1  # never resent
+    assert len(at_server["notes"]) == 1
+    if with_lookup:
+        assert at_server["calls"].get("lookup_note") == 1
+        assert result.status == "completed", result.stop_reason
+        [write] = result.calls
+        assert write.status == "confirmed_after_query", write
+    else:
+        assert "lookup_note" not in at_server["calls"]
+        assert [c["call_id"] for c in view.unresolved] == ["c_note"]
+
+
+async def test_large_and_image_results_are_kept_as_artifacts(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    state = tmp_path / "state.json"
+    report = ScriptedToolCall(
+        id="c_report", name="tickets_ticket_report", arguments={"ticket_id": "T-1001"}
+    )
+    chart = ScriptedToolCall(
+        id="c_chart", name="tickets_ticket_chart", arguments={"ticket_id": "T-1001"}
+    )
+    turns = [ScriptTurn(tool_calls=[report, chart]), ScriptTurn(text="Read.")]
+    tools = ["tickets_ticket_report", "tickets_ticket_chart"]
+    async with (
+        http_server(state) as url,
+        mcp_worker(client, worker_settings, tmp_path, {"tickets": http_config(url)}) as s,
+    ):
+        handle = await start(client, scripted_provider, s, run_id, turns, tools)
+        result = await handle.result()
+        results = await answered(s, result)
+        store = open_store(s.store_url)
+        try:
+            big = results["c_report"]
+            assert big.artifact_ref is not None and len(big.content) <= 8_000
+            kept = await store.get_artifact(big.artifact_ref)
+            assert kept is not None and len(kept[0]) >= 1_000_000
+            image_ref = results["c_chart"].content.split("kept as artifact ")[1].rstrip("]\n")
+            image = await store.get_artifact(image_ref.split("]")[0])
+            assert image is not None and image[1] == "image/png"
+            assert image[0].startswith(b"\x89PNG")
+            assert "chart of T-1001" in results["c_chart"].content
+        finally:
+            await store.close()
+    assert result.status == "completed", result.stop_reason
+
+
+async def test_a_server_down_at_start_fails_the_run_naming_it_unless_it_is_optional(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    down = {"url": "http://127.0.0.1:9/mcp", "reads_from_hints": True}
+    state = tmp_path / "state.json"
+    async with http_server(state) as url:
+        servers = {
+            "tickets": down,
+            "archive": {**down, "optional": True},
+            "notes": http_config(url),
+        }
+        async with mcp_worker(client, worker_settings, tmp_path, servers) as s:
+            turns = [ScriptTurn(tool_calls=[FIND]), ScriptTurn(text="?")]
+            handle = await start(client, scripted_provider, s, run_id, turns)
+            with pytest.raises(WorkflowFailureError) as failed:
+                await handle.result()
+            message = str(failed.value.cause)
+            assert "MCP server 'tickets' is unreachable" in message, message
+            # An optional server that is down leaves its tools out; the run goes on.
+            find = ScriptedToolCall(
+                id="c_find", name="notes_find_ticket", arguments={"ticket_id": "T-1001"}
+            )
+            turns = [ScriptTurn(tool_calls=[find]), ScriptTurn(text="Found.")]
+            handle = await start(
+                client,
+                scripted_provider,
+                s,
+                f"{run_id}-optional",
+                turns,
+                ["archive_find_ticket", "notes_find_ticket"],
+            )
+            result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    assert read_state(state)["calls"] == {"find_ticket": 1}
+    [first, _] = [
+        r["body"] for r in scripted_provider.requests if r["script"] == f"{run_id}-optional"
+    ]
+    assert {t["function"]["name"] for t in first["tools"]} == {"notes_find_ticket", *BUILTINS}
+
+
+async def test_a_tool_whose_schema_fails_the_checks_fails_the_run_naming_server_and_tool(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    state = tmp_path / "state.json"
+    steer(state, tool_set="broken")
+    async with (
+        http_server(state) as url,
+        mcp_worker(client, worker_settings, tmp_path, {"tickets": http_config(url)}) as s,
+    ):
+        turns = [ScriptTurn(tool_calls=[FIND]), ScriptTurn(text="?")]
+        handle = await start(client, scripted_provider, s, run_id, turns)
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+    message = str(failed.value.cause)
+    assert "tickets_find_ticket of MCP server 'tickets' cannot be used" in message, message
+    assert "no valid JSON Schema" in message, message
+    assert read_state(state).get("calls", {}) == {}  # nothing was called
+
+
+def test_a_worker_with_a_bad_mcp_configuration_exits_2_before_polling(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "AGENTLOOP_MCP_SERVERS": json.dumps({"tickets": {"url": "ftp://tickets"}}),
+        "AGENTLOOP_STORE_URL": f"sqlite:///{tmp_path / 'store.db'}",
+        "TEMPORAL_ADDRESS": "127.0.0.1:1",  # never reached
+    }
+    for command in (["agentloop", "worker"], ["-m", "agentloop.worker"]):
+        argv = (
+            [sys.executable, *command]
+            if command[0] == "-m"
+            else [sys.executable, "-m", "agentloop.cli", "worker"]
+        )
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert "AGENTLOOP_MCP_SERVERS" in done.stderr and "'tickets'" in done.stderr, done.stderr
+        assert "not an http(s) URL" in done.stderr, done.stderr
