@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -27,7 +28,7 @@ from agentloop.runtime.config import Settings
 from agentloop.store import load_transcript, open_store
 from agentloop.worker import running_worker
 from agentloop.workflows.agent_run import AgentRun
-from tests.support import wait_for_phase, write_key
+from tests.support import wait_for_phase, wait_until, worker_env, worker_process, write_key
 from tests.test_mcp_server import SERVER, http_server, read_state, steer
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -342,3 +343,46 @@ def test_a_worker_with_a_bad_mcp_configuration_exits_2_before_polling(tmp_path: 
         assert done.returncode == 2, done.stderr
         assert "AGENTLOOP_MCP_SERVERS" in done.stderr and "'tickets'" in done.stderr, done.stderr
         assert "not an http(s) URL" in done.stderr, done.stderr
+
+
+async def test_a_worker_killed_mid_read_and_mid_write_leaves_one_effect(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    """SIGKILL during an MCP read: the next worker runs the read again. SIGKILL during an MCP
+    write the server committed: the next worker looks it up by its key; one note."""
+    state = tmp_path / "state.json"
+    steer(state, stall_next=True, after_commit="hang")  # the read stalls, the write hangs
+    turns = [ScriptTurn(tool_calls=[FIND]), ScriptTurn(tool_calls=[NOTE]), ScriptTurn(text="Done.")]
+
+    def calls(tool: str) -> int:
+        return int(read_state(state).get("calls", {}).get(tool, 0)) if state.exists() else 0
+
+    async with http_server(state) as url:
+        settings = worker_settings.model_copy(
+            update={"task_queue": f"mcp-kill-{uuid.uuid4().hex[:8]}"}
+        )
+        env = {
+            **worker_env(client, settings, tmp_path / "store.db"),
+            "AGENTLOOP_MCP_SERVERS": json.dumps({"tickets": http_config(url)}),
+        }
+        async with worker_process(env) as first:
+            handle = await start(client, scripted_provider, settings, run_id, turns)
+            await wait_until(lambda: calls("find_ticket") == 1, "the read at the server")
+            first.send_signal(signal.SIGKILL)
+        async with worker_process(env) as second:
+            await wait_until(lambda: calls("add_note") == 1, "the write at the server")
+            assert calls("find_ticket") == 2  # the lost read ran again
+            second.send_signal(signal.SIGKILL)
+        async with worker_process(env):
+            result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    at_server = read_state(state)
+    assert at_server["calls"] == {"find_ticket": 2, "add_note": 1, "lookup_note": 1}
+    [note] = at_server["notes"].values()
+    assert note["key"] == write_key(handle, "c_note")
+    statuses = {c.call_id: c.status for c in result.calls}
+    assert statuses == {"c_find": "succeeded", "c_note": "confirmed_after_query"}

@@ -10,7 +10,8 @@ the server, can count the effects that reached it and steer it:
      "calls":   {TOOL: COUNT},
      "control": {"tool_set": "v1" | "v2" | "broken",
                  "after_commit": null | "hang" | "exit",
-                 "fail_next": null | "error"}}
+                 "fail_next": null | "error",
+                 "stall_next": null | true}}
 
 The test writes "control"; the server reads the file afresh on every listing and call and
 writes it back atomically after every change:
@@ -21,6 +22,7 @@ writes it back atomically after every change:
 - `after_commit` makes the next applied write either hang (120 s) or kill the process
   (exit code 3) after the write is in the file: the caller cannot tell whether it happened.
 - `fail_next` makes the next call to any tool return a tool error.
+- `stall_next` makes the next call to any tool wait 120 s before it acts.
 
 Run it with `python -m agentloop.demo.mcp_server --state PATH (--stdio | --http PORT)`.
 """
@@ -211,7 +213,12 @@ class TicketServer(MCPServer):
         failing = state["control"].get("fail_next") == "error"
         if failing:
             state["control"]["fail_next"] = None
+        stalling = state["control"].get("stall_next") is True
+        if stalling:
+            state["control"]["stall_next"] = None
         self.state.save(state)
+        if stalling:  # a call in flight for as long as a test needs one
+            await asyncio.sleep(HANG_SECONDS)
         if failing:
             # Returned rather than raised: a raised ToolError gets the SDK's prefix.
             return CallToolResult(
