@@ -386,3 +386,27 @@ async def test_a_worker_killed_mid_read_and_mid_write_leaves_one_effect(
     assert note["key"] == write_key(handle, "c_note")
     statuses = {c.call_id: c.status for c in result.calls}
     assert statuses == {"c_find": "succeeded", "c_note": "confirmed_after_query"}
+
+
+async def test_a_tool_error_from_the_server_is_told_to_the_model_under_its_call_id(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    state = tmp_path / "state.json"
+    steer(state, fail_next="error")
+    turns = [ScriptTurn(tool_calls=[FIND]), ScriptTurn(text="The ticket system is down.")]
+    async with (
+        http_server(state) as url,
+        mcp_worker(client, worker_settings, tmp_path, {"tickets": http_config(url)}) as s,
+    ):
+        handle = await start(client, scripted_provider, s, run_id, turns)
+        result = await handle.result()
+        results = await answered(s, result)
+    assert result.status == "completed", result.stop_reason
+    told = results["c_find"]
+    assert (told.status, told.error_class) == ("failed", "business")
+    assert "ticket system is down" in json.loads(told.content)["error"]["message"]
+    assert read_state(state)["calls"] == {"find_ticket": 1}  # a refusal is not retried

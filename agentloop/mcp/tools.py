@@ -29,13 +29,13 @@ from typing import Any
 import mcp_types as types
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND
+from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS, METHOD_NOT_FOUND
 from pydantic import ValidationError
 
 from agentloop.mcp.listing import ListedTool, McpToolsError, OfferedTool, offered, server_of
 from agentloop.mcp.pool import McpConnection, McpPool, ServerUnreachable, reason_of
 from agentloop.runtime.mcp_config import IDEMPOTENCY_META_KEY
-from agentloop.tool_spec import Outcome, ToolSpec
+from agentloop.tool_spec import DEFAULT_MAX_RESULT_CHARS, Outcome, ToolSpec
 from agentloop.tools.contract import (
     BusinessRefusal,
     InvalidArguments,
@@ -97,9 +97,7 @@ class McpTools:
             found = server_of(name, self._pool.servers)
             if found is not None:
                 wanted.setdefault(found[0], []).append((name, found[1]))
-        listings = await asyncio.gather(
-            *(self._listed_or_error(server) for server in wanted), return_exceptions=False
-        )
+        listings = await asyncio.gather(*(self._listed_or_error(s) for s in wanted))
         specs: list[ToolSpec] = []
         absent: list[str] = []
         for (server, asked), listing in zip(wanted.items(), listings, strict=True):
@@ -142,8 +140,14 @@ class McpTools:
         kept = self._listings.get(server)
         offer = kept.tools.get(tool) if kept is not None else None
         spec = offer.spec if offer is not None and offer.spec is not None else None
-        if spec is None:
-            spec = ToolSpec(name=name, timeout_seconds=config.timeout_seconds)
+        if spec is None:  # not listed by this worker (yet, or any more): the configuration's
+            override = config.tools.get(tool)
+            spec = ToolSpec(
+                name=name,
+                timeout_seconds=(override and override.timeout_seconds) or config.timeout_seconds,
+                max_result_chars=(override and override.max_result_chars)
+                or DEFAULT_MAX_RESULT_CHARS,
+            )
         spec = spec.model_copy(update={"effect": "write" if write else "read"})
         call = McpCall(self._pool.connection(server), tool, spec)
         lookup = call.lookup if write and config.lookup_tool is not None else None
@@ -244,6 +248,8 @@ class McpCall:
         except MCPError as exc:
             if exc.code in (INVALID_PARAMS, METHOD_NOT_FOUND):
                 raise InvalidArguments(f"{tool}: {exc.message}") from None
+            if exc.code == CONNECTION_CLOSED:
+                await self._connection.broken(client)
             cut_off = f"MCP server {server!r}: {tool}: {exc.message} (code {exc.code})"
         except TimeoutError:
             await self._connection.broken(client)
