@@ -38,7 +38,7 @@ from agentloop.runtime.config import ConfigError, Settings
 from agentloop.runtime.config_checks import SandboxMode
 from agentloop.runtime.indexing import Registration
 from agentloop.runtime.mcp_config import McpServerConfig
-from agentloop.store import open_store
+from agentloop.store import Store, open_store
 from agentloop.tools.plugins import PluginError, Toolbox, load_toolbox
 from agentloop.workflows.agent_run import AgentRun
 
@@ -104,14 +104,15 @@ def _check_mcp_names(toolbox: Toolbox, servers: Mapping[str, McpServerConfig]) -
         raise PluginError(f"{'; '.join(clashes)}: rename one of them")
 
 
-def mcp_tools(servers: Mapping[str, McpServerConfig]) -> McpTools | None:
-    """The worker's connections to its MCP servers (none opens before a run needs it)."""
+def mcp_tools(servers: Mapping[str, McpServerConfig], store: Store) -> McpTools | None:
+    """The worker's connections to its MCP servers (none opens before a run needs it);
+    `store` keeps the handles of writes the servers made tasks."""
     if not servers:
         return None
     from agentloop.mcp.pool import McpPool
     from agentloop.mcp.tools import McpTools
 
-    return McpTools(McpPool(servers))
+    return McpTools(McpPool(servers), store)
 
 
 @asynccontextmanager
@@ -130,7 +131,7 @@ async def worker_parts(
     _check_mcp_names(toolbox, servers)
     store = open_store(settings.store_url)
     adapters = AdapterFactory(settings.provider_endpoints())
-    mcp = mcp_tools(servers)
+    mcp = mcp_tools(servers, store)
     try:
         async with toolbox.opened(settings) as opened:
             model = ModelActivities(

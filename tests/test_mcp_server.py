@@ -10,20 +10,112 @@ import json
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import pytest
 from mcp import Client
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters
-from mcp_types import ImageContent, TextContent
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    INVALID_PARAMS,
+    CallToolResult,
+    ImageContent,
+    Request,
+    RequestParams,
+    RequestParamsMeta,
+    Result,
+    TextContent,
+)
 
 from agentloop.runtime.mcp_config import IDEMPOTENCY_META_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = [sys.executable, "-m", "agentloop.demo.mcp_server"]
 READS = ["find_ticket", "lookup_note", "ticket_report", "ticket_chart"]
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+TERMINAL = ("completed", "failed", "cancelled")
+
+
+# The client side of the Tasks extension (SEP-2663, 2026-07-28), on the SDK's client extension
+# API. The SDK stamps every 2026-07-28 request's `_meta` with the client's capabilities, taken
+# from `Client(extensions=[...])`: an extension listed there is what declares task support on
+# each request (a capability written into a call's own `meta` is overwritten by that stamp).
+# It must carry a claim for `resultType: "task"`: without one the SDK parses a task as a
+# `CallToolResult` and fails (an `advertise()`-only entry declares support it cannot take).
+
+
+class CreateTaskResult(Result):
+    """The answer to a `tools/call` the server turned into a task."""
+
+    result_type: Literal["task"]
+    task_id: str
+    status: str
+    created_at: str
+    last_updated_at: str
+    ttl_ms: int | None = None
+    poll_interval_ms: int | None = None
+    status_message: str | None = None
+
+
+class GetTaskParams(RequestParams):
+    task_id: str
+
+
+class GetTaskRequest(Request[GetTaskParams, Literal["tasks/get"]]):
+    method: Literal["tasks/get"] = "tasks/get"
+    params: GetTaskParams
+    name_param = "taskId"  # SEP-2663: tasks/* carry the task id in the `Mcp-Name` header
+
+
+class GetTaskResult(Result):
+    """A task's state, from `tasks/get`."""
+
+    task_id: str
+    status: str
+    created_at: str
+    last_updated_at: str
+    ttl_ms: int | None = None
+    poll_interval_ms: int | None = None
+    status_message: str | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+
+async def get_task(session: ClientSession, task_id: str) -> GetTaskResult:
+    request = GetTaskRequest(params=GetTaskParams(task_id=task_id))
+    return await session.send_request(request, GetTaskResult)
+
+
+async def await_task(session: ClientSession, task_id: str, timeout: float = 10) -> GetTaskResult:
+    """Poll `tasks/get` at the server's interval until the task is terminal."""
+    deadline = time.monotonic() + timeout
+    while True:
+        task = await get_task(session, task_id)
+        if task.status in TERMINAL:
+            return task
+        assert time.monotonic() < deadline, f"task {task_id} still {task.status}"
+        await asyncio.sleep((task.poll_interval_ms or 200) / 1000)
+
+
+async def resolve_task(created: CreateTaskResult, ctx: ClaimContext) -> CallToolResult:
+    """What `Client.call_tool` runs on a task: wait for it, return the call's own result."""
+    task = await await_task(ctx.session, created.task_id)
+    if task.status != "completed" or task.result is None:
+        raise RuntimeError(f"task {task.task_id} {task.status}: {task.error}")
+    return CallToolResult.model_validate(task.result)
+
+
+class TasksClient(ClientExtension):
+    identifier = TASKS_EXTENSION
+
+    def claims(self) -> Sequence[ResultClaim[Any]]:
+        return [ResultClaim(result_type="task", model=CreateTaskResult, resolve=resolve_task)]
 
 
 def read_state(path: Path) -> dict[str, Any]:
@@ -49,11 +141,14 @@ def stdio_client(state: Path) -> Client:
 
 
 @contextlib.asynccontextmanager
-async def http_server(state: Path) -> AsyncIterator[str]:
-    """A server process over streamable HTTP on a free port, waited for by its banner line
-    and stopped on the way out; yields its URL."""
-    port = free_port()
-    args = ["--http", str(port), "--state", str(state)]
+async def http_server_process(
+    state: Path, extra_args: Sequence[str] = (), port: int | None = None
+) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
+    """A server process over streamable HTTP on `port` (default: a free one), waited for by
+    its banner line and stopped on the way out (unless it exited); yields its URL and the
+    process."""
+    port = port or free_port()
+    args = ["--http", str(port), "--state", str(state), *extra_args]
     process = await asyncio.create_subprocess_exec(
         *SERVER, *args, cwd=ROOT, stdout=asyncio.subprocess.PIPE
     )
@@ -62,7 +157,7 @@ async def http_server(state: Path) -> AsyncIterator[str]:
     try:
         line = (await asyncio.wait_for(process.stdout.readline(), 20)).decode()
         assert line.strip() == f"mcp server listening on {url}"
-        yield url
+        yield url, process
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)
@@ -71,6 +166,13 @@ async def http_server(state: Path) -> AsyncIterator[str]:
             except TimeoutError:
                 process.kill()
                 await process.wait()
+
+
+@contextlib.asynccontextmanager
+async def http_server(state: Path, extra_args: Sequence[str] = ()) -> AsyncIterator[str]:
+    """`http_server_process`, yielding only the URL."""
+    async with http_server_process(state, extra_args) as (url, _):
+        yield url
 
 
 @contextlib.asynccontextmanager
@@ -94,6 +196,7 @@ async def test_tools_effects_and_control(transport: str, tmp_path: Path) -> None
             for name, tool in tools.items()
         }
         assert hints == {**dict.fromkeys(READS, True), "add_note": False}
+        assert TASKS_EXTENSION not in (client.server_capabilities.extensions or {})
 
         # The key travels in `_meta`; a retry under it returns the first note and adds none.
         meta = {IDEMPOTENCY_META_KEY: "key-1"}
@@ -147,3 +250,114 @@ async def test_exit_after_commit_leaves_the_write_and_disarms(tmp_path: Path) ->
     written = read_state(state)
     assert written["notes"]["key-x"]["text"] == "refund issued"
     assert written["control"]["after_commit"] is None
+
+
+def task_meta(key: str) -> RequestParamsMeta:
+    """A call's `_meta` declaring task support, as the spec spells it (the SDK rewrites the
+    capability key from the client's extensions; the idempotency key is the call's own)."""
+    meta = {
+        CLIENT_CAPABILITIES_META_KEY: {"extensions": {TASKS_EXTENSION: {}}},
+        IDEMPOTENCY_META_KEY: key,
+    }
+    return cast(RequestParamsMeta, meta)  # an open TypedDict: its extra keys are not literals
+
+
+async def test_a_write_declaring_tasks_is_answered_with_a_task(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    args = {"ticket_id": "T-0001", "text": "called the customer"}
+    async with (
+        http_server(state, ["--tasks"]) as url,
+        Client(url, extensions=[TasksClient()]) as client,
+    ):
+        assert client.protocol_version == "2026-07-28"
+        assert client.server_capabilities.extensions == {TASKS_EXTENSION: {}}
+
+        created = await client.session.call_tool(
+            "add_note", args, meta=task_meta("k1"), allow_claimed=True
+        )
+        assert isinstance(created, CreateTaskResult)
+        assert created.status == "working"
+        assert (created.ttl_ms, created.poll_interval_ms) == (600_000, 200)
+        # Durable before it was answered.
+        assert read_state(state)["tasks"][created.task_id]["createdAt"] == created.created_at
+
+        done = await await_task(client.session, created.task_id)
+        assert done.status == "completed" and done.result is not None
+        result = CallToolResult.model_validate(done.result)
+        assert not result.is_error
+        assert result.structured_content == {**args, "note_id": "N-1"}
+        written = read_state(state)
+        assert [note["key"] for note in written["notes"].values()] == ["k1"]
+        assert written["calls"]["add_note"] == 1
+        assert written["calls"]["tasks/get"] >= 2  # at least one "working", then "completed"
+
+        # The claim's resolver makes a task transparent to `Client.call_tool`. A tool error is
+        # a completed task whose result is the error (not a failed task).
+        steer(state, fail_next="error")
+        down = await client.call_tool("add_note", args, meta=task_meta("k2"))
+        assert down.is_error and down.content == [
+            TextContent(type="text", text="ticket system is down")
+        ]
+        written = read_state(state)
+        assert list(written["notes"]) == ["k1"] and len(written["tasks"]) == 2
+
+        # Other tools are not turned into tasks.
+        found = await client.session.call_tool(
+            "find_ticket", {"ticket_id": "T-0001"}, meta=task_meta("k2"), allow_claimed=True
+        )
+        assert isinstance(found, CallToolResult) and not found.is_error
+
+        with pytest.raises(MCPError) as unknown:
+            await get_task(client.session, "task-nope")
+        assert unknown.value.error.code == INVALID_PARAMS
+
+
+async def test_without_the_client_capability_a_write_is_answered_in_place(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    async with http_server(state, ["--tasks"]) as url, Client(url) as client:
+        assert client.server_capabilities.extensions == {TASKS_EXTENSION: {}}
+        result = await client.session.call_tool(
+            "add_note",
+            {"ticket_id": "T-0001", "text": "refund issued"},
+            meta={IDEMPOTENCY_META_KEY: "k1"},
+            allow_claimed=True,
+        )
+        assert isinstance(result, CallToolResult) and not result.is_error
+        written = read_state(state)
+        assert list(written["notes"]) == ["k1"] and written["tasks"] == {}
+
+
+async def test_a_task_outlives_its_server(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    steer(state, task_then="exit")
+    args = {"ticket_id": "T-0003", "text": "escalated"}
+    async with (
+        http_server_process(state, ["--tasks"]) as (url, process),
+        Client(url, extensions=[TasksClient()]) as client,
+    ):
+        created = await client.session.call_tool(
+            "add_note", args, meta=task_meta("k3"), allow_claimed=True
+        )
+        assert isinstance(created, CreateTaskResult)
+        assert await asyncio.wait_for(process.wait(), 10) == 3
+    written = read_state(state)
+    assert written["notes"]["k3"]["text"] == "escalated"
+    assert written["tasks"][created.task_id]["status"] == "completed"
+    assert written["control"]["task_then"] is None
+    # A task its server never finished (it died mid-way): no running server owns it now.
+    orphan = {**written["tasks"][created.task_id], "status": "working", "taskId": "task-orphan"}
+    del orphan["result"]
+    written["tasks"]["task-orphan"] = orphan
+    state.write_text(json.dumps(written))
+
+    async with (
+        http_server(state, ["--tasks"]) as url,
+        Client(url, extensions=[TasksClient()]) as client,
+    ):
+        task = await get_task(client.session, created.task_id)
+        assert task.status == "completed" and task.result is not None
+        assert task.result["structuredContent"] == {**args, "note_id": "N-1"}
+        assert task.created_at == created.created_at
+        lost = await get_task(client.session, "task-orphan")
+        assert lost.status == "failed" and lost.error is not None
+        assert lost.error["code"] == -32603 and "unknown" in lost.error["message"]

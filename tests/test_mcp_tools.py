@@ -5,6 +5,7 @@ counted at the server (its state file); every result is checked under its call i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -28,8 +29,22 @@ from agentloop.runtime.config import Settings
 from agentloop.store import load_transcript, open_store
 from agentloop.worker import running_worker
 from agentloop.workflows.agent_run import AgentRun
-from tests.support import wait_for_phase, wait_until, worker_env, worker_process, write_key
-from tests.test_mcp_server import SERVER, http_server, read_state, steer
+from tests.support import (
+    wait_for_phase,
+    wait_for_status,
+    wait_until,
+    worker_env,
+    worker_process,
+    write_key,
+)
+from tests.test_mcp_server import (
+    SERVER,
+    free_port,
+    http_server,
+    http_server_process,
+    read_state,
+    steer,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -67,6 +82,19 @@ async def mcp_worker(
         yield own
 
 
+@asynccontextmanager
+async def tickets_worker(
+    client: Client, settings: Settings, tmp_path: Path, **fields: Any
+) -> AsyncIterator[Settings]:
+    """The demo ticket server over HTTP (its state in `tmp_path/state.json`) and a worker
+    whose one MCP server it is, as `tickets`, configured with `fields` over `http_config`."""
+    async with (
+        http_server(tmp_path / "state.json") as url,
+        mcp_worker(client, settings, tmp_path, {"tickets": http_config(url, **fields)}) as own,
+    ):
+        yield own
+
+
 async def start(
     client: Client,
     provider: ScriptedProvider,
@@ -99,7 +127,7 @@ async def answered(settings: Settings, result: AgentRunResult) -> dict[str, Tool
     return by_id
 
 
-@pytest.mark.parametrize("transport", ["http", "stdio"])
+@pytest.mark.parametrize("transport", ["http", "stdio", "http-tasks"])
 async def test_a_run_reads_and_writes_through_an_mcp_server_each_call_once(
     transport: str,
     client: Client,
@@ -110,8 +138,9 @@ async def test_a_run_reads_and_writes_through_an_mcp_server_each_call_once(
 ) -> None:
     state = tmp_path / "state.json"
     turns = [ScriptTurn(tool_calls=[FIND, NOTE]), ScriptTurn(text="Noted.")]
-    async with http_server(state) as url:
-        config = http_config(url) if transport == "http" else stdio_config(state)
+    tasks = ["--tasks"] if transport == "http-tasks" else []
+    async with http_server(state, tasks) as url:
+        config = stdio_config(state) if transport == "stdio" else http_config(url)
         async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
             handle = await start(client, scripted_provider, s, run_id, turns)
             result = await handle.result()
@@ -121,7 +150,9 @@ async def test_a_run_reads_and_writes_through_an_mcp_server_each_call_once(
         "c_note": ("tickets_add_note", "succeeded"),
     }
     at_server = read_state(state)
+    polls = at_server["calls"].pop("tasks/get", 0)
     assert at_server["calls"] == {"find_ticket": 1, "add_note": 1}
+    assert (polls > 0) == bool(tasks)  # a server with the Tasks extension made the note a task
     [note] = at_server["notes"].values()
     assert note["key"] == write_key(handle, "c_note")  # our key, in the request's _meta
     results = await answered(s, result)
@@ -149,25 +180,23 @@ async def test_a_run_keeps_the_tools_it_started_with_when_the_server_changes_the
         ScriptTurn(text="Noted and checked."),
     ]
     needing = {"tools": {"add_note": {"needs_approval": True}}}
-    async with http_server(state) as url:
-        servers = {"tickets": http_config(url, **needing)}
-        async with mcp_worker(client, worker_settings, tmp_path, servers) as s:
-            handle = await start(client, scripted_provider, s, run_id, turns)
-            view = await wait_for_phase(handle, "awaiting_approval")
-            [pending] = view.pending_approvals
-            assert pending["call_id"] == "c_note" and pending["arguments"] == NOTE_ARGS
-            assert not state.exists()  # nothing reached the server before the approval
-            steer(state, tool_set="v2")
-            await handle.signal(
-                "approve",
-                ApprovalDecision(
-                    call_id="c_note",
-                    args_digest=pending["args_digest"],
-                    approved=True,
-                    approver="support-lead",
-                ),
-            )
-            result = await handle.result()
+    async with tickets_worker(client, worker_settings, tmp_path, **needing) as s:
+        handle = await start(client, scripted_provider, s, run_id, turns)
+        view = await wait_for_phase(handle, "awaiting_approval")
+        [pending] = view.pending_approvals
+        assert pending["call_id"] == "c_note" and pending["arguments"] == NOTE_ARGS
+        assert not state.exists()  # nothing reached the server before the approval
+        steer(state, tool_set="v2")
+        await handle.signal(
+            "approve",
+            ApprovalDecision(
+                call_id="c_note",
+                args_digest=pending["args_digest"],
+                approved=True,
+                approver="support-lead",
+            ),
+        )
+        result = await handle.result()
     assert result.status == "completed", result.stop_reason
     assert read_state(state)["calls"] == {"add_note": 1, "find_ticket": 1}
     requests = [r["body"] for r in scripted_provider.requests if r["script"] == run_id]
@@ -227,7 +256,6 @@ async def test_large_and_image_results_are_kept_as_artifacts(
     tmp_path: Path,
     run_id: str,
 ) -> None:
-    state = tmp_path / "state.json"
     report = ScriptedToolCall(
         id="c_report", name="tickets_ticket_report", arguments={"ticket_id": "T-1001"}
     )
@@ -236,10 +264,7 @@ async def test_large_and_image_results_are_kept_as_artifacts(
     )
     turns = [ScriptTurn(tool_calls=[report, chart]), ScriptTurn(text="Read.")]
     tools = ["tickets_ticket_report", "tickets_ticket_chart"]
-    async with (
-        http_server(state) as url,
-        mcp_worker(client, worker_settings, tmp_path, {"tickets": http_config(url)}) as s,
-    ):
+    async with tickets_worker(client, worker_settings, tmp_path) as s:
         handle = await start(client, scripted_provider, s, run_id, turns, tools)
         result = await handle.result()
         results = await answered(s, result)
@@ -312,10 +337,7 @@ async def test_a_tool_whose_schema_fails_the_checks_fails_the_run_naming_server_
 ) -> None:
     state = tmp_path / "state.json"
     steer(state, tool_set="broken")
-    async with (
-        http_server(state) as url,
-        mcp_worker(client, worker_settings, tmp_path, {"tickets": http_config(url)}) as s,
-    ):
+    async with tickets_worker(client, worker_settings, tmp_path) as s:
         turns = [ScriptTurn(tool_calls=[FIND]), ScriptTurn(text="?")]
         handle = await start(client, scripted_provider, s, run_id, turns)
         with pytest.raises(WorkflowFailureError) as failed:
@@ -398,10 +420,7 @@ async def test_a_tool_error_from_the_server_is_told_to_the_model_under_its_call_
     state = tmp_path / "state.json"
     steer(state, fail_next="error")
     turns = [ScriptTurn(tool_calls=[FIND]), ScriptTurn(text="The ticket system is down.")]
-    async with (
-        http_server(state) as url,
-        mcp_worker(client, worker_settings, tmp_path, {"tickets": http_config(url)}) as s,
-    ):
+    async with tickets_worker(client, worker_settings, tmp_path) as s:
         handle = await start(client, scripted_provider, s, run_id, turns)
         result = await handle.result()
         results = await answered(s, result)
@@ -410,3 +429,37 @@ async def test_a_tool_error_from_the_server_is_told_to_the_model_under_its_call_
     assert (told.status, told.error_class) == ("failed", "business")
     assert "ticket system is down" in json.loads(told.content)["error"]["message"]
     assert read_state(state)["calls"] == {"find_ticket": 1}  # a refusal is not retried
+
+
+async def test_a_write_whose_task_finished_as_the_server_died_is_resolved_by_its_status(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    """A server with the Tasks extension makes the note a task, finishes it and dies before
+    anyone hears. The call gives up; the lookup asks the restarted server for the task the
+    worker kept the handle of (there is no lookup tool): applied, and never sent again."""
+    state = tmp_path / "state.json"
+    steer(state, task_then="exit")
+    port = free_port()
+    turns = [ScriptTurn(tool_calls=[NOTE]), ScriptTurn(text="Noted.")]
+    async with http_server_process(state, ["--tasks"], port) as (url, first):
+        config = {**http_config(url, timeout_seconds=2), "lookup_tool": None}
+        async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
+            handle = await start(client, scripted_provider, s, run_id, turns, ["tickets_add_note"])
+            assert await asyncio.wait_for(first.wait(), 30) == 3  # done, then gone
+            await wait_for_status(
+                handle, lambda v: [c.status for c in v.calls] == ["unknown"], "the call cut off"
+            )
+            async with http_server_process(state, ["--tasks"], port):
+                result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    [write] = result.calls
+    assert write.status == "confirmed_after_query", write
+    at_server = read_state(state)
+    assert at_server["calls"]["add_note"] == 1 and "lookup_note" not in at_server["calls"]
+    assert at_server["calls"]["tasks/get"] >= 1
+    [note] = at_server["notes"].values()
+    assert note["key"] == write_key(handle, "c_note")

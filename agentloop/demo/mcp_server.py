@@ -7,11 +7,14 @@ the server, can count the effects that reached it and steer it:
 
     {"notes":   {KEY_OR_GENERATED_ID: {"note_id", "ticket_id", "text", "key"}},
      "closed":  {TICKET_ID: true},
-     "calls":   {TOOL: COUNT},
+     "calls":   {TOOL_OR_METHOD: COUNT},
+     "tasks":   {TASK_ID: {"taskId", "status", "createdAt", "lastUpdatedAt", "ttlMs",
+                           "pollIntervalMs", "tool", "key", "result"?, "error"?}},
      "control": {"tool_set": "v1" | "v2" | "broken",
                  "after_commit": null | "hang" | "exit",
                  "fail_next": null | "error",
-                 "stall_next": null | true}}
+                 "stall_next": null | true,
+                 "task_then": null | "exit"}}
 
 The test writes "control"; the server reads the file afresh on every listing and call and
 writes it back atomically after every change:
@@ -23,8 +26,43 @@ writes it back atomically after every change:
   (exit code 3) after the write is in the file: the caller cannot tell whether it happened.
 - `fail_next` makes the next call to any tool return a tool error.
 - `stall_next` makes the next call to any tool wait 120 s before it acts.
+- `task_then` "exit" kills the process (exit code 3) right after the next task's final state
+  is in the file (disarmed in that same write): a server that finished the work and died, so
+  the caller must learn the outcome from a restarted server.
 
-Run it with `python -m agentloop.demo.mcp_server --state PATH (--stdio | --http PORT)`.
+"calls" counts every tool call when it arrives (a tool call answered with a task included)
+and every `tasks/get` under that name.
+
+With `--tasks` the server also speaks the MCP Tasks extension (`io.modelcontextprotocol/tasks`,
+the 2026-07-28 lifecycle of SEP-2663), built on the SDK's server `Extension` API:
+
+- It advertises `capabilities.extensions["io.modelcontextprotocol/tasks"] = {}` (in the
+  `server/discover` and `initialize` results). Without `--tasks` it neither advertises nor
+  serves anything of it.
+- A `tools/call` of `add_note` on a 2026-07-28 connection whose request `_meta` declares the
+  extension (`"io.modelcontextprotocol/clientCapabilities": {"extensions":
+  {"io.modelcontextprotocol/tasks": {}}}`) is answered at once with a task, already written to
+  "tasks":
+  `{"resultType": "task", "taskId", "status": "working", "createdAt", "lastUpdatedAt",
+  "ttlMs": 600000, "pollIntervalMs": 200}` (times are ISO 8601, UTC). 0.3 s later, in the
+  background, the call runs exactly as an ordinary one would (the idempotency key in
+  `_meta`, `fail_next`, `stall_next` and `after_commit` all apply); the record then becomes
+  "completed" with "result" = the `CallToolResult` the call would have returned (a tool
+  error is a completed task whose result has `isError: true`), or "failed" with "error" =
+  a JSON-RPC error object if the call raised a protocol error. A request without the
+  declaration, another tool, or an older protocol version gets the ordinary answer.
+- `tasks/get` `{"taskId"}` answers the task's state: `{"resultType": "complete", "taskId",
+  "status", "createdAt", "lastUpdatedAt", "ttlMs", "pollIntervalMs"}` plus "result" when
+  completed or "error" when failed; an unknown id is a JSON-RPC error -32602 (invalid params).
+  It is served on 2026-07-28 connections only (-32601 on older ones, like any unknown method).
+- Tasks live in the state file, so a restarted server (same `--state`) serves them. A task
+  still "working" that no running server owns (its server died mid-way, e.g. by
+  `after_commit` "exit") is reported "failed" with an error saying the outcome is unknown:
+  the write may have happened, `lookup_note` tells. A task is dropped once `ttlMs` after its
+  creation has passed (checked when a new task is created). One server per state file.
+
+Run it with
+`python -m agentloop.demo.mcp_server --state PATH (--stdio | --http PORT) [--tasks]`.
 """
 
 from __future__ import annotations
@@ -32,19 +70,39 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import re
 import struct
 import tempfile
 import uuid
 import zlib
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    CallToolRequestParams,
+    CallToolResult,
+    InputRequiredResult,
+    RequestParams,
+    TextContent,
+    ToolAnnotations,
+)
 from mcp_types import Tool as MCPTool
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel
 
 from agentloop.runtime.mcp_config import IDEMPOTENCY_META_KEY
 
@@ -53,6 +111,27 @@ REPORT_CHARS = 1_000_000
 HANG_SECONDS = 120.0
 EXIT_CODE = 3
 DOWN_MESSAGE = "ticket system is down"
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+TASK_TOOLS = frozenset({"add_note"})
+TASK_TTL_MS = 600_000
+TASK_POLL_INTERVAL_MS = 200
+TASK_START_DELAY_SECONDS = 0.3
+TASK_WIRE_FIELDS = (
+    "taskId",
+    "status",
+    "createdAt",
+    "lastUpdatedAt",
+    "ttlMs",
+    "pollIntervalMs",
+    "result",
+    "error",
+)
+ORPHANED_MESSAGE = (
+    "the server stopped before this task finished: whether the write was applied is unknown"
+)
+
+logger = logging.getLogger(__name__)
 
 READ = ToolAnnotations(read_only_hint=True)
 WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False)
@@ -91,7 +170,7 @@ class StateFile:
             loaded = None
         if isinstance(loaded, dict):
             state = loaded
-        for section in ("notes", "closed", "calls", "control"):
+        for section in ("notes", "closed", "calls", "tasks", "control"):
             if not isinstance(state.get(section), dict):
                 state[section] = {}
         return state
@@ -117,6 +196,157 @@ def tool_set(state: dict[str, Any]) -> str:
     return chosen if chosen in ("v2", "broken") else "v1"
 
 
+@dataclass(frozen=True)
+class Faults:
+    """The per-call faults a call took from "control" when it arrived."""
+
+    failing: bool
+    stalling: bool
+
+
+# Set by the task runner around the deferred call: the call was counted, and took its faults,
+# when its request arrived, so `TicketServer.call_tool` must not do either again.
+ARRIVED: ContextVar[Faults | None] = ContextVar("arrived", default=None)
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def declares_tasks(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether this request's `_meta` declares the Tasks extension among the client's
+    capabilities. Per request, not per connection (2026-07-28), and only on that protocol
+    generation: an older wire has no `resultType` to carry a task in."""
+    if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return False
+    capabilities = (ctx.meta or {}).get(CLIENT_CAPABILITIES_META_KEY)
+    if not isinstance(capabilities, dict):
+        return False
+    extensions = capabilities.get("extensions")
+    return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
+
+
+def task_view(record: dict[str, Any]) -> dict[str, Any]:
+    """A task as the wire shows it: the record without the server's own bookkeeping."""
+    return {name: record[name] for name in TASK_WIRE_FIELDS if name in record}
+
+
+def expired(record: dict[str, Any], now: datetime) -> bool:
+    try:
+        created = datetime.fromisoformat(record["createdAt"])
+        return created + timedelta(milliseconds=int(record["ttlMs"])) < now
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+class TaskIdParams(RequestParams):
+    """`tasks/get` params: `{"taskId": ...}` (plus the `_meta` every request carries)."""
+
+    task_id: str
+
+
+class Tasks(Extension):
+    """The MCP Tasks extension for `add_note`, through the SDK's server extension API.
+
+    Passing it to `MCPServer(extensions=[...])` advertises it (`settings()`, empty) under
+    `capabilities.extensions`, registers `tasks/get` (a `MethodBinding`) and wraps `tools/call`
+    (`intercept_tool_call`, which may answer with a result that is not a `CallToolResult`: the
+    runner leaves a non-core `resultType` unvalidated on 2026-07-28 connections).
+    """
+
+    identifier = TASKS_EXTENSION
+
+    def __init__(self, server: TicketServer) -> None:
+        self.server = server
+        # Tasks this process is running. Held so they are not garbage-collected, and to tell a
+        # task in progress from one whose server died.
+        self.running: dict[str, asyncio.Task[None]] = {}
+
+    def methods(self) -> Sequence[MethodBinding]:
+        return [
+            MethodBinding(
+                method="tasks/get",
+                params_type=TaskIdParams,
+                handler=self.get_task,
+                protocol_versions=frozenset(MODERN_PROTOCOL_VERSIONS),
+            )
+        ]
+
+    async def intercept_tool_call(
+        self,
+        params: CallToolRequestParams,
+        ctx: ServerRequestContext[Any, Any],
+        call_next: CallNext,
+    ) -> HandlerResult:
+        if params.name not in TASK_TOOLS or not declares_tasks(ctx):
+            return await call_next(ctx)
+        stamp = now_iso()
+        record: dict[str, Any] = {
+            "taskId": f"task-{uuid.uuid4().hex}",
+            "status": "working",
+            "createdAt": stamp,
+            "lastUpdatedAt": stamp,
+            "ttlMs": TASK_TTL_MS,
+            "pollIntervalMs": TASK_POLL_INTERVAL_MS,
+            "tool": params.name,
+            "key": key_in(ctx.meta),
+        }
+        # Durable before it is answered: the task exists once the caller holds its id.
+        faults = self.server.arrive(params.name, task=record)
+        task_id = record["taskId"]
+        self.running[task_id] = asyncio.create_task(self.run(task_id, ctx, call_next, faults))
+        return {"resultType": "task", **task_view(record)}
+
+    async def run(
+        self,
+        task_id: str,
+        ctx: ServerRequestContext[Any, Any],
+        call_next: CallNext,
+        faults: Faults,
+    ) -> None:
+        """The deferred call: the rest of the `tools/call` chain, as an ordinary call runs it
+        (the request context is only read for its `_meta`), then the task's final state."""
+        try:
+            await asyncio.sleep(TASK_START_DELAY_SECONDS)
+            ARRIVED.set(faults)  # this asyncio task's own copy of the context
+            try:
+                outcome = await call_next(ctx)
+            except MCPError as exc:
+                error = exc.error.model_dump(by_alias=True, mode="json", exclude_none=True)
+                self.server.finish_task(task_id, error=error)
+                return
+            except Exception:
+                logger.exception("task %s failed", task_id)
+                error = {"code": INTERNAL_ERROR, "message": "the tool call failed"}
+                self.server.finish_task(task_id, error=error)
+                return
+            if isinstance(outcome, BaseModel):
+                result = outcome.model_dump(by_alias=True, mode="json", exclude_none=True)
+            else:
+                result = dict(outcome or {})
+            self.server.finish_task(task_id, result=result)
+        finally:
+            self.running.pop(task_id, None)
+
+    async def get_task(
+        self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams
+    ) -> dict[str, Any]:
+        state = self.server.state.load()
+        state["calls"]["tasks/get"] = state["calls"].get("tasks/get", 0) + 1
+        record = state["tasks"].get(params.task_id)
+        working = isinstance(record, dict) and record.get("status") == "working"
+        if working and params.task_id not in self.running:  # its server died before finishing
+            record.update(
+                status="failed",
+                lastUpdatedAt=now_iso(),
+                error={"code": INTERNAL_ERROR, "message": ORPHANED_MESSAGE},
+            )
+        self.server.state.save(state)
+        if not isinstance(record, dict):
+            raise MCPError(code=INVALID_PARAMS, message=f"unknown task {params.task_id}")
+        return {"resultType": "complete", **task_view(record)}
+
+
 def require_ticket(ticket_id: str) -> None:
     if not TICKET_ID.match(ticket_id):
         raise ToolError(f"no ticket {ticket_id}")
@@ -125,8 +355,11 @@ def require_ticket(ticket_id: str) -> None:
 def idempotency_key(ctx: Context) -> str | None:
     """The caller's idempotency key, from the request's `_meta` (not from the arguments, so
     the model never sees or invents it)."""
-    meta = ctx.request_context.meta or {}
-    key = meta.get(IDEMPOTENCY_META_KEY)
+    return key_in(ctx.request_context.meta)
+
+
+def key_in(meta: Mapping[str, Any] | None) -> str | None:
+    key = (meta or {}).get(IDEMPOTENCY_META_KEY)
     return key if isinstance(key, str) and key else None
 
 
@@ -164,9 +397,12 @@ class TicketServer(MCPServer):
     live without re-registering tools, and the SDK's own list/call paths stay in charge.
     """
 
-    def __init__(self, name: str, state: StateFile) -> None:
-        super().__init__(name, log_level="WARNING")
+    def __init__(self, name: str, state: StateFile, *, tasks: bool = False) -> None:
         self.state = state
+        self.tasks = Tasks(self) if tasks else None
+        super().__init__(
+            name, log_level="WARNING", extensions=[self.tasks] if self.tasks is not None else None
+        )
         self.add_tool(self.find_ticket, annotations=READ, description="Find a ticket")
         self.add_tool(self.add_note, annotations=WRITE, description="Add a note to a ticket")
         self.add_tool(
@@ -205,9 +441,32 @@ class TicketServer(MCPServer):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context | None = None
     ) -> CallToolResult | InputRequiredResult:
-        state = self.state.load()
-        if name == "close_ticket" and tool_set(state) != "v2":
-            raise ToolError(f"Unknown tool: {name}")
+        faults = ARRIVED.get()
+        if faults is None:
+            state = self.state.load()
+            if name == "close_ticket" and tool_set(state) != "v2":
+                raise ToolError(f"Unknown tool: {name}")
+            faults = self.arrive(name, state=state)
+        if faults.stalling:  # a call in flight for as long as a test needs one
+            await asyncio.sleep(HANG_SECONDS)
+        if faults.failing:
+            # Returned rather than raised: a raised ToolError gets the SDK's prefix.
+            return CallToolResult(
+                content=[TextContent(type="text", text=DOWN_MESSAGE)], is_error=True
+            )
+        return await super().call_tool(name, arguments, context)
+
+    def arrive(
+        self,
+        name: str,
+        *,
+        state: dict[str, Any] | None = None,
+        task: dict[str, Any] | None = None,
+    ) -> Faults:
+        """Count a call that arrived and take the per-call faults armed for it; with `task`,
+        record the task it is answered with, in the same write."""
+        if state is None:
+            state = self.state.load()
         # Counted before acting, so a test sees calls that failed or never answered.
         state["calls"][name] = state["calls"].get(name, 0) + 1
         failing = state["control"].get("fail_next") == "error"
@@ -216,15 +475,38 @@ class TicketServer(MCPServer):
         stalling = state["control"].get("stall_next") is True
         if stalling:
             state["control"]["stall_next"] = None
+        if task is not None:
+            now = datetime.now(UTC)
+            tasks: dict[str, Any] = state["tasks"]
+            for task_id in [tid for tid, record in tasks.items() if expired(record, now)]:
+                del tasks[task_id]
+            tasks[task["taskId"]] = task
         self.state.save(state)
-        if stalling:  # a call in flight for as long as a test needs one
-            await asyncio.sleep(HANG_SECONDS)
-        if failing:
-            # Returned rather than raised: a raised ToolError gets the SDK's prefix.
-            return CallToolResult(
-                content=[TextContent(type="text", text=DOWN_MESSAGE)], is_error=True
-            )
-        return await super().call_tool(name, arguments, context)
+        return Faults(failing=failing, stalling=stalling)
+
+    def finish_task(
+        self,
+        task_id: str,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        """Write a task's final state, then play the armed `task_then` fault, if any (disarmed
+        in the same write)."""
+        state = self.state.load()
+        record: dict[str, Any] = state["tasks"].setdefault(task_id, {"taskId": task_id})
+        record["lastUpdatedAt"] = now_iso()
+        if error is None:
+            record.update(status="completed", result=result)
+        else:
+            record.update(status="failed", error=error)
+        fault = state["control"].get("task_then")
+        if fault == "exit":
+            state["control"]["task_then"] = None
+        self.state.save(state)
+        if fault == "exit":
+            # The outcome is on disk and nobody has been told: only tasks/get can tell now.
+            os._exit(EXIT_CODE)
 
     async def commit(self, state: dict[str, Any]) -> None:
         """Write a change, then play the armed after-commit fault, if any. The fault is
@@ -322,12 +604,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1", help="address for --http")
     parser.add_argument("--state", type=Path, required=True, help="the JSON state file")
     parser.add_argument("--name", default="tickets", help="the server's name")
+    parser.add_argument(
+        "--tasks",
+        action="store_true",
+        help="speak the MCP Tasks extension (io.modelcontextprotocol/tasks) for add_note",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    server = TicketServer(args.name, StateFile(args.state))
+    server = TicketServer(args.name, StateFile(args.state), tasks=args.tasks)
     if args.stdio:
         asyncio.run(server.run_stdio_async())
     else:

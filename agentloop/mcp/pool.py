@@ -21,6 +21,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from agentloop.mcp.tasks import TasksExtension
 from agentloop.runtime.mcp_config import McpServerConfig
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,9 @@ class McpConnection:
                 env=dict(config.env) or None,
                 cwd=config.cwd,
             )
-            return Client(params, read_timeout_seconds=config.timeout_seconds)
+            return Client(
+                params, read_timeout_seconds=config.timeout_seconds, extensions=[TasksExtension()]
+            )
         assert config.url is not None
         http = httpx2.AsyncClient(
             headers=self.headers(),
@@ -126,7 +129,9 @@ class McpConnection:
         )
         stack.push_async_callback(http.aclose)
         transport = streamable_http_client(config.url, http_client=http)
-        return Client(transport, read_timeout_seconds=config.timeout_seconds)
+        return Client(
+            transport, read_timeout_seconds=config.timeout_seconds, extensions=[TasksExtension()]
+        )
 
     def headers(self) -> dict[str, str]:
         headers = dict(self.config.headers)

@@ -22,9 +22,9 @@ import base64
 import binascii
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import mcp_types as types
 from mcp import Client
@@ -34,7 +34,15 @@ from pydantic import ValidationError
 
 from agentloop.mcp.listing import ListedTool, McpToolsError, OfferedTool, offered, server_of
 from agentloop.mcp.pool import McpConnection, McpPool, ServerUnreachable, reason_of
+from agentloop.mcp.tasks import (
+    CreatedTask,
+    TaskState,
+    keep_handle,
+    kept_handle,
+    until_over,
+)
 from agentloop.runtime.mcp_config import IDEMPOTENCY_META_KEY
+from agentloop.store import Store
 from agentloop.tool_spec import DEFAULT_MAX_RESULT_CHARS, Outcome, ToolSpec
 from agentloop.tools.contract import (
     BusinessRefusal,
@@ -42,14 +50,18 @@ from agentloop.tools.contract import (
     OutcomeUnknown,
     Tool,
     ToolContext,
+    ToolError,
     TransientError,
 )
+
+T = TypeVar("T")
 
 LISTING_MAX_AGE_SECONDS = 2.0
 """Runs starting together share one listing of a server; a change shows within this."""
 LISTING_TIMEOUT_SECONDS = 10.0
 MAX_LISTING_PAGES = 16
 MAX_CONTENT_BLOCKS = 64
+RECONNECT_PAUSE_SECONDS = 0.5
 
 
 @dataclass
@@ -59,8 +71,11 @@ class _Listing:
 
 
 class McpTools:
-    def __init__(self, pool: McpPool) -> None:
+    def __init__(self, pool: McpPool, store: Store | None = None) -> None:
+        """`store`: where a write's task handle is kept (without one, no write is made a
+        task: `agentloop mcp list` lists, it never calls)."""
         self._pool = pool
+        self._store = store
         self._listings: dict[str, _Listing] = {}
         self._listing_locks: dict[str, asyncio.Lock] = {}
 
@@ -149,9 +164,8 @@ class McpTools:
                 or DEFAULT_MAX_RESULT_CHARS,
             )
         spec = spec.model_copy(update={"effect": "write" if write else "read"})
-        call = McpCall(self._pool.connection(server), tool, spec)
-        lookup = call.lookup if write and config.lookup_tool is not None else None
-        return Tool(spec=spec, handler=call.run, lookup_outcome=lookup)
+        call = McpCall(self._pool.connection(server), tool, spec, self._store)
+        return Tool(spec=spec, handler=call.run, lookup_outcome=call.lookup if write else None)
 
     async def _list(self, server: str) -> list[OfferedTool]:
         connection = self._pool.connection(server)
@@ -190,29 +204,92 @@ def _listed(tool: types.Tool) -> ListedTool:
 class McpCall:
     """One tool of one server, called through the worker's connection to it."""
 
-    def __init__(self, connection: McpConnection, tool: str, spec: ToolSpec) -> None:
+    def __init__(
+        self, connection: McpConnection, tool: str, spec: ToolSpec, store: Store | None
+    ) -> None:
         self._connection = connection
         self._tool = tool
         self._spec = spec
+        self._store = store
 
     @property
-    def _write(self) -> bool:
-        return self._spec.effect == "write"
+    def _server(self) -> str:
+        return self._connection.name
+
+    def _deadline(self) -> float:
+        """A little inside the activity's own timeout (the tool's), so the call says what
+        became of it before Temporal gives up on the attempt."""
+        margin = min(1.0, self._spec.timeout_seconds / 4)
+        return time.monotonic() + self._spec.timeout_seconds - margin
 
     async def run(self, arguments: dict[str, Any], ctx: ToolContext[Any]) -> Any:
+        write = self._spec.effect == "write"
+        deadline = self._deadline()
         meta = {IDEMPOTENCY_META_KEY: ctx.idempotency_key} if ctx.idempotency_key else None
-        result = await self._call(self._tool, arguments, meta, sent_matters=self._write)
-        if result.is_error:
-            raise BusinessRefusal(f"{self._tool}: {_text_of(result) or 'the tool failed'}")
-        return await _output(result, ctx)
+        answer = await self._guarded(
+            self._tool,
+            lambda c: _call_tool(c, self._tool, arguments, meta, deadline),
+            sent_matters=write,
+        )
+        if isinstance(answer, CreatedTask):
+            if write and self._store is not None:
+                await keep_handle(self._store, ctx.idempotency_key, self._server, answer.task_id)
+            answer = await self._finished(answer, deadline, write)
+        if answer.is_error:
+            raise BusinessRefusal(f"{self._tool}: {_text_of(answer) or 'the tool failed'}")
+        return await _output(answer, ctx)
+
+    async def _finished(
+        self, task: CreatedTask, deadline: float, write: bool
+    ) -> types.CallToolResult:
+        """The task's result once it is over. A write whose task failed or was cancelled
+        may have acted in part: its outcome is unknown, and the lookup asks the task again."""
+        state = await self._task_over(task.task_id, deadline, task.poll_interval_ms, write)
+        result = state.tool_result()
+        if result is None:
+            why = state.status_message or json.dumps(state.error or {})[:500]
+            message = f"{self._tool}: the server's task {state.status}: {why}"
+            raise OutcomeUnknown(message) if write else BusinessRefusal(message)
+        return result
+
+    async def _task_over(
+        self, task_id: str, deadline: float, interval_ms: int | None, sent_matters: bool
+    ) -> TaskState:
+        """The task, polled until it is over through lost connections and a server that is
+        restarting, until `deadline`: the task outlives both."""
+        while True:
+            try:
+                return await self._guarded(
+                    "tasks/get",
+                    lambda c: until_over(c, task_id, deadline, interval_ms),
+                    sent_matters=sent_matters,
+                )
+            except (OutcomeUnknown, TransientError):
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(RECONNECT_PAUSE_SECONDS)
 
     async def lookup(self, arguments: dict[str, Any], ctx: ToolContext[Any]) -> Outcome:
-        """The server's lookup tool, asked by the write's idempotency key."""
+        """What became of a write whose answer was lost: its task's status when the server
+        gave it one, else the server's lookup tool asked by the idempotency key."""
+        task_id = None
+        if self._store is not None:
+            task_id = await kept_handle(self._store, ctx.idempotency_key)
+        if task_id is not None:
+            deadline = self._deadline()
+            return _task_outcome(await self._task_over(task_id, deadline, None, False))
         lookup_tool = self._connection.config.lookup_tool
-        assert lookup_tool is not None
-        result = await self._call(
-            lookup_tool, {"idempotency_key": ctx.idempotency_key}, None, sent_matters=False
+        if lookup_tool is None:
+            return Outcome(state="unknown", record=f"{self._server} has no way to look it up")
+        deadline = self._deadline()
+        arguments = {"idempotency_key": ctx.idempotency_key}
+        result = await self._guarded(
+            lookup_tool,
+            lambda c: _call_tool(c, lookup_tool, arguments, None, deadline),
+            sent_matters=False,
         )
+        if isinstance(result, CreatedTask):
+            result = await self._finished(result, deadline, False)
         if result.is_error:
             raise TransientError(f"{lookup_tool}: {_text_of(result) or 'the lookup failed'}")
         answer = result.structured_content
@@ -228,46 +305,60 @@ class McpCall:
                 state="unknown", record=f"{lookup_tool} gave no outcome: {answer!r:.200}"
             )
 
-    async def _call(
+    async def _client(self) -> Client:
+        try:
+            return await self._connection.client()
+        except ServerUnreachable as exc:
+            # Nothing was sent: safe to try again, a write included (with the same key).
+            raise TransientError(f"MCP server {self._server!r} is unreachable: {exc}") from None
+
+    async def _guarded(
         self,
-        tool: str,
-        arguments: dict[str, Any],
-        meta: dict[str, Any] | None,
+        what: str,
+        request: Callable[[Client], Awaitable[T]],
         *,
         sent_matters: bool,
-    ) -> types.CallToolResult:
-        """One `tools/call`. `sent_matters`: a call cut off after it was sent may have acted
-        (a write), so it is of unknown outcome, not merely transient."""
-        server = self._connection.name
+        client: Client | None = None,
+    ) -> T:
+        """`request` on the connection, its failures as agentloop's error classes.
+        `sent_matters`: a request cut off after it was sent may have acted (a write), so it
+        is of unknown outcome, not merely transient."""
+        client = client or await self._client()
+        where = f"MCP server {self._server!r}: {what}"
         try:
-            client = await self._connection.client()
-        except ServerUnreachable as exc:
-            raise TransientError(f"MCP server {server!r} is unreachable: {exc}") from None
-        try:
-            return await _call_tool(client, tool, arguments, meta, self._spec.timeout_seconds)
+            return await request(client)
         except MCPError as exc:
             if exc.code in (INVALID_PARAMS, METHOD_NOT_FOUND):
-                raise InvalidArguments(f"{tool}: {exc.message}") from None
+                raise InvalidArguments(f"{what}: {exc.message}") from None
             if exc.code == CONNECTION_CLOSED:
                 await self._connection.broken(client)
-            cut_off = f"MCP server {server!r}: {tool}: {exc.message} (code {exc.code})"
+            cut_off = f"{where}: {exc.message} (code {exc.code})"
         except TimeoutError:
             await self._connection.broken(client)
-            cut_off = (
-                f"MCP server {server!r}: {tool}: no answer in {self._spec.timeout_seconds:g} s"
-            )
+            cut_off = f"{where}: no answer in {self._spec.timeout_seconds:g} s"
         except ValidationError as exc:
-            # The server answered something that is not a tool result: whatever it did, the
-            # answer says nothing usable.
-            cut_off = (
-                f"MCP server {server!r}: {tool}: a malformed answer ({exc.error_count()} errors)"
-            )
-        except Exception as exc:  # the connection broke under the call
+            # The server answered something that is not the answer asked for: whatever it
+            # did, the answer says nothing usable.
+            cut_off = f"{where}: a malformed answer ({exc.error_count()} errors)"
+        except ToolError:
+            raise
+        except Exception as exc:  # the connection broke under the request
             await self._connection.broken(client)
-            cut_off = f"MCP server {server!r}: {tool}: connection lost: {reason_of(exc)}"
+            cut_off = f"{where}: connection lost: {reason_of(exc)}"
         if sent_matters:
             raise OutcomeUnknown(cut_off)
         raise TransientError(cut_off)
+
+
+def _task_outcome(state: TaskState) -> Outcome:
+    result = state.tool_result()
+    if result is None:
+        # Failed or cancelled while it ran: it may have written in part. A person decides.
+        return Outcome(state="unknown", record=f"the task {state.status}: {state.status_message}")
+    if result.is_error:  # the tool said no: it did not write
+        return Outcome(state="not_applied", record=_text_of(result))
+    record = result.structured_content
+    return Outcome(state="applied", record=record if record is not None else _text_of(result))
 
 
 async def _call_tool(
@@ -275,8 +366,11 @@ async def _call_tool(
     tool: str,
     arguments: dict[str, Any],
     meta: dict[str, Any] | None,
-    timeout: float,
-) -> types.CallToolResult:
+    deadline: float,
+) -> types.CallToolResult | CreatedTask:
+    """One `tools/call`. The worker's client says it takes tasks (`TasksExtension`), so a
+    server with the Tasks extension may answer any call with one."""
+    timeout = max(0.1, deadline - time.monotonic())
     async with asyncio.timeout(timeout):
         result = await client.session.call_tool(
             tool,
@@ -284,11 +378,14 @@ async def _call_tool(
             read_timeout_seconds=timeout,
             meta=meta,  # type: ignore[arg-type]
             allow_input_required=True,
+            allow_claimed=True,
         )
     if isinstance(result, types.InputRequiredResult):
         # Asking a person mid-call is not wired to `awaiting_input` yet: the model is told.
         raise BusinessRefusal(f"{tool}: the server asks for input this run cannot give")
-    return result
+    if isinstance(result, CreatedTask | types.CallToolResult):
+        return result
+    raise BusinessRefusal(f"{tool}: the server answered a {type(result).__name__}")
 
 
 async def _output(result: types.CallToolResult, ctx: ToolContext[Any]) -> Any:

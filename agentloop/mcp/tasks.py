@@ -1,0 +1,135 @@
+"""A write on a server with the MCP Tasks extension (`io.modelcontextprotocol/tasks`, the
+2026-07-28 lifecycle): the server may answer `tools/call` with a task handle instead of the
+result, and `tasks/get` says how that task stands.
+
+The handle is kept in the store under the write's idempotency key before anything else
+happens (the extension asks clients to keep task ids durably). So when the call is cut off
+after that (a timeout, a lost connection, a dead worker), the outcome is the task's status,
+asked of the server by `lookup_outcome`, never a second call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from typing import Any, Literal
+
+import mcp_types as types
+from mcp import Client
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from pydantic import ConfigDict, Field
+
+from agentloop.store import Store
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+DEFAULT_POLL_SECONDS = 0.5
+MAX_POLL_SECONDS = 5.0
+
+
+class CreatedTask(types.Result):
+    """`CreateTaskResult`: the answer of a `tools/call` the server turned into a task."""
+
+    model_config = ConfigDict(extra="allow")
+
+    result_type: Literal["task"] = "task"
+    task_id: str = Field(min_length=1, max_length=1_000)
+    status: str = "working"
+    poll_interval_ms: int | None = None
+
+
+class TaskState(types.Result):
+    """What `tasks/get` answers: the task's status, and its result or error once over."""
+
+    model_config = ConfigDict(extra="allow")
+
+    task_id: str
+    status: str
+    status_message: str | None = None
+    poll_interval_ms: int | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+    @property
+    def over(self) -> bool:
+        return self.status in TERMINAL
+
+    def tool_result(self) -> types.CallToolResult | None:
+        """The call's own result, for a completed task."""
+        if self.status != "completed" or self.result is None:
+            return None
+        return types.CallToolResult.model_validate(self.result)
+
+
+class GetTaskParams(types.RequestParams):
+    task_id: str
+
+
+class GetTaskRequest(types.Request[GetTaskParams, Literal["tasks/get"]]):
+    method: Literal["tasks/get"] = "tasks/get"
+    params: GetTaskParams
+    name_param = "taskId"  # mirrored into the Mcp-Name header, as the extension asks
+
+
+class TasksExtension(ClientExtension):
+    """Advertised on every connection (the SDK puts it in each request's capabilities), so
+    a server with the extension may answer any call with a task; the SDK parses that answer
+    as `CreatedTask` for a call that allows it (`allow_claimed=True`), and agentloop keeps a
+    write's handle and polls the task itself."""
+
+    identifier = TASKS_EXTENSION
+
+    def claims(self) -> list[ResultClaim[Any]]:
+        return [ResultClaim(result_type="task", model=CreatedTask, resolve=_not_here)]
+
+
+async def _not_here(task: CreatedTask, context: ClaimContext) -> types.CallToolResult:
+    # Only `Client.call_tool` resolves claims; agentloop calls the session, keeping the
+    # handle before it polls.
+    raise RuntimeError(f"task {task.task_id}: resolved by agentloop.mcp.tools, not the SDK")
+
+
+async def get_task(client: Client, task_id: str, timeout: float) -> TaskState:
+    request = GetTaskRequest(params=GetTaskParams(task_id=task_id))
+    return await client.session.send_request(
+        request, TaskState, request_read_timeout_seconds=timeout
+    )
+
+
+async def until_over(
+    client: Client, task_id: str, deadline: float, poll_interval_ms: int | None = None
+) -> TaskState:
+    """Poll the task until it is over, at the pace it asks for; `TimeoutError` past
+    `deadline` (`time.monotonic()`)."""
+    interval = poll_interval_ms
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        state = await get_task(client, task_id, left)
+        if state.over:
+            return state
+        interval = state.poll_interval_ms or interval
+        pause = (interval or DEFAULT_POLL_SECONDS * 1000) / 1000
+        await asyncio.sleep(min(max(pause, 0.05), MAX_POLL_SECONDS, max(0.0, left)))
+
+
+def handle_key(idempotency_key: str) -> str:
+    """Where a write's task handle is kept: derived from its idempotency key, so the lookup
+    finds it with nothing else to go on."""
+    return "mcp-task:" + hashlib.sha256(idempotency_key.encode()).hexdigest()
+
+
+async def keep_handle(store: Store, idempotency_key: str, server: str, task_id: str) -> None:
+    body = json.dumps({"parent": None, "server": server, "task_id": task_id}, sort_keys=True)
+    await store.put_nodes([(handle_key(idempotency_key), body)])
+
+
+async def kept_handle(store: Store, idempotency_key: str) -> str | None:
+    body = await store.get_node(handle_key(idempotency_key))
+    if body is None:
+        return None
+    task_id = json.loads(body).get("task_id")
+    return task_id if isinstance(task_id, str) else None
