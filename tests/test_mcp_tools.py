@@ -463,3 +463,45 @@ async def test_a_write_whose_task_finished_as_the_server_died_is_resolved_by_its
     assert at_server["calls"]["tasks/get"] >= 1
     [note] = at_server["notes"].values()
     assert note["key"] == write_key(handle, "c_note")
+
+
+async def test_mcp_list_shows_each_tool_with_its_effect_and_why(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    steer(state, tool_set="broken")  # find_ticket's schema fails our checks
+
+    async def mcp_list(servers: dict[str, Any], *args: str) -> tuple[int, str, str]:
+        env = {**os.environ, "AGENTLOOP_MCP_SERVERS": json.dumps(servers)}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "agentloop.cli",
+            "mcp",
+            "list",
+            *args,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(process.communicate(), 60)
+        assert process.returncode is not None
+        return process.returncode, out.decode(), err.decode()
+
+    async with http_server(state) as url:
+        servers = {"tickets": {"url": url, "exclude": ["ticket_report"]}}
+        code, out, _ = await mcp_list(servers, "--json")
+        assert code == 0, out
+        [tickets] = json.loads(out)
+        tools = {t["name"]: t for t in tickets["tools"]}
+        assert "tickets_ticket_report" not in tools
+        assert tools["tickets_add_note"]["effect"] == "write"
+        assert "no readOnlyHint" in tools["tickets_add_note"]["why"]
+        assert tools["tickets_lookup_note"]["effect"] == "write"  # hints not believed
+        assert tools["tickets_find_ticket"]["effect"] is None
+        assert "left out" in tools["tickets_find_ticket"]["why"]
+        trusting = {"tickets": {"url": url, "reads_from_hints": True}}
+        code, out, _ = await mcp_list(trusting)
+        assert code == 0 and "tickets_lookup_note" in out and "read: the server's" in out, out
+    code, _, err = await mcp_list(servers, "other")
+    assert code == 2 and "no MCP server 'other'" in err, err
+    code, out, _ = await mcp_list(servers)  # the server is gone
+    assert code == 1 and "MCP server 'tickets' is unreachable" in out, out

@@ -7,6 +7,10 @@ Both backends hold two kinds of immutable, content-addressed blobs:
   so a whole chain comes back in one query (`load_chain`);
 - artifacts: bytes with a media type, the key being `sha256:` + the hex digest of the bytes.
 
+One more kind of node shares the node table, written once and never changed: the handle of a
+write an MCP server made a task, under `mcp-task:` + the hash of the write's idempotency key
+(`agentloop.mcp.tasks`), so that its outcome can be asked of the server after a crash.
+
 Writing the same key twice is harmless (insert-or-ignore), so retried activities and several
 workers writing the same nodes at once need no coordination.
 """
