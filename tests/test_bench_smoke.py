@@ -94,7 +94,8 @@ SECTIONS = {
         [
             "worker CPU per turn, unprofiled",
             "worker RSS growth per concurrent run",
-            "own time: ",
+            "own CPU in ",
+            "inside agentloop/",
         ],
     ),
 }

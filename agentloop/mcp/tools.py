@@ -237,7 +237,7 @@ class McpCall:
             answer = await self._finished(answer, deadline, write)
         if answer.is_error:
             raise BusinessRefusal(f"{self._tool}: {_text_of(answer) or 'the tool failed'}")
-        return await _output(answer, ctx)
+        return await shown_output(answer, ctx)
 
     async def _finished(
         self, task: CreatedTask, deadline: float, write: bool
@@ -277,7 +277,7 @@ class McpCall:
             task_id = await kept_handle(self._store, ctx.idempotency_key)
         if task_id is not None:
             deadline = self._deadline()
-            return _task_outcome(await self._task_over(task_id, deadline, None, False))
+            return task_outcome(await self._task_over(task_id, deadline, None, False))
         lookup_tool = self._connection.config.lookup_tool
         if lookup_tool is None:
             return Outcome(state="unknown", record=f"{self._server} has no way to look it up")
@@ -350,7 +350,7 @@ class McpCall:
         raise TransientError(cut_off)
 
 
-def _task_outcome(state: TaskState) -> Outcome:
+def task_outcome(state: TaskState) -> Outcome:
     result = state.tool_result()
     if result is None:
         # Failed or cancelled while it ran: it may have written in part. A person decides.
@@ -388,7 +388,7 @@ async def _call_tool(
     raise BusinessRefusal(f"{tool}: the server answered a {type(result).__name__}")
 
 
-async def _output(result: types.CallToolResult, ctx: ToolContext[Any]) -> Any:
+async def shown_output(result: types.CallToolResult, ctx: ToolContext[Any]) -> Any:
     """What the model is sent: the structured result when there is one, else the text
     blocks; binary content (images, audio, blobs) is kept as an artifact, named in a line of
     text where it stood."""

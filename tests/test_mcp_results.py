@@ -1,0 +1,99 @@
+"""What an MCP server's answers become, without a server: a tool result's content (text kept,
+binary content stored as artifacts, a flood of blocks cut), a task's status as a write's
+outcome, and where a write's task handle is kept. All of it is untrusted input."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import mcp_types as types
+import pytest
+
+from agentloop.contract import Principal
+from agentloop.mcp.tasks import TaskState, handle_key, keep_handle, kept_handle
+from agentloop.mcp.tools import MAX_CONTENT_BLOCKS, shown_output, task_outcome
+from agentloop.store.memory import MemoryStore
+from agentloop.tools.contract import Artifacts, ToolContext
+
+
+def context(store: MemoryStore) -> ToolContext[None]:
+    return ToolContext(
+        call_id="c_1",
+        idempotency_key="",
+        workflow_id="wf",
+        run_id="run",
+        attempt=1,
+        principal=Principal(subject="dana"),
+        deps=None,
+        artifacts=Artifacts(store),
+        tool="tickets_chart",
+    )
+
+
+def text(value: str) -> types.TextContent:
+    return types.TextContent(type="text", text=value)
+
+
+async def test_text_is_kept_and_binary_content_is_stored_as_an_artifact() -> None:
+    store = MemoryStore()
+    png = b"\x89PNG\r\n\x1a\n" + b"\0" * 10
+    result = types.CallToolResult(
+        content=[
+            text("chart of T-1001"),
+            types.ImageContent(
+                type="image", data=base64.b64encode(png).decode(), mime_type="image/png"
+            ),
+            types.ImageContent(type="image", data="not base64!", mime_type="image/png"),
+        ]
+    )
+    shown = await shown_output(result, context(store))
+    first, kept, refused = shown.splitlines()
+    assert first == "chart of T-1001"
+    ref = kept.split("kept as artifact ")[1].rstrip("]")
+    assert await store.get_artifact(ref) == (png, "image/png")
+    assert refused == "[image image/png: not valid base64, left out]"
+
+
+async def test_structured_content_wins_and_a_flood_of_blocks_is_cut() -> None:
+    store = MemoryStore()
+    structured = types.CallToolResult(content=[text("x")], structured_content={"a": 1})
+    assert await shown_output(structured, context(store)) == {"a": 1}
+    flood = types.CallToolResult(content=[text(str(n)) for n in range(MAX_CONTENT_BLOCKS + 10)])
+    lines = (await shown_output(flood, context(store))).splitlines()
+    assert len(lines) == MAX_CONTENT_BLOCKS + 1
+    assert lines[-1] == "[10 more content blocks left out]"
+
+
+def task(status: str, **fields: Any) -> TaskState:
+    return TaskState.model_validate({"taskId": "t-1", "status": status, **fields})
+
+
+@pytest.mark.parametrize(
+    ("state", "outcome"),
+    [
+        (
+            task(
+                "completed",
+                result={"content": [], "structuredContent": {"note_id": "N-1"}, "isError": False},
+            ),
+            "applied",
+        ),
+        (task("completed", result={"content": [text("closed")], "isError": True}), "not_applied"),
+        (task("failed", error={"code": -32603, "message": "lost"}), "unknown"),
+        (task("cancelled"), "unknown"),
+    ],
+)
+def test_a_tasks_status_is_the_writes_outcome_and_only_a_clean_completion_applied(
+    state: TaskState, outcome: str
+) -> None:
+    assert task_outcome(state).state == outcome
+
+
+async def test_a_writes_task_handle_is_kept_under_its_idempotency_key_once() -> None:
+    store = MemoryStore()
+    assert await kept_handle(store, "wf/run/c_1") is None
+    await keep_handle(store, "wf/run/c_1", "tickets", "task-1")
+    await keep_handle(store, "wf/run/c_1", "tickets", "task-2")  # the first one stands
+    assert await kept_handle(store, "wf/run/c_1") == "task-1"
+    assert handle_key("wf/run/c_1") != handle_key("wf/run/c_2")
