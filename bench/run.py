@@ -91,9 +91,9 @@ def plan(args: argparse.Namespace) -> Plan:
             replay_repeats=1,
             timing_budget_seconds=0.2,
             transport_calls=5,
-            paused_runs=40,
+            paused_runs=20,
             paused_cached=10,
-            store_runs=10,
+            store_runs=5,
         )
     return Plan(
         False,
