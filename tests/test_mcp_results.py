@@ -11,8 +11,11 @@ import mcp_types as types
 import pytest
 
 from agentloop.contract import Principal
+from agentloop.mcp.listing import McpToolsError
+from agentloop.mcp.pool import McpPool
 from agentloop.mcp.tasks import TaskState, handle_key, keep_handle, kept_handle
-from agentloop.mcp.tools import MAX_CONTENT_BLOCKS, shown_output, task_outcome
+from agentloop.mcp.tools import MAX_CONTENT_BLOCKS, McpTools, shown_output, task_outcome
+from agentloop.runtime.mcp_config import McpServerConfig
 from agentloop.store.memory import MemoryStore
 from agentloop.tools.contract import Artifacts, ToolContext
 
@@ -97,3 +100,24 @@ async def test_a_writes_task_handle_is_kept_under_its_idempotency_key_once() -> 
     await keep_handle(store, "wf/run/c_1", "tickets", "task-2")  # the first one stands
     assert await kept_handle(store, "wf/run/c_1") == "task-1"
     assert handle_key("wf/run/c_1") != handle_key("wf/run/c_2")
+
+
+async def test_a_listing_that_fails_in_any_way_names_the_server_and_is_never_retried() -> None:
+    """`describe_run` has no end to its retries: whatever breaks a listing (here a transport
+    raising what no one expected) must come back as a clear, final refusal."""
+    config = McpServerConfig(url="http://127.0.0.1:9/mcp")
+    tools = McpTools(McpPool({"tickets": config}))
+
+    class Broken:
+        async def list_tools(self, **_: Any) -> Any:
+            raise RuntimeError("the transport fell over")
+
+    connection = tools._pool.connection("tickets")  # a transport that breaks oddly
+    broken = Broken()
+
+    async def client() -> Any:
+        return broken
+
+    connection.client = client  # type: ignore[method-assign]
+    with pytest.raises(McpToolsError, match="MCP server 'tickets' could not list its tools"):
+        await tools.listing("tickets")

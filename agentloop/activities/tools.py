@@ -134,6 +134,14 @@ class ToolActivities:
             specs, absent = await self._mcp.specs(names)
         except McpToolsError as exc:
             raise ApplicationError(str(exc), type="InvalidInput", non_retryable=True) from None
+        except Exception as exc:
+            # Never retried: `describe_run` has no end to its retries, and a run must not
+            # wait forever on a server's answer it cannot use.
+            raise ApplicationError(
+                f"tools: the MCP tools could not be listed: {type(exc).__name__}: {exc}",
+                type="InvalidInput",
+                non_retryable=True,
+            ) from None
         if absent:
             audit("mcp.tools_absent", workflow_id=activity.info().workflow_id, absent=absent)
         return specs

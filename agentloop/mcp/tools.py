@@ -188,7 +188,7 @@ class McpTools:
             raise McpToolsError(
                 f"MCP server {server!r} did not list its tools in {LISTING_TIMEOUT_SECONDS:g} s"
             ) from None
-        except (MCPError, ValidationError, OSError, ConnectionError) as exc:
+        except Exception as exc:  # whatever the server or its transport did: it is named
             await connection.broken(client)
             raise McpToolsError(
                 f"MCP server {server!r} could not list its tools: {reason_of(exc)}"
