@@ -7,17 +7,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import pytest
 from mcp import Client
-from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
@@ -26,96 +23,35 @@ from mcp_types import (
     INVALID_PARAMS,
     CallToolResult,
     ImageContent,
-    Request,
-    RequestParams,
     RequestParamsMeta,
-    Result,
     TextContent,
 )
 
+from agentloop.mcp.tasks import (
+    TASKS_EXTENSION,
+    CreatedTask,
+    TasksExtension,
+    TaskState,
+    get_task,
+    until_over,
+)
+from agentloop.runtime.dev_server import free_port
 from agentloop.runtime.mcp_config import IDEMPOTENCY_META_KEY
+from tests.support import banner_process
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = [sys.executable, "-m", "agentloop.demo.mcp_server"]
 READS = ["find_ticket", "lookup_note", "ticket_report", "ticket_chart"]
-TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
-TERMINAL = ("completed", "failed", "cancelled")
 
 
-# The client side of the Tasks extension (SEP-2663, 2026-07-28), on the SDK's client extension
-# API. The SDK stamps every 2026-07-28 request's `_meta` with the client's capabilities, taken
-# from `Client(extensions=[...])`: an extension listed there is what declares task support on
-# each request (a capability written into a call's own `meta` is overwritten by that stamp).
-# It must carry a claim for `resultType: "task"`: without one the SDK parses a task as a
-# `CallToolResult` and fails (an `advertise()`-only entry declares support it cannot take).
+# The client side of the Tasks extension is agentloop's own (`agentloop.mcp.tasks`). The SDK
+# stamps every 2026-07-28 request's `_meta` with the client's capabilities, taken from
+# `Client(extensions=[...])`: an extension listed there is what declares task support on each
+# request (a capability written into a call's own `meta` is overwritten by that stamp).
 
 
-class CreateTaskResult(Result):
-    """The answer to a `tools/call` the server turned into a task."""
-
-    result_type: Literal["task"]
-    task_id: str
-    status: str
-    created_at: str
-    last_updated_at: str
-    ttl_ms: int | None = None
-    poll_interval_ms: int | None = None
-    status_message: str | None = None
-
-
-class GetTaskParams(RequestParams):
-    task_id: str
-
-
-class GetTaskRequest(Request[GetTaskParams, Literal["tasks/get"]]):
-    method: Literal["tasks/get"] = "tasks/get"
-    params: GetTaskParams
-    name_param = "taskId"  # SEP-2663: tasks/* carry the task id in the `Mcp-Name` header
-
-
-class GetTaskResult(Result):
-    """A task's state, from `tasks/get`."""
-
-    task_id: str
-    status: str
-    created_at: str
-    last_updated_at: str
-    ttl_ms: int | None = None
-    poll_interval_ms: int | None = None
-    status_message: str | None = None
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-
-
-async def get_task(session: ClientSession, task_id: str) -> GetTaskResult:
-    request = GetTaskRequest(params=GetTaskParams(task_id=task_id))
-    return await session.send_request(request, GetTaskResult)
-
-
-async def await_task(session: ClientSession, task_id: str, timeout: float = 10) -> GetTaskResult:
-    """Poll `tasks/get` at the server's interval until the task is terminal."""
-    deadline = time.monotonic() + timeout
-    while True:
-        task = await get_task(session, task_id)
-        if task.status in TERMINAL:
-            return task
-        assert time.monotonic() < deadline, f"task {task_id} still {task.status}"
-        await asyncio.sleep((task.poll_interval_ms or 200) / 1000)
-
-
-async def resolve_task(created: CreateTaskResult, ctx: ClaimContext) -> CallToolResult:
-    """What `Client.call_tool` runs on a task: wait for it, return the call's own result."""
-    task = await await_task(ctx.session, created.task_id)
-    if task.status != "completed" or task.result is None:
-        raise RuntimeError(f"task {task.task_id} {task.status}: {task.error}")
-    return CallToolResult.model_validate(task.result)
-
-
-class TasksClient(ClientExtension):
-    identifier = TASKS_EXTENSION
-
-    def claims(self) -> Sequence[ResultClaim[Any]]:
-        return [ResultClaim(result_type="task", model=CreateTaskResult, resolve=resolve_task)]
+async def await_task(session: ClientSession, task_id: str) -> TaskState:
+    return await until_over(session, task_id, time.monotonic() + 10)
 
 
 def read_state(path: Path) -> dict[str, Any]:
@@ -127,12 +63,6 @@ def steer(path: Path, **control: Any) -> None:
     state = read_state(path) if path.exists() else {}
     state.setdefault("control", {}).update(control)
     path.write_text(json.dumps(state))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def stdio_client(state: Path) -> Client:
@@ -148,24 +78,12 @@ async def http_server_process(
     its banner line and stopped on the way out (unless it exited); yields its URL and the
     process."""
     port = port or free_port()
-    args = ["--http", str(port), "--state", str(state), *extra_args]
-    process = await asyncio.create_subprocess_exec(
-        *SERVER, *args, cwd=ROOT, stdout=asyncio.subprocess.PIPE
-    )
-    assert process.stdout is not None
     url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        line = (await asyncio.wait_for(process.stdout.readline(), 20)).decode()
-        assert line.strip() == f"mcp server listening on {url}"
+    command = [*SERVER, "--http", str(port), "--state", str(state), *extra_args]
+    banner = f"mcp server listening on {url}"
+    async with banner_process(command, banner, cwd=ROOT, with_stderr=False) as (process, out):
+        assert out.strip() == banner  # the banner is all it printed on the way up
         yield url, process
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), 10)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
 
 
 @contextlib.asynccontextmanager
@@ -267,7 +185,7 @@ async def test_a_write_declaring_tasks_is_answered_with_a_task(tmp_path: Path) -
     args = {"ticket_id": "T-0001", "text": "called the customer"}
     async with (
         http_server(state, ["--tasks"]) as url,
-        Client(url, extensions=[TasksClient()]) as client,
+        Client(url, extensions=[TasksExtension()]) as client,
     ):
         assert client.protocol_version == "2026-07-28"
         assert client.server_capabilities.extensions == {TASKS_EXTENSION: {}}
@@ -275,7 +193,7 @@ async def test_a_write_declaring_tasks_is_answered_with_a_task(tmp_path: Path) -
         created = await client.session.call_tool(
             "add_note", args, meta=task_meta("k1"), allow_claimed=True
         )
-        assert isinstance(created, CreateTaskResult)
+        assert isinstance(created, CreatedTask)
         assert created.status == "working"
         assert (created.ttl_ms, created.poll_interval_ms) == (600_000, 200)
         # Durable before it was answered.
@@ -333,12 +251,12 @@ async def test_a_task_outlives_its_server(tmp_path: Path) -> None:
     args = {"ticket_id": "T-0003", "text": "escalated"}
     async with (
         http_server_process(state, ["--tasks"]) as (url, process),
-        Client(url, extensions=[TasksClient()]) as client,
+        Client(url, extensions=[TasksExtension()]) as client,
     ):
         created = await client.session.call_tool(
             "add_note", args, meta=task_meta("k3"), allow_claimed=True
         )
-        assert isinstance(created, CreateTaskResult)
+        assert isinstance(created, CreatedTask)
         assert await asyncio.wait_for(process.wait(), 10) == 3
     written = read_state(state)
     assert written["notes"]["k3"]["text"] == "escalated"
@@ -352,7 +270,7 @@ async def test_a_task_outlives_its_server(tmp_path: Path) -> None:
 
     async with (
         http_server(state, ["--tasks"]) as url,
-        Client(url, extensions=[TasksClient()]) as client,
+        Client(url, extensions=[TasksExtension()]) as client,
     ):
         task = await get_task(client.session, created.task_id)
         assert task.status == "completed" and task.result is not None

@@ -149,7 +149,8 @@ class ToolActivities:
     def _tool(self, request: RunToolInput) -> Tool:
         """The tool a call runs: a native one, or an MCP server's, a write when the run's own
         spec made it one (it then has an idempotency key)."""
-        if self._mcp is not None and self._from_mcp(request.tool):
+        if self._from_mcp(request.tool):
+            assert self._mcp is not None
             return self._mcp.tool(request.tool, write=bool(request.idempotency_key))
         return self._registry.get(request.tool)
 

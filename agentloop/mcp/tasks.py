@@ -17,8 +17,8 @@ import time
 from typing import Any, Literal
 
 import mcp_types as types
-from mcp import Client
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.client.session import ClientSession
 from pydantic import ConfigDict, Field
 
 from agentloop.store import Store
@@ -27,28 +27,34 @@ TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 DEFAULT_POLL_SECONDS = 0.5
 MAX_POLL_SECONDS = 5.0
+DEFAULT_RESOLVE_SECONDS = 60.0
+"""How long `Client.call_tool` waits for a task with no read timeout of its own."""
 
 
-class CreatedTask(types.Result):
-    """`CreateTaskResult`: the answer of a `tools/call` the server turned into a task."""
+class _Task(types.Result):
+    """What the extension's `Task` says of a task (the server's word: lenient on what is not
+    needed, bounded on the id it is asked by)."""
 
     model_config = ConfigDict(extra="allow")
 
-    result_type: Literal["task"] = "task"
     task_id: str = Field(min_length=1, max_length=1_000)
     status: str = "working"
+    status_message: str | None = None
+    created_at: str | None = None
+    last_updated_at: str | None = None
+    ttl_ms: int | None = None
     poll_interval_ms: int | None = None
 
 
-class TaskState(types.Result):
+class CreatedTask(_Task):
+    """`CreateTaskResult`: the answer of a `tools/call` the server turned into a task."""
+
+    result_type: Literal["task"] = "task"
+
+
+class TaskState(_Task):
     """What `tasks/get` answers: the task's status, and its result or error once over."""
 
-    model_config = ConfigDict(extra="allow")
-
-    task_id: str
-    status: str
-    status_message: str | None = None
-    poll_interval_ms: int | None = None
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
 
@@ -75,31 +81,34 @@ class GetTaskRequest(types.Request[GetTaskParams, Literal["tasks/get"]]):
 
 class TasksExtension(ClientExtension):
     """Advertised on every connection (the SDK puts it in each request's capabilities), so
-    a server with the extension may answer any call with a task; the SDK parses that answer
-    as `CreatedTask` for a call that allows it (`allow_claimed=True`), and agentloop keeps a
-    write's handle and polls the task itself."""
+    a server with the extension may answer any call with a task. A call that allows it
+    (`allow_claimed=True`) gets the `CreatedTask` itself: agentloop keeps a write's handle
+    before it polls. `Client.call_tool` resolves one by polling it to its end."""
 
     identifier = TASKS_EXTENSION
 
     def claims(self) -> list[ResultClaim[Any]]:
-        return [ResultClaim(result_type="task", model=CreatedTask, resolve=_not_here)]
+        return [ResultClaim(result_type="task", model=CreatedTask, resolve=_resolved)]
 
 
-async def _not_here(task: CreatedTask, context: ClaimContext) -> types.CallToolResult:
-    # Only `Client.call_tool` resolves claims; agentloop calls the session, keeping the
-    # handle before it polls.
-    raise RuntimeError(f"task {task.task_id}: resolved by agentloop.mcp.tools, not the SDK")
-
-
-async def get_task(client: Client, task_id: str, timeout: float) -> TaskState:
-    request = GetTaskRequest(params=GetTaskParams(task_id=task_id))
-    return await client.session.send_request(
-        request, TaskState, request_read_timeout_seconds=timeout
+async def _resolved(task: CreatedTask, context: ClaimContext) -> types.CallToolResult:
+    timeout = context.read_timeout_seconds or DEFAULT_RESOLVE_SECONDS
+    state = await until_over(
+        context.session, task.task_id, time.monotonic() + timeout, task.poll_interval_ms
     )
+    result = state.tool_result()
+    if result is None:
+        raise RuntimeError(f"task {state.task_id} {state.status}: {state.error}")
+    return result
+
+
+async def get_task(session: ClientSession, task_id: str, timeout: float | None = None) -> TaskState:
+    request = GetTaskRequest(params=GetTaskParams(task_id=task_id))
+    return await session.send_request(request, TaskState, request_read_timeout_seconds=timeout)
 
 
 async def until_over(
-    client: Client, task_id: str, deadline: float, poll_interval_ms: int | None = None
+    session: ClientSession, task_id: str, deadline: float, poll_interval_ms: int | None = None
 ) -> TaskState:
     """Poll the task until it is over, at the pace it asks for; `TimeoutError` past
     `deadline` (`time.monotonic()`)."""
@@ -108,7 +117,7 @@ async def until_over(
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError
-        state = await get_task(client, task_id, left)
+        state = await get_task(session, task_id, left)
         if state.over:
             return state
         interval = state.poll_interval_ms or interval

@@ -138,10 +138,10 @@ class McpTools:
 
     async def _listed_or_error(self, server: str) -> dict[str, OfferedTool] | McpToolsError:
         try:
-            await self.listing(server, LISTING_MAX_AGE_SECONDS)
+            offers = await self.listing(server, LISTING_MAX_AGE_SECONDS)
         except McpToolsError as exc:
             return exc
-        return self._listings[server].tools
+        return {offer.tool: offer for offer in offers}
 
     def tool(self, name: str, *, write: bool) -> Tool:
         """The tool `name` as the worker runs it. Its spec is the worker's last listing of it
@@ -261,7 +261,7 @@ class McpCall:
             try:
                 return await self._guarded(
                     "tasks/get",
-                    lambda c: until_over(c, task_id, deadline, interval_ms),
+                    lambda c: until_over(c.session, task_id, deadline, interval_ms),
                     sent_matters=sent_matters,
                 )
             except (OutcomeUnknown, TransientError):
@@ -282,10 +282,10 @@ class McpCall:
         if lookup_tool is None:
             return Outcome(state="unknown", record=f"{self._server} has no way to look it up")
         deadline = self._deadline()
-        arguments = {"idempotency_key": ctx.idempotency_key}
+        asked = {"idempotency_key": ctx.idempotency_key}
         result = await self._guarded(
             lookup_tool,
-            lambda c: _call_tool(c, lookup_tool, arguments, None, deadline),
+            lambda c: _call_tool(c, lookup_tool, asked, None, deadline),
             sent_matters=False,
         )
         if isinstance(result, CreatedTask):
