@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -22,6 +23,7 @@ from agentloop.contract import (
     WORKFLOW_NAME,
     AgentRunInput,
     AgentRunResult,
+    ApprovalDecision,
     RunStatusView,
 )
 from agentloop.runtime.config import Settings
@@ -196,6 +198,63 @@ async def worker_process(
         await process.wait()
         if drain is not None:
             await drain
+
+
+@asynccontextmanager
+async def banner_process(
+    command: Sequence[str],
+    ready: str,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    seconds: float = 20,
+    with_stderr: bool = True,
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    """A server process, yielded with its output up to the line holding `ready` (its
+    banner); stopped with SIGTERM (then SIGKILL) on the way out unless it exited. Without
+    `with_stderr` its stderr is this process's: a server logging every request there must
+    not fill a pipe the test stops reading after the banner."""
+    process = await asyncio.create_subprocess_exec(
+        *command,
+        env=env,
+        cwd=cwd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT if with_stderr else None,
+    )
+    assert process.stdout is not None
+    banner = ""
+    try:
+        while ready not in banner:
+            line = (await asyncio.wait_for(process.stdout.readline(), seconds)).decode()
+            if not line:
+                raise AssertionError(f"{' '.join(command)} exited before it was up:\n{banner}")
+            banner += line
+        yield process, banner
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), 10)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+async def approve_as_shown(
+    handle: WorkflowHandle[Any, AgentRunResult], pending: dict[str, Any], approver: str
+) -> None:
+    """Approve one of `status.pending_approvals` under the digest of the exact arguments it
+    shows."""
+    await handle.signal(
+        "approve",
+        ApprovalDecision(
+            call_id=pending["call_id"],
+            args_digest=pending["args_digest"],
+            approved=True,
+            approver=approver,
+        ),
+    )
 
 
 async def _drain(stream: asyncio.StreamReader) -> None:

@@ -57,7 +57,7 @@ from agentloop.runtime.config import (
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, free_port, temporal_binary
 from agentloop.worker import running_worker
 from agentloop.workflows.agent_run import AgentRun
-from tests.support import start_run
+from tests.support import banner_process, start_run
 from tests.test_cli import AGENTLOOP, Finished, assert_no_traceback, process_env, run_process
 
 K1 = base64.b64encode(bytes(range(32))).decode()
@@ -465,33 +465,9 @@ async def codec_server_process(
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
     """`agentloop codec-server ARGS` running until its banner is complete; stopped on the way
     out if the test did not stop it."""
-    process = await asyncio.create_subprocess_exec(
-        *AGENTLOOP,
-        "codec-server",
-        *args,
-        env=env,
-        cwd=cwd,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    assert process.stdout is not None
-    banner = ""
-    try:
-        while CODEC_SERVER_READY not in banner:
-            line = (await asyncio.wait_for(process.stdout.readline(), 20)).decode()
-            if not line:
-                raise AssertionError(f"codec-server exited before it was up:\n{banner}")
-            banner += line
-        yield process, banner
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), 10)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+    command = [*AGENTLOOP, "codec-server", *args]
+    async with banner_process(command, CODEC_SERVER_READY, env=env, cwd=cwd) as running:
+        yield running
 
 
 @pytest.mark.integration

@@ -48,7 +48,7 @@ from agentloop.runtime.converter import data_converter as agentloop_data_convert
 from agentloop.runtime.dev_server import temporal_binary
 from agentloop.store import load_artifact_text, load_transcript, open_store
 from agentloop.store.memory import MemoryStore
-from tests.support import start_run, wait_for_phase, wait_for_status, wait_until
+from tests.support import approve_as_shown, start_run, wait_for_phase, wait_for_status, wait_until
 from tests.test_cli import process_env, run_process
 from tests.test_large_output import history_sizes
 
@@ -488,15 +488,7 @@ def reply_script(name: str) -> Script:
 async def approve_the_pending(handle: WorkflowHandle[Any, AgentRunResult]) -> None:
     view = await wait_for_phase(handle, "awaiting_approval")
     [pending] = view.pending_approvals
-    await handle.signal(
-        "approve",
-        ApprovalDecision(
-            call_id=pending["call_id"],
-            args_digest=pending["args_digest"],
-            approved=True,
-            approver="support-lead",
-        ),
-    )
+    await approve_as_shown(handle, pending, "support-lead")
 
 
 async def test_continuing_an_unresolved_run_holds_the_same_write_instead_of_sending_it_again(

@@ -22,7 +22,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.worker import Replayer
 
 from agentloop.client import start_run
-from agentloop.contract import AgentRunInput, AgentRunResult, ApprovalDecision, Principal
+from agentloop.contract import AgentRunInput, AgentRunResult, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.events import ToolResult
 from agentloop.runtime.config import Settings
@@ -30,6 +30,7 @@ from agentloop.store import load_transcript, open_store
 from agentloop.worker import running_worker
 from agentloop.workflows.agent_run import AgentRun
 from tests.support import (
+    approve_as_shown,
     wait_for_phase,
     wait_for_status,
     wait_until,
@@ -187,15 +188,7 @@ async def test_a_run_keeps_the_tools_it_started_with_when_the_server_changes_the
         assert pending["call_id"] == "c_note" and pending["arguments"] == NOTE_ARGS
         assert not state.exists()  # nothing reached the server before the approval
         steer(state, tool_set="v2")
-        await handle.signal(
-            "approve",
-            ApprovalDecision(
-                call_id="c_note",
-                args_digest=pending["args_digest"],
-                approved=True,
-                approver="support-lead",
-            ),
-        )
+        await approve_as_shown(handle, pending, "support-lead")
         result = await handle.result()
     assert result.status == "completed", result.stop_reason
     assert read_state(state)["calls"] == {"add_note": 1, "find_ticket": 1}

@@ -16,15 +16,15 @@ import pytest
 from psycopg import sql
 from temporalio.client import Client
 
-from agentloop.contract import AgentRunInput, AgentRunResult, ApprovalDecision, Principal
+from agentloop.contract import AgentRunInput, AgentRunResult, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.events import ModelOutput, ToolResult
 from agentloop.runtime.config import Settings
 from agentloop.store import load_transcript
-from agentloop.store.postgres import PostgresStore
-from tests.support import start_run, wait_for_phase, worker_env, worker_process
-from tests.test_store import postgres_url, with_search_path
+from agentloop.store.postgres import PostgresStore, with_search_path
+from tests.support import approve_as_shown, start_run, wait_for_phase, worker_env, worker_process
+from tests.test_store import postgres_url
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -100,15 +100,7 @@ async def test_two_workers_on_one_postgres_store_survive_a_sigkill_with_every_wr
         views = await asyncio.gather(*(wait_for_phase(h, "awaiting_approval") for h in handles))
         for handle, view in zip(handles, views, strict=True):
             [pending] = view.pending_approvals
-            await handle.signal(
-                "approve",
-                ApprovalDecision(
-                    call_id=pending["call_id"],
-                    args_digest=pending["args_digest"],
-                    approved=True,
-                    approver="support-lead",
-                ),
-            )
+            await approve_as_shown(handle, pending, "support-lead")
         # One worker dies while the approved writes run (the other finishes every run).
         first.send_signal(signal.SIGKILL)
         await first.wait()

@@ -11,13 +11,13 @@ import pytest
 from temporalio import workflow
 from temporalio.client import Client
 
-from agentloop.contract import AgentRunInput, ApprovalDecision, Principal
+from agentloop.contract import AgentRunInput, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.worker import running_worker
 from agentloop.workflows.agent_run import AgentRun
-from tests.support import start_run, wait_for_phase
+from tests.support import approve_as_shown, start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -86,15 +86,8 @@ async def test_a_run_evicted_while_awaiting_approval_resumes_without_running_any
             done = await start_run(client, settings, other, run_input(other, []))
             assert (await done.result()).status == "completed"
         [pending] = view.pending_approvals
-        await waiting.signal(
-            "approve",
-            ApprovalDecision(
-                call_id="c_res",
-                args_digest=pending["args_digest"],
-                approved=True,
-                approver="workshop-lead",
-            ),
-        )
+        assert pending["call_id"] == "c_res"
+        await approve_as_shown(waiting, pending, "workshop-lead")
         result = await asyncio.wait_for(waiting.result(), 30)
     assert result.status == "completed", result.stop_reason
     after = example_service.stats()["counts"]
