@@ -126,9 +126,9 @@ async def worker_parts(
     and the provider clients are open for as long as the context is.
 
     Raises `PluginError` (before anything opens) when a tool module cannot be loaded."""
-    toolbox = tools if isinstance(tools, Toolbox) else load_worker_toolbox(settings, tools)
+    toolbox = tools if isinstance(tools, Toolbox) else load_toolbox(tool_modules(settings, tools))
     servers = settings.mcp_server_configs()
-    _check_mcp_names(toolbox, servers)
+    _check_mcp_names(toolbox, servers)  # once, however the toolbox came
     store = open_store(settings.store_url)
     adapters = AdapterFactory(settings.provider_endpoints())
     mcp = mcp_tools(servers, store)

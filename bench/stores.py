@@ -33,6 +33,7 @@ from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult
 from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.runtime.audit import mask_url
 from agentloop.runtime.config import Settings
+from agentloop.store.postgres import with_search_path
 from bench.memory import PeakSampler
 from bench.processes import WorkerProcess, agentloop_worker, cpu_seconds
 from bench.report import Figure, Section, ratio
@@ -344,8 +345,7 @@ async def _schema(prefix: str) -> AsyncIterator[str]:
     async with await psycopg.AsyncConnection.connect(POSTGRES_URL, autocommit=True) as conn:
         await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
     try:
-        joiner = "&" if "?" in POSTGRES_URL else "?"
-        yield f"{POSTGRES_URL}{joiner}options=-csearch_path%3D{name}"
+        yield with_search_path(POSTGRES_URL, name)
     finally:
         async with await psycopg.AsyncConnection.connect(POSTGRES_URL, autocommit=True) as conn:
             await conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))

@@ -44,7 +44,7 @@ from agentloop.store import (
 from agentloop.store import _walk_chain as walk_chain
 from agentloop.store.chains import TranscriptCache
 from agentloop.store.memory import MemoryContents, MemoryStore
-from agentloop.store.postgres import PostgresStore
+from agentloop.store.postgres import PostgresStore, with_search_path
 from agentloop.transcript import append, parse_node
 
 POSTGRES_URL = os.environ.get(
@@ -85,10 +85,6 @@ def postgres_url() -> str:
             pytest.fail(reason)
         pytest.skip(reason)
     return POSTGRES_URL
-
-
-def with_search_path(url: str, schema: str) -> str:
-    return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
 
 
 @pytest.fixture(params=["sqlite", "postgres", "memory"])

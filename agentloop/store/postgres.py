@@ -49,6 +49,14 @@ SELECT key, parent, body FROM chain
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+def with_search_path(url: str, schema: str) -> str:
+    """`url` putting the tables in `schema` (an existing one): `schema=` as a store URL
+    carries it, for a worker configured by `AGENTLOOP_STORE_URL`."""
+    if not _IDENTIFIER.match(schema):
+        raise ValueError(f"not a plain schema name: {schema!r}")
+    return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+
+
 class PostgresStore:
     def __init__(
         self,
