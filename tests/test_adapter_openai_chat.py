@@ -17,7 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentloop.adapters._shared import _map_sdk_errors, parse_arguments
+from agentloop.adapters._openai import OPENAI_ERRORS
+from agentloop.adapters._shared import SdkErrors, map_sdk_errors, parse_arguments
+from agentloop.adapters.anthropic_messages import ANTHROPIC_ERRORS
 from agentloop.adapters.base import ModelRequest, ProviderError, UnsupportedEventError
 from agentloop.adapters.openai_chat import (
     ChatStreamAssembler,
@@ -508,8 +510,8 @@ def http_response(status: int, headers: dict[str, str] | None = None) -> httpx2.
     return httpx2.Response(status, headers=headers, request=httpx2.Request("POST", URL))
 
 
-def mapped(error: BaseException) -> ProviderError:
-    with pytest.raises(ProviderError) as caught, _map_sdk_errors():
+def mapped(error: BaseException, sdk: SdkErrors = OPENAI_ERRORS) -> ProviderError:
+    with pytest.raises(ProviderError) as caught, map_sdk_errors(sdk):
         raise error
     assert caught.value.__cause__ is error
     return caught.value
@@ -550,7 +552,6 @@ def test_authentication_error() -> None:
     [
         openai.APIConnectionError(request=httpx2.Request("POST", URL)),
         openai.APITimeoutError(request=httpx2.Request("POST", URL)),
-        anthropic.APIConnectionError(request=httpx2.Request("POST", URL)),
         httpx2.ReadError("peer closed connection mid-stream"),
     ],
 )
@@ -559,10 +560,22 @@ def test_connection_errors_are_transient(error: Exception) -> None:
     assert (e.error_class, e.retryable, e.status_code) == ("transient", True, None)
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        anthropic.APIConnectionError(request=httpx2.Request("POST", URL)),
+        httpx2.ReadError("peer closed connection mid-stream"),
+    ],
+)
+def test_anthropic_connection_errors_are_transient(error: Exception) -> None:
+    e = mapped(error, ANTHROPIC_ERRORS)
+    assert (e.error_class, e.retryable, e.status_code) == ("transient", True, None)
+
+
 def test_error_events_inside_a_stream_are_classified_by_type() -> None:
     overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
     err = anthropic.APIStatusError("busy", response=http_response(200), body=overloaded)
-    e = mapped(err)
+    e = mapped(err, ANTHROPIC_ERRORS)
     assert (e.error_class, e.retryable, e.status_code) == ("transient", True, None)
     invalid = openai.APIError(
         "bad", httpx2.Request("POST", URL), body={"type": "invalid_request_error"}
@@ -572,7 +585,7 @@ def test_error_events_inside_a_stream_are_classified_by_type() -> None:
 
 
 def test_non_sdk_errors_pass_through() -> None:
-    with pytest.raises(KeyError), _map_sdk_errors():
+    with pytest.raises(KeyError), map_sdk_errors(OPENAI_ERRORS):
         raise KeyError("ours")
 
 

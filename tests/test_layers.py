@@ -15,6 +15,8 @@ names from every floor).
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -186,3 +188,16 @@ def test_the_layer_check_finds_an_upward_import() -> None:
         "agentloop.demo.run:5 (demo) imports agentloop.cli.commands (cli)",
         "agentloop.workflows.steps:3 (workflows) imports agentloop.store.sqlite (store)",
     ]
+
+
+def test_a_worker_starts_without_importing_a_provider_sdk_or_mcp() -> None:
+    """Each SDK is imported by the adapter that uses it, when a run first calls that provider:
+    anthropic alone costs a worker 2 s at start, openai 1 s, and most workers need one."""
+    code = (
+        "import sys, agentloop.worker, agentloop.cli.commands; "
+        "print(sorted({'openai', 'anthropic', 'mcp'} & set(sys.modules)))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.strip()
+    assert loaded == "[]"

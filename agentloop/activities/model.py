@@ -20,8 +20,7 @@ from agentloop.activity_io import (
 )
 from agentloop.adapters import AdapterFactory
 from agentloop.adapters._shared import text_safe
-from agentloop.adapters.anthropic_messages import DEFAULT_MAX_TOKENS
-from agentloop.adapters.base import ModelRequest, ProviderError
+from agentloop.adapters.base import DEFAULT_MAX_TOKENS, ModelRequest, ProviderError
 from agentloop.context import budget_chars, fit, input_token_bound
 from agentloop.contract import ModelSettings
 from agentloop.events import ModelOutput

@@ -68,15 +68,18 @@ class AdapterFactory:
 
 
 def adapter_for(provider: Provider, client: SdkClient) -> ProviderAdapter:
-    """The adapter of `provider`'s wire protocol around an SDK client of the matching kind."""
-    import anthropic
-
+    """The adapter of `provider`'s wire protocol around an SDK client of the matching kind.
+    Only that protocol's SDK is imported."""
     if provider == "anthropic":
+        import anthropic
+
         from agentloop.adapters.anthropic_messages import AnthropicMessagesAdapter
 
         assert isinstance(client, anthropic.AsyncAnthropic)
         return AnthropicMessagesAdapter(client)
-    assert not isinstance(client, anthropic.AsyncAnthropic)
+    import openai
+
+    assert isinstance(client, openai.AsyncOpenAI)
     if provider == "openai-responses":
         from agentloop.adapters.openai_responses import OpenAIResponsesAdapter
 

@@ -1,6 +1,8 @@
 """Pieces every provider adapter shares: tool-call arguments, runner notes, SDK errors.
 
-Pure apart from `_map_sdk_errors`, which only translates exceptions.
+Pure apart from `map_sdk_errors`, which only translates exceptions. It imports neither SDK:
+each adapter names its own SDK's exceptions (`SdkErrors`), so a worker that talks to one
+provider never pays for importing the other (anthropic alone takes 2 s).
 """
 
 from __future__ import annotations
@@ -8,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol, assert_never, cast
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol, assert_never
 
-import anthropic
 import httpx2
-import openai
 from pydantic_core import PydanticSerializationError
 
 from agentloop.adapters.base import ProviderError, UnsupportedEventError
@@ -39,6 +40,10 @@ from agentloop.policies.bounds import (
     loads_bounded,
 )
 from agentloop.policies.errors import classify_connection_error, classify_http_error
+
+if TYPE_CHECKING:
+    import anthropic
+    import openai
 
 RUNNER_NOTE_PREFIX = "[agentloop] "
 """Marks text the runner (not the user) put in front of the model."""
@@ -159,58 +164,6 @@ class StreamAssembler(Protocol):
 
 
 @dataclass(frozen=True)
-class OpenAIEndpoint:
-    """Where an OpenAI API lives and what the SDK parses its answers into."""
-
-    path: str
-    response_type: type[Any]
-
-
-_AUTHENTICATED: Any = {"security": {"bearer_auth": True}}
-"""Request options asking the client for its usual `Authorization` header."""
-
-_RAW_EVENTS = openai.AsyncStream[object]
-"""Streamed events as the JSON objects they are: the assemblers read dicts, and building the
-SDK's model for every event (then dumping it again) cost ~70 µs an event, a token each."""
-
-
-async def complete_openai(
-    client: openai.AsyncOpenAI,
-    endpoint: OpenAIEndpoint,
-    body: dict[str, Any],
-    parse: Callable[[dict[str, Any], str], ModelOutput],
-    assembler: Callable[[str], StreamAssembler],
-) -> ModelOutput:
-    """One call through the openai client, streamed (raw event iterator, never the SDK's
-    stream helper) or not, with its request id and errors mapped. Shared by the OpenAI
-    adapters, which differ only in the endpoint, the parser and the assembler.
-
-    The body goes out as built (`client.post`), not through `create(**body)`: the resource
-    method walks the whole conversation to transform it on every call (7 ms for Chat, 28 ms
-    for Responses at 20 turns, DESIGN.md §6), and `build_request` already wrote it on the
-    wire's terms."""
-    with _map_sdk_errors():
-        if not body["stream"]:
-            response = await client.post(
-                endpoint.path, cast_to=endpoint.response_type, body=body, options=_AUTHENTICATED
-            )
-            return parse(response.model_dump(), response._request_id or "")
-        stream = await client.post(
-            endpoint.path,
-            cast_to=endpoint.response_type,
-            body=body,
-            options=_AUTHENTICATED,
-            stream=True,
-            stream_cls=_RAW_EVENTS,
-        )
-        assembling = assembler(stream.response.headers.get("x-request-id") or "")
-        async with stream:
-            async for event in stream:
-                assembling.feed(cast(dict[str, Any], event))
-        return assembling.finish()
-
-
-@dataclass(frozen=True)
 class ToolTurn:
     """A model output that asked for tools, with one result per call, in the model's order."""
 
@@ -283,16 +236,27 @@ def group_turns(events: list[Event]) -> list[Segment]:
     return segments
 
 
-# The SDK exception families, one entry per installed SDK (both are built on httpx2).
-_VALIDATION_ERRORS = (openai.APIResponseValidationError, anthropic.APIResponseValidationError)
-_STATUS_ERRORS = (openai.APIStatusError, anthropic.APIStatusError)
-_CONNECTION_ERRORS = (
-    openai.APIConnectionError,
-    anthropic.APIConnectionError,
-    httpx2.TransportError,
-)
-_API_ERRORS = (openai.APIError, anthropic.APIError)
-_SDK_ERRORS = (openai.OpenAIError, anthropic.AnthropicError)
+@dataclass(frozen=True)
+class SdkErrors:
+    """One SDK's exception families. Both SDKs are generated alike (and built on httpx2), so
+    the classes have the same names in each, all but the base."""
+
+    validation: type[openai.APIResponseValidationError | anthropic.APIResponseValidationError]
+    status: type[openai.APIStatusError | anthropic.APIStatusError]
+    connection: tuple[type[Exception], ...]
+    api: type[openai.APIError | anthropic.APIError]
+    base: type[Exception]
+
+    @classmethod
+    def of(cls, sdk: ModuleType, base: type[Exception]) -> SdkErrors:
+        return cls(
+            validation=sdk.APIResponseValidationError,
+            status=sdk.APIStatusError,
+            connection=(sdk.APIConnectionError, httpx2.TransportError),
+            api=sdk.APIError,
+            base=base,
+        )
+
 
 # An error *event* inside a 200 stream has no HTTP status of its own: infer one from its type.
 _ERROR_TYPE_STATUS = {
@@ -345,8 +309,8 @@ def _naming(request_id: str | None) -> str:
 
 
 @contextmanager
-def _map_sdk_errors() -> Iterator[None]:
-    """Re-raise any `openai`/`anthropic` SDK (or httpx2 transport) error as `ProviderError`.
+def map_sdk_errors(sdk: SdkErrors) -> Iterator[None]:
+    """Re-raise any error of the SDK (or of its httpx2 transport) as `ProviderError`.
 
     HTTP errors are classified by `policies.errors.classify_http_error` (status, headers,
     message + error code); connection failures and timeouts, including a connection dropped
@@ -355,7 +319,7 @@ def _map_sdk_errors() -> Iterator[None]:
     validate is a non-retryable `protocol` error; anything else from the SDK is `internal`."""
     try:
         yield
-    except _VALIDATION_ERRORS as err:
+    except sdk.validation as err:
         # The raw response is not kept anywhere else: its request id is the reference to it.
         request_id = _request_id(err.response.headers)
         raise ProviderError(
@@ -365,14 +329,14 @@ def _map_sdk_errors() -> Iterator[None]:
             status_code=err.status_code,
             request_id=request_id,
         ) from err
-    except _STATUS_ERRORS as err:
+    except sdk.status as err:
         message = f"{err.message} {getattr(err, 'code', None) or ''}".strip()
         headers = err.response.headers
         if err.status_code >= 400:
             raise _classified(message, err.status_code, err.status_code, headers) from err
         inferred = _error_event_status(err.body)
         raise _classified(f"error event in stream: {message}", None, inferred, headers) from err
-    except _CONNECTION_ERRORS as err:
+    except sdk.connection as err:
         advice = classify_connection_error()
         raise ProviderError(
             _bounded(f"connection failed: {type(err).__name__}: {err}"),
@@ -380,11 +344,11 @@ def _map_sdk_errors() -> Iterator[None]:
             retryable=advice.retryable,
             retry_after_seconds=advice.retry_after_seconds,
         ) from err
-    except _API_ERRORS as err:
+    except sdk.api as err:
         message = f"error event in stream: {err.message} {getattr(err, 'code', None) or ''}"
         message = message.strip()
         raise _classified(message, None, _error_event_status(err.body), {}) from err
-    except _SDK_ERRORS as err:
+    except sdk.base as err:
         raise ProviderError(
             _bounded(f"{type(err).__name__}: {err}"), error_class="internal", retryable=False
         ) from err

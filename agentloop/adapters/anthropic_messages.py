@@ -12,24 +12,31 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, assert_never, cast
 
+import anthropic
 from anthropic import AsyncAnthropic, AsyncStream
 from anthropic.types import Message as SdkMessage
 
 from agentloop.adapters._shared import (
     ArgumentsError,
+    SdkErrors,
     Segment,
     ToolTurn,
     _classified,
     _error_event_status,
-    _map_sdk_errors,
     demote_broken_calls,
     group_turns,
     make_tool_calls,
+    map_sdk_errors,
     model_parameters,
     parse_arguments,
     runner_note,
 )
-from agentloop.adapters.base import ModelRequest, ProviderError, UnsupportedEventError
+from agentloop.adapters.base import (
+    DEFAULT_MAX_TOKENS,
+    ModelRequest,
+    ProviderError,
+    UnsupportedEventError,
+)
 from agentloop.digests import canonical_json
 from agentloop.events import (
     Event,
@@ -48,7 +55,6 @@ from agentloop.tool_spec import ToolSpec
 
 PROVIDER = "anthropic"
 API = "messages"
-DEFAULT_MAX_TOKENS = 4096  # `max_tokens` is required by this API
 MAX_PAUSE_CONTINUATIONS = 5  # how many times `complete` re-sends a turn paused by `pause_turn`
 
 Block = dict[str, Any]
@@ -369,6 +375,8 @@ class MessagesStreamAssembler:
 
 # --------------------------------------------------------------------------- adapter
 
+ANTHROPIC_ERRORS = SdkErrors.of(anthropic, base=anthropic.AnthropicError)
+
 _RAW_EVENTS = AsyncStream[object]
 """Streamed events as the JSON objects they are (see `AnthropicMessagesAdapter._create`)."""
 
@@ -382,7 +390,7 @@ class AnthropicMessagesAdapter:
 
     async def complete(self, request: ModelRequest) -> ModelOutput:
         kwargs = build_request(request)
-        with _map_sdk_errors():
+        with map_sdk_errors(ANTHROPIC_ERRORS):
             parts = [await self._create(kwargs)]
             while parts[-1].paused and len(parts) <= MAX_PAUSE_CONTINUATIONS:
                 parts.append(await self._create(_continuation(kwargs, parts)))

@@ -20,6 +20,10 @@ from agentloop.contract import ModelSettings, Provider
 from agentloop.events import Event, ModelOutput
 from agentloop.tool_spec import ToolSpec
 
+DEFAULT_MAX_TOKENS = 4096
+"""The output-token limit an Anthropic request carries when the run set none: that API requires
+one. Here rather than in its adapter, so the model activity can name it without the SDK."""
+
 
 class ModelRequest(BaseModel):
     """One model call: the whole transcript so far, the tools allowed, the settings."""

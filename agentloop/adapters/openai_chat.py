@@ -14,11 +14,10 @@ from typing import Any, assert_never
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletion
 
+from agentloop.adapters._openai import OpenAIEndpoint, complete_openai
 from agentloop.adapters._shared import (
-    OpenAIEndpoint,
     Segment,
     ToolTurn,
-    complete_openai,
     demote_broken_calls,
     group_turns,
     make_tool_calls,

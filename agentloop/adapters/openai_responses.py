@@ -16,12 +16,11 @@ from typing import Any, assert_never
 from openai import AsyncOpenAI
 from openai.types.responses import Response
 
+from agentloop.adapters._openai import OpenAIEndpoint, complete_openai
 from agentloop.adapters._shared import (
-    OpenAIEndpoint,
     Segment,
     ToolTurn,
     _bounded,
-    complete_openai,
     demote_broken_calls,
     group_turns,
     make_tool_calls,
