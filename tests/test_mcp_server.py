@@ -15,14 +15,23 @@ from typing import Any, cast
 
 import pytest
 from mcp import Client
-from mcp.client.session import ClientSession
+from mcp.client.session import ClientRequestContext, ClientSession
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     CLIENT_CAPABILITIES_META_KEY,
     INVALID_PARAMS,
+    INVALID_REQUEST,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
     CallToolResult,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitRequestParams,
+    ElicitResult,
+    ErrorData,
     ImageContent,
+    InputRequiredResult,
+    InputResponses,
     RequestParamsMeta,
     TextContent,
 )
@@ -65,9 +74,10 @@ def steer(path: Path, **control: Any) -> None:
     path.write_text(json.dumps(state))
 
 
-def stdio_client(state: Path) -> Client:
+def stdio_client(state: Path, **client: Any) -> Client:
     args = [*SERVER[1:], "--stdio", "--state", str(state)]
-    return Client(StdioServerParameters(command=sys.executable, args=args, cwd=str(ROOT)))
+    params = StdioServerParameters(command=sys.executable, args=args, cwd=str(ROOT))
+    return Client(params, **client)
 
 
 @contextlib.asynccontextmanager
@@ -94,14 +104,14 @@ async def http_server(state: Path, extra_args: Sequence[str] = ()) -> AsyncItera
 
 
 @contextlib.asynccontextmanager
-async def connected(transport: str, state: Path) -> AsyncIterator[Client]:
-    """A client of a fresh server process."""
+async def connected(transport: str, state: Path, **client: Any) -> AsyncIterator[Client]:
+    """A client (`Client(..., **client)`) of a fresh server process."""
     if transport == "stdio":
-        async with stdio_client(state) as client:
-            yield client
+        async with stdio_client(state, **client) as opened:
+            yield opened
         return
-    async with http_server(state) as url, Client(url) as client:
-        yield client
+    async with http_server(state) as url, Client(url, **client) as opened:
+        yield opened
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
@@ -113,7 +123,7 @@ async def test_tools_effects_and_control(transport: str, tmp_path: Path) -> None
             name: tool.annotations and tool.annotations.read_only_hint
             for name, tool in tools.items()
         }
-        assert hints == {**dict.fromkeys(READS, True), "add_note": False}
+        assert hints == {**dict.fromkeys(READS, True), "add_note": False, "reassign_ticket": False}
         assert TASKS_EXTENSION not in (client.server_capabilities.extensions or {})
 
         # The key travels in `_meta`; a retry under it returns the first note and adds none.
@@ -279,3 +289,138 @@ async def test_a_task_outlives_its_server(tmp_path: Path) -> None:
         lost = await get_task(client.session, "task-orphan")
         assert lost.status == "failed" and lost.error is not None
         assert lost.error["code"] == -32603 and "unknown" in lost.error["message"]
+
+
+# `reassign_ticket` asks a person through the SDK's resolvers. The server asks only a client
+# whose capabilities (stamped on every 2026-07-28 request by the SDK) declare `elicitation`, and
+# the SDK's client declares it only when it has an `elicitation_callback`. Driving the rounds
+# by hand (`session.call_tool(..., allow_input_required=True)`) never calls the callback.
+
+
+async def not_asked_this_way(
+    context: ClientRequestContext, params: ElicitRequestParams
+) -> ElicitResult | ErrorData:
+    return ErrorData(code=INVALID_REQUEST, message="a 2026-07-28 server asks in its result")
+
+
+ASKING = {"elicitation_callback": not_asked_this_way}
+
+
+async def reassign(
+    client: Client,
+    key: str | None,
+    answer: ElicitResult | None = None,
+    asked: InputRequiredResult | None = None,
+    ticket_id: str = "T-0001",
+) -> CallToolResult | InputRequiredResult:
+    """One round of `reassign_ticket` under the idempotency key `key`, answering the one
+    question of the round `asked` with `answer`."""
+    responses: InputResponses | None = None
+    if answer is not None and asked is not None:
+        [question] = asked.input_requests or {}
+        responses = {question: answer}
+    result = await client.session.call_tool(
+        "reassign_ticket",
+        {"ticket_id": ticket_id},
+        meta=cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: key}) if key is not None else None,
+        input_responses=responses,
+        request_state=asked.request_state if asked is not None else None,
+        allow_input_required=True,
+    )
+    assert isinstance(result, CallToolResult | InputRequiredResult)
+    return result
+
+
+def accept(assignee: str) -> ElicitResult:
+    return ElicitResult(action="accept", content={"assignee": assignee})
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_reassignment_asks_a_person_once_and_applies_once_per_key(
+    transport: str, tmp_path: Path
+) -> None:
+    state = tmp_path / "state.json"
+    async with connected(transport, state, **ASKING) as client:
+        assert client.protocol_version == "2026-07-28"
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        tool = tools["reassign_ticket"]
+        assert tool.description == "Reassign a ticket to someone a person names"
+        assert tool.annotations is not None and tool.annotations.read_only_hint is False
+
+        asked = await reassign(client, "r1")
+        assert isinstance(asked, InputRequiredResult) and asked.request_state
+        [request] = (asked.input_requests or {}).values()
+        assert isinstance(request, ElicitRequest)
+        assert isinstance(request.params, ElicitRequestFormParams)
+        assert request.params.mode == "form"
+        assert request.params.message == "Who should take ticket T-0001?"
+        schema = request.params.requested_schema
+        assert schema["type"] == "object" and schema["required"] == ["assignee"]
+        assert {name: p["type"] for name, p in schema["properties"].items()} == {
+            "assignee": "string"
+        }
+        assert read_state(state)["reassignments"] == {}  # nothing until a person answered
+
+        done = await reassign(client, "r1", accept("dana"), asked)
+        assert isinstance(done, CallToolResult) and not done.is_error
+        assert done.structured_content == {"ticket_id": "T-0001", "assignee": "dana"}
+        applied = {"r1": {"ticket_id": "T-0001", "assignee": "dana", "key": "r1"}}
+        assert read_state(state)["reassignments"] == applied
+
+        # A retry under the key, even answered otherwise, gets the first result; so does a new
+        # call under it, at once, without asking anyone again.
+        again = await reassign(client, "r1", accept("erin"), asked)
+        assert isinstance(again, CallToolResult)
+        assert again.structured_content == done.structured_content
+        fresh = await reassign(client, "r1")
+        assert isinstance(fresh, CallToolResult)
+        assert fresh.structured_content == done.structured_content
+        written = read_state(state)
+        assert written["reassignments"] == applied
+        assert written["calls"]["reassign_ticket"] == 4  # every round is a call
+
+
+async def test_a_declined_reassignment_is_a_tool_error_and_records_nothing(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state.json"
+    async with connected("http", state, **ASKING) as client:
+        for key, action in [("r1", "decline"), ("r2", "cancel")]:
+            asked = await reassign(client, key)
+            assert isinstance(asked, InputRequiredResult)
+            refused = await reassign(client, key, ElicitResult(action=action), asked)
+            assert isinstance(refused, CallToolResult) and refused.is_error
+            [text] = refused.content
+            assert isinstance(text, TextContent)
+            assert "the reassignment of T-0001 was declined" in text.text
+
+        # No question about a ticket that does not exist.
+        unknown = await reassign(client, "r3", ticket_id="nope")
+        assert isinstance(unknown, CallToolResult) and unknown.is_error
+
+        # The faults apply to it like to any tool, on any round.
+        steer(state, fail_next="error")
+        down = await reassign(client, "r4")
+        assert isinstance(down, CallToolResult) and down.is_error
+        assert down.content == [TextContent(type="text", text="ticket system is down")]
+        asked = await reassign(client, "r4")
+        assert isinstance(asked, InputRequiredResult)
+        steer(state, fail_next="error")
+        down = await reassign(client, "r4", accept("dana"), asked)
+        assert isinstance(down, CallToolResult) and down.is_error
+        written = read_state(state)
+        assert written["reassignments"] == {}
+        assert written["calls"]["reassign_ticket"] == 8
+
+
+async def test_a_client_that_cannot_be_asked_is_refused_with_a_protocol_error(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state.json"
+    async with connected("http", state) as client:  # no elicitation callback: not declared
+        assert client.protocol_version == "2026-07-28"
+        with pytest.raises(MCPError) as refused:
+            await reassign(client, "r1")
+        assert refused.value.error.code == MISSING_REQUIRED_CLIENT_CAPABILITY
+        assert refused.value.error.data == {"requiredCapabilities": {"elicitation": {"form": {}}}}
+    assert read_state(state)["reassignments"] == {}

@@ -6,6 +6,7 @@ lives in a JSON file (`--state`) so that the test process, which does not share 
 the server, can count the effects that reached it and steer it:
 
     {"notes":   {KEY_OR_GENERATED_ID: {"note_id", "ticket_id", "text", "key"}},
+     "reassignments": {KEY_OR_GENERATED_ID: {"ticket_id", "assignee", "key"}},
      "closed":  {TICKET_ID: true},
      "calls":   {TOOL_OR_METHOD: COUNT},
      "tasks":   {TASK_ID: {"taskId", "status", "createdAt", "lastUpdatedAt", "ttlMs",
@@ -30,8 +31,19 @@ writes it back atomically after every change:
   is in the file (disarmed in that same write): a server that finished the work and died, so
   the caller must learn the outcome from a restarted server.
 
-"calls" counts every tool call when it arrives (a tool call answered with a task included)
-and every `tasks/get` under that name.
+"calls" counts every tool call when it arrives (a tool call answered with a task included,
+and each round of a call that needs input) and every `tasks/get` under that name.
+
+`reassign_ticket` is a write that needs a person's word first, through the SDK's resolvers
+(`Annotated[..., Resolve(ask_assignee)]`). On a 2026-07-28 connection whose client declares
+the `elicitation` capability, the first `tools/call` is answered with an `InputRequiredResult`
+holding one form-mode `ElicitRequest` ("Who should take ticket T-0001?", schema: a required
+string `assignee`) and a `request_state`; the retry carrying the `ElicitResult` and that
+`request_state` applies the reassignment, once per idempotency key (a call under a key
+already applied is answered its first result without asking again). A decline or cancel is a
+tool error that records nothing. On an older connection the SDK asks with a standalone
+`elicitation/create` mid-call instead; a client without the capability gets a JSON-RPC error
+(`MISSING_REQUIRED_CLIENT_CAPABILITY`).
 
 With `--tasks` the server also speaks the MCP Tasks extension (`io.modelcontextprotocol/tasks`,
 the 2026-07-28 lifecycle of SEP-2663), built on the SDK's server `Extension` API:
@@ -82,11 +94,19 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import Annotated, Any, NotRequired, TypedDict
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
-from mcp.server.mcpserver import Context, Image, MCPServer
+from mcp.server.mcpserver import (
+    AcceptedElicitation,
+    Context,
+    Elicit,
+    ElicitationResult,
+    Image,
+    MCPServer,
+    Resolve,
+)
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
@@ -154,6 +174,17 @@ class NoteLookup(TypedDict):
     record: NotRequired[dict[str, Any]]
 
 
+class Assignee(BaseModel):
+    """What `reassign_ticket` asks a person for (the elicitation's requested schema)."""
+
+    assignee: str
+
+
+class Reassignment(BaseModel):
+    ticket_id: str
+    assignee: str
+
+
 class StateFile:
     """The server's state on disk. Read on every use rather than cached, because the test
     process edits "control" between calls; written whole via a rename, so a reader (or a crash
@@ -170,7 +201,7 @@ class StateFile:
             loaded = None
         if isinstance(loaded, dict):
             state = loaded
-        for section in ("notes", "closed", "calls", "tasks", "control"):
+        for section in ("notes", "reassignments", "closed", "calls", "tasks", "control"):
             if not isinstance(state.get(section), dict):
                 state[section] = {}
         return state
@@ -363,6 +394,24 @@ def key_in(meta: Mapping[str, Any] | None) -> str | None:
     return key if isinstance(key, str) and key else None
 
 
+def assign_prompt(ticket_id: str) -> str:
+    return f"Who should take ticket {ticket_id}?"
+
+
+def ask_assignee(ticket_id: str, ctx: Context) -> Assignee | Elicit[Assignee]:
+    """`reassign_ticket`'s resolver, run before its body on every round: no question about a
+    ticket that does not exist, and none for a write already applied under this call's
+    idempotency key (its assignee stands); otherwise ask a person."""
+    require_ticket(ticket_id)
+    key = idempotency_key(ctx)
+    server = ctx.mcp_server
+    if key is not None and isinstance(server, TicketServer):
+        record = server.state.load()["reassignments"].get(key)
+        if isinstance(record, dict):
+            return Assignee(assignee=record["assignee"])
+    return Elicit(assign_prompt(ticket_id), Assignee)
+
+
 def tiny_png() -> bytes:
     """A valid 1x1 RGB PNG, built by hand so the server needs no imaging library."""
 
@@ -422,6 +471,11 @@ class TicketServer(MCPServer):
             self.close_ticket,
             annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False),
             description="Close a ticket",
+        )
+        self.add_tool(
+            self.reassign_ticket,
+            annotations=WRITE,
+            description="Reassign a ticket to someone a person names",
         )
 
     async def list_tools(self) -> list[MCPTool]:
@@ -573,6 +627,28 @@ class TicketServer(MCPServer):
         state["closed"][ticket_id] = True
         await self.commit(state)
         return Ticket(ticket_id=ticket_id, status="closed", subject="Refund for order 17")
+
+    async def reassign_ticket(
+        self,
+        ticket_id: str,
+        answer: Annotated[ElicitationResult[Assignee], Resolve(ask_assignee)],
+        ctx: Context,
+    ) -> Reassignment:
+        require_ticket(ticket_id)
+        if not isinstance(answer, AcceptedElicitation):
+            how = "" if answer.action == "decline" else " (the person cancelled)"
+            raise ToolError(f"the reassignment of {ticket_id} was declined{how}")
+        key = idempotency_key(ctx)
+        state = self.state.load()
+        reassignments: dict[str, dict[str, Any]] = state["reassignments"]
+        if key is not None and key in reassignments:
+            # Honouring the key: a retry gets the first write's result and writes nothing.
+            first = reassignments[key]
+            return Reassignment(ticket_id=first["ticket_id"], assignee=first["assignee"])
+        record = {"ticket_id": ticket_id, "assignee": answer.data.assignee, "key": key}
+        reassignments[key if key is not None else f"gen-{uuid.uuid4().hex}"] = record
+        await self.commit(state)
+        return Reassignment(ticket_id=ticket_id, assignee=record["assignee"])
 
 
 def note_result(record: dict[str, Any]) -> Note:
