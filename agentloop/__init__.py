@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from agentloop.tools.activity_tools import activity_tool
     from agentloop.tools.contract import (
         BusinessRefusal,
+        InputNeeded,
         InvalidArguments,
         OutcomeUnknown,
         PermissionDenied,
@@ -72,6 +73,7 @@ _EXPORTS = {
     "Outcome": "agentloop.tool_spec",
     "activity_tool": "agentloop.tools.activity_tools",
     "BusinessRefusal": "agentloop.tools.contract",
+    "InputNeeded": "agentloop.tools.contract",
     "InvalidArguments": "agentloop.tools.contract",
     "OutcomeUnknown": "agentloop.tools.contract",
     "PermissionDenied": "agentloop.tools.contract",
@@ -96,6 +98,7 @@ __all__ = [
     "AgentRunResult",
     "ApprovalDecision",
     "BusinessRefusal",
+    "InputNeeded",
     "InvalidArguments",
     "Limits",
     "Outcome",

@@ -88,6 +88,15 @@ class CallModelResult(BaseModel):
     workflow can check without the output's raw items)."""
 
 
+class InputReply(BaseModel):
+    """A person's answer to a tool's `InputRequest`, for the call's next run."""
+
+    pending_ref: str
+    """The request answered (`InputRequest.pending_ref`)."""
+    text: str
+    sender: str = "user"
+
+
 class RunToolInput(BaseModel):
     workflow_id: str
     call_id: str
@@ -100,6 +109,8 @@ class RunToolInput(BaseModel):
     approval_rule: str | None = None
     """`check_precondition` only: the approval rule of the call's tool, as the run's tool
     spec names it, to evaluate with the precondition (the verdict goes into history)."""
+    reply: InputReply | None = None
+    """`run_tool` only: a person's answer to what this call's tool asked when it last ran."""
 
 
 class ActivityToolInput(BaseModel):

@@ -125,6 +125,18 @@ class ModelOutput(_Frozen):
         return self.stop == "tool_calls" and bool(self.tool_calls)
 
 
+class InputRequest(_Frozen):
+    """A tool's server needs a person's answer before the call can complete (an MCP server's
+    `input_required`). Transport only: `run_tool` hands it to the workflow, which asks it
+    (`awaiting_input`) and runs the call again with the answer. Never in a transcript."""
+
+    question: str
+    """What the person is asked, bounded by the activity (`MAX_QUESTION_CHARS`)."""
+    pending_ref: str
+    """The store key of what the server needs back to go on (its request key, its state,
+    the answer's schema): of any size, so the workflow carries only this reference."""
+
+
 class ToolResult(_Frozen):
     """The outcome of one tool call, keyed by its call id, never by position."""
 
@@ -148,6 +160,9 @@ class ToolResult(_Frozen):
     """Where `run_tool` stored `content` (the store key of its bytes): the next model call
     carries this reference instead, so the content rides in workflow history once. Transport
     only: not part of the transcript node (see `transcript.node_body`)."""
+    input_request: InputRequest | None = None
+    """Set instead of an outcome when the tool asks a person first: the call has not happened
+    yet (transport only, never settled as the call's result)."""
 
 
 class StateUpdate(_Frozen):

@@ -23,7 +23,7 @@ _NODE_ADAPTER: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
 """Built once: building a TypeAdapter costs more than the parse it does (per node, per call)."""
 
 
-TRANSPORT_FIELDS = frozenset({"content_ref", "text_ref", "text_chars", "attempts"})
+TRANSPORT_FIELDS = frozenset({"content_ref", "text_ref", "text_chars", "attempts", "input_request"})
 """Event fields that say how an event travels, not what it is: never part of a node."""
 
 

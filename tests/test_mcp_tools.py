@@ -22,7 +22,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.worker import Replayer
 
 from agentloop.client import start_run
-from agentloop.contract import AgentRunInput, AgentRunResult, Principal
+from agentloop.contract import AgentRunInput, AgentRunResult, Principal, UserMessage
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.events import ToolResult
 from agentloop.runtime.config import Settings
@@ -456,6 +456,58 @@ async def test_a_write_whose_task_finished_as_the_server_died_is_resolved_by_its
     assert at_server["calls"]["tasks/get"] >= 1
     [note] = at_server["notes"].values()
     assert note["key"] == write_key(handle, "c_note")
+
+
+REASSIGN = ScriptedToolCall(
+    id="c_assign", name="tickets_reassign_ticket", arguments={"ticket_id": "T-1001"}
+)
+
+
+@pytest.mark.parametrize("reply", ["dana", "decline"])
+async def test_a_write_whose_server_asks_a_person_waits_for_the_answer_and_runs_once(
+    reply: str,
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    """The server answers the write with `input_required`: the run waits `awaiting_input`
+    with the server's question, the person's message goes back to the server with its state,
+    and the write happens once (or, declined, not at all: the model is told)."""
+    state = tmp_path / "state.json"
+    turns = [ScriptTurn(tool_calls=[REASSIGN]), ScriptTurn(text="Done.")]
+    tools = ["tickets_reassign_ticket"]
+    async with tickets_worker(client, worker_settings, tmp_path) as s:
+        handle = await start(client, scripted_provider, s, run_id, turns, tools)
+        view = await wait_for_phase(handle, "awaiting_input")
+        assert view.question == "tickets_reassign_ticket asks: Who should take ticket T-1001?"
+        assert read_state(state)["reassignments"] == {}  # asked before it acted
+        await handle.signal("message", UserMessage(text=reply, sender="support-lead"))
+        result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    at_server = read_state(state)
+    assert at_server["calls"] == {"reassign_ticket": 2}  # the question, then the answer
+    [call] = result.calls
+    assert (call.call_id, call.attempts, result.usage.tool_calls) == ("c_assign", 2, 1)
+    content = (await answered(s, result))["c_assign"].content
+    if reply == "decline":
+        assert (call.status, at_server["reassignments"]) == ("failed", {})
+        assert "declined" in content
+    else:
+        assert call.status == "succeeded"
+        [done] = at_server["reassignments"].values()
+        assert done == {
+            "ticket_id": "T-1001",
+            "assignee": "dana",
+            "key": write_key(handle, "c_assign"),
+        }
+        assert json.loads(content) == {"ticket_id": "T-1001", "assignee": "dana"}
+    assert scripted_provider.violations == []
+    history = await handle.fetch_history()
+    await Replayer(workflows=[AgentRun], data_converter=client.data_converter).replay_workflow(
+        history
+    )
 
 
 async def test_mcp_list_shows_each_tool_with_its_effect_and_why(tmp_path: Path) -> None:

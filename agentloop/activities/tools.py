@@ -6,6 +6,7 @@ workflow."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from temporalio import activity
@@ -21,7 +22,7 @@ from agentloop.activity_io import (
 )
 from agentloop.contract import Principal
 from agentloop.digests import args_digest
-from agentloop.events import ToolResult
+from agentloop.events import InputRequest, ToolResult
 from agentloop.mcp.listing import McpToolsError
 from agentloop.policies import task_state
 from agentloop.runtime.audit import audit
@@ -30,7 +31,9 @@ from agentloop.store import Store, stored_by_reference
 from agentloop.tool_spec import Outcome, ToolSpec, bounded
 from agentloop.tools.contract import (
     Artifacts,
+    InputNeeded,
     OutcomeUnknown,
+    Reply,
     Tool,
     ToolContext,
     ToolError,
@@ -41,6 +44,9 @@ from agentloop.tools.registry import UnknownToolError
 
 if TYPE_CHECKING:  # the MCP SDK is imported only by a worker that has MCP servers
     from agentloop.mcp.tools import McpTools
+
+MAX_QUESTION_CHARS = 2_000
+"""The most of a tool's question a run asks (and shows in `status`)."""
 
 ANONYMOUS = Principal(subject="anonymous")
 """The principal of a call from a run started before calls carried theirs."""
@@ -244,8 +250,11 @@ class ToolActivities:
     async def _run_tool(self, request: RunToolInput) -> ToolResult:
         tool = self._tool(request)
         try:
+            context = replace(self._context(request), reply=await self._reply(request))
             async with keep_heartbeating():
-                value = await tool.handler(request.arguments, self._context(request))
+                value = await tool.handler(request.arguments, context)
+        except InputNeeded as asked:
+            return _executed(request, tool.spec, await self._asking(request, asked))
         except ToolError as exc:
             if tool.spec.effect == "write" and (isinstance(exc, OutcomeUnknown) or exc.retryable):
                 # It may have happened: the runner asks the system of record, never resends.
@@ -261,6 +270,32 @@ class ToolActivities:
             _audit_attempt_failed(request, tool.spec, type(exc).__name__)
             raise
         return await self._succeeded(request, tool.spec, value)
+
+    async def _reply(self, request: RunToolInput) -> Reply | None:
+        """The person's reply to what the call's tool asked when it last ran, with what the
+        tool kept (empty when the store no longer has it: the tool then says it cannot go on)."""
+        if request.reply is None:
+            return None
+        kept = await self._store.get_artifact(request.reply.pending_ref)
+        pending = json.loads(kept[0]) if kept is not None else {}
+        return Reply(request.reply.text, request.reply.sender, pending)
+
+    async def _asking(self, request: RunToolInput, asked: InputNeeded) -> ToolResult:
+        """What the tool asks, for the run to ask a person; what it kept goes to the store.
+        Its content is what the model is told when the run does not ask (a run started before
+        tools could ask, or a call that asked `MAX_INPUT_ROUNDS` times already)."""
+        pending = json.dumps(asked.pending, ensure_ascii=False).encode("utf-8")
+        ref = await self._store.put_artifact(pending, "application/json")
+        question = asked.question[:MAX_QUESTION_CHARS]
+        message = f"{request.tool} needs a person's answer first: {question}"
+        return ToolResult(
+            call_id=request.call_id,
+            tool=request.tool,
+            status="failed",
+            error_class="business",
+            content=json.dumps({"error": {"class": "business", "message": message}}),
+            input_request=InputRequest(question=question, pending_ref=ref),
+        )
 
     @activity.defn(name="frame_tool_output")
     async def frame_tool_output(self, request: ToolOutput) -> ToolResult:
@@ -332,7 +367,9 @@ def _executed(
     audit(
         "tool.executed",
         **_tool_fields(request, spec),
-        result_status=result.status,
+        # A tool that asked a person did not act: its result is only what the model is told
+        # if no one is asked.
+        result_status="asked" if result.input_request else result.status,
         error_class=result.error_class,
         side_effect=result.side_effect,
         result_chars=len(result.content) if output_chars is None else output_chars,

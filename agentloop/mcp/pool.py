@@ -15,9 +15,12 @@ import logging
 import os
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
+from typing import Any
 
 import httpx2
+import mcp_types as types
 from mcp import Client
+from mcp.client.context import ClientRequestContext
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
@@ -25,6 +28,15 @@ from agentloop.mcp.tasks import TasksExtension
 from agentloop.runtime.mcp_config import McpServerConfig
 
 log = logging.getLogger(__name__)
+
+
+async def _declined_mid_call(
+    context: ClientRequestContext, params: types.ElicitRequestParams
+) -> types.ElicitResult:
+    """An older (2025-11-25) server asks mid-call, inside the activity, where no person can
+    answer: declined, so its tool says no to the model. A 2026-07-28 server never calls this:
+    its questions come back as `input_required`."""
+    return types.ElicitResult(action="decline")
 
 
 class ServerUnreachable(Exception):
@@ -117,9 +129,7 @@ class McpConnection:
                 env=dict(config.env) or None,
                 cwd=config.cwd,
             )
-            return Client(
-                params, read_timeout_seconds=config.timeout_seconds, extensions=[TasksExtension()]
-            )
+            return Client(params, **self._client_options())
         assert config.url is not None
         http = httpx2.AsyncClient(
             headers=self.headers(),
@@ -129,9 +139,17 @@ class McpConnection:
         )
         stack.push_async_callback(http.aclose)
         transport = streamable_http_client(config.url, http_client=http)
-        return Client(
-            transport, read_timeout_seconds=config.timeout_seconds, extensions=[TasksExtension()]
-        )
+        return Client(transport, **self._client_options())
+
+    def _client_options(self) -> dict[str, Any]:
+        """The worker's client takes tasks, and says it can ask a person (elicitation): a
+        2026-07-28 server then answers a call that needs input with `input_required`, which
+        the run asks (`agentloop.mcp.input`), instead of refusing the call."""
+        return {
+            "read_timeout_seconds": self.config.timeout_seconds,
+            "extensions": [TasksExtension()],
+            "elicitation_callback": _declined_mid_call,
+        }
 
     def headers(self) -> dict[str, str]:
         headers = dict(self.config.headers)

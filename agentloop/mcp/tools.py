@@ -24,6 +24,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import mcp_types as types
@@ -32,6 +33,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS, METHOD_NOT_FOUND
 from pydantic import ValidationError
 
+from agentloop.mcp.input import answered, asking
 from agentloop.mcp.listing import ListedTool, McpToolsError, OfferedTool, offered, server_of
 from agentloop.mcp.pool import McpConnection, McpPool, ServerUnreachable, reason_of
 from agentloop.mcp.tasks import (
@@ -62,6 +64,9 @@ LISTING_TIMEOUT_SECONDS = 10.0
 MAX_LISTING_PAGES = 16
 MAX_CONTENT_BLOCKS = 64
 RECONNECT_PAUSE_SECONDS = 0.5
+MAX_STATE_ROUNDS = 3
+"""How many times one run of a call follows a server that answers only "go on with this
+state" (an `input_required` asking nobody) before it is refused."""
 
 
 @dataclass
@@ -223,14 +228,36 @@ class McpCall:
         return time.monotonic() + self._spec.timeout_seconds - margin
 
     async def run(self, arguments: dict[str, Any], ctx: ToolContext[Any]) -> Any:
+        """One call. A server that asks a person first (`input_required`) raises
+        `InputNeeded`; the call's next run sends the person's reply with the server's state."""
         write = self._spec.effect == "write"
         deadline = self._deadline()
         meta = {IDEMPOTENCY_META_KEY: ctx.idempotency_key} if ctx.idempotency_key else None
-        answer = await self._guarded(
-            self._tool,
-            lambda c: _call_tool(c, self._tool, arguments, meta, deadline),
-            sent_matters=write,
-        )
+        responses, state = answered(self._tool, ctx.reply) if ctx.reply else (None, None)
+        for _ in range(MAX_STATE_ROUNDS):
+            answer = await self._guarded(
+                self._tool,
+                partial(
+                    _call_tool,
+                    tool=self._tool,
+                    arguments=arguments,
+                    meta=meta,
+                    deadline=deadline,
+                    responses=responses,
+                    request_state=state,
+                ),
+                sent_matters=write,
+            )
+            if not isinstance(answer, types.InputRequiredResult):
+                break
+            if answer.input_requests:
+                raise asking(self._tool, answer)
+            # Only state to echo: the server goes on with it, asking nobody.
+            responses, state = None, answer.request_state
+        else:
+            raise BusinessRefusal(
+                f"{self._tool}: the server asked to go on {MAX_STATE_ROUNDS} times"
+            )
         if isinstance(answer, CreatedTask):
             if write and self._store is not None:
                 await keep_handle(self._store, ctx.idempotency_key, self._server, answer.task_id)
@@ -288,6 +315,8 @@ class McpCall:
             lambda c: _call_tool(c, lookup_tool, asked, None, deadline),
             sent_matters=False,
         )
+        if isinstance(result, types.InputRequiredResult):
+            return Outcome(state="unknown", record=f"{lookup_tool} asks a person for input")
         if isinstance(result, CreatedTask):
             result = await self._finished(result, deadline, False)
         if result.is_error:
@@ -367,7 +396,9 @@ async def _call_tool(
     arguments: dict[str, Any],
     meta: dict[str, Any] | None,
     deadline: float,
-) -> types.CallToolResult | CreatedTask:
+    responses: types.InputResponses | None = None,
+    request_state: str | None = None,
+) -> types.CallToolResult | CreatedTask | types.InputRequiredResult:
     """One `tools/call`. The worker's client says it takes tasks (`TasksExtension`), so a
     server with the Tasks extension may answer any call with one."""
     timeout = max(0.1, deadline - time.monotonic())
@@ -377,13 +408,12 @@ async def _call_tool(
             arguments,
             read_timeout_seconds=timeout,
             meta=meta,  # type: ignore[arg-type]
+            input_responses=responses,
+            request_state=request_state,
             allow_input_required=True,
             allow_claimed=True,
         )
-    if isinstance(result, types.InputRequiredResult):
-        # Asking a person mid-call is not wired to `awaiting_input` yet: the model is told.
-        raise BusinessRefusal(f"{tool}: the server asks for input this run cannot give")
-    if isinstance(result, CreatedTask | types.CallToolResult):
+    if isinstance(result, CreatedTask | types.CallToolResult | types.InputRequiredResult):
         return result
     raise BusinessRefusal(f"{tool}: the server answered a {type(result).__name__}")
 

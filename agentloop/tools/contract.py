@@ -81,6 +81,32 @@ class OutcomeUnknown(ToolError):
         super().__init__(message, retryable=False)
 
 
+class InputNeeded(Exception):
+    """Raised by a handler whose system needs a person's answer before the call can happen
+    (an MCP server's `input_required`): nothing was done. The run asks `question`
+    (`awaiting_input`); the person's `message` answers it, and the call runs again (a write
+    under the same idempotency key) with `ToolContext.reply` holding the answer and `pending`.
+
+    Not a `ToolError`: it is no failure. `pending` is JSON of any size the handler needs back
+    (kept in the store; the workflow carries its reference). A call asks at most
+    `MAX_INPUT_ROUNDS` times; then what it asked goes to the model as a refusal."""
+
+    def __init__(self, question: str, pending: Mapping[str, Any]) -> None:
+        super().__init__(question)
+        self.question = question
+        self.pending = dict(pending)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A person's answer to what the call's handler asked (`InputNeeded`) the last time."""
+
+    text: str
+    sender: str
+    pending: dict[str, Any]
+    """As the handler gave it with its question."""
+
+
 class Artifacts:
     """The run's artifact store, as a tool sees it: a large output kept whole, the model sent
     a reference it pages through with the built-in `read_artifact`."""
@@ -122,6 +148,8 @@ class ToolContext(Generic[DepsT]):
     artifacts: Artifacts
     tool: str = ""
     """The tool's name."""
+    reply: Reply | None = None
+    """Set when this call's handler asked a person (`InputNeeded`) the time it last ran."""
 
 
 @dataclass(frozen=True)

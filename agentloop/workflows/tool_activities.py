@@ -9,7 +9,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from agentloop.activity_io import ActivityToolInput, RunToolInput, ToolOutput
+from agentloop.activity_io import ActivityToolInput, InputReply, RunToolInput, ToolOutput
 from agentloop.contract import Principal
 from agentloop.events import ToolCall, ToolResult
 from agentloop.tool_spec import ToolSpec
@@ -37,8 +37,15 @@ DEFINITIVE_REMOTE_ERRORS = ["InvalidArguments", "BusinessRefusal", "PermissionDe
 
 
 def start_tool(
-    call: ToolCall, spec: ToolSpec, principal: Principal, idempotency_key: str, local: bool
+    call: ToolCall,
+    spec: ToolSpec,
+    principal: Principal,
+    idempotency_key: str,
+    local: bool,
+    reply: InputReply | None = None,
 ) -> workflow.ActivityHandle[Any]:
+    """`reply`: a person's answer to what the call's tool asked when it last ran (agentloop's
+    own `run_tool` only: an activity tool never asks)."""
     summary = f"{call.name} · {call.call_id}"
     is_write = spec.effect == "write"
     if spec.activity is not None:
@@ -59,7 +66,7 @@ def start_tool(
     if local:
         return workflow.start_local_activity(
             "run_tool",
-            tool_input(call, principal, idempotency_key),
+            tool_input(call, principal, idempotency_key, reply=reply),
             result_type=ToolResult,
             start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
             retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts),
@@ -67,7 +74,7 @@ def start_tool(
         )
     return workflow.start_activity(
         "run_tool",
-        tool_input(call, principal, idempotency_key),
+        tool_input(call, principal, idempotency_key, reply=reply),
         result_type=ToolResult,
         start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
         heartbeat_timeout=TOOL_HEARTBEAT,
@@ -117,6 +124,7 @@ def tool_input(
     principal: Principal,
     idempotency_key: str = "",
     approval_rule: str | None = None,
+    reply: InputReply | None = None,
 ) -> RunToolInput:
     """What every tool-side activity of agentloop's (precondition, execution, outcome
     lookup) is given."""
@@ -128,6 +136,7 @@ def tool_input(
         idempotency_key=idempotency_key,
         principal=principal,
         approval_rule=approval_rule,
+        reply=reply,
     )
 
 

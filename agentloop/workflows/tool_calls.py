@@ -71,7 +71,12 @@ async def run_tools(state: LoopState, step: RunTools, deadline: RunDeadline) -> 
         return
     handles = [
         start_tool(
-            call, spec, state.run_input.principal, run.idempotency_keys[call.call_id], run.local
+            call,
+            spec,
+            state.run_input.principal,
+            run.idempotency_keys[call.call_id],
+            run.local,
+            run.replies.get(call.call_id),
         )
         for call, spec in step.calls
     ]
@@ -91,7 +96,7 @@ async def run_tools(state: LoopState, step: RunTools, deadline: RunDeadline) -> 
         else await tool_outcome(call, spec, handle)
         for (call, spec), handle in zip(step.calls, handles, strict=True)
     ]
-    loop.record_tool_results(state, outcomes)
+    loop.record_tool_results(state, outcomes, now=workflow.now())
 
 
 async def _finished(state: LoopState, outcome: Coroutine[Any, Any, ToolOutcome]) -> ToolOutcome:

@@ -27,6 +27,7 @@ from agentloop.contract import (
     ApprovalVerdict,
     Limits,
     RunStatusView,
+    UserMessage,
 )
 from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
@@ -116,6 +117,19 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
                 ]
             ),
             ScriptTurn(text="Noted."),
+        ],
+    )
+    seating = Script(
+        name="replay-tools-ask",
+        turns=[
+            ScriptTurn(
+                tool_calls=[
+                    ScriptedToolCall(
+                        id="call_seat", name="pick_seat", arguments={"train_number": "G1234"}
+                    )
+                ]
+            ),
+            ScriptTurn(text="Seat picked."),
         ],
     )
     weather_only = Script(
@@ -233,6 +247,10 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
                 "continue_as_new_after_events": 20,
             },
         ),
+        # Recorded with the `features-2026-12d` set (`tools-ask`): the tool asks a person
+        # first; the run waits `awaiting_input` (see `ANSWERED`), and the call runs again with
+        # the person's message.
+        "tools_ask": ([seating], {"model": seating.name, "tools": ["pick_seat"]}),
     }
 
 
@@ -253,6 +271,8 @@ INDEXED = {
 """Scenarios started with agentloop's search attributes, as the CLI starts runs."""
 APPROVED = {"approval_checked"}
 """Scenarios whose pending call is approved (by `decide_approval`) once the run waits."""
+ANSWERED = {"tools_ask": "14C"}
+"""Scenarios whose question is answered (the `message` signal) once the run waits for it."""
 
 
 async def approve_when_waiting(handle: WorkflowHandle[Any, Any]) -> None:
@@ -273,6 +293,16 @@ async def approve_when_waiting(handle: WorkflowHandle[Any, Any]) -> None:
             return
         await asyncio.sleep(0.05)
     raise TimeoutError("the run never waited for approval")
+
+
+async def answer_when_asked(handle: WorkflowHandle[Any, Any], text: str) -> None:
+    for _ in range(200):
+        view = await handle.query("status", result_type=RunStatusView)
+        if view.question:
+            await handle.signal("message", UserMessage(text=text, sender="traveller"))
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError("the run never asked")
 
 
 async def record(only: set[str]) -> None:
@@ -309,6 +339,8 @@ async def record(only: set[str]) -> None:
                 )
                 if name in APPROVED:
                     await approve_when_waiting(handle)
+                if name in ANSWERED:
+                    await answer_when_asked(handle, ANSWERED[name])
                 result = await handle.result()
                 view = await handle.query("status", result_type=RunStatusView)
                 # Each run of a chain that continued as new, the first under the name.

@@ -6,9 +6,9 @@ back once (`record_*` takes what the activities answered).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from agentloop.activity_io import CallModelInput, CallModelResult
+from agentloop.activity_io import CallModelInput, CallModelResult, InputReply
 from agentloop.contract import AgentRunInput, AgentRunResult
 from agentloop.events import ErrorClass, Event, ModelOutput, ToolResult
 from agentloop.transcript import append, is_hollow
@@ -57,6 +57,8 @@ class ToolsToRun:
     """`delegate` calls -> the input of the child run each starts."""
     local: bool
     """Every call is a read its tool declares `local`: they run as local activities."""
+    replies: dict[str, InputReply] = field(default_factory=dict)
+    """Calls going on with a person's reply to what their tool asked -> the reply."""
 
 
 @dataclass(frozen=True)

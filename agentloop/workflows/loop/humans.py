@@ -7,6 +7,7 @@ import json
 from datetime import datetime
 from typing import Any
 
+from agentloop.activity_io import InputReply
 from agentloop.contract import ApprovalDecision, ApprovalVerdict, ResolveRequest, UserMessage
 from agentloop.events import ToolResult, UserInput
 from agentloop.policies import approval
@@ -118,8 +119,9 @@ def _apply_decision(state: LoopState, decision: ApprovalDecision) -> ApprovalVer
 
 
 def record_message(state: LoopState, message: UserMessage, now: datetime) -> None:
-    """A user's message answers the pending question, or waits for the next model call (while
-    the text waiting for it stays under `MAX_WAITING_MESSAGE_CHARS`)."""
+    """A user's message answers the pending question (an `ask_user` call's, or what a tool
+    asked), or waits for the next model call (while the text waiting for it stays under
+    `MAX_WAITING_MESSAGE_CHARS`)."""
     batch = state.batch
     if batch is None or not batch.questions:
         reason = _waiting_problem(state, message)
@@ -129,6 +131,16 @@ def record_message(state: LoopState, message: UserMessage, now: datetime) -> Non
         state.outbox.append(UserInput(text=message.text, sender=message.sender))
         return
     call_id = batch.questions.pop(0)
+    asked = batch.asking.pop(call_id, None)
+    if asked is not None:
+        # The tool asked: the call runs again with the reply (a write under its same key).
+        batch.replies[call_id] = InputReply(
+            pending_ref=asked.pending_ref, text=message.text, sender=message.sender
+        )
+        if call_id not in batch.writes:  # a write that asked kept its place
+            batch.reads.insert(0, call_id)
+        state.calls[call_id].status = "pending"
+        return
     call = state.call(call_id)
     answer = {"answer": message.text, "from": message.sender}
     settle(

@@ -14,6 +14,7 @@ from typing import Any
 from agentloop.activity_io import (
     CallModelInput,
     CallModelResult,
+    InputReply,
     ModelCallBudget,
     PreconditionResult,
 )
@@ -44,6 +45,7 @@ from agentloop.workflows.loop.plan import (
 )
 from agentloop.workflows.loop.settle import close_if_answered, leave_batch, settle
 from agentloop.workflows.loop.state import (
+    MAX_INPUT_ROUNDS,
     MAX_OUTPUT_CORRECTIONS,
     MAX_WRITE_ATTEMPTS,
     SUMMARY_CHARS,
@@ -237,6 +239,7 @@ def start_tools(state: LoopState, step: RunTools, now: datetime) -> ToolsToRun:
     idempotency key); a `delegate` call gets its child run's input and slice."""
     batch = state.open_batch()
     state.phase = "executing_tools"
+    replies: dict[str, InputReply] = {}
     for call, spec in step.calls:
         record = state.calls[call.call_id]
         record.status = "running"
@@ -246,12 +249,16 @@ def start_tools(state: LoopState, step: RunTools, now: datetime) -> ToolsToRun:
         for queue in (batch.reads, batch.writes):
             if call.call_id in queue:
                 queue.remove(call.call_id)
-    state.usage.tool_calls += len(step.calls)
+        if call.call_id in batch.replies:
+            replies[call.call_id] = batch.replies.pop(call.call_id)
+    # A call going on with a person's reply is the call already reserved, not another one.
+    state.usage.tool_calls += len(step.calls) - len(replies)
     children = start_delegations(state, step, now)
     return ToolsToRun(
         idempotency_keys={c.call_id: state.calls[c.call_id].idempotency_key for c, _ in step.calls},
         children=children,
         local=not children and runs_locally(state, [spec for _, spec in step.calls]),
+        replies=replies,
     )
 
 
@@ -275,11 +282,15 @@ def runs_locally(state: LoopState, specs: Iterable[ToolSpec]) -> bool:
 
 
 def record_tool_results(
-    state: LoopState, outcomes: list[ToolOutcome], paused_seconds: float = 0.0
+    state: LoopState,
+    outcomes: list[ToolOutcome],
+    paused_seconds: float = 0.0,
+    now: datetime | None = None,
 ) -> None:
     """Record each outcome under its call id; an answered batch goes to the model.
     `paused_seconds`: the longest a child run of the step waited for humans, which is not this
-    run's working time either."""
+    run's working time either. `now`: when the outcomes came (without it, as for a child
+    run's step, no call waits for a person its tool asks)."""
     if paused_seconds:
         record_pause(state, paused_seconds)
     batch = state.open_batch()
@@ -293,9 +304,33 @@ def record_tool_results(
             state.calls[result.call_id].status = "unknown"
             state.calls[result.call_id].result_summary = result.content[:SUMMARY_CHARS]
             batch.unknown.append(result.call_id)
+        elif result.input_request is not None and now is not None and _asks(state, result, now):
+            continue
         else:
-            settle(state, batch, result)
+            settle(state, batch, result.model_copy(update={"input_request": None}))
     close_if_answered(state)
+
+
+def _asks(state: LoopState, result: ToolResult, now: datetime) -> bool:
+    """The call waits for a person's answer to what its tool asked (feature `tools-ask`), at
+    most `MAX_INPUT_ROUNDS` times; otherwise (False) its result, saying what the tool asked,
+    goes to the model. Nothing happened: the tool asked before it acted."""
+    asked = result.input_request
+    batch = state.open_batch()
+    rounds = batch.input_rounds.get(result.call_id, 0)
+    if asked is None or not state.has(Feature.TOOLS_ASK) or rounds >= MAX_INPUT_ROUNDS:
+        return False
+    batch.input_rounds[result.call_id] = rounds + 1
+    batch.asking[result.call_id] = asked
+    if not batch.questions:
+        batch.asked_at = now
+    batch.questions.append(result.call_id)
+    if state.spec_of(result.call_id).effect == "write":
+        batch.writes.insert(0, result.call_id)
+    record = state.calls[result.call_id]
+    record.status = "awaiting_input"
+    record.result_summary = asked.question[:SUMMARY_CHARS]
+    return True
 
 
 def _count_attempts(state: LoopState, call_id: str, outcome: ToolOutcome) -> None:

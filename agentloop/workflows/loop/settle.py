@@ -32,7 +32,8 @@ def leave_batch(batch: Batch, call_id: str) -> None:
     for queue in (batch.reads, batch.writes, batch.questions, batch.unknown):
         if call_id in queue:
             queue.remove(call_id)
-    batch.approvals.pop(call_id, None)
+    for pending in (batch.approvals, batch.asking, batch.replies):
+        pending.pop(call_id, None)
 
 
 def stopping_rejection(state: LoopState, batch: Batch) -> tuple[str, ApprovalDecision] | None:

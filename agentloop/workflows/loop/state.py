@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agentloop.activity_io import InputReply
 from agentloop.contract import (
     AgentRunInput,
     ApprovalDecision,
@@ -24,7 +25,15 @@ from agentloop.contract import (
     UnresolvedWrite,
     Usage,
 )
-from agentloop.events import Event, Instruction, ModelOutput, ToolCall, ToolResult, UserInput
+from agentloop.events import (
+    Event,
+    InputRequest,
+    Instruction,
+    ModelOutput,
+    ToolCall,
+    ToolResult,
+    UserInput,
+)
 from agentloop.policies.approval import PendingApproval
 from agentloop.policies.progress import TurnFingerprint
 from agentloop.tool_spec import BUILTIN_TOOLS, ToolSpec
@@ -117,6 +126,11 @@ class Feature(StrEnum):
     and in a result's `unsent`. At most `MAX_WAITING_MESSAGES` messages wait for the model, and
     the ledger holds at most `MAX_LEDGER_ARGUMENT_BYTES` of arguments. Before it, such texts
     rode inline in every one of those."""
+    TOOLS_ASK = "tools-ask"
+    """A tool may ask a person before its call can happen (`InputNeeded`; an MCP server's
+    `input_required`): the call waits `awaiting_input` with the batch's questions, and the
+    person's `message` goes back to the tool when the call runs again (at most
+    `MAX_INPUT_ROUNDS` times). Before it, what the tool asked went to the model as a refusal."""
 
 
 FEATURES = (
@@ -154,18 +168,18 @@ FEATURES_2026_12B = (
     Feature.INDEXED_HOWEVER_STARTED,
 )
 
+FEATURES_2026_12C = (
+    *FEATURES_2026_12B,
+    Feature.TEXTS_BY_REFERENCE,
+    Feature.ORDERED_BATCH,
+    Feature.STRICT_BUDGETS,
+    Feature.CONTINUE_CHAIN_USAGE,
+    Feature.TASK_STATE,
+)
+
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
-    (
-        "features-2026-12c",
-        (
-            *FEATURES_2026_12B,
-            Feature.TEXTS_BY_REFERENCE,
-            Feature.ORDERED_BATCH,
-            Feature.STRICT_BUDGETS,
-            Feature.CONTINUE_CHAIN_USAGE,
-            Feature.TASK_STATE,
-        ),
-    ),
+    ("features-2026-12d", (*FEATURES_2026_12C, Feature.TOOLS_ASK)),
+    ("features-2026-12c", FEATURES_2026_12C),
     ("features-2026-12b", FEATURES_2026_12B),
     ("features-2026-12", FEATURES_2026_12),
     ("features-2026-11", FEATURES_2026_11),
@@ -185,6 +199,10 @@ action) go back to the model as errors; past this many in a run, the run stops."
 
 MAX_OUTPUT_CORRECTIONS = 2
 """How many times a final answer that breaks `output_schema` goes back to the model."""
+
+MAX_INPUT_ROUNDS = 3
+"""How many times one call's tool may ask a person (feature `tools-ask`); asked once more, the
+call goes to the model as a refusal saying what the tool asked."""
 
 MAX_WRITE_ATTEMPTS = 2
 """A write the system of record says definitely did not happen is sent again (same key) at
@@ -261,8 +279,16 @@ class Batch(BaseModel):
     to_check: list[DecisionToCheck] = Field(default_factory=list)
     """Decisions the worker has not checked yet (feature `approvals-checked-by-worker`)."""
     questions: list[str] = Field(default_factory=list)
-    """`ask_user` calls waiting for the user's `message`."""
+    """`ask_user` calls, and calls whose tool asked (`asking`), waiting for the user's
+    `message`, in the order asked."""
     asked_at: datetime | None = None
+    asking: dict[str, InputRequest] = Field(default_factory=dict)
+    """Calls whose tool asked a person before it could go on -> what it asked (a write among
+    them stays first in `writes`, so nothing the model put after it runs before it)."""
+    replies: dict[str, InputReply] = Field(default_factory=dict)
+    """Calls a person answered, waiting to run again with the reply."""
+    input_rounds: dict[str, int] = Field(default_factory=dict)
+    """How many times each call's tool asked."""
     unknown: list[str] = Field(default_factory=list)
     """Writes whose outcome is unknown: the system of record is asked before anything else."""
     reconciling: dict[str, Reconciliation] = Field(default_factory=dict)

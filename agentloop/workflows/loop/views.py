@@ -76,7 +76,10 @@ def question(state: LoopState) -> str | None:
     batch = state.batch
     if batch is None or not batch.questions:
         return None
-    return str(state.call(batch.questions[0]).arguments.get("question", ""))
+    call_id = batch.questions[0]
+    if call_id in batch.asking:
+        return f"{state.call(call_id).name} asks: {batch.asking[call_id].question}"
+    return str(state.call(call_id).arguments.get("question", ""))
 
 
 def facts(state: LoopState) -> list[str]:
