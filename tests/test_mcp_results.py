@@ -11,10 +11,11 @@ import mcp_types as types
 import pytest
 
 from agentloop.contract import Principal
+from agentloop.mcp.calls import MAX_CONTENT_BLOCKS, shown_output, task_outcome
 from agentloop.mcp.listing import McpToolsError
 from agentloop.mcp.pool import McpPool
 from agentloop.mcp.tasks import TaskState, handle_key, keep_handle, kept_handle
-from agentloop.mcp.tools import MAX_CONTENT_BLOCKS, McpTools, shown_output, task_outcome
+from agentloop.mcp.tools import McpTools
 from agentloop.runtime.mcp_config import McpServerConfig
 from agentloop.store.memory import MemoryStore
 from agentloop.tools.contract import Artifacts, ToolContext
