@@ -12,6 +12,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
@@ -75,6 +76,7 @@ class WorkerParts:
     toolbox: Toolbox
 
     max_cached_workflows: int = 1_000
+    sticky_timeout_seconds: float = 10.0
 
     def worker_kwargs(self) -> dict[str, Any]:
         return {
@@ -82,6 +84,9 @@ class WorkerParts:
             "activities": self.activities,
             "workflow_runner": self.workflow_runner,
             "max_cached_workflows": self.max_cached_workflows,
+            "sticky_queue_schedule_to_start_timeout": timedelta(
+                seconds=self.sticky_timeout_seconds
+            ),
         }
 
 
@@ -168,6 +173,7 @@ async def worker_parts(
                 workflow_runner=workflow_runner(settings.workflow_sandbox),
                 toolbox=toolbox,
                 max_cached_workflows=settings.max_cached_workflows,
+                sticky_timeout_seconds=settings.sticky_timeout_seconds,
             )
     finally:
         if mcp is not None:

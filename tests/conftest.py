@@ -77,6 +77,8 @@ def worker_settings(
         anthropic_base_url=scripted_provider.anthropic_base_url,
         # A hung write is given up on (and looked up) quickly in tests.
         tool_http_timeout_seconds=2.0,
+        # A killed worker's runs move to the next one in 3 s, not Temporal's default 10.
+        sticky_timeout_seconds=3.0,
         tools=EXAMPLE_TOOLS_MODULE,
     )
 

@@ -149,6 +149,7 @@ def worker_env(client: Client, settings: Settings, store: Path) -> dict[str, str
         "AGENTLOOP_EXAMPLE_SERVICE_URL": settings.example_service_url,
         "AGENTLOOP_TOOL_HTTP_TIMEOUT_SECONDS": str(settings.tool_http_timeout_seconds),
         "AGENTLOOP_TOOLS": settings.tools or "",
+        "AGENTLOOP_STICKY_TIMEOUT_SECONDS": str(settings.sticky_timeout_seconds),
     }
     for name, value in (
         ("OPENAI_API_KEY", settings.openai_api_key),

@@ -5,7 +5,8 @@ effect in the system of record.
 Each test runs its worker as a separate OS process (own task queue, own transcript store), so
 the kill is the real thing: no cleanup, no goodbye to the server. The server notices a lost
 activity through its heartbeat timeout (5 s for tools, 10 s for model calls) and a lost sticky
-workflow task after about 10 s, so each test takes 10-25 s; a lost outcome lookup has no
+workflow task after the workers' sticky timeout (3 s here, `AGENTLOOP_STICKY_TIMEOUT_SECONDS`),
+so each test takes 10-20 s; a lost outcome lookup has no
 heartbeat and is only given up on at its start-to-close timeout (the tool's 45 s), so that test
 takes about 50 s. Every wait is bounded and waits on something observable (the `status` query,
 the provider's request log, the service's stats). Each history is checked too: no workflow task

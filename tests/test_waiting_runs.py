@@ -6,6 +6,7 @@ again (counted at the example service)."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import pytest
 from temporalio import workflow
@@ -15,7 +16,7 @@ from agentloop.contract import AgentRunInput, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
-from agentloop.worker import running_worker
+from agentloop.worker import running_worker, worker_parts
 from agentloop.workflows.agent_run import AgentRun
 from tests.support import approve_as_shown, start_run, wait_for_phase
 
@@ -97,3 +98,15 @@ async def test_a_run_evicted_while_awaiting_approval_resumes_without_running_any
     assert example_service.records()["reservations"] == 1
     # It was built anew to resume: replayed from its history, not kept in memory.
     assert constructed.count(run_id) >= 2, constructed
+
+
+async def test_the_worker_takes_its_cache_size_and_sticky_timeout_from_its_settings(
+    client: Client, worker_settings: Settings
+) -> None:
+    own = worker_settings.model_copy(
+        update={"max_cached_workflows": 7, "sticky_timeout_seconds": 2.5}
+    )
+    async with worker_parts(client, own) as parts:
+        given = parts.worker_kwargs()
+    assert given["max_cached_workflows"] == 7
+    assert given["sticky_queue_schedule_to_start_timeout"] == timedelta(seconds=2.5)

@@ -115,6 +115,11 @@ class Settings(BaseModel):
     """Runs a worker keeps in its sticky cache (Temporal's `max_cached_workflows`). A run
     waiting on a person costs the worker nothing beyond its place here; one evicted resumes
     by replaying its history, running nothing again."""
+    sticky_timeout_seconds: float = 10.0
+    """How long a run's next workflow task waits for the worker that has it cached before any
+    worker may take it (Temporal's sticky schedule-to-start timeout): after a worker dies,
+    its runs go on elsewhere this much later. Shorter moves them sooner, at the price of
+    replays when a busy worker is merely slow to poll."""
     codec_keys: str | None = Field(default=None, repr=False)
     """`ID:BASE64KEY[,ID:BASE64KEY...]`, the first active: with it every payload in workflow
     history is encrypted (AES-256-GCM, `agentloop.runtime.codec`); the others still decrypt."""
@@ -246,6 +251,7 @@ VARIABLES: dict[str, Variable] = {
         "AGENTLOOP_TOOL_HTTP_TIMEOUT_SECONDS", check_positive_number
     ),
     "max_cached_workflows": Variable("AGENTLOOP_MAX_CACHED_WORKFLOWS", check_count),
+    "sticky_timeout_seconds": Variable("AGENTLOOP_STICKY_TIMEOUT_SECONDS", check_positive_number),
     "codec_keys": Variable(
         "AGENTLOOP_CODEC_KEYS", check_codec_keys, secret=True, mask=mask_key_ring
     ),
@@ -257,7 +263,9 @@ VARIABLES: dict[str, Variable] = {
 }
 """Settings field -> its environment variable (and file key: the field name)."""
 
-_NUMBER_FIELDS = frozenset({"tool_http_timeout_seconds", "max_cached_workflows"})
+_NUMBER_FIELDS = frozenset(
+    {"tool_http_timeout_seconds", "max_cached_workflows", "sticky_timeout_seconds"}
+)
 _LIST_FIELDS = frozenset({"tools", "approver_keys"})
 _TABLE_FIELDS = frozenset({"mcp_servers"})
 """Given in the file as a table, kept as its JSON text (the variable's form)."""
