@@ -28,6 +28,7 @@ from agentloop.cli.dev import DevStack, DevStackPorts
 from bench import (
     adapters,
     history,
+    mcp_clients,
     outputs,
     paused,
     replay,
@@ -70,6 +71,8 @@ class Plan:
     """Section 8: runs paused for approval at once, on a worker caching this many."""
     store_runs: int = 200
     """Sections 9 and 10: concurrent 5-turn runs per store setup, and under the profiler."""
+    mcp_calls: int = 50
+    """Section 11: sequential MCP reads per workflow, through each client."""
 
 
 def plan(args: argparse.Namespace) -> Plan:
@@ -94,6 +97,7 @@ def plan(args: argparse.Namespace) -> Plan:
             paused_runs=20,
             paused_cached=10,
             store_runs=5,
+            mcp_calls=10,
         )
     return Plan(
         False,
@@ -186,6 +190,7 @@ async def measure(p: Plan) -> tuple[list[Section], int]:
                 p.paused_cached,
             )
             store_sections = await stores.measure(client, settings, provider, work, p.store_runs)
+            mcp_section = await mcp_clients.measure(client, settings, provider, work, p.mcp_calls)
             long = await replay.record_long(client, settings, provider, p.replay_turns)
             requests = await adapters.record_requests(client, settings, provider, p.adapter_turns)
         # Timed with the stack stopped: no worker, server or provider competes for the CPU.
@@ -198,6 +203,7 @@ async def measure(p: Plan) -> tuple[list[Section], int]:
         done(paused_section)
         for section in store_sections:
             done(section)
+        done(mcp_section)
     return sections, one.failures
 
 

@@ -98,6 +98,14 @@ SECTIONS = {
             "inside agentloop/",
         ],
     ),
+    11: (
+        "MCP clients",
+        [
+            "read: wall per call",
+            "read: CPU per call",
+            "cut-off write: notes at the server, agentloop vs temporalio-mcp",
+        ],
+    ),
 }
 NUMBER = re.compile(r"\d")
 
@@ -145,5 +153,6 @@ def test_the_short_benchmark_prints_every_figure(tmp_path: Path) -> None:
         "paused_runs",
         "stores",
         "worker_cost",
+        "mcp_clients",
     ]
     assert all(section["figures"] for section in document["sections"])
