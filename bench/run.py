@@ -90,7 +90,8 @@ def plan(args: argparse.Namespace) -> Plan:
             large_output_turns=5,
             long_turns=30,
             long_continue_as_new_events=120,  # crosses a few boundaries in 30 turns
-            overhead_repeats=2,
+            overhead_turns=10,
+            overhead_repeats=1,
             replay_repeats=1,
             timing_budget_seconds=0.2,
             transport_calls=5,
