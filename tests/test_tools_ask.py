@@ -222,3 +222,26 @@ def test_a_reply_that_does_not_fit_the_form_is_asked_again_saying_why() -> None:
     assert again.value.pending == counted
     with pytest.raises(BusinessRefusal, match="no longer kept"):
         answered("book", Reply("3", "lead", {}))
+
+
+def test_a_reply_nested_past_the_bound_is_only_text() -> None:
+    """Not parsed (no recursion to crash the activity): text that fits no form."""
+    deep = "[" * 50_000 + "]" * 50_000
+    with pytest.raises(InputNeeded, match="does not fit"):
+        answered(
+            "book",
+            Reply(
+                deep,
+                "lead",
+                {
+                    **PENDING,
+                    "schema": {
+                        **FORM,
+                        "properties": {
+                            "assignee": {"type": "string"},
+                            "floor": {"type": "integer"},
+                        },
+                    },
+                },
+            ),
+        )

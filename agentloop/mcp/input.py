@@ -17,6 +17,8 @@ from typing import Any
 import mcp_types as types
 from pydantic import ValidationError
 
+from agentloop.contract import MAX_MESSAGE_CHARS
+from agentloop.policies.bounds import loads_bounded
 from agentloop.policies.validation import schema_problem, schema_problems
 from agentloop.tools.contract import BusinessRefusal, InputNeeded, Reply
 
@@ -95,9 +97,9 @@ def answered(tool: str, reply: Reply) -> tuple[types.InputResponses, str | None]
 
 def _content(text: str, schema: dict[str, Any]) -> Any:
     """A JSON object as it is; any other text is the value of a form's only field."""
-    try:
-        value = json.loads(text)
-    except ValueError:
+    try:  # a person's message, but from outside all the same: bounded
+        value = loads_bounded(text, max_chars=MAX_MESSAGE_CHARS)
+    except ValueError:  # OutOfBounds included
         value = None
     if isinstance(value, dict):
         return value

@@ -307,7 +307,9 @@ def record_tool_results(
         elif result.input_request is not None and now is not None and _asks(state, result, now):
             continue
         else:
-            settle(state, batch, result.model_copy(update={"input_request": None}))
+            if result.input_request is not None:  # not asked: the model is told instead
+                result = result.model_copy(update={"input_request": None})
+            settle(state, batch, result)
     close_if_answered(state)
 
 
