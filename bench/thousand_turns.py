@@ -29,7 +29,9 @@ async def play_weather(
     continue_as_new_after_events: int | None,
 ) -> Attempt:
     name = f"bench-long-{turns}-{uuid.uuid4().hex[:8]}"
-    script = weather_script(name, turns)
+    # `turns` model calls, the last one the final answer: a run may make at most
+    # MAX_RUN_CALLS, so a 1,000-turn run is 999 tool turns and the answer.
+    script = weather_script(name, turns - 1)
     provider.register(script)
     run_input = long_input(script, ["get_weather"]).model_copy(
         update={"continue_as_new_after_events": continue_as_new_after_events}
@@ -91,7 +93,8 @@ def section(
     )
     result = Section(
         key="long_run",
-        title=f"long run: {turns} turns of one get_weather read each ({trigger})",
+        title=f"long run: {turns} turns (model calls), each but the last with one get_weather "
+        f"read ({trigger})",
         baseline=f"a {BASELINE_TURNS}-turn run of the same kind, just before, same worker",
     )
     result.add(

@@ -233,7 +233,8 @@ async def test_a_recipient_that_would_backtrack_is_refused_at_once(
                             recipient=recipient,
                             body="Hi",
                         )
-                    ]
+                    ],
+                    fragment_chars=4096,
                 ),
                 ScriptTurn(text="Could not send."),
             ],
@@ -722,7 +723,10 @@ async def test_tool_calls_whose_arguments_pass_the_output_bound_do_not_run(
         call(f"c_{n}", "send_reply", ticket_id="T-1001", recipient="dana@example.com", body=body)
         for n in range(3)
     ]
-    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(tool_calls=calls)]))
+    # Streamed in 4 KB fragments, not the scripted default of 5 characters: 120,000 events
+    # took 10 s and tested nothing more.
+    turn = ScriptTurn(tool_calls=calls, fragment_chars=4096)
+    scripted_provider.register(Script(name=run_id, turns=[turn]))
     handle = await start_run(client, worker, run_id, run_input(run_id, ["send_reply"]))
     result = await asyncio.wait_for(handle.result(), 30)
     assert result.status == "incomplete"

@@ -223,7 +223,8 @@ async def test_a_run_whose_calls_would_hold_too_many_argument_bytes_stops_before
         return ScriptTurn(
             tool_calls=[
                 call(f"c_{turn}{n}", "get_weather", city=city, date="2026-12-01") for n in range(2)
-            ]
+            ],
+            fragment_chars=4096,  # not 5: 80,000 events a turn test nothing more
         )
 
     scripted_provider.register(
