@@ -3,6 +3,7 @@ in-process worker per test session. Every run gets its own workflow id."""
 
 from __future__ import annotations
 
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +20,29 @@ from agentloop.runtime.config import Settings
 from agentloop.runtime.converter import data_converter as agentloop_data_converter
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, temporal_binary
 from agentloop.worker import running_worker
+
+BENCH_SMOKE_TEST = "test_bench_smoke.py::test_the_short_benchmark_prints_every_figure"
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` / `-k` deselected what they deselect
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """When the bench's smoke test is selected, the short bench starts now, beside the rest of
+    the suite, and the test moves to the end, where it reads what the bench printed."""
+    smoke = [item for item in items if item.nodeid.endswith(BENCH_SMOKE_TEST)]
+    if not smoke:
+        return
+    from tests.test_bench_smoke import SHORT_BENCH, ShortBench
+
+    items[:] = [item for item in items if item not in smoke] + smoke
+    config.stash[SHORT_BENCH] = ShortBench(Path(tempfile.mkdtemp(prefix="agentloop-bench-")))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from tests.test_bench_smoke import SHORT_BENCH
+
+    bench = config.stash.get(SHORT_BENCH, None)
+    if bench is not None:
+        bench.stop()
 
 
 @pytest.fixture(scope="session")
