@@ -6,7 +6,6 @@ workflow."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from temporalio import activity
@@ -212,7 +211,7 @@ class ToolActivities:
             return True
         return await rule.evaluate(request.arguments, request.principal or ANONYMOUS)
 
-    def _context(self, request: RunToolInput) -> ToolContext[Any]:
+    def _context(self, request: RunToolInput, reply: Reply | None = None) -> ToolContext[Any]:
         return ToolContext(
             **context_fields(
                 self._toolbox,
@@ -222,7 +221,8 @@ class ToolActivities:
                 workflow_id=request.workflow_id,
                 idempotency_key=request.idempotency_key,
                 principal=request.principal,
-            )
+            ),
+            reply=reply,
         )
 
     @activity.defn(name="lookup_outcome")
@@ -250,11 +250,11 @@ class ToolActivities:
     async def _run_tool(self, request: RunToolInput) -> ToolResult:
         tool = self._tool(request)
         try:
-            context = replace(self._context(request), reply=await self._reply(request))
+            context = self._context(request, await self._reply(request))
             async with keep_heartbeating():
                 value = await tool.handler(request.arguments, context)
         except InputNeeded as asked:
-            return _executed(request, tool.spec, await self._asking(request, asked))
+            return _executed(request, tool.spec, await self._asking(request, tool.spec, asked))
         except ToolError as exc:
             if tool.spec.effect == "write" and (isinstance(exc, OutcomeUnknown) or exc.retryable):
                 # It may have happened: the runner asks the system of record, never resends.
@@ -280,21 +280,20 @@ class ToolActivities:
         pending = json.loads(kept[0]) if kept is not None else {}
         return Reply(request.reply.text, request.reply.sender, pending)
 
-    async def _asking(self, request: RunToolInput, asked: InputNeeded) -> ToolResult:
+    async def _asking(
+        self, request: RunToolInput, spec: ToolSpec, asked: InputNeeded
+    ) -> ToolResult:
         """What the tool asks, for the run to ask a person; what it kept goes to the store.
-        Its content is what the model is told when the run does not ask (a run started before
+        Its result is what the model is told when the run does not ask (a run started before
         tools could ask, or a call that asked `MAX_INPUT_ROUNDS` times already)."""
         pending = json.dumps(asked.pending, ensure_ascii=False).encode("utf-8")
         ref = await self._store.put_artifact(pending, "application/json")
         question = asked.question[:MAX_QUESTION_CHARS]
-        message = f"{request.tool} needs a person's answer first: {question}"
-        return ToolResult(
-            call_id=request.call_id,
-            tool=request.tool,
-            status="failed",
-            error_class="business",
-            content=json.dumps({"error": {"class": "business", "message": message}}),
-            input_request=InputRequest(question=question, pending_ref=ref),
+        told = _failure(
+            request, spec, "business", f"{request.tool} needs a person's answer first: {question}"
+        )
+        return told.model_copy(
+            update={"input_request": InputRequest(question=question, pending_ref=ref)}
         )
 
     @activity.defn(name="frame_tool_output")
