@@ -33,6 +33,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from agentloop.activity_io import RunToolInput
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, Principal
+from agentloop.demo.mcp_server import StateFile
 from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
 from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.events import ToolResult
@@ -102,13 +103,15 @@ async def mcp_server(work: Path) -> AsyncIterator[tuple[str, Path]]:
 
 
 def steer(state: Path, **control: Any) -> None:
-    current = json.loads(state.read_text()) if state.exists() else {}
-    current.setdefault("control", {}).update(control)
-    state.write_text(json.dumps(current))
+    """Set control fields of the server's state file, written whole as the server writes it."""
+    file = StateFile(state)
+    current = file.load()
+    current["control"].update(control)
+    file.save(current)
 
 
 def notes(state: Path) -> int:
-    return len(json.loads(state.read_text()).get("notes", {}))
+    return len(StateFile(state).load()["notes"])
 
 
 async def measure(
@@ -195,7 +198,7 @@ async def cut_off_writes(
         ("temporalio-mcp", {}),
         ("temporalio-mcp, our key in _meta", {IDEMPOTENCY_META_KEY: f"bench-{uuid.uuid4()}"}),
     ):
-        before = notes(state) if state.exists() else 0
+        before = notes(state)
         steer(state, after_commit="hang")
         await client.execute_workflow(
             McpCalls.run,
