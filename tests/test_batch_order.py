@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from agentloop.contract import AgentRunInput, AgentRunResult, ApprovalDecision, Principal
+from agentloop.contract import AgentRunInput, AgentRunResult, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.workflows.loop.state import Batch, Reconciliation
-from tests.support import start_run, wait_for_phase
+from tests.support import approve_as_shown, start_run, wait_for_phase
 
 PRINCIPAL = Principal(subject="p-alice", scopes=["workshops:read", "workshops:write"])
 
@@ -46,15 +46,7 @@ async def run_batch(
     handle = await start_run(client, worker, run_id, run_input)
     view = await wait_for_phase(handle, "awaiting_approval")
     [pending] = view.pending_approvals
-    await handle.signal(
-        "approve",
-        ApprovalDecision(
-            call_id=pending["call_id"],
-            args_digest=pending["args_digest"],
-            approved=True,
-            approver="workshop-lead",
-        ),
-    )
+    await approve_as_shown(handle, pending, "workshop-lead")
     result = await asyncio.wait_for(handle.result(), 30)
     assert result.status == "completed", result.stop_reason
     assert {c.call_id: c.status for c in result.calls} == {c.id: "succeeded" for c in calls}
