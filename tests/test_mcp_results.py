@@ -1,6 +1,7 @@
 """What an MCP server's answers become, without a server: a tool result's content (text kept,
 binary content stored as artifacts, a flood of blocks cut), a task's status as a write's
-outcome, and where a write's task handle is kept. All of it is untrusted input."""
+outcome, where a write's task handle is kept, and a server's errors in words. All of it is
+untrusted input."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from typing import Any
 
 import mcp_types as types
 import pytest
+from mcp.shared.exceptions import MCPError
+from pydantic import TypeAdapter, ValidationError
 
 from agentloop.contract import Principal
 from agentloop.mcp.calls import MAX_CONTENT_BLOCKS, shown_output, task_outcome
 from agentloop.mcp.listing import McpToolsError
-from agentloop.mcp.pool import McpPool
+from agentloop.mcp.pool import MAX_REASON_CHARS, McpPool, error_text, reason_of, unreadable
 from agentloop.mcp.tasks import TaskState, handle_key, keep_handle, kept_handle
 from agentloop.mcp.tools import McpTools
 from agentloop.runtime.mcp_config import McpServerConfig
@@ -122,3 +125,19 @@ async def test_a_listing_that_fails_in_any_way_names_the_server_and_is_never_ret
     connection.client = client  # type: ignore[method-assign]
     with pytest.raises(McpToolsError, match="MCP server 'tickets' could not list its tools"):
         await tools.listing("tickets")
+
+
+def test_a_servers_words_in_an_error_are_cut_and_an_unreadable_message_is_told_in_one_line() -> (
+    None
+):
+    flood = MCPError(-32603, "x" * 100_000)
+    assert error_text(flood).startswith("x" * 100) and len(error_text(flood)) == MAX_REASON_CHARS
+    assert (
+        len(reason_of(ExceptionGroup("calls", [RuntimeError("y" * 100_000)]))) == MAX_REASON_CHARS
+    )
+    nested = "[" * 300 + "]" * 300
+    with pytest.raises(ValidationError) as parsed:
+        TypeAdapter(list[object]).validate_json(nested)
+    told = unreadable(parsed.value)
+    assert told.startswith("it sent a message that cannot be read: Invalid JSON: recursion limit")
+    assert "\n" not in told and "[[[" not in told  # neither pydantic's link nor the message

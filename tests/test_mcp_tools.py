@@ -321,7 +321,13 @@ async def test_a_server_down_at_start_fails_the_run_naming_it_unless_it_is_optio
     assert {t["function"]["name"] for t in first["tools"]} == {"notes_find_ticket", *BUILTINS}
 
 
+@pytest.mark.parametrize(
+    ("tool_set", "why"),
+    [("broken", "no valid JSON Schema"), ("deep", "nests deeper than 32 levels")],
+)
 async def test_a_tool_whose_schema_fails_the_checks_fails_the_run_naming_server_and_tool(
+    tool_set: str,
+    why: str,
     client: Client,
     worker_settings: Settings,
     scripted_provider: ScriptedProvider,
@@ -329,7 +335,7 @@ async def test_a_tool_whose_schema_fails_the_checks_fails_the_run_naming_server_
     run_id: str,
 ) -> None:
     state = tmp_path / "state.json"
-    steer(state, tool_set="broken")
+    steer(state, tool_set=tool_set)
     async with tickets_worker(client, worker_settings, tmp_path) as s:
         turns = [ScriptTurn(tool_calls=[FIND]), ScriptTurn(text="?")]
         handle = await start(client, scripted_provider, s, run_id, turns)
@@ -337,8 +343,77 @@ async def test_a_tool_whose_schema_fails_the_checks_fails_the_run_naming_server_
             await handle.result()
     message = str(failed.value.cause)
     assert "tickets_find_ticket of MCP server 'tickets' cannot be used" in message, message
-    assert "no valid JSON Schema" in message, message
+    assert why in message, message
     assert read_state(state).get("calls", {}) == {}  # nothing was called
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+async def test_a_listing_that_cannot_be_read_fails_the_run_at_once_saying_why(
+    transport: str,
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    """The server lists a schema nested deeper than the SDK's JSON parser reads. Over stdio
+    that answer names no request: it used to be dropped, and the listing waited out its 10 s
+    as if the server had said nothing."""
+    state = tmp_path / "state.json"
+    steer(state, tool_set="too_deep")
+    async with http_server(state) as url:
+        config = stdio_config(state) if transport == "stdio" else http_config(url)
+        async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
+            turns = [ScriptTurn(tool_calls=[FIND]), ScriptTurn(text="?")]
+            handle = await start(client, scripted_provider, s, run_id, turns)
+            with pytest.raises(WorkflowFailureError) as failed:
+                await handle.result()
+    message = str(failed.value.cause)
+    said = "MCP server 'tickets' could not list its tools: it sent a message that cannot be read"
+    assert said in message, message
+    assert "recursion limit exceeded" in message and "input_value" not in message, message
+    assert read_state(state).get("calls", {}) == {}  # nothing was called
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+async def test_a_write_whose_answer_cannot_be_read_is_looked_up_at_once_and_runs_once(
+    transport: str,
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    """The server writes the note, then answers with content too deep to parse: the call's
+    outcome is unknown, and the run asks the lookup tool at once rather than after the call's
+    60 s timeout (over stdio the unreadable answer closes the connection it came on)."""
+    state = tmp_path / "state.json"
+    steer(state, garble_next=True)
+    turns = [ScriptTurn(tool_calls=[NOTE]), ScriptTurn(text="Noted.")]
+    async with http_server(state) as url:
+        fields = {"timeout_seconds": 60}
+        config = (
+            stdio_config(state, **fields) if transport == "stdio" else http_config(url, **fields)
+        )
+        async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
+            handle = await start(client, scripted_provider, s, run_id, turns, ["tickets_add_note"])
+            result = await asyncio.wait_for(handle.result(), 45)  # well within the 60 s
+            results = await answered(s, result)
+    assert result.status == "completed", result.stop_reason
+    at_server = read_state(state)
+    assert at_server["calls"] == {"add_note": 1, "lookup_note": 1}  # never resent
+    [note] = at_server["notes"].values()
+    assert note["key"] == write_key(handle, "c_note")
+    assert [(c.call_id, c.status) for c in result.calls] == [("c_note", "confirmed_after_query")]
+    assert list(results) == ["c_note"] and results["c_note"].side_effect
+    history = await handle.fetch_history()
+    unknown = [
+        e
+        for e in history.events
+        if b"it sent a message that cannot be read" in e.SerializeToString()
+    ]
+    assert len(unknown) == 1  # the run_tool result that said why the outcome was unknown
+    assert scripted_provider.violations == []
 
 
 def test_a_worker_with_a_bad_mcp_configuration_exits_2_before_polling(tmp_path: Path) -> None:

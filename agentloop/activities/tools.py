@@ -258,7 +258,7 @@ class ToolActivities:
         except ToolError as exc:
             if tool.spec.effect == "write" and (isinstance(exc, OutcomeUnknown) or exc.retryable):
                 # It may have happened: the runner asks the system of record, never resends.
-                return _executed(request, tool.spec, _unknown(request, str(exc)))
+                return _executed(request, tool.spec, _unknown(request, tool.spec, str(exc)))
             if exc.retryable:
                 # Raised so Temporal retries it (reads only; writes get one attempt).
                 _audit_attempt_failed(request, tool.spec, exc.error_class)
@@ -444,12 +444,15 @@ def _audit_lookup(
     audit("tool.outcome_lookup", **fields)
 
 
-def _unknown(request: RunToolInput, message: str) -> ToolResult:
+def _unknown(request: RunToolInput, spec: ToolSpec, message: str) -> ToolResult:
     return ToolResult(
         call_id=request.call_id,
         tool=request.tool,
         status="unknown",
-        content=json.dumps({"error": {"class": "outcome_unknown", "message": message}}),
+        content=bounded(
+            json.dumps({"error": {"class": "outcome_unknown", "message": message}}),
+            spec.max_result_chars,
+        ),
         error_class="transient",
         side_effect=True,
     )

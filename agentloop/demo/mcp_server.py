@@ -11,10 +11,11 @@ the server, can count the effects that reached it and steer it:
      "calls":   {TOOL_OR_METHOD: COUNT},
      "tasks":   {TASK_ID: {"taskId", "status", "createdAt", "lastUpdatedAt", "ttlMs",
                            "pollIntervalMs", "tool", "key", "result"?, "error"?}},
-     "control": {"tool_set": "v1" | "v2" | "broken",
+     "control": {"tool_set": "v1" | "v2" | "broken" | "deep" | "too_deep",
                  "after_commit": null | "hang" | "exit",
                  "fail_next": null | "error",
                  "stall_next": null | true,
+                 "garble_next": null | true,
                  "task_then": null | "exit"}}
 
 The test writes "control"; the server reads the file afresh on every listing and call and
@@ -22,11 +23,16 @@ writes it back atomically after every change:
 
 - `tool_set` "v2" lists an extra write tool, `close_ticket`, and a new `find_ticket`
   description, on the live server: what a team's server looks like after a deploy; "broken"
-  lists `find_ticket` with an invalid input schema.
+  lists `find_ticket` with an invalid input schema; "deep" lists it with an input schema
+  nested `DEEP_SCHEMA_LEVELS` levels of `properties` deep (valid, and deeper than agentloop
+  checks), "too_deep" `TOO_DEEP_SCHEMA_LEVELS` levels (the server's serializer still writes
+  it, a client's JSON parser refuses the whole answer).
 - `after_commit` makes the next applied write either hang (120 s) or kill the process
   (exit code 3) after the write is in the file: the caller cannot tell whether it happened.
 - `fail_next` makes the next call to any tool return a tool error.
 - `stall_next` makes the next call to any tool wait 120 s before it acts.
+- `garble_next` makes the next call to any tool act, then answer with structured content
+  nested `TOO_DEEP_SCHEMA_LEVELS` deep: an answer no client can read.
 - `task_then` "exit" kills the process (exit code 3) right after the next task's final state
   is in the file (disarmed in that same write): a server that finished the work and died, so
   the caller must learn the outcome from a restarted server.
@@ -224,7 +230,19 @@ class StateFile:
 
 def tool_set(state: dict[str, Any]) -> str:
     chosen = state["control"].get("tool_set")
-    return chosen if chosen in ("v2", "broken") else "v1"
+    return chosen if chosen in ("v2", "broken", "deep", "too_deep") else "v1"
+
+
+DEEP_SCHEMA_LEVELS = 40
+TOO_DEEP_SCHEMA_LEVELS = 100
+
+
+def nested_schema(levels: int) -> dict[str, Any]:
+    """An object schema whose one property is an object schema, `levels` times over."""
+    schema: dict[str, Any] = {"type": "object"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"inner": schema}}
+    return schema
 
 
 @dataclass(frozen=True)
@@ -233,6 +251,7 @@ class Faults:
 
     failing: bool
     stalling: bool
+    garbling: bool = False
 
 
 # Set by the task runner around the deferred call: the call was counted, and took its faults,
@@ -489,6 +508,9 @@ class TicketServer(MCPServer):
             if tool.name == "find_ticket" and version == "broken":
                 # A deploy gone wrong: a schema no JSON Schema checker accepts.
                 tool = tool.model_copy(update={"input_schema": {"type": "object", "required": 7}})
+            if tool.name == "find_ticket" and version in ("deep", "too_deep"):
+                levels = DEEP_SCHEMA_LEVELS if version == "deep" else TOO_DEEP_SCHEMA_LEVELS
+                tool = tool.model_copy(update={"input_schema": nested_schema(levels)})
             listed.append(tool)
         return listed
 
@@ -508,7 +530,14 @@ class TicketServer(MCPServer):
             return CallToolResult(
                 content=[TextContent(type="text", text=DOWN_MESSAGE)], is_error=True
             )
-        return await super().call_tool(name, arguments, context)
+        result = await super().call_tool(name, arguments, context)
+        if faults.garbling and isinstance(result, CallToolResult):
+            # It acted; its answer is nested deeper than a client's JSON parser reads.
+            deep = nested_schema(TOO_DEEP_SCHEMA_LEVELS)
+            return CallToolResult(
+                content=[TextContent(type="text", text="?")], structured_content=deep
+            )
+        return result
 
     def arrive(
         self,
@@ -529,6 +558,9 @@ class TicketServer(MCPServer):
         stalling = state["control"].get("stall_next") is True
         if stalling:
             state["control"]["stall_next"] = None
+        garbling = state["control"].get("garble_next") is True
+        if garbling:
+            state["control"]["garble_next"] = None
         if task is not None:
             now = datetime.now(UTC)
             tasks: dict[str, Any] = state["tasks"]
@@ -536,7 +568,7 @@ class TicketServer(MCPServer):
                 del tasks[task_id]
             tasks[task["taskId"]] = task
         self.state.save(state)
-        return Faults(failing=failing, stalling=stalling)
+        return Faults(failing=failing, stalling=stalling, garbling=garbling)
 
     def finish_task(
         self,

@@ -27,7 +27,7 @@ from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS, METHOD_NOT_FOUND
 from pydantic import ValidationError
 
 from agentloop.mcp.input import answered, asking
-from agentloop.mcp.pool import McpConnection, ServerUnreachable, reason_of
+from agentloop.mcp.pool import McpConnection, ServerUnreachable, error_text
 from agentloop.mcp.tasks import (
     CreatedTask,
     TaskState,
@@ -209,9 +209,10 @@ class McpCall:
         except MCPError as exc:
             if exc.code in (INVALID_PARAMS, METHOD_NOT_FOUND):
                 raise InvalidArguments(f"{what}: {exc.message}") from None
+            cut_off = f"{where}: {error_text(exc)}"
             if exc.code == CONNECTION_CLOSED:
                 await self._connection.broken(client)
-            cut_off = f"{where}: {exc.message} (code {exc.code})"
+                cut_off = f"{where}: connection lost: {self._connection.lost(exc)}"
         except TimeoutError:
             await self._connection.broken(client)
             cut_off = f"{where}: no answer in {self._spec.timeout_seconds:g} s"
@@ -223,7 +224,7 @@ class McpCall:
             raise
         except Exception as exc:  # the connection broke under the request
             await self._connection.broken(client)
-            cut_off = f"{where}: connection lost: {reason_of(exc)}"
+            cut_off = f"{where}: connection lost: {self._connection.lost(exc)}"
         if sent_matters:
             raise OutcomeUnknown(cut_off)
         raise TransientError(cut_off)

@@ -5,6 +5,10 @@ worker, not one per call.
 A connection is opened on first use and held open by a task of its own (the SDK's client is
 an anyio context that must be entered and left in one task). When it breaks (the server went
 away, the stdio process exited), the calls on it fail and the next call opens a new one.
+So does a message from the server the transport cannot read: over stdio it names no request,
+so it may be the answer any call in flight is waiting for, and none of them would get another
+(each would wait out its timeout instead). The connection is closed at once, every call on it
+ends cut off, saying why (`McpConnection.unreadable`), and the next call opens a new one.
 """
 
 from __future__ import annotations
@@ -23,11 +27,17 @@ from mcp import Client
 from mcp.client.context import ClientRequestContext
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import PARSE_ERROR
+from pydantic import ValidationError
 
 from agentloop.mcp.tasks import TasksExtension
 from agentloop.runtime.mcp_config import McpServerConfig
 
 log = logging.getLogger(__name__)
+
+MAX_REASON_CHARS = 300
+UNREADABLE = "it sent a message that cannot be read"
 
 
 async def _declined_mid_call(
@@ -54,6 +64,9 @@ class McpConnection:
         self._holder: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
         self._lock: asyncio.Lock | None = None
+        self.unreadable: str | None = None
+        """Set when the connection was closed for a message from the server that could not be
+        read: what was wrong with it (cleared when a new connection opens)."""
 
     async def client(self) -> Client:
         """The open connection, opened now if there is none (or the last one broke); raises
@@ -107,11 +120,17 @@ class McpConnection:
                 await holder
             raise ServerUnreachable(reason_of(exc)) from None
         self._client, self._holder, self._stop = client, holder, stop
+        self.unreadable = None
+
+    def lost(self, exc: BaseException) -> str:
+        """Why a request failed when its connection went: the unreadable message that closed
+        it, if one did, else the exception's own message."""
+        return self.unreadable or reason_of(exc)
 
     async def _hold(self, ready: asyncio.Future[Client], stop: asyncio.Event) -> None:
         try:
             async with AsyncExitStack() as stack:
-                client = await stack.enter_async_context(self._connect(stack))
+                client = await stack.enter_async_context(self._connect(stack, stop))
                 ready.set_result(client)
                 await stop.wait()
         except BaseException as exc:
@@ -120,7 +139,7 @@ class McpConnection:
             elif not isinstance(exc, asyncio.CancelledError):
                 log.warning("MCP server %s: connection lost: %s", self.name, reason_of(exc))
 
-    def _connect(self, stack: AsyncExitStack) -> Client:
+    def _connect(self, stack: AsyncExitStack, stop: asyncio.Event) -> Client:
         config = self.config
         if config.command is not None:
             params = StdioServerParameters(
@@ -129,7 +148,7 @@ class McpConnection:
                 env=dict(config.env) or None,
                 cwd=config.cwd,
             )
-            return Client(params, **self._client_options())
+            return Client(params, **self._client_options(stop))
         assert config.url is not None
         http = httpx2.AsyncClient(
             headers=self.headers(),
@@ -139,16 +158,25 @@ class McpConnection:
         )
         stack.push_async_callback(http.aclose)
         transport = streamable_http_client(config.url, http_client=http)
-        return Client(transport, **self._client_options())
+        return Client(transport, **self._client_options(stop))
 
-    def _client_options(self) -> dict[str, Any]:
+    def _client_options(self, stop: asyncio.Event) -> dict[str, Any]:
         """The worker's client takes tasks, and says it can ask a person (elicitation): a
         2026-07-28 server then answers a call that needs input with `input_required`, which
         the run asks (`agentloop.mcp.input`), instead of refusing the call."""
+
+        async def on_message(message: object) -> None:
+            # The SDK hands over what its transport could not read as an exception.
+            if isinstance(message, Exception) and not stop.is_set():
+                self.unreadable = unreadable(message)
+                log.warning("MCP server %s: %s; reconnecting", self.name, self.unreadable)
+                stop.set()
+
         return {
             "read_timeout_seconds": self.config.timeout_seconds,
             "extensions": [TasksExtension()],
             "elicitation_callback": _declined_mid_call,
+            "message_handler": on_message,
         }
 
     def headers(self) -> dict[str, str]:
@@ -178,9 +206,33 @@ class McpPool:
         await asyncio.gather(*(c.close() for c in self._connections.values()))
 
 
+def unreadable(exc: Exception) -> str:
+    """Why a message from the server could not be read, in one line: pydantic's own message
+    quotes the message and adds a link."""
+    if isinstance(exc, ValidationError) and exc.error_count():
+        detail = str(exc.errors()[0]["msg"])
+    else:
+        detail = reason_of(exc)
+    return f"{UNREADABLE}: {detail}"[:MAX_REASON_CHARS]
+
+
+def error_text(exc: MCPError) -> str:
+    """A JSON-RPC error in words. The HTTP transport answers a request whose response it
+    could not read with a `PARSE_ERROR` holding pydantic's message: told like the same fault
+    over stdio."""
+    if exc.code == PARSE_ERROR:
+        lines = [line.strip() for line in exc.message.splitlines() if line.strip()]
+        problem = lines[1] if len(lines) > 1 else exc.message
+        return f"{UNREADABLE}: {problem.split(' [type=')[0]}"[:MAX_REASON_CHARS]
+    return f"{exc.message} (code {exc.code})"[:MAX_REASON_CHARS]
+
+
 def reason_of(exc: BaseException) -> str:
-    """The innermost message of an exception (the SDK wraps them in task-group groups)."""
+    """The innermost message of an exception (the SDK wraps them in task-group groups), at
+    most `MAX_REASON_CHARS`: a server's words may be in it, and a server may say a lot."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    if isinstance(exc, MCPError):
+        return error_text(exc)
     text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return (f"{type(exc).__name__}: {text}" if text else type(exc).__name__)[:MAX_REASON_CHARS]

@@ -19,7 +19,7 @@ import mcp_types as types
 
 from agentloop.mcp.calls import McpCall
 from agentloop.mcp.listing import ListedTool, McpToolsError, OfferedTool, offered, server_of
-from agentloop.mcp.pool import McpPool, ServerUnreachable, reason_of
+from agentloop.mcp.pool import McpPool, ServerUnreachable
 from agentloop.store import Store
 from agentloop.tool_spec import DEFAULT_MAX_RESULT_CHARS, ToolSpec
 from agentloop.tools.contract import (
@@ -159,7 +159,7 @@ class McpTools:
         except Exception as exc:  # whatever the server or its transport did: it is named
             await connection.broken(client)
             raise McpToolsError(
-                f"MCP server {server!r} could not list its tools: {reason_of(exc)}"
+                f"MCP server {server!r} could not list its tools: {connection.lost(exc)}"
             ) from None
         return offered(server, self._pool.servers[server], listed)
 
