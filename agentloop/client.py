@@ -6,9 +6,10 @@ payloads the same way (encrypted when `AGENTLOOP_CODEC_KEYS` is set) and trace t
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowExecution, WorkflowFailureError, WorkflowHandle
 from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -116,14 +117,30 @@ async def family_stats(client: Client, family: str, *, limit: int = 1_000) -> Fa
             result: AgentRunResult | None = await handle.result(follow_runs=False)
         except WorkflowFailureError:
             result = None
-        seconds = 0.0
-        if execution.start_time and execution.close_time:
-            seconds = (execution.close_time - execution.start_time).total_seconds()
+        seconds = await _chain_seconds(client, execution)
+        # Carried over the chain too, like the deadline it is taken out of.
         paused = result.paused_seconds if result is not None else 0.0
         runs.append(
             FinishedRun(workflow_id=execution.id, result=result, seconds=max(0.0, seconds - paused))
         )
     return summarize(family, runs)
+
+
+async def _chain_seconds(client: Client, execution: WorkflowExecution) -> float:
+    """From the start of the chain's first run to the close of its last: a run that continued
+    as new is one run to its family, and its deadline counts from that first start. (A
+    listing does not say which run was first; a description does.) Where the first run is no
+    longer kept, from the last run's own start."""
+    start, close = execution.start_time, execution.close_time
+    with contextlib.suppress(RPCError):
+        last = await client.get_workflow_handle(execution.id, run_id=execution.run_id).describe()
+        first = last.raw_info.first_run_id
+        if first and first != execution.run_id:
+            handle = client.get_workflow_handle(execution.id, run_id=first)
+            start = (await handle.describe()).start_time
+    if start is None or close is None:
+        return 0.0
+    return (close - start).total_seconds()
 
 
 async def limits_from(client: Client, family: str) -> tuple[Limits, str]:

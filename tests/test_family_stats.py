@@ -154,3 +154,52 @@ async def _start_input(client: Client, workflow_id: str) -> dict[str, Any]:
         [decoded] = await client.data_converter.decode(payloads[:1], [dict[str, Any]])
         return dict(decoded)
     raise AssertionError("no start event")
+
+
+@pytest.mark.integration
+async def test_a_run_that_continued_as_new_is_timed_from_its_first_runs_start(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """Its deadline counts from there, so the deadline its family suggests must too (the last
+    run's own start would leave out every run before it)."""
+    family = f"chain-{run_id[-8:]}"
+    reads = [
+        ScriptTurn(
+            tool_calls=[
+                ScriptedToolCall(
+                    id=f"c_{i}",
+                    name="get_weather",
+                    arguments={"city": "Oslo", "date": f"2026-12-{i + 1:02d}"},
+                )
+            ]
+        )
+        for i in range(4)
+    ]
+    scripted_provider.register(Script(name=run_id, turns=[*reads, ScriptTurn(text="Done.")]))
+    run_input = AgentRunInput(
+        task="Weather in Oslo for four days?",
+        provider="openai-chat",
+        model=run_id,
+        tools=WEATHER_TOOLS,
+        task_family=family,
+        continue_as_new_after_events=20,
+    )
+    handle = await agentloop.start_run(client, run_input, id=run_id, task_queue=worker.task_queue)
+    result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    last = await client.get_workflow_handle(run_id).describe()
+    first_run = last.raw_info.first_run_id
+    assert first_run and first_run != last.run_id  # it continued as new
+    first = await client.get_workflow_handle(run_id, run_id=first_run).describe()
+    assert first.start_time and last.start_time and last.close_time
+    chain = (last.close_time - first.start_time).total_seconds() - result.paused_seconds
+    own = (last.close_time - last.start_time).total_seconds()
+    assert chain > own
+
+    for _ in range(100):  # visibility catches up with the closed run
+        stats = await agentloop.family_stats(client, family)
+        if stats.runs == 1:
+            break
+        await asyncio.sleep(0.1)
+    assert stats.runs == 1 and stats.completed is not None
+    assert stats.completed.seconds.max == pytest.approx(chain, abs=0.001)
