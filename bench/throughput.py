@@ -22,6 +22,7 @@ from temporalio.client import Client, WorkflowHistory
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult
 from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.runtime.config import Settings
+from bench import run_state
 from bench.floor import FLOOR_WORKFLOW, FloorStep
 from bench.memory import PeakSampler
 from bench.peer import PEER_WORKFLOW, RUN_TIMEOUT, PeerTask
@@ -209,6 +210,8 @@ class Level:
     runs: int
     agentloop: Batch
     floor: Batch
+    history: WorkflowHistory
+    """One 5-turn run of the level's (its warm-up)."""
 
 
 MANY_RUNS_TOOL_TURNS = 4
@@ -279,6 +282,9 @@ async def measure(
     section.add(*peer_figures(agentloop, peer))
     for level in measured:
         section.add(*level_figures(level))
+    section.add(await state_figure("2-turn", history))
+    if measured:
+        section.add(await state_figure(f"{MANY_RUNS_TOOL_TURNS + 1}-turn", measured[0].history))
     failures = agentloop.failures + floor.failures + peer.failures + violations
     failures += sum(level.agentloop.failures + level.floor.failures for level in measured)
     return ThroughputResult(section, history, failures)
@@ -303,7 +309,16 @@ async def many_runs(
         floor_run = floor_runner(client, floor_process.task_queue, f"{prefix}-floor", steps)
         await floor_run(runs)  # warm-up: an id the batch does not use
         floor = await run_batch(runs, runs, floor_run, floor_process.pid)
-    return Level(runs, agentloop, floor)
+    return Level(runs, agentloop, floor, history)
+
+
+async def state_figure(run: str, history: WorkflowHistory) -> Figure:
+    state = await run_state.measure(history)
+    return Figure(
+        f"AgentRun's own objects per cached {run} run (KiB)",
+        state.total_bytes / 1024,
+        note=f"largest fields of its state (KiB): {state.largest()}; shared objects left out",
+    )
 
 
 def level_figures(level: Level) -> list[Figure]:

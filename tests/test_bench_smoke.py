@@ -31,6 +31,8 @@ SECTIONS = {
             "combined RSS growth per concurrent run",
             "5-turn runs, ",
             "runs/s vs the peer",
+            "AgentRun's own objects per cached 2-turn run",
+            "AgentRun's own objects per cached 5-turn run",
         ],
     ),
     2: (
