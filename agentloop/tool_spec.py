@@ -5,6 +5,8 @@ request; the handler that runs it lives activity side (`agentloop.tools.contract
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -106,6 +108,18 @@ class ToolSpec(BaseModel):
     @property
     def action_name(self) -> str:
         return self.action or self.name
+
+
+def shared_specs(specs: Iterable[ToolSpec]) -> dict[str, ToolSpec]:
+    """`specs` by name, each one the worker's copy of that spec: every run offering the same
+    tool holds the same object, not one decoded for it (a tool's schema is most of a cached
+    run's own memory). Specs are frozen and only ever read; one equal to another is it."""
+    return {spec.name: _shared_spec(spec.model_dump_json()) for spec in specs}
+
+
+@functools.lru_cache(maxsize=256)
+def _shared_spec(text: str) -> ToolSpec:
+    return ToolSpec.model_validate_json(text)
 
 
 def bounded(text: str, limit: int) -> str:

@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         RunStatusView,
         UserMessage,
     )
+    from agentloop.tool_spec import shared_specs
     from agentloop.workflows.deadline import RunDeadline
     from agentloop.workflows.inbound import Inbound, InboundRefused
     from agentloop.workflows.loop import (
@@ -78,6 +79,7 @@ class AgentRun:
         `raw_input` is untyped here (checked by `startup.parse_input`) and may be missing."""
         run_input = startup.parse_input(raw_input, carried)
         state = carried if carried is not None else await startup.start(run_input)
+        state.tools = shared_specs(state.tools.values())
         state.run_chain.append(workflow.info().run_id)
         self._state = state
         deadline = RunDeadline(state)
