@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import sys
 import types
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,25 +85,24 @@ async def measure(history: WorkflowHistory) -> RunState:
 
 def _reachable(roots: Iterable[Any]) -> set[int]:
     seen: set[int] = set()
-    pending = list(roots)
-    while pending:
-        item = pending.pop()
-        if id(item) in seen or isinstance(item, _SHARED):
-            continue
-        seen.add(id(item))
-        pending.extend(gc.get_referents(item))
+    for _ in _walk(roots, seen):
+        pass
     return seen
 
 
 def _size(roots: Iterable[Any], seen: set[int]) -> int:
     """Bytes of the objects reachable from `roots` and not in `seen` (which it extends)."""
-    total = 0
+    return sum(sys.getsizeof(item) for item in _walk(roots, seen))
+
+
+def _walk(roots: Iterable[Any], seen: set[int]) -> Iterator[Any]:
+    """Each object reachable from `roots` once, but none in `seen` (which it extends) and no
+    class, module or function: those every run shares."""
     pending = list(roots)
     while pending:
         item = pending.pop()
         if id(item) in seen or isinstance(item, _SHARED):
             continue
         seen.add(id(item))
-        total += sys.getsizeof(item)
+        yield item
         pending.extend(gc.get_referents(item))
-    return total

@@ -66,6 +66,11 @@ def stdio_config(state: Path, **fields: Any) -> dict[str, Any]:
     return {"command": command, "reads_from_hints": True, "lookup_tool": "lookup_note", **fields}
 
 
+def transport_config(transport: str, state: Path, url: str, **fields: Any) -> dict[str, Any]:
+    """The demo server's configuration over stdio, or over HTTP at `url`."""
+    return stdio_config(state, **fields) if transport == "stdio" else http_config(url, **fields)
+
+
 @asynccontextmanager
 async def mcp_worker(
     client: Client, settings: Settings, tmp_path: Path, servers: dict[str, Any]
@@ -115,6 +120,17 @@ async def start(
     return await start_run(client, run_input, id=run_id, task_queue=settings.task_queue)
 
 
+async def failure_at_start(
+    client: Client, provider: ScriptedProvider, settings: Settings, run_id: str
+) -> str:
+    """Why a run that would call find_ticket failed before any call."""
+    turns = [ScriptTurn(tool_calls=[FIND]), ScriptTurn(text="?")]
+    handle = await start(client, provider, settings, run_id, turns)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    return str(failed.value.cause)
+
+
 async def answered(settings: Settings, result: AgentRunResult) -> dict[str, ToolResult]:
     """The tool results of the run's transcript, by call id (each call answered once)."""
     store = open_store(settings.store_url)
@@ -141,7 +157,7 @@ async def test_a_run_reads_and_writes_through_an_mcp_server_each_call_once(
     turns = [ScriptTurn(tool_calls=[FIND, NOTE]), ScriptTurn(text="Noted.")]
     tasks = ["--tasks"] if transport == "http-tasks" else []
     async with http_server(state, tasks) as url:
-        config = stdio_config(state) if transport == "stdio" else http_config(url)
+        config = transport_config(transport, state, url)
         async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
             handle = await start(client, scripted_provider, s, run_id, turns)
             result = await handle.result()
@@ -337,11 +353,7 @@ async def test_a_tool_whose_schema_fails_the_checks_fails_the_run_naming_server_
     state = tmp_path / "state.json"
     steer(state, tool_set=tool_set)
     async with tickets_worker(client, worker_settings, tmp_path) as s:
-        turns = [ScriptTurn(tool_calls=[FIND]), ScriptTurn(text="?")]
-        handle = await start(client, scripted_provider, s, run_id, turns)
-        with pytest.raises(WorkflowFailureError) as failed:
-            await handle.result()
-    message = str(failed.value.cause)
+        message = await failure_at_start(client, scripted_provider, s, run_id)
     assert "tickets_find_ticket of MCP server 'tickets' cannot be used" in message, message
     assert why in message, message
     assert read_state(state).get("calls", {}) == {}  # nothing was called
@@ -362,13 +374,9 @@ async def test_a_listing_that_cannot_be_read_fails_the_run_at_once_saying_why(
     state = tmp_path / "state.json"
     steer(state, tool_set="too_deep")
     async with http_server(state) as url:
-        config = stdio_config(state) if transport == "stdio" else http_config(url)
+        config = transport_config(transport, state, url)
         async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
-            turns = [ScriptTurn(tool_calls=[FIND]), ScriptTurn(text="?")]
-            handle = await start(client, scripted_provider, s, run_id, turns)
-            with pytest.raises(WorkflowFailureError) as failed:
-                await handle.result()
-    message = str(failed.value.cause)
+            message = await failure_at_start(client, scripted_provider, s, run_id)
     said = "MCP server 'tickets' could not list its tools: it sent a message that cannot be read"
     assert said in message, message
     assert "recursion limit exceeded" in message and "input_value" not in message, message
@@ -391,10 +399,7 @@ async def test_a_write_whose_answer_cannot_be_read_is_looked_up_at_once_and_runs
     steer(state, garble_next=True)
     turns = [ScriptTurn(tool_calls=[NOTE]), ScriptTurn(text="Noted.")]
     async with http_server(state) as url:
-        fields = {"timeout_seconds": 60}
-        config = (
-            stdio_config(state, **fields) if transport == "stdio" else http_config(url, **fields)
-        )
+        config = transport_config(transport, state, url, timeout_seconds=60)
         async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
             handle = await start(client, scripted_provider, s, run_id, turns, ["tickets_add_note"])
             result = await asyncio.wait_for(handle.result(), 45)  # well within the 60 s
