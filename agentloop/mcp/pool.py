@@ -5,10 +5,11 @@ worker, not one per call.
 A connection is opened on first use and held open by a task of its own (the SDK's client is
 an anyio context that must be entered and left in one task). When it breaks (the server went
 away, the stdio process exited), the calls on it fail and the next call opens a new one.
-So does a message from the server the transport cannot read: over stdio it names no request,
-so it may be the answer any call in flight is waiting for, and none of them would get another
-(each would wait out its timeout instead). The connection is closed at once, every call on it
-ends cut off, saying why (`McpConnection.unreadable`), and the next call opens a new one.
+So does a line from a stdio server that cannot be read: it names no request, so it may be the
+answer any call in flight is waiting for, and none of them would get another (each would wait
+out its timeout instead). The connection is closed at once, every call on it ends cut off,
+saying why (`McpConnection.unreadable`), and the next call opens a new one. (Over HTTP an
+answer that cannot be read fails its own request: the others on the connection go on.)
 """
 
 from __future__ import annotations
@@ -163,11 +164,13 @@ class McpConnection:
     def _client_options(self, stop: asyncio.Event) -> dict[str, Any]:
         """The worker's client takes tasks, and says it can ask a person (elicitation): a
         2026-07-28 server then answers a call that needs input with `input_required`, which
-        the run asks (`agentloop.mcp.input`), instead of refusing the call."""
+        the run asks (`agentloop.mcp.input`), instead of refusing the call. Over stdio, a line
+        the SDK cannot read closes the connection (`stop`), as the module says why."""
+        stdio = self.config.command is not None
 
         async def on_message(message: object) -> None:
             # The SDK hands over what its transport could not read as an exception.
-            if isinstance(message, Exception) and not stop.is_set():
+            if stdio and isinstance(message, Exception) and not stop.is_set():
                 self.unreadable = unreadable(message)
                 log.warning("MCP server %s: %s; reconnecting", self.name, self.unreadable)
                 stop.set()
