@@ -117,7 +117,7 @@ async def family_stats(client: Client, family: str, *, limit: int = 1_000) -> Fa
             result: AgentRunResult | None = await handle.result(follow_runs=False)
         except WorkflowFailureError:
             result = None
-        seconds = await _chain_seconds(client, execution)
+        seconds = await _chain_seconds(client, handle, execution)
         # Carried over the chain too, like the deadline it is taken out of.
         paused = result.paused_seconds if result is not None else 0.0
         runs.append(
@@ -126,18 +126,19 @@ async def family_stats(client: Client, family: str, *, limit: int = 1_000) -> Fa
     return summarize(family, runs)
 
 
-async def _chain_seconds(client: Client, execution: WorkflowExecution) -> float:
-    """From the start of the chain's first run to the close of its last: a run that continued
-    as new is one run to its family, and its deadline counts from that first start. (A
-    listing does not say which run was first; a description does.) Where the first run is no
-    longer kept, from the last run's own start."""
+async def _chain_seconds(
+    client: Client, handle: WorkflowHandle[Any, Any], execution: WorkflowExecution
+) -> float:
+    """From the start of the chain's first run to the close of its last (`execution`, whose
+    `handle` this is): a run that continued as new is one run to its family, and its deadline
+    counts from that first start. (A listing does not say which run was first; a description
+    does.) Where the first run is no longer kept, from the last run's own start."""
     start, close = execution.start_time, execution.close_time
     with contextlib.suppress(RPCError):
-        last = await client.get_workflow_handle(execution.id, run_id=execution.run_id).describe()
-        first = last.raw_info.first_run_id
+        first = (await handle.describe()).raw_info.first_run_id
         if first and first != execution.run_id:
-            handle = client.get_workflow_handle(execution.id, run_id=first)
-            start = (await handle.describe()).start_time
+            first_run = client.get_workflow_handle(execution.id, run_id=first)
+            start = (await first_run.describe()).start_time
     if start is None or close is None:
         return 0.0
     return (close - start).total_seconds()

@@ -17,7 +17,7 @@ import agentloop
 from agentloop.contract import AgentRunInput, AgentRunResult, CallRecord, Limits, Usage
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.runtime.config import Settings
-from agentloop.task_families import FinishedRun, summarize
+from agentloop.task_families import FamilyStats, FinishedRun, summarize
 from tests.test_cli import agentloop as agentloop_cli
 from tests.test_cli import process_env
 
@@ -75,20 +75,7 @@ async def test_stats_over_a_familys_runs_and_a_run_started_from_them(
     results: list[AgentRunResult] = []
     for n in range(20):
         name = f"{run_id}-{n}"
-        reads = 1 + n % 3
-        turns = [
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(
-                        id=f"c_{n}_{i}",
-                        name="get_weather",
-                        arguments={"city": "Oslo", "date": f"2026-12-{i + 1:02d}"},
-                    )
-                ]
-            )
-            for i in range(reads)
-        ]
-        scripted_provider.register(Script(name=name, turns=[*turns, ScriptTurn(text="Done.")]))
+        scripted_provider.register(weather_reads(name, f"c_{n}_", 1 + n % 3))
         stopped = n % 4 == 3  # five of them run out of model calls
         run_input = AgentRunInput(
             task="Weather in Oslo for a few days?",
@@ -103,13 +90,7 @@ async def test_stats_over_a_familys_runs_and_a_run_started_from_them(
     completed = [r for r in results if r.status == "completed"]
     assert len(completed) == 15 and {r.status for r in results} == {"completed", "limit_reached"}
 
-    for _ in range(100):  # visibility catches up with the closed runs
-        stats = await agentloop.family_stats(client, family)
-        if stats.runs == 20:
-            break
-        await asyncio.sleep(0.1)
-    else:
-        raise AssertionError(f"visibility lists {stats.runs} of the family's 20 runs")
+    stats = await listed_stats(client, family, 20)
     assert stats.completed is not None and stats.not_completed is not None
     assert (stats.completed.runs, stats.not_completed.runs) == (15, 5)
     model_calls = sorted(r.usage.model_calls for r in completed)
@@ -147,6 +128,33 @@ async def test_stats_over_a_familys_runs_and_a_run_started_from_them(
     assert start_input["task_family"] == family
 
 
+def weather_reads(name: str, call_prefix: str, reads: int) -> Script:
+    """`reads` weather reads in Oslo, one a turn and a day each, then the answer."""
+    turns = [
+        ScriptTurn(
+            tool_calls=[
+                ScriptedToolCall(
+                    id=f"{call_prefix}{i}",
+                    name="get_weather",
+                    arguments={"city": "Oslo", "date": f"2026-12-{i + 1:02d}"},
+                )
+            ]
+        )
+        for i in range(reads)
+    ]
+    return Script(name=name, turns=[*turns, ScriptTurn(text="Done.")])
+
+
+async def listed_stats(client: Client, family: str, runs: int) -> FamilyStats:
+    """The family's stats once visibility lists all `runs` of its closed runs."""
+    for _ in range(100):
+        stats = await agentloop.family_stats(client, family)
+        if stats.runs == runs:
+            return stats
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"visibility lists {stats.runs} of the family's {runs} runs")
+
+
 async def _start_input(client: Client, workflow_id: str) -> dict[str, Any]:
     handle = client.get_workflow_handle(workflow_id)
     async for event in handle.fetch_history_events():
@@ -163,19 +171,7 @@ async def test_a_run_that_continued_as_new_is_timed_from_its_first_runs_start(
     """Its deadline counts from there, so the deadline its family suggests must too (the last
     run's own start would leave out every run before it)."""
     family = f"chain-{run_id[-8:]}"
-    reads = [
-        ScriptTurn(
-            tool_calls=[
-                ScriptedToolCall(
-                    id=f"c_{i}",
-                    name="get_weather",
-                    arguments={"city": "Oslo", "date": f"2026-12-{i + 1:02d}"},
-                )
-            ]
-        )
-        for i in range(4)
-    ]
-    scripted_provider.register(Script(name=run_id, turns=[*reads, ScriptTurn(text="Done.")]))
+    scripted_provider.register(weather_reads(run_id, "c_", 4))
     run_input = AgentRunInput(
         task="Weather in Oslo for four days?",
         provider="openai-chat",
@@ -196,10 +192,6 @@ async def test_a_run_that_continued_as_new_is_timed_from_its_first_runs_start(
     own = (last.close_time - last.start_time).total_seconds()
     assert chain > own
 
-    for _ in range(100):  # visibility catches up with the closed run
-        stats = await agentloop.family_stats(client, family)
-        if stats.runs == 1:
-            break
-        await asyncio.sleep(0.1)
-    assert stats.runs == 1 and stats.completed is not None
+    stats = await listed_stats(client, family, 1)
+    assert stats.completed is not None
     assert stats.completed.seconds.max == pytest.approx(chain, abs=0.001)

@@ -127,9 +127,7 @@ async def test_a_listing_that_fails_in_any_way_names_the_server_and_is_never_ret
         await tools.listing("tickets")
 
 
-def test_a_servers_words_in_an_error_are_cut_and_an_unreadable_message_is_told_in_one_line() -> (
-    None
-):
+def test_a_servers_error_text_is_cut_and_an_unreadable_message_told_in_one_line() -> None:
     flood = MCPError(-32603, "x" * 100_000)
     assert error_text(flood).startswith("x" * 100) and len(error_text(flood)) == MAX_REASON_CHARS
     assert (

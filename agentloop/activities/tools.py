@@ -449,10 +449,7 @@ def _unknown(request: RunToolInput, spec: ToolSpec, message: str) -> ToolResult:
         call_id=request.call_id,
         tool=request.tool,
         status="unknown",
-        content=bounded(
-            json.dumps({"error": {"class": "outcome_unknown", "message": message}}),
-            spec.max_result_chars,
-        ),
+        content=_error_content(spec, "outcome_unknown", message),
         error_class="transient",
         side_effect=True,
     )
@@ -463,10 +460,15 @@ def _failure(request: RunToolInput, spec: ToolSpec, error_class: str, message: s
         call_id=request.call_id,
         tool=request.tool,
         status="failed",
-        content=bounded(
-            json.dumps({"error": {"class": error_class, "message": message}}), spec.max_result_chars
-        ),
+        content=_error_content(spec, error_class, message),
         error_class=error_class,
+    )
+
+
+def _error_content(spec: ToolSpec, error_class: str, message: str) -> str:
+    """An error as the model is told it, within the tool's result cap."""
+    return bounded(
+        json.dumps({"error": {"class": error_class, "message": message}}), spec.max_result_chars
     )
 
 

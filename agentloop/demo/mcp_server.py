@@ -251,7 +251,7 @@ class Faults:
 
     failing: bool
     stalling: bool
-    garbling: bool = False
+    garbling: bool
 
 
 # Set by the task runner around the deferred call: the call was counted, and took its faults,

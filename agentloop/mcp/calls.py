@@ -209,10 +209,11 @@ class McpCall:
         except MCPError as exc:
             if exc.code in (INVALID_PARAMS, METHOD_NOT_FOUND):
                 raise InvalidArguments(f"{what}: {exc.message}") from None
-            cut_off = f"{where}: {error_text(exc)}"
             if exc.code == CONNECTION_CLOSED:
                 await self._connection.broken(client)
                 cut_off = f"{where}: connection lost: {self._connection.lost(exc)}"
+            else:
+                cut_off = f"{where}: {error_text(exc)}"
         except TimeoutError:
             await self._connection.broken(client)
             cut_off = f"{where}: no answer in {self._spec.timeout_seconds:g} s"
