@@ -77,8 +77,16 @@ class WorkerParts:
 
     max_cached_workflows: int = 1_000
     sticky_timeout_seconds: float = 10.0
+    max_concurrent_activities: int | None = None
+    max_concurrent_workflow_tasks: int | None = None
 
     def worker_kwargs(self) -> dict[str, Any]:
+        """The slot counts only when set: unset, Temporal's defaults apply, and a `tuner` of
+        your own may be passed beside these (Temporal refuses both at once)."""
+        slots = {
+            "max_concurrent_activities": self.max_concurrent_activities,
+            "max_concurrent_workflow_tasks": self.max_concurrent_workflow_tasks,
+        }
         return {
             "workflows": self.workflows,
             "activities": self.activities,
@@ -87,6 +95,7 @@ class WorkerParts:
             "sticky_queue_schedule_to_start_timeout": timedelta(
                 seconds=self.sticky_timeout_seconds
             ),
+            **{name: count for name, count in slots.items() if count is not None},
         }
 
 
@@ -174,6 +183,8 @@ async def worker_parts(
                 toolbox=toolbox,
                 max_cached_workflows=settings.max_cached_workflows,
                 sticky_timeout_seconds=settings.sticky_timeout_seconds,
+                max_concurrent_activities=settings.max_concurrent_activities,
+                max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
             )
     finally:
         if mcp is not None:

@@ -1,8 +1,10 @@
 """[1] Many concurrent runs: 2-turn runs (failures, wall time, runs/s and the worker's RSS
-growth per concurrent run), then 5-turn runs at several concurrencies (runs/s and RSS growth),
-each against the Temporal floor (no-op activities) on the same dev server, in the same run; the
-2-turn runs also against the same runs on the OpenAI Agents SDK peer (`bench.peer`). Every
-worker runs in its own OS process, so the RSS figure is the worker's own."""
+growth per concurrent run), then 5-turn runs at several concurrencies (runs/s and RSS growth,
+and what each run past the second-largest level added), each against the Temporal floor (no-op
+activities) on the same dev server, in the same run; the 200 5-turn runs again on a worker with
+fewer activity slots, against Temporal's default; the 2-turn runs also against the same runs on
+the OpenAI Agents SDK peer (`bench.peer`). Every worker runs in its own OS process, so the RSS
+figure is the worker's own."""
 
 from __future__ import annotations
 
@@ -264,6 +266,14 @@ async def measure(
             raise RuntimeError(f"the peer's warm-up run failed:\n{process.child.log_tail()}")
         peer = await run_batch(runs, concurrency, run_peer, process.pid)
     measured = [await many_runs(client, settings, provider, work_dir, n) for n in levels]
+    compared = next((m for m in measured if m.runs == SLOTS_COMPARED_AT), None)
+    if compared is None and measured:
+        compared = measured[-1]
+    slotted = (
+        await slotted_runs(client, settings, provider, work_dir, compared.runs)
+        if compared is not None
+        else None
+    )
     violations = len(provider.violations)
     provider.reset()
     section = Section(
@@ -282,11 +292,16 @@ async def measure(
     section.add(*peer_figures(agentloop, peer))
     for level in measured:
         section.add(*level_figures(level))
+    if len(measured) > 1:
+        section.add(added_run_figure(measured[-2], measured[-1]))
+    if slotted is not None and compared is not None:
+        section.add(*slot_figures(slotted, compared))
     section.add(await state_figure("2-turn", history))
     if measured:
         section.add(await state_figure(f"{MANY_RUNS_TOOL_TURNS + 1}-turn", measured[0].history))
     failures = agentloop.failures + floor.failures + peer.failures + violations
     failures += sum(level.agentloop.failures + level.floor.failures for level in measured)
+    failures += slotted.failures if slotted is not None else 0
     return ThroughputResult(section, history, failures)
 
 
@@ -297,19 +312,94 @@ async def many_runs(
     of the same activities on a fresh floor worker: fresh, so what an earlier level left in a
     worker (grown heap, cached workflows) does not hide this level's RSS growth."""
     prefix = f"bench-many{runs}-{uuid.uuid4().hex[:8]}"
-    script = weather_script(prefix, MANY_RUNS_TOOL_TURNS)
-    provider.register(script)
-    run_input = long_input(script, ["get_weather"])
-    async with agentloop_worker(settings, work_dir, prefix) as worker:
-        history = await warm_up(client, worker.task_queue, f"{prefix}-warm", run_input)
-        runner = agentloop_runner(client, worker.task_queue, prefix, run_input)
-        agentloop = await run_batch(runs, runs, runner, worker.pid)
+    agentloop, history = await five_turn_batch(client, settings, provider, work_dir, runs, prefix)
     steps = floor_steps(history)
     async with floor_worker(settings, work_dir, f"{prefix}-floor") as floor_process:
         floor_run = floor_runner(client, floor_process.task_queue, f"{prefix}-floor", steps)
         await floor_run(runs)  # warm-up: an id the batch does not use
         floor = await run_batch(runs, runs, floor_run, floor_process.pid)
     return Level(runs, agentloop, floor, history)
+
+
+FEW_ACTIVITY_SLOTS = 20
+"""Activity slots of the worker `slotted_runs` measures (`AGENTLOOP_MAX_CONCURRENT_ACTIVITIES`;
+Temporal's default is 100)."""
+SLOTS_COMPARED_AT = 200
+"""The level whose runs are measured again with `FEW_ACTIVITY_SLOTS` (issue #21's scale; the
+largest level when it is not measured)."""
+
+
+async def slotted_runs(
+    client: Client, settings: Settings, provider: ScriptedProvider, work_dir: Path, runs: int
+) -> Batch:
+    """The largest level's 5-turn runs again, on a fresh worker with `FEW_ACTIVITY_SLOTS`
+    activity slots: what the calls in flight cost beside the runs themselves."""
+    prefix = f"bench-slots{runs}-{uuid.uuid4().hex[:8]}"
+    slots = {"AGENTLOOP_MAX_CONCURRENT_ACTIVITIES": str(FEW_ACTIVITY_SLOTS)}
+    batch, _ = await five_turn_batch(client, settings, provider, work_dir, runs, prefix, slots)
+    return batch
+
+
+async def five_turn_batch(
+    client: Client,
+    settings: Settings,
+    provider: ScriptedProvider,
+    work_dir: Path,
+    runs: int,
+    prefix: str,
+    worker_env: dict[str, str] | None = None,
+) -> tuple[Batch, WorkflowHistory]:
+    """`runs` 5-turn runs at once on a fresh agentloop worker (`worker_env` over its
+    environment), after one warm-up run, whose history is returned beside the batch."""
+    script = weather_script(prefix, MANY_RUNS_TOOL_TURNS)
+    provider.register(script)
+    run_input = long_input(script, ["get_weather"])
+    async with agentloop_worker(settings, work_dir, prefix, worker_env) as worker:
+        history = await warm_up(client, worker.task_queue, f"{prefix}-warm", run_input)
+        runner = agentloop_runner(client, worker.task_queue, prefix, run_input)
+        return await run_batch(runs, runs, runner, worker.pid), history
+
+
+def added_run_figure(fewer: Level, more: Level) -> Figure:
+    """What each run past the smaller level added to the worker's peak RSS: the runs' own
+    cost, without what the calls in flight cost whatever the number of runs."""
+
+    def added(smaller: Batch, larger: Batch) -> float:
+        return (larger.worker.growth_mib - smaller.worker.growth_mib) / (larger.runs - smaller.runs)
+
+    ours, floor = added(fewer.agentloop, more.agentloop), added(fewer.floor, more.floor)
+    return Figure(
+        f"5-turn runs: worker RSS per run added, {fewer.runs} -> {more.runs} concurrent (MiB)",
+        ours,
+        floor,
+        ratio(ours, floor),
+        "(growth at the larger level - at the smaller) / the runs between them",
+    )
+
+
+def slot_figures(slotted: Batch, level: Level) -> list[Figure]:
+    """Against the same runs on a worker with Temporal's default 100 slots, in this run."""
+    ours = level.agentloop
+    name = f"{FEW_ACTIVITY_SLOTS} activity slots, 5-turn runs, {level.runs} concurrent:"
+    mib = slotted.worker_mib_per_run
+    return [
+        Figure(f"{name} failed", slotted.failures, ours.failures),
+        Figure(
+            f"{name} runs/s",
+            slotted.runs_per_second,
+            ours.runs_per_second,
+            ratio(slotted.runs_per_second, ours.runs_per_second),
+            "baseline: the same runs on a worker with 100 slots (Temporal's default)",
+        ),
+        Figure(
+            f"{name} worker RSS growth/run (MiB)",
+            mib,
+            ours.worker_mib_per_run,
+            ratio(mib, ours.worker_mib_per_run),
+            f"{slotted.worker.start_mib:.0f} -> {slotted.worker.peak_mib:.0f} MiB; issue #21 "
+            "target: <= 0.15",
+        ),
+    ]
 
 
 async def state_figure(run: str, history: WorkflowHistory) -> Figure:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.throughput import FEW_ACTIVITY_SLOTS
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).parent.parent
@@ -30,6 +32,8 @@ SECTIONS = {
             "worker RSS growth per concurrent run",
             "combined RSS growth per concurrent run",
             "5-turn runs, ",
+            f"{FEW_ACTIVITY_SLOTS} activity slots, 5-turn runs, ",
+            "5-turn runs: worker RSS per run added",
             "runs/s vs the peer",
             "AgentRun's own objects per cached 2-turn run",
             "AgentRun's own objects per cached 5-turn run",

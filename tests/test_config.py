@@ -183,6 +183,10 @@ def test_from_env_checks_types_but_not_files_or_formats(tmp_path: Path) -> None:
         ("AGENTLOOP_TOOL_HTTP_TIMEOUT_SECONDS", "soon", "a positive number"),
         ("AGENTLOOP_TOOL_HTTP_TIMEOUT_SECONDS", "inf", "a positive number"),
         ("AGENTLOOP_STICKY_TIMEOUT_SECONDS", "0", "a positive number"),
+        ("AGENTLOOP_MAX_CACHED_WORKFLOWS", "-1", "a whole number, 0 or more"),
+        ("AGENTLOOP_MAX_CONCURRENT_ACTIVITIES", "0", "a whole number, 1 or more, e.g. 100"),
+        ("AGENTLOOP_MAX_CONCURRENT_ACTIVITIES", "2.5", "a whole number, 1 or more"),
+        ("AGENTLOOP_MAX_CONCURRENT_WORKFLOW_TASKS", "many", "a whole number, 1 or more"),
         ("AGENTLOOP_PRICING_FILE", "/no/such/pricing.json", "no such file"),
         ("AGENTLOOP_EXAMPLE_SERVICE_URL", "127.0.0.1:8787", "expected an http(s) URL"),
         ("OPENAI_BASE_URL", "ftp://api.example.com", "expected an http(s) URL"),
@@ -270,6 +274,10 @@ def test_good_values_pass(tmp_path: Path) -> None:
     assert settings.tool_http_timeout_seconds == 2.5
     sticky = Settings.load({"AGENTLOOP_STICKY_TIMEOUT_SECONDS": "2.5"}).sticky_timeout_seconds
     assert sticky == 2.5
+    slots = Settings.load({"AGENTLOOP_MAX_CONCURRENT_ACTIVITIES": "20"})
+    assert (slots.max_concurrent_activities, slots.max_concurrent_workflow_tasks) == (20, None)
+    config = write(tmp_path / "slots.toml", "max_concurrent_workflow_tasks = 8\n")
+    assert Settings.load({CONFIG_FILE_VARIABLE: config}).max_concurrent_workflow_tasks == 8
     assert Settings.load({"AGENTLOOP_OTEL": "console"}).otel == "console"
     config = write(tmp_path / "agentloop.toml", 'otel = "console"\n')
     assert Settings.load({CONFIG_FILE_VARIABLE: config}).otel == "console"

@@ -1,7 +1,8 @@
 """Waiting runs are cheap (issue #21, first part): a run paused on a person holds only its
 place in the worker's sticky cache (`AGENTLOOP_MAX_CACHED_WORKFLOWS`); evicted from it by
 other runs, it resumes after the approval by replaying its history, and nothing it did runs
-again (counted at the example service)."""
+again (counted at the example service). And the worker's sizing settings (cache, sticky
+timeout, activity and workflow task slots) are what its Temporal worker gets."""
 
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ from datetime import timedelta
 import pytest
 from temporalio import workflow
 from temporalio.client import Client
+from temporalio.worker import Worker
 
+import agentloop
+from agentloop import ToolContext
 from agentloop.contract import AgentRunInput, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.tools.plugins import Plugin, Toolset, build_toolbox
 from agentloop.worker import running_worker, worker_parts
 from agentloop.workflows.agent_run import AgentRun
 from tests.support import approve_as_shown, start_run, wait_for_phase
@@ -110,3 +115,65 @@ async def test_the_worker_takes_its_cache_size_and_sticky_timeout_from_its_setti
         given = parts.worker_kwargs()
     assert given["max_cached_workflows"] == 7
     assert given["sticky_queue_schedule_to_start_timeout"] == timedelta(seconds=2.5)
+    # Slots unset: Temporal's defaults, and room for a tuner of the user's own.
+    assert "max_concurrent_activities" not in given
+    assert "max_concurrent_workflow_tasks" not in given
+
+
+class SlotCount:
+    """Calls of `count_in_flight` running at this moment, and the most there ever were."""
+
+    now = 0
+    most = 0
+
+
+@agentloop.tool(effect="read")
+async def count_in_flight(ctx: ToolContext[None], n: int) -> str:
+    """Hold a slot for a moment, counting how many calls hold one at once."""
+    SlotCount.now += 1
+    SlotCount.most = max(SlotCount.most, SlotCount.now)
+    try:
+        await asyncio.sleep(0.3)  # the work a slot is held for, not a synchronisation
+    finally:
+        SlotCount.now -= 1
+    return f"call {n} done under {ctx.idempotency_key}"
+
+
+async def test_a_worker_with_two_activity_slots_runs_no_more_than_two_calls_at_once(
+    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """Four reads proposed at once, on a worker with two activity slots: all four run, never
+    more than two at a time (counted inside the tool), each result under its own call id."""
+    own = worker_settings.model_copy(
+        update={
+            "max_concurrent_activities": 2,
+            "max_concurrent_workflow_tasks": 3,
+            "task_queue": f"two-slots-{run_id[-8:]}",
+        }
+    )
+    calls = [
+        ScriptedToolCall(id=f"c_{n}", name="count_in_flight", arguments={"n": n}) for n in range(4)
+    ]
+    scripted_provider.register(
+        Script(name=run_id, turns=[ScriptTurn(tool_calls=calls), ScriptTurn(text="All four.")])
+    )
+    SlotCount.now = SlotCount.most = 0
+    toolbox = build_toolbox([Plugin("slots", Toolset(tools=[count_in_flight]))])
+    async with worker_parts(client, own, toolbox) as parts:
+        given = parts.worker_kwargs()
+        assert (given["max_concurrent_activities"], given["max_concurrent_workflow_tasks"]) == (
+            2,
+            3,
+        )
+        async with Worker(client, task_queue=own.task_queue, **given):
+            handle = await start_run(client, own, run_id, run_input(run_id, ["count_in_flight"]))
+            result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed", result.stop_reason
+    assert SlotCount.most == 2
+    _, second = [r for r in scripted_provider.requests if r["script"] == run_id]
+    answered = {
+        m["tool_call_id"]: m["content"] for m in second["body"]["messages"] if m["role"] == "tool"
+    }
+    assert sorted(answered) == [f"c_{n}" for n in range(4)]
+    for n in range(4):
+        assert f"call {n} done" in answered[f"c_{n}"], answered

@@ -43,6 +43,7 @@ from agentloop.runtime.config_checks import (
     check_positive_number,
     check_pricing_file,
     check_sandbox_mode,
+    check_slots,
     check_store_url,
     check_tool_modules,
     http_url_check,
@@ -120,6 +121,13 @@ class Settings(BaseModel):
     worker may take it (Temporal's sticky schedule-to-start timeout): after a worker dies,
     its runs go on elsewhere this much later. Shorter moves them sooner, at the price of
     replays when a busy worker is merely slow to poll."""
+    max_concurrent_activities: int | None = None
+    """Activity tasks (model calls, tool calls) a worker runs at once (Temporal's
+    `max_concurrent_activities`; unset: Temporal's default, 100). Each one in flight holds its
+    request and connection buffers; more of them wait on the task queue, none is lost."""
+    max_concurrent_workflow_tasks: int | None = None
+    """Workflow tasks (steps of runs) a worker processes at once (Temporal's
+    `max_concurrent_workflow_tasks`; unset: Temporal's default, 100)."""
     codec_keys: str | None = Field(default=None, repr=False)
     """`ID:BASE64KEY[,ID:BASE64KEY...]`, the first active: with it every payload in workflow
     history is encrypted (AES-256-GCM, `agentloop.runtime.codec`); the others still decrypt."""
@@ -252,6 +260,10 @@ VARIABLES: dict[str, Variable] = {
     ),
     "max_cached_workflows": Variable("AGENTLOOP_MAX_CACHED_WORKFLOWS", check_count),
     "sticky_timeout_seconds": Variable("AGENTLOOP_STICKY_TIMEOUT_SECONDS", check_positive_number),
+    "max_concurrent_activities": Variable("AGENTLOOP_MAX_CONCURRENT_ACTIVITIES", check_slots),
+    "max_concurrent_workflow_tasks": Variable(
+        "AGENTLOOP_MAX_CONCURRENT_WORKFLOW_TASKS", check_slots
+    ),
     "codec_keys": Variable(
         "AGENTLOOP_CODEC_KEYS", check_codec_keys, secret=True, mask=mask_key_ring
     ),
@@ -264,7 +276,13 @@ VARIABLES: dict[str, Variable] = {
 """Settings field -> its environment variable (and file key: the field name)."""
 
 _NUMBER_FIELDS = frozenset(
-    {"tool_http_timeout_seconds", "max_cached_workflows", "sticky_timeout_seconds"}
+    {
+        "tool_http_timeout_seconds",
+        "max_cached_workflows",
+        "sticky_timeout_seconds",
+        "max_concurrent_activities",
+        "max_concurrent_workflow_tasks",
+    }
 )
 _LIST_FIELDS = frozenset({"tools", "approver_keys"})
 _TABLE_FIELDS = frozenset({"mcp_servers"})

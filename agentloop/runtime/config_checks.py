@@ -89,15 +89,25 @@ def check_positive_number(value: Any) -> str | None:
     return None if math.isfinite(number) and number > 0 else expected
 
 
-def check_count(value: Any) -> str | None:
-    expected = "expected a whole number, 0 or more, e.g. 1000"
-    if isinstance(value, bool):
-        return expected
-    try:
-        number = int(str(value))
-    except ValueError:
-        return expected
-    return None if number >= 0 else expected
+def whole_number_check(minimum: int, example: int) -> Check:
+    """A whole number of at least `minimum`."""
+    expected = f"expected a whole number, {minimum} or more, e.g. {example}"
+
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool):
+            return expected
+        try:
+            number = int(str(value))
+        except ValueError:
+            return expected
+        return None if number >= minimum else expected
+
+    return check
+
+
+check_count = whole_number_check(0, 1000)
+check_slots = whole_number_check(1, 100)
+"""A worker's slots for one kind of task: 0 would never run any, so at least 1."""
 
 
 def check_pricing_file(value: str) -> str | None:
