@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -23,6 +24,16 @@ OVER_BUDGET = "OverBudget"
 left of the run's token or cost cap (its message names the cap and by how much)."""
 STORE_TEXTS = "store_texts"
 """Long texts put in the store before the model call that first sends them."""
+
+
+@dataclass(frozen=True)
+class UnreadableJSON:
+    """What an untyped payload decodes to when no JSON parser here can read it (nested past
+    the parsers' limits, a number of thousands of digits): the workflow code that takes it
+    (a run's start input, an activity tool's result) refuses it naming `reason`, where the
+    decode itself would fail every workflow task (`agentloop.runtime.converter`)."""
+
+    reason: str
 
 
 class ModelCallBudget(BaseModel):

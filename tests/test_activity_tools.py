@@ -17,7 +17,11 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from temporalio import activity
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
+from temporalio.common import RawValue
+from temporalio.worker import Worker
 
 import agentloop
 from agentloop.client import start_run
@@ -193,3 +197,59 @@ async def test_the_plain_worker_killed_mid_write_its_lookup_decides_and_the_writ
     assert len(requests_to(example_service, "workshops.reserve")) == 1
     assert len(requests_to(example_service, "workshops.operation")) == 1
     assert reservations(example_service) == 1
+
+
+class DeepArgs(BaseModel):
+    city: str
+
+
+@activity.defn(name="deep_forecast")
+async def deep_forecast(request: dict[str, Any]) -> RawValue:
+    """A team's activity answering with JSON nested past every JSON parser's limit."""
+    return RawValue(Payload(metadata={"encoding": b"json/plain"}, data=b"[" * 300 + b"]" * 300))
+
+
+async def test_an_activity_tools_result_no_parser_reads_is_told_to_the_model_not_wedging(
+    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """Before, decoding such a result in the workflow failed every workflow task."""
+    team_queue = f"team-deep-{uuid.uuid4().hex[:8]}"
+    deep = agentloop.activity_tool(
+        "deep_forecast",
+        activity="deep_forecast",
+        task_queue=team_queue,
+        parameters=DeepArgs,
+        description="A forecast, deeply nested.",
+    )
+    toolbox = build_toolbox([Plugin("deep_team", Toolset(tools=[deep]))])
+    settings = worker_settings.model_copy(
+        update={"task_queue": f"agentloop-{uuid.uuid4().hex[:8]}"}
+    )
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(id="c_deep", name="deep_forecast", arguments={"city": "x"})
+                    ]
+                ),
+                ScriptTurn(text="Done."),
+            ],
+        )
+    )
+    run_input = AgentRunInput(
+        task="Forecast.", provider="openai-chat", model=run_id, tools=["deep_forecast"]
+    )
+    async with (
+        Worker(client, task_queue=team_queue, activities=[deep_forecast]),
+        running_worker(client, settings, toolbox),
+    ):
+        handle = await start_run(client, run_input, id=run_id, task_queue=settings.task_queue)
+        result: AgentRunResult = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed", result.stop_reason
+    [called] = result.calls
+    assert (called.call_id, called.status) == ("c_deep", "succeeded")
+    _, second = [r for r in scripted_provider.requests if r["script"] == run_id]
+    [told] = [m["content"] for m in second["body"]["messages"] if m["role"] == "tool"]
+    assert "not JSON agentloop can read" in told and "recursion limit exceeded" in told, told

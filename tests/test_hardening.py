@@ -22,7 +22,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from agentloop.activities.verify import VerifierActivities
-from agentloop.activity_io import VerifyInput
+from agentloop.activity_io import UnreadableJSON, VerifyInput
 from agentloop.adapters._shared import make_tool_call, text_safe
 from agentloop.contract import (
     WORKFLOW_NAME,
@@ -307,6 +307,64 @@ async def test_a_run_started_without_any_input_fails_at_once(
     assert (
         isinstance(cause, ApplicationError) and "started without an AgentRunInput" in cause.message
     )
+    await assert_never_wedged(handle)
+
+
+def raw_json(data: bytes) -> RawValue:
+    """JSON bytes exactly as a client of any SDK could send them."""
+    return RawValue(Payload(metadata={"encoding": b"json/plain"}, data=data))
+
+
+@pytest.mark.parametrize(
+    ("data", "named"),
+    [
+        (
+            b'{"task": "x", "model_settings": {"extra": ' + b"[" * 300 + b"]" * 300 + b"}}",
+            "recursion limit exceeded",
+        ),
+        (
+            b'{"task": "x", "provider": "openai-chat", "model": "m", "n": ' + b"9" * 5000 + b"}",
+            "number out of range",
+        ),
+    ],
+)
+async def test_input_no_json_parser_reads_fails_the_run_at_once_saying_why(
+    client: Client, worker: Settings, run_id: str, data: bytes, named: str
+) -> None:
+    """Before, the data converter refused such input while decoding the run's arguments:
+    every workflow task failed ("Failed decoding arguments") and the run never moved."""
+    handle = await client.start_workflow(
+        WORKFLOW_NAME, raw_json(data), id=run_id, task_queue=worker.task_queue
+    )
+    with pytest.raises(WorkflowFailureError) as failed:
+        await asyncio.wait_for(handle.result(), 30)
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
+    assert "input: not JSON agentloop can read" in cause.message and named in cause.message
+    await assert_never_wedged(handle)
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        raw_json(b'"not a state"'),
+        raw_json(b'{"run_input": {"task": "x", "provider": "openai-chat", "model": "m"}}'),
+    ],
+)
+async def test_a_second_start_argument_is_refused_never_taken_as_carried_state(
+    client: Client, worker: Settings, run_id: str, second: RawValue
+) -> None:
+    """Only continue-as-new hands a run its state: from a client, a second argument would
+    skip every check made at start (input, limits, the worker's own tool specs)."""
+    first = run_input(run_id, []).model_dump(mode="json")
+    handle = await client.start_workflow(
+        WORKFLOW_NAME, args=[first, second], id=run_id, task_queue=worker.task_queue
+    )
+    with pytest.raises(WorkflowFailureError) as failed:
+        await asyncio.wait_for(handle.result(), 30)
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
+    assert "only continue-as-new hands a run its state" in cause.message
     await assert_never_wedged(handle)
 
 
@@ -809,3 +867,9 @@ def test_the_converter_reads_lone_surrogates_and_refuses_what_is_not_json() -> N
     for broken in (b'{"task": "go\\ud800"', b"[" * 50_000 + b'"\\ud800"' + b"]" * 50_000):
         with pytest.raises(ValidationError):
             convert.from_payloads([payload(broken)], [dict])
+        # Asked for no type (a run's start input, an activity tool's result), it is a value
+        # the workflow code refuses, naming why, instead of an error failing its task.
+        [unread] = convert.from_payloads([payload(broken)], None)
+        assert isinstance(unread, UnreadableJSON) and unread.reason.startswith("Invalid JSON")
+    [value] = convert.from_payloads([payload(b"[]")], None)
+    assert value == []

@@ -5,6 +5,11 @@ pydantic's JSON parser refuses such a string, so a run started by any client wit
 input would fail every workflow task ("Failed decoding arguments") before agentloop's code
 could say why. Read with Python's parser instead, the input reaches `startup.parse_input`,
 which fails the run at once naming the problem. Only JSON pydantic refuses takes that path.
+
+JSON neither parser reads (nested past their limits, a number of thousands of digits) decodes,
+where the caller asked for no type, to `UnreadableJSON`: the workflow's start input and an
+activity tool's result are untyped, and the workflow code taking them refuses it, naming why.
+Asked for a type, such JSON still raises.
 """
 
 from __future__ import annotations
@@ -22,25 +27,35 @@ from temporalio.converter import (
     JSONPlainPayloadConverter,
 )
 
+from agentloop.activity_io import UnreadableJSON
+
 
 class _JSONConverter(PydanticJSONPlainPayloadConverter):
     def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
         try:
             return super().from_payload(payload, type_hint)
         except ValidationError as exc:
-            if b"\\u" not in payload.data or not _json_invalid(exc):
+            invalid = _json_invalid(exc)
+            if invalid is None:
                 raise
-            try:
-                # Python's parser recurses: too deep a value raises RecursionError, refused
-                # like any JSON pydantic refuses (the payload is within Temporal's size limit).
-                value = json.loads(payload.data.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError, RecursionError):
-                raise exc from None
-            return TypeAdapter(type_hint if type_hint is not None else Any).validate_python(value)
+            if b"\\u" in payload.data:
+                try:
+                    # Python's parser recurses: too deep a value raises RecursionError,
+                    # refused like any JSON pydantic refuses.
+                    value = json.loads(payload.data.decode("utf-8"))
+                except (UnicodeDecodeError, ValueError, RecursionError):
+                    pass
+                else:
+                    hint = type_hint if type_hint is not None else Any
+                    return TypeAdapter(hint).validate_python(value)
+            if type_hint is None or type_hint is Any:
+                return UnreadableJSON(invalid)  # pydantic's own short message
+            raise exc from None
 
 
-def _json_invalid(exc: ValidationError) -> bool:
-    return any(error["type"] == "json_invalid" for error in exc.errors())
+def _json_invalid(exc: ValidationError) -> str | None:
+    """Why pydantic's parser refused the JSON, when that is what failed."""
+    return next((e["msg"] for e in exc.errors() if e["type"] == "json_invalid"), None)
 
 
 class PayloadConverter(CompositePayloadConverter):

@@ -74,9 +74,11 @@ class AgentRun:
         checked in this run any more."""
 
     @workflow.run
-    async def run(self, raw_input: Any = None, carried: LoopState | None = None) -> AgentRunResult:
-        """`carried` is the run state handed over by `continue_as_new` (None on a fresh start).
-        `raw_input` is untyped here (checked by `startup.parse_input`) and may be missing."""
+    async def run(self, raw_input: Any = None, raw_carried: Any = None) -> AgentRunResult:
+        """`raw_carried` is the run state handed over by `continue_as_new` (None on a fresh
+        start). Both are untyped here, checked by `startup.parse_carried` and `parse_input`;
+        the input may be missing."""
+        carried = startup.parse_carried(raw_carried)
         run_input = startup.parse_input(raw_input, carried)
         state = carried if carried is not None else await startup.start(run_input)
         state.tools = shared_specs(state.tools.values())

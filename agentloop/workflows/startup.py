@@ -13,7 +13,7 @@ from temporalio.exceptions import ActivityError
 
 import agentloop.workflows.loop as loop
 import agentloop.workflows.visibility as visibility
-from agentloop.activity_io import DescribeToolsInput, RunDescription
+from agentloop.activity_io import DescribeToolsInput, RunDescription, UnreadableJSON
 from agentloop.contract import AgentRunInput, PreviousRun, describe_validation_error
 from agentloop.policies import checks
 from agentloop.policies.bounds import MAX_DEPTH, NOT_TEXT, is_text_value, value_depth
@@ -24,6 +24,19 @@ from agentloop.workflows.loop import Feature, LoopState
 DESCRIBE_TOOLS_TIMEOUT = timedelta(seconds=30)
 
 
+def parse_carried(carried: Any) -> LoopState | None:
+    """The state a run continued as new was handed (None on a fresh start). Both start
+    arguments are untyped, so that no argument anyone sends can fail the workflow task that
+    decodes it; and only a continuation takes state, never whoever starts a run."""
+    if carried is None:
+        return None
+    if workflow.info().continued_run_id is None:
+        raise invalid_input(
+            "the run was started with a second argument; only continue-as-new hands a run its state"
+        )
+    return LoopState.model_validate(carried)
+
+
 def parse_input(raw_input: Any, carried: LoopState | None) -> AgentRunInput:
     """The run's input, checked: bad input fails the run at once, naming the field, instead
     of failing a workflow task (which Temporal would retry for ever). A run continued as new
@@ -32,6 +45,8 @@ def parse_input(raw_input: Any, carried: LoopState | None) -> AgentRunInput:
         return carried.run_input
     if raw_input is None:
         raise invalid_input("input: the run was started without an AgentRunInput")
+    if isinstance(raw_input, UnreadableJSON):
+        raise invalid_input(f"input: not JSON agentloop can read: {raw_input.reason}")
     if value_depth(raw_input) > MAX_DEPTH:
         raise invalid_input(f"input: nested deeper than {MAX_DEPTH} levels")
     if not is_text_value(raw_input):

@@ -9,7 +9,13 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from agentloop.activity_io import ActivityToolInput, InputReply, RunToolInput, ToolOutput
+from agentloop.activity_io import (
+    ActivityToolInput,
+    InputReply,
+    RunToolInput,
+    ToolOutput,
+    UnreadableJSON,
+)
 from agentloop.contract import Principal
 from agentloop.events import ToolCall, ToolResult
 from agentloop.tool_spec import ToolSpec
@@ -95,6 +101,9 @@ async def tool_outcome(
         if not remote:
             result: ToolResult = value
             return result
+        if isinstance(value, UnreadableJSON):
+            # It ran (a write's effect exists), but no one can read what it said it did.
+            value = f"(the activity's result is not JSON agentloop can read: {value.reason})"
         framed: ToolResult = await workflow.execute_local_activity(
             "frame_tool_output",
             ToolOutput(
