@@ -23,8 +23,9 @@ from temporalio.exceptions import ApplicationError
 
 from agentloop.activities.verify import VerifierActivities
 from agentloop.activity_io import UnreadableJSON, VerifyInput
-from agentloop.adapters._shared import make_tool_call, text_safe
+from agentloop.adapters._shared import make_tool_call, make_tool_calls, text_safe
 from agentloop.contract import (
+    MAX_NAME_CHARS,
     WORKFLOW_NAME,
     AgentRunInput,
     AgentRunResult,
@@ -48,6 +49,7 @@ from agentloop.runtime.converter import data_converter as agentloop_data_convert
 from agentloop.runtime.dev_server import temporal_binary
 from agentloop.store import load_artifact_text, load_transcript, open_store
 from agentloop.store.memory import MemoryStore
+from agentloop.workflows.loop.delegation import child_run_id
 from tests.support import approve_as_shown, start_run, wait_for_phase, wait_for_status, wait_until
 from tests.test_cli import process_env, run_process
 from tests.test_large_output import history_sizes
@@ -788,7 +790,7 @@ async def test_tool_calls_whose_arguments_pass_the_output_bound_do_not_run(
     handle = await start_run(client, worker, run_id, run_input(run_id, ["send_reply"]))
     result = await asyncio.wait_for(handle.result(), 30)
     assert result.status == "incomplete"
-    assert "call c_2: the output's tool-call arguments pass 512000 bytes" in result.stop_reason
+    assert "call c_2: the output's tool calls pass 512000 bytes" in result.stop_reason
     assert example_service.records()["replies"] == 0 and result.calls == []
     await assert_never_wedged(handle)
 
@@ -873,3 +875,51 @@ def test_the_converter_reads_lone_surrogates_and_refuses_what_is_not_json() -> N
         assert isinstance(unread, UnreadableJSON) and unread.reason.startswith("Invalid JSON")
     [value] = convert.from_payloads([payload(b"[]")], None)
     assert value == []
+
+
+LONG_NAME = "n" * 150_000
+
+
+def test_a_call_id_or_tool_name_past_the_limit_is_cut_and_the_call_never_runs() -> None:
+    call, problem = make_tool_call("c1", LONG_NAME, "{}")
+    assert len(call.name) <= MAX_NAME_CHARS and "over 200 characters" in problem
+    call, problem = make_tool_call("c" * 5_000, "get_weather", "{}")
+    assert len(call.call_id) <= MAX_NAME_CHARS and problem
+    # However many broken calls one output holds, its stop detail names 20 and counts the rest.
+    calls, problems = make_tool_calls([(f"c{n}", LONG_NAME, "{}") for n in range(30)])
+    assert len(calls) == 30 and all(len(c.name) <= MAX_NAME_CHARS for c in calls)
+    assert len(problems) == 21 and problems[-1] == "and 10 more calls that cannot run"
+    # Ids and names count towards the output's bytes: they bound how many calls it holds.
+    many = [(f"c{n:06}", "n" * 200, "{}") for n in range(3_000)]
+    _, problems = make_tool_calls(many)
+    assert "pass 512000 bytes in all" in problems[0]
+
+
+def test_a_child_run_id_stays_within_temporals_limit_and_one_per_call() -> None:
+    assert child_run_id("parent", "c1") == "parent/delegate/c1"
+    long_parent = "p" * 990
+    first, second = child_run_id(long_parent, "c1"), child_run_id(long_parent, "c2")
+    assert first != second
+    assert all(len(i.encode()) <= 1_000 and "/delegate/" in i for i in (first, second))
+
+
+async def test_calls_with_enormous_tool_names_end_the_run_incomplete_with_a_small_result(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """Nine calls each naming a 150,000-character tool: before, every name was copied into
+    the records, refusals and `unsent` of a result over Temporal's 2 MB limit, which the run
+    could not write."""
+    calls = [ScriptedToolCall(id=f"c{n}", name=LONG_NAME, arguments={}) for n in range(9)]
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[ScriptTurn(tool_calls=calls, undeclared_tools=[LONG_NAME])],
+        )
+    )
+    handle = await start_run(client, worker, run_id, run_input(run_id, ["get_weather"]))
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "incomplete", result.stop_reason
+    assert "over 200 characters" in result.stop_reason
+    assert len(result.model_dump_json()) < 100_000
+    assert result.calls == [] and result.side_effects == []
+    await assert_never_wedged(handle)

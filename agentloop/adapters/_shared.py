@@ -17,7 +17,7 @@ import httpx2
 from pydantic_core import PydanticSerializationError
 
 from agentloop.adapters.base import ProviderError, UnsupportedEventError
-from agentloop.contract import ModelSettings
+from agentloop.contract import MAX_NAME_CHARS, ModelSettings
 from agentloop.digests import args_digest
 from agentloop.events import (
     Event,
@@ -35,6 +35,7 @@ from agentloop.policies.bounds import (
     NOT_TEXT,
     OutOfBounds,
     as_text,
+    clipped,
     is_text,
     is_text_value,
     loads_bounded,
@@ -104,15 +105,24 @@ def _replace_surrogates(value: Any) -> Any:
     return value
 
 
+MAX_LISTED_PROBLEMS = 20
+"""Broken calls of one output named one by one in its stop detail; the rest are counted."""
+
+
 def make_tool_call(call_id: str, name: str, raw_arguments: str) -> tuple[ToolCall, str]:
     """A `ToolCall` with its digest, plus the reason it must not run ("" when it may).
 
     A call whose arguments do not parse is still returned (with empty `arguments` and the
     raw string verbatim) so the record shows what the model sent."""
     problem = ""
+    if len(call_id) > MAX_NAME_CHARS or len(name) > MAX_NAME_CHARS:
+        # Kept cut: an id or name the model may send at any length is recorded, copied into
+        # refusals and results, and would otherwise outgrow what a run can write.
+        call_id, name = clipped(call_id, MAX_NAME_CHARS), clipped(name, MAX_NAME_CHARS)
+        problem = f"the call's id or tool name is over {MAX_NAME_CHARS} characters"
     if not is_text(call_id + name + raw_arguments):
         call_id, name, raw_arguments = as_text(call_id), as_text(name), as_text(raw_arguments)
-        problem = f"the call: {NOT_TEXT}"
+        problem = problem or f"the call: {NOT_TEXT}"
     try:
         arguments = parse_arguments(raw_arguments)
     except ArgumentsError as err:
@@ -140,14 +150,15 @@ def make_tool_calls(raw_calls: Iterable[tuple[str, str, str]]) -> tuple[list[Too
     for index, (call_id, name, raw_arguments) in enumerate(raw_calls):
         call, problem = make_tool_call(call_id, name, raw_arguments)
         calls.append(call)
-        size += len(raw_arguments.encode("utf-8", "replace"))
+        # Ids and names count with the arguments: they bound how many calls one output holds.
+        size += len(raw_arguments.encode("utf-8", "replace")) + len(call.call_id) + len(call.name)
+        if not problem and size > MAX_OUTPUT_ARGUMENT_BYTES:
+            problem = f"the output's tool calls pass {MAX_OUTPUT_ARGUMENT_BYTES} bytes in all"
         if problem:
-            problems.append(f"call {call_id or f'#{index}'}: {problem}")
-        elif size > MAX_OUTPUT_ARGUMENT_BYTES:
-            problems.append(
-                f"call {call_id or f'#{index}'}: the output's tool-call arguments pass "
-                f"{MAX_OUTPUT_ARGUMENT_BYTES} bytes in all"
-            )
+            problems.append(f"call {call.call_id or f'#{index}'}: {problem}")
+    if len(problems) > MAX_LISTED_PROBLEMS:
+        more = len(problems) - MAX_LISTED_PROBLEMS
+        problems = [*problems[:MAX_LISTED_PROBLEMS], f"and {more} more calls that cannot run"]
     return calls, problems
 
 

@@ -4,6 +4,7 @@ result."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from datetime import datetime
@@ -30,8 +31,19 @@ _CHILD_ERROR_CLASSES: dict[str, ErrorClass] = {
 }
 
 
+MAX_WORKFLOW_ID_BYTES = 1_000
+"""Temporal's longest workflow id (`limit.maxIDLength`): a longer one fails the command."""
+
+
 def child_run_id(workflow_id: str, call_id: str) -> str:
-    return f"{workflow_id}/delegate/{call_id}"
+    """`PARENT/delegate/CALL_ID`; past Temporal's limit (a long parent id), the parent id's
+    start and a digest of both, still one id per call."""
+    readable = f"{workflow_id}/delegate/{call_id}"
+    encoded = readable.encode("utf-8")
+    if len(encoded) <= MAX_WORKFLOW_ID_BYTES:
+        return readable
+    start = workflow_id.encode("utf-8")[: MAX_WORKFLOW_ID_BYTES - 100].decode("utf-8", "ignore")
+    return f"{start}/delegate/{hashlib.sha256(encoded).hexdigest()}"
 
 
 def start_delegations(state: LoopState, step: RunTools, now: datetime) -> dict[str, AgentRunInput]:
