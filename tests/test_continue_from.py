@@ -4,11 +4,14 @@ send it."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
+from temporalio import workflow
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from agentloop.client import start_run as agentloop_start_run
 from agentloop.contract import AgentRunInput, AgentRunResult, Limits, RunStatusView
@@ -158,3 +161,37 @@ async def test_a_continuation_is_given_its_budget_and_shows_the_whole_chains_usa
     assert "With the runs it continued: 2 model calls, 1 tool calls" in second.report
     # The model calls the script saw are the chain's: one each.
     assert len([r for r in scripted_provider.requests if r["script"] == run_id]) == 2
+
+
+@workflow.defn(name="NotAnAgentRun")
+class NotAnAgentRun:
+    @workflow.run
+    async def run(self) -> str:
+        return "hello"
+
+
+async def test_continuing_a_workflow_that_is_not_an_agentloop_run_is_refused_at_once(
+    client: Client, worker: Settings, run_id: str
+) -> None:
+    """Before, its result failed to decode in the activity, which was retried for ever: the
+    run sat in startup, with no deadline running yet."""
+    other_queue = f"not-agentloop-{run_id[-8:]}"
+    async with Worker(
+        client,
+        task_queue=other_queue,
+        workflows=[NotAnAgentRun],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        other = await client.execute_workflow(
+            NotAnAgentRun.run, id=f"{run_id}-other", task_queue=other_queue
+        )
+    assert other == "hello"
+    run_input = AgentRunInput(
+        task="x", provider="openai-chat", model="m", continue_from=f"{run_id}-other"
+    )
+    handle = await start_run(client, worker, run_id, run_input)
+    with pytest.raises(WorkflowFailureError) as failure:
+        await asyncio.wait_for(handle.result(), 30)
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
+    assert "is not an agentloop run" in cause.message, cause.message

@@ -32,6 +32,10 @@ class RunActivities:
             result = await handle.result()
         except WorkflowFailureError as exc:
             raise _invalid(f"run {workflow_id!r} failed without a result: {exc.cause}") from None
+        except ValidationError:
+            raise _invalid(
+                f"{workflow_id!r} is not an agentloop run: its result is not an AgentRunResult"
+            ) from None
         return PreviousRun(
             workflow_id=workflow_id,
             head=result.transcript_head,

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 import agentloop.workflows.loop as loop
@@ -22,6 +23,7 @@ from agentloop.workflows.failures import describe_failure, invalid_input
 from agentloop.workflows.loop import Feature, LoopState
 
 DESCRIBE_TOOLS_TIMEOUT = timedelta(seconds=30)
+CONTINUE_FROM_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10))
 
 
 def parse_carried(carried: Any) -> LoopState | None:
@@ -170,6 +172,9 @@ async def _continue_from(state: LoopState, workflow_id: str, checked: bool) -> N
             workflow_id,
             result_type=PreviousRun,
             start_to_close_timeout=DESCRIBE_TOOLS_TIMEOUT,
+            # Bounded: the run has no deadline yet, so an error that never clears (the
+            # server refusing to describe that run) must end in a failure, not a wait.
+            retry_policy=CONTINUE_FROM_RETRY,
             summary=f"continue from {workflow_id}",
         )
     except ActivityError as exc:
