@@ -43,6 +43,7 @@ from agentloop.demo.scripted_provider import (
 from agentloop.demo.scripted_provider.scripts import ScriptUsage
 from agentloop.demo.services import ExampleService
 from agentloop.events import ModelOutput
+from agentloop.policies import checks
 from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS
 from agentloop.runtime.config import Settings
 from agentloop.runtime.converter import data_converter as agentloop_data_converter
@@ -890,9 +891,10 @@ def test_a_call_id_or_tool_name_past_the_limit_is_cut_and_the_call_never_runs() 
     assert len(calls) == 30 and all(len(c.name) <= MAX_NAME_CHARS for c in calls)
     assert len(problems) == 21 and problems[-1] == "and 10 more calls that cannot run"
     # Ids and names count towards the output's bytes: they bound how many calls it holds.
-    many = [(f"c{n:06}", "n" * 200, "{}") for n in range(3_000)]
+    arguments = json.dumps({"city": "x" * 4_935})  # 100 of them: 495,000 bytes
+    many = [(f"c{n:03}", "n" * 200, arguments) for n in range(100)]
     _, problems = make_tool_calls(many)
-    assert "pass 512000 bytes in all" in problems[0]
+    assert problems and "pass 512000 bytes in all" in problems[0]
 
 
 def test_a_child_run_id_stays_within_temporals_limit_and_one_per_call() -> None:
@@ -922,4 +924,40 @@ async def test_calls_with_enormous_tool_names_end_the_run_incomplete_with_a_smal
     assert "over 200 characters" in result.stop_reason
     assert len(result.model_dump_json()) < 100_000
     assert result.calls == [] and result.side_effects == []
+    await assert_never_wedged(handle)
+
+
+def test_an_output_of_more_than_128_calls_does_not_run() -> None:
+    calls, problems = make_tool_calls([(f"c{n}", "get_weather", "{}") for n in range(130)])
+    assert len(calls) == 130
+    assert problems == [
+        "call c128: the output proposes more than 128 calls",
+        "call c129: the output proposes more than 128 calls",
+    ]
+    assert make_tool_calls([(f"c{n}", "get_weather", "{}") for n in range(128)])[1] == []
+
+
+def test_a_principal_too_large_to_travel_with_each_call_is_named() -> None:
+    small = Principal(subject="p-alice", scopes=["workshops:read", "workshops:write"])
+    assert checks.principal_problem(small) is None
+    large = Principal(subject="p-alice", scopes=[f"scope-{n:03}" + "x" * 100 for n in range(60)])
+    problem = checks.principal_problem(large)
+    assert problem is not None and "over the 4000 it may take" in problem
+
+
+async def test_a_principal_too_large_to_travel_with_each_call_fails_the_run_at_start(
+    client: Client, worker: Settings, run_id: str
+) -> None:
+    """Before, 100 parallel reads under a 52 KB principal made a workflow task completion
+    over Temporal's 4 MiB: Temporal terminated the run (GrpcMessageTooLarge), with no stop
+    reason and no result."""
+    scopes = [f"s{n:03}" + "x" * 190 for n in range(256)]
+    principal = Principal(subject="p-alice", scopes=scopes).model_dump(mode="json")
+    raw = {"task": "x", "provider": "openai-chat", "model": "m", "principal": principal}
+    handle = await start_run(client, worker, run_id, raw)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await asyncio.wait_for(handle.result(), 30)
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
+    assert "principal:" in cause.message and "travels with every tool call" in cause.message
     await assert_never_wedged(handle)

@@ -105,6 +105,9 @@ def _replace_surrogates(value: Any) -> Any:
     return value
 
 
+MAX_CALLS_PER_OUTPUT = 128
+"""Calls one model output may propose: a batch's calls start in one workflow task completion,
+which Temporal caps at 4 MiB (each carries its arguments and the run's principal)."""
 MAX_LISTED_PROBLEMS = 20
 """Broken calls of one output named one by one in its stop detail; the rest are counted."""
 
@@ -154,6 +157,8 @@ def make_tool_calls(raw_calls: Iterable[tuple[str, str, str]]) -> tuple[list[Too
         size += len(raw_arguments.encode("utf-8", "replace")) + len(call.call_id) + len(call.name)
         if not problem and size > MAX_OUTPUT_ARGUMENT_BYTES:
             problem = f"the output's tool calls pass {MAX_OUTPUT_ARGUMENT_BYTES} bytes in all"
+        if not problem and index >= MAX_CALLS_PER_OUTPUT:
+            problem = f"the output proposes more than {MAX_CALLS_PER_OUTPUT} calls"
         if problem:
             problems.append(f"call {call.call_id or f'#{index}'}: {problem}")
     if len(problems) > MAX_LISTED_PROBLEMS:

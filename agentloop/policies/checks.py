@@ -12,6 +12,7 @@ from agentloop.contract import (
     Limits,
     ModelParameters,
     PreviousRun,
+    Principal,
 )
 from agentloop.digests import canonical_json
 from agentloop.policies.bounds import MAX_DEPTH, MAX_RUN_CALLS, MAX_SCHEMA_CHARS, value_depth
@@ -108,6 +109,22 @@ def limits_problem(limits: Limits) -> str | None:
                 f"limits.{field}: {value} is over the {MAX_RUN_CALLS} one run may make"
                 " (continue_from goes on in a new run)"
             )
+    return None
+
+
+MAX_PRINCIPAL_BYTES = 4_000
+"""The principal rides in the input of every tool call: a batch's calls start together, in
+one workflow task completion, which Temporal caps at 4 MiB."""
+
+
+def principal_problem(principal: Principal) -> str | None:
+    """Why `principal` is too large to travel with each of a batch's calls."""
+    size = len(principal.model_dump_json())
+    if size > MAX_PRINCIPAL_BYTES:
+        return (
+            f"principal: {size} bytes of JSON, over the {MAX_PRINCIPAL_BYTES} it may take"
+            " (it travels with every tool call)"
+        )
     return None
 
 

@@ -90,6 +90,10 @@ async def start(run_input: AgentRunInput) -> LoopState:
         problem = checks.limits_problem(run_input.limits)
         if problem:
             raise invalid_input(problem)
+    if in_set is not None and Feature.BOUNDED_PRINCIPAL in in_set:
+        problem = checks.principal_problem(run_input.principal)
+        if problem:
+            raise invalid_input(problem)
     if in_set is not None and Feature.CONTINUE_CHAIN_USAGE in in_set:
         problem = run_input.unbudgeted_continuation()
         if problem:

@@ -251,6 +251,12 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
         # first; the run waits `awaiting_input` (see `ANSWERED`), and the call runs again with
         # the person's message.
         "tools_ask": ([seating], {"model": seating.name, "tools": ["pick_seat"]}),
+        # Recorded with the `features-2026-12e` set (`bounded-principal`): the principal's
+        # size is checked at start, and the calls carry it as before.
+        "bounded_principal": (
+            [local],
+            {"model": local.name, "principal": {"subject": "p-alice", "scopes": ["trains:read"]}},
+        ),
     }
 
 

@@ -126,6 +126,11 @@ class Feature(StrEnum):
     and in a result's `unsent`. At most `MAX_WAITING_MESSAGES` messages wait for the model, and
     the ledger holds at most `MAX_LEDGER_ARGUMENT_BYTES` of arguments. Before it, such texts
     rode inline in every one of those."""
+    BOUNDED_PRINCIPAL = "bounded-principal"
+    """The run's principal is at most `checks.MAX_PRINCIPAL_BYTES` of JSON, checked at start:
+    it rides in every tool call's input, and a batch's calls start in one workflow task
+    completion, which Temporal caps at 4 MiB (past it, Temporal terminates the run). Before
+    it, any principal the input's fields allowed (up to about 50 KB) was taken."""
     TOOLS_ASK = "tools-ask"
     """A tool may ask a person before its call can happen (`InputNeeded`; an MCP server's
     `input_required`): the call waits `awaiting_input` with the batch's questions, and the
@@ -177,8 +182,11 @@ FEATURES_2026_12C = (
     Feature.TASK_STATE,
 )
 
+FEATURES_2026_12D = (*FEATURES_2026_12C, Feature.TOOLS_ASK)
+
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
-    ("features-2026-12d", (*FEATURES_2026_12C, Feature.TOOLS_ASK)),
+    ("features-2026-12e", (*FEATURES_2026_12D, Feature.BOUNDED_PRINCIPAL)),
+    ("features-2026-12d", FEATURES_2026_12D),
     ("features-2026-12c", FEATURES_2026_12C),
     ("features-2026-12b", FEATURES_2026_12B),
     ("features-2026-12", FEATURES_2026_12),
