@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from agentloop.contract import (
+    WORKFLOW_NAME,
     AgentRunInput,
     AgentRunResult,
     ApprovalDecision,
@@ -337,3 +339,37 @@ async def test_approval_timeout_on_the_time_skipping_server(
         ("call_reserve", "awaiting_approval")
     ]
     assert reservations(example_service) == 0
+
+
+async def test_a_decision_sent_with_the_start_is_answered_with_the_verdict_the_run_acts_on(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """The update arrives in the run's first workflow task, before the run has its state.
+    Before, it was answered "the run has not started yet" and then applied all the same;
+    now it waits for the state and answers with the verdict the run records."""
+    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="Nothing to do.")]))
+    start = WithStartWorkflowOperation(
+        WORKFLOW_NAME,
+        run_input(run_id),
+        id=run_id,
+        task_queue=worker.task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+        result_type=AgentRunResult,
+    )
+    verdict = await client.execute_update_with_start_workflow(
+        "decide_approval",
+        ApprovalDecision(
+            call_id="call_early",
+            args_digest="sha256:" + "0" * 64,
+            approved=True,
+            approver="workshop-lead",
+        ),
+        start_workflow_operation=start,
+        result_type=ApprovalVerdict,
+    )
+    assert not verdict.accepted and "no call 'call_early'" in verdict.reason, verdict.reason
+    handle = await start.workflow_handle()
+    view = await handle.query("status", result_type=RunStatusView)
+    [refused] = view.refused_decisions
+    assert refused["refused_because"] == verdict.reason
+    assert (await handle.result()).status == "completed"

@@ -58,6 +58,10 @@ with workflow.unsafe.imports_passed_through():
     )
 
 
+UPDATE_WAITS_FOR_STATE = "update-waits-for-state"
+"""Patch id: a `decide_approval` that arrives before the run has its state waits for it."""
+
+
 @workflow.defn(name=WORKFLOW_NAME)
 class AgentRun:
     def __init__(self) -> None:
@@ -175,8 +179,14 @@ class AgentRun:
     @workflow.update
     async def decide_approval(self, raw: RawValue = inbound.NOTHING) -> ApprovalVerdict:
         """The `approve` signal's twin for callers that want to know if it counted: answers
-        once the decision is applied or refused (after the worker's check, when it has one)."""
-        held = self._decide(self._decision(raw))
+        once the decision is applied or refused (after the worker's check, when it has one).
+        One that came before the run had its state (with the start, or into a run continued
+        as new) waits for it: it was answered "not started yet" and then applied all the
+        same (`UPDATE_WAITS_FOR_STATE`)."""
+        decision = self._decision(raw)
+        if self._state is None and workflow.patched(UPDATE_WAITS_FOR_STATE):
+            await workflow.wait_condition(lambda: self._state is not None)
+        held = self._decide(decision)
         if isinstance(held, ApprovalVerdict):
             return held
         self._awaited.add(held.ticket)
