@@ -253,3 +253,63 @@ async def test_an_activity_tools_result_no_parser_reads_is_told_to_the_model_not
     _, second = [r for r in scripted_provider.requests if r["script"] == run_id]
     [told] = [m["content"] for m in second["body"]["messages"] if m["role"] == "tool"]
     assert "not JSON agentloop can read" in told and "recursion limit exceeded" in told, told
+
+
+@activity.defn(name="send_note_lost")
+async def send_note_lost(request: dict[str, Any]) -> dict[str, Any]:
+    """A team's write whose answer is lost: its outcome is unknown, so it is looked up."""
+    raise RuntimeError("connection reset after the request was sent")
+
+
+@activity.defn(name="note_outcome")
+async def note_outcome(request: dict[str, Any]) -> dict[str, Any]:
+    """The team's lookup: applied, with a record far past any tool's result cap."""
+    return {"state": "applied", "record": {"note": "n" * 1_500_000}}
+
+
+async def test_a_looked_up_record_is_kept_to_the_tools_result_cap(
+    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    team_queue = f"team-notes-{uuid.uuid4().hex[:8]}"
+    note = agentloop.activity_tool(
+        "send_note",
+        activity="send_note_lost",
+        task_queue=team_queue,
+        parameters=DeepArgs,
+        description="Send a note.",
+        effect="write",
+        lookup_activity="note_outcome",
+    )
+    toolbox = build_toolbox([Plugin("notes_team", Toolset(tools=[note]))])
+    settings = worker_settings.model_copy(
+        update={"task_queue": f"agentloop-{uuid.uuid4().hex[:8]}"}
+    )
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(id="c_note", name="send_note", arguments={"city": "x"})
+                    ]
+                ),
+                ScriptTurn(text="Sent."),
+            ],
+        )
+    )
+    run_input = AgentRunInput(
+        task="Send a note.", provider="openai-chat", model=run_id, tools=["send_note"]
+    )
+    async with (
+        Worker(client, task_queue=team_queue, activities=[send_note_lost, note_outcome]),
+        running_worker(client, settings, toolbox),
+    ):
+        handle = await start_run(client, run_input, id=run_id, task_queue=settings.task_queue)
+        result: AgentRunResult = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed", result.stop_reason
+    [called] = result.calls
+    assert (called.call_id, called.status) == ("c_note", "confirmed_after_query")
+    _, second = [r for r in scripted_provider.requests if r["script"] == run_id]
+    [told] = [m["content"] for m in second["body"]["messages"] if m["role"] == "tool"]
+    assert '"confirmed": "the system of record has it"' in told
+    assert len(told) < 10_000, len(told)  # the cap is 8,000 characters of the record's JSON

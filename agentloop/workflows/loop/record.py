@@ -21,7 +21,7 @@ from agentloop.activity_io import (
 from agentloop.context import chars_per_token
 from agentloop.contract import AgentRunResult, CallRecord, ModelSettings, PreviousRun
 from agentloop.events import Event, ModelOutput, StateUpdate, ToolResult
-from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS
+from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS, clipped
 from agentloop.policies.completion import check_output
 from agentloop.reporting import stop_report
 from agentloop.tool_spec import Outcome, ToolSpec
@@ -364,24 +364,36 @@ def _as_result(state: LoopState, outcome: ToolOutcome) -> ToolResult:
     return results.failure(call, outcome.message, error_class, write=write)
 
 
+MAX_KNOWN_CHARS = 1_000
+"""What an inconclusive lookup said, as the reconciliation shows it to an operator."""
+
+
+def bounded_record(record: Any, limit: int) -> Any:
+    """`record` as a run keeps it: past `limit` characters of JSON, the start of that JSON."""
+    text = json.dumps(record, default=str)
+    return record if len(text) <= limit else clipped(text, limit)
+
+
 def record_outcome(state: LoopState, call_id: str, outcome: Outcome, now: datetime) -> None:
     """What the system of record said about an unknown write."""
     batch = state.open_batch()
     batch.unknown.remove(call_id)
     call, spec = state.with_specs([call_id])[0]
     record = state.calls[call_id]
+    # What the system of record holds comes from outside: kept to the tool's result cap.
+    held = bounded_record(outcome.record, spec.max_result_chars)
     if outcome.state == "applied":
-        settle(state, batch, results.confirmed(call, outcome.record, "the system of record has it"))
+        settle(state, batch, results.confirmed(call, held, "the system of record has it"))
     elif outcome.state == "not_applied" and outcome.record is not None:
         # Refused before commit, and the refusal is on record under the key.
-        settle(state, batch, results.refusal(call, "business", json.dumps(outcome.record)))
+        settle(state, batch, results.refusal(call, "business", json.dumps(held)))
     elif outcome.state == "not_applied" and record.attempts < MAX_WRITE_ATTEMPTS:
         batch.writes.insert(0, call_id)  # definitely absent: send again, same key
     else:
         known = (
             f"still absent after {record.attempts} attempts"
             if outcome.state == "not_applied"
-            else f"lookup inconclusive: {outcome.record or 'no answer'}"
+            else f"lookup inconclusive: {clipped(str(held or 'no answer'), MAX_KNOWN_CHARS)}"
         )
         batch.reconciling[call_id] = Reconciliation(
             call_id=call_id,
