@@ -379,27 +379,13 @@ def added_run_figure(fewer: Level, more: Level) -> Figure:
 
 def slot_figures(slotted: Batch, level: Level) -> list[Figure]:
     """Against the same runs on a worker with Temporal's default 100 slots, in this run."""
-    ours = level.agentloop
-    name = f"{FEW_ACTIVITY_SLOTS} activity slots, 5-turn runs, {level.runs} concurrent:"
-    mib = slotted.worker_mib_per_run
-    return [
-        Figure(f"{name} failed", slotted.failures, ours.failures),
-        Figure(
-            f"{name} runs/s",
-            slotted.runs_per_second,
-            ours.runs_per_second,
-            ratio(slotted.runs_per_second, ours.runs_per_second),
-            "baseline: the same runs on a worker with 100 slots (Temporal's default)",
-        ),
-        Figure(
-            f"{name} worker RSS growth/run (MiB)",
-            mib,
-            ours.worker_mib_per_run,
-            ratio(mib, ours.worker_mib_per_run),
-            f"{slotted.worker.start_mib:.0f} -> {slotted.worker.peak_mib:.0f} MiB; issue #21 "
-            "target: <= 0.15",
-        ),
-    ]
+    return compared(
+        f"{FEW_ACTIVITY_SLOTS} activity slots, 5-turn runs, {level.runs} concurrent:",
+        slotted,
+        level.agentloop,
+        rate_note="baseline: the same runs on a worker with 100 slots (Temporal's default)",
+        mib_note="issue #21 target: <= 0.15",
+    )
 
 
 async def state_figure(run: str, history: WorkflowHistory) -> Figure:
@@ -412,24 +398,34 @@ async def state_figure(run: str, history: WorkflowHistory) -> Figure:
 
 
 def level_figures(level: Level) -> list[Figure]:
-    ours, floor = level.agentloop, level.floor
-    name = f"5-turn runs, {level.runs} concurrent:"
-    mib, floor_mib = ours.worker_mib_per_run, floor.worker_mib_per_run
+    return compared(
+        f"5-turn runs, {level.runs} concurrent:",
+        level.agentloop,
+        level.floor,
+        mib_note=f"issue #7 target at 200: < {TARGET_WORKER_MIB_PER_RUN}",
+    )
+
+
+def compared(
+    name: str, ours: Batch, baseline: Batch, rate_note: str = "", mib_note: str = ""
+) -> list[Figure]:
+    """Failures, runs/s and worker RSS growth per run of `ours` against `baseline`."""
+    mib, baseline_mib = ours.worker_mib_per_run, baseline.worker_mib_per_run
     return [
-        Figure(f"{name} failed", ours.failures, floor.failures),
+        Figure(f"{name} failed", ours.failures, baseline.failures),
         Figure(
             f"{name} runs/s",
             ours.runs_per_second,
-            floor.runs_per_second,
-            ratio(ours.runs_per_second, floor.runs_per_second),
+            baseline.runs_per_second,
+            ratio(ours.runs_per_second, baseline.runs_per_second),
+            rate_note,
         ),
         Figure(
             f"{name} worker RSS growth/run (MiB)",
             mib,
-            floor_mib,
-            ratio(mib, floor_mib),
-            f"{ours.worker.start_mib:.0f} -> {ours.worker.peak_mib:.0f} MiB; issue #7 target "
-            f"at 200: < {TARGET_WORKER_MIB_PER_RUN}",
+            baseline_mib,
+            ratio(mib, baseline_mib),
+            f"{ours.worker.start_mib:.0f} -> {ours.worker.peak_mib:.0f} MiB; {mib_note}",
         ),
     ]
 

@@ -199,8 +199,42 @@ async def test_the_plain_worker_killed_mid_write_its_lookup_decides_and_the_writ
     assert reservations(example_service) == 1
 
 
-class DeepArgs(BaseModel):
+class CityArgs(BaseModel):
     city: str
+
+
+async def one_call_to_a_team_tool(
+    client: Client,
+    worker_settings: Settings,
+    provider: ScriptedProvider,
+    run_id: str,
+    activities: list[Any],
+    **tool: Any,
+) -> tuple[AgentRunResult, str]:
+    """A run whose model calls the activity tool `tool` once (call id `c_1`), served by an
+    in-process team worker running `activities`: its result, and what the model was told."""
+    team_queue = f"team-{uuid.uuid4().hex[:8]}"
+    spec = agentloop.activity_tool(task_queue=team_queue, parameters=CityArgs, **tool)
+    toolbox = build_toolbox([Plugin("team", Toolset(tools=[spec]))])
+    settings = worker_settings.model_copy(
+        update={"task_queue": f"agentloop-{uuid.uuid4().hex[:8]}"}
+    )
+    name = tool["name"]
+    called = ScriptedToolCall(id="c_1", name=name, arguments={"city": "x"})
+    provider.register(
+        Script(name=run_id, turns=[ScriptTurn(tool_calls=[called]), ScriptTurn(text="Done.")])
+    )
+    run_input = AgentRunInput(task="Go.", provider="openai-chat", model=run_id, tools=[name])
+    async with (
+        Worker(client, task_queue=team_queue, activities=activities),
+        running_worker(client, settings, toolbox),
+    ):
+        handle = await start_run(client, run_input, id=run_id, task_queue=settings.task_queue)
+        result: AgentRunResult = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed", result.stop_reason
+    _, second = [r for r in provider.requests if r["script"] == run_id]
+    [told] = [m["content"] for m in second["body"]["messages"] if m["role"] == "tool"]
+    return result, told
 
 
 @activity.defn(name="deep_forecast")
@@ -213,45 +247,17 @@ async def test_an_activity_tools_result_no_parser_reads_is_told_to_the_model_not
     client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
 ) -> None:
     """Before, decoding such a result in the workflow failed every workflow task."""
-    team_queue = f"team-deep-{uuid.uuid4().hex[:8]}"
-    deep = agentloop.activity_tool(
-        "deep_forecast",
+    result, told = await one_call_to_a_team_tool(
+        client,
+        worker_settings,
+        scripted_provider,
+        run_id,
+        [deep_forecast],
+        name="deep_forecast",
         activity="deep_forecast",
-        task_queue=team_queue,
-        parameters=DeepArgs,
         description="A forecast, deeply nested.",
     )
-    toolbox = build_toolbox([Plugin("deep_team", Toolset(tools=[deep]))])
-    settings = worker_settings.model_copy(
-        update={"task_queue": f"agentloop-{uuid.uuid4().hex[:8]}"}
-    )
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(id="c_deep", name="deep_forecast", arguments={"city": "x"})
-                    ]
-                ),
-                ScriptTurn(text="Done."),
-            ],
-        )
-    )
-    run_input = AgentRunInput(
-        task="Forecast.", provider="openai-chat", model=run_id, tools=["deep_forecast"]
-    )
-    async with (
-        Worker(client, task_queue=team_queue, activities=[deep_forecast]),
-        running_worker(client, settings, toolbox),
-    ):
-        handle = await start_run(client, run_input, id=run_id, task_queue=settings.task_queue)
-        result: AgentRunResult = await asyncio.wait_for(handle.result(), 30)
-    assert result.status == "completed", result.stop_reason
-    [called] = result.calls
-    assert (called.call_id, called.status) == ("c_deep", "succeeded")
-    _, second = [r for r in scripted_provider.requests if r["script"] == run_id]
-    [told] = [m["content"] for m in second["body"]["messages"] if m["role"] == "tool"]
+    assert [(c.call_id, c.status) for c in result.calls] == [("c_1", "succeeded")]
     assert "not JSON agentloop can read" in told and "recursion limit exceeded" in told, told
 
 
@@ -270,46 +276,19 @@ async def note_outcome(request: dict[str, Any]) -> dict[str, Any]:
 async def test_a_looked_up_record_is_kept_to_the_tools_result_cap(
     client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
 ) -> None:
-    team_queue = f"team-notes-{uuid.uuid4().hex[:8]}"
-    note = agentloop.activity_tool(
-        "send_note",
+    """Before, the 1.5 MB record went whole into the model's next request, and the run failed."""
+    result, told = await one_call_to_a_team_tool(
+        client,
+        worker_settings,
+        scripted_provider,
+        run_id,
+        [send_note_lost, note_outcome],
+        name="send_note",
         activity="send_note_lost",
-        task_queue=team_queue,
-        parameters=DeepArgs,
         description="Send a note.",
         effect="write",
         lookup_activity="note_outcome",
     )
-    toolbox = build_toolbox([Plugin("notes_team", Toolset(tools=[note]))])
-    settings = worker_settings.model_copy(
-        update={"task_queue": f"agentloop-{uuid.uuid4().hex[:8]}"}
-    )
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(id="c_note", name="send_note", arguments={"city": "x"})
-                    ]
-                ),
-                ScriptTurn(text="Sent."),
-            ],
-        )
-    )
-    run_input = AgentRunInput(
-        task="Send a note.", provider="openai-chat", model=run_id, tools=["send_note"]
-    )
-    async with (
-        Worker(client, task_queue=team_queue, activities=[send_note_lost, note_outcome]),
-        running_worker(client, settings, toolbox),
-    ):
-        handle = await start_run(client, run_input, id=run_id, task_queue=settings.task_queue)
-        result: AgentRunResult = await asyncio.wait_for(handle.result(), 30)
-    assert result.status == "completed", result.stop_reason
-    [called] = result.calls
-    assert (called.call_id, called.status) == ("c_note", "confirmed_after_query")
-    _, second = [r for r in scripted_provider.requests if r["script"] == run_id]
-    [told] = [m["content"] for m in second["body"]["messages"] if m["role"] == "tool"]
+    assert [(c.call_id, c.status) for c in result.calls] == [("c_1", "confirmed_after_query")]
     assert '"confirmed": "the system of record has it"' in told
     assert len(told) < 10_000, len(told)  # the cap is 8,000 characters of the record's JSON
