@@ -33,6 +33,7 @@ from mcp_types import PARSE_ERROR
 from pydantic import ValidationError
 
 from agentloop.mcp.tasks import TasksExtension
+from agentloop.policies.bounds import clipped
 from agentloop.runtime.mcp_config import McpServerConfig
 
 log = logging.getLogger(__name__)
@@ -216,7 +217,7 @@ def unreadable(exc: Exception) -> str:
         detail = str(exc.errors()[0]["msg"])
     else:
         detail = reason_of(exc)
-    return f"{UNREADABLE}: {detail}"[:MAX_REASON_CHARS]
+    return clipped(f"{UNREADABLE}: {detail}", MAX_REASON_CHARS)
 
 
 def error_text(exc: MCPError) -> str:
@@ -226,8 +227,8 @@ def error_text(exc: MCPError) -> str:
     if exc.code == PARSE_ERROR:
         lines = [line.strip() for line in exc.message.splitlines() if line.strip()]
         problem = lines[1] if len(lines) > 1 else exc.message
-        return f"{UNREADABLE}: {problem.split(' [type=')[0]}"[:MAX_REASON_CHARS]
-    return f"{exc.message} (code {exc.code})"[:MAX_REASON_CHARS]
+        return clipped(f"{UNREADABLE}: {problem.split(' [type=')[0]}", MAX_REASON_CHARS)
+    return clipped(f"{exc.message} (code {exc.code})", MAX_REASON_CHARS)
 
 
 def reason_of(exc: BaseException) -> str:
@@ -238,4 +239,6 @@ def reason_of(exc: BaseException) -> str:
     if isinstance(exc, MCPError):
         return error_text(exc)
     text = str(exc).strip()
-    return (f"{type(exc).__name__}: {text}" if text else type(exc).__name__)[:MAX_REASON_CHARS]
+    return clipped(
+        f"{type(exc).__name__}: {text}" if text else type(exc).__name__, MAX_REASON_CHARS
+    )

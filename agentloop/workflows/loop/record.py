@@ -24,7 +24,7 @@ from agentloop.events import Event, ModelOutput, StateUpdate, ToolResult
 from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS, clipped
 from agentloop.policies.completion import check_output
 from agentloop.reporting import stop_report
-from agentloop.tool_spec import Outcome, ToolSpec
+from agentloop.tool_spec import Outcome, ToolSpec, bounded
 from agentloop.transcript import by_reference
 from agentloop.workflows.loop import results
 from agentloop.workflows.loop.delegation import child_result, start_delegations
@@ -369,9 +369,10 @@ MAX_KNOWN_CHARS = 1_000
 
 
 def bounded_record(record: Any, limit: int) -> Any:
-    """`record` as a run keeps it: past `limit` characters of JSON, the start of that JSON."""
+    """`record` as a run keeps it: past `limit` characters of JSON, that JSON cut like tool
+    output (`bounded`)."""
     text = json.dumps(record, default=str)
-    return record if len(text) <= limit else clipped(text, limit)
+    return record if len(text) <= limit else bounded(text, limit)
 
 
 def record_outcome(state: LoopState, call_id: str, outcome: Outcome, now: datetime) -> None:
