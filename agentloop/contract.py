@@ -330,6 +330,11 @@ class RunStatusView(BaseModel):
     calls: list[CallRecord] = Field(default_factory=list)
     refused_decisions: list[dict[str, Any]] = Field(default_factory=list)
     run_chain: list[str] = Field(default_factory=list)
+    """The Temporal run ids the run went through, one more per continue-as-new: the first
+    (`run_chain[0]`, which signed decisions name) and at most the latest 19."""
+    run_chain_left_out: int = 0
+    """How many run ids between the first and the latest ones `run_chain` leaves out (the
+    Temporal UI lists them all)."""
     approval_signing: str = ""
     """`signed` (decisions count only when signed by a configured approver key) or `unsigned`
     (any signaller may name any approver), as the worker said when the run started and

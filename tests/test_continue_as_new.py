@@ -8,11 +8,19 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from agentloop.contract import AgentRunInput, ApprovalDecision, Principal, RunStatusView
+from agentloop.contract import (
+    AgentRunInput,
+    AgentRunResult,
+    ApprovalDecision,
+    Principal,
+    RunStatusView,
+)
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
-from tests.support import start_run, wait_for_phase
+from agentloop.workflows import loop
+from agentloop.workflows.loop.humans import MAX_REFUSED_RECORDS
+from tests.support import approve_as_shown, start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -95,3 +103,73 @@ async def test_two_boundaries_with_an_approval_pending_across_one(
     last = scripted_provider.requests[-1]["body"]["input"]
     outputs = [i["call_id"] for i in last if i.get("type") == "function_call_output"]
     assert outputs == ["c1", "c2", "c3", "c4"]
+
+
+async def test_a_flood_of_signals_while_waiting_continues_as_new_and_the_chain_stays_bounded(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        call("c1", "reserve_seat", workshop_id="ws-101", participant_id="p-carol")
+                    ]
+                ),
+                ScriptTurn(text="Booked: {{c1.reservation_id}}"),
+            ],
+        )
+    )
+    run_input = AgentRunInput(
+        task="Book p-carol into ws-101.",
+        provider="openai-chat",
+        model=run_id,
+        tools=["reserve_seat"],
+        principal=Principal(subject="p-alice", scopes=["workshops:write"]),
+        continue_as_new_after_events=20,
+    )
+    started = await start_run(client, worker, run_id, run_input)
+    waiting = await wait_for_phase(started, "awaiting_approval")
+    [pending] = waiting.pending_approvals
+    # Signals to the workflow id reach whichever run of the chain is current.
+    latest = client.get_workflow_handle(run_id, result_type=AgentRunResult)
+    wrong = ApprovalDecision(
+        call_id="c1", args_digest="sha256:" + "0" * 64, approved=True, approver="workshop-lead"
+    )
+    sent = 0
+    view = waiting
+    # Temporal starts a run continued within a second of its start a second late: the
+    # boundaries come about one a second, and the bound needs more than 20 runs.
+    while view.run_chain_left_out < 1:
+        assert sent < 3_000, f"{sent} refused signals and the run never continued as new"
+        for _ in range(10):
+            await latest.signal("approve", wrong)
+        sent += 10
+        view = await latest.query("status", result_type=RunStatusView)
+    # Each boundary was taken while the run waited: the call still waits, nothing ran.
+    assert view.phase == "awaiting_approval"
+    assert [p["call_id"] for p in view.pending_approvals] == ["c1"]
+    assert example_service.records()["reservations"] == 0
+    assert len(view.run_chain) == loop.MAX_RUN_CHAIN_IDS
+    assert view.run_chain[0] == started.first_execution_run_id
+    assert view.run_chain[-1] == (await latest.describe()).run_id
+    runs = [r.run_id async for r in client.list_workflows(f"WorkflowId = '{run_id}'")]
+    assert view.run_chain_left_out + len(view.run_chain) == len(runs)
+    assert set(view.run_chain) <= set(runs)
+    # The refusals were recorded, as many as the record keeps, across the boundaries.
+    assert len(view.refused_decisions) == MAX_REFUSED_RECORDS
+    assert {r["call_id"] for r in view.refused_decisions} == {"c1"}
+
+    await approve_as_shown(latest, pending, "workshop-lead")
+    result = await latest.result()
+    assert result.status == "completed", result.stop_reason
+    assert [(c.call_id, c.status) for c in result.calls] == [("c1", "succeeded")]
+    assert example_service.records()["reservations"] == 1
+    # The current run's history stayed near the bound, however many signals came.
+    events = [e async for e in latest.fetch_history_events()]
+    assert len(events) < 200, len(events)

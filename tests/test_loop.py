@@ -407,3 +407,22 @@ def test_a_message_that_arrives_during_a_model_call_waits_for_the_next_one(kept:
     kinds = [(type(e).__name__, getattr(e, "kind", "")) for e in state.outbox]
     expected = [("UserInput", ""), ("StateUpdate", "verification")]
     assert kinds == (expected if kept else expected[1:])
+
+
+def test_the_run_chain_keeps_its_first_and_latest_ids_and_counts_the_rest() -> None:
+    state = new_state()
+    state.features = list(loop.FEATURES_OF_SET)
+    runs = [f"run-{i}" for i in range(50)]
+    for run in runs:
+        loop.record_run_started(state, run)
+    assert len(state.run_chain) == loop.MAX_RUN_CHAIN_IDS
+    # The first id keys the run's writes and signed decisions: it never leaves.
+    assert state.run_chain == [runs[0], *runs[-(loop.MAX_RUN_CHAIN_IDS - 1) :]]
+    assert state.run_chain_left_out == len(runs) - loop.MAX_RUN_CHAIN_IDS
+    assert loop.status_view(state, T0).run_chain_left_out == state.run_chain_left_out
+    # A run started before the bound keeps every id, as it did.
+    older = new_state()
+    older.features = [f for f in loop.FEATURES_OF_SET if f != Feature.BOUNDED_RUN_CHAIN]
+    for run in runs:
+        loop.record_run_started(older, run)
+    assert (older.run_chain, older.run_chain_left_out) == (runs, 0)

@@ -86,7 +86,7 @@ class AgentRun:
         run_input = startup.parse_input(raw_input, carried)
         state = carried if carried is not None else await startup.start(run_input)
         state.tools = shared_specs(state.tools.values())
-        state.run_chain.append(workflow.info().run_id)
+        loop.record_run_started(state, workflow.info().run_id)
         self._state = state
         deadline = RunDeadline(state)
         for name, early in self._early:

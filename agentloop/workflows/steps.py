@@ -49,6 +49,7 @@ from agentloop.workflows.loop import (
     LoopState,
     Verify,
 )
+from agentloop.workflows.startup import time_to_continue_as_new
 from agentloop.workflows.tool_activities import activity_tool_input, checks_heartbeat, tool_input
 from agentloop.workflows.visibility import audit
 
@@ -159,7 +160,10 @@ def _audit_model_call(state: LoopState, step: CallModel, result: CallModelResult
 async def await_humans(state: LoopState, step: AwaitHumans, phase: Phase) -> None:
     """Wait for the decisions (or a cancel, or a decision for the worker to check) until the
     step's deadline; the next `decide` sees what arrived. The wait does not count against the
-    run's deadline."""
+    run's deadline. It ends early when it is time to continue as new (feature
+    `continue-while-waiting`): signals arriving meanwhile grow the history, refused ones too,
+    and the next run waits on where this one stopped."""
+    continues = state.has(loop.Feature.CONTINUE_WHILE_WAITING)
     state.phase = phase
     visibility.show_phase(state)
     waiting = set(step.call_ids)
@@ -171,6 +175,7 @@ async def await_humans(state: LoopState, step: AwaitHumans, phase: Phase) -> Non
                 not waiting & loop.awaiting_humans(state)
                 or state.cancel_reason is not None
                 or bool(loop.decisions_to_check(state))
+                or (continues and time_to_continue_as_new(state))
             ),
             timeout=max((step.deadline - since).total_seconds(), 0.001),
         )

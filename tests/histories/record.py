@@ -257,6 +257,18 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
             [local],
             {"model": local.name, "principal": {"subject": "p-alice", "scopes": ["trains:read"]}},
         ),
+        # Recorded with the `features-2026-12f` set (`continue-while-waiting`): refused
+        # decisions arrive while the write waits for approval (see `FLOODED`), and past 30
+        # events the run continues as new while it waits; the next run is approved.
+        "continue_while_waiting": (
+            [reserving],
+            {
+                "model": reserving.name,
+                "tools": ["reserve_seat"],
+                "principal": {"subject": "p-alice", "scopes": ["workshops:write"]},
+                "continue_as_new_after_events": 30,
+            },
+        ),
     }
 
 
@@ -275,10 +287,12 @@ INDEXED = {
     "approval_checked",
 }
 """Scenarios started with agentloop's search attributes, as the CLI starts runs."""
-APPROVED = {"approval_checked"}
+APPROVED = {"approval_checked", "continue_while_waiting"}
 """Scenarios whose pending call is approved (by `decide_approval`) once the run waits."""
 ANSWERED = {"tools_ask": "14C"}
 """Scenarios whose question is answered (the `message` signal) once the run waits for it."""
+FLOODED = {"continue_while_waiting"}
+"""Scenarios sent refused decisions while they wait for approval, until they continue as new."""
 
 
 async def approve_when_waiting(handle: WorkflowHandle[Any, Any]) -> None:
@@ -299,6 +313,25 @@ async def approve_when_waiting(handle: WorkflowHandle[Any, Any]) -> None:
             return
         await asyncio.sleep(0.05)
     raise TimeoutError("the run never waited for approval")
+
+
+async def flood_until_continued(handle: WorkflowHandle[Any, Any]) -> None:
+    wrong = ApprovalDecision(
+        call_id="call_res",
+        args_digest="sha256:" + "0" * 64,
+        approved=True,
+        approver="workshop-lead",
+    )
+    waiting_in: str | None = None
+    for _ in range(200):
+        view = await handle.query("status", result_type=RunStatusView)
+        if view.pending_approvals:
+            waiting_in = waiting_in or view.run_chain[-1]
+            if view.run_chain[-1] != waiting_in:
+                return
+            await handle.signal("approve", wrong)
+        await asyncio.sleep(0.05)
+    raise TimeoutError("the run never continued as new while waiting")
 
 
 async def answer_when_asked(handle: WorkflowHandle[Any, Any], text: str) -> None:
@@ -343,6 +376,8 @@ async def record(only: set[str]) -> None:
                     result_type=AgentRunResult,
                     search_attributes=search.initial(run_input) if name in INDEXED else None,
                 )
+                if name in FLOODED:
+                    await flood_until_continued(handle)
                 if name in APPROVED:
                     await approve_when_waiting(handle)
                 if name in ANSWERED:

@@ -47,6 +47,7 @@ from agentloop.workflows.loop.settle import close_if_answered, leave_batch, sett
 from agentloop.workflows.loop.state import (
     MAX_INPUT_ROUNDS,
     MAX_OUTPUT_CORRECTIONS,
+    MAX_RUN_CHAIN_IDS,
     MAX_WRITE_ATTEMPTS,
     SUMMARY_CHARS,
     Feature,
@@ -437,6 +438,16 @@ def record_model_failure(state: LoopState, reason: str, requests: int) -> None:
     """The model call failed for good after `requests` requests to the provider."""
     state.usage.model_requests += requests
     record_failure(state, reason)
+
+
+def record_run_started(state: LoopState, run_id: str) -> None:
+    """The run goes on in Temporal run `run_id` (started, or continued as new): the first id
+    and the latest stay in `run_chain`, and what is left out between is counted."""
+    state.run_chain.append(run_id)
+    over = len(state.run_chain) - MAX_RUN_CHAIN_IDS
+    if over > 0 and state.has(Feature.BOUNDED_RUN_CHAIN):
+        del state.run_chain[1 : 1 + over]
+        state.run_chain_left_out += over
 
 
 def record_step(state: LoopState) -> None:

@@ -131,6 +131,16 @@ class Feature(StrEnum):
     it rides in every tool call's input, and a batch's calls start in one workflow task
     completion, which Temporal caps at 4 MiB (past it, Temporal terminates the run). Before
     it, any principal the input's fields allowed (up to about 50 KB) was taken."""
+    CONTINUE_WHILE_WAITING = "continue-while-waiting"
+    """A run waiting for humans continues as new when it is time to (Temporal suggests it, or
+    `continue_as_new_after_events`), and then waits on: signals that arrive while it waits
+    (refused ones too) add to its history. Before it, only the end of the wait was such a
+    point, and a flood of signals could take a waiting run to Temporal's history limit,
+    where Temporal terminates it."""
+    BOUNDED_RUN_CHAIN = "bounded-run-chain"
+    """`run_chain` keeps the first run id and the latest ones, at most `MAX_RUN_CHAIN_IDS`,
+    and counts the ones left out between (`run_chain_left_out`). Before it, the chain grew
+    by one id per continue-as-new, in the state every continuation carries."""
     TOOLS_ASK = "tools-ask"
     """A tool may ask a person before its call can happen (`InputNeeded`; an MCP server's
     `input_required`): the call waits `awaiting_input` with the batch's questions, and the
@@ -184,8 +194,14 @@ FEATURES_2026_12C = (
 
 FEATURES_2026_12D = (*FEATURES_2026_12C, Feature.TOOLS_ASK)
 
+FEATURES_2026_12E = (*FEATURES_2026_12D, Feature.BOUNDED_PRINCIPAL)
+
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
-    ("features-2026-12e", (*FEATURES_2026_12D, Feature.BOUNDED_PRINCIPAL)),
+    (
+        "features-2026-12f",
+        (*FEATURES_2026_12E, Feature.CONTINUE_WHILE_WAITING, Feature.BOUNDED_RUN_CHAIN),
+    ),
+    ("features-2026-12e", FEATURES_2026_12E),
     ("features-2026-12d", FEATURES_2026_12D),
     ("features-2026-12c", FEATURES_2026_12C),
     ("features-2026-12b", FEATURES_2026_12B),
@@ -204,6 +220,10 @@ FEATURE_SET, FEATURES_OF_SET = FEATURE_SETS[0]
 MAX_REFUSED_CALLS = 8
 """Calls refused before running (unknown tool, bad arguments, failed precondition, a rejected
 action) go back to the model as errors; past this many in a run, the run stops."""
+
+MAX_RUN_CHAIN_IDS = 20
+"""How many run ids `run_chain` keeps (feature `bounded-run-chain`): the first (it keys the
+run's writes and signed decisions) and the latest."""
 
 MAX_OUTPUT_CORRECTIONS = 2
 """How many times a final answer that breaks `output_schema` goes back to the model."""
@@ -377,7 +397,10 @@ class LoopState(BaseModel):
     delegations: dict[str, Delegation] = Field(default_factory=dict)
     """`delegate` calls by call id: the child runs and what they used."""
     run_chain: list[str] = Field(default_factory=list)
-    """The Temporal run ids this run went through (one more per continue-as-new)."""
+    """The Temporal run ids this run went through (one more per continue-as-new): the first
+    and the latest ones (feature `bounded-run-chain`)."""
+    run_chain_left_out: int = 0
+    """Run ids left out of `run_chain` between its first and its latest ones."""
     paused_seconds: float = 0.0
     """Time spent waiting for humans; the run's deadline does not count it."""
     paused_since: datetime | None = None

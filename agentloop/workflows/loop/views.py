@@ -141,6 +141,7 @@ def status_view(state: LoopState | None, now: datetime) -> RunStatusView:
         calls=list(state.calls.values()),
         refused_decisions=state.refused_decisions,
         run_chain=state.run_chain,
+        run_chain_left_out=state.run_chain_left_out,
         approval_signing=state.approval_signing,
         stop_reason=state.stop_reason,
         transcript_head=state.head,
