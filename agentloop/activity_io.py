@@ -181,6 +181,9 @@ class DescribeToolsInput(BaseModel):
     indexing: bool = True
     """`describe_run`: whether to find out if the run may index itself (a run started with
     agentloop's search attributes is indexed already)."""
+    output_schema: dict[str, Any] | None = None
+    """`describe_run`: the run's `output_schema`, for the worker to say whether checking an
+    answer against it could cost more than a check may (feature `bounded-schema-work`)."""
 
 
 class CheckApprovalInput(BaseModel):
@@ -212,3 +215,5 @@ class RunDescription(BaseModel):
     """`AgentTaskFamily` is registered too (a run naming its `task_family` upserts it)."""
     approval_signing: Literal["signed", "unsigned"] | None = None
     """Whether the worker takes only signed approvals (None: a worker from before it said)."""
+    output_schema_problem: str | None = None
+    """Why the run's `output_schema` cannot be checked at a bounded cost (asked for with it)."""

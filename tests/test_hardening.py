@@ -33,6 +33,7 @@ from agentloop.contract import (
     Principal,
     RunStatusView,
 )
+from agentloop.demo.mcp_server import fanning_schema
 from agentloop.demo.scripted_provider import (
     Script,
     ScriptedError,
@@ -51,7 +52,13 @@ from agentloop.runtime.dev_server import temporal_binary
 from agentloop.store import load_artifact_text, load_transcript, open_store
 from agentloop.store.memory import MemoryStore
 from agentloop.workflows.loop.delegation import child_run_id
-from tests.support import approve_as_shown, start_run, wait_for_phase, wait_for_status, wait_until
+from tests.support import (
+    approve_as_shown,
+    start_run,
+    wait_for_phase,
+    wait_for_status,
+    wait_until,
+)
 from tests.test_cli import process_env, run_process
 from tests.test_large_output import history_sizes
 
@@ -281,6 +288,8 @@ async def test_an_answer_nested_fifty_thousand_deep_is_refused_not_parsed(
         ({"output_schema": {"type": "string", "minLength": "three"}}, "output_schema"),
         ({"output_schema": {"$ref": "#/missing"}}, "output_schema: $ref '#/missing'"),
         ({"output_schema": {"type": "string", "pattern": "(?<=a)b"}}, "output_schema: a pattern"),
+        # Checked by the worker (`describe_run`): the count is work that depends on the schema.
+        ({"output_schema": fanning_schema(40)}, "output_schema: checking a value against it"),
         ({"limits": {"per_tool": {"reserve_seat": -1}}}, "limits.per_tool.reserve_seat"),
         ({"task": "t" * 2_090_000}, "task: String should have at most 200000"),
         ({"limits": {"max_tool_calls": 1_000_000}}, "limits.max_tool_calls: 1000000 is over"),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from agentloop.demo.mcp_server import fanning_schema
 from agentloop.mcp.listing import (
     MAX_SCHEMA_BYTES,
     ListedTool,
@@ -96,7 +97,15 @@ def test_include_and_exclude_choose_what_runs_may_have() -> None:
     [
         (listed(schema={"type": "string"}), 'not a JSON Schema of type "object"'),
         (listed(schema=None), 'not a JSON Schema of type "object"'),
-        (listed(schema={"type": "object", "properties": 5}), "no valid JSON Schema"),
+        (listed(schema={"type": "object", "properties": 5}), "not a valid JSON Schema"),
+        # As the run checks arguments: patterns on RE2, $ref within the schema, bounded work.
+        (
+            listed(schema={**OBJECT, "properties": {"a": {"type": "string", "pattern": "(?=x)"}}}),
+            "a pattern RE2 cannot run",
+        ),
+        (listed(schema={**OBJECT, "$ref": "#/$defs/missing"}), "does not resolve"),
+        (listed(schema=fanning_schema(40)), "could visit more than 20,000 schema nodes"),
+        (listed(schema={**OBJECT, "$ref": "#"}), "loops back to where it started"),
         (
             listed(schema={"type": "object", "description": "x" * MAX_SCHEMA_BYTES}),
             "bytes (at most",

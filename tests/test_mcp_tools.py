@@ -6,6 +6,7 @@ counted at the server (its state file); every result is checked under its call i
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import json
 import os
 import signal
@@ -339,7 +340,11 @@ async def test_a_server_down_at_start_fails_the_run_naming_it_unless_it_is_optio
 
 @pytest.mark.parametrize(
     ("tool_set", "why"),
-    [("broken", "no valid JSON Schema"), ("deep", "nests deeper than 32 levels")],
+    [
+        ("broken", "not a valid JSON Schema"),
+        ("deep", "nests deeper than 32 levels"),
+        ("fanning", "could visit more than 20,000 schema nodes"),
+    ],
 )
 async def test_a_tool_whose_schema_fails_the_checks_fails_the_run_naming_server_and_tool(
     tool_set: str,
@@ -502,6 +507,36 @@ async def test_a_tool_error_from_the_server_is_told_to_the_model_under_its_call_
     assert (told.status, told.error_class) == ("failed", "business")
     assert "ticket system is down" in json.loads(told.content)["error"]["message"]
     assert read_state(state)["calls"] == {"find_ticket": 1}  # a refusal is not retried
+
+
+async def test_a_result_is_not_checked_against_an_output_schema_that_fans_out(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    """The SDK's client checks a result against the tool's outputSchema on the worker's event
+    loop: this one would visit 2^40 schema nodes, stopping every call and heartbeat. agentloop
+    does not check it; the result reaches the model as any tool's does."""
+    state = tmp_path / "state.json"
+    steer(state, tool_set="fanning_output")
+    turns = [ScriptTurn(tool_calls=[FIND]), ScriptTurn(text="Ticket {{c_find.status}}.")]
+    # The check would hold this process's event loop (the worker's is the test's): no
+    # timeout of its own could fire, so a watchdog thread ends the process instead.
+    faulthandler.dump_traceback_later(120, exit=True)
+    try:
+        async with tickets_worker(client, worker_settings, tmp_path) as s:
+            handle = await start(client, scripted_provider, s, run_id, turns)
+            result = await asyncio.wait_for(handle.result(), 60)
+            results = await answered(s, result)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    assert result.status == "completed", result.stop_reason
+    assert result.output == "Ticket open."
+    found = results["c_find"]
+    assert found.status == "succeeded" and json.loads(found.content)["ticket_id"] == "T-1001"
+    assert read_state(state)["calls"] == {"find_ticket": 1}
 
 
 async def test_a_write_whose_task_finished_as_the_server_died_is_resolved_by_its_status(

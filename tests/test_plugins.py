@@ -299,6 +299,28 @@ BAD_MODULES: Mapping[str, tuple[str, str]] = {
         "names approval rule 'nobody_declared_it', which no module declares",
     ),
     "nothing_here": ("X = 1\n", "declares no tool, approval rule or verifier"),
+    "fanning_out": (
+        """
+        import agentloop
+
+        STEPS = {
+            f"s{i}": {"allOf": [{"$ref": f"#/$defs/s{i + 1}"}, {"$ref": f"#/$defs/s{i + 1}"}]}
+            for i in range(30)
+        }
+        fanning = agentloop.activity_tool(
+            "fanning",
+            activity="fan",
+            task_queue="team",
+            description="Checking its arguments would visit 2^30 schema nodes.",
+            parameters={
+                "type": "object",
+                "$defs": {**STEPS, "s30": {"type": "string"}},
+                "properties": {"x": {"$ref": "#/$defs/s0"}},
+            },
+        )
+        """,
+        "tool 'fanning': its parameters: checking a value against it could visit more than",
+    ),
 }
 
 

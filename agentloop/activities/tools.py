@@ -5,6 +5,7 @@ workflow."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -24,6 +25,7 @@ from agentloop.digests import args_digest
 from agentloop.events import InputRequest, ToolResult
 from agentloop.mcp.listing import McpToolsError
 from agentloop.policies import task_state
+from agentloop.policies.schema_cost import output_schema_cost_problem
 from agentloop.runtime.audit import audit
 from agentloop.runtime.indexing import Registration
 from agentloop.store import Store, stored_by_reference
@@ -171,11 +173,15 @@ class ToolActivities:
         if request.indexing and registration is not None:
             indexable = await registration.indexable(namespace)
             family = await registration.family_indexable(namespace)
+        problem = None
+        if request.output_schema is not None:
+            problem = await asyncio.to_thread(output_schema_cost_problem, request.output_schema)
         return RunDescription(
             tools=tools,
             indexable=indexable,
             family_indexable=family,
             approval_signing=self._signing,
+            output_schema_problem=problem,
         )
 
     @activity.defn(name="check_precondition")

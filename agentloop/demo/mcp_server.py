@@ -26,7 +26,9 @@ writes it back atomically after every change:
   lists `find_ticket` with an invalid input schema; "deep" lists it with an input schema
   nested `DEEP_SCHEMA_LEVELS` levels of `properties` deep (valid, and deeper than agentloop
   checks), "too_deep" `TOO_DEEP_SCHEMA_LEVELS` levels (the server's serializer still writes
-  it, a client's JSON parser refuses the whole answer).
+  it, a client's JSON parser refuses the whole answer); "fanning" lists it with an input
+  schema whose `$ref`s fan out (`fanning_schema`: 2^40 nodes for one check to visit), and
+  "fanning_output" with such an output schema (the SDK's client checks results against it).
 - `after_commit` makes the next applied write either hang (120 s) or kill the process
   (exit code 3) after the write is in the file: the caller cannot tell whether it happened.
 - `fail_next` makes the next call to any tool return a tool error.
@@ -230,11 +232,24 @@ class StateFile:
 
 def tool_set(state: dict[str, Any]) -> str:
     chosen = state["control"].get("tool_set")
-    return chosen if chosen in ("v2", "broken", "deep", "too_deep") else "v1"
+    known = ("v2", "broken", "deep", "too_deep", "fanning", "fanning_output")
+    return chosen if chosen in known else "v1"
 
 
 DEEP_SCHEMA_LEVELS = 40
 TOO_DEEP_SCHEMA_LEVELS = 100
+FANNING_STEPS = 40
+
+
+def fanning_schema(steps: int) -> dict[str, Any]:
+    """An object schema of `steps` `allOf` steps, each naming the next twice: 2,900
+    characters at 40 steps, and 2^40 schema nodes for one check of any object to visit."""
+    defs: dict[str, Any] = {
+        f"s{i}": {"allOf": [{"$ref": f"#/$defs/s{i + 1}"}, {"$ref": f"#/$defs/s{i + 1}"}]}
+        for i in range(steps)
+    }
+    defs[f"s{steps}"] = {}
+    return {"type": "object", "$defs": defs, "$ref": "#/$defs/s0"}
 
 
 def nested_schema(levels: int) -> dict[str, Any]:
@@ -511,6 +526,10 @@ class TicketServer(MCPServer):
             if tool.name == "find_ticket" and version in ("deep", "too_deep"):
                 levels = DEEP_SCHEMA_LEVELS if version == "deep" else TOO_DEEP_SCHEMA_LEVELS
                 tool = tool.model_copy(update={"input_schema": nested_schema(levels)})
+            if tool.name == "find_ticket" and version == "fanning":
+                tool = tool.model_copy(update={"input_schema": fanning_schema(FANNING_STEPS)})
+            if tool.name == "find_ticket" and version == "fanning_output":
+                tool = tool.model_copy(update={"output_schema": fanning_schema(FANNING_STEPS)})
             listed.append(tool)
         return listed
 

@@ -19,7 +19,8 @@ from pydantic import ValidationError
 
 from agentloop.contract import MAX_MESSAGE_CHARS
 from agentloop.policies.bounds import loads_bounded
-from agentloop.policies.validation import schema_problem, schema_problems
+from agentloop.policies.schema_cost import schema_cost_problem
+from agentloop.policies.validation import MAX_CHECK_STEPS, schema_problem, schema_problems
 from agentloop.tools.contract import BusinessRefusal, InputNeeded, Reply
 
 MAX_PENDING_BYTES = 256_000
@@ -81,7 +82,7 @@ def answered(tool: str, reply: Reply) -> tuple[types.InputResponses, str | None]
     if not isinstance(schema, dict):
         raise BusinessRefusal(f"{tool}: what the server asked is no longer kept")
     content = _content(text, schema)
-    problems = schema_problems(schema, content, bounded=True)
+    problems = schema_problems(schema, content, bounded=True, steps=MAX_CHECK_STEPS)
     if not problems:
         try:
             return {key: types.ElicitResult(action="accept", content=content)}, state
@@ -136,4 +137,4 @@ def _schema_problem(schema: dict[str, Any]) -> str | None:
         return "it has no fields"
     if len(properties) > MAX_SCHEMA_PROPERTIES:
         return f"{len(properties)} fields (at most {MAX_SCHEMA_PROPERTIES})"
-    return schema_problem(schema)
+    return schema_problem(schema) or schema_cost_problem(schema)

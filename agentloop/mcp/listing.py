@@ -15,11 +15,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 from pydantic import ValidationError
 
 from agentloop.contract import describe_validation_error
+from agentloop.policies.schema_cost import schema_cost_problem
+from agentloop.policies.validation import schema_problem as checkable_problem
 from agentloop.runtime.mcp_config import McpServerConfig
 from agentloop.tool_spec import Effect, ToolSpec
 
@@ -145,11 +145,9 @@ def schema_problem(schema: Any) -> str | None:
         return f"its inputSchema is {size:,} bytes (at most {MAX_SCHEMA_BYTES:,})"
     if _depth(schema) > MAX_NESTING:
         return f"its inputSchema nests deeper than {MAX_NESTING} levels"
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        return f"its inputSchema is no valid JSON Schema: {exc.message}"
-    return None
+    # As the run will check arguments: on RE2, every $ref within it, at a bounded cost.
+    problem = checkable_problem(schema) or schema_cost_problem(schema)
+    return f"its inputSchema: {problem}" if problem else None
 
 
 def version_of(tool: ListedTool, effect: Effect) -> str:

@@ -133,6 +133,7 @@ class McpConnection:
         try:
             async with AsyncExitStack() as stack:
                 client = await stack.enter_async_context(self._connect(stack, stop))
+                client.session.validate_tool_result = _results_not_checked  # type: ignore[method-assign]
                 ready.set_result(client)
                 await stop.wait()
         except BaseException as exc:
@@ -192,6 +193,14 @@ class McpConnection:
                 raise ServerUnreachable(f"{variable} (its bearer token) is not set")
             headers["Authorization"] = f"Bearer {token}"
         return headers
+
+
+async def _results_not_checked(name: str, result: types.CallToolResult) -> None:
+    """In place of the SDK's check of a result against the tool's `outputSchema`: that check
+    runs jsonschema on the worker's event loop at whatever cost the server's schema sets (a
+    `$ref` chain that fans out takes hours, and stops every call and heartbeat meanwhile), and
+    a mismatch is raised like a broken connection. agentloop checks nothing against it: the
+    result goes to the model bounded and framed like any tool's."""
 
 
 class McpPool:

@@ -13,14 +13,15 @@ from agentloop.policies.validation import schema_problems
 
 
 def check_output(
-    schema: dict[str, Any], text: str, *, bounded: bool = False
+    schema: dict[str, Any], text: str, *, bounded: bool = False, steps: int | None = None
 ) -> tuple[Any, list[str]]:
     """The parsed answer and what is wrong with it (nothing: it is accepted). `bounded`: an
-    answer too long or too deep to parse is refused unparsed (feature `bounded-validation`)."""
+    answer too long or too deep to parse is refused unparsed (feature `bounded-validation`);
+    `steps`: the check takes at most that many (feature `bounded-schema-work`)."""
     try:
         parsed = loads_bounded(text, max_chars=MAX_ANSWER_CHARS) if bounded else json.loads(text)
     except OutOfBounds as exc:
         return None, [f"the answer is {exc}"]
     except (ValueError, RecursionError):
         return None, ["the answer is not valid JSON"]
-    return parsed, schema_problems(schema, parsed, bounded=bounded)
+    return parsed, schema_problems(schema, parsed, bounded=bounded, steps=steps)

@@ -8,18 +8,20 @@ What a check may cost is bounded (`bounded=True`, feature `bounded-validation`):
 whose time is linear in the input (Python's `re` backtracks: a 60,000-character recipient
 took it ~10 s against an e-mail pattern, holding the worker's GIL); every problem is told in at
 most `MAX_ERROR_CHARS`; and any exception a check raises is a refusal, never a failed
-workflow task. Runs started before that validate as they did.
+workflow task. Runs started before that validate as they did. A check also stops after its
+steps (`MAX_CHECK_STEPS`, feature `bounded-schema-work`); what a schema may cost is counted
+where it arrives (`policies.schema_cost`).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping, Set
+from collections.abc import Callable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
 import re2
-from jsonschema import Draft202012Validator, ValidationError, validators
+from jsonschema import Draft202012Validator, FormatChecker, ValidationError, validators
 from jsonschema.exceptions import SchemaError
 
 from agentloop.digests import canonical_json
@@ -28,6 +30,12 @@ from agentloop.policies.bounds import MAX_ARGUMENT_CHARS, MAX_DEPTH, clipped, va
 from agentloop.tool_spec import ToolSpec
 
 MAX_SCHEMA_ERRORS = 5
+
+MAX_CHECK_STEPS = 100_000
+"""How many keyword checks (about 3-8 µs each) a model output's checks may take in all, its
+calls sharing them (feature `bounded-schema-work`): they run inside a workflow task, which the
+SDK takes for deadlocked past 2 s. The arguments' size bounds what a check reads, this what
+it does: a large array checked against a large `items` schema multiplies the two."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +54,12 @@ Verdict = Allowed | Refused
 
 
 def validate_call(
-    call: ToolCall, tools: Mapping[str, ToolSpec], allowed: Set[str], *, bounded: bool = False
+    call: ToolCall,
+    tools: Mapping[str, ToolSpec],
+    allowed: Set[str],
+    *,
+    bounded: bool = False,
+    steps: int | None = None,
 ) -> Verdict:
     spec = tools.get(call.name)
     if spec is None or call.name not in allowed:
@@ -56,7 +69,7 @@ def validate_call(
         too_big = arguments_too_big(call.arguments)
         if too_big:
             return Refused("invalid_arguments", too_big)
-    problems = schema_problems(spec.parameters, call.arguments, bounded=bounded)
+    problems = schema_problems(spec.parameters, call.arguments, bounded=bounded, steps=steps)
     if problems:
         message = "arguments do not match the schema: " + "; ".join(problems)
         return Refused("invalid_arguments", message)
@@ -76,16 +89,30 @@ def arguments_too_big(arguments: Mapping[str, Any]) -> str | None:
 
 
 def schema_problems(
-    schema: Mapping[str, object], instance: object, *, bounded: bool = False
+    schema: Mapping[str, object],
+    instance: object,
+    *,
+    bounded: bool = False,
+    steps: int | None = None,
 ) -> list[str]:
+    """What is wrong with `instance` (nothing: it satisfies `schema`). `steps`: at most that
+    many keyword checks, or the check stops, refusing (with `bounded`)."""
     if not bounded:
         validator = Draft202012Validator(schema)
         errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
         return [_describe(e.absolute_path, e.message) for e in errors[:MAX_SCHEMA_ERRORS]]
+    validator = (
+        BoundedValidator(schema)
+        if steps is None
+        else _CountedValidator(schema, format_checker=_StepBudget(steps))
+    )
     try:
-        found = sorted(
-            BoundedValidator(schema).iter_errors(instance), key=lambda e: list(e.absolute_path)
-        )
+        found = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
+    except _TooManySteps:
+        return [
+            f"the arguments could not be checked: checking them against the schema takes more"
+            f" than {steps:,} steps"
+        ]
     except Exception as exc:  # a check that cannot be made lets nothing through
         return [clipped(f"the arguments could not be checked: {type(exc).__name__}: {exc}")]
     return [clipped(_describe(e.absolute_path, e.message)) for e in found[:MAX_SCHEMA_ERRORS]]
@@ -147,8 +174,16 @@ def _refs(schema: object) -> Iterator[str]:
 
 def _resolves(schema: object, ref: str) -> bool:
     """A `$ref` within the schema (`#`, `#/a/b`); nothing is ever fetched from elsewhere."""
+    return ref_target(schema, ref) is not NOWHERE
+
+
+NOWHERE = object()
+
+
+def ref_target(schema: object, ref: str) -> object:
+    """What a `$ref` within the schema points at, or `NOWHERE`."""
     if not ref.startswith("#"):
-        return False
+        return NOWHERE
     node = schema
     for part in (p for p in ref[1:].split("/") if p):
         key = part.replace("~1", "/").replace("~0", "~")
@@ -157,8 +192,8 @@ def _resolves(schema: object, ref: str) -> bool:
         elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
             node = node[int(key)]
         else:
-            return False
-    return True
+            return NOWHERE
+    return node
 
 
 def _pattern(
@@ -184,6 +219,43 @@ BoundedValidator = validators.extend(  # type: ignore[no-untyped-call]
     {"pattern": _pattern, "patternProperties": _pattern_properties},
 )
 """JSON Schema 2020-12 with its regular expressions on RE2 (linear time, deterministic)."""
+
+
+class _TooManySteps(Exception):
+    pass
+
+
+class _StepBudget(FormatChecker):
+    """The keyword checks one check may still take, carried by its validator: jsonschema hands
+    a validator's format checker on to every validator it descends into, so each counts
+    against the same budget (workflows run on several threads: nothing global could). It
+    checks no format: `format` stays an annotation, as without it."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__(formats=())
+        self.left = steps
+
+
+Keyword = Callable[[Any, Any, Any, Any], Any]
+
+
+def _counted(keyword: Keyword) -> Keyword:
+    def check(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        budget = validator.format_checker
+        if isinstance(budget, _StepBudget):
+            budget.left -= 1
+            if budget.left < 0:
+                raise _TooManySteps
+        return keyword(validator, value, instance, schema)
+
+    return check
+
+
+_CountedValidator = validators.extend(  # type: ignore[no-untyped-call]
+    BoundedValidator,
+    {name: _counted(keyword) for name, keyword in BoundedValidator.VALIDATORS.items()},
+)
+"""`BoundedValidator` counting each keyword it checks against its `_StepBudget`."""
 
 
 def _describe(path: object, message: str) -> str:

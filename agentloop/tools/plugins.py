@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from agentloop.policies.approval import APPROVAL_RULES
+from agentloop.policies.schema_cost import schema_cost_problem
 from agentloop.tools.builtins import BUILTIN_TOOLS
 from agentloop.tools.contract import Tool
 from agentloop.tools.decorator import (
@@ -217,6 +218,9 @@ def _add(box: Toolbox, plugin: Plugin) -> None:
     source, toolset = plugin.source, plugin.toolset
     for tool in toolset.tools:
         _claim(box, "tool", tool.spec.name, source)
+        problem = schema_cost_problem(tool.spec.parameters)
+        if problem:
+            raise PluginError(f"{source}: tool {tool.spec.name!r}: its parameters: {problem}")
         box.registry.add(tool)
     for rule in toolset.rules:
         _claim(box, "rule", rule.name, source)

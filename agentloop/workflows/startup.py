@@ -101,7 +101,12 @@ async def start(run_input: AgentRunInput) -> LoopState:
     names = list(dict.fromkeys([*run_input.tools, *builtins]))
     described: RunDescription | None = None
     if in_set is not None and Feature.INDEXED_HOWEVER_STARTED in in_set:
-        described = await _describe_run(names, run_input.completion_check)
+        # What checks against `output_schema` may cost depends on the schema: the worker counts.
+        costed = Feature.BOUNDED_SCHEMA_WORK in in_set
+        schema = run_input.output_schema if costed else None
+        described = await _describe_run(names, run_input.completion_check, schema)
+        if described.output_schema_problem:
+            raise invalid_input(described.output_schema_problem)
         specs = described.tools
     else:
         specs = await _describe_tools(names, run_input.completion_check, local=in_set is not None)
@@ -135,13 +140,18 @@ async def _describe_tools(
     return specs
 
 
-async def _describe_run(names: list[str], completion_check: str | None) -> RunDescription:
+async def _describe_run(
+    names: list[str], completion_check: str | None, output_schema: dict[str, Any] | None
+) -> RunDescription:
     """What the worker tells a run at its start (feature `indexed-however-started`): the
     tools' specs as `_describe_tools` does (local), how approvals are taken, and, for a run
     started without the search attributes, whether the namespace has them: a run must never
     upsert them where they are not (that fails the workflow task, again on every retry)."""
     asked = DescribeToolsInput(
-        names=names, completion_check=completion_check, indexing=not visibility.indexed()
+        names=names,
+        completion_check=completion_check,
+        indexing=not visibility.indexed(),
+        output_schema=output_schema,
     )
     described: RunDescription = await _ask_worker(
         workflow.execute_local_activity, "describe_run", asked, RunDescription

@@ -173,6 +173,9 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
             ScriptTurn(text="Booked."),
         ],
     )
+    answering = Script(
+        name="replay-bounded-schema-work", turns=[ScriptTurn(text='{"late": false}')]
+    )
     return {
         "travel": ([], {"model": "travel"}),
         "travel_unstreamed": ([], {"model": "travel", "stream": False}),
@@ -268,6 +271,13 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
                 "principal": {"subject": "p-alice", "scopes": ["workshops:write"]},
                 "continue_as_new_after_events": 30,
             },
+        ),
+        # Recorded with the `features-2026-12g` set (`bounded-schema-work`): the worker
+        # counts what checking against the output schema may cost (`describe_run`), and the
+        # answer's check has its steps.
+        "bounded_schema_work": (
+            [answering],
+            {"model": answering.name, "tools": [], "output_schema": {"type": "object"}},
         ),
     }
 

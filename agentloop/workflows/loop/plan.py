@@ -17,7 +17,7 @@ from agentloop.digests import args_digest, canonical_json
 from agentloop.events import ModelOutput, ToolCall, ToolResult
 from agentloop.policies import approval, authorization, budgets
 from agentloop.policies.bounds import MAX_LEDGER_ARGUMENT_BYTES
-from agentloop.policies.validation import Allowed, Refused, validate_call
+from agentloop.policies.validation import MAX_CHECK_STEPS, Allowed, Refused, validate_call
 from agentloop.tool_spec import DELEGATE, ToolSpec
 from agentloop.workflows.loop import results
 from agentloop.workflows.loop.state import Batch, Feature, LoopState, Reconciliation
@@ -84,8 +84,14 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutc
     principal = state.run_input.principal
     whitelist = {*state.run_input.tools, *state.builtin_tools}
     bounded = state.has(Feature.BOUNDED_VALIDATION)
+    # The output's calls share the steps their checks may take: one workflow task checks all.
+    steps = (
+        MAX_CHECK_STEPS // len(output.tool_calls)
+        if state.has(Feature.BOUNDED_SCHEMA_WORK) and output.tool_calls
+        else None
+    )
     for call in output.tool_calls:
-        verdict = validate_call(call, state.tools, whitelist, bounded=bounded)
+        verdict = validate_call(call, state.tools, whitelist, bounded=bounded, steps=steps)
         if isinstance(verdict, Allowed) and call.name == "read_artifact":
             verdict = _own_artifact(state, call) or verdict
         if not isinstance(verdict, Allowed):

@@ -23,6 +23,7 @@ from agentloop.contract import AgentRunResult, CallRecord, ModelSettings, Previo
 from agentloop.events import Event, ModelOutput, StateUpdate, ToolResult
 from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS, clipped
 from agentloop.policies.completion import check_output
+from agentloop.policies.validation import MAX_CHECK_STEPS
 from agentloop.reporting import stop_report
 from agentloop.tool_spec import Outcome, ToolSpec, bounded
 from agentloop.transcript import by_reference
@@ -182,7 +183,10 @@ def answer_problems(
             f"the answer is {output.text_chars} characters, over the {limit} that can be"
             " checked against output_schema"
         ]
-    return check_output(schema, output.text, bounded=state.has(Feature.BOUNDED_VALIDATION))
+    steps = MAX_CHECK_STEPS if state.has(Feature.BOUNDED_SCHEMA_WORK) else None
+    return check_output(
+        schema, output.text, bounded=state.has(Feature.BOUNDED_VALIDATION), steps=steps
+    )
 
 
 def _send_back_if_rejected(state: LoopState, output: ModelOutput, schema: dict[str, Any]) -> None:

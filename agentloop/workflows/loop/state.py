@@ -141,6 +141,12 @@ class Feature(StrEnum):
     """`run_chain` keeps the first run id and the latest ones, at most `MAX_RUN_CHAIN_IDS`,
     and counts the ones left out between (`run_chain_left_out`). Before it, the chain grew
     by one id per continue-as-new, in the state every continuation carries."""
+    BOUNDED_SCHEMA_WORK = "bounded-schema-work"
+    """What checking against a JSON Schema may cost is bounded: an `output_schema` whose
+    `$ref`/`allOf`/`anyOf`/`oneOf` fan out past `validation.MAX_SCHEMA_WORK` is refused at
+    start, and a model output's checks take at most `validation.MAX_CHECK_STEPS` keyword
+    checks in all (its calls share them; past them a call is refused, not checked). Before it,
+    a check ran however long it took, inside a workflow task."""
     TOOLS_ASK = "tools-ask"
     """A tool may ask a person before its call can happen (`InputNeeded`; an MCP server's
     `input_required`): the call waits `awaiting_input` with the batch's questions, and the
@@ -196,11 +202,15 @@ FEATURES_2026_12D = (*FEATURES_2026_12C, Feature.TOOLS_ASK)
 
 FEATURES_2026_12E = (*FEATURES_2026_12D, Feature.BOUNDED_PRINCIPAL)
 
+FEATURES_2026_12F = (
+    *FEATURES_2026_12E,
+    Feature.CONTINUE_WHILE_WAITING,
+    Feature.BOUNDED_RUN_CHAIN,
+)
+
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
-    (
-        "features-2026-12f",
-        (*FEATURES_2026_12E, Feature.CONTINUE_WHILE_WAITING, Feature.BOUNDED_RUN_CHAIN),
-    ),
+    ("features-2026-12g", (*FEATURES_2026_12F, Feature.BOUNDED_SCHEMA_WORK)),
+    ("features-2026-12f", FEATURES_2026_12F),
     ("features-2026-12e", FEATURES_2026_12E),
     ("features-2026-12d", FEATURES_2026_12D),
     ("features-2026-12c", FEATURES_2026_12C),
