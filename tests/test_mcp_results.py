@@ -14,7 +14,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter, ValidationError
 
 from agentloop.contract import Principal
-from agentloop.mcp.calls import MAX_CONTENT_BLOCKS, shown_output, task_outcome
+from agentloop.mcp.calls import MAX_CONTENT_BLOCKS, looked_up, shown_output, task_outcome
 from agentloop.mcp.listing import McpToolsError
 from agentloop.mcp.pool import MAX_REASON_CHARS, McpPool, error_text, reason_of, unreadable
 from agentloop.mcp.tasks import TaskState, handle_key, keep_handle, kept_handle
@@ -89,12 +89,27 @@ def task(status: str, **fields: Any) -> TaskState:
         (task("completed", result={"content": [text("closed")], "isError": True}), "not_applied"),
         (task("failed", error={"code": -32603, "message": "lost"}), "unknown"),
         (task("cancelled"), "unknown"),
+        # Waiting for input agentloop cannot give through tasks, or a status no spec names:
+        # over for the run (a person decides), never polled until the deadline.
+        (task("input_required"), "unknown"),
+        (task("queued-for-later"), "unknown"),
+        # Completed with a result that is no tool result: it ran, only its answer is lost.
+        (task("completed", result={"content": "nope"}), "applied"),
     ],
 )
 def test_a_tasks_status_is_the_writes_outcome_and_only_a_clean_completion_applied(
     state: TaskState, outcome: str
 ) -> None:
+    assert state.over
     assert task_outcome(state).state == outcome
+
+
+def test_only_a_working_task_is_polled_on() -> None:
+    assert not task("working").over
+    unreadable = task("completed", result={"content": "nope"}).tool_result()
+    assert unreadable is not None and not unreadable.is_error
+    [told] = unreadable.content
+    assert isinstance(told, types.TextContent) and "could not be read" in told.text
 
 
 async def test_a_writes_task_handle_is_kept_under_its_idempotency_key_once() -> None:
@@ -139,3 +154,21 @@ def test_a_servers_error_text_is_cut_and_an_unreadable_message_told_in_one_line(
     told = unreadable(parsed.value)
     assert told.startswith("it sent a message that cannot be read: Invalid JSON: recursion limit")
     assert "\n" not in told and "[[[" not in told  # neither pydantic's link nor the message
+
+
+@pytest.mark.parametrize(
+    ("text_answer", "state", "record_starts"),
+    [
+        # A long record is read whole (the workflow cuts it to the tool's bound).
+        ('{"state": "applied", "record": "' + "r" * 5_000 + '"}', "applied", "rrrr"),
+        # Nested past what the parser reads: no outcome, said in a line, never a crash.
+        ("[" * 1_000 + "]" * 1_000, "unknown", "lookup gave no outcome: '[[[["),
+        ("not json", "unknown", "lookup gave no outcome: 'not json'"),
+    ],
+)
+def test_a_lookup_answered_as_text_is_read_whole_and_bounded(
+    text_answer: str, state: str, record_starts: str
+) -> None:
+    outcome = looked_up("lookup", types.CallToolResult(content=[text(text_answer)]))
+    assert outcome.state == state
+    assert str(outcome.record).startswith(record_starts)

@@ -27,7 +27,7 @@ from mcp_types import CONNECTION_CLOSED, INVALID_PARAMS, METHOD_NOT_FOUND
 from pydantic import ValidationError
 
 from agentloop.mcp.input import answered, asking
-from agentloop.mcp.pool import McpConnection, ServerUnreachable, error_text
+from agentloop.mcp.pool import McpConnection, ServerUnreachable, error_text, session_terminated
 from agentloop.mcp.tasks import (
     CreatedTask,
     TaskState,
@@ -35,6 +35,7 @@ from agentloop.mcp.tasks import (
     kept_handle,
     until_over,
 )
+from agentloop.policies.bounds import loads_bounded
 from agentloop.runtime.mcp_config import IDEMPOTENCY_META_KEY
 from agentloop.store import Store
 from agentloop.tool_spec import Outcome, ToolSpec
@@ -171,18 +172,7 @@ class McpCall:
             result = await self._finished(result, deadline, False)
         if result.is_error:
             raise TransientError(f"{lookup_tool}: {_text_of(result) or 'the lookup failed'}")
-        answer = result.structured_content
-        if answer is None:
-            try:
-                answer = json.loads(_text_of(result))
-            except ValueError:
-                answer = None
-        try:
-            return Outcome.model_validate(answer)
-        except ValidationError:
-            return Outcome(
-                state="unknown", record=f"{lookup_tool} gave no outcome: {answer!r:.200}"
-            )
+        return looked_up(lookup_tool, result)
 
     async def _client(self) -> Client:
         try:
@@ -205,17 +195,24 @@ class McpCall:
         client = client or await self._client()
         where = f"MCP server {self._server!r}: {what}"
         try:
-            return await request(client)
+            with self._connection.sending():
+                return await request(client)
         except MCPError as exc:
             if exc.code in (INVALID_PARAMS, METHOD_NOT_FOUND):
                 raise InvalidArguments(f"{what}: {exc.message}") from None
+            if session_terminated(exc):
+                # The server no longer knows the session (it restarted): it ran nothing,
+                # and only a new session gets an answer.
+                await self._connection.broken(client)
+                raise TransientError(f"{where}: {error_text(exc)}; reconnecting") from None
             if exc.code == CONNECTION_CLOSED:
                 await self._connection.broken(client)
                 cut_off = f"{where}: connection lost: {self._connection.lost(exc)}"
             else:
                 cut_off = f"{where}: {error_text(exc)}"
         except TimeoutError:
-            await self._connection.broken(client)
+            if self._connection.restart_on_timeout():
+                await self._connection.broken(client)
             cut_off = f"{where}: no answer in {self._spec.timeout_seconds:g} s"
         except ValidationError as exc:
             # The server answered something that is not the answer asked for: whatever it
@@ -229,6 +226,27 @@ class McpCall:
         if sent_matters:
             raise OutcomeUnknown(cut_off)
         raise TransientError(cut_off)
+
+
+MAX_LOOKUP_CHARS = 1_000_000
+"""The most of a lookup tool's JSON text that is read for the outcome."""
+
+
+def looked_up(lookup_tool: str, result: types.CallToolResult) -> Outcome:
+    """The outcome a lookup tool answered, as structured content or JSON text; anything else
+    is an unknown outcome saying what came back."""
+    answer = result.structured_content
+    if answer is None:
+        text = "\n".join(b.text for b in result.content if isinstance(b, types.TextContent))
+        try:
+            # Whole, not cut like a message: a record may be long (the workflow cuts it).
+            answer = loads_bounded(text, max_chars=MAX_LOOKUP_CHARS)
+        except ValueError:  # not JSON, or too long or too deep to read
+            answer = text
+    try:
+        return Outcome.model_validate(answer)
+    except ValidationError:
+        return Outcome(state="unknown", record=f"{lookup_tool} gave no outcome: {answer!r:.200}")
 
 
 def task_outcome(state: TaskState) -> Outcome:

@@ -8,8 +8,9 @@ away, the stdio process exited), the calls on it fail and the next call opens a 
 So does a line from a stdio server that cannot be read: it names no request, so it may be the
 answer any call in flight is waiting for, and none of them would get another (each would wait
 out its timeout instead). The connection is closed at once, every call on it ends cut off,
-saying why (`McpConnection.unreadable`), and the next call opens a new one. (Over HTTP an
-answer that cannot be read fails its own request: the others on the connection go on.)
+saying why (`McpConnection.unreadable`), and the next call opens a new one. Over HTTP an
+answer that cannot be read fails its own request, and one that times out does too; a server
+that forgot the session (restarted: HTTP 404) ran nothing, and the next call opens a new one.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -29,7 +30,7 @@ from mcp.client.context import ClientRequestContext
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import PARSE_ERROR
+from mcp_types import INVALID_REQUEST, PARSE_ERROR
 from pydantic import ValidationError
 
 from agentloop.mcp.tasks import TasksExtension
@@ -69,6 +70,24 @@ class McpConnection:
         self.unreadable: str | None = None
         """Set when the connection was closed for a message from the server that could not be
         read: what was wrong with it (cleared when a new connection opens)."""
+        self.in_flight = 0
+        """Requests sent on the connection and not yet answered (`sending`)."""
+
+    @contextlib.contextmanager
+    def sending(self) -> Iterator[None]:
+        """Around one request: the connection knows what else it would cut off."""
+        self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+
+    def restart_on_timeout(self) -> bool:
+        """Whether a request that went unanswered should close the connection: a stdio server
+        that answers nothing may be hung, and only a new process helps; but not while other
+        requests are in flight on it (closing would cut them off, a write's outcome with
+        them). Over HTTP each request stands alone: one slow answer says nothing of the rest."""
+        return self.config.command is not None and self.in_flight == 0
 
     async def client(self) -> Client:
         """The open connection, opened now if there is none (or the last one broke); raises
@@ -227,6 +246,13 @@ def unreadable(exc: Exception) -> str:
     else:
         detail = reason_of(exc)
     return clipped(f"{UNREADABLE}: {detail}", MAX_REASON_CHARS)
+
+
+def session_terminated(exc: MCPError) -> bool:
+    """A server that no longer knows the session (HTTP 404 before the 2026-07-28 protocol: it
+    restarted), in its own words ("Session not found") or the SDK's ("Session terminated"): it
+    answers nothing on it again. A request refused as invalid was not run."""
+    return exc.code == INVALID_REQUEST and "session" in exc.message.lower()
 
 
 def error_text(exc: MCPError) -> str:

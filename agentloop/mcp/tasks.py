@@ -19,12 +19,15 @@ from typing import Any, Literal
 import mcp_types as types
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.session import ClientSession
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, ValidationError
 
 from agentloop.store import Store
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
-TERMINAL = frozenset({"completed", "failed", "cancelled"})
+WORKING = "working"
+"""The one status polled on. `input_required` (the task waits for input agentloop does not
+give through tasks), `completed`, `failed`, `cancelled` and any status the spec does not name
+end the poll: the result, when it completed, or the status told."""
 DEFAULT_POLL_SECONDS = 0.5
 MAX_POLL_SECONDS = 5.0
 DEFAULT_RESOLVE_SECONDS = 60.0
@@ -60,13 +63,21 @@ class TaskState(_Task):
 
     @property
     def over(self) -> bool:
-        return self.status in TERMINAL
+        return self.status != WORKING
 
     def tool_result(self) -> types.CallToolResult | None:
-        """The call's own result, for a completed task."""
+        """The call's own result, for a completed task. One that cannot be read is a text
+        saying so: the task completed (a write's effect exists), only its answer is lost."""
         if self.status != "completed" or self.result is None:
             return None
-        return types.CallToolResult.model_validate(self.result)
+        try:
+            return types.CallToolResult.model_validate(self.result)
+        except ValidationError as exc:
+            told = (
+                f"the server's task {self.task_id} completed, but its result could not be read"
+                f" ({exc.error_count()} problems)"
+            )
+            return types.CallToolResult(content=[types.TextContent(type="text", text=told)])
 
 
 class GetTaskParams(types.RequestParams):

@@ -16,10 +16,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED
+from pydantic import ValidationError
 
 from agentloop.mcp.calls import McpCall
 from agentloop.mcp.listing import ListedTool, McpToolsError, OfferedTool, offered, server_of
-from agentloop.mcp.pool import McpPool, ServerUnreachable
+from agentloop.mcp.pool import McpPool, ServerUnreachable, session_terminated
+from agentloop.policies.bounds import clipped
 from agentloop.store import Store
 from agentloop.tool_spec import DEFAULT_MAX_RESULT_CHARS, ToolSpec
 from agentloop.tools.contract import (
@@ -29,6 +33,13 @@ from agentloop.tools.contract import (
 LISTING_MAX_AGE_SECONDS = 2.0
 """Runs starting together share one listing of a server; a change shows within this."""
 LISTING_TIMEOUT_SECONDS = 10.0
+LISTING_DEADLINE_SECONDS = 20.0
+"""Connecting and listing together, so a stalling server fails a run's `describe_run` (30 s
+in all, a close after a timeout taking up to 5 s more) instead of timing it out again and
+again: at start, connecting gets what is left of this."""
+FAILED_LISTING_SECONDS = 5.0
+"""How long runs starting meanwhile are told a server's failed listing instead of each
+waiting out one of their own, one after the other."""
 MAX_LISTING_PAGES = 16
 
 
@@ -45,6 +56,7 @@ class McpTools:
         self._pool = pool
         self._store = store
         self._listings: dict[str, _Listing] = {}
+        self._failed: dict[str, tuple[float, McpToolsError]] = {}
         self._listing_locks: dict[str, asyncio.Lock] = {}
 
     async def close(self) -> None:
@@ -65,9 +77,17 @@ class McpTools:
             return list(kept.tools.values())
         lock = self._listing_locks.setdefault(server, asyncio.Lock())
         async with lock:
+            failed = self._failed.get(server)
+            if failed is not None and time.monotonic() - failed[0] <= FAILED_LISTING_SECONDS:
+                raise failed[1]
             kept = self._listings.get(server)
             if kept is None or time.monotonic() - kept.at > max_age:
-                tools = await self._list(server)
+                try:
+                    tools = await self._list(server)
+                except McpToolsError as exc:
+                    self._failed[server] = (time.monotonic(), exc)
+                    raise
+                self._failed.pop(server, None)
                 kept = _Listing(time.monotonic(), {t.tool: t for t in tools})
                 self._listings[server] = kept
         return list(kept.tools.values())
@@ -137,24 +157,45 @@ class McpTools:
 
     async def _list(self, server: str) -> list[OfferedTool]:
         connection = self._pool.connection(server)
+        deadline = asyncio.get_running_loop().time() + LISTING_DEADLINE_SECONDS
         try:
-            client = await connection.client()
+            async with asyncio.timeout_at(deadline):
+                client = await connection.client()
         except ServerUnreachable as exc:
             raise McpToolsError(f"MCP server {server!r} is unreachable: {exc}") from None
+        except TimeoutError:
+            raise McpToolsError(
+                f"MCP server {server!r} is unreachable: no answer in {LISTING_DEADLINE_SECONDS:g} s"
+            ) from None
         listed: list[ListedTool] = []
         cursor: str | None = None
         try:
-            async with asyncio.timeout(LISTING_TIMEOUT_SECONDS):
-                for _ in range(MAX_LISTING_PAGES):
-                    page = await client.list_tools(cursor=cursor, cache_mode="refresh")
-                    listed += [_listed(t) for t in page.tools]
-                    cursor = page.next_cursor
-                    if cursor is None:
-                        break
+            pages_by = min(deadline, asyncio.get_running_loop().time() + LISTING_TIMEOUT_SECONDS)
+            with connection.sending():
+                async with asyncio.timeout_at(pages_by):
+                    for _ in range(MAX_LISTING_PAGES):
+                        page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+                        listed += [_listed(t) for t in page.tools]
+                        cursor = page.next_cursor
+                        if cursor is None:
+                            break
         except TimeoutError:
-            await connection.broken(client)
+            if connection.restart_on_timeout():
+                await connection.broken(client)
             raise McpToolsError(
                 f"MCP server {server!r} did not list its tools in {LISTING_TIMEOUT_SECONDS:g} s"
+            ) from None
+        except ValidationError as exc:
+            # An answer that is no tools/list result: the connection itself is fine.
+            raise McpToolsError(
+                f"MCP server {server!r} could not list its tools: its answer is no tools/list"
+                f" result ({exc.error_count()} problems; the first: {_first(exc)})"
+            ) from None
+        except MCPError as exc:
+            if session_terminated(exc) or exc.code == CONNECTION_CLOSED:
+                await connection.broken(client)
+            raise McpToolsError(
+                f"MCP server {server!r} could not list its tools: {connection.lost(exc)}"
             ) from None
         except Exception as exc:  # whatever the server or its transport did: it is named
             await connection.broken(client)
@@ -162,6 +203,12 @@ class McpTools:
                 f"MCP server {server!r} could not list its tools: {connection.lost(exc)}"
             ) from None
         return offered(server, self._pool.servers[server], listed)
+
+
+def _first(exc: ValidationError) -> str:
+    [first] = exc.errors(include_url=False)[:1]
+    where = ".".join(str(part) for part in first["loc"])
+    return clipped(f"{where}: {first['msg']}", 200)
 
 
 def _listed(tool: types.Tool) -> ListedTool:

@@ -1,0 +1,162 @@
+"""One connection per MCP server is shared by every call on a worker: what happens to one
+call must not happen to the others. A call that times out over HTTP ends alone; a server that
+restarted (and forgot the session) is reconnected to, having run nothing. Against the demo
+server's real process, through the worker's own pool and calls."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentloop.contract import Principal
+from agentloop.mcp import tools as mcp_tools
+from agentloop.mcp.listing import McpToolsError
+from agentloop.mcp.pool import McpConnection, McpPool
+from agentloop.mcp.tools import McpTools
+from agentloop.runtime.dev_server import free_port
+from agentloop.runtime.mcp_config import McpServerConfig
+from agentloop.store.memory import MemoryStore
+from agentloop.tools.contract import Artifacts, ToolContext, TransientError
+from tests.support import wait_until
+from tests.test_mcp_server import http_server_process, read_state, steer
+
+FIND = "tickets_find_ticket"
+NOTE = "tickets_add_note"
+
+
+def context(store: MemoryStore, call_id: str, key: str = "") -> ToolContext[None]:
+    return ToolContext(
+        call_id=call_id,
+        idempotency_key=key,
+        workflow_id="wf",
+        run_id="run",
+        attempt=1,
+        principal=Principal(subject="dana"),
+        deps=None,
+        artifacts=Artifacts(store),
+        tool=FIND,
+    )
+
+
+@contextlib.asynccontextmanager
+async def tickets(url: str, store: MemoryStore, **config: Any) -> AsyncIterator[McpTools]:
+    tools = McpTools(McpPool({"tickets": McpServerConfig(url=url, **config)}), store)
+    try:
+        await tools.specs([FIND, NOTE])  # listed, as at a run's start
+        yield tools
+    finally:
+        await tools.close()
+
+
+async def test_a_call_that_times_out_over_http_cuts_off_no_other_call(tmp_path: Path) -> None:
+    state, store = tmp_path / "state.json", MemoryStore()
+    async with (
+        http_server_process(state) as (url, _),
+        tickets(url, store, timeout_seconds=2) as tools,
+    ):
+        connection_before = await tools._pool.connection("tickets").client()
+        steer(state, stall_next=True)  # the next call arriving waits 120 s
+        read = asyncio.create_task(
+            tools.tool(FIND, write=False).handler({"ticket_id": "T-1001"}, context(store, "c1"))
+        )
+        await wait_until(
+            lambda: read_state(state).get("calls", {}).get("find_ticket") == 1, "the read"
+        )
+        note = tools.tool(NOTE, write=True).handler(
+            {"ticket_id": "T-1001", "text": "refund"}, context(store, "c2", "wf/run/c2")
+        )
+        written = await note
+        # The read times out alone: the write on the same connection was answered.
+        with pytest.raises(TransientError, match="no answer in 2 s"):
+            await read
+        assert written["note_id"].startswith("N-")
+        assert await tools._pool.connection("tickets").client() is connection_before
+        assert len(read_state(state)["notes"]) == 1
+
+
+@pytest.fixture
+def legacy_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's client speaks the pre-2026 protocol, as to a server that has only it: an
+    `initialize` handshake and an `Mcp-Session-Id` the server keeps in memory. (On the
+    2026-07-28 protocol each request stands alone: a restart goes unnoticed.)"""
+    options = McpConnection._client_options
+
+    def legacy(self: McpConnection, stop: asyncio.Event) -> dict[str, Any]:
+        return {**options(self, stop), "mode": "legacy"}
+
+    monkeypatch.setattr(McpConnection, "_client_options", legacy)
+
+
+@pytest.mark.usefixtures("legacy_sessions")
+async def test_a_restarted_http_server_is_reconnected_to_having_run_nothing(
+    tmp_path: Path,
+) -> None:
+    state, store, port = tmp_path / "state.json", MemoryStore(), free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    note = {"ticket_id": "T-1001", "text": "refund"}
+    tools = McpTools(McpPool({"tickets": McpServerConfig(url=url)}), store)
+    try:
+        async with http_server_process(state, port=port):
+            await tools.specs([FIND, NOTE])
+            await tools.tool(FIND, write=False).handler(
+                {"ticket_id": "T-1001"}, context(store, "c1")
+            )
+        # A new process on the same address: it does not know the worker's session.
+        async with http_server_process(state, port=port):
+            write = tools.tool(NOTE, write=True)
+            with pytest.raises(TransientError, match=r"Session not found.*; reconnecting"):
+                await write.handler(note, context(store, "c2", "wf/run/c2"))
+            assert read_state(state).get("calls", {}).get("add_note", 0) == 0  # it ran nothing
+            # Temporal's retry of the write: on a new session, once.
+            written = await write.handler(note, context(store, "c2", "wf/run/c2"))
+            assert written["note_id"].startswith("N-")
+            assert read_state(state)["calls"]["add_note"] == 1
+            assert len(read_state(state)["notes"]) == 1
+    finally:
+        await tools.close()
+
+
+@contextlib.asynccontextmanager
+async def silent_server() -> AsyncIterator[tuple[str, list[int]]]:
+    """An address that takes connections and never answers: a server stalled at start.
+    Yields its URL and the count of connections it took."""
+    taken = [0]
+
+    async def take(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        taken[0] += 1
+        await reader.read()  # until the client gives up
+
+    server = await asyncio.start_server(take, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/mcp", taken
+    finally:
+        server.close()
+
+
+async def test_a_stalled_server_fails_its_listing_in_time_and_runs_starting_meanwhile_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Connecting and listing share one deadline (20 s; 1 s here), inside `describe_run`'s
+    30 s, however long the configuration lets a connect take; runs starting meanwhile are
+    told the same failure instead of each waiting out their own, one after the other."""
+    monkeypatch.setattr(mcp_tools, "LISTING_DEADLINE_SECONDS", 1.0)
+    async with silent_server() as (url, taken):
+        config = McpServerConfig(url=url, connect_timeout_seconds=30)
+        tools = McpTools(McpPool({"stalled": config}), MemoryStore())
+        try:
+            outcomes = await asyncio.gather(
+                *(tools.specs(["stalled_find"]) for _ in range(3)), return_exceptions=True
+            )
+        finally:
+            await tools.close()
+    assert all(isinstance(o, McpToolsError) for o in outcomes), outcomes
+    assert {str(o) for o in outcomes} == {"MCP server 'stalled' is unreachable: no answer in 1 s"}
+    # One listing's failure, told to all three (not one deadline after another).
+    assert outcomes[0] is outcomes[1] is outcomes[2]
+    assert taken[0] >= 1
