@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +18,7 @@ from typing import Any
 import pytest
 
 from agentloop.contract import Principal
+from agentloop.mcp import http as mcp_http
 from agentloop.mcp import tools as mcp_tools
 from agentloop.mcp.listing import McpToolsError
 from agentloop.mcp.pool import McpConnection, McpPool
@@ -23,7 +28,7 @@ from agentloop.runtime.mcp_config import McpServerConfig
 from agentloop.store.memory import MemoryStore
 from agentloop.tools.contract import Artifacts, ToolContext, TransientError
 from tests.support import wait_until
-from tests.test_mcp_server import http_server_process, read_state, steer
+from tests.test_mcp_server import ROOT, http_server_process, read_state, steer
 
 FIND = "tickets_find_ticket"
 NOTE = "tickets_add_note"
@@ -160,3 +165,82 @@ async def test_a_stalled_server_fails_its_listing_in_time_and_runs_starting_mean
     # One listing's failure, told to all three (not one deadline after another).
     assert outcomes[0] is outcomes[1] is outcomes[2]
     assert taken[0] >= 1
+
+
+async def test_an_answer_past_the_bound_is_not_read_and_the_connection_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK reads an HTTP answer whole before parsing it: the worker's transport stops
+    reading at `MAX_RESPONSE_BYTES` (32 MiB; 100,000 bytes here, against the demo's report of
+    a million characters), so no server's answer takes the worker's memory."""
+    monkeypatch.setattr(mcp_http, "MAX_RESPONSE_BYTES", 100_000)
+    state, store = tmp_path / "state.json", MemoryStore()
+    async with http_server_process(state) as (url, _), tickets(url, store) as tools:
+        await tools.specs(["tickets_ticket_report"])
+        report = tools.tool("tickets_ticket_report", write=False)
+        with pytest.raises(TransientError, match="over 100,000 bytes: not read"):
+            await report.handler({"ticket_id": "T-1001"}, context(store, "c1"))
+        # The connection goes on: the next call is answered.
+        found = await tools.tool(FIND, write=False).handler(
+            {"ticket_id": "T-1001"}, context(store, "c2")
+        )
+        assert found["ticket_id"] == "T-1001"
+    assert read_state(state)["calls"] == {"ticket_report": 1, "find_ticket": 1}
+
+
+def stdio_tickets(state: Path, *extra: str) -> McpServerConfig:
+    command = [sys.executable, "-m", "agentloop.demo.mcp_server", "--stdio", "--state"]
+    return McpServerConfig(command=[*command, str(state), *extra], cwd=str(ROOT))
+
+
+async def test_a_stdio_server_that_prints_a_banner_first_is_still_used(tmp_path: Path) -> None:
+    """A line that is no JSON-RPC while no call waits (here: before the handshake) is only
+    logged; it used to close every connection as it opened, so the server was never used."""
+    state, store = tmp_path / "state.json", MemoryStore()
+    config = stdio_tickets(state, "--banner", "tickets server ready")
+    tools = McpTools(McpPool({"tickets": config}), store)
+    try:
+        await tools.specs([FIND])
+        found = await tools.tool(FIND, write=False).handler(
+            {"ticket_id": "T-1001"}, context(store, "c1")
+        )
+    finally:
+        await tools.close()
+    assert found["ticket_id"] == "T-1001"
+    assert read_state(state)["calls"] == {"find_ticket": 1}
+
+
+async def test_a_stdio_server_that_exited_while_idle_is_started_again_before_a_write(
+    tmp_path: Path,
+) -> None:
+    """Its client used to be handed out dead: the write ended "connection closed", of unknown
+    outcome, though it was never sent."""
+    state, store = tmp_path / "state.json", MemoryStore()
+    tools = McpTools(McpPool({"tickets": stdio_tickets(state)}), store)
+    try:
+        await tools.specs([FIND, NOTE])
+        connection = tools._pool.connection("tickets")
+        first = await connection.client()
+        [pid] = [p for p in server_pids(state)]
+        os.kill(pid, signal.SIGKILL)
+        await wait_until(lambda: not server_pids(state), "the server to exit")
+        await wait_until(lambda: not connection._open_and_alive(), "the client to see it")
+        written = await tools.tool(NOTE, write=True).handler(
+            {"ticket_id": "T-1001", "text": "refund"}, context(store, "c2", "wf/run/c2")
+        )
+        assert await connection.client() is not first
+    finally:
+        await tools.close()
+    assert written["note_id"].startswith("N-")
+    assert len(read_state(state)["notes"]) == 1
+
+
+def server_pids(state: Path) -> list[int]:
+    """The demo stdio server processes serving `state`."""
+    found = subprocess.run(
+        ["pgrep", "-f", f"agentloop.demo.mcp_server --stdio --state {state}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return [int(pid) for pid in found.stdout.split()]

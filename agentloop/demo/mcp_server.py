@@ -736,6 +736,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="speak the MCP Tasks extension (io.modelcontextprotocol/tasks) for add_note",
     )
+    parser.add_argument(
+        "--banner",
+        metavar="TEXT",
+        help="with --stdio, print TEXT on stdout first, as careless servers do (not JSON-RPC)",
+    )
     return parser.parse_args(argv)
 
 
@@ -743,6 +748,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     server = TicketServer(args.name, StateFile(args.state), tasks=args.tasks)
     if args.stdio:
+        if args.banner:
+            print(args.banner, flush=True)
         asyncio.run(server.run_stdio_async())
     else:
         asyncio.run(serve_http(server, args.host, args.http))

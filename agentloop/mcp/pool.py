@@ -4,13 +4,16 @@ worker, not one per call.
 
 A connection is opened on first use and held open by a task of its own (the SDK's client is
 an anyio context that must be entered and left in one task). When it breaks (the server went
-away, the stdio process exited), the calls on it fail and the next call opens a new one.
-So does a line from a stdio server that cannot be read: it names no request, so it may be the
-answer any call in flight is waiting for, and none of them would get another (each would wait
-out its timeout instead). The connection is closed at once, every call on it ends cut off,
-saying why (`McpConnection.unreadable`), and the next call opens a new one. Over HTTP an
-answer that cannot be read fails its own request, and one that times out does too; a server
-that forgot the session (restarted: HTTP 404) ran nothing, and the next call opens a new one.
+away, the stdio process exited), the calls on it fail and the next call opens a new one; a
+stdio server that exited while idle is started again before the next call.
+
+A line from a stdio server that cannot be read while a call is in flight closes the
+connection too: it names no request, so it may be the answer any call is waiting for, and
+none would get another (each would wait out its timeout instead). Every call on it ends cut
+off, saying why (`McpConnection.unreadable`). With no call in flight (a banner printed at
+start) such a line is only logged. Over HTTP an answer that cannot be read fails its own
+request, and one that times out does too; a server that forgot the session (restarted: HTTP
+404) ran nothing, and the next call opens a new one.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_REQUEST, PARSE_ERROR
 from pydantic import ValidationError
 
+from agentloop.mcp.http import BoundedTransport
 from agentloop.mcp.tasks import TasksExtension
 from agentloop.policies.bounds import clipped
 from agentloop.runtime.mcp_config import McpServerConfig
@@ -92,15 +96,27 @@ class McpConnection:
     async def client(self) -> Client:
         """The open connection, opened now if there is none (or the last one broke); raises
         `ServerUnreachable`."""
-        if self._client is not None and self._holder is not None and not self._holder.done():
+        if self._open_and_alive():
+            assert self._client is not None
             return self._client
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
-            if self._client is None or self._holder is None or self._holder.done():
+            if not self._open_and_alive():
                 await self._open()
             assert self._client is not None
             return self._client
+
+    def _open_and_alive(self) -> bool:
+        """A connection is open and its transport still reads: a stdio server that exited
+        while nothing was asked of it leaves a client whose every request would end
+        "connection closed" after it was handed over (a write's outcome then unknown, though
+        it was never sent). The SDK keeps that state private; without it, the connection is
+        taken for alive, as before."""
+        if self._client is None or self._holder is None or self._holder.done():
+            return False
+        dispatcher = getattr(self._client.session, "_dispatcher", None)
+        return getattr(dispatcher, "_closed", False) is not True
 
     async def broken(self, client: Client) -> None:
         """The connection `client` is no longer usable: the next call opens a new one."""
@@ -173,6 +189,7 @@ class McpConnection:
             return Client(params, **self._client_options(stop))
         assert config.url is not None
         http = httpx2.AsyncClient(
+            transport=BoundedTransport(),
             headers=self.headers(),
             timeout=httpx2.Timeout(
                 config.timeout_seconds + 5, connect=config.connect_timeout_seconds
@@ -191,10 +208,15 @@ class McpConnection:
 
         async def on_message(message: object) -> None:
             # The SDK hands over what its transport could not read as an exception.
-            if stdio and isinstance(message, Exception) and not stop.is_set():
-                self.unreadable = unreadable(message)
-                log.warning("MCP server %s: %s; reconnecting", self.name, self.unreadable)
-                stop.set()
+            if not (stdio and isinstance(message, Exception)) or stop.is_set():
+                return
+            if self.in_flight == 0:
+                # No call waits for an answer it could be (a banner printed at start, say).
+                log.warning("MCP server %s: ignored: %s", self.name, unreadable(message))
+                return
+            self.unreadable = unreadable(message)
+            log.warning("MCP server %s: %s; reconnecting", self.name, self.unreadable)
+            stop.set()
 
         return {
             "read_timeout_seconds": self.config.timeout_seconds,
