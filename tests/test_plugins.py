@@ -13,11 +13,15 @@ from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel, Field
+from temporalio.exceptions import ApplicationError
 
 import agentloop
 from agentloop import InvalidArguments, Outcome, Principal, ToolContext
+from agentloop.activities.tools import MAX_SPECS_BYTES
+from agentloop.activity_io import DescribeToolsInput
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import free_port
+from agentloop.store.memory import MemoryStore
 from agentloop.testing import tool_context
 from agentloop.tools.decorator import ToolDefinitionError
 from agentloop.tools.plugins import (
@@ -25,6 +29,7 @@ from agentloop.tools.plugins import (
     Toolset,
     load_toolbox,
 )
+from tests.support import tool_activities
 from tests.test_cli import AGENTLOOP, assert_no_traceback, process_env, run_process
 
 # --- the decorator -------------------------------------------------------------------------
@@ -368,3 +373,27 @@ async def test_agentloop_worker_exits_2_before_polling_on_a_bad_module(
     assert_no_traceback(finished)
     assert f"agentloop worker: {name}" in finished.stderr and problem in finished.stderr
     assert "polling" not in finished.stdout and "cannot reach Temporal" not in finished.stderr
+
+
+async def test_tools_whose_specs_a_run_could_not_carry_are_refused_at_its_start() -> None:
+    """A run's specs are recorded in its history and ride in what continue-as-new hands on:
+    past `MAX_SPECS_BYTES` the worker's `describe_tools` refuses them as the run's bad input
+    (it used to hand them over, and a payload past Temporal's 2 MiB fails the workflow task
+    on every retry)."""
+    wide = {
+        "type": "object",
+        "properties": {"q": {"type": "string", "description": "d" * 60_000}},
+    }
+    tools = [
+        agentloop.activity_tool(
+            f"wide_{i}", activity="wide", task_queue="team", description="Wide.", parameters=wide
+        )
+        for i in range(10)
+    ]
+    activities = tool_activities(tools, MemoryStore())
+    names = [t.spec.name for t in tools]
+    assert len(await activities.describe_tools(DescribeToolsInput(names=names[:5]))) == 5
+    with pytest.raises(ApplicationError) as refused:
+        await activities.describe_tools(DescribeToolsInput(names=names))
+    assert refused.value.type == "InvalidInput" and refused.value.non_retryable
+    assert f"over the {MAX_SPECS_BYTES:,} a run carries" in refused.value.message

@@ -80,6 +80,13 @@ def context_fields(
     }
 
 
+MAX_SPECS_BYTES = 500_000
+"""What the specs of one run's tools may come to: they are recorded in its history as the
+worker's answer to `describe_run` and ride in the state continue-as-new hands on, each a
+payload Temporal refuses past 2 MiB (and a workflow task whose completion it refuses fails
+again on every retry). 256 tools of the largest schemas taken would be 17 MB."""
+
+
 class ToolActivities:
     def __init__(
         self,
@@ -119,6 +126,15 @@ class ToolActivities:
         specs = native
         if from_mcp:
             specs = _in_order(request.names, [*native, *await self._mcp_specs(from_mcp)])
+        size = sum(len(spec.model_dump_json()) for spec in specs)
+        if size > MAX_SPECS_BYTES:
+            raise ApplicationError(
+                f"tools: their specs are {size:,} bytes of JSON, over the {MAX_SPECS_BYTES:,}"
+                " a run carries (in its history and in what continue-as-new hands on); name"
+                " fewer tools",
+                type="InvalidInput",
+                non_retryable=True,
+            )
         check = request.completion_check
         if check is not None and f"verifier:{check}" not in self._toolbox.box.origin:
             known = ", ".join(sorted(self._toolbox.box.verifier_names()))
