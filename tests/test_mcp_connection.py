@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from agentloop.contract import Principal
 from agentloop.mcp import http as mcp_http
 from agentloop.mcp import tools as mcp_tools
 from agentloop.mcp.listing import McpToolsError
@@ -26,26 +25,13 @@ from agentloop.mcp.tools import McpTools
 from agentloop.runtime.dev_server import free_port
 from agentloop.runtime.mcp_config import McpServerConfig
 from agentloop.store.memory import MemoryStore
-from agentloop.tools.contract import Artifacts, ToolContext, TransientError
+from agentloop.tools.contract import TransientError
 from tests.support import wait_until
+from tests.test_mcp_results import context
 from tests.test_mcp_server import ROOT, http_server_process, read_state, steer
 
 FIND = "tickets_find_ticket"
 NOTE = "tickets_add_note"
-
-
-def context(store: MemoryStore, call_id: str, key: str = "") -> ToolContext[None]:
-    return ToolContext(
-        call_id=call_id,
-        idempotency_key=key,
-        workflow_id="wf",
-        run_id="run",
-        attempt=1,
-        principal=Principal(subject="dana"),
-        deps=None,
-        artifacts=Artifacts(store),
-        tool=FIND,
-    )
 
 
 @contextlib.asynccontextmanager

@@ -24,17 +24,20 @@ from agentloop.store.memory import MemoryStore
 from agentloop.tools.contract import Artifacts, ToolContext
 
 
-def context(store: MemoryStore) -> ToolContext[None]:
+def context(
+    store: MemoryStore, call_id: str = "c_1", key: str = "", tool: str = "tickets_chart"
+) -> ToolContext[None]:
+    """What a tool's code is told of its call (`key`: a write's idempotency key)."""
     return ToolContext(
-        call_id="c_1",
-        idempotency_key="",
+        call_id=call_id,
+        idempotency_key=key,
         workflow_id="wf",
         run_id="run",
         attempt=1,
         principal=Principal(subject="dana"),
         deps=None,
         artifacts=Artifacts(store),
-        tool="tickets_chart",
+        tool=tool,
     )
 
 
