@@ -6,6 +6,7 @@ request; the handler that runs it lives activity side (`agentloop.tools.contract
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -128,6 +129,13 @@ def bounded(text: str, limit: int) -> str:
         return text
     marker = f"\n[truncated: showing {limit} of {len(text)} characters]"
     return text[: max(0, limit - len(marker))] + marker
+
+
+def bounded_record(record: Any, limit: int) -> Any:
+    """`record` as a run keeps it: past `limit` characters of JSON, that JSON cut like tool
+    output (`bounded`)."""
+    text = json.dumps(record, default=str)
+    return record if len(text) <= limit else bounded(text, limit)
 
 
 class Outcome(BaseModel):

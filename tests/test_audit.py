@@ -616,3 +616,31 @@ async def test_a_real_worker_logs_temporalio_records_and_workflow_audit_records_
     assert worker_log["activity_type"] == "call_model" and "exception" in worker_log
     assert "invalid x-api-key ***" in worker_log["exception"]
     assert API_KEY not in text and "dana@example.com" not in text
+
+
+async def _lookup_everything(ctx: ToolContext[Any], args: ReplyArgs) -> Outcome:
+    return Outcome(state="applied", record={"history": "h" * 3_000_000})
+
+
+@tool(name="send_all", effect="write", lookup_outcome=_lookup_everything, max_result_chars=2_000)
+async def _send_all(ctx: ToolContext[Any], args: ReplyArgs) -> Any:
+    raise OutcomeUnknown("connection dropped")
+
+
+async def test_a_looked_up_record_is_cut_before_it_leaves_the_activity(
+    env: ActivityEnvironment, store: SqliteStore
+) -> None:
+    """A record past Temporal's 2 MiB would never reach the run: it is cut to the tool's
+    `max_result_chars` on the worker, the outcome kept."""
+    tools = tool_activities([_send_all], store)
+    request = RunToolInput(
+        workflow_id="wf-audit-1",
+        call_id="call_a1",
+        tool="send_all",
+        arguments=REPLY_ARGS,
+        idempotency_key="wf-audit-1/call_a1",
+    )
+    outcome = await env.run(tools.lookup_outcome, request)
+    assert outcome.state == "applied"
+    assert isinstance(outcome.record, str) and len(outcome.record) <= 2_000
+    assert outcome.record.startswith('{"history": "hhh') and "truncated" in outcome.record

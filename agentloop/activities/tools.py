@@ -29,7 +29,7 @@ from agentloop.policies.schema_cost import output_schema_cost_problem
 from agentloop.runtime.audit import audit
 from agentloop.runtime.indexing import Registration
 from agentloop.store import Store, stored_by_reference
-from agentloop.tool_spec import Outcome, ToolSpec, bounded
+from agentloop.tool_spec import Outcome, ToolSpec, bounded, bounded_record
 from agentloop.tools.contract import (
     Artifacts,
     InputNeeded,
@@ -261,7 +261,11 @@ class ToolActivities:
             # Retried by LOOKUP_RETRY; when attempts run out the runner records `unknown`.
             _audit_lookup(request, outcome=None, error_class=exc.error_class)
             raise ApplicationError(str(exc), type=f"Tool:{exc.error_class}") from exc
-        return _outcome_looked_up(request, outcome)
+        # Cut here, not only where the run keeps it: the whole record would cross in the
+        # activity's result, and one past Temporal's 2 MiB is never delivered (the answer
+        # lost, the write recorded unknown when the retries run out).
+        record = bounded_record(outcome.record, tool.spec.max_result_chars)
+        return _outcome_looked_up(request, outcome.model_copy(update={"record": record}))
 
     @activity.defn(name="run_tool")
     async def run_tool(self, request: RunToolInput) -> ToolResult:

@@ -25,7 +25,7 @@ from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS, clipped
 from agentloop.policies.completion import check_output
 from agentloop.policies.validation import MAX_CHECK_STEPS
 from agentloop.reporting import stop_report
-from agentloop.tool_spec import Outcome, ToolSpec, bounded
+from agentloop.tool_spec import Outcome, ToolSpec, bounded_record
 from agentloop.transcript import by_reference
 from agentloop.workflows.loop import results
 from agentloop.workflows.loop.delegation import child_result, start_delegations
@@ -371,13 +371,6 @@ def _as_result(state: LoopState, outcome: ToolOutcome) -> ToolResult:
 
 MAX_KNOWN_CHARS = 1_000
 """What an inconclusive lookup said, as the reconciliation shows it to an operator."""
-
-
-def bounded_record(record: Any, limit: int) -> Any:
-    """`record` as a run keeps it: past `limit` characters of JSON, that JSON cut like tool
-    output (`bounded`)."""
-    text = json.dumps(record, default=str)
-    return record if len(text) <= limit else bounded(text, limit)
 
 
 def record_outcome(state: LoopState, call_id: str, outcome: Outcome, now: datetime) -> None:
