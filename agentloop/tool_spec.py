@@ -138,6 +138,23 @@ def bounded_record(record: Any, limit: int) -> Any:
     return record if len(text) <= limit else bounded(text, limit)
 
 
+def record_within(record: Any, limit: int) -> Any:
+    """`record` cut on the worker so that the run keeps it as it comes (`bounded_record` finds
+    its JSON within `limit`): the cut text's own JSON (quotes, escapes) fits too, and says
+    how long the whole record was."""
+    text = json.dumps(record, default=str)
+    if len(text) <= limit:
+        return record
+    keep = limit
+    while keep > 0:
+        cut = bounded(text, keep)
+        over = len(json.dumps(cut)) - limit
+        if over <= 0:
+            return cut
+        keep -= over
+    return ""
+
+
 class Outcome(BaseModel):
     """What the system of record says about a write, looked up by idempotency key."""
 

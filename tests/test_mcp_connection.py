@@ -140,16 +140,27 @@ async def test_a_stalled_server_fails_its_listing_in_time_and_runs_starting_mean
     async with silent_server() as (url, taken):
         config = McpServerConfig(url=url, connect_timeout_seconds=30)
         tools = McpTools(McpPool({"stalled": config}), MemoryStore())
+        listings = 0
+        list_once = tools._list
+
+        async def counted(server: str) -> Any:
+            nonlocal listings
+            listings += 1
+            return await list_once(server)
+
+        monkeypatch.setattr(tools, "_list", counted)
         try:
             outcomes = await asyncio.gather(
                 *(tools.specs(["stalled_find"]) for _ in range(3)), return_exceptions=True
             )
         finally:
             await tools.close()
+    # Nothing of the connection attempt outlives it: no holder task, no session.
+    assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("mcp:")]
     assert all(isinstance(o, McpToolsError) for o in outcomes), outcomes
     assert {str(o) for o in outcomes} == {"MCP server 'stalled' is unreachable: no answer in 1 s"}
     # One listing's failure, told to all three (not one deadline after another).
-    assert outcomes[0] is outcomes[1] is outcomes[2]
+    assert listings == 1
     assert taken[0] >= 1
 
 

@@ -146,3 +146,56 @@ def test_a_model_outputs_calls_share_the_steps_and_the_dear_one_is_refused(coste
     else:
         assert refused == {}
         assert decisions == {"c_dear": "allowed", "c_cheap": "allowed"}
+
+
+def test_a_subschema_naming_another_draft_is_still_checked_on_re2_within_the_steps() -> None:
+    """jsonschema picks a subschema's validator by its `$schema`: one such key used to check
+    the rest with Python's backtracking `re` and no step count."""
+    draft7 = "http://json-schema.org/draft-07/schema#"
+    # A lookahead: Python's `re` runs it, RE2 does not (nor anything that backtracks).
+    lookahead = {
+        "type": "object",
+        "properties": {"p": {"$schema": draft7, "type": "string", "pattern": "(?=a)a"}},
+    }
+    [problem] = schema_problems(lookahead, {"p": "a"}, bounded=True, steps=1_000)
+    assert problem.startswith("the arguments could not be checked") and "(?=" in problem
+    items = {"$schema": draft7, "type": "array", "items": {"type": "integer"}}
+    listed = {"type": "object", "properties": {"xs": items}}
+    [refused] = schema_problems(listed, {"xs": list(range(5_000))}, bounded=True, steps=10)
+    assert "takes more than 10 steps" in refused
+
+
+def test_unique_items_costs_what_comparing_every_pair_does() -> None:
+    schema = {"type": "object", "properties": {"xs": {"type": "array", "uniqueItems": True}}}
+    few = {"xs": [{"n": i} for i in range(300)]}
+    many = {"xs": [{"n": i} for i in range(8_000)]}  # 16 million comparisons: refused unmade
+    assert schema_problems(schema, few, bounded=True, steps=MAX_CHECK_STEPS) == []
+    [problem] = schema_problems(schema, many, bounded=True, steps=MAX_CHECK_STEPS)
+    assert "takes more than 100,000 steps" in problem
+
+
+@pytest.mark.parametrize(
+    ("schema", "problem"),
+    [
+        ({"$defs": {"a": {"$anchor": "a"}}, "$ref": "#/$defs/a"}, "it uses $anchor"),
+        ({"properties": {"p": {"$ref": "#a1"}}, "a1": {}}, "no JSON pointer within it"),
+        ({"$defs": {"inner": {"$id": "urn:inner", "$ref": "#/x"}}}, "an $id below its root"),
+        ({"$dynamicRef": "#meta"}, "it uses $dynamicRef"),
+    ],
+)
+def test_refs_resolved_elsewhere_than_the_count_follows_them_are_refused(
+    schema: dict[str, Any], problem: str
+) -> None:
+    assert problem in (schema_cost_problem(schema) or "")
+
+
+def test_unevaluated_properties_count_the_branches_they_check_again() -> None:
+    # Each level's anyOf branches are checked twice (once for the annotations): 2^depth.
+    node = {
+        "anyOf": [{"type": "string"}, {"properties": {"next": {"$ref": "#/$defs/node"}}}],
+        "unevaluatedProperties": False,
+    }
+    schema = {"$defs": {"node": node}, "$ref": "#/$defs/node"}
+    assert schema_work(schema) == MAX_SCHEMA_WORK + 1
+    without = {"$defs": {"node": {"anyOf": node["anyOf"]}}, "$ref": "#/$defs/node"}
+    assert (schema_work(without) or 0) < 1_000

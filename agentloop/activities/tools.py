@@ -29,7 +29,7 @@ from agentloop.policies.schema_cost import output_schema_cost_problem
 from agentloop.runtime.audit import audit
 from agentloop.runtime.indexing import Registration
 from agentloop.store import Store, stored_by_reference
-from agentloop.tool_spec import Outcome, ToolSpec, bounded, bounded_record
+from agentloop.tool_spec import Outcome, ToolSpec, bounded, record_within
 from agentloop.tools.contract import (
     Artifacts,
     InputNeeded,
@@ -126,7 +126,8 @@ class ToolActivities:
         specs = native
         if from_mcp:
             specs = _in_order(request.names, [*native, *await self._mcp_specs(from_mcp)])
-        size = sum(len(spec.model_dump_json()) for spec in specs)
+        # As a payload carries them: JSON with what is not ASCII escaped (6 bytes a character).
+        size = sum(len(json.dumps(spec.model_dump(mode="json"))) for spec in specs)
         if size > MAX_SPECS_BYTES:
             raise ApplicationError(
                 f"tools: their specs are {size:,} bytes of JSON, over the {MAX_SPECS_BYTES:,}"
@@ -264,7 +265,7 @@ class ToolActivities:
         # Cut here, not only where the run keeps it: the whole record would cross in the
         # activity's result, and one past Temporal's 2 MiB is never delivered (the answer
         # lost, the write recorded unknown when the retries run out).
-        record = bounded_record(outcome.record, tool.spec.max_result_chars)
+        record = record_within(outcome.record, tool.spec.max_result_chars)
         return _outcome_looked_up(request, outcome.model_copy(update={"record": record}))
 
     @activity.defn(name="run_tool")

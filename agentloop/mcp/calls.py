@@ -194,6 +194,7 @@ class McpCall:
         is of unknown outcome, not merely transient."""
         client = client or await self._client()
         where = f"MCP server {self._server!r}: {what}"
+        sent_at = asyncio.get_running_loop().time()
         try:
             with self._connection.sending():
                 return await request(client)
@@ -211,7 +212,7 @@ class McpCall:
             else:
                 cut_off = f"{where}: {error_text(exc)}"
         except TimeoutError:
-            if self._connection.restart_on_timeout():
+            if self._connection.restart_on_timeout(sent_at):
                 await self._connection.broken(client)
             cut_off = f"{where}: no answer in {self._spec.timeout_seconds:g} s"
         except ValidationError as exc:

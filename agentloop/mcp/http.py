@@ -1,8 +1,9 @@
-"""The HTTP a worker speaks to MCP servers, bounded: an answer is read up to
-`MAX_RESPONSE_BYTES` and no further. The SDK reads a JSON answer whole before it parses it,
+"""The HTTP a worker speaks to MCP servers, bounded: a JSON answer is read up to
+`MAX_RESPONSE_BYTES` and no further. The SDK reads such an answer whole before it parses it,
 so a server answering without end (or a gigabyte) would otherwise take the worker's memory
-with it. Answers come uncompressed: compressed ones could expand past any count of what
-arrived."""
+with it. Answers come uncompressed (compressed ones could expand past any count of what
+arrived). An event stream is read event by event, and not counted here: a long-lived one
+carries notifications for as long as it lasts."""
 
 from __future__ import annotations
 
@@ -14,28 +15,25 @@ MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 """Larger than any tool result a run keeps inline (images and blobs become artifacts, text
 past a tool's `max_result_chars` too), with room for base64."""
 
+REQUEST_HEADERS = {"Accept-Encoding": "identity"}
+
 
 class ResponseTooLarge(httpx2.StreamError):
     """An answer past the bound: the SDK takes it as one it could not read."""
 
 
-class BoundedTransport(httpx2.AsyncBaseTransport):
-    def __init__(self, inner: httpx2.AsyncBaseTransport | None = None) -> None:
-        self._inner = inner or httpx2.AsyncHTTPTransport()
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        request.headers["Accept-Encoding"] = "identity"
-        response = await self._inner.handle_async_request(request)
-        encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
-        if encoding not in ("", "identity"):
-            await response.aclose()
-            raise ResponseTooLarge(f"the server answered {encoding}-compressed, asked not to")
-        assert isinstance(response.stream, httpx2.AsyncByteStream)
-        response.stream = _Bounded(response.stream)
-        return response
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+async def bound_response(response: httpx2.Response) -> None:
+    """An httpx response hook (it runs before the body is read): what the SDK reads of a JSON
+    answer stops at the bound. A hook, not a transport of our own: the client keeps the
+    proxies it takes from the environment."""
+    encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        await response.aclose()
+        raise ResponseTooLarge(f"the server answered {encoding}-compressed, asked not to")
+    if response.headers.get("Content-Type", "").lower().startswith("text/event-stream"):
+        return
+    assert isinstance(response.stream, httpx2.AsyncByteStream)
+    response.stream = _Bounded(response.stream)
 
 
 class _Bounded(httpx2.AsyncByteStream):

@@ -36,7 +36,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_REQUEST, PARSE_ERROR
 from pydantic import ValidationError
 
-from agentloop.mcp.http import BoundedTransport
+from agentloop.mcp.http import REQUEST_HEADERS, bound_response
 from agentloop.mcp.tasks import TasksExtension
 from agentloop.policies.bounds import clipped
 from agentloop.runtime.mcp_config import McpServerConfig
@@ -76,22 +76,32 @@ class McpConnection:
         read: what was wrong with it (cleared when a new connection opens)."""
         self.in_flight = 0
         """Requests sent on the connection and not yet answered (`sending`)."""
+        self.answered_at = 0.0
+        """When a request on it was last answered (the event loop's clock)."""
 
     @contextlib.contextmanager
     def sending(self) -> Iterator[None]:
-        """Around one request: the connection knows what else it would cut off."""
+        """Around one request: the connection knows what else it would cut off, and whether
+        it still answers."""
         self.in_flight += 1
         try:
             yield
+            self.answered_at = asyncio.get_running_loop().time()
+        except MCPError:  # an error answer is an answer
+            self.answered_at = asyncio.get_running_loop().time()
+            raise
         finally:
             self.in_flight -= 1
 
-    def restart_on_timeout(self) -> bool:
-        """Whether a request that went unanswered should close the connection: a stdio server
-        that answers nothing may be hung, and only a new process helps; but not while other
-        requests are in flight on it (closing would cut them off, a write's outcome with
-        them). Over HTTP each request stands alone: one slow answer says nothing of the rest."""
-        return self.config.command is not None and self.in_flight == 0
+    def restart_on_timeout(self, sent_at: float) -> bool:
+        """Whether a request sent at `sent_at` that went unanswered should close the
+        connection. A stdio server that answers nothing may be hung, and only a new process
+        helps; but not while other requests are in flight on it and it answered any since
+        (closing would cut them off, a write's outcome with them). Over HTTP each request
+        stands alone: one slow answer says nothing of the rest."""
+        if self.config.command is None:
+            return False
+        return self.in_flight == 0 or self.answered_at < sent_at
 
     async def client(self) -> Client:
         """The open connection, opened now if there is none (or the last one broke); raises
@@ -156,6 +166,14 @@ class McpConnection:
             with contextlib.suppress(BaseException):
                 await holder
             raise ServerUnreachable(reason_of(exc)) from None
+        except BaseException:
+            # Cancelled while connecting (a listing's deadline): the holder must not outlive
+            # it, nor the session or process it holds.
+            ready.cancel()
+            holder.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(holder)
+            raise
         self._client, self._holder, self._stop = client, holder, stop
         self.unreadable = None
 
@@ -189,8 +207,8 @@ class McpConnection:
             return Client(params, **self._client_options(stop))
         assert config.url is not None
         http = httpx2.AsyncClient(
-            transport=BoundedTransport(),
-            headers=self.headers(),
+            headers={**REQUEST_HEADERS, **self.headers()},
+            event_hooks={"response": [bound_response]},
             timeout=httpx2.Timeout(
                 config.timeout_seconds + 5, connect=config.connect_timeout_seconds
             ),

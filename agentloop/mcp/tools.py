@@ -79,7 +79,8 @@ class McpTools:
         async with lock:
             failed = self._failed.get(server)
             if failed is not None and time.monotonic() - failed[0] <= FAILED_LISTING_SECONDS:
-                raise failed[1]
+                # A copy: raising the one exception again would keep each raiser's frames.
+                raise McpToolsError(str(failed[1]))
             kept = self._listings.get(server)
             if kept is None or time.monotonic() - kept.at > max_age:
                 try:
@@ -170,7 +171,8 @@ class McpTools:
         listed: list[ListedTool] = []
         cursor: str | None = None
         try:
-            pages_by = min(deadline, asyncio.get_running_loop().time() + LISTING_TIMEOUT_SECONDS)
+            sent_at = asyncio.get_running_loop().time()
+            pages_by = min(deadline, sent_at + LISTING_TIMEOUT_SECONDS)
             with connection.sending():
                 async with asyncio.timeout_at(pages_by):
                     for _ in range(MAX_LISTING_PAGES):
@@ -180,10 +182,11 @@ class McpTools:
                         if cursor is None:
                             break
         except TimeoutError:
-            if connection.restart_on_timeout():
+            if connection.restart_on_timeout(sent_at):
                 await connection.broken(client)
+            took = pages_by - sent_at
             raise McpToolsError(
-                f"MCP server {server!r} did not list its tools in {LISTING_TIMEOUT_SECONDS:g} s"
+                f"MCP server {server!r} did not list its tools in {took:.3g} s"
             ) from None
         except ValidationError as exc:
             # An answer that is no tools/list result: the connection itself is fine.

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from agentloop.policies.bounds import MAX_DEPTH
-from agentloop.policies.validation import NOWHERE, ref_target
+from agentloop.policies.validation import NOWHERE, objects_in, ref_target
 
 MAX_SCHEMA_WORK = 20_000
 """How many schema nodes one check may visit along a path of the value it checks
@@ -29,6 +29,9 @@ _OBJECT_ONE = ("additionalProperties", "propertyNames", "unevaluatedProperties")
 def schema_cost_problem(schema: object) -> str | None:
     """Why checking a value against `schema` could cost more than a check may (None: it
     cannot). Run where the schema first arrives, on the worker; the workflow acts on it."""
+    problem = _resolution_problem(schema)
+    if problem:
+        return problem
     work = schema_work(schema)
     if work is None:
         return "a $ref loops back to where it started without checking anything on the way"
@@ -85,6 +88,25 @@ class _Count:
         return max(self.in_place, self.along_array(), self.along_object()) > limit
 
 
+_UNCOUNTED = ("$anchor", "$dynamicAnchor", "$dynamicRef", "$recursiveRef", "$recursiveAnchor")
+
+
+def _resolution_problem(schema: object) -> str | None:
+    """What makes a `$ref` resolve elsewhere than the count follows it: anchors, dynamic
+    references, an `$id` below the root (refs under it are relative to it), a `$ref` that is
+    no JSON pointer from the root."""
+    for node in objects_in(schema):
+        for key in _UNCOUNTED:
+            if key in node:
+                return f"it uses {key}: only $ref to a JSON pointer within it is taken"
+        if node is not schema and "$id" in node:
+            return "it has an $id below its root: only $ref to a JSON pointer within it is taken"
+        ref = node.get("$ref")
+        if isinstance(ref, str) and not (ref == "#" or ref.startswith("#/")):
+            return f"its $ref {ref[:100]!r} is no JSON pointer within it (#/...)"
+    return None
+
+
 def schema_work(schema: object, depth: int = MAX_DEPTH, limit: int = MAX_SCHEMA_WORK) -> int | None:
     """An upper bound on the schema nodes a check visits along one path of a value nested at
     most `depth` levels, each in-place applicator (`allOf`, `$ref`, ...) counted every time it
@@ -128,12 +150,16 @@ def _applied(root: object, node: object, at: int) -> Iterator[tuple[str, object,
     members (one level down, while `at` allows)."""
     if not isinstance(node, dict):
         return
-    for key in _IN_PLACE_LISTS:
-        if isinstance(node.get(key), list):
-            yield from (("in_place", sub, at) for sub in node[key])
-    for key in _IN_PLACE_ONE:
-        if key in node:
-            yield "in_place", node[key], at
+    # `unevaluatedProperties`/`Items` check the in-place branches again, to learn what they
+    # evaluated: each counts twice.
+    rounds = 2 if "unevaluatedProperties" in node or "unevaluatedItems" in node else 1
+    for _ in range(rounds):
+        for key in _IN_PLACE_LISTS:
+            if isinstance(node.get(key), list):
+                yield from (("in_place", sub, at) for sub in node[key])
+        for key in _IN_PLACE_ONE:
+            if key in node:
+                yield "in_place", node[key], at
     if isinstance(node.get("dependentSchemas"), dict):
         yield from (("in_place", sub, at) for sub in node["dependentSchemas"].values())
     for key in ("$ref", "$dynamicRef"):

@@ -32,9 +32,10 @@ from agentloop.tool_spec import ToolSpec
 MAX_SCHEMA_ERRORS = 5
 
 MAX_CHECK_STEPS = 100_000
-"""How many keyword checks (about 3-8 µs each) a model output's checks may take in all, its
-calls sharing them (feature `bounded-schema-work`): they run inside a workflow task, which the
-SDK takes for deadlocked past 2 s. The arguments' size bounds what a check reads, this what
+"""How many keyword checks (about 3-8 µs each; `uniqueItems` on n members counts n²/4) a
+model output's checks may take in all, split evenly among its calls (feature
+`bounded-schema-work`): they run inside a workflow task, which the SDK takes for deadlocked
+past 2 s. The arguments' size bounds what a check reads, this what
 it does: a large array checked against a large `items` schema multiplies the two."""
 
 
@@ -145,7 +146,7 @@ def _compiled(pattern: str) -> Any:
     return re2.compile(pattern, _RE2_OPTIONS)
 
 
-def _objects(schema: object) -> Iterator[dict[str, Any]]:
+def objects_in(schema: object) -> Iterator[dict[str, Any]]:
     """Every object in a schema, iteratively (a deep schema cannot exhaust the stack)."""
     pending = [schema]
     while pending:
@@ -159,7 +160,7 @@ def _objects(schema: object) -> Iterator[dict[str, Any]]:
 
 def _patterns(schema: object) -> Iterator[str]:
     """Every regular expression in a schema: `pattern` values and `patternProperties` keys."""
-    for node in _objects(schema):
+    for node in objects_in(schema):
         if isinstance(node.get("pattern"), str):
             yield node["pattern"]
         if isinstance(node.get("patternProperties"), dict):
@@ -167,7 +168,7 @@ def _patterns(schema: object) -> Iterator[str]:
 
 
 def _refs(schema: object) -> Iterator[str]:
-    for node in _objects(schema):
+    for node in objects_in(schema):
         if isinstance(node.get("$ref"), str):
             yield node["$ref"]
 
@@ -239,11 +240,11 @@ class _StepBudget(FormatChecker):
 Keyword = Callable[[Any, Any, Any, Any], Any]
 
 
-def _counted(keyword: Keyword) -> Keyword:
+def _counted(name: str, keyword: Keyword) -> Keyword:
     def check(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
         budget = validator.format_checker
         if isinstance(budget, _StepBudget):
-            budget.left -= 1
+            budget.left -= _steps_of(name, value, instance)
             if budget.left < 0:
                 raise _TooManySteps
         return keyword(validator, value, instance, schema)
@@ -251,11 +252,33 @@ def _counted(keyword: Keyword) -> Keyword:
     return check
 
 
+def _steps_of(name: str, value: Any, instance: Any) -> int:
+    """What one keyword check costs, in steps: one, but `uniqueItems` compares every pair of
+    members it cannot sort (objects, lists): about n²/2 comparisons of a few µs each."""
+    if name == "uniqueItems" and value is True and isinstance(instance, list):
+        return max(1, len(instance) * len(instance) // 4)
+    return 1
+
+
+def _same_class(validator: Any, **changes: Any) -> Any:
+    """`evolve` that keeps the validator's class. jsonschema's picks the class by a
+    subschema's `$schema` (or that of the root a `$ref: "#"` goes back to): one such key would
+    check the rest on plain jsonschema, with Python's backtracking `re` and no step count."""
+    cls = type(validator)
+    changes.setdefault("schema", validator.schema)
+    for field in cls.__attrs_attrs__:
+        if field.init and field.alias not in changes:
+            changes[field.alias] = getattr(validator, field.name)
+    return cls(**changes)
+
+
 _CountedValidator = validators.extend(  # type: ignore[no-untyped-call]
     BoundedValidator,
-    {name: _counted(keyword) for name, keyword in BoundedValidator.VALIDATORS.items()},
+    {name: _counted(name, keyword) for name, keyword in BoundedValidator.VALIDATORS.items()},
 )
-"""`BoundedValidator` counting each keyword it checks against its `_StepBudget`."""
+_CountedValidator.evolve = _same_class
+"""`BoundedValidator` counting each keyword it checks against its `_StepBudget`, every
+subschema checked by it, whatever `$schema` it names (feature `bounded-schema-work`)."""
 
 
 def _describe(path: object, message: str) -> str:

@@ -84,7 +84,8 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutc
     principal = state.run_input.principal
     whitelist = {*state.run_input.tools, *state.builtin_tools}
     bounded = state.has(Feature.BOUNDED_VALIDATION)
-    # The output's calls share the steps their checks may take: one workflow task checks all.
+    # One workflow task checks all of an output's calls: each gets an even share of the steps
+    # (what one call may cost does not depend on the calls beside it).
     steps = (
         MAX_CHECK_STEPS // len(output.tool_calls)
         if state.has(Feature.BOUNDED_SCHEMA_WORK) and output.tool_calls

@@ -145,7 +145,8 @@ class Feature(StrEnum):
     """What checking against a JSON Schema may cost is bounded: an `output_schema` whose
     `$ref`/`allOf`/`anyOf`/`oneOf` fan out past `validation.MAX_SCHEMA_WORK` is refused at
     start, and a model output's checks take at most `validation.MAX_CHECK_STEPS` keyword
-    checks in all (its calls share them; past them a call is refused, not checked). Before it,
+    checks in all (split evenly among its calls; past its share a call is refused, not
+    checked). Before it,
     a check ran however long it took, inside a workflow task."""
     TOOLS_ASK = "tools-ask"
     """A tool may ask a person before its call can happen (`InputNeeded`; an MCP server's
