@@ -194,9 +194,8 @@ class McpCall:
         is of unknown outcome, not merely transient."""
         client = client or await self._client()
         where = f"MCP server {self._server!r}: {what}"
-        sent_at = asyncio.get_running_loop().time()
         try:
-            with self._connection.sending():
+            with self._connection.sending() as sent_at:
                 return await request(client)
         except MCPError as exc:
             if exc.code in (INVALID_PARAMS, METHOD_NOT_FOUND):

@@ -80,12 +80,12 @@ class McpConnection:
         """When a request on it was last answered (the event loop's clock)."""
 
     @contextlib.contextmanager
-    def sending(self) -> Iterator[None]:
-        """Around one request: the connection knows what else it would cut off, and whether
-        it still answers."""
+    def sending(self) -> Iterator[float]:
+        """Around one request, giving when it was sent: the connection knows what else it
+        would cut off, and whether it still answers."""
         self.in_flight += 1
         try:
-            yield
+            yield asyncio.get_running_loop().time()
             self.answered_at = asyncio.get_running_loop().time()
         except MCPError:  # an error answer is an answer
             self.answered_at = asyncio.get_running_loop().time()

@@ -171,9 +171,8 @@ class McpTools:
         listed: list[ListedTool] = []
         cursor: str | None = None
         try:
-            sent_at = asyncio.get_running_loop().time()
-            pages_by = min(deadline, sent_at + LISTING_TIMEOUT_SECONDS)
-            with connection.sending():
+            with connection.sending() as sent_at:
+                pages_by = min(deadline, sent_at + LISTING_TIMEOUT_SECONDS)
                 async with asyncio.timeout_at(pages_by):
                     for _ in range(MAX_LISTING_PAGES):
                         page = await client.list_tools(cursor=cursor, cache_mode="refresh")
@@ -205,7 +204,9 @@ class McpTools:
             raise McpToolsError(
                 f"MCP server {server!r} could not list its tools: {connection.lost(exc)}"
             ) from None
-        return offered(server, self._pool.servers[server], listed)
+        # Off the event loop: checking each schema (its cost counted) is work that depends
+        # on what the server listed, and every call on the worker waits on the loop.
+        return await asyncio.to_thread(offered, server, self._pool.servers[server], listed)
 
 
 def _first(exc: ValidationError) -> str:

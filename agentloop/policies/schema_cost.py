@@ -162,11 +162,10 @@ def _applied(root: object, node: object, at: int) -> Iterator[tuple[str, object,
                 yield "in_place", node[key], at
     if isinstance(node.get("dependentSchemas"), dict):
         yield from (("in_place", sub, at) for sub in node["dependentSchemas"].values())
-    for key in ("$ref", "$dynamicRef"):
-        if isinstance(node.get(key), str):
-            target = ref_target(root, node[key])
-            if target is not NOWHERE:
-                yield "in_place", target, at
+    if isinstance(node.get("$ref"), str):  # a JSON pointer (`_resolution_problem`)
+        target = ref_target(root, node["$ref"])
+        if target is not NOWHERE:
+            yield "in_place", target, at
     if at <= 0:
         return
     for key in _ARRAY_ONE:

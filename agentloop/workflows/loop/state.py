@@ -142,12 +142,12 @@ class Feature(StrEnum):
     and counts the ones left out between (`run_chain_left_out`). Before it, the chain grew
     by one id per continue-as-new, in the state every continuation carries."""
     BOUNDED_SCHEMA_WORK = "bounded-schema-work"
-    """What checking against a JSON Schema may cost is bounded: an `output_schema` whose
-    `$ref`/`allOf`/`anyOf`/`oneOf` fan out past `validation.MAX_SCHEMA_WORK` is refused at
-    start, and a model output's checks take at most `validation.MAX_CHECK_STEPS` keyword
-    checks in all (split evenly among its calls; past its share a call is refused, not
-    checked). Before it,
-    a check ran however long it took, inside a workflow task."""
+    """What checking against a JSON Schema may cost is bounded: an `output_schema` the worker
+    counts past `schema_cost.MAX_SCHEMA_WORK` (in `describe_run`) fails the run at start, and
+    a model output's checks take at most `validation.MAX_CHECK_STEPS` keyword checks in all
+    (split evenly among its calls; past its share a call is refused, not checked), every
+    subschema on RE2 whatever `$schema` it names. Before it, a check ran however long it
+    took, inside a workflow task."""
     TOOLS_ASK = "tools-ask"
     """A tool may ask a person before its call can happen (`InputNeeded`; an MCP server's
     `input_required`): the call waits `awaiting_input` with the batch's questions, and the
