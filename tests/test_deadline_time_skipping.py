@@ -35,6 +35,8 @@ from agentloop.runtime.config import Settings
 from tests import test_approvals
 from tests.support import deadline_timers, start_run, wait_for_phase, wait_for_status
 from tests.test_approvals import decide, reservations, reserve_script, run_input
+from tests.test_delegate import RESERVE, child_waiting_for_approval, parent_input
+from tests.test_delegate import call as delegate_call
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -192,6 +194,64 @@ async def test_working_time_after_the_wait_still_counts(
     # The deadline's timer fired during the wait, which did not count: it started again
     # for what was left when the wait ended, and fired at the deadline.
     assert await deadline_timers(handle) == {"started": 2, "fired": 2, "cancelled": 0}
+
+
+async def test_a_childs_wait_for_its_approver_does_not_cut_the_parents_next_calls(
+    time_skipping: tuple[WorkflowEnvironment, Settings],
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    """A delegated child waits two hours for its approver, past the parent's 600 s deadline.
+    The parent's deadline timer fires meanwhile: the child's wait is added to the parent's
+    paused time only when the child comes back. Then the deadline has moved, the timer starts
+    again (feature `deadline-watch-resumes`), and the parent's next read and model calls run
+    whole. Before it the deadline stayed passed: every later call was cancelled as it
+    started, and the run stopped on its model calls having asked nothing."""
+    env, settings = time_skipping
+    delegation = delegate_call("call_d", "delegate", task="Book ws-101.", tools=["reserve_seat"])
+    read = delegate_call("call_t", "get_train_status", **TRAIN)
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(tool_calls=[delegation]),
+                ScriptTurn(tool_calls=[read]),
+                ScriptTurn(text="Booked, and G1234 is {{call_t.status}}."),
+            ],
+        )
+    )
+    booking = delegate_call("call_r", "reserve_seat", **RESERVE)
+    scripted_provider.register(
+        Script(
+            name=f"{run_id}-child",
+            turns=[ScriptTurn(tool_calls=[booking]), ScriptTurn(text="Booked.")],
+        )
+    )
+    limits = {"max_model_calls": 6, "max_tool_calls": 5, "deadline_seconds": DEADLINE}
+    parent = await start_run(
+        env.client, settings, run_id, parent_input(run_id, limits=limits), indexed=False
+    )
+    child, _ = await child_waiting_for_approval(env.client, run_id, "call_d")
+    await env.sleep(HUMAN_WAIT.total_seconds())
+    await decide(child, "call_r")
+    result = await parent.result()
+
+    assert result.status == "completed", result.stop_reason
+    assert result.output.startswith("Booked, and G1234 is ")
+    assert {c.call_id: c.status for c in result.calls} == {
+        "call_d": "succeeded",
+        "call_t": "succeeded",
+    }
+    assert requests(scripted_provider, run_id) == 3
+    assert requests(scripted_provider, f"{run_id}-child") == 2
+    assert reservations(example_service) == 1
+    assert example_service.stats()["counts"]["trains"] == 1
+    assert await run_seconds(parent) >= HUMAN_WAIT.total_seconds() > DEADLINE
+    # Fired during the child's wait, started again once the wait was counted; cancelled
+    # when the run ended with time left.
+    timers = await deadline_timers(parent)
+    assert (timers["started"], timers["fired"]) == (2, 1), timers
 
 
 async def test_status_shows_the_deadline_time_left_while_a_human_decides(

@@ -19,9 +19,11 @@ class RunDeadline:
     """With the feature `run-deadline-timer` a run has one Temporal timer for its deadline,
     started at the first wait and left running: when it fires, `passed` turns True if the
     deadline has passed, and otherwise (waits for humans moved the deadline, and they do not
-    count) the timer starts again for what is left. Runs started before the feature recorded
-    a timer per wait, started with it and cancelled when the activities came back (two
-    commands and two history events a step); they keep doing that on replay."""
+    count) the timer starts again for what is left; with `deadline-watch-resumes` also when
+    the deadline moves after it passed (a child's wait for humans, counted when it returns).
+    Runs started before `run-deadline-timer` recorded a timer per wait, started with it and
+    cancelled when the activities came back (two commands and two history events a step);
+    they keep doing that on replay."""
 
     def __init__(self, state: LoopState) -> None:
         self._state = state
@@ -42,6 +44,7 @@ class RunDeadline:
 
     async def _watch(self) -> None:
         state = self._state
+        resumes = state.has(Feature.DEADLINE_WATCH_RESUMES)
         while True:
             await workflow.wait_condition(lambda: state.paused_since is None)
             seconds = self.seconds_left()
@@ -49,8 +52,27 @@ class RunDeadline:
                 return
             if seconds <= 0:
                 self.passed = True
-                return
+                if not resumes:
+                    return
+                # A child's wait for humans, added when it comes back, moves the deadline.
+                await workflow.wait_condition(lambda: not self._still_passed())
+                self.passed = False
+                continue
             await workflow.sleep(max(seconds, 0.001), summary=DEADLINE_TIMER_SUMMARY)
+
+    def _still_passed(self) -> bool:
+        if self._state.paused_since is not None:
+            return True  # what the wait takes is known when it ends
+        seconds = self.seconds_left()
+        return seconds is not None and seconds <= 0
+
+    def _has_passed(self) -> bool:
+        """`passed`, checked again against the deadline as it stands now (feature
+        `deadline-watch-resumes`): in the workflow task where the deadline moved, the watcher
+        has not run yet to clear it."""
+        if not self.passed:
+            return False
+        return not self._state.has(Feature.DEADLINE_WATCH_RESUMES) or self._still_passed()
 
     async def wait_for(
         self, handles: list[workflow.ActivityHandle[Any]], *, race: bool = True
@@ -67,7 +89,7 @@ class RunDeadline:
             await workflow.wait_condition(done_or_cancelled)
         elif state.has(Feature.RUN_DEADLINE_TIMER):
             self._start()
-            await workflow.wait_condition(lambda: done_or_cancelled() or self.passed)
+            await workflow.wait_condition(lambda: done_or_cancelled() or self._has_passed())
         else:
             seconds = self.seconds_left()
             with contextlib.suppress(TimeoutError):

@@ -8,6 +8,7 @@ of workflow commands (and guard that change with `workflow.patched`, see README)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import tempfile
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import WorkflowHandle
+from temporalio.service import RPCError
 
 from agentloop import search
 from agentloop.cli.dev import DevStack, DevStackPorts
@@ -176,6 +178,28 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
     answering = Script(
         name="replay-bounded-schema-work", turns=[ScriptTurn(text='{"late": false}')]
     )
+    booking_parent = Script(
+        name="replay-deadline-watch-resumes",
+        turns=[
+            ScriptTurn(
+                tool_calls=[
+                    ScriptedToolCall(
+                        id="call_d",
+                        name="delegate",
+                        arguments={"task": "Book ws-101.", "tools": ["reserve_seat"]},
+                    )
+                ]
+            ),
+            ScriptTurn(
+                tool_calls=[ScriptedToolCall(id="call_t", name="get_train_status", arguments=TRAIN)]
+            ),
+            ScriptTurn(text="Booked; G1234 is {{call_t.status}}."),
+        ],
+    )
+    booking_child = Script(
+        name="replay-deadline-watch-resumes-child",
+        turns=[reserving.turns[0], ScriptTurn(text="Booked.")],
+    )
     return {
         "travel": ([], {"model": "travel"}),
         "travel_unstreamed": ([], {"model": "travel", "stream": False}),
@@ -279,6 +303,20 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
             [answering],
             {"model": answering.name, "tools": [], "output_schema": {"type": "object"}},
         ),
+        # Recorded with the `features-2026-12h` set (`deadline-watch-resumes`): the child's
+        # write waits for its approver (see `CHILD_APPROVED_LATE`) past the parent's 3 s
+        # deadline; the parent's deadline timer fires meanwhile, and starts again once the
+        # child's wait is counted, before the parent's next read and model call.
+        "deadline_watch_resumes": (
+            [booking_parent, booking_child],
+            {
+                "model": booking_parent.name,
+                "delegate_model": booking_child.name,
+                "tools": ["delegate", "get_train_status", "reserve_seat"],
+                "principal": {"subject": "p-alice", "scopes": ["workshops:write"]},
+                "limits": Limits(deadline_seconds=3),
+            },
+        ),
     }
 
 
@@ -303,6 +341,9 @@ ANSWERED = {"tools_ask": "14C"}
 """Scenarios whose question is answered (the `message` signal) once the run waits for it."""
 FLOODED = {"continue_while_waiting"}
 """Scenarios sent refused decisions while they wait for approval, until they continue as new."""
+CHILD_APPROVED_LATE = {"deadline_watch_resumes": 4.5}
+"""Scenarios whose delegated child (of call `call_d`) is approved this many seconds after it
+waits."""
 
 
 async def approve_when_waiting(handle: WorkflowHandle[Any, Any]) -> None:
@@ -321,6 +362,18 @@ async def approve_when_waiting(handle: WorkflowHandle[Any, Any]) -> None:
             )
             assert verdict.accepted, verdict.reason
             return
+        await asyncio.sleep(0.05)
+    raise TimeoutError("the run never waited for approval")
+
+
+async def wait_until_waiting(handle: WorkflowHandle[Any, Any]) -> None:
+    """Until the run (a child, which exists only once its parent started it) waits for an
+    approval."""
+    for _ in range(200):
+        with contextlib.suppress(RPCError):
+            view = await handle.query("status", result_type=RunStatusView)
+            if view.pending_approvals:
+                return
         await asyncio.sleep(0.05)
     raise TimeoutError("the run never waited for approval")
 
@@ -392,6 +445,11 @@ async def record(only: set[str]) -> None:
                     await approve_when_waiting(handle)
                 if name in ANSWERED:
                     await answer_when_asked(handle, ANSWERED[name])
+                if name in CHILD_APPROVED_LATE:
+                    child = stack.client.get_workflow_handle(f"{handle.id}/delegate/call_d")
+                    await wait_until_waiting(child)
+                    await asyncio.sleep(CHILD_APPROVED_LATE[name])
+                    await approve_when_waiting(child)
                 result = await handle.result()
                 view = await handle.query("status", result_type=RunStatusView)
                 # Each run of a chain that continued as new, the first under the name.

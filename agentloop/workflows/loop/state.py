@@ -148,6 +148,21 @@ class Feature(StrEnum):
     (split evenly among its calls; past its share a call is refused, not checked), every
     subschema on RE2 whatever `$schema` it names. Before it, a check ran however long it
     took, inside a workflow task."""
+    DEADLINE_WATCH_RESUMES = "deadline-watch-resumes"
+    """The deadline timer starts again when the deadline moves after it passed: a delegated
+    run's wait for humans is added to this run's paused time only when the child comes back,
+    so the timer may have fired meanwhile. Before it, the deadline counted as passed for the
+    rest of the run, and every later call was cut the moment it started."""
+    DELEGATE_SLICES_WHOLE_BATCH = "delegate-slices-whole-batch"
+    """A child run's slice leaves room for every call of the batch not started yet (reads the
+    model put after a write included) and is shared with the batch's delegates still to
+    start. Before it, only this step's delegates shared it and only the batch's writes were
+    set aside: a delegate after a write got no model call (failing the workflow task), and a
+    child could spend calls the batch's later reads had been given."""
+    CALLS_COUNTED_ONCE = "calls-counted-once"
+    """A tool call counts once against `max_tool_calls`, however many times it runs: a write
+    sent again under its key after the system of record said it is absent is the call
+    already reserved. Before it, each sending counted."""
     TOOLS_ASK = "tools-ask"
     """A tool may ask a person before its call can happen (`InputNeeded`; an MCP server's
     `input_required`): the call waits `awaiting_input` with the batch's questions, and the
@@ -209,8 +224,19 @@ FEATURES_2026_12F = (
     Feature.BOUNDED_RUN_CHAIN,
 )
 
+FEATURES_2026_12G = (*FEATURES_2026_12F, Feature.BOUNDED_SCHEMA_WORK)
+
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
-    ("features-2026-12g", (*FEATURES_2026_12F, Feature.BOUNDED_SCHEMA_WORK)),
+    (
+        "features-2026-12h",
+        (
+            *FEATURES_2026_12G,
+            Feature.DEADLINE_WATCH_RESUMES,
+            Feature.DELEGATE_SLICES_WHOLE_BATCH,
+            Feature.CALLS_COUNTED_ONCE,
+        ),
+    ),
+    ("features-2026-12g", FEATURES_2026_12G),
     ("features-2026-12f", FEATURES_2026_12F),
     ("features-2026-12e", FEATURES_2026_12E),
     ("features-2026-12d", FEATURES_2026_12D),
