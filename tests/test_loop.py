@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agentloop.activity_io import CallModelResult
-from agentloop.contract import AgentRunInput, Limits, UserMessage
+from agentloop.contract import AgentRunInput, AgentRunResult, Limits, Usage, UserMessage
 from agentloop.digests import args_digest
 from agentloop.events import (
     ErrorClass,
@@ -18,7 +18,7 @@ from agentloop.events import (
     ToolResult,
     UserInput,
 )
-from agentloop.tool_spec import ToolSpec
+from agentloop.tool_spec import Outcome, ToolSpec
 from agentloop.workflows import loop
 from agentloop.workflows.loop import (
     CallModel,
@@ -426,3 +426,122 @@ def test_the_run_chain_keeps_its_first_and_latest_ids_and_counts_the_rest() -> N
     for run in runs:
         loop.record_run_started(older, run)
     assert (older.run_chain, older.run_chain_left_out) == (runs, 0)
+
+
+def delegating_state(features: list[Feature]) -> LoopState:
+    """A run whose one output delegates twice around a write, with a capped read after the
+    write: [d1 delegate, w1 write, r1 read (cap 1), d2 delegate]."""
+    from agentloop.tools.builtins import delegate
+
+    state = LoopState.start(
+        AgentRunInput.model_validate(
+            {
+                "task": "t",
+                "provider": "openai-chat",
+                "model": "m",
+                "tools": ["delegate", "get_train_status", "reserve_seat"],
+                "limits": {
+                    "max_model_calls": 6,
+                    "max_tool_calls": 8,
+                    "per_tool": {"get_train_status": 1},
+                },
+            }
+        ),
+        [delegate.spec, TRAIN, WRITE],
+        T0,
+        workflow_id="wf",
+    )
+    state.features = features
+    model_turn(
+        state,
+        tool_output(
+            call("d1", "delegate", task="look up", tools=["get_train_status"]),
+            call("w1", "reserve_seat"),
+            call("r1", "get_train_status"),
+            call("d2", "delegate", task="check", tools=[]),
+        ),
+    )
+    return state
+
+
+def test_a_childs_slice_leaves_the_batchs_later_calls_and_delegates_their_share() -> None:
+    state = delegating_state(list(loop.FEATURES_OF_SET))
+    step = loop.decide(state, T0)
+    assert isinstance(step, RunTools) and [c.call_id for c, _ in step.calls] == ["d1"]
+    first = loop.start_tools(state, step, T0).children["d1"].limits
+    # 5 model calls left, one kept to read the answers, shared with d2; 7 tool calls left
+    # after d1, 3 of them (w1, r1, d2) the batch's still to start; r1 has the read's one call.
+    assert (first.max_model_calls, first.max_tool_calls) == (2, 2)
+    assert first.per_tool == {"get_train_status": 0}
+    spent = AgentRunResult(
+        status="completed",
+        stop_reason="final answer",
+        output="ok",
+        usage=Usage(model_calls=2, tool_calls=2),
+    )
+    loop.record_tool_results(state, [loop.ChildOutcome("d1", spent)])
+    assert run_step(state) == ["w1"]
+    step = loop.decide(state, T0)
+    assert isinstance(step, RunTools) and [c.call_id for c, _ in step.calls] == ["r1", "d2"]
+    # The delegate after the write still has a model call of its own (not 0, which no
+    # `Limits` takes: the workflow task failed there).
+    second = loop.start_tools(state, step, T0).children["d2"].limits
+    assert second.max_model_calls == (6 - 1 - 2 - 1) // 1
+    assert state.usage.tool_calls == 1 + 2 + 1 + 2 <= 8
+
+
+def test_a_run_started_before_the_whole_batch_slices_keeps_its_slices() -> None:
+    """Replayed as it ran: this step's delegates share, the batch's writes are set aside."""
+    older = [f for f in loop.FEATURES_OF_SET if f != Feature.DELEGATE_SLICES_WHOLE_BATCH]
+    state = delegating_state(older)
+    step = loop.decide(state, T0)
+    assert isinstance(step, RunTools)
+    first = loop.start_tools(state, step, T0).children["d1"].limits
+    assert (first.max_model_calls, first.max_tool_calls) == (4, 6)
+    assert first.per_tool == {"get_train_status": 1}
+
+
+def test_a_write_sent_again_under_its_key_is_the_call_already_counted() -> None:
+    """The lookup says the write is absent: it is sent again with the same key, which is
+    not a second tool call (feature `calls-counted-once`)."""
+    send = ToolSpec(name="send_reply", effect="write", has_outcome_lookup=True)
+    state = LoopState.start(
+        AgentRunInput(
+            task="reply",
+            provider="openai-chat",
+            model="m",
+            tools=["send_reply"],
+            limits=Limits(max_tool_calls=1, per_tool={"send_reply": 1}),
+        ),
+        [send],
+        T0,
+        "wf",
+    )
+    state.features = list(loop.FEATURES_OF_SET)
+    model_turn(state, tool_output(call("w1", "send_reply", ticket_id="T-1")))
+
+    def attempt(status: str) -> None:
+        step = loop.decide(state, T0)
+        assert isinstance(step, RunTools), step
+        loop.start_tools(state, step, T0)
+        result = ToolResult(call_id="w1", tool="send_reply", status=status, side_effect=True)
+        loop.record_tool_results(state, [result], now=T0)
+
+    attempt("unknown")
+    assert isinstance(loop.decide(state, T0), LookupOutcome)
+    loop.record_outcome(state, "w1", Outcome(state="not_applied"), T0)
+    attempt("succeeded")
+    assert state.calls["w1"].attempts == 2 and state.calls["w1"].status == "succeeded"
+    assert state.usage.tool_calls == 1 == state.used_per_tool()["send_reply"]
+    assert loop.status_view(state, T0).limits_left.tool_calls == 0
+
+
+def test_calls_waiting_on_a_person_a_tool_asked_are_left_undone_at_the_stop() -> None:
+    state = new_state()
+    model_turn(state, tool_output(call("w1", "reserve_seat"), call("r1", "get_train_status")))
+    state.calls["w1"].status = "awaiting_input"
+    state.calls["r1"].status = "pending"
+    assert loop.pending_at_stop(state) == [
+        {"call_id": "w1", "tool": "reserve_seat", "status": "awaiting_input"},
+        {"call_id": "r1", "tool": "get_train_status", "status": "pending"},
+    ]

@@ -18,6 +18,7 @@ from agentloop.workflows.loop.next_step import RunTools
 from agentloop.workflows.loop.state import (
     Batch,
     Delegation,
+    Feature,
     LoopState,
     add_usage,
     started_per_tool,
@@ -50,11 +51,14 @@ def start_delegations(state: LoopState, step: RunTools, now: datetime) -> dict[s
     """The child runs this step starts, by call id, each with its slice of the budget.
 
     Called once the step's calls are reserved: the slices share what is left after them and
-    after the batch's writes still to come."""
+    after the batch's calls still to come, with the batch's delegates still to come."""
     calls = [call for call, _ in step.calls if call.name == DELEGATE]
     if not calls:
         return {}
-    batch = state.open_batch()
+    coming = _coming(state, state.open_batch())
+    sharing = len(calls)
+    if state.has(Feature.DELEGATE_SLICES_WHOLE_BATCH):
+        sharing += sum(1 for call_id in coming if state.calls[call_id].tool == DELEGATE)
     parent = state.run_input
     left = budgets.limits_left(parent.limits, state.usage, state.active_since(), now)
     children: dict[str, AgentRunInput] = {}
@@ -62,9 +66,9 @@ def start_delegations(state: LoopState, step: RunTools, now: datetime) -> dict[s
         tools = list(dict.fromkeys(call.arguments.get("tools", [])))
         limits = budgets.child_limits(
             left,
-            children=len(calls),
-            unstarted_calls=len(batch.writes),
-            tools_left=_tools_left(state, tools, batch),
+            children=sharing,
+            unstarted_calls=len(coming),
+            tools_left=_tools_left(state, tools, coming),
             requested_model_calls=call.arguments.get("max_model_calls"),
             requested_tool_calls=call.arguments.get("max_tool_calls"),
         )
@@ -88,15 +92,25 @@ def start_delegations(state: LoopState, step: RunTools, now: datetime) -> dict[s
     return children
 
 
-def _tools_left(state: LoopState, tools: list[str], batch: Batch) -> dict[str, int]:
-    """How many more calls each capped tool may take, the batch's unstarted writes aside."""
+def _coming(state: LoopState, batch: Batch) -> list[str]:
+    """The batch's calls reserved but not started yet, which a child's slice must leave to
+    them: every one (feature `delegate-slices-whole-batch`: the reads the model put after a
+    write too, and not a write sent again, already counted), else the writes."""
+    if not state.has(Feature.DELEGATE_SLICES_WHOLE_BATCH):
+        return list(batch.writes)
+    return [c for c in [*batch.reads, *batch.writes] if state.calls[c].attempts == 0]
+
+
+def _tools_left(state: LoopState, tools: list[str], coming: list[str]) -> dict[str, int]:
+    """How many more calls each capped tool may take, the batch's calls still to start
+    aside."""
     used = state.used_per_tool()
-    coming = Counter(state.calls[c].tool for c in batch.writes)
+    coming_per_tool = Counter(state.calls[c].tool for c in coming)
     left: dict[str, int] = {}
     for tool in tools:
         cap = budgets.tool_cap(state.run_input.limits, tool, state.tools[tool].max_calls_per_run)
         if cap is not None:
-            left[tool] = cap - used[tool] - coming[tool]
+            left[tool] = cap - used[tool] - coming_per_tool[tool]
     return left
 
 

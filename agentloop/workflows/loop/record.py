@@ -256,8 +256,14 @@ def start_tools(state: LoopState, step: RunTools, now: datetime) -> ToolsToRun:
                 queue.remove(call.call_id)
         if call.call_id in batch.replies:
             replies[call.call_id] = batch.replies.pop(call.call_id)
-    # A call going on with a person's reply is the call already reserved, not another one.
-    state.usage.tool_calls += len(step.calls) - len(replies)
+    if state.has(Feature.CALLS_COUNTED_ONCE):
+        # A call run again (with a person's reply, or a write sent again under its key) is
+        # the call already reserved, not another one.
+        state.usage.tool_calls += sum(
+            1 for c, _ in step.calls if state.calls[c.call_id].attempts == 1
+        )
+    else:
+        state.usage.tool_calls += len(step.calls) - len(replies)
     children = start_delegations(state, step, now)
     return ToolsToRun(
         idempotency_keys={c.call_id: state.calls[c.call_id].idempotency_key for c, _ in step.calls},

@@ -175,7 +175,7 @@ def pending_at_stop(state: LoopState) -> list[dict[str, Any]]:
             "status": "awaiting_approval" if r.call_id in waiting else r.status,
         }
         for r in state.calls.values()
-        if r.status in ("proposed", "running", "unknown")
+        if r.status in ("proposed", "running", "unknown", "awaiting_input", "pending")
     ]
 
 
