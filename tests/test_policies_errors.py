@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentloop.policies.errors import (
+    MAX_RETRY_AFTER_SECONDS,
     classify_connection_error,
     classify_http_error,
     retry_after_seconds,
@@ -58,6 +59,12 @@ def test_http_errors_map_to_classes(
         ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),  # the finer one wins
         ({"retry-after": "Wed, 21 Oct 2026 07:28:00 GMT"}, None),  # dates are not trusted
         ({"retry-after": "-3"}, None),
+        # From outside: no delay holds `inf`, and a day-long one would park the call.
+        ({"retry-after": "inf"}, None),
+        ({"retry-after": "nan"}, None),
+        ({"retry-after-ms": "inf", "retry-after": "4"}, 4.0),
+        ({"retry-after": "1e20"}, MAX_RETRY_AFTER_SECONDS),
+        ({"retry-after": "86400000"}, MAX_RETRY_AFTER_SECONDS),
         ({}, None),
     ],
 )

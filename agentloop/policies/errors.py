@@ -7,6 +7,7 @@ stop reason the operator can read.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -22,8 +23,14 @@ class ErrorAdvice:
     retry_after_seconds: float | None = None
 
 
+MAX_RETRY_AFTER_SECONDS = 3_600.0
+"""The longest wait a provider's Retry-After is taken for: the header comes from outside, and
+a longer one (or `inf`, which no retry delay can hold) would park the call for that long."""
+
+
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
-    """`retry-after-ms` wins over `retry-after` (seconds); dates and junk are ignored."""
+    """`retry-after-ms` wins over `retry-after` (seconds); dates, junk, `nan` and `inf` are
+    ignored, and a wait is at most `MAX_RETRY_AFTER_SECONDS`."""
     lowered = {k.lower(): v for k, v in headers.items()}
     for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
         raw = lowered.get(name)
@@ -33,8 +40,8 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
             value = float(raw) * scale
         except ValueError:
             continue
-        if value >= 0:
-            return value
+        if 0 <= value < math.inf:
+            return min(value, MAX_RETRY_AFTER_SECONDS)
     return None
 
 
