@@ -74,7 +74,7 @@ def test_an_offered_tool_has_the_server_prefix_a_schema_hash_version_and_the_ove
             }
         },
     )
-    [note] = offered("tickets", config, [listed("add_note", hint=False)])
+    [note, _] = offered("tickets", config, [listed("add_note", hint=False), listed("lookup_note")])
     assert note.name == "tickets_add_note" and note.tool == "add_note"
     assert note.spec is not None
     assert note.spec.effect == "write" and note.spec.has_outcome_lookup
@@ -173,3 +173,36 @@ def test_a_worker_tool_named_like_a_servers_tools_is_a_clash() -> None:
     assert name_clashes(["tickets_find", "send_reply"], {"tickets": server()}) == [
         "tool 'tickets_find' is named like a tool of MCP server 'tickets'"
     ]
+
+
+def test_a_tool_the_configuration_names_but_the_server_does_not_list_is_shown_left_out() -> None:
+    """A mistyped override (`add_nte`) would otherwise be dropped unseen, and the write it was
+    for go without the approval it sets; a lookup tool the server does not list gives no
+    write an outcome lookup."""
+    config = server(
+        tools={"add_nte": {"needs_approval": True}},
+        include=["add_note", "find_tickt"],
+        lookup_tool="lookup_nte",
+    )
+    offers = offered("tickets", config, [listed("add_note", hint=None), listed("lookup_note")])
+    by_tool = {o.tool: o for o in offers}
+    assert list(by_tool) == ["add_note", "add_nte", "find_tickt", "lookup_nte"]
+    note = by_tool["add_note"].spec
+    assert note is not None and note.effect == "write" and not note.has_outcome_lookup
+    for name, where in [
+        ("add_nte", "tools"),
+        ("find_tickt", "include"),
+        ("lookup_nte", "lookup_tool"),
+    ]:
+        left_out = by_tool[name]
+        assert left_out.spec is None and left_out.name == f"tickets_{name}"
+        assert left_out.problem == (
+            f"the configuration names it ({where}), but the server does not list it"
+        )
+    # Named right, the override and the lookup take effect.
+    config = server(tools={"add_note": {"needs_approval": True}}, lookup_tool="lookup_note")
+    [note_offer, lookup_offer] = offered(
+        "tickets", config, [listed("add_note", hint=None), listed("lookup_note")]
+    )
+    assert note_offer.spec is not None and note_offer.spec.needs_approval is True
+    assert note_offer.spec.has_outcome_lookup and lookup_offer.spec is not None

@@ -78,15 +78,38 @@ def name_clashes(tool_names: Any, servers: Any) -> list[str]:
 
 
 def offered(server: str, config: McpServerConfig, listed: list[ListedTool]) -> list[OfferedTool]:
-    """Every tool the configuration lets runs have, in the server's order."""
+    """Every tool the configuration lets runs have, in the server's order; then each tool
+    the configuration names that the server does not list, left out saying so: a mistyped
+    override would otherwise be dropped unseen, and the write it was for go without the
+    approval it set."""
+    listed = listed[:MAX_TOOLS_PER_SERVER]
+    names = {tool.name for tool in listed}
     result: list[OfferedTool] = []
-    for tool in listed[:MAX_TOOLS_PER_SERVER]:
+    for tool in listed:
         if config.offers(tool.name):
-            result.append(offer(server, config, tool))
+            result.append(offer(server, config, tool, lookup_listed=config.lookup_tool in names))
+    for name, where in _configured_names(config):
+        if name not in names:
+            problem = f"the configuration names it ({where}), but the server does not list it"
+            result.append(
+                OfferedTool(server, name, exposed_name(server, name), None, problem=problem)
+            )
     return result
 
 
-def offer(server: str, config: McpServerConfig, tool: ListedTool) -> OfferedTool:
+def _configured_names(config: McpServerConfig) -> list[tuple[str, str]]:
+    named = [(name, "tools") for name in config.tools]
+    named += [(name, "include") for name in config.include or () if name not in config.tools]
+    if config.lookup_tool is not None:
+        named.append((config.lookup_tool, "lookup_tool"))
+    return named
+
+
+def offer(
+    server: str, config: McpServerConfig, tool: ListedTool, *, lookup_listed: bool = True
+) -> OfferedTool:
+    """`lookup_listed`: whether the server lists the configuration's `lookup_tool` (a write
+    has an outcome lookup only then)."""
     name = exposed_name(server, tool.name)
 
     def left_out(problem: str) -> OfferedTool:
@@ -108,7 +131,9 @@ def offer(server: str, config: McpServerConfig, tool: ListedTool) -> OfferedTool
         "parameters": tool.input_schema,
         "effect": effect,
         "timeout_seconds": config.timeout_seconds,
-        "has_outcome_lookup": effect == "write" and config.lookup_tool is not None,
+        "has_outcome_lookup": effect == "write"
+        and config.lookup_tool is not None
+        and lookup_listed,
     }
     if override is not None:
         fields["required_scopes"] = override.scopes or []
