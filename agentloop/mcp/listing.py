@@ -84,10 +84,11 @@ def offered(server: str, config: McpServerConfig, listed: list[ListedTool]) -> l
     approval it set."""
     listed = listed[:MAX_TOOLS_PER_SERVER]
     names = {tool.name for tool in listed}
+    lookup_listed = config.lookup_tool in names
     result: list[OfferedTool] = []
     for tool in listed:
         if config.offers(tool.name):
-            result.append(offer(server, config, tool, lookup_listed=config.lookup_tool in names))
+            result.append(offer(server, config, tool, lookup_listed=lookup_listed))
     for name, where in _configured_names(config):
         if name not in names:
             problem = f"the configuration names it ({where}), but the server does not list it"
