@@ -17,7 +17,8 @@ Effect = Literal["read", "write"]
 DEFAULT_MAX_RESULT_CHARS = 8_000
 
 READ_ARTIFACT = "read_artifact"
-BUILTIN_TOOLS = (READ_ARTIFACT, "ask_user")
+ASK_USER = "ask_user"
+BUILTIN_TOOLS = (READ_ARTIFACT, ASK_USER)
 """Tools every run may call without naming them in its `tools`."""
 
 LOCAL_MAX_TIMEOUT_SECONDS = 10.0

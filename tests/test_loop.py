@@ -287,6 +287,35 @@ def test_a_tools_own_per_run_cap_applies() -> None:
     assert "get_train_status" in step.stop_reason
 
 
+@pytest.mark.parametrize("ledgered", [True, False], ids=["12i", "before"])
+def test_a_batch_over_budget_is_in_the_ledger_as_left_undone(ledgered: bool) -> None:
+    state = new_state(limits=Limits(max_tool_calls=1))
+    state.features = [
+        f for f in loop.FEATURES_OF_SET if ledgered or f is not Feature.OVER_BUDGET_CALLS_LEDGERED
+    ]
+    weather = call("c_w", "get_weather", city="Oslo", date="2026-12-01")
+    model_turn(state, tool_output(weather, call("c_t", "get_train_status")))
+    step = loop.decide(state, T0)
+    assert isinstance(step, Finish) and step.status == "limit_reached"
+    result = loop.record_finish(state, step)
+    assert result.usage.tool_calls == 0
+    if not ledgered:  # a run started before it replays as it ran: the stop reason alone
+        assert result.calls == [] and result.pending == []
+        return
+    assert [(c.call_id, c.decision, c.status, c.arguments) for c in result.calls] == [
+        ("c_w", "over_budget", "proposed", {}),
+        ("c_t", "over_budget", "proposed", {}),
+    ]
+    assert result.calls[0].args_digest == weather.args_digest
+    assert [(p["call_id"], p["status"]) for p in result.pending] == [
+        ("c_w", "proposed"),
+        ("c_t", "proposed"),
+    ]
+    assert "Pending: get_weather c_w (proposed), get_train_status c_t (proposed)" in result.report
+    # The model is told each call did not run, under its own id, if the run is continued.
+    assert {r.call_id for r in result.unsent if isinstance(r, ToolResult)} == {"c_w", "c_t"}
+
+
 def test_max_total_tokens_is_checked_before_the_next_model_call() -> None:
     state = new_state(limits=Limits(max_total_tokens=100))
     model_turn(state, tool_output(call("c1", "get_train_status")))

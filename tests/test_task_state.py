@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from agentloop.contract import AgentRunInput, ApprovalDecision, Principal
+from agentloop.contract import AgentRunInput, ApprovalDecision, Principal, UserMessage
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.policies import task_state
@@ -173,6 +173,65 @@ async def test_a_model_alternating_two_calls_is_stopped(
     assert result.usage.model_calls < len(tickets)
 
 
+QUESTIONS = [f"Question {n}?" for n in range(1, 5)]
+
+
+def questions_then_over_budget(name: str) -> Script:
+    """A run that sets the task state, asks the person four questions in a row, then
+    proposes two reads when one tool call is left (the run's `max_tool_calls` is 2)."""
+    return Script(
+        name=name,
+        turns=[
+            ScriptTurn(tool_calls=[call("c_read", "read_ticket", ticket_id="T-1001")]),
+            *(
+                ScriptTurn(tool_calls=[call(f"c_ask{n}", "ask_user", question=question)])
+                for n, question in enumerate(QUESTIONS, start=1)
+            ),
+            ScriptTurn(
+                tool_calls=[
+                    call("c_weather", "get_weather", city="Oslo", date="2026-12-01"),
+                    call("c_train", "get_train_status", train_number="G1234", date="2026-12-01"),
+                ]
+            ),
+        ],
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("clean_fakes")
+async def test_questions_in_a_row_are_not_a_stall_and_a_batch_over_budget_is_left_pending(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    scripted_provider.register(questions_then_over_budget(run_id))
+    run_input = support_run(
+        run_id,
+        ["read_ticket", "get_weather", "get_train_status"],
+        limits={"max_tool_calls": 2},
+    )
+    handle = await start_run(client, worker, run_id, run_input)
+    for n, question in enumerate(QUESTIONS, start=1):
+        await wait_for_status(handle, lambda v, q=question: v.question == q, question)
+        await handle.signal("message", UserMessage(text=f"Answer {n}.", sender="dana"))
+    result = await asyncio.wait_for(handle.result(), 30)
+
+    assert result.status == "limit_reached", result.stop_reason
+    assert result.stop_reason.startswith("max_tool_calls"), result.stop_reason
+    requests = [r for r in scripted_provider.requests if r["script"] == run_id]
+    assert len(requests) == 6 == result.usage.model_calls
+    assert not any("No progress" in str(m.get("content")) for m in requests[-1]["body"]["messages"])
+    # The over-budget calls are in the ledger, not run, and left pending at the stop.
+    ledger = {c.call_id: (c.decision, c.status) for c in result.calls}
+    assert ledger["c_weather"] == ledger["c_train"] == ("over_budget", "proposed")
+    assert [p["call_id"] for p in result.pending] == ["c_weather", "c_train"]
+    assert result.usage.tool_calls == 1
+    counts = example_service.stats()["counts"]
+    assert counts["weather"] == counts["trains"] == 0
+
+
 def turn(actions: list[str], state: str = "s1", result: str = "") -> TurnFingerprint:
     return TurnFingerprint(calls=[f"{a}|{result}" for a in actions], actions=actions, state=state)
 
@@ -190,6 +249,18 @@ def test_paging_and_an_empty_state_are_not_counted_as_standing_still() -> None:
     assert stall([turn(["read|t"]), *paging], {}, watch_state=True) is None
     empty = [turn([f"w|{n}"], state="") for n in range(5)]
     assert stall(empty, {}, watch_state=True) is None
+
+
+def test_questions_to_the_person_are_not_counted_as_standing_still() -> None:
+    asking = [turn([f"ask_user|q{n}"], result=f"answer {n}") for n in range(4)]
+    history = [turn(["read|t"]), *asking]
+    assert stall(history, {}, watch_state=True, questions_are_input=True) is None
+    # A run started before `questions-not-stalls` replays as it ran: stalled.
+    assert stall(history, {}, watch_state=True) == "the task state did not change in 3 tool turns"
+    # Asking beside another tool is a tool turn like any.
+    mixed = [turn(["ask_user|q", f"read|{n}"]) for n in range(3)]
+    found = stall([turn(["read|t"]), *mixed], {}, watch_state=True, questions_are_input=True)
+    assert found == "the task state did not change in 3 tool turns"
 
 
 def test_task_state_merges_by_key_a_null_removes_and_bounds_hold() -> None:

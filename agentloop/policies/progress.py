@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from agentloop.digests import sha256_hex
 from agentloop.events import ToolCall, ToolResult
-from agentloop.tool_spec import READ_ARTIFACT, ToolSpec
+from agentloop.tool_spec import ASK_USER, READ_ARTIFACT, ToolSpec
 
 REPEATED_ERROR_LIMIT = 3
 """The same error signature this many turns in a row is a stall."""
@@ -58,14 +58,20 @@ def fingerprint(
 
 
 def stall(
-    history: Sequence[TurnFingerprint], specs: Mapping[str, ToolSpec], *, watch_state: bool = False
+    history: Sequence[TurnFingerprint],
+    specs: Mapping[str, ToolSpec],
+    *,
+    watch_state: bool = False,
+    questions_are_input: bool = False,
 ) -> str | None:
     """What repeats, if the last turn shows no progress; None otherwise. `watch_state`: the
-    task state and the plan's flips count too (feature `task-state`)."""
+    task state and the plan's flips count too (feature `task-state`). `questions_are_input`:
+    a turn that only asked the person (`ask_user`) does not count as leaving the task state
+    unchanged (feature `questions-not-stalls`)."""
     if not history:
         return None
     if watch_state:
-        found = _state_stall(history)
+        found = _state_stall(history, questions_are_input)
         if found is not None:
             return found
     last = history[-1]
@@ -87,9 +93,11 @@ def stall(
     return None
 
 
-def _state_stall(history: Sequence[TurnFingerprint]) -> str | None:
-    # Paging through an artifact or polling is progress of its own kind: not counted.
-    acting = [t for t in history if not t.polling and not _only_paging(t)]
+def _state_stall(history: Sequence[TurnFingerprint], questions_are_input: bool) -> str | None:
+    # Paging through an artifact or polling is progress of its own kind, and a person's
+    # answers are new input the state need not show: such turns are not counted.
+    quiet = {READ_ARTIFACT, ASK_USER} if questions_are_input else {READ_ARTIFACT}
+    acting = [t for t in history if not t.polling and not _only_calls_to(t, quiet)]
     recent = acting[-STATE_STALL_TURNS - 1 :]
     # The turn before the window shows the state they all left unchanged.
     unchanged = len(recent) == STATE_STALL_TURNS + 1 and bool(recent[0].state)
@@ -103,8 +111,8 @@ def _state_stall(history: Sequence[TurnFingerprint]) -> str | None:
     return None
 
 
-def _only_paging(turn: TurnFingerprint) -> bool:
-    return bool(turn.actions) and all(a.startswith(f"{READ_ARTIFACT}|") for a in turn.actions)
+def _only_calls_to(turn: TurnFingerprint, tools: set[str]) -> bool:
+    return bool(turn.actions) and all(a.split("|", 1)[0] in tools for a in turn.actions)
 
 
 def _poll_limit(turn: TurnFingerprint, specs: Mapping[str, ToolSpec]) -> int:

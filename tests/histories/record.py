@@ -39,6 +39,7 @@ RULE_TOOLS = "tests.histories.rule_tools"
 WEATHER = {"city": "Shanghai", "date": "2026-12-01"}
 BEIJING = {"city": "Beijing", "date": "2026-12-01"}
 TRAIN = {"train_number": "G1234", "date": "2026-12-01"}
+QUESTIONS = [f"Question {n}?" for n in range(1, 5)]
 
 
 def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
@@ -200,6 +201,34 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
         name="replay-deadline-watch-resumes-child",
         turns=[reserving.turns[0], ScriptTurn(text="Booked.")],
     )
+    asking = Script(
+        name="replay-questions-not-stalls",
+        turns=[
+            ScriptTurn(
+                tool_calls=[
+                    ScriptedToolCall(
+                        id="call_r", name="read_ticket", arguments={"ticket_id": "T-1001"}
+                    )
+                ]
+            ),
+            *(
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(
+                            id=f"call_q{n}", name="ask_user", arguments={"question": q}
+                        )
+                    ]
+                )
+                for n, q in enumerate(QUESTIONS, start=1)
+            ),
+            ScriptTurn(
+                tool_calls=[
+                    ScriptedToolCall(id="call_w", name="get_weather", arguments=WEATHER),
+                    ScriptedToolCall(id="call_t", name="get_train_status", arguments=TRAIN),
+                ]
+            ),
+        ],
+    )
     return {
         "travel": ([], {"model": "travel"}),
         "travel_unstreamed": ([], {"model": "travel", "stream": False}),
@@ -317,6 +346,20 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
                 "limits": Limits(deadline_seconds=3),
             },
         ),
+        # Recorded with the `features-2026-12i` set: the ticket read sets the task state, four
+        # questions in a row (see `ANSWERED`) leave it unchanged and are no stall
+        # (`questions-not-stalls`: before it, the run stopped `stalled` after the fourth), then
+        # two reads past `max_tool_calls` stop the run with both in the ledger
+        # (`over-budget-calls-ledgered`).
+        "questions_not_stalls": (
+            [asking],
+            {
+                "model": asking.name,
+                "tools": ["read_ticket", "get_weather", "get_train_status"],
+                "principal": {"subject": "p-alice", "scopes": ["tickets:read"]},
+                "limits": Limits(max_tool_calls=2),
+            },
+        ),
     }
 
 
@@ -337,8 +380,11 @@ INDEXED = {
 """Scenarios started with agentloop's search attributes, as the CLI starts runs."""
 APPROVED = {"approval_checked", "continue_while_waiting"}
 """Scenarios whose pending call is approved (by `decide_approval`) once the run waits."""
-ANSWERED = {"tools_ask": "14C"}
-"""Scenarios whose question is answered (the `message` signal) once the run waits for it."""
+ANSWERED = {
+    "tools_ask": ["14C"],
+    "questions_not_stalls": [f"Answer {n}." for n in range(1, len(QUESTIONS) + 1)],
+}
+"""Scenarios whose questions are answered (the `message` signal), each once the run asks it."""
 FLOODED = {"continue_while_waiting"}
 """Scenarios sent refused decisions while they wait for approval, until they continue as new."""
 CHILD_APPROVED_LATE = {"deadline_watch_resumes": 4.5}
@@ -397,14 +443,19 @@ async def flood_until_continued(handle: WorkflowHandle[Any, Any]) -> None:
     raise TimeoutError("the run never continued as new while waiting")
 
 
-async def answer_when_asked(handle: WorkflowHandle[Any, Any], text: str) -> None:
-    for _ in range(200):
-        view = await handle.query("status", result_type=RunStatusView)
-        if view.question:
-            await handle.signal("message", UserMessage(text=text, sender="traveller"))
-            return
-        await asyncio.sleep(0.05)
-    raise TimeoutError("the run never asked")
+async def answer_when_asked(handle: WorkflowHandle[Any, Any], texts: list[str]) -> None:
+    """Answers the run's questions (each unlike the one before) in turn with `texts`."""
+    answered: str | None = None
+    for text in texts:
+        for _ in range(200):
+            view = await handle.query("status", result_type=RunStatusView)
+            if view.question and view.question != answered:
+                await handle.signal("message", UserMessage(text=text, sender="traveller"))
+                answered = view.question
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise TimeoutError(f"the run never asked: {view.phase}, {view.stop_reason}")
 
 
 async def record(only: set[str]) -> None:

@@ -141,11 +141,31 @@ def _open_batch(state: LoopState, output: ModelOutput, now: datetime) -> None:
     planned = plan_batch(state, output, now)
     if isinstance(planned, OverBudget):
         state.limit = planned.reason
+        if state.has(Feature.OVER_BUDGET_CALLS_LEDGERED):
+            # Without their arguments: the ledger's own cap may be what they do not fit (the
+            # transcript holds them).
+            _ledger(state, output, {}, "over_budget", with_arguments=False)
         return
     if isinstance(planned, ProtocolViolation):
         record_failure(state, planned.reason + response_named(output))
         return
     state.argument_bytes += planned.argument_bytes  # measured once, by the plan
+    _ledger(state, output, planned.decisions, "allowed")
+    state.batch = planned.batch
+    for result in list(planned.batch.results.values()):
+        settle(state, planned.batch, result)
+    close_if_answered(state)
+
+
+def _ledger(
+    state: LoopState,
+    output: ModelOutput,
+    decisions: dict[str, str],
+    default: str,
+    *,
+    with_arguments: bool = True,
+) -> None:
+    """Each of `output`'s calls in the ledger, `proposed`, decided as `decisions` says."""
     for call in output.tool_calls:
         spec = state.tools.get(call.name)
         state.calls[call.call_id] = CallRecord(
@@ -153,15 +173,11 @@ def _open_batch(state: LoopState, output: ModelOutput, now: datetime) -> None:
             tool=call.name,
             tool_version=spec.version if spec else "",
             args_digest=call.args_digest,
-            arguments=call.arguments,
-            decision=planned.decisions.get(call.call_id, "allowed"),
+            arguments=call.arguments if with_arguments else {},
+            decision=decisions.get(call.call_id, default),
             status="proposed",
             turn=state.turn,
         )
-    state.batch = planned.batch
-    for result in list(planned.batch.results.values()):
-        settle(state, planned.batch, result)
-    close_if_answered(state)
 
 
 def response_named(output: ModelOutput) -> str:

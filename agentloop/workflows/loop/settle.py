@@ -67,7 +67,12 @@ def _check_progress(state: LoopState, batch: Batch) -> None:
     if watched:
         turn = turn.model_copy(update={"state": task_state.state_hash(state.task_state)})
     state.progress.append(turn)
-    repeating = progress.stall(state.progress, state.tools, watch_state=watched)
+    repeating = progress.stall(
+        state.progress,
+        state.tools,
+        watch_state=watched,
+        questions_are_input=state.has(Feature.QUESTIONS_NOT_STALLS),
+    )
     if repeating is None:
         return
     if state.nudged:

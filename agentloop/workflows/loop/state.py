@@ -168,6 +168,14 @@ class Feature(StrEnum):
     `input_required`): the call waits `awaiting_input` with the batch's questions, and the
     person's `message` goes back to the tool when the call runs again (at most
     `MAX_INPUT_ROUNDS` times). Before it, what the tool asked went to the model as a refusal."""
+    QUESTIONS_NOT_STALLS = "questions-not-stalls"
+    """A turn that only asks the person (`ask_user`) does not count as a tool turn leaving the
+    task state unchanged: the answers are new input. Before it, a model asking three questions
+    in a row after a tool had set any state was nudged, then stopped `stalled`."""
+    OVER_BUDGET_CALLS_LEDGERED = "over-budget-calls-ledgered"
+    """The calls of an output that does not fit what is left of the budget go into the ledger
+    (decision `over_budget`, status `proposed`), so the result's `calls` and `pending` show
+    what the run was asked to do and did not. Before it, the stop reason alone named them."""
 
 
 FEATURES = (
@@ -226,16 +234,19 @@ FEATURES_2026_12F = (
 
 FEATURES_2026_12G = (*FEATURES_2026_12F, Feature.BOUNDED_SCHEMA_WORK)
 
+FEATURES_2026_12H = (
+    *FEATURES_2026_12G,
+    Feature.DEADLINE_WATCH_RESUMES,
+    Feature.DELEGATE_SLICES_WHOLE_BATCH,
+    Feature.CALLS_COUNTED_ONCE,
+)
+
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
     (
-        "features-2026-12h",
-        (
-            *FEATURES_2026_12G,
-            Feature.DEADLINE_WATCH_RESUMES,
-            Feature.DELEGATE_SLICES_WHOLE_BATCH,
-            Feature.CALLS_COUNTED_ONCE,
-        ),
+        "features-2026-12i",
+        (*FEATURES_2026_12H, Feature.QUESTIONS_NOT_STALLS, Feature.OVER_BUDGET_CALLS_LEDGERED),
     ),
+    ("features-2026-12h", FEATURES_2026_12H),
     ("features-2026-12g", FEATURES_2026_12G),
     ("features-2026-12f", FEATURES_2026_12F),
     ("features-2026-12e", FEATURES_2026_12E),
