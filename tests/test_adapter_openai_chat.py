@@ -655,6 +655,55 @@ async def test_complete_streamed() -> None:
     assert [event.model_dump() for event in transcript] == as_it_was
 
 
+def ollama_call(call_id: str, name: str, arguments: str, index: int | None) -> dict[str, Any]:
+    """A call whole in one fragment, as Ollama streams each of parallel calls."""
+    fragment = fn_call(call_id, name, arguments)
+    return fragment if index is None else {"index": index, **fragment}
+
+
+OLLAMA_CALLS = [
+    ("call_oslo", "get_weather", '{"city": "Oslo"}'),
+    ("call_train", "get_train_status", '{"train": "G1234"}'),
+    ("call_bergen", "get_weather", '{"city": "Bergen"}'),
+]
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        # every call on index 0, each in a chunk of its own; then all in one chunk
+        [chunk({"tool_calls": [ollama_call(*call, index=0)]}) for call in OLLAMA_CALLS],
+        [chunk({"tool_calls": [ollama_call(*call, index=0) for call in OLLAMA_CALLS]})],
+        # no index at all
+        [chunk({"tool_calls": [ollama_call(*call, index=None)]}) for call in OLLAMA_CALLS],
+    ],
+    ids=["index-0-chunk-each", "index-0-one-chunk", "no-index"],
+)
+async def test_parallel_calls_a_compatible_server_streams_on_one_index_stay_apart(
+    shape: list[dict[str, Any]],
+) -> None:
+    body = sse(chunk({"role": "assistant", "content": ""}), *shape, chunk(finish="stop"))
+    sent: list[dict[str, Any]] = []
+
+    def handler(req: httpx2.Request) -> httpx2.Response:
+        sent.append(json.loads(req.content))
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    model = adapter(handler)
+    output = await model.complete(request(UserInput(text="go")))
+    assert output.stop == "tool_calls"
+    assert [(c.call_id, c.name, c.raw_arguments) for c in output.tool_calls] == OLLAMA_CALLS
+    # Results pair with their calls by id, whatever order they come in.
+    answers = [result(call_id, f"answer to {call_id}") for call_id, _, _ in OLLAMA_CALLS]
+    await model.complete(request(UserInput(text="go"), output, *reversed(answers)))
+    assistant, *tool_messages = sent[1]["messages"][1:]
+    assert [c["id"] for c in assistant["tool_calls"]] == [i for i, _, _ in OLLAMA_CALLS]
+    assert tool_messages == [
+        {"role": "tool", "tool_call_id": call_id, "content": f"answer to {call_id}"}
+        for call_id, _, _ in OLLAMA_CALLS
+    ]
+
+
 async def test_complete_maps_a_connection_dropped_mid_stream() -> None:
     def handler(req: httpx2.Request) -> httpx2.Response:
         headers = {"content-type": "text/event-stream"}

@@ -178,6 +178,7 @@ def _ref(response_id: Any, model: Any, request_id: str) -> ProviderRef:
 
 @dataclass
 class _CallParts:
+    index: int
     call_id: str = ""
     name: str = ""
     arguments: list[str] = field(default_factory=list)
@@ -187,8 +188,10 @@ class ChatStreamAssembler:
     """Assembles `chat.completion.chunk` dicts into one `ModelOutput`.
 
     Tool calls are keyed by `index` (their id and name arrive on the first fragment only, and
-    the fragments of parallel calls may interleave). The result counts only once a finish
-    reason arrived; the usage chunk (no choices) may follow it."""
+    the fragments of parallel calls may interleave), and a fragment bringing another id than
+    the call at its index begins a new call: some compatible servers (Ollama) send each of
+    parallel calls whole on index 0, or with no index at all (taken as 0). The result counts
+    only once a finish reason arrived; the usage chunk (no choices) may follow it."""
 
     def __init__(self, request_id: str = "") -> None:
         self._request_id = request_id
@@ -196,7 +199,9 @@ class ChatStreamAssembler:
         self._model = ""
         self._content: list[str] | None = None
         self._refusal: list[str] | None = None
-        self._calls: dict[int, _CallParts] = {}
+        self._calls: list[_CallParts] = []
+        self._at_index: dict[int, _CallParts] = {}
+        """The call a fragment at each index continues: the last one begun there."""
         self._finish_reason: str | None = None
         self._usage: dict[str, Any] | None = None
 
@@ -220,17 +225,26 @@ class ChatStreamAssembler:
             self._refusal = self._refusal or []
             self._refusal.append(delta["refusal"])
         for fragment in delta.get("tool_calls") or []:
-            parts = self._calls.setdefault(fragment.get("index", 0), _CallParts())
+            parts = self._call_of(fragment)
             function: dict[str, Any] = fragment.get("function") or {}
             parts.call_id = parts.call_id or fragment.get("id") or ""
             parts.name = parts.name or function.get("name") or ""
             if function.get("arguments"):
                 parts.arguments.append(function["arguments"])
 
+    def _call_of(self, fragment: dict[str, Any]) -> _CallParts:
+        index, call_id = fragment.get("index") or 0, fragment.get("id")
+        parts = self._at_index.get(index)
+        if parts is None or (call_id and parts.call_id and call_id != parts.call_id):
+            parts = self._at_index[index] = _CallParts(index)
+            self._calls.append(parts)
+        return parts
+
     def finish(self) -> ModelOutput:
+        # The model's order: by index, and calls sharing one in the order they began.
+        ordered = sorted(self._calls, key=lambda parts: parts.index)
         calls = [
-            _call_message(parts.call_id, parts.name, "".join(parts.arguments))
-            for _, parts in sorted(self._calls.items())
+            _call_message(parts.call_id, parts.name, "".join(parts.arguments)) for parts in ordered
         ]
         content = "".join(self._content or [])
         refusal = None if self._refusal is None else "".join(self._refusal)
