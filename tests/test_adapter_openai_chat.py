@@ -704,6 +704,27 @@ async def test_parallel_calls_a_compatible_server_streams_on_one_index_stay_apar
     ]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_empty_refusal_is_no_refusal(stream: bool) -> None:
+    """Some compatible servers send `refusal: ""` with every answer (streamed: beside the
+    opening `content: ""`)."""
+    answer = completion({"content": "It is sunny.", "refusal": ""})
+    body = sse(
+        chunk({"role": "assistant", "content": "", "refusal": ""}),
+        chunk({"content": "It is sunny."}),
+        chunk(finish="stop"),
+        USAGE_CHUNK,
+    )
+
+    def handler(req: httpx2.Request) -> httpx2.Response:
+        if stream:
+            return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+        return httpx2.Response(200, json=answer)
+
+    output = await adapter(handler).complete(request(UserInput(text="hello"), stream=stream))
+    assert output == parse_response(completion({"content": "It is sunny."}))
+
+
 async def test_complete_maps_a_connection_dropped_mid_stream() -> None:
     def handler(req: httpx2.Request) -> httpx2.Response:
         headers = {"content-type": "text/event-stream"}

@@ -146,7 +146,7 @@ def parse_response(raw: dict[str, Any], request_id: str = "") -> ModelOutput:
     message: dict[str, Any] = choice.get("message") or {}
     return _finish(
         content=message.get("content"),
-        refusal=message.get("refusal"),
+        refusal=message.get("refusal") or None,  # some servers send "" beside an answer
         calls=[_call_fields(call) for call in message.get("tool_calls") or []],
         finish_reason=choice.get("finish_reason"),
         usage=raw.get("usage"),
@@ -221,7 +221,7 @@ class ChatStreamAssembler:
         if delta.get("content") is not None:
             self._content = self._content or []
             self._content.append(delta["content"])
-        if delta.get("refusal") is not None:
+        if delta.get("refusal"):  # not "": some servers send it beside the opening content ""
             self._refusal = self._refusal or []
             self._refusal.append(delta["refusal"])
         for fragment in delta.get("tool_calls") or []:
