@@ -103,11 +103,16 @@ class Fitted:
 
 def fit(transcript: Measured, limit_chars: int | None, facts: list[str]) -> Fitted:
     """The transcript as sent to the model: unchanged when it fits, else older results elided
-    and the run-state facts restated at the end."""
+    and the run-state facts restated at the end. Never larger than the transcript: a result
+    is elided only if its stub is smaller (for one not much longer than the preview, the stub
+    naming it is larger), and eliding must make up for the facts it has to restate."""
     events = transcript.events
-    total = sum(transcript.sizes)
-    if limit_chars is None or total <= limit_chars:
-        return Fitted(events, total)
+    whole = sum(transcript.sizes)
+    if limit_chars is None or whole <= limit_chars:
+        return Fitted(events, whole)
+    # Room is made for the facts too: what is elided is what they must be restated for.
+    added: list[Event] = [_facts_note(facts)] if facts else []
+    total = whole + sum(size(event) for event in added)
     last_output = max((i for i, e in enumerate(events) if isinstance(e, ModelOutput)), default=-1)
     fitted = list(events)
     for index, event in enumerate(events[:last_output]):
@@ -115,18 +120,21 @@ def fit(transcript: Measured, limit_chars: int | None, facts: list[str]) -> Fitt
             break
         if isinstance(event, ToolResult) and len(event.content) > PREVIEW_CHARS:
             stub = event.model_copy(update={"content": _elided(event)})
-            total -= transcript.sizes[index] - size(stub)
-            fitted[index] = stub
-    if facts:
-        note = StateUpdate(
-            kind="facts",
-            text="Earlier tool results were shortened to fit your context. Facts from run "
-            "state, which stay true: " + "; ".join(facts),
-        )
-        fitted.append(note)
-        total += size(note)
-        return Fitted(fitted, total, [note])
-    return Fitted(fitted, total)
+            saved = transcript.sizes[index] - size(stub)
+            if saved > 0:
+                fitted[index] = stub
+                total -= saved
+    if total >= whole:
+        return Fitted(events, whole)
+    return Fitted([*fitted, *added], total, added)
+
+
+def _facts_note(facts: list[str]) -> StateUpdate:
+    return StateUpdate(
+        kind="facts",
+        text="Earlier tool results were shortened to fit your context. Facts from run state, "
+        "which stay true: " + "; ".join(facts),
+    )
 
 
 FRAMING_TOKENS = 16

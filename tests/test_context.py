@@ -46,6 +46,29 @@ def test_oldest_results_give_way_first_and_the_current_ones_stay_whole() -> None
     assert [e.call_id for e in results] == ["c1", "c2", "c3"]  # pairing untouched
 
 
+def test_a_result_its_stub_would_outgrow_stays_whole() -> None:
+    """A result not much longer than the preview: the stub naming it is the larger."""
+    events = [UserInput(text="q"), *turn(1, 400), *turn(2, 400)]
+    whole = sum(Measured.of(events).sizes)
+    for facts in ([], ["a fact"]):
+        fitted = fit(Measured.of(events), whole - 1, facts)
+        assert (fitted.events, fitted.chars, fitted.added) == (events, whole, [])
+
+
+def test_shortening_makes_room_for_the_facts_it_restates() -> None:
+    events = [UserInput(text="q"), *turn(1, 2000), *turn(2, 2000), *turn(3, 2000)]
+    whole = sum(Measured.of(events).sizes)
+    facts = ["send_reply c0 was approved by lead " * 40]  # about as long as one elision saves
+    fitted = fit(Measured.of(events), whole - 1_000, facts)
+    assert fitted.chars <= whole - 1_000
+    assert fitted.chars == sum(size(event) for event in fitted.events)
+    assert [json.loads(e.content)["elided"] for e in fitted.events[2:5:2]] == [True, True]
+    # What the eliding cannot make up for is not elided: the transcript goes as it is.
+    small = [UserInput(text="q"), *turn(1, 2000), *turn(2, 10)]
+    whole = sum(Measured.of(small).sizes)
+    assert fit(Measured.of(small), whole - 1, facts * 3).events == small
+
+
 def test_a_transcript_measured_as_it_grows_counts_what_is_sent() -> None:
     grown = Measured.of([UserInput(text="q"), *turn(1, 5000)]).plus([*turn(2, 5000)])
     grown = grown.plus([*turn(3, 5000)])
@@ -86,7 +109,8 @@ def scripted_reads(run_id: str, prompt_tokens: int | None) -> Script:
                     ],
                     usage=usage,
                 )
-                for i, query in enumerate(["refund", "damaged", "shipping"])
+                # The first result (998 characters) is long enough for its stub to be shorter.
+                for i, query in enumerate(["refund order", "damaged", "shipping"])
             ],
             ScriptTurn(text="done", usage=usage),
         ],
@@ -133,7 +157,8 @@ async def test_a_long_run_is_sent_within_its_budget_with_the_facts_restated(
 ) -> None:
     reply = {"ticket_id": "T-1001", "recipient": "dana@example.com", "body": "On its way."}
     reads = [  # distinct calls: repeating one would be a stall
-        ("search_policy", {"query": "refund"}),  # 564 chars: the one that gives way
+        # 998 characters: the one that gives way (a stub is shorter, with the facts restated)
+        ("search_policy", {"query": "refund order"}),
         ("read_ticket", {"ticket_id": "T-1002"}),
         ("read_ticket", {"ticket_id": "T-1003"}),
         ("search_policy", {"query": "shipping"}),
