@@ -262,6 +262,38 @@ def test_calls_of_a_truncated_output_are_not_sent_and_empty_turns_vanish() -> No
         messages(UserInput(text="q"), cut, result("toolu_a"))
 
 
+@pytest.mark.parametrize("reused", [False, True], ids=["repeated", "reused"])
+def test_an_output_refused_for_its_call_ids_is_sent_without_its_calls(reused: bool) -> None:
+    """The runner stopped the run on it; a run continuing that one answers each of its calls
+    `not_run`: they are told to the model as notes, never as a second `tool_result`."""
+    earlier = [tool_turn("toolu_a"), result("toolu_a")] if reused else []
+    tools = ["get_train_status"] if reused else ["get_weather", "get_train_status"]
+    refused = parsed(
+        thinking("both", "sig_1"),
+        text("Checking."),
+        *[tool_use("toolu_a", tool) for tool in tools],
+        stop="tool_use",
+    )
+    answers = [
+        ToolResult(call_id="toolu_a", tool=tool, status="rejected", content="not run")
+        for tool in tools
+    ]
+    continued = StateUpdate(kind="continued", text="This run continues run r1.")
+    sent = messages(
+        UserInput(text="q"), *earlier, refused, *answers, continued, UserInput(text="Go on.")
+    )
+    assert sent[-2] == {
+        "role": "assistant",
+        "content": [thinking("both", "sig_1"), text("Checking.")],
+    }
+    *notes, note, go_on = sent[-1]["content"]
+    assert [note, go_on] == [text("[agentloop] This run continues run r1."), text("Go on.")]
+    assert [block["type"] for block in notes] == ["text"] * len(tools)
+    for block, tool in zip(notes, tools, strict=True):
+        assert block["text"].startswith(f"[agentloop] Your call toolu_a ({tool}) never ran")
+        assert block["text"].endswith("Its result: not run")
+
+
 @pytest.mark.parametrize(
     ("events", "match"),
     [

@@ -246,6 +246,57 @@ def test_invalid_conversations_are_refused(events: tuple[Event, ...], match: str
         messages(*events)
 
 
+def not_run(call_id: str, tool: str) -> ToolResult:
+    """What a run continuing a stopped one says of a call the stop left without a result."""
+    content = '{"error": {"class": "not_run", "message": "the run stopped"}}'
+    return ToolResult(call_id=call_id, tool=tool, status="rejected", content=content)
+
+
+CONTINUED = StateUpdate(kind="continued", text="This run continues run r1, which stopped.")
+
+
+@pytest.mark.parametrize("reused", [False, True], ids=["repeated", "reused"])
+def test_an_output_refused_for_its_call_ids_is_sent_without_its_calls(reused: bool) -> None:
+    """The runner stopped the run on it; a run continuing that one answers each of its calls
+    `not_run`: they are told to the model as notes, never as a second result for one id."""
+    earlier = [tool_turn("call_a"), result("call_a")] if reused else []
+    tools = ["get_train_status"] if reused else ["get_weather", "get_train_status"]
+    calls = [fn_call("call_a", tool, "{}") for tool in tools]
+    refused = parse_response(
+        completion({"content": "Checking.", "tool_calls": calls}, "tool_calls")
+    )
+    answers = [not_run("call_a", tool) for tool in tools]
+    sent = messages(
+        UserInput(text="q"), *earlier, refused, *answers, CONTINUED, UserInput(text="Go on.")
+    )
+    refused_at = 1 + len(earlier)  # an earlier turn: one message for each event
+    assert sent[refused_at] == {"role": "assistant", "content": "Checking."}
+    notes = sent[refused_at + 1 : refused_at + 1 + len(tools)]
+    for note, tool in zip(notes, tools, strict=True):
+        assert note["role"] == "user"
+        assert note["content"].startswith(f"[agentloop] Your call call_a ({tool}) never ran")
+        assert '"not_run"' in note["content"]
+    assert sent[-2:] == [
+        {"role": "user", "content": "[agentloop] " + CONTINUED.text},
+        {"role": "user", "content": "Go on."},
+    ]
+
+
+def test_call_ids_are_unique_per_run_not_per_transcript() -> None:
+    refused = tool_turn("call_a", "call_a")
+    answers = [not_run("call_a", "get_weather")] * 2
+    # The continuing run's runner never saw call_a: its own call_a is a call of its own...
+    sent = messages(
+        UserInput(text="q"), refused, *answers, CONTINUED, tool_turn("call_a"), result("call_a")
+    )
+    assert [m.get("tool_call_id") for m in sent] == [None] * 6 + ["call_a"]
+    # ...but one it ran under the id of an earlier run's call cannot be told apart from it.
+    with pytest.raises(UnsupportedEventError, match=r"duplicate.*call_a"):
+        messages(
+            tool_turn("call_a"), result("call_a"), CONTINUED, tool_turn("call_a"), result("call_a")
+        )
+
+
 def test_calls_of_a_truncated_output_are_not_sent() -> None:
     body = completion({"tool_calls": [fn_call("call_a", "f", '{"x": ')]}, "length")
     truncated = parse_response(body)

@@ -328,6 +328,33 @@ def test_calls_of_a_truncated_output_are_not_sent() -> None:
         inputs(UserInput(text="q"), only_call, result("call_a"))
 
 
+@pytest.mark.parametrize("reused", [False, True], ids=["repeated", "reused"])
+def test_an_output_refused_for_its_call_ids_is_sent_without_its_calls(reused: bool) -> None:
+    """The runner stopped the run on it; a run continuing that one answers each of its calls
+    `not_run`: they are told to the model as notes, never as a second output for one id."""
+    earlier = [tool_turn("call_a"), result("call_a")] if reused else []
+    tools = ["get_train_status"] if reused else ["get_weather", "get_train_status"]
+    refused = parsed(REASONING, msg("Checking."), *[fc("call_a", tool, "{}") for tool in tools])
+    answers = [
+        ToolResult(call_id="call_a", tool=tool, status="rejected", content="not run")
+        for tool in tools
+    ]
+    continued = StateUpdate(kind="continued", text="This run continues run r1.")
+    sent = inputs(
+        UserInput(text="q"), *earlier, refused, *answers, continued, UserInput(text="Go on.")
+    )
+    tail = sent[-len(tools) - 4 :]
+    assert tail[:2] == [REASONING, msg("Checking.")]  # the reasoning item: the message follows
+    assert tail[-2:] == [
+        {"type": "message", "role": "user", "content": "[agentloop] This run continues run r1."},
+        {"type": "message", "role": "user", "content": "Go on."},
+    ]
+    for item, tool in zip(tail[2:-2], tools, strict=True):
+        assert item["role"] == "user"
+        assert item["content"].startswith(f"[agentloop] Your call call_a ({tool}) never ran")
+        assert item["content"].endswith("Its result: not run")
+
+
 @pytest.mark.parametrize(
     ("events", "match"),
     [

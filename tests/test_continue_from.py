@@ -5,6 +5,7 @@ send it."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from agentloop.client import start_run as agentloop_start_run
-from agentloop.contract import AgentRunInput, AgentRunResult, Limits, RunStatusView
+from agentloop.contract import AgentRunInput, AgentRunResult, Limits, Provider, RunStatusView
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
@@ -93,6 +94,68 @@ async def test_continue_from_a_run_that_ran_out_of_model_calls(
     texts = [b.get("text", "") for b in blocks[1:]]
     assert any(f"continues run {run_id}" in t for t in texts)
     assert "Continue where you stopped." in texts
+
+
+@pytest.mark.parametrize("provider", ["openai-chat", "openai-responses", "anthropic"])
+async def test_continue_from_a_run_stopped_on_repeated_call_ids(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+    provider: Provider,
+) -> None:
+    """The first run stops on its model's two calls under one id (nothing runs); the run that
+    continues it sends that turn back without them, and a note for each: a conversation every
+    protocol takes. Before, its every model call failed: one call id, two results."""
+    checking = "Checking the train and the weather."
+    weather = {"city": "Oslo", "date": "2026-12-01"}
+    train = {"train_number": "G1234", "date": "2026-12-01"}
+    twice = ScriptTurn(
+        text=checking,
+        tool_calls=[
+            ScriptedToolCall(id="call_dup", name="get_train_status", arguments=train),
+            ScriptedToolCall(id="call_dup", name="get_weather", arguments=weather),
+        ],
+    )
+    # Repeated ids on purpose: registered without the script's own check.
+    scripted_provider.register(Script.model_construct(name=run_id, turns=[twice]))
+    first_input = AgentRunInput(
+        task="My train and the weather?",
+        provider=provider,
+        model=run_id,
+        tools=["get_weather", "get_train_status"],
+        # Not streamed: the scripted provider names a streamed Responses item by its call id,
+        # and two items under one name make a stream its final response disagrees with.
+        stream=False,
+    )
+    first = await (await start_run(client, worker, run_id, first_input)).result()
+    assert first.status == "failed", first.stop_reason
+    assert "protocol: tool calls without unique call ids" in first.stop_reason
+    # The provider plays a script by model: the continuing run's starts with the first run's
+    # turn as it is sent back, its text alone.
+    continued_id = f"{run_id}-2"
+    scripted_provider.register(
+        Script(
+            name=continued_id, turns=[ScriptTurn(text=checking), ScriptTurn(text="Asking again.")]
+        )
+    )
+    second_input = AgentRunInput(
+        task="Go on.",
+        provider=provider,
+        model=continued_id,
+        tools=["get_weather", "get_train_status"],
+        stream=False,
+        continue_from=run_id,
+        limits=Limits(max_model_calls=1),
+    )
+    second = await (await start_run(client, worker, continued_id, second_input)).result()
+    assert second.status == "completed", second.stop_reason
+    assert second.output == "Asking again."
+    assert not any(example_service.stats()["counts"].values())  # nothing ran, in either run
+    [sent] = [r["body"] for r in scripted_provider.requests if r["script"] == continued_id]
+    for tool in ("get_train_status", "get_weather"):
+        assert f"Your call call_dup ({tool}) never ran" in json.dumps(sent)
 
 
 async def test_continuing_an_unknown_run_is_refused_naming_the_field(

@@ -191,6 +191,12 @@ Segment = Instruction | UserInput | StateUpdate | ModelOutput | ToolTurn
 """A unit of conversation every protocol can render; `ModelOutput` here asked for no tools."""
 
 
+CONTINUED = "continued"
+"""The kind of the runner note a run continuing another (`continue_from`) begins with. A
+runner checks call ids against its own run's calls only: an output reusing an id of an
+earlier run was not refused, its calls ran (such a transcript cannot be sent)."""
+
+
 def group_turns(events: list[Event]) -> list[Segment]:
     """The transcript as segments, every protocol's pairing rule checked once.
 
@@ -198,11 +204,19 @@ def group_turns(events: list[Event]) -> list[Segment]:
     arrives while an assistant turn still waits for results (a runner note, a user message)
     is placed after that turn, which every provider's ordering rules accept. A result that
     answers no open call, a duplicate, a call left without a result, and a standalone
-    `ToolCall` raise `UnsupportedEventError`: an invalid conversation is never sent."""
+    `ToolCall` raise `UnsupportedEventError`: an invalid conversation is never sent.
+
+    An output whose call ids are not unique in its run (one repeated, or reused from an
+    earlier turn) was refused by the runner: none of its calls ran, and the run stopped on it.
+    It is sent without its calls, and what a continuing run says of each (its `not_run`
+    result) as a runner note naming the call: one id with two results, or two calls, is a
+    conversation no provider takes. The stored transcript keeps both as they were."""
     segments: list[Segment] = []
     held: list[Segment] = []
     open_turn: ModelOutput | None = None
     results: dict[str, ToolResult] = {}
+    run_ids: set[str] = set()  # the call ids offered since the run began
+    refused: set[str] = set()  # the call ids of the last output, if the runner refused it
 
     def waiting() -> list[str]:
         assert open_turn is not None
@@ -210,6 +224,8 @@ def group_turns(events: list[Event]) -> list[Segment]:
 
     for event in events:
         match event:
+            case ToolResult() if event.call_id in refused:
+                segments.append(_not_sent_note(event))
             case ToolResult():
                 if event.call_id in results:
                     raise UnsupportedEventError(
@@ -232,8 +248,14 @@ def group_turns(events: list[Event]) -> list[Segment]:
                         f"no tool result for call_id {', '.join(map(repr, waiting()))} "
                         "before the next model output"
                     )
-                if event.offers_calls:
+                ids = [call.call_id for call in event.tool_calls] if event.offers_calls else []
+                refused = set()
+                if len(set(ids)) < len(ids) or not run_ids.isdisjoint(ids):
+                    refused = set(ids)
+                    segments.append(event.model_copy(update={"tool_calls": []}))
+                elif ids:
                     open_turn = event
+                    run_ids.update(ids)
                 else:
                     segments.append(event)
             case ToolCall():
@@ -241,6 +263,8 @@ def group_turns(events: list[Event]) -> list[Segment]:
                     f"standalone ToolCall {event.call_id!r}: tool calls travel inside a ModelOutput"
                 )
             case Instruction() | UserInput() | StateUpdate():
+                if isinstance(event, StateUpdate) and event.kind == CONTINUED:
+                    run_ids = set()
                 (held if open_turn is not None else segments).append(event)
             case _:
                 assert_never(event)
@@ -250,6 +274,14 @@ def group_turns(events: list[Event]) -> list[Segment]:
             "at the end of the transcript"
         )
     return segments
+
+
+def _not_sent_note(result: ToolResult) -> StateUpdate:
+    return StateUpdate(
+        kind="call_not_sent",
+        text=f"Your call {result.call_id} ({result.tool}) never ran and is left out of this "
+        f"conversation: its call id was not unique in the run. Its result: {result.content}",
+    )
 
 
 @dataclass(frozen=True)
