@@ -139,6 +139,22 @@ def test_a_file_value_of_the_wrong_type_is_named(tmp_path: Path) -> None:
     assert "store_url must be a string, not a TOML array" in problems[2]
 
 
+def test_a_date_in_an_mcp_server_table_is_named_not_a_crash(tmp_path: Path) -> None:
+    config = write(
+        tmp_path / "agentloop.toml",
+        '[mcp_servers.tickets]\nurl = "https://tickets.internal/mcp"\n'
+        "[mcp_servers.tickets.headers]\nX-Since = 2026-01-01\n",
+    )
+    for load in (Settings.load, Settings.from_env):
+        with pytest.raises(ConfigError) as caught:
+            load({CONFIG_FILE_VARIABLE: config})
+        (problem,) = caught.value.problems
+        assert problem == (
+            f"{config} (AGENTLOOP_CONFIG): mcp_servers.tickets.headers.X-Since is a TOML"
+            " date/time, which no setting takes: write it as a string (in quotes)"
+        )
+
+
 def test_a_bad_value_from_the_file_names_the_variable_the_key_and_the_file(
     tmp_path: Path,
 ) -> None:

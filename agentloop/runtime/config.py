@@ -422,6 +422,13 @@ def _read_config_file(path: str, problems: list[str]) -> dict[str, Any]:
         ):
             value = ",".join(value)
         if key in _TABLE_FIELDS and isinstance(value, dict):
+            odd = _not_json(value, key)
+            if odd is not None:
+                problems.append(
+                    f"{path} ({CONFIG_FILE_VARIABLE}): {odd} is a TOML date/time, which no"
+                    " setting takes: write it as a string (in quotes)"
+                )
+                continue
             value = json.dumps(value)
         wanted = "a number or a string" if key in _NUMBER_FIELDS else "a string"
         if key in _LIST_FIELDS:
@@ -440,6 +447,22 @@ def _read_config_file(path: str, problems: list[str]) -> dict[str, Any]:
         if _present(value) is not None:
             values[key] = value
     return values
+
+
+def _not_json(value: Any, where: str) -> str | None:
+    """Where in a table a value is that JSON has no word for (TOML's dates and times), as a
+    dotted key; None when there is none."""
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None if value is None or isinstance(value, str | int | float) else where
+    for key, item in items:
+        found = _not_json(item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}")
+        if found is not None:
+            return found
+    return None
 
 
 def _hint(key: str) -> str:
