@@ -6,7 +6,6 @@ your own; `running_worker` is that worker; `serve` runs one until a signal."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -210,7 +209,7 @@ async def running_worker(
 async def serve(settings: Settings, toolbox: Toolbox) -> None:
     """Run a worker until SIGINT or SIGTERM."""
     configure_logging(
-        level=os.environ.get("AGENTLOOP_LOG_LEVEL", "INFO"),
+        level=settings.log_level,
         fmt="json",
         secrets=settings_secrets(settings),
         redact_fields=DEFAULT_REDACT_FIELDS,

@@ -284,6 +284,45 @@ async def test_agentloop_dev_serves_runs_and_stops_on_ctrl_c(tmp_path: Path) -> 
     )
 
 
+def dev_argv(state_dir: Path, *extra: str) -> tuple[list[str], int]:
+    """`agentloop dev` on free ports, its state in `state_dir`, and `extra` arguments; and the
+    port of its Temporal frontend."""
+    port, ui_port, example_port, provider_port = (free_port() for _ in range(4))
+    argv = [
+        str(CONSOLE_SCRIPT),
+        "dev",
+        *("--port", str(port), "--ui-port", str(ui_port)),
+        *("--example-port", str(example_port), "--provider-port", str(provider_port)),
+        *("--state-dir", str(state_dir)),
+        *extra,
+    ]
+    return argv, port
+
+
+async def test_dev_takes_provider_keys_and_the_log_level_from_the_config_file(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "agentloop.toml"
+    config.write_text(
+        'openai_api_key = "sk-from-the-file-0001"\n'
+        'anthropic_api_key = "sk-ant-from-the-file-0002"\n'
+        'log_level = "WARNING"\n'
+    )
+    argv, _ = dev_argv(tmp_path / "state")
+    async with dev_process(argv, process_env(AGENTLOOP_CONFIG=str(config)), cwd=tmp_path) as dev:
+        # Both keys set: the real APIs, no scripted provider.
+        assert "OpenAI: the OpenAI API; Anthropic: the Anthropic API" in dev.output, dev.output
+        assert "(scripted provider)" not in dev.output
+        dev.process.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(dev.process.wait(), 15) == 0, dev.output
+        assert dev.reader is not None
+        await asyncio.wait_for(dev.reader, 5)
+    assert DEV_STOPPED in dev.output
+    # At WARNING the worker's shutdown, logged at INFO, is not shown.
+    assert "Beginning worker shutdown" not in dev.output, dev.output
+    assert "from-the-file" not in dev.output
+
+
 # --- agentloop cancel ------------------------------------------------------------------
 
 

@@ -212,6 +212,7 @@ def test_from_env_checks_types_but_not_files_or_formats(tmp_path: Path) -> None:
         ("AGENTLOOP_OTEL", "jaeger", "expected off, console (spans printed on stderr) or global"),
         ("AGENTLOOP_OTEL", "on", "expected off, console"),
         ("AGENTLOOP_WORKFLOW_SANDBOX", "yes", "expected off (AgentRun runs unsandboxed"),
+        ("AGENTLOOP_LOG_LEVEL", "LOUD", "expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
     ],
 )
 def test_each_bad_value_is_named_with_its_variable_and_the_fix(
@@ -297,6 +298,9 @@ def test_good_values_pass(tmp_path: Path) -> None:
     assert Settings.load({"AGENTLOOP_OTEL": "console"}).otel == "console"
     config = write(tmp_path / "agentloop.toml", 'otel = "console"\n')
     assert Settings.load({CONFIG_FILE_VARIABLE: config}).otel == "console"
+    assert Settings.load({"AGENTLOOP_LOG_LEVEL": "warning"}).log_level == "warning"
+    config = write(tmp_path / "logs.toml", 'log_level = "DEBUG"\n')
+    assert Settings.load({CONFIG_FILE_VARIABLE: config}).log_level == "DEBUG"
 
 
 # --- masking ------------------------------------------------------------------------------

@@ -89,7 +89,7 @@ async def dispatch(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return ExitCode.USAGE
     if args.command == "dev":
-        return await dev(args)
+        return await dev(args, settings)
     if args.command == "worker":
         return await worker(settings, args)
     if args.command == "mcp":  # talks to the MCP servers, not to Temporal
@@ -262,15 +262,18 @@ async def worker(settings: Settings, args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-async def dev(args: argparse.Namespace) -> int:
+async def dev(args: argparse.Namespace, settings: Settings) -> int:
+    """`settings`: the configuration (environment and file) the stack starts from, but for
+    what it replaces with its own (`DEV_REPLACES`)."""
     from agentloop.cli.dev import DevStack, DevStackPorts
     from agentloop.runtime.audit import DEFAULT_REDACT_FIELDS, configure_logging, settings_secrets
     from agentloop.runtime.dev_server import DevStackError
     from agentloop.tools.plugins import PluginError
 
     configure_logging(
+        level=settings.log_level,
         fmt="console",
-        secrets=settings_secrets(Settings.from_env()),
+        secrets=settings_secrets(settings),
         redact_fields=DEFAULT_REDACT_FIELDS,
     )
     ports = DevStackPorts(args.port, args.ui_port, args.example_port, args.provider_port)
@@ -284,6 +287,7 @@ async def dev(args: argparse.Namespace) -> int:
             state_dir=args.state_dir,
             persist_history=args.persist,
             tools=requested_tools(args),
+            settings=settings,
         ) as stack:
             settings = stack.settings
             openai = settings.openai_base_url or "the OpenAI API"

@@ -25,6 +25,7 @@ from agentloop.contract import (
     Principal,
     Provider,
 )
+from agentloop.runtime.config import Settings
 
 TASK = (
     "My train is G1234 on 2026-12-01 and I am going to Shanghai. "
@@ -33,21 +34,25 @@ TASK = (
 TRAIN_DELAY_MS = 400
 
 
-# provider -> (the variable holding its key, the real model the demo uses when it is set)
+# provider -> (the setting holding its key, the real model the demo uses when it is set)
 REAL_MODELS = {
-    "openai-chat": ("OPENAI_API_KEY", "gpt-4o-mini"),
-    "openai-responses": ("OPENAI_API_KEY", "gpt-4o-mini"),
-    "anthropic": ("ANTHROPIC_API_KEY", "claude-sonnet-4-5"),
+    "openai-chat": ("openai_api_key", "gpt-4o-mini"),
+    "openai-responses": ("openai_api_key", "gpt-4o-mini"),
+    "anthropic": ("anthropic_api_key", "claude-sonnet-4-5"),
 }
 
 
 async def run_demo(provider: Provider, keep_running: bool) -> int:
-    key_variable, default_model = REAL_MODELS[provider]
-    real_model = bool(os.environ.get(key_variable))
+    key_field, default_model = REAL_MODELS[provider]
+    # The key may be in the environment or in AGENTLOOP_CONFIG's file, as for `agentloop dev`.
+    settings = Settings.from_env()
+    real_model = bool(getattr(settings, key_field))
     model = os.environ.get("AGENTLOOP_DEMO_MODEL", default_model) if real_model else "travel"
     with tempfile.TemporaryDirectory(prefix="agentloop-demo-") as state_dir:
         ports = DevStackPorts.free()
-        async with DevStack(ports, state_dir=Path(state_dir), quiet=True) as stack:
+        async with DevStack(
+            ports, state_dir=Path(state_dir), quiet=True, settings=settings
+        ) as stack:
             assert stack.client is not None and stack.example_service is not None
             stack.example_service.set_delay("trains", TRAIN_DELAY_MS)
             workflow_id = f"demo-travel-{uuid.uuid4().hex[:8]}"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -58,8 +57,13 @@ class DevStack:
         persist_history: bool = False,
         quiet: bool = False,
         tools: Sequence[str] = (),
+        settings: Settings | None = None,
     ) -> None:
+        """`settings`: the configuration the stack starts from (default: the environment and
+        AGENTLOOP_CONFIG's file); its own server, store and services replace what it says of
+        them, and its provider keys decide where model calls go."""
         self.ports = ports
+        self._base = settings
         self.state_dir = state_dir
         self.persist_history = persist_history
         self.quiet = quiet
@@ -97,8 +101,9 @@ class DevStack:
             self._stop_server()
 
     async def _start(self) -> None:
+        base = self._base or Settings.from_env()
         # The tool modules first: one that cannot be loaded stops the stack before it starts.
-        self._modules = [EXAMPLE_TOOLS_MODULE, *Settings.from_env().tool_modules(), *self._tools]
+        self._modules = [EXAMPLE_TOOLS_MODULE, *base.tool_modules(), *self._tools]
         self.toolbox = load_toolbox(self._modules)
         ports = self.ports
         for port, what, flag in (
@@ -109,12 +114,12 @@ class DevStack:
             ensure_port_free(port, what, flag)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._start_server()
-        self.client = await self._connect_when_ready()
+        self.client = await self._connect_when_ready(base)
         self.example_service = ExampleService(self.state_dir / "example_service.db")
         await self.example_service.start(host="127.0.0.1", port=ports.example_service)
         self._exit.push_async_callback(self.example_service.stop)
-        endpoints = await self._model_endpoints()
-        self.settings = Settings.from_env().model_copy(
+        endpoints = await self._model_endpoints(base)
+        self.settings = base.model_copy(
             update={
                 "temporal_address": f"127.0.0.1:{ports.temporal}",
                 "example_service_url": self.example_service.base_url,
@@ -128,15 +133,14 @@ class DevStack:
             running_worker(self.client, self.settings, self.toolbox)
         )
 
-    async def _model_endpoints(self) -> dict[str, str | None]:
-        """Real providers where a key is set (their base URLs left as found); the scripted
-        provider for every provider without one."""
-        env = os.environ
+    async def _model_endpoints(self, base: Settings) -> dict[str, str | None]:
+        """Real providers where a key is set, in the environment or the file (their base
+        URLs left as found); the scripted provider for every provider without one."""
         endpoints: dict[str, str | None] = {
-            "openai_api_key": env.get("OPENAI_API_KEY"),
-            "openai_base_url": env.get("OPENAI_BASE_URL"),
-            "anthropic_api_key": env.get("ANTHROPIC_API_KEY"),
-            "anthropic_base_url": env.get("ANTHROPIC_BASE_URL"),
+            "openai_api_key": base.openai_api_key,
+            "openai_base_url": base.openai_base_url,
+            "anthropic_api_key": base.anthropic_api_key,
+            "anthropic_base_url": base.anthropic_base_url,
         }
         if endpoints["openai_api_key"] and endpoints["anthropic_api_key"]:
             return endpoints
@@ -179,11 +183,11 @@ class DevStack:
             start_new_session=True,  # Ctrl-C reaches us, and we stop the server in order
         )
 
-    async def _connect_when_ready(self) -> Client:
+    async def _connect_when_ready(self, base: Settings) -> Client:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + STARTUP_TIMEOUT_SECONDS
-        # The environment's codec keys apply: the dev worker reads what `agentloop run` writes.
-        settings = Settings.from_env().model_copy(
+        # The configured codec keys apply: the dev worker reads what `agentloop run` writes.
+        settings = base.model_copy(
             update={
                 "temporal_address": f"127.0.0.1:{self.ports.temporal}",
                 "temporal_api_key": None,

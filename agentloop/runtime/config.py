@@ -38,6 +38,7 @@ from agentloop.runtime.config_checks import (
     check_codec_keys,
     check_count,
     check_host_port,
+    check_log_level,
     check_otel,
     check_pem_file,
     check_positive_number,
@@ -135,6 +136,9 @@ class Settings(BaseModel):
     """OpenTelemetry tracing of runs through Temporal's TracingInterceptor
     (`agentloop.runtime.tracing`)."""
     workflow_sandbox: SandboxMode = "off"
+    log_level: str = "INFO"
+    """The level of the log lines `agentloop worker` and `agentloop dev` write (DEBUG, INFO,
+    WARNING, ERROR, CRITICAL); audit records are written whatever it says."""
     tools: str | None = None
     """`module[:attribute],...`: the team's tool modules the worker loads beside the
     built-ins (`agentloop.tools.plugins`); in the TOML file also an array of strings."""
@@ -269,6 +273,7 @@ VARIABLES: dict[str, Variable] = {
     ),
     "otel": Variable("AGENTLOOP_OTEL", check_otel),
     "workflow_sandbox": Variable("AGENTLOOP_WORKFLOW_SANDBOX", check_sandbox_mode),
+    "log_level": Variable("AGENTLOOP_LOG_LEVEL", check_log_level),
     "tools": Variable("AGENTLOOP_TOOLS", check_tool_modules),
     "approver_keys": Variable("AGENTLOOP_APPROVER_KEYS", check_approver_keys),
     "mcp_servers": Variable("AGENTLOOP_MCP_SERVERS", check_servers, secret=True, mask=mask_servers),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import math
 import re
 from collections.abc import Callable
@@ -180,6 +181,16 @@ def check_otel(value: str) -> str | None:
             " one with opentelemetry.trace.set_tracer_provider() before loading the settings;"
             " or use console"
         )
+    return None
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def check_log_level(value: str) -> str | None:
+    """A level `logging` knows by name, in any case."""
+    if not isinstance(logging.getLevelName(value.upper()), int):
+        return f"expected one of {', '.join(LOG_LEVELS)}"
     return None
 
 
