@@ -6,6 +6,7 @@ payloads the same way (encrypted when `AGENTLOOP_CODEC_KEYS` is set) and trace t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any
 
@@ -52,6 +53,33 @@ async def connect(settings: Settings) -> Client:
         tls=settings.tls_config(),
         interceptors=tracing.interceptors(settings),
     )
+
+
+CONNECT_TIMEOUT_SECONDS = 10.0
+
+
+class StartupError(Exception):
+    """What a command or a worker needs before it can start (Temporal, its namespace, the
+    store) cannot be used; the message names the setting at fault and the fix."""
+
+
+class TemporalUnreachable(StartupError):
+    """No Temporal server answered at the configured address."""
+
+
+async def connect_checked(
+    settings: Settings, timeout_seconds: float = CONNECT_TIMEOUT_SECONDS
+) -> Client:
+    """`connect`, given `timeout_seconds` to answer: what the CLI and `agentloop worker`
+    connect with. Raises `TemporalUnreachable` naming the address and how to fix it."""
+    try:
+        return await asyncio.wait_for(connect(settings), timeout_seconds)
+    except (RuntimeError, TimeoutError) as exc:
+        reason = str(exc) or f"no answer within {timeout_seconds:g} s"
+        raise TemporalUnreachable(
+            f"cannot reach Temporal at {settings.temporal_address}: {reason}\n"
+            "start one with `agentloop dev`, or set TEMPORAL_ADDRESS"
+        ) from None
 
 
 async def start_run(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -14,7 +15,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
@@ -24,7 +27,7 @@ from agentloop.activities.runs import RunActivities
 from agentloop.activities.tools import ToolActivities
 from agentloop.activities.verify import VerifierActivities
 from agentloop.adapters import AdapterFactory
-from agentloop.client import connect
+from agentloop.client import StartupError, connect_checked
 from agentloop.mcp.listing import name_clashes
 from agentloop.pricing import PriceTable
 from agentloop.runtime import tracing
@@ -32,13 +35,14 @@ from agentloop.runtime.audit import (
     DEFAULT_REDACT_FIELDS,
     Redactor,
     configure_logging,
+    mask_url,
     settings_secrets,
 )
-from agentloop.runtime.config import ConfigError, Settings
+from agentloop.runtime.config import VARIABLES, ConfigError, Settings
 from agentloop.runtime.config_checks import SandboxMode
 from agentloop.runtime.indexing import Registration
 from agentloop.runtime.mcp_config import McpServerConfig
-from agentloop.store import Store, open_store
+from agentloop.store import Store, StoreError, StoreUnavailable, open_store
 from agentloop.tools.plugins import PluginError, Toolbox, load_toolbox
 from agentloop.workflows.agent_run import AgentRun
 
@@ -206,15 +210,55 @@ async def running_worker(
             yield worker
 
 
+async def check_store(settings: Settings) -> None:
+    """Open the store and read from it once; raises `StartupError` naming
+    AGENTLOOP_STORE_URL when that fails (a folder that cannot be made, a file that is not a
+    database, a PostgreSQL that does not answer), instead of every run's first model call."""
+    try:
+        store = open_store(settings.store_url)
+        try:
+            await store.get_node("")
+        finally:
+            await store.close()
+    except (StoreError, StoreUnavailable, OSError, sqlite3.Error) as exc:
+        reason = str(exc)
+        if isinstance(exc, OSError) and exc.strerror:
+            reason = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+        name = VARIABLES["store_url"].name
+        raise StartupError(
+            f"{name}={mask_url(settings.store_url)!r}: the store cannot be used: {reason}"
+        ) from None
+
+
+async def check_namespace(client: Client, settings: Settings) -> None:
+    """Raises `StartupError` when the server does not know the worker's namespace."""
+    request = DescribeNamespaceRequest(namespace=settings.temporal_namespace)
+    try:
+        await client.workflow_service.describe_namespace(request)
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            return  # not ours to judge (e.g. not allowed to describe it): the worker tries
+        namespace = settings.temporal_namespace
+        raise StartupError(
+            f"TEMPORAL_NAMESPACE={namespace!r}: no such namespace on "
+            f"{settings.temporal_address}: set it to one that exists, or create it "
+            f"(temporal operator namespace create --namespace {namespace})"
+        ) from None
+
+
 async def serve(settings: Settings, toolbox: Toolbox) -> None:
-    """Run a worker until SIGINT or SIGTERM."""
+    """Run a worker until SIGINT or SIGTERM. Before it polls, raises `StartupError` when
+    the store, Temporal or the namespace cannot be used (`TemporalUnreachable` for Temporal),
+    and `PluginError` when a tool module's dependencies do not open."""
     configure_logging(
         level=settings.log_level,
         fmt="json",
         secrets=settings_secrets(settings),
         redact_fields=DEFAULT_REDACT_FIELDS,
     )
-    client = await connect(settings)
+    await check_store(settings)
+    client = await connect_checked(settings)
+    await check_namespace(client, settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -233,14 +277,15 @@ async def serve(settings: Settings, toolbox: Toolbox) -> None:
 
 def main() -> None:
     """`python worker.py` (and `python -m agentloop.worker`): a worker from the configuration;
-    exit 2 on a bad configuration or a tool module that cannot be loaded, before polling."""
+    exit 2 on a bad configuration, a tool module that cannot be loaded or opened, or a
+    Temporal, namespace or store that cannot be used, before polling."""
     try:
         settings = Settings.load()
         toolbox = load_worker_toolbox(settings)
-    except (ConfigError, PluginError) as exc:
+        asyncio.run(serve(settings, toolbox))
+    except (ConfigError, PluginError, StartupError) as exc:
         print(exc, file=sys.stderr)
         raise SystemExit(2) from None
-    asyncio.run(serve(settings, toolbox))
 
 
 if __name__ == "__main__":

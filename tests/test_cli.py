@@ -554,6 +554,125 @@ async def test_dev_refuses_a_port_in_use_naming_port_and_flag(tmp_path: Path) ->
     assert str(port) in finished.stderr and "--port" in finished.stderr, finished.explain()
 
 
+def python_path(folder: str) -> str:
+    """`folder` first on the import path, before what this process's PYTHONPATH holds."""
+    return os.pathsep.join(p for p in (folder, os.environ.get("PYTHONPATH", "")) if p)
+
+
+FAILING_DEPENDENCIES = """
+import agentloop
+
+
+@agentloop.dependencies
+async def orders_db():
+    raise ConnectionError("orders db unreachable")
+    yield None
+
+
+@agentloop.tool
+async def read_order(ctx: agentloop.ToolContext, order_id: str) -> str:
+    \"\"\"An order.\"\"\"
+    return order_id
+"""
+
+WORKER_START_FAILURES = {
+    # case: (the worker's environment beside a reachable server, what stderr names)
+    "unreachable Temporal": ({"TEMPORAL_ADDRESS": "UNREACHABLE"}, "cannot reach Temporal at"),
+    "unknown namespace": (
+        {"TEMPORAL_NAMESPACE": "no-such-namespace"},
+        "TEMPORAL_NAMESPACE='no-such-namespace': no such namespace",
+    ),
+    "bad log level": ({"AGENTLOOP_LOG_LEVEL": "LOUD"}, "AGENTLOOP_LOG_LEVEL='LOUD'"),
+    "failing dependencies": (
+        {"AGENTLOOP_TOOLS": "failing_deps"},
+        "failing_deps: its dependencies did not open: ConnectionError: orders db unreachable",
+    ),
+    "unusable store": (
+        {"AGENTLOOP_STORE_URL": "sqlite:///a-file/store.db"},
+        "AGENTLOOP_STORE_URL='sqlite:///a-file/store.db': the store cannot be used",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(WORKER_START_FAILURES))
+async def test_a_worker_that_cannot_start_says_why_in_one_message_and_exits_2(
+    client: Client, case: str, tmp_path: Path
+) -> None:
+    (tmp_path / "failing_deps.py").write_text(FAILING_DEPENDENCIES)
+    (tmp_path / "a-file").write_text("not a folder")
+    overrides, named = WORKER_START_FAILURES[case]
+    env = process_env(
+        TEMPORAL_ADDRESS=client.service_client.config.target_host, PYTHONPATH=python_path(".")
+    )
+    env.update(overrides)
+    if env["TEMPORAL_ADDRESS"] == "UNREACHABLE":
+        env["TEMPORAL_ADDRESS"] = f"127.0.0.1:{free_port()}"
+    finished = await run_process(CONSOLE_SCRIPT, "worker", env=env, cwd=tmp_path)
+    assert finished.returncode == 2, finished.explain()
+    assert_no_traceback(finished)
+    assert named in finished.stderr, finished.explain()
+    assert "agentloop worker polling" not in finished.stdout, finished.explain()
+
+
+BAD_ARGUMENTS: dict[str, tuple[tuple[str, ...], dict[str, str], str]] = {
+    # case: (the command's arguments, its environment, what its one line of stderr says)
+    "empty --text": (
+        ("message", "r1", "--sender", "dana", "--text="),
+        {},
+        "agentloop message: --text: String should have at least 1 character",
+    ),
+    "empty --operator": (
+        ("resolve", "r1", "c1", "--outcome", "applied", "--operator="),
+        {},
+        "agentloop resolve: --operator: String should have at least 1 character",
+    ),
+    "empty --approver": (
+        ("approve", "r1", "c1", "--approver="),
+        {},
+        "agentloop approve: --approver: String should have at least 1 character",
+    ),
+    "long --reason": (
+        ("reject", "r1", "c1", "--approver", "lead", "--reason", "x" * 4_001),
+        {},
+        "agentloop reject: --reason: String should have at most 4000 characters",
+    ),
+    "bad setting in replay": (
+        ("replay", str(Path(__file__).parent / "histories")),
+        {"AGENTLOOP_CODEC_KEYS": "no-key-id"},
+        "invalid configuration: AGENTLOOP_CODEC_KEYS=",
+    ),
+    "state dir in a file": (
+        ("dev", "--state-dir", "a-file/state"),
+        {},
+        "agentloop dev: cannot make the state directory a-file/state",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_ARGUMENTS))
+async def test_bad_arguments_are_one_line_and_exit_2_before_temporal_is_reached(
+    case: str, tmp_path: Path
+) -> None:
+    (tmp_path / "a-file").write_text("not a folder")
+    args, overrides, said = BAD_ARGUMENTS[case]
+    if args[0] == "dev":  # on free ports; the last --state-dir counts
+        args = tuple(dev_argv(tmp_path / "unused", *args[1:])[0][1:])
+    env = process_env(TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}", **overrides)
+    finished = await agentloop(*args, env=env, cwd=tmp_path)
+    assert finished.returncode == 2, finished.explain()
+    assert_no_traceback(finished)
+    [line] = finished.stderr.splitlines()
+    assert said in line, finished.explain()
+    assert "Temporal" not in line
+
+
+async def test_dev_refuses_a_port_out_of_range_naming_the_option(tmp_path: Path) -> None:
+    finished = await agentloop("dev", "--port", "99999", env=process_env(), cwd=tmp_path)
+    assert finished.returncode == 2, finished.explain()
+    assert_no_traceback(finished)
+    assert "argument --port: '99999' is not a port" in finished.stderr, finished.explain()
+
+
 # --- the demo --------------------------------------------------------------------------
 
 

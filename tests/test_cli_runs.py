@@ -563,6 +563,39 @@ async def test_a_question_shows_the_message_command_which_answers_it(
     assert result.status == "completed" and result.output == "Noted: 2026-12-01"
 
 
+# --- commands a run cannot take ------------------------------------------------------------
+
+
+async def test_a_second_run_with_a_running_runs_id_is_one_line_and_exit_2(
+    client: Client, env: dict[str, str], run_id: str, tmp_path: Path
+) -> None:
+    idle = {**env, "AGENT_LOOP_TASK_QUEUE": f"idle-{run_id}"}  # no worker: it stays running
+    first = await agentloop("run", "hi", "--id", run_id, env=idle, cwd=tmp_path)
+    assert first.returncode == 0, first.explain()
+    try:
+        again = await agentloop("run", "hi", "--id", run_id, env=idle, cwd=tmp_path)
+    finally:
+        await client.get_workflow_handle(run_id).terminate("test over")
+    assert again.returncode == 2, again.explain()
+    assert_no_traceback(again)
+    [line] = again.stderr.splitlines()
+    assert f"a run with id {run_id!r} is already running" in line, again.explain()
+
+
+async def test_a_store_that_cannot_be_opened_is_named_and_exit_2(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / "a-file").write_text("not a folder, not a database")
+    for url in (f"sqlite:///{tmp_path}/a-file/store.db", f"sqlite:///{tmp_path}/a-file"):
+        finished = await agentloop(
+            "transcript", "any-run", env={**env, "AGENTLOOP_STORE_URL": url}, cwd=tmp_path
+        )
+        assert finished.returncode == 2, finished.explain()
+        assert_no_traceback(finished)
+        [line] = finished.stderr.splitlines()
+        assert line.startswith(f"cannot open the store at {url} (AGENTLOOP_STORE_URL"), line
+
+
 # --- replay ---------------------------------------------------------------------------------
 
 

@@ -14,25 +14,26 @@ import logging
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
 from pydantic import ValidationError
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentloop.cli.keys import approver_keys
-from agentloop.cli.output import ExitCode, ReplayedHistory, print_json
+from agentloop.cli.output import CommandError, ExitCode, ReplayedHistory, print_json
 from agentloop.cli.parser import build_parser
-from agentloop.cli.runs import build_run_input, client_command, run
+from agentloop.cli.runs import build_request, build_run_input, client_command, run
 from agentloop.cli.stats import with_learned_limits
-from agentloop.client import connect
-from agentloop.contract import AgentRunInput, describe_validation_error
+from agentloop.client import StartupError, connect_checked
+from agentloop.contract import describe_validation_error
 from agentloop.runtime import tracing
 from agentloop.runtime.codec import ENCODING, PayloadDecryptionError
 from agentloop.runtime.config import VARIABLES, ConfigError, Settings, load_config
 
-CONNECT_TIMEOUT_SECONDS = 10.0
 DEV_REPLACES = frozenset(
     {
         "temporal_address",
@@ -54,6 +55,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = asyncio.run(dispatch(args))
     except KeyboardInterrupt:
         code = ExitCode.INTERRUPTED
+    except Exception:  # a bug: its traceback, then the same orderly exit as any other
+        traceback.print_exc()
+        code = ExitCode.FAILED
     exit_now(code)
 
 
@@ -74,20 +78,42 @@ def exit_now(code: int) -> NoReturn:
 
 
 async def dispatch(args: argparse.Namespace) -> int:
-    if args.command == "replay":  # needs nothing but the files
+    """Run the command. An error the CLI knows (bad arguments or run input, a bad
+    configuration, Temporal or the store unusable, a tool module failing, a run not found or
+    ended, ...) is one message on stderr and its exit code (`explain_error`): only a bug shows
+    a traceback."""
+    settings: Settings | None = None
+    try:
+        if args.command in STANDALONE:
+            return await standalone(args)
+        # Checked before anything starts or connects; `dev` replaces some settings itself.
+        settings = load_config(skip=DEV_REPLACES if args.command == "dev" else ()).settings
+        return await with_settings(args, settings)
+    except Exception as exc:
+        explained = explain_error(exc, args, settings)
+        if explained is None:
+            raise
+        message, code = explained
+        print(message, file=sys.stderr)
+        return code
+
+
+STANDALONE = frozenset({"replay", "config", "codec-server", "keys"})
+"""Commands that need no settings but their own (files, keys): a bad configuration does not
+stop them."""
+
+
+async def standalone(args: argparse.Namespace) -> int:
+    if args.command == "replay":
         return await replay_files(args.paths, as_json=args.json)
     if args.command == "config":
         return show_config(as_json=args.json)
-    if args.command == "codec-server":  # needs nothing but the keys
+    if args.command == "codec-server":
         return await codec_server(args)
-    if args.command == "keys":  # needs nothing but the files
-        return approver_keys(args)
-    # Checked before anything starts or connects; `dev` replaces some settings itself.
-    try:
-        settings = load_config(skip=DEV_REPLACES if args.command == "dev" else ()).settings
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return ExitCode.USAGE
+    return approver_keys(args)
+
+
+async def with_settings(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "dev":
         return await dev(args, settings)
     if args.command == "worker":
@@ -96,41 +122,74 @@ async def dispatch(args: argparse.Namespace) -> int:
         from agentloop.cli.mcp import mcp_command
 
         return await mcp_command(settings, args)
-    run_input: AgentRunInput | None = None
-    if args.command == "run":
-        # Bad input is reported before anything else, Temporal reachable or not.
+    # Bad input is reported before anything else, Temporal reachable or not.
+    run_input = build_run_input(args) if args.command == "run" else None
+    request = build_request(args)
+    client = await connect_checked(settings)
+    if run_input is None:
+        return await client_command(client, settings, args, request)
+    if args.limits_from:
         try:
-            run_input = build_run_input(args)
-        except ValidationError as exc:
-            print(f"invalid run input: {describe_validation_error(exc)}", file=sys.stderr)
-            return ExitCode.USAGE
-    try:
-        client = await asyncio.wait_for(connect(settings), CONNECT_TIMEOUT_SECONDS)
-    except (RuntimeError, TimeoutError) as exc:
-        reason = str(exc) or f"no answer within {CONNECT_TIMEOUT_SECONDS:g} s"
-        print(
-            f"cannot reach Temporal at {settings.temporal_address}: {reason}\n"
-            "start one with `agentloop dev`, or set TEMPORAL_ADDRESS",
-            file=sys.stderr,
+            run_input = await with_learned_limits(client, args, run_input)
+        except ValueError as exc:
+            raise CommandError(f"--limits-from: {exc}", ExitCode.USAGE) from None
+    return await run(client, settings, args, run_input)
+
+
+RUN_INPUT_MODELS = frozenset({"AgentRunInput", "Principal", "Limits"})
+OPTIONS = {
+    "text": "--text",
+    "sender": "--sender",
+    "approver": "--approver",
+    "reason": "--reason",
+    "operator": "--operator",
+    "note": "--note",
+    "args_digest": "--digest",
+    "call_id": "CALL_ID",
+}
+"""The option each field of a signal's payload comes from."""
+
+
+def explain_error(
+    exc: Exception, args: argparse.Namespace, settings: Settings | None
+) -> tuple[str, ExitCode] | None:
+    """The one message for an error a command ended with, and the code to exit with; None
+    for an error this does not know (a bug: its traceback shows)."""
+    from agentloop.runtime.dev_server import DevStackError
+    from agentloop.tools.plugins import PluginError
+
+    command = f"agentloop {args.command}"
+    if isinstance(exc, CommandError):
+        return str(exc), exc.code
+    if isinstance(exc, ConfigError):
+        return str(exc), ExitCode.USAGE
+    if isinstance(exc, ValidationError):
+        if exc.title in RUN_INPUT_MODELS:
+            return f"invalid run input: {describe_validation_error(exc)}", ExitCode.USAGE
+        return f"{command}: {describe_bad_arguments(exc)}", ExitCode.USAGE
+    if isinstance(exc, StartupError | PluginError | DevStackError):
+        return f"{command}: {exc}", ExitCode.USAGE
+    if isinstance(exc, WorkflowAlreadyStartedError):
+        return (
+            f"{command}: a run with id {exc.workflow_id!r} is already running: give another"
+            f" --id (or none, for a new one), or see it with `agentloop status {exc.workflow_id}`",
+            ExitCode.USAGE,
         )
-        return ExitCode.USAGE
-    try:
-        if run_input is not None:
-            if args.limits_from:
-                try:
-                    run_input = await with_learned_limits(client, args, run_input)
-                except ValueError as exc:
-                    print(f"--limits-from: {exc}", file=sys.stderr)
-                    return ExitCode.USAGE
-            return await run(client, settings, args, run_input)
-        return await client_command(client, settings, args)
-    except (RPCError, PayloadDecryptionError, KeyError) as exc:
-        explained = explain_client_error(exc, args, settings)
-        if explained is None:
-            raise
-        message, code = explained
-        print(message, file=sys.stderr)
-        return code
+    if settings is not None and isinstance(exc, RPCError | PayloadDecryptionError | KeyError):
+        return explain_client_error(exc, args, settings)
+    return None
+
+
+def describe_bad_arguments(exc: ValidationError) -> str:
+    """`--text: String should have at least 1 character (got '')`: each field named by the
+    option it came from."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        field = ".".join(str(part) for part in error["loc"]) or "input"
+        got = repr(error.get("input"))
+        got = got if len(got) <= 80 else got[:77] + "..."
+        parts.append(f"{OPTIONS.get(field, field)}: {error['msg']} (got {got})")
+    return "; ".join(parts)
 
 
 def explain_client_error(
@@ -249,15 +308,11 @@ def requested_tools(args: argparse.Namespace) -> list[str]:
 
 
 async def worker(settings: Settings, args: argparse.Namespace) -> int:
-    """The tool modules are loaded, and every problem with them reported, before connecting."""
-    from agentloop.tools.plugins import PluginError
+    """The tool modules are loaded, and every problem with them reported, before connecting;
+    `serve` checks the store, Temporal and the namespace before it polls."""
     from agentloop.worker import load_worker_toolbox, serve
 
-    try:
-        toolbox = load_worker_toolbox(settings, requested_tools(args))
-    except (PluginError, ConfigError) as exc:
-        print(f"agentloop worker: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
+    toolbox = load_worker_toolbox(settings, requested_tools(args))
     await serve(settings, toolbox)
     return ExitCode.OK
 
@@ -267,8 +322,6 @@ async def dev(args: argparse.Namespace, settings: Settings) -> int:
     what it replaces with its own (`DEV_REPLACES`)."""
     from agentloop.cli.dev import DevStack, DevStackPorts
     from agentloop.runtime.audit import DEFAULT_REDACT_FIELDS, configure_logging, settings_secrets
-    from agentloop.runtime.dev_server import DevStackError
-    from agentloop.tools.plugins import PluginError
 
     configure_logging(
         level=settings.log_level,
@@ -281,33 +334,29 @@ async def dev(args: argparse.Namespace, settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    try:
-        async with DevStack(
-            ports,
-            state_dir=args.state_dir,
-            persist_history=args.persist,
-            tools=requested_tools(args),
-            settings=settings,
-        ) as stack:
-            settings = stack.settings
-            openai = settings.openai_base_url or "the OpenAI API"
-            anthropic = settings.anthropic_base_url or "the Anthropic API"
-            print(
-                "agentloop dev is up\n"
-                f"  Temporal     127.0.0.1:{ports.temporal} (namespace default)\n"
-                f"  Temporal UI  http://localhost:{ports.ui}\n"
-                f"  example svc  {stack.settings.example_service_url}\n"
-                f"  models       OpenAI: {openai}; Anthropic: {anthropic}"
-                f"{' (scripted provider)' if stack.scripted_provider else ''}\n"
-                f"  worker       task queue {stack.settings.task_queue!r}, tools: "
-                f"{', '.join(stack.tool_names)}\n"
-                "Ctrl-C stops everything.",
-                flush=True,
-            )
-            await stop.wait()
-    except (DevStackError, PluginError) as exc:
-        print(f"agentloop dev: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
+    async with DevStack(
+        ports,
+        state_dir=args.state_dir,
+        persist_history=args.persist,
+        tools=requested_tools(args),
+        settings=settings,
+    ) as stack:
+        settings = stack.settings
+        openai = settings.openai_base_url or "the OpenAI API"
+        anthropic = settings.anthropic_base_url or "the Anthropic API"
+        print(
+            "agentloop dev is up\n"
+            f"  Temporal     127.0.0.1:{ports.temporal} (namespace default)\n"
+            f"  Temporal UI  http://localhost:{ports.ui}\n"
+            f"  example svc  {stack.settings.example_service_url}\n"
+            f"  models       OpenAI: {openai}; Anthropic: {anthropic}"
+            f"{' (scripted provider)' if stack.scripted_provider else ''}\n"
+            f"  worker       task queue {stack.settings.task_queue!r}, tools: "
+            f"{', '.join(stack.tool_names)}\n"
+            "Ctrl-C stops everything.",
+            flush=True,
+        )
+        await stop.wait()
     print("agentloop dev stopped", flush=True)
     return ExitCode.OK
 

@@ -112,7 +112,13 @@ class DevStack:
             (ports.example_service, "the example service", "--example-port"),
         ):
             ensure_port_free(port, what, flag)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DevStackError(
+                f"cannot make the state directory {self.state_dir}: {exc.strerror or exc}:"
+                " pass --state-dir DIR"
+            ) from None
         self._start_server()
         self.client = await self._connect_when_ready(base)
         self.example_service = ExampleService(self.state_dir / "example_service.db")

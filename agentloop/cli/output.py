@@ -48,6 +48,15 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130
 
 
+class CommandError(Exception):
+    """What stops a command, said in one message for stderr, and the code it exits with
+    (`agentloop.cli.commands.explain_error` prints it: no traceback)."""
+
+    def __init__(self, message: str, code: ExitCode) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 RESULT_EXIT_CODES: dict[RunStatus, ExitCode] = {
     "completed": ExitCode.COMPLETED,
     "failed": ExitCode.FAILED,

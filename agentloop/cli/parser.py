@@ -24,10 +24,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="run Temporal dev server + UI, example service, "
         "scripted provider and a worker until Ctrl-C",
     )
-    dev.add_argument("--port", type=int, default=7233, help="Temporal frontend port")
-    dev.add_argument("--ui-port", type=int, default=8233)
-    dev.add_argument("--example-port", type=int, default=8787)
-    dev.add_argument("--provider-port", type=int, default=8788)
+    dev.add_argument("--port", type=port_number, default=7233, help="Temporal frontend port")
+    dev.add_argument("--ui-port", type=port_number, default=8233)
+    dev.add_argument("--example-port", type=port_number, default=8787)
+    dev.add_argument("--provider-port", type=port_number, default=8788)
     dev.add_argument("--state-dir", type=Path, default=Path(".agentloop"))
     dev.add_argument(
         "--persist",
@@ -210,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve the Temporal UI's remote codec endpoint (POST /decode, /encode) with the "
         "keys of AGENTLOOP_CODEC_KEYS, so the UI shows encrypted history decrypted",
     )
-    codec.add_argument("--port", type=int, default=8081)
+    codec.add_argument("--port", type=port_number, default=8081)
     codec.add_argument(
         "--host",
         default="127.0.0.1",
@@ -244,6 +244,17 @@ def run_parser(
     )
     add_json_flag(sub, "print one JSON object: the run's id and UI link, or with --follow its end")
     return sub
+
+
+def port_number(text: str) -> int:
+    """A TCP port to listen on, 1 to 65535 (argparse names the option when it is not)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: give a number from 1 to 65535")
+    return port
 
 
 def add_tools_option(parser: argparse.ArgumentParser, where: str) -> None:

@@ -19,7 +19,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal, TextIO, TypeAlias
 
-from pydantic import ValidationError
 from temporalio.client import (
     Client,
     WorkflowFailureError,
@@ -32,6 +31,7 @@ from agentloop import search
 from agentloop.cli.output import (
     PAUSED_PHASES,
     RESULT_EXIT_CODES,
+    CommandError,
     Decision,
     ExitCode,
     HistoryWritten,
@@ -43,7 +43,7 @@ from agentloop.cli.output import (
 )
 from agentloop.cli.progress import format_snapshot, progress_display
 from agentloop.cli.stats import show_stats
-from agentloop.cli.transcript import format_transcript, read_transcript
+from agentloop.cli.transcript import format_transcript, open_transcript_store, read_transcript
 from agentloop.contract import (
     WORKFLOW_NAME,
     AgentRunInput,
@@ -56,7 +56,6 @@ from agentloop.contract import (
     ResolveRequest,
     RunStatusView,
     UserMessage,
-    describe_validation_error,
 )
 from agentloop.runtime.audit import mask_url
 from agentloop.runtime.config import Settings
@@ -71,8 +70,39 @@ FOLLOW_QUERY_TIMEOUT = timedelta(seconds=5)
 Handle: TypeAlias = WorkflowHandle[Any, AgentRunResult]
 
 
-async def client_command(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    """The commands about one existing run (and `list`)."""
+Request: TypeAlias = ApprovalDecision | ResolveRequest | UserMessage | CancelRequest
+
+DIGEST_FROM_STATUS = "(the digest status shows)"
+"""Stands in for `--digest` until `approve`/`reject` read it from the run's status."""
+
+
+def build_request(args: argparse.Namespace) -> Request | None:
+    """What `approve`, `reject`, `resolve`, `message` and `cancel` send, from the command
+    line, checked before anything connects: raises ValidationError naming the bad field."""
+    if args.command in ("approve", "reject"):
+        return ApprovalDecision(
+            call_id=args.call_id,
+            args_digest=args.digest or DIGEST_FROM_STATUS,
+            approved=args.command == "approve",
+            approver=args.approver,
+            reason=args.reason,
+        )
+    if args.command == "resolve":
+        return ResolveRequest(
+            call_id=args.call_id, outcome=args.outcome, operator=args.operator, note=args.note
+        )
+    if args.command == "message":
+        return UserMessage(text=args.text, sender=args.sender)
+    if args.command == "cancel":
+        return CancelRequest(reason=args.reason)
+    return None
+
+
+async def client_command(
+    client: Client, settings: Settings, args: argparse.Namespace, request: Request | None
+) -> int:
+    """The commands about one existing run (and `list`); `request` is what `build_request`
+    made of the command line."""
     if args.command == "list":
         return await list_runs(client, args)
     if args.command == "stats":
@@ -86,22 +116,17 @@ async def client_command(client: Client, settings: Settings, args: argparse.Name
         return await show_transcript(handle, settings.store_url, as_json=args.json)
     if args.command == "history":
         return await export_history(handle, args.output, as_json=args.json)
-    if args.command in ("approve", "reject"):
-        return await decide(handle, args, approved=args.command == "approve")
-    if args.command == "resolve":
-        request = ResolveRequest(
-            call_id=args.call_id, outcome=args.outcome, operator=args.operator, note=args.note
-        )
+    if isinstance(request, ApprovalDecision):
+        return await decide(handle, args, request)
+    if isinstance(request, ResolveRequest):
         done = f"resolution sent for {args.call_id}: {args.outcome}"
         return await send_signal(handle, "resolve", request, done, as_json=args.json)
-    if args.command == "message":
-        said = UserMessage(text=args.text, sender=args.sender)
-        return await send_signal(
-            handle, "message", said, f"message sent to {args.run_id}", as_json=args.json
-        )
+    if isinstance(request, UserMessage):
+        done = f"message sent to {args.run_id}"
+        return await send_signal(handle, "message", request, done, as_json=args.json)
+    assert isinstance(request, CancelRequest), args.command
     done = f"cancel requested for {args.run_id}"
-    cancel = CancelRequest(reason=args.reason)
-    return await send_signal(handle, "cancel", cancel, done, as_json=args.json)
+    return await send_signal(handle, "cancel", request, done, as_json=args.json)
 
 
 def build_run_input(args: argparse.Namespace) -> AgentRunInput:
@@ -166,13 +191,9 @@ async def continue_run(client: Client, settings: Settings, args: argparse.Namesp
     limits = {**previous.get("limits", {}), "max_model_calls": args.max_model_calls}
     if args.max_tool_calls is not None:
         limits["max_tool_calls"] = args.max_tool_calls
-    try:
-        run_input = AgentRunInput.model_validate(
-            {**previous, "task": args.task, "limits": limits, "continue_from": args.run_id}
-        )
-    except ValidationError as exc:
-        print(f"invalid run input: {describe_validation_error(exc)}", file=sys.stderr)
-        return ExitCode.USAGE
+    run_input = AgentRunInput.model_validate(
+        {**previous, "task": args.task, "limits": limits, "continue_from": args.run_id}
+    )
     args.id = args.id or f"{args.run_id}-continued-{uuid.uuid4().hex[:6]}"
     return await run(client, settings, args, run_input)
 
@@ -294,17 +315,25 @@ def report_snapshot(found: RunSnapshot, as_json: bool) -> int:
 
 
 async def show_transcript(handle: Handle, store_url: str, as_json: bool) -> int:
-    """The run's conversation from the store, walked back from the run's transcript head."""
-    head = await transcript_head(handle, await read_snapshot(handle))
+    """The run's conversation from the store, walked back from the run's transcript head.
+    A store that cannot be opened or reached exits 2 before the run is read; one that lacks
+    the run's transcript, 1."""
+    where = f"the store at {mask_url(store_url)} (AGENTLOOP_STORE_URL: where workers write)"
     try:
-        events = await read_transcript(store_url, head)
-    except (StoreError, StoreUnavailable) as exc:
-        print(
-            f"cannot read the transcript of {handle.id} from the store at "
-            f"{mask_url(store_url)} (AGENTLOOP_STORE_URL: the store the workers write to): {exc}",
-            file=sys.stderr,
-        )
-        return ExitCode.FAILED
+        store = open_transcript_store(store_url)
+    except StoreUnavailable as exc:
+        raise CommandError(f"cannot open {where}: {exc}", ExitCode.USAGE) from None
+    try:
+        head = await transcript_head(handle, await read_snapshot(handle))
+        events = await read_transcript(store, head)
+    except StoreUnavailable as exc:
+        raise CommandError(f"cannot reach {where}: {exc}", ExitCode.USAGE) from None
+    except StoreError as exc:
+        raise CommandError(
+            f"cannot read the transcript of {handle.id} from {where}: {exc}", ExitCode.FAILED
+        ) from None
+    finally:
+        await store.close()
     if as_json:
         print_json(events)
     elif events:
@@ -386,18 +415,18 @@ async def export_history(handle: Handle, output: Path | None, as_json: bool) -> 
 # --- driving runs ---------------------------------------------------------------------------------
 
 
-async def decide(handle: Handle, args: argparse.Namespace, approved: bool) -> int:
+async def decide(handle: Handle, args: argparse.Namespace, request: ApprovalDecision) -> int:
     """Send a decision through the `decide_approval` update, which says whether it counted;
     the decision is bound to the args digest shown here, and signed with `--key` (or
     $AGENTLOOP_APPROVER_KEY) for this run chain."""
     shown: dict[str, Any] | None = None
+    approved = request.approved
     digest = args.digest
     key_file = args.key or os.environ.get("AGENTLOOP_APPROVER_KEY") or None
     try:
         key = load_private_key(key_file) if key_file else None
     except SigningError as exc:
-        print(f"agentloop {args.command}: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
+        raise CommandError(f"agentloop {args.command}: {exc}", ExitCode.USAGE) from None
     view = await query_status(handle) if digest is None or key is not None else None
     if digest is None:
         assert view is not None
@@ -415,13 +444,7 @@ async def decide(handle: Handle, args: argparse.Namespace, approved: bool) -> in
         digest = shown["args_digest"]
         if not args.json:
             print(f"{shown['tool']} {json.dumps(shown['arguments'])}  [{digest}]")
-    request = ApprovalDecision(
-        call_id=args.call_id,
-        args_digest=digest,
-        approved=approved,
-        approver=args.approver,
-        reason=args.reason,
-    )
+        request = request.model_copy(update={"args_digest": digest})
     if key is not None:
         assert view is not None
         run = view.run_chain[0] if view.run_chain else ""

@@ -9,6 +9,7 @@ with `continue_from` begins its chain at the previous run's head.
 from __future__ import annotations
 
 import json
+import sqlite3
 import textwrap
 from collections.abc import Sequence
 from typing import assert_never
@@ -22,23 +23,34 @@ from agentloop.events import (
     ToolResult,
     UserInput,
 )
-from agentloop.store import load_transcript, open_store
+from agentloop.store import Store, StoreError, StoreUnavailable, load_transcript, open_store
 
 INDENT = "    "
 
 
-async def read_transcript(store_url: str, head: str) -> list[Event]:
+def open_transcript_store(store_url: str) -> Store:
+    """The store at `store_url`; raises `StoreUnavailable` saying why it cannot be opened
+    (a folder that cannot be made, a file that is not a database)."""
+    try:
+        return open_store(store_url)
+    except (StoreError, OSError, sqlite3.Error) as exc:
+        reason = str(exc)
+        if isinstance(exc, OSError) and exc.strerror:
+            reason = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+        raise StoreUnavailable(reason) from None
+
+
+async def read_transcript(store: Store, head: str) -> list[Event]:
     """The events of the chain ending at `head`, oldest first.
 
     Raises:
         StoreError: a node is missing (e.g. the store is not the one the workers write to).
         StoreUnavailable: the store cannot be reached.
     """
-    store = open_store(store_url)
     try:
         return await load_transcript(store, head)
-    finally:
-        await store.close()
+    except sqlite3.Error as exc:  # e.g. a file that is not a database
+        raise StoreUnavailable(str(exc)) from None
 
 
 def format_transcript(events: Sequence[Event]) -> str:
