@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowFailureError
+from google.protobuf.duration_pb2 import Duration
+from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
 from agentloop.contract import AgentRunInput, AgentRunResult
 from agentloop.demo.scripted_provider import (
@@ -594,6 +596,38 @@ async def test_a_store_that_cannot_be_opened_is_named_and_exit_2(
         assert_no_traceback(finished)
         [line] = finished.stderr.splitlines()
         assert line.startswith(f"cannot open the store at {url} (AGENTLOOP_STORE_URL"), line
+
+
+@pytest.fixture
+async def bare_namespace(client: Client, run_id: str) -> str:
+    """A namespace of the test server without agentloop's search attributes."""
+    name = f"bare-{run_id[-8:]}"
+    await client.workflow_service.register_namespace(
+        RegisterNamespaceRequest(
+            namespace=name, workflow_execution_retention_period=Duration(seconds=86400)
+        )
+    )
+    return name
+
+
+async def test_run_on_a_namespace_without_the_search_attributes_starts_it_unindexed(
+    client: Client, env: dict[str, str], bare_namespace: str, run_id: str, tmp_path: Path
+) -> None:
+    """As `agentloop.start_run` does (the docker-compose setup registers none)."""
+    bare = {**env, "TEMPORAL_NAMESPACE": bare_namespace}
+    started = await agentloop("run", "hi", "--id", run_id, "--json", env=bare, cwd=tmp_path)
+    assert started.returncode == 0, started.explain()
+    assert one_document(started)["workflow_id"] == run_id
+    there = await Client.connect(client.service_client.config.target_host, namespace=bare_namespace)
+    handle = there.get_workflow_handle(run_id)
+    try:
+        description = await handle.describe()
+    finally:
+        await handle.terminate("test over")
+    assert description.status == WorkflowExecutionStatus.RUNNING
+    assert not any(
+        pair.key.name.startswith("Agent") for pair in description.typed_search_attributes
+    )
 
 
 # --- replay ---------------------------------------------------------------------------------

@@ -44,8 +44,8 @@ from agentloop.cli.output import (
 from agentloop.cli.progress import format_snapshot, progress_display
 from agentloop.cli.stats import show_stats
 from agentloop.cli.transcript import format_transcript, open_transcript_store, read_transcript
+from agentloop.client import start_run
 from agentloop.contract import (
-    WORKFLOW_NAME,
     AgentRunInput,
     AgentRunResult,
     ApprovalDecision,
@@ -162,14 +162,13 @@ async def run(
     client: Client, settings: Settings, args: argparse.Namespace, run_input: AgentRunInput
 ) -> int:
     workflow_id = args.id or f"agent-run-{uuid.uuid4().hex[:12]}"
-    handle = await client.start_workflow(
-        WORKFLOW_NAME,
+    # Indexed where the namespace has agentloop's search attributes, unindexed elsewhere.
+    handle = await start_run(
+        client,
         run_input,
         id=workflow_id,
         task_queue=settings.task_queue,
-        result_type=AgentRunResult,
-        static_summary=run_input.summary(),
-        search_attributes=search.initial(run_input) if getattr(args, "index", True) else None,
+        indexed=None if getattr(args, "index", True) else False,
     )
     started = StartedRun(workflow_id=workflow_id, url=settings.run_url(workflow_id))
     if args.json and not args.follow:
