@@ -48,6 +48,10 @@ class ModelCallBudget(BaseModel):
     context_tokens: int | None = None
     """The input plus output tokens of the run's last model call, as the provider counted
     them: what the transcript up to now takes (None: not measured yet)."""
+    elided_before: int | None = None
+    """The last model call's `elided_through`: the transcript's events before this index
+    hold every result it sent shortened (feature `bound-counts-unshortened`; None: a run from
+    before, whose bound takes none as shortened)."""
 
 
 class CallModelInput(BaseModel):
@@ -97,6 +101,9 @@ class CallModelResult(BaseModel):
     sent_head: str = ""
     """With `slim_output`: the transcript head after `new_events`, before `output` (what the
     workflow can check without the output's raw items)."""
+    elided_through: int = 0
+    """Every result the call sent shortened is among the transcript's events before this
+    index (`context.Fitted.elided_through`): the next call's budget hands it back."""
 
 
 class InputReply(BaseModel):

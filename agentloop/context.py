@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from agentloop.events import Event, ModelOutput, StateUpdate, ToolResult
 from agentloop.tool_spec import ToolSpec
@@ -99,6 +100,14 @@ class Fitted:
     """Their size as `size` measures it: the token ratio's numerator."""
     added: list[Event] = field(default_factory=list)
     """What `fit` added that is in no transcript (the facts note)."""
+    elided: frozenset[int] = frozenset()
+    """The indices of the transcript's events sent shortened."""
+
+    @property
+    def elided_through(self) -> int:
+        """Every result sent shortened is among the transcript's events before this index (0:
+        none was): the next call's `input_token_bound` counts those it sends whole again."""
+        return max(self.elided, default=-1) + 1
 
 
 def fit(transcript: Measured, limit_chars: int | None, facts: list[str]) -> Fitted:
@@ -115,18 +124,24 @@ def fit(transcript: Measured, limit_chars: int | None, facts: list[str]) -> Fitt
     total = whole + sum(size(event) for event in added)
     last_output = max((i for i, e in enumerate(events) if isinstance(e, ModelOutput)), default=-1)
     fitted = list(events)
+    elided: set[int] = set()
     for index, event in enumerate(events[:last_output]):
         if total <= limit_chars:
             break
-        if isinstance(event, ToolResult) and len(event.content) > PREVIEW_CHARS:
+        if _shortenable(event):
             stub = event.model_copy(update={"content": _elided(event)})
             saved = transcript.sizes[index] - size(stub)
             if saved > 0:
                 fitted[index] = stub
                 total -= saved
+                elided.add(index)
     if total >= whole:
         return Fitted(events, whole)
-    return Fitted([*fitted, *added], total, added)
+    return Fitted([*fitted, *added], total, added, frozenset(elided))
+
+
+def _shortenable(event: Event) -> TypeGuard[ToolResult]:
+    return isinstance(event, ToolResult) and len(event.content) > PREVIEW_CHARS
 
 
 def _facts_note(facts: list[str]) -> StateUpdate:
@@ -143,16 +158,31 @@ generous, since the bound below must hold."""
 
 
 def input_token_bound(
-    sent: Fitted, new_events: Sequence[Event], tools: Sequence[ToolSpec], context_tokens: int | None
+    sent: Fitted,
+    new_events: Sequence[Event],
+    tools: Sequence[ToolSpec],
+    context_tokens: int | None,
+    elided_before: int = 0,
 ) -> int:
     """The most input tokens the request `sent` can take, assuming a token covers at least one
     byte (byte-level BPE, as the providers' tokenizers are): the transcript so far as the
     provider counted it (`context_tokens`, the last call's input and output) plus the bytes of
-    what is new, or, before anything was counted, the bytes of the whole request."""
+    what is new, or, before anything was counted, the bytes of the whole request.
+
+    The last call may have sent older results shortened (`elided_before`: its `Fitted`'s
+    `elided_through`) that this one sends whole, when its budget grew or the facts to restate
+    outgrew what eliding saves: the provider counted their stubs, so their whole bytes are
+    added (the stubs, counted twice then, err on the safe side)."""
     whole = _byte_bound(sent.events) + _byte_bound(tools)
     if context_tokens is None:
         return whole
-    return min(whole, context_tokens + _byte_bound([*new_events, *sent.added]))
+    sent_whole_again = [
+        event
+        for index, event in enumerate(sent.events[:elided_before])
+        if _shortenable(event) and index not in sent.elided
+    ]
+    new = _byte_bound([*new_events, *sent.added, *sent_whole_again])
+    return min(whole, context_tokens + new)
 
 
 def _byte_bound(items: Sequence[Event | ToolSpec]) -> int:

@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from agentloop.context import PREVIEW_CHARS, Measured, budget_chars, chars_per_token, fit, size
+from agentloop.context import (
+    PREVIEW_CHARS,
+    Measured,
+    budget_chars,
+    chars_per_token,
+    fit,
+    input_token_bound,
+    size,
+)
 from agentloop.contract import AgentRunInput, ApprovalDecision, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.scripted_provider.scripts import ScriptUsage
@@ -67,6 +75,28 @@ def test_shortening_makes_room_for_the_facts_it_restates() -> None:
     small = [UserInput(text="q"), *turn(1, 2000), *turn(2, 10)]
     whole = sum(Measured.of(small).sizes)
     assert fit(Measured.of(small), whole - 1, facts * 3).events == small
+
+
+def test_the_token_bound_counts_results_shortened_last_time_and_sent_whole_now() -> None:
+    """The provider counted the last request with two results shortened; this one, with a
+    larger budget, sends them whole: the bound must hold the request still (a token covers
+    at least one byte, so the request's bytes are what its tokens can reach)."""
+    before = Measured.of([UserInput(text="q"), *turn(1, 5000), *turn(2, 5000), *turn(3, 50)])
+    last = fit(before, 6_000, [])
+    assert last.elided == {2, 4} and last.elided_through == 5
+    answer = ModelOutput(stop="tool_calls", tool_calls=[ToolCall(call_id="c4", name="s")])
+    context_tokens = _bytes(last.events) + _bytes([answer])  # at most its bytes, by BPE
+    new = [ToolResult(call_id="c4", tool="search_policy", content="4" * 50)]
+    now = fit(before.plus([answer, *new]), None, [])
+    assert now.elided == frozenset() and now.events[2].content == "1" * 5000
+    bound = input_token_bound(now, new, [], context_tokens, last.elided_through)
+    assert bound >= _bytes(now.events)
+    # Without what the last call sent shortened, the bound fell short of the request.
+    assert input_token_bound(now, new, [], context_tokens) < _bytes(now.events)
+
+
+def _bytes(events: list[Any]) -> int:
+    return sum(len(e.model_dump_json(exclude_defaults=True).encode()) for e in events)
 
 
 def test_a_transcript_measured_as_it_grows_counts_what_is_sent() -> None:

@@ -316,6 +316,25 @@ def test_a_batch_over_budget_is_in_the_ledger_as_left_undone(ledgered: bool) -> 
     assert {r.call_id for r in result.unsent if isinstance(r, ToolResult)} == {"c_w", "c_t"}
 
 
+@pytest.mark.parametrize("carried", [True, False], ids=["12i", "before"])
+def test_what_the_last_call_sent_shortened_goes_back_in_the_next_budget(carried: bool) -> None:
+    state = new_state(limits=Limits(max_total_tokens=100_000))
+    state.features = [
+        f for f in loop.FEATURES_OF_SET if carried or f is not Feature.BOUND_COUNTS_UNSHORTENED
+    ]
+    step = loop.decide(state, T0)
+    assert isinstance(step, CallModel)
+    first = loop.start_model_call(state, step).request.budget
+    assert first is not None and first.elided_before == (0 if carried else None)
+    output = tool_output(call("c1", "get_train_status"))
+    loop.record_model_output(state, CallModelResult(head="h1", output=output, elided_through=7), T0)
+    run_step(state)
+    step = loop.decide(state, T0)
+    assert isinstance(step, CallModel)
+    budget = loop.start_model_call(state, step).request.budget
+    assert budget is not None and budget.elided_before == (7 if carried else None)
+
+
 def test_max_total_tokens_is_checked_before_the_next_model_call() -> None:
     state = new_state(limits=Limits(max_total_tokens=100))
     model_turn(state, tool_output(call("c1", "get_train_status")))

@@ -100,7 +100,10 @@ class ModelActivities:
         )
         settings = request.settings
         if request.budget is not None:
-            bound = input_token_bound(sent, new_events, tools, request.budget.context_tokens)
+            budget = request.budget
+            bound = input_token_bound(
+                sent, new_events, tools, budget.context_tokens, budget.elided_before or 0
+            )
             settings = self._reserved(request, bound)
         model_request = ModelRequest(
             provider=request.provider,
@@ -151,6 +154,7 @@ class ModelActivities:
             output=output,
             cost_usd=cost,
             request_chars=sent.chars,
+            elided_through=sent.elided_through,
             tools_ref=request.tools_ref or await self._stored_tools(tools),
         )
         if request.slim_output:

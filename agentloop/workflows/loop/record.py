@@ -102,6 +102,9 @@ def _budget(state: LoopState) -> ModelCallBudget:
         else limits.max_total_tokens - held.input_tokens - held.output_tokens,
         cost_left=None if limits.max_cost_usd is None else limits.max_cost_usd - held.cost_usd,
         context_tokens=state.context_tokens,
+        elided_before=(
+            state.elided_through if state.has(Feature.BOUND_COUNTS_UNSHORTENED) else None
+        ),
     )
 
 
@@ -125,6 +128,7 @@ def record_model_output(
     keep = state.has(Feature.MESSAGES_DURING_MODEL_CALL_KEPT) and sent is not None
     state.outbox = state.outbox[sent:] if keep else []
     state.context_tokens = output.usage.input_tokens + output.usage.output_tokens
+    state.elided_through = result.elided_through
     state.usage.model_requests += max(result.attempt, 1)
     state.usage.input_tokens += output.usage.input_tokens
     state.usage.output_tokens += output.usage.output_tokens

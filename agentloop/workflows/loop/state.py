@@ -172,6 +172,11 @@ class Feature(StrEnum):
     """A turn that only asks the person (`ask_user`) does not count as a tool turn leaving the
     task state unchanged: the answers are new input. Before it, a model asking three questions
     in a row after a tool had set any state was nudged, then stopped `stalled`."""
+    BOUND_COUNTS_UNSHORTENED = "bound-counts-unshortened"
+    """A model call's input-token bound counts the older results the last call sent shortened
+    and this one sends whole again (the last call's `elided_through`, kept in run state and
+    handed back in the budget). Before it, the provider's count of the last request was taken
+    as covering them, and a run could end past `max_total_tokens`."""
     OVER_BUDGET_CALLS_LEDGERED = "over-budget-calls-ledgered"
     """The calls of an output that does not fit what is left of the budget go into the ledger
     (decision `over_budget`, status `proposed`), so the result's `calls` and `pending` show
@@ -244,7 +249,12 @@ FEATURES_2026_12H = (
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
     (
         "features-2026-12i",
-        (*FEATURES_2026_12H, Feature.QUESTIONS_NOT_STALLS, Feature.OVER_BUDGET_CALLS_LEDGERED),
+        (
+            *FEATURES_2026_12H,
+            Feature.QUESTIONS_NOT_STALLS,
+            Feature.OVER_BUDGET_CALLS_LEDGERED,
+            Feature.BOUND_COUNTS_UNSHORTENED,
+        ),
     ),
     ("features-2026-12h", FEATURES_2026_12H),
     ("features-2026-12g", FEATURES_2026_12G),
@@ -455,6 +465,8 @@ class LoopState(BaseModel):
     """Set while the run waits for a human (that wait is not counted yet)."""
     context_tokens: int | None = None
     """The input plus output tokens of the last model call, as the provider counted them."""
+    elided_through: int = 0
+    """What the last model call said of the results it sent shortened (`CallModelResult`)."""
     chars_per_token: float | None = None
     """Characters per token the provider's count of the last request showed (the context
     budget in tokens is turned into characters with it)."""
