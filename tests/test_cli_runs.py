@@ -630,6 +630,34 @@ async def test_run_on_a_namespace_without_the_search_attributes_starts_it_uninde
     )
 
 
+async def test_a_command_to_a_run_that_ended_says_it_ended_and_how(
+    client: Client,
+    worker: Settings,
+    env: dict[str, str],
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+    tmp_path: Path,
+) -> None:
+    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="done")]))
+    run_input = AgentRunInput(task="hi", provider="openai-chat", model=run_id)
+    handle = await start_run(client, worker, run_id, run_input)
+    assert (await asyncio.wait_for(handle.result(), 30)).status == "completed"
+
+    commands = [
+        ("approve", run_id, "call_a", "--approver", "lead"),
+        ("approve", run_id, "call_a", "--approver", "lead", "--digest", "sha256:seen"),
+        ("message", run_id, "--sender", "dana", "--text", "hello"),
+        ("cancel", run_id),
+    ]
+    ended = await asyncio.gather(*(agentloop(*c, env=env, cwd=tmp_path) for c in commands))
+    for finished in ended:
+        assert finished.returncode == 1, finished.explain()
+        assert_no_traceback(finished)
+        [line] = finished.stderr.splitlines()
+        assert line.startswith(f"run {run_id!r} has ended (completed): it takes no "), line
+        assert f"agentloop status {run_id}" in line
+
+
 # --- replay ---------------------------------------------------------------------------------
 
 

@@ -84,7 +84,7 @@ def _statuses(code: ExitCode) -> str:
 EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.COMPLETED: "the run completed; any other command did what it was asked",
     ExitCode.FAILED: f"the run ended {_statuses(ExitCode.FAILED)}, or its workflow failed; "
-    "or the command failed (run not found, decision refused, a history diverged)",
+    "or the command failed (run not found or ended, decision refused, a history diverged)",
     ExitCode.USAGE: "bad arguments, run input or configuration; Temporal unreachable",
     ExitCode.STOPPED: f"the run stopped on a limit or policy: {_statuses(ExitCode.STOPPED)}",
     ExitCode.PAUSED: f"the run waits for a human: {', '.join(sorted(PAUSED_PHASES))}",

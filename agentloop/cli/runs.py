@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Awaitable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal, TextIO, TypeAlias
+from typing import Any, Literal, TextIO, TypeAlias, TypeVar
 
 from temporalio.client import (
     Client,
@@ -426,7 +426,12 @@ async def decide(handle: Handle, args: argparse.Namespace, request: ApprovalDeci
         key = load_private_key(key_file) if key_file else None
     except SigningError as exc:
         raise CommandError(f"agentloop {args.command}: {exc}", ExitCode.USAGE) from None
-    view = await query_status(handle) if digest is None or key is not None else None
+    view = None
+    if digest is None or key is not None:
+        found = await read_snapshot(handle)
+        if found.status is None:
+            raise run_ended(found, "decision")
+        view = found.status
     if digest is None:
         assert view is not None
         shown = next((p for p in view.pending_approvals if p["call_id"] == args.call_id), None)
@@ -448,7 +453,11 @@ async def decide(handle: Handle, args: argparse.Namespace, request: ApprovalDeci
         assert view is not None
         run = view.run_chain[0] if view.run_chain else ""
         request = sign_decision(request, key, workflow_id=handle.id, run=run)
-    verdict = await handle.execute_update("decide_approval", request, result_type=ApprovalVerdict)
+    verdict = await unless_ended(
+        handle,
+        "decision",
+        handle.execute_update("decide_approval", request, result_type=ApprovalVerdict),
+    )
     decision = Decision(
         workflow_id=handle.id,
         call_id=args.call_id,
@@ -482,9 +491,40 @@ async def send_signal(
 ) -> int:
     """`resolve`, `cancel` and `message`: delivered is all a signal can tell; the run acts in
     its own time."""
-    await handle.signal(name, request)
+    await unless_ended(handle, SIGNAL_NOUNS[name], handle.signal(name, request))
     if as_json:
         print_json(SignalSent(workflow_id=handle.id, signal=name, request=request))
     else:
         print(done)
     return ExitCode.OK
+
+
+T = TypeVar("T")
+SIGNAL_NOUNS = {"resolve": "resolution", "cancel": "cancel request", "message": "message"}
+
+
+async def unless_ended(handle: Handle, what: str, sending: Awaitable[T]) -> T:
+    """`sending` (a signal or update to the run); when the server says the run is not there
+    because it has ended, a `CommandError` saying so, with how it ended."""
+    try:
+        return await sending
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise
+        try:
+            found = await read_snapshot(handle)
+        except RPCError:
+            raise exc from None  # no such run at all: "not found" it is
+        if found.status is not None:
+            raise
+        raise run_ended(found, what) from None
+
+
+def run_ended(found: RunSnapshot, what: str) -> CommandError:
+    """A run that ended takes no `what` (decision, message, ...) any more: exit 1."""
+    status = found.result.status if found.result is not None else found.execution.lower()
+    return CommandError(
+        f"run {found.workflow_id!r} has ended ({status}): it takes no {what} any more;"
+        f" `agentloop status {found.workflow_id}` shows how it ended",
+        ExitCode.FAILED,
+    )
