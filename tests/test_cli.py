@@ -490,6 +490,26 @@ async def test_approve_and_resolve_from_the_command_line(
     assert example_service.stats()["counts"]["support.reply"] == 1
 
 
+# --- agentloop keys --------------------------------------------------------------------
+
+
+async def test_keys_prints_the_public_key_as_json(tmp_path: Path) -> None:
+    made = await agentloop(
+        "keys", "new", "lead", "--dir", str(tmp_path), "--json", env=process_env()
+    )
+    assert made.returncode == 0, made.explain()
+    document = json.loads(made.stdout)
+    assert document["approver"] == "lead"
+    assert document["public_key"].startswith("ed25519:")
+    assert document["line"] == f"lead={document['public_key']}"
+    assert document["key_file"] == str(tmp_path / "lead.pem")
+    shown = await agentloop(
+        "keys", "public", "lead", str(tmp_path / "lead.pem"), "--json", env=process_env()
+    )
+    assert shown.returncode == 0, shown.explain()
+    assert json.loads(shown.stdout) == document
+
+
 # --- errors are messages ---------------------------------------------------------------
 
 

@@ -3,9 +3,12 @@ the exit-code table, the progress log of `run --follow`, and the transcript's te
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import re
+from collections.abc import Iterator
+from pathlib import Path
 from typing import get_args
 
 import pytest
@@ -72,6 +75,39 @@ def test_help_lists_every_exit_code_with_the_statuses_it_covers(
         assert f"  {int(code):<4} {code.name.lower()}" in codes, code
     for word in (*get_args(RunStatus), *PAUSED_PHASES):
         assert word in codes, word
+
+
+# --- the README's promises --------------------------------------------------------------------
+
+README = Path(__file__).parent.parent / "README.md"
+RUNS_UNTIL_STOPPED = frozenset({"dev", "worker", "codec-server"})
+"""The commands the README leaves out of "every command that prints a result takes --json"."""
+
+
+def leaf_commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Every command and subcommand (`keys new`, `mcp list`) with its parser."""
+    subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subparsers:
+        yield path, parser
+    for action in subparsers:
+        for name, sub in action.choices.items():
+            yield from leaf_commands(sub, (*path, name))
+
+
+def test_every_command_that_prints_a_result_takes_json() -> None:
+    readme = " ".join(README.read_text(encoding="utf-8").split())
+    assert "Every command that prints a result (all but `dev`, `worker` and `codec-server`" in (
+        readme
+    )
+    commands = dict(leaf_commands(build_parser()))
+    assert {path[0] for path in commands} >= RUNS_UNTIL_STOPPED | {"keys", "status"}
+    for path, parser in commands.items():
+        if path[0] in RUNS_UNTIL_STOPPED:
+            continue
+        options = {option for action in parser._actions for option in action.option_strings}
+        assert "--json" in options, f"agentloop {' '.join(path)} takes no --json"
 
 
 # --- progress -------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from agentloop.cli.output import ExitCode
+from agentloop.cli.output import ApproverKey, ExitCode, print_json
 from agentloop.runtime.signing import (
     APPROVER_NAME,
     SigningError,
@@ -31,17 +31,26 @@ def approver_keys(args: argparse.Namespace) -> int:
         )
         return ExitCode.USAGE
     if args.keys_command == "new":
-        return _new(args.approver, Path(args.dir))
+        return _new(args.approver, Path(args.dir), as_json=args.json)
     try:
         key = load_private_key(args.key_file)
     except SigningError as exc:
         print(f"agentloop keys: {exc}", file=sys.stderr)
         return ExitCode.USAGE
-    print(f"{args.approver}={public_key_text(key)}")
+    _show(args.approver, public_key_text(key), Path(args.key_file), as_json=args.json)
     return ExitCode.OK
 
 
-def _new(approver: str, folder: Path) -> int:
+def _show(approver: str, public: str, key_file: Path, as_json: bool) -> None:
+    """The public line (what AGENTLOOP_APPROVER_KEYS takes), or the JSON document."""
+    line = f"{approver}={public}"
+    if as_json:
+        print_json(ApproverKey(approver=approver, public_key=public, line=line, key_file=key_file))
+    else:
+        print(line)
+
+
+def _new(approver: str, folder: Path, as_json: bool) -> int:
     path = folder / f"{approver}.pem"
     pem, public = new_private_key_pem()
     try:
@@ -56,5 +65,5 @@ def _new(approver: str, folder: Path) -> int:
     with os.fdopen(fd, "wb") as file:
         file.write(pem)
     print(f"wrote {path} (the private key: keep it to {approver})", file=sys.stderr)
-    print(f"{approver}={public}")
+    _show(approver, public, path, as_json=as_json)
     return ExitCode.OK

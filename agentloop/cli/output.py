@@ -186,6 +186,18 @@ class ListedRun(BaseModel):
     """ISO 8601."""
 
 
+class ApproverKey(BaseModel):
+    """`keys new` / `keys public`: an approver's public key, as the workers take it."""
+
+    approver: str
+    public_key: str
+    """`ed25519:BASE64`."""
+    line: str
+    """`NAME=ed25519:BASE64`: the approver's entry in AGENTLOOP_APPROVER_KEYS."""
+    key_file: Path
+    """The private key file: written by `new`, read by `public`."""
+
+
 class ReplayedHistory(BaseModel):
     """One entry of `replay`: a history file and whether today's code replays it."""
 

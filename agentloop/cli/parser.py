@@ -155,9 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     new_key.add_argument("approver")
     new_key.add_argument("--dir", default=".", help="where NAME.pem is written (default: .)")
+    add_json_flag(new_key, "print the public key and the file as a JSON object")
     show_key = keys_commands.add_parser("public", help="the public line of a private key file")
     show_key.add_argument("approver")
     show_key.add_argument("key_file")
+    add_json_flag(show_key, "print the public key as a JSON object")
 
     cont = run_parser(
         commands,
