@@ -110,6 +110,18 @@ def test_every_command_that_prints_a_result_takes_json() -> None:
         assert "--json" in options, f"agentloop {' '.join(path)} takes no --json"
 
 
+def test_every_module_the_readme_names_exists() -> None:
+    root = README.parent
+    named = set(re.findall(r"`([\w./-]+/[\w-]+\.py)`", README.read_text(encoding="utf-8")))
+    assert "agentloop/runtime/codec.py" in named
+    missing = [
+        path
+        for path in sorted(named)
+        if not (root / path).is_file() and not (root / "agentloop" / path).is_file()
+    ]
+    assert missing == []
+
+
 # --- progress -------------------------------------------------------------------------------
 
 
