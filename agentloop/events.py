@@ -175,6 +175,11 @@ class StateUpdate(_Frozen):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
+CONTINUED = "continued"
+"""The `kind` of the runner note a run continuing another (`continue_from`) sends first: the
+conversation before it is the earlier run's, whose call ids this run's runner never saw."""
+
+
 Event = Annotated[
     Instruction | UserInput | ModelOutput | ToolCall | ToolResult | StateUpdate,
     Field(discriminator="type"),

@@ -20,6 +20,7 @@ from agentloop.adapters.base import ProviderError, UnsupportedEventError
 from agentloop.contract import MAX_NAME_CHARS, ModelSettings
 from agentloop.digests import args_digest
 from agentloop.events import (
+    CONTINUED,
     Event,
     Instruction,
     ModelOutput,
@@ -189,12 +190,6 @@ class ToolTurn:
 
 Segment = Instruction | UserInput | StateUpdate | ModelOutput | ToolTurn
 """A unit of conversation every protocol can render; `ModelOutput` here asked for no tools."""
-
-
-CONTINUED = "continued"
-"""The kind of the runner note a run continuing another (`continue_from`) begins with. A
-runner checks call ids against its own run's calls only: an output reusing an id of an
-earlier run was not refused, its calls ran (such a transcript cannot be sent)."""
 
 
 def group_turns(events: list[Event]) -> list[Segment]:

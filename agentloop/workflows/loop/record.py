@@ -20,7 +20,7 @@ from agentloop.activity_io import (
 )
 from agentloop.context import chars_per_token
 from agentloop.contract import AgentRunResult, CallRecord, ModelSettings, PreviousRun
-from agentloop.events import Event, ModelOutput, StateUpdate, ToolResult
+from agentloop.events import CONTINUED, Event, ModelOutput, StateUpdate, ToolResult
 from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS, clipped
 from agentloop.policies.completion import check_output
 from agentloop.policies.validation import MAX_CHECK_STEPS
@@ -491,7 +491,7 @@ def continue_transcript(state: LoopState, previous: PreviousRun) -> None:
     if state.has(Feature.CONTINUE_CHAIN_USAGE):
         state.inherited_usage = previous.usage
     note = StateUpdate(
-        kind="continued",
+        kind=CONTINUED,
         text=f"This run continues run {previous.workflow_id}, which stopped: "
         f"{previous.status} ({previous.stop_reason}).",
     )
