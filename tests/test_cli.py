@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import sys
@@ -321,6 +322,81 @@ async def test_dev_takes_provider_keys_and_the_log_level_from_the_config_file(
     # At WARNING the worker's shutdown, logged at INFO, is not shown.
     assert "Beginning worker shutdown" not in dev.output, dev.output
     assert "from-the-file" not in dev.output
+
+
+README = Path(__file__).parent.parent / "README.md"
+
+
+def readme_quickstart() -> tuple[str, list[list[str]]]:
+    """The README's "Your own tools" quickstart: `my_tools.py`, and its shell commands, each
+    as its words (continuation lines joined, comments dropped)."""
+    section = README.read_text(encoding="utf-8").split("\n## Your own tools\n", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    module = re.search(r"```python\n# my_tools.py\n(.*?)```", section, re.DOTALL)
+    shell = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
+    assert module and shell, "the quickstart's my_tools.py or its commands are gone"
+    lines = shell.group(1).replace("\\\n", " ").splitlines()
+    commands = [shlex.split(line, comments=True) for line in lines]
+    return module.group(1), [words for words in commands if words]
+
+
+def split_env(words: list[str]) -> tuple[dict[str, str], list[str]]:
+    """`NAME=value ... command args` as the variables and the command (a PYTHONPATH put
+    before this process's own)."""
+    env: dict[str, str] = {}
+    while words and re.fullmatch(r"[A-Z_]+=.*", words[0]):
+        name, value = words[0].split("=", 1)
+        env[name] = python_path(value) if name == "PYTHONPATH" else value
+        words = words[1:]
+    return env, words
+
+
+async def test_the_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
+    """`my_tools.py` and the commands of "Your own tools", as the README has them: only the
+    ports are free ones instead of the defaults, `python`/`agentloop` this environment's."""
+    module, commands = readme_quickstart()
+    assert len(commands) == 3, commands
+    (service_env, service), (dev_env, dev_words), (run_env, run_words) = map(split_env, commands)
+    assert service[0] == "python" and dev_words[:2] == ["agentloop", "dev"], commands
+    assert run_words[:2] == ["agentloop", "run"], commands
+
+    orders_port = free_port()
+    default_url = "http://127.0.0.1:8790"
+    assert default_url in module, module
+    (tmp_path / "my_tools.py").write_text(
+        module.replace(default_url, f"http://127.0.0.1:{orders_port}")
+    )
+    # The service's path is the repository's; the rest runs where my_tools.py is.
+    service_process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *service[1:],
+        "--port",
+        str(orders_port),
+        env={**process_env(), **service_env},
+        cwd=README.parent,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        await wait_until(lambda: port_is_listening(orders_port), "the orders service", 15)
+        argv, port = dev_argv(tmp_path / "state", *dev_words[2:])
+        async with dev_process(argv, process_env(**dev_env), cwd=tmp_path) as dev:
+            assert "read_order" in dev.output, dev.output
+            env = process_env(TEMPORAL_ADDRESS=f"127.0.0.1:{port}", **run_env)
+            ran = await agentloop(*run_words[1:], env=env, cwd=tmp_path)
+    finally:
+        service_process.kill()
+        await service_process.wait()
+    assert ran.returncode == 0, ran.explain()
+    assert_no_traceback(ran)
+    assert "status: completed" in ran.stdout, ran.explain()
+    assert any("call_order" in line and "succeeded" in line for line in ran.stdout.splitlines()), (
+        ran.explain()
+    )
+    assert re.search(r"^answer: Order A-17 of acme: 40.0 EUR", ran.stdout, re.MULTILINE), (
+        ran.explain()
+    )
 
 
 # --- agentloop cancel ------------------------------------------------------------------
