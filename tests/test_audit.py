@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from agentloop.pricing import PriceTable
     from agentloop.runtime.audit import (
         DEFAULT_REDACT_FIELDS,
+        Redactor,
         audit,
         configure_logging,
         core_log_forwarding_runtime,
@@ -467,6 +468,16 @@ def test_credentials_secrets_personal_fields_and_emails_are_redacted_at_any_dept
     for clear in (API_KEY, "abc.def.ghi", "k-1", "hunter22", "pg-pass-9", "refund", "Dana.Smith"):
         assert clear not in text
     assert "dana@example.com" not in text
+
+
+def test_a_short_secret_is_cut_out_where_it_stands_alone_not_inside_words() -> None:
+    """A one-letter database password must not mangle every line ("tem***oralio")."""
+    redactor = Redactor(secrets=["p", "x9", "a-much-longer-secret"])
+    line = "temporalio.worker polled; dsn postgresql://u:p@db/x9 (p) key a-much-longer-secret"
+    assert redactor.scrub(line) == (
+        "temporalio.worker polled; dsn postgresql://u:***@db/*** (***) key ***"
+    )
+    assert redactor.scrub("no secret here: px9 p9x") == "no secret here: px9 p9x"
 
 
 def test_stdlib_and_structlog_records_get_the_same_format_and_redaction(

@@ -13,7 +13,8 @@ Every record passes the same processors:
   `workflow.logger`) is rendered like `audit()`'s: those fields flattened, `kind="audit"`;
 - redaction, at every depth of nested dicts and lists: values under credential-like keys
   (`api_key`, `authorization`, `password`, `secret`, `token`, `cookie`, ...) become `"***"`;
-  configured secrets are cut out of every string (error messages and tracebacks included),
+  configured secrets are cut out of every string (error messages and tracebacks included;
+  one shorter than `SHORT_SECRET_CHARS` only where it stands alone, not inside a word),
   as are URL passwords, bearer tokens and `sk-...` keys; configured personal-data fields
   become `"<redacted:sha256 first 12 hex>"` (correlatable, not readable); email addresses in
   any string are masked (`d***@example.com`); model text, reasoning and raw tool output under
@@ -108,12 +109,24 @@ _USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@/?#
 _QUERY_PASSWORD = re.compile(r"(?i)([?&]password=)[^&#]*")
 
 
+SHORT_SECRET_CHARS = 8
+"""A configured secret shorter than this is cut out only where it stands alone, not inside a
+word: a one-letter password cut out of every word would leave no line readable."""
+
+
 class Redactor:
     """The redaction processor; also usable on its own (`Redactor(...).redact(value)`)."""
 
     def __init__(self, secrets: Iterable[str | None] = (), redact_fields: Iterable[str] = ()):
         # Longest first, so a secret containing another is cut out whole.
-        self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+        given = sorted({s for s in secrets if s}, key=len, reverse=True)
+        self._secrets = [s for s in given if len(s) >= SHORT_SECRET_CHARS]
+        self._short = [s for s in given if len(s) < SHORT_SECRET_CHARS]
+        self._short_alone = (
+            re.compile(rf"(?<!\w)(?:{'|'.join(map(re.escape, self._short))})(?!\w)")
+            if self._short
+            else None
+        )
         self._personal = frozenset(f.lower() for f in redact_fields)
 
     def __call__(self, logger: WrappedLogger, method: str, event_dict: EventDict) -> EventDict:
@@ -136,6 +149,8 @@ class Redactor:
         for secret in self._secrets:
             if secret in text:
                 text = text.replace(secret, MASK)
+        if self._short_alone is not None and any(secret in text for secret in self._short):
+            text = self._short_alone.sub(MASK, text)
         # Each pattern runs only on text holding what it needs: most values are ids and
         # statuses, and every record passes here (four regex passes per string cost more
         # than all the rest of a record).
