@@ -16,6 +16,7 @@ import re
 import shlex
 import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -767,6 +768,26 @@ async def test_dev_refuses_a_port_out_of_range_naming_the_option(tmp_path: Path)
     assert finished.returncode == 2, finished.explain()
     assert_no_traceback(finished)
     assert "argument --port: '99999' is not a port" in finished.stderr, finished.explain()
+
+
+def test_output_cut_off_by_its_reader_ends_quietly_not_in_a_traceback(tmp_path: Path) -> None:
+    """`agentloop config | head -0`: the reader is gone before the command writes."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        finished = subprocess.run(
+            [*AGENTLOOP, "config"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            env=process_env(),
+            cwd=tmp_path,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert finished.returncode == 141, finished.stderr
+    assert finished.stderr == b""
 
 
 # --- the demo --------------------------------------------------------------------------

@@ -55,6 +55,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = asyncio.run(dispatch(args))
     except KeyboardInterrupt:
         code = ExitCode.INTERRUPTED
+    except BrokenPipeError:  # `agentloop status RUN | head`: the reader had enough
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = ExitCode.BROKEN_PIPE
     except Exception:  # a bug: its traceback, then the same orderly exit as any other
         traceback.print_exc()
         code = ExitCode.FAILED

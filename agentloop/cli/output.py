@@ -46,6 +46,8 @@ class ExitCode(IntEnum):
     PAUSED = 4
     RUNNING = 5
     INTERRUPTED = 130
+    BROKEN_PIPE = 141
+    """The reader of stdout went away (128 + SIGPIPE, as a shell reports it)."""
 
 
 class CommandError(Exception):
