@@ -472,6 +472,11 @@ def test_refusal() -> None:
     assert output.provider_ref.raw_items == [msg(refusal="I can't help with that.")]
 
 
+def test_an_empty_refusal_part_beside_the_text_is_no_refusal() -> None:
+    output = parsed(msg("It is on time.", refusal=""))
+    assert (output.stop, output.text) == ("final", "It is on time.")
+
+
 @pytest.mark.parametrize("bad", ['{"city": "Os', "[1, 2]", '"text"', '{"x": NaN}'])
 def test_arguments_that_are_not_a_json_object_truncate(bad: str) -> None:
     output = parsed(fc("call_ok", "f", '{"a": 1}'), fc("call_bad", "f", bad))

@@ -176,7 +176,8 @@ def parse_response(raw: dict[str, Any], request_id: str = "") -> ModelOutput:
     items: list[Item] = [_input_ready(item) for item in raw.get("output") or []]
     parts = [p for i in items if i.get("type") == "message" for p in i.get("content") or []]
     texts = [p.get("text", "") for p in parts if p.get("type") == "output_text"]
-    refusals = [p.get("refusal", "") for p in parts if p.get("type") == "refusal"]
+    # An empty refusal part ("", as a compatible server may send beside its text) is none.
+    refusals = [p["refusal"] for p in parts if p.get("type") == "refusal" and p.get("refusal")]
     tool_calls, problems = make_tool_calls(
         (i.get("call_id", ""), i.get("name", ""), i.get("arguments", ""))
         for i in items
