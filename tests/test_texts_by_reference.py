@@ -237,8 +237,15 @@ async def test_a_run_whose_calls_would_hold_too_many_argument_bytes_stops_before
     assert result.status == "limit_reached", result.stop_reason
     assert f"over the {MAX_LEDGER_ARGUMENT_BYTES} a run may hold" in result.stop_reason
     # The first output's calls are in the ledger (refused: the city is not one); the second's
-    # never entered it, and nothing of it ran.
-    assert [c.call_id for c in result.calls] == ["c_a0", "c_a1"]
+    # are left undone, in the ledger without their arguments (the cap they did not fit).
+    ledger = {c.call_id: (c.decision, c.status, len(c.arguments)) for c in result.calls}
+    assert ledger == {
+        "c_a0": ("invalid_arguments", "rejected", 2),
+        "c_a1": ("invalid_arguments", "rejected", 2),
+        "c_b0": ("over_budget", "proposed", 0),
+        "c_b1": ("over_budget", "proposed", 0),
+    }
+    assert [p["call_id"] for p in result.pending] == ["c_b0", "c_b1"]
     assert len(scripted_provider.requests) == 2
     await assert_never_wedged(handle)
 
