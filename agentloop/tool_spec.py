@@ -21,6 +21,12 @@ ASK_USER = "ask_user"
 BUILTIN_TOOLS = (READ_ARTIFACT, ASK_USER)
 """Tools every run may call without naming them in its `tools`."""
 
+MAX_TIMEOUT_SECONDS = 366 * 86_400.0
+"""A tool's timeouts are positive and at most a year: Temporal takes no zero (it means "none")
+and workflow code cannot make a `timedelta` of any float."""
+DEFAULT_START_TIMEOUT_SECONDS = 300.0
+"""Longer than a backlog on a busy queue or a worker's restart should last."""
+
 LOCAL_MAX_TIMEOUT_SECONDS = 10.0
 """A local read runs inside a workflow task: it must be over well before the task's own 10 s
 timeout, or Temporal has to keep the task alive around it."""
@@ -43,7 +49,7 @@ class ToolSpec(BaseModel):
     """JSON Schema of the arguments object."""
     effect: Effect = "read"
     required_scopes: list[str] = Field(default_factory=list)
-    timeout_seconds: float = 30.0
+    timeout_seconds: float = Field(default=30.0, gt=0, le=MAX_TIMEOUT_SECONDS)
     max_attempts: int = 3
     """Attempts for a read; a write is never retried blindly and always gets 1."""
     max_calls_per_run: int | None = None
@@ -80,6 +86,13 @@ class ToolSpec(BaseModel):
     by idempotency key, whether the write happened."""
     heartbeat_seconds: float | None = None
     """An activity tool that heartbeats: a worker lost mid-call is noticed this fast."""
+    start_timeout_seconds: float = Field(
+        default=DEFAULT_START_TIMEOUT_SECONDS, gt=0, le=MAX_TIMEOUT_SECONDS
+    )
+    """An activity tool: how long its call (and its lookup) may wait on `task_queue` for a
+    worker to take it. Past it the call fails as never started, which for a write means not
+    applied: a queue no worker polls (a typo, a worker not deployed) is told, not waited on
+    for ever."""
 
     @model_validator(mode="before")
     @classmethod

@@ -7,6 +7,7 @@ mid-write, its own lookup activity decides, and the write exists once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
 import uuid
@@ -212,7 +213,8 @@ async def one_call_to_a_team_tool(
     **tool: Any,
 ) -> tuple[AgentRunResult, str]:
     """A run whose model calls the activity tool `tool` once (call id `c_1`), served by an
-    in-process team worker running `activities`: its result, and what the model was told."""
+    in-process team worker running `activities` (none: no worker polls the team's queue): its
+    result, and what the model was told."""
     team_queue = f"team-{uuid.uuid4().hex[:8]}"
     spec = agentloop.activity_tool(task_queue=team_queue, parameters=CityArgs, **tool)
     toolbox = build_toolbox([Plugin("team", Toolset(tools=[spec]))])
@@ -225,10 +227,12 @@ async def one_call_to_a_team_tool(
         Script(name=run_id, turns=[ScriptTurn(tool_calls=[called]), ScriptTurn(text="Done.")])
     )
     run_input = AgentRunInput(task="Go.", provider="openai-chat", model=run_id, tools=[name])
-    async with (
-        Worker(client, task_queue=team_queue, activities=activities),
-        running_worker(client, settings, toolbox),
-    ):
+    team_worker = (
+        Worker(client, task_queue=team_queue, activities=activities)
+        if activities
+        else contextlib.nullcontext()
+    )
+    async with team_worker, running_worker(client, settings, toolbox):
         handle = await start_run(client, run_input, id=run_id, task_queue=settings.task_queue)
         result: AgentRunResult = await asyncio.wait_for(handle.result(), 30)
     assert result.status == "completed", result.stop_reason
@@ -292,3 +296,28 @@ async def test_a_looked_up_record_is_kept_to_the_tools_result_cap(
     assert [(c.call_id, c.status) for c in result.calls] == [("c_1", "confirmed_after_query")]
     assert '"confirmed": "the system of record has it"' in told
     assert len(told) < 10_000, len(told)  # the cap is 8,000 characters of the record's JSON
+
+
+async def test_a_write_no_worker_takes_fails_as_never_started_and_is_not_looked_up(
+    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """A team queue no worker polls (a typo, a worker not deployed): before, the write waited
+    for ever and the run stayed `executing_tools` for good."""
+    result, told = await one_call_to_a_team_tool(
+        client,
+        worker_settings,
+        scripted_provider,
+        run_id,
+        [],
+        name="send_note",
+        activity="send_note",
+        description="Send a note.",
+        effect="write",
+        lookup_activity="note_outcome",
+        start_timeout_seconds=1,
+    )
+    [record] = result.calls
+    assert (record.call_id, record.status, record.activity_attempts) == ("c_1", "failed", 0)
+    assert result.side_effects == [] and result.unresolved_writes == []
+    assert "took the call within 1 s: it never started, nothing was done" in told, told
+    assert '"transient"' in told

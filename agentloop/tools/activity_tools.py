@@ -23,7 +23,12 @@ from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ValidationError
 
 from agentloop.contract import describe_validation_error
-from agentloop.tool_spec import DEFAULT_MAX_RESULT_CHARS, Effect, ToolSpec
+from agentloop.tool_spec import (
+    DEFAULT_MAX_RESULT_CHARS,
+    DEFAULT_START_TIMEOUT_SECONDS,
+    Effect,
+    ToolSpec,
+)
 from agentloop.tools.contract import Tool, ToolContext
 from agentloop.tools.decorator import ToolDefinitionError
 
@@ -47,6 +52,7 @@ def activity_tool(
     on_reject: Literal["stop", "tell_model"] = "stop",
     timeout_seconds: float = 30.0,
     heartbeat_seconds: float | None = None,
+    start_timeout_seconds: float = DEFAULT_START_TIMEOUT_SECONDS,
     max_attempts: int = 3,
     max_calls_per_run: int | None = None,
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
@@ -58,7 +64,9 @@ def activity_tool(
 
     `parameters`: the arguments' JSON Schema, or a pydantic model to generate it from.
     `heartbeat_seconds`: set it when the activity heartbeats (a lost worker is then noticed
-    that fast, not after `timeout_seconds`). `lookup_activity`: for a write, the activity
+    that fast, not after `timeout_seconds`). `start_timeout_seconds`: how long a call may wait
+    for a worker on `task_queue` to take it (past it, it fails as never started: a write is
+    then not applied). `lookup_activity`: for a write, the activity
     type (same queue) that finds its outcome by idempotency key. The other options are
     `agentloop.tool`'s."""
     schema = (
@@ -96,6 +104,7 @@ def activity_tool(
             task_queue=task_queue,
             lookup_activity=lookup_activity,
             heartbeat_seconds=heartbeat_seconds,
+            start_timeout_seconds=start_timeout_seconds,
         )
     except ValidationError as exc:
         raise ToolDefinitionError(

@@ -50,7 +50,12 @@ from agentloop.workflows.loop import (
     Verify,
 )
 from agentloop.workflows.startup import time_to_continue_as_new
-from agentloop.workflows.tool_activities import activity_tool_input, checks_heartbeat, tool_input
+from agentloop.workflows.tool_activities import (
+    activity_tool_input,
+    checks_heartbeat,
+    start_timeout,
+    tool_input,
+)
 from agentloop.workflows.visibility import audit
 
 MODEL_START_TO_CLOSE = timedelta(seconds=180)
@@ -238,10 +243,12 @@ async def _looked_up(state: LoopState, step: LookupOutcome) -> Outcome:
             return looked_up
         if spec.lookup_activity is None:
             return Outcome(state="unknown", record=f"{call.name} has no outcome lookup")
+        bounded = state.has(loop.Feature.ACTIVITY_TOOL_START_BOUNDED)
         answer = await workflow.execute_activity(
             spec.lookup_activity,
             activity_tool_input(call, principal, step.idempotency_key),
             task_queue=spec.task_queue,
+            schedule_to_start_timeout=start_timeout(spec) if bounded else None,
             **options,
         )
     except ActivityError as exc:

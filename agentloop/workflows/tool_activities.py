@@ -8,6 +8,8 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, TimeoutType
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 from agentloop.activity_io import (
     ActivityToolInput,
@@ -49,9 +51,12 @@ def start_tool(
     idempotency_key: str,
     local: bool,
     reply: InputReply | None = None,
+    *,
+    start_bounded: bool = False,
 ) -> workflow.ActivityHandle[Any]:
     """`reply`: a person's answer to what the call's tool asked when it last ran (agentloop's
-    own `run_tool` only: an activity tool never asks)."""
+    own `run_tool` only: an activity tool never asks). `start_bounded`: an activity tool's
+    call waits for a worker at most its `start_timeout_seconds` (`start_timeout`)."""
     summary = f"{call.name} · {call.call_id}"
     is_write = spec.effect == "write"
     if spec.activity is not None:
@@ -59,6 +64,7 @@ def start_tool(
             spec.activity,
             activity_tool_input(call, principal, idempotency_key),
             task_queue=spec.task_queue,
+            schedule_to_start_timeout=start_timeout(spec) if start_bounded else None,
             start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
             heartbeat_timeout=(
                 timedelta(seconds=spec.heartbeat_seconds) if spec.heartbeat_seconds else None
@@ -90,6 +96,18 @@ def start_tool(
     )
 
 
+def start_timeout(spec: ToolSpec) -> timedelta:
+    """How long an activity tool's call, or its lookup, waits on the team's task queue for a
+    worker to take it (Temporal does not retry this timeout: no worker may ever come)."""
+    return timedelta(seconds=spec.start_timeout_seconds)
+
+
+def never_started(exc: BaseException) -> bool:
+    """Whether the activity failed waiting for a worker to take it: none of it ran."""
+    cause = exc.cause if isinstance(exc, ActivityError) else exc
+    return isinstance(cause, ActivityTimeout) and cause.type == TimeoutType.SCHEDULE_TO_START
+
+
 async def tool_outcome(
     call: ToolCall, spec: ToolSpec, handle: workflow.ActivityHandle[Any]
 ) -> ToolOutcome:
@@ -119,6 +137,15 @@ async def tool_outcome(
         return framed
     except LOCAL_FAILURES as caught:
         exc = local_failure(caught)
+        if never_started(exc):
+            return ToolFailure(
+                call.call_id,
+                f"no worker on task queue {spec.task_queue!r} took the call within "
+                f"{spec.start_timeout_seconds:g} s: it never started, nothing was done",
+                "transient",
+                attempts=0,
+                started=False,
+            )
         allowed = 1 if spec.effect == "write" else spec.max_attempts
         return ToolFailure(
             call.call_id,

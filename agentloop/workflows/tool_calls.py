@@ -77,6 +77,7 @@ async def run_tools(state: LoopState, step: RunTools, deadline: RunDeadline) -> 
             run.idempotency_keys[call.call_id],
             run.local,
             run.replies.get(call.call_id),
+            start_bounded=state.has(Feature.ACTIVITY_TOOL_START_BOUNDED),
         )
         for call, spec in step.calls
     ]

@@ -201,6 +201,17 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
         name="replay-deadline-watch-resumes-child",
         turns=[reserving.turns[0], ScriptTurn(text="Booked.")],
     )
+    posting = Script(
+        name="replay-activity-tool-start-bounded",
+        turns=[
+            ScriptTurn(
+                tool_calls=[
+                    ScriptedToolCall(id="call_p", name="post_notice", arguments={"text": "Hi"})
+                ]
+            ),
+            ScriptTurn(text="No one took the notice."),
+        ],
+    )
     asking = Script(
         name="replay-questions-not-stalls",
         turns=[
@@ -359,6 +370,13 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
                 "principal": {"subject": "p-alice", "scopes": ["tickets:read"]},
                 "limits": Limits(max_tool_calls=2),
             },
+        ),
+        # Recorded with the `features-2026-12i` set (`activity-tool-start-bounded`): a team's
+        # write on a queue no worker polls fails after its 1 s start timeout as never started,
+        # is not looked up, and the model is told (before it, the run waited for ever).
+        "activity_tool_start_bounded": (
+            [posting],
+            {"model": posting.name, "tools": ["post_notice"]},
         ),
     }
 

@@ -1,7 +1,8 @@
 """The tools some histories were recorded with. `note_for` (`approval_rule_in_worker`): a
 write whose tool names an approval rule, so the worker evaluates the rule and the run acts on
-the recorded verdict. `pick_seat` (`tools_ask`): a read that asks a person first. Replaying
-those histories needs only agentloop, not this module."""
+the recorded verdict. `pick_seat` (`tools_ask`): a read that asks a person first.
+`post_notice` (`activity_tool_start_bounded`): a write that is a team's activity on a queue no
+worker polls. Replaying those histories needs only agentloop, not this module."""
 
 from __future__ import annotations
 
@@ -23,3 +24,15 @@ async def pick_seat(ctx: ToolContext[None], train_number: str) -> str:
     return (
         f"seat {ctx.reply.text} on {ctx.reply.pending['train_number']}, as {ctx.reply.sender} said"
     )
+
+
+post_notice = agentloop.activity_tool(
+    "post_notice",
+    activity="post_notice",
+    task_queue="no-worker-polls-this",
+    parameters={"type": "object", "properties": {"text": {"type": "string"}}},
+    description="Post a notice on the board.",
+    effect="write",
+    lookup_activity="notice_outcome",
+    start_timeout_seconds=1,
+)

@@ -70,6 +70,9 @@ class ToolFailure:
     error_class: ErrorClass
     attempts: int = 1
     """The activity attempts it made, Temporal's retries included."""
+    started: bool = True
+    """False when no worker ever took the activity (it timed out waiting to start): nothing
+    of it ran, so even a write is known not to have happened."""
 
 
 @dataclass(frozen=True)

@@ -391,7 +391,8 @@ def _as_result(state: LoopState, outcome: ToolOutcome) -> ToolResult:
     error_class = outcome.error_class
     if not state.has(Feature.TOOL_ERROR_CLASSES):
         error_class = "transient"  # runs started before the classes were told apart
-    write = state.spec_of(outcome.call_id).effect == "write"
+    # A write no worker ever took did not happen: told as a failure, never looked up.
+    write = state.spec_of(outcome.call_id).effect == "write" and outcome.started
     return results.failure(call, outcome.message, error_class, write=write)
 
 

@@ -177,6 +177,11 @@ class Feature(StrEnum):
     and this one sends whole again (the last call's `elided_through`, kept in run state and
     handed back in the budget). Before it, the provider's count of the last request was taken
     as covering them, and a run could end past `max_total_tokens`."""
+    ACTIVITY_TOOL_START_BOUNDED = "activity-tool-start-bounded"
+    """An activity tool's call and lookup wait at most the tool's `start_timeout_seconds` for a
+    worker on its task queue to take them; a call no worker took fails as never started, and a
+    write that never started is not applied (`failed`, no lookup). Before it, a call on a queue
+    no worker polls waited for ever: a write held the run in `executing_tools` for good."""
     OVER_BUDGET_CALLS_LEDGERED = "over-budget-calls-ledgered"
     """The calls of an output that does not fit what is left of the budget go into the ledger
     (decision `over_budget`, status `proposed`), so the result's `calls` and `pending` show
@@ -254,6 +259,7 @@ FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
             Feature.QUESTIONS_NOT_STALLS,
             Feature.OVER_BUDGET_CALLS_LEDGERED,
             Feature.BOUND_COUNTS_UNSHORTENED,
+            Feature.ACTIVITY_TOOL_START_BOUNDED,
         ),
     ),
     ("features-2026-12h", FEATURES_2026_12H),
