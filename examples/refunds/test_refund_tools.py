@@ -14,7 +14,7 @@ from refund_tools import RefundsApi
 from refunds_service import RefundsService
 
 import agentloop
-from agentloop.testing import tool_context
+from agentloop.testing import tool_context, verify_context
 
 ACME = agentloop.Principal(subject="d", tenant="acme")
 
@@ -56,3 +56,14 @@ async def test_refund_is_idempotent_by_key(api: RefundsApi, service: RefundsServ
 async def test_only_large_refunds_need_approval() -> None:
     assert refund_tools.large_refund({"amount": 100.01}, ACME)  # the rule as written
     assert not refund_tools.large_refund({"amount": 100.0}, ACME)
+
+
+async def test_done_only_once_the_service_holds_the_refund(api: RefundsApi) -> None:
+    arguments = {"order_id": "A-17", "amount": 40.0}
+    # The run's ledger, as the verifier gets it; `ctx.lookup` asks the refund tool's lookup.
+    made = {"call_id": "c1", "tool": "refund", "arguments": arguments, "idempotency_key": "k1"}
+    ctx = verify_context(api, answer="Refunded.", calls=[made], tools=[refund_tools.refund])
+
+    assert not (await refund_tools.refund_recorded.evaluate(ctx)).passed
+    await refund_tools.refund(tool_context(api, principal=ACME, idempotency_key="k1"), **arguments)
+    assert (await refund_tools.refund_recorded.evaluate(ctx)).passed
