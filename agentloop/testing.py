@@ -28,6 +28,13 @@ to the official clients, and an agentloop worker serving the built-ins and the t
 modules, on a throw-away store. Its `approve`, `reject`, `answer` and `resolve` play the
 people a run waits for. `tool_context` and `verify_context` make the contexts a tool and a
 verifier get, for calling their code directly in a unit test.
+
+pytest needs pytest-asyncio (`pip install 'agentloop[testing]'`) with, in pyproject.toml:
+
+    [tool.pytest.ini_options]
+    asyncio_mode = "auto"
+    asyncio_default_fixture_loop_scope = "session"  # a session-scoped Harness
+    asyncio_default_test_loop_scope = "session"
 """
 
 from __future__ import annotations

@@ -4,6 +4,12 @@ resolve like the people a run waits for (tools: `tests/kit_tools.py`)."""
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
+import os
+import re
+import sys
+import tomllib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -226,3 +232,63 @@ async def test_violations_are_told_apart_by_run(harness: Harness) -> None:
     assert "does not declare it" in harness.violations_for("kit-broken")[0]["message"]
     assert harness.violations_for("kit-clean") == []
     assert harness.violations_for("kit-broken")[0] in harness.violations
+
+
+# --- what a team installs and configures ---------------------------------------------------------
+
+
+def test_the_testing_extra_holds_what_the_kit_needs_and_dev_installs_it_too() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert {"pytest>=9", "pytest-asyncio>=1.3"} <= set(extras["testing"]) <= set(extras["dev"])
+
+
+def readme_test() -> dict[str, str]:
+    """The README's "Your own tests": its pytest configuration and its test, and the
+    quickstart's `my_tools.py` that test runs."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    tools = readme.split("\n## Your own tools\n", 1)[1].split("\n## ", 1)[0]
+    tests = tools.split("**Your own tests.**", 1)[1]
+    blocks = {
+        "my_tools.py": re.search(r"```python\n# my_tools.py\n(.*?)```", tools, re.DOTALL),
+        "pyproject.toml": re.search(r"```toml\n(.*?)```", tests, re.DOTALL),
+        "test_my_tools.py": re.search(r"```python\n(.*?)```", tests, re.DOTALL),
+    }
+    missing = [name for name, found in blocks.items() if found is None]
+    assert not missing, f"the README has no {missing}"
+    return {name: found.group(1) for name, found in blocks.items() if found}
+
+
+async def test_the_readmes_test_runs_as_written(tmp_path: Path) -> None:
+    """In a project of its own: the README's configuration, its test and `my_tools.py`
+    against the refunds service (on a free port instead of 8790)."""
+    spec = importlib.util.spec_from_file_location(
+        "readme_refunds_service", ROOT / "examples/refunds/refunds_service.py"
+    )
+    assert spec and spec.loader
+    service_module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(service_module)
+    service = service_module.RefundsService()
+    url = await service.start()
+    try:
+        for name, text in readme_test().items():
+            (tmp_path / name).write_text(text.replace("http://127.0.0.1:8790", url))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            env={**env, "PYTHONPATH": str(tmp_path)},
+            cwd=tmp_path,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        output, _ = await asyncio.wait_for(process.communicate(), 120)
+    finally:
+        await service.stop()
+    assert process.returncode == 0, output.decode()
+    assert "1 passed" in output.decode(), output.decode()
