@@ -12,12 +12,16 @@ import shutil
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from temporalio.client import Client, WorkflowHandle
 
+import agentloop
+from agentloop import Outcome, ToolContext
 from agentloop.client import start_run
 from agentloop.contract import (
     AgentRunInput,
@@ -25,10 +29,13 @@ from agentloop.contract import (
     ApprovalDecision,
     CallRecord,
     Principal,
+    UserMessage,
 )
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.tools.plugins import Plugin, Toolset, build_toolbox
+from agentloop.worker import running_worker
 from tests.support import wait_for_phase, worker_env, worker_process
 from tests.test_cli import AGENTLOOP, run_process
 from tests.test_crash_phases import held_under, requests_to, reservations
@@ -314,3 +321,163 @@ async def test_the_teams_verifier_rejects_the_first_answer_and_accepts_the_secon
     assert reservations(example_service) == 1
     second = [r for r in scripted_provider.requests if r["script"] == run_id][1]
     assert "no seat is booked yet" in json.dumps(second["body"])
+
+
+# --- what a team's tool returns, and keeps when it asks (a worker in this process) ---------
+
+
+class Claim(BaseModel):
+    claim_id: str
+    filed_at: datetime
+    tags: set[str]
+
+
+class Opaque:
+    """What no JSON writer knows."""
+
+
+FILED: list[str] = []
+LOOKED_UP: list[str] = []
+ASKED_AGAIN: list[dict[str, Any]] = []
+
+
+async def _claim_filed(ctx: ToolContext[Any], order_id: str) -> Outcome:
+    LOOKED_UP.append(ctx.idempotency_key)
+    return Outcome(state="applied" if ctx.idempotency_key in FILED else "not_applied")
+
+
+@agentloop.tool(effect="write", lookup_outcome=_claim_filed)
+async def file_claim(ctx: ToolContext[Any], order_id: str) -> Claim:
+    """File a claim; returns it."""
+    FILED.append(ctx.idempotency_key)
+    return Claim(claim_id=f"cl-{order_id}", filed_at=datetime(2024, 1, 2, 3, 4), tags={"new"})
+
+
+@agentloop.tool(effect="write")
+async def stamp_order(ctx: ToolContext[Any], order_id: str) -> dict[str, Any]:
+    """Stamp an order; its answer holds what cannot be written."""
+    FILED.append(ctx.idempotency_key)
+    return {"stamp": Opaque()}
+
+
+@agentloop.tool
+async def peek_order(ctx: ToolContext[Any], order_id: str) -> Opaque:
+    """A read whose answer cannot be written."""
+    return Opaque()
+
+
+@agentloop.tool
+async def orders_since(ctx: ToolContext[Any], order_id: str) -> dict[str, str]:
+    """Asks since when, keeping a date."""
+    if ctx.reply is None:
+        raise agentloop.InputNeeded("Since when?", {"since": date(2024, 1, 1), "of": order_id})
+    ASKED_AGAIN.append(ctx.reply.pending)
+    return {"orders_since": ctx.reply.text}
+
+
+@agentloop.tool
+async def asks_badly(ctx: ToolContext[Any], order_id: str) -> str:
+    """Asks, keeping what cannot be written."""
+    raise agentloop.InputNeeded("Which?", {"it": Opaque()})
+
+
+RETURNING_TOOLS = [file_claim, stamp_order, peek_order, orders_since, asks_badly]
+
+
+async def start_returning(
+    client: Client,
+    settings: Settings,
+    provider: ScriptedProvider,
+    run_id: str,
+    calls: list[ScriptedToolCall],
+) -> WorkflowHandle[Any, AgentRunResult]:
+    provider.register(
+        Script(name=run_id, turns=[ScriptTurn(tool_calls=calls), ScriptTurn(text="Done.")])
+    )
+    run_input = AgentRunInput(
+        task="Go.",
+        provider="openai-chat",
+        model=run_id,
+        tools=sorted({c.name for c in calls}),
+    )
+    return await start_run(client, run_input, id=run_id, task_queue=settings.task_queue)
+
+
+@pytest.fixture
+async def returning(client: Client, worker_settings: Settings) -> AsyncIterator[Settings]:
+    """A worker in this process serving `RETURNING_TOOLS` on a queue of its own."""
+    for kept in (FILED, LOOKED_UP, ASKED_AGAIN):
+        kept.clear()
+    toolbox = build_toolbox([Plugin("returning", Toolset(tools=RETURNING_TOOLS))])
+    settings = worker_settings.model_copy(
+        update={"task_queue": f"returning-{uuid.uuid4().hex[:8]}"}
+    )
+    async with running_worker(client, settings, toolbox):
+        yield settings
+
+
+async def test_a_write_returning_a_model_succeeded_once_and_the_model_reads_it_as_json(
+    client: Client, returning: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """Before, writing the model raised after the write happened: its outcome was looked up
+    (`confirmed_after_query`) and what it returned was lost."""
+    handle = await start_returning(
+        client, returning, scripted_provider, run_id, [call("c_1", "file_claim", order_id="7")]
+    )
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed", result.stop_reason
+    [filed] = result.calls
+    assert (filed.status, filed.activity_attempts) == ("succeeded", 1)
+    assert [e["status"] for e in result.side_effects] == ["succeeded"]
+    assert len(FILED) == 1 and LOOKED_UP == []
+    assert sent_result(scripted_provider, run_id, "c_1") == {
+        "claim_id": "cl-7",
+        "filed_at": "2024-01-02T03:04:00",
+        "tags": ["new"],
+    }
+
+
+async def test_what_cannot_be_written_fails_a_read_once_and_leaves_a_write_succeeded(
+    client: Client, returning: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """Before, the write waited `awaiting_reconciliation` for a person, though it answered;
+    the read ran three times; a pending no JSON writer knows failed the call the same way."""
+    calls = [
+        call("c_write", "stamp_order", order_id="7"),
+        call("c_read", "peek_order", order_id="7"),
+        call("c_ask", "asks_badly", order_id="7"),
+    ]
+    handle = await start_returning(client, returning, scripted_provider, run_id, calls)
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed", result.stop_reason
+    by_call = by_id(result.calls)
+    assert (by_call["c_write"].status, by_call["c_write"].activity_attempts) == ("succeeded", 1)
+    assert [e["status"] for e in result.side_effects] == ["succeeded"] and len(FILED) == 1
+    told = sent_result(scripted_provider, run_id, "c_write")
+    assert told["done"] is True and "stamp_order returned a dict" in told["not_shown"]
+    assert "Opaque" in told["not_shown"], told
+    for call_id, named in [("c_read", "peek_order returned a Opaque"), ("c_ask", "pending")]:
+        assert (by_call[call_id].status, by_call[call_id].activity_attempts) == ("failed", 1)
+        error = sent_result(scripted_provider, run_id, call_id)["error"]
+        assert error["class"] == "internal" and named in error["message"], error
+        assert "Opaque" in error["message"], error
+    assert (
+        "asks_badly: its InputNeeded.pending"
+        in sent_result(scripted_provider, run_id, "c_ask")["error"]["message"]
+    )
+
+
+async def test_a_tool_keeping_a_date_while_it_asks_gets_it_back_as_json(
+    client: Client, returning: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """Before, the date failed the call (`internal`, after three attempts) instead of asking."""
+    handle = await start_returning(
+        client, returning, scripted_provider, run_id, [call("c_1", "orders_since", order_id="7")]
+    )
+    view = await wait_for_phase(handle, "awaiting_input")
+    assert view.question == "orders_since asks: Since when?"
+    await handle.signal("message", UserMessage(text="March", sender="lead"))
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed", result.stop_reason
+    assert ASKED_AGAIN == [{"since": "2024-01-01", "of": "7"}]
+    assert sent_result(scripted_provider, run_id, "c_1") == {"orders_since": "March"}

@@ -9,6 +9,7 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic_core import to_jsonable_python
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -313,7 +314,16 @@ class ToolActivities:
         """What the tool asks, for the run to ask a person; what it kept goes to the store.
         Its result is what the model is told when the run does not ask (a run started before
         tools could ask, or a call that asked `MAX_INPUT_ROUNDS` times already)."""
-        pending = json.dumps(asked.pending, ensure_ascii=False).encode("utf-8")
+        try:
+            pending = _to_text(asked.pending).encode("utf-8")
+        except Exception as exc:
+            # Nothing was done (it asks before it acts): a bug in the tool, failed once
+            # (another attempt would fail alike).
+            problem = (
+                f"{request.tool}: its InputNeeded.pending (a {type(asked.pending).__name__}) "
+                f"cannot be written as JSON: {_unwritable(exc)}"
+            )
+            return _failure(request, spec, "internal", problem)
         ref = await self._store.put_artifact(pending, "application/json")
         question = asked.question[:MAX_QUESTION_CHARS]
         told = _failure(
@@ -344,7 +354,19 @@ class ToolActivities:
                 # The output stands (a write happened); only the update is refused.
                 _audit_state_refused(request, problem)
             value = value.output
-        text = _to_text(value)
+        try:
+            text = _to_text(value)
+        except Exception as exc:
+            why = (
+                f"{request.tool} returned a {type(value).__name__} that cannot be written as "
+                f"JSON: {_unwritable(exc)}"
+            )
+            if spec.effect != "write":
+                # A bug in the tool, and the same on every attempt: failed once, not retried.
+                return _executed(request, spec, _failure(request, spec, "internal", why))
+            # The write happened and answered: it succeeded, only its answer cannot be shown.
+            # (Raising would leave it an unknown outcome, looked up or waiting on a person.)
+            text = json.dumps({"done": True, "not_shown": why}, ensure_ascii=False)
         content, artifact = await self._bounded(request, text, spec)
         result = ToolResult(
             call_id=request.call_id,
@@ -509,5 +531,25 @@ def _audit_state_refused(request: RunToolInput, problem: str) -> None:
     )
 
 
+def _jsonable(value: Any) -> Any:
+    """What a tool gave (its output, or its `InputNeeded.pending`) as JSON values, the way pydantic
+    writes them: models, dataclasses, datetimes, sets, enums, UUIDs, decimals. Bytes become
+    their UTF-8 text, or base64 when some are not UTF-8 (a pydantic model's own bytes as its
+    `ser_json_bytes` says). Raises when some value has no JSON form."""
+    try:
+        return to_jsonable_python(value, bytes_mode="utf8")
+    except UnicodeDecodeError:
+        return to_jsonable_python(value, bytes_mode="base64")
+
+
 def _to_text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    """A tool's output as the text the model is sent: a string as it is, anything else as JSON
+    (`_jsonable`). Raises when it cannot be written."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(_jsonable(value), ensure_ascii=False)
+
+
+def _unwritable(exc: Exception) -> str:
+    """Why a value could not be written as JSON, naming the type it stopped at."""
+    return f"{type(exc).__name__}: {exc}"[:500]
