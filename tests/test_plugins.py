@@ -25,6 +25,7 @@ from agentloop.store.memory import MemoryStore
 from agentloop.testing import tool_context
 from agentloop.tools.decorator import ToolDefinitionError
 from agentloop.tools.plugins import (
+    BUILTIN,
     PluginError,
     Toolset,
     load_toolbox,
@@ -339,6 +340,113 @@ def test_a_bad_module_is_refused_naming_the_module_and_the_problem(
         load_toolbox([name])
     message = str(caught.value)
     assert message.startswith(name) and problem in message, message
+
+
+ACME = """
+    from collections.abc import AsyncIterator
+    import agentloop
+
+    OPENED = []
+
+    @agentloop.dependencies
+    async def desk() -> AsyncIterator[str]:
+        OPENED.append("acme")
+        yield "acme's desk"
+
+    @agentloop.tool
+    async def read_ticket(ctx: agentloop.ToolContext[str]) -> str:
+        return ctx.deps
+
+    @agentloop.verifier("ticket_read")
+    async def ticket_read(ctx) -> bool:
+        return ctx.deps == "acme's desk"
+"""
+
+TEAM_B = """
+    from collections.abc import AsyncIterator
+    import agentloop
+    from acme import read_ticket, ticket_read  # reused, not declared here
+
+    @agentloop.dependencies
+    async def b_deps() -> AsyncIterator[str]:
+        yield "b's deps"
+
+    @agentloop.tool
+    async def b_tool(ctx: agentloop.ToolContext[str]) -> str:
+        return ctx.deps
+"""
+
+
+async def deps_given(sources: list[str]) -> dict[str, Any]:
+    """What each team tool and verifier gets as `ctx.deps` in a worker loading `sources`."""
+    box = load_toolbox(sources)
+    async with box.opened(Settings()) as opened:
+        return {
+            key: opened.deps_of(*key.split(":"))
+            for key in box.origin
+            if not key.startswith("rule:") and box.origin[key] != BUILTIN
+        }
+
+
+async def test_a_declaration_gets_the_dependencies_of_the_module_declaring_it(
+    modules: Path,
+) -> None:
+    """Before, `acme:read_ticket`, a Toolset without `dependencies=` and a module importing
+    `read_ticket` gave it None or the importer's dependencies; acme and team_b together were
+    refused as a clash, though both reach the same tool."""
+    write(modules, "acme", ACME)
+    write(modules, "team_b", TEAM_B)
+    write(
+        modules,
+        "acme_set",
+        "import agentloop, acme\nSET = agentloop.Toolset(tools=[acme.read_ticket])\n",
+    )
+    acme_desk = {"tool:read_ticket": "acme's desk"}
+    assert await deps_given(["acme:read_ticket"]) == acme_desk
+    assert await deps_given(["acme_set:SET"]) == acme_desk
+    assert await deps_given(["team_b"]) == {
+        **acme_desk,
+        "verifier:ticket_read": "acme's desk",
+        "tool:b_tool": "b's deps",
+    }
+    import acme  # type: ignore[import-not-found]
+
+    acme.OPENED.clear()
+    assert await deps_given(["acme", "team_b", "acme_set:SET"]) == {
+        **acme_desk,
+        "verifier:ticket_read": "acme's desk",
+        "tool:b_tool": "b's deps",
+    }
+    assert acme.OPENED == ["acme"]  # opened once, however many sources reach it
+
+
+async def test_a_package_re_exporting_its_submodules_tools_gives_them_its_dependencies(
+    modules: Path,
+) -> None:
+    (modules / "desk_pkg").mkdir()
+    write(
+        modules / "desk_pkg",
+        "reads",
+        "import agentloop\n\n@agentloop.tool\nasync def peek(ctx) -> str:\n    return ctx.deps\n",
+    )
+    write(
+        modules / "desk_pkg",
+        "__init__",
+        """
+        from collections.abc import AsyncIterator
+        import agentloop
+        from desk_pkg.reads import peek
+
+        @agentloop.dependencies
+        async def deps() -> AsyncIterator[str]:
+            yield "the package's"
+        """,
+    )
+    assert await deps_given(["desk_pkg"]) == {"tool:peek": "the package's"}
+    assert await deps_given(["desk_pkg:peek"]) == {"tool:peek": None}  # no one gives any
+    # One tool, two loaders giving it different dependencies: which one it gets is unsaid.
+    with pytest.raises(PluginError, match="reached through desk_pkg too, which gives it other"):
+        load_toolbox(["desk_pkg", "desk_pkg.reads"])
 
 
 def test_two_modules_declaring_one_name_are_refused_naming_both(modules: Path) -> None:

@@ -1,7 +1,10 @@
 """Loading a team's tool modules: `AGENTLOOP_TOOLS=module[:attribute],...`.
 
 A module given alone contributes every tool, approval rule, verifier and `@dependencies`
-declared at its top level; `module:attribute` names one of them, or a `Toolset`. The
+declared at its top level; `module:attribute` names one of them, or a `Toolset`. Each
+declaration gets as `ctx.deps` the `@dependencies` of the module that declares it, when that
+module has them, else those of the module or `Toolset` that loads it; one object reached
+through several sources is one declaration. The
 built-ins (`read_artifact`, `ask_user`, `delegate`, the rules `always` and
 `for_someone_else`, the verifier `writes_applied`) are always there. Everything is checked
 when the worker starts, before it polls: a problem is a `PluginError` naming the module, the
@@ -11,6 +14,7 @@ object and what is wrong.
 from __future__ import annotations
 
 import importlib
+import sys
 import traceback
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -68,9 +72,13 @@ class Toolbox:
     rules: dict[str, ApprovalRule] = field(default_factory=dict)
     verifiers: dict[str, Verifier] = field(default_factory=dict)
     origin: dict[str, str] = field(default_factory=dict)
-    """`tool:NAME`, `rule:NAME`, `verifier:NAME` -> the module that declared it."""
+    """`tool:NAME`, `rule:NAME`, `verifier:NAME` -> the source that loaded it (the first one,
+    when several reach it)."""
     dependencies: dict[str, Dependencies] = field(default_factory=dict)
-    """Module -> how its dependencies are opened."""
+    """Owner (a module declaring `@dependencies`, or a source loading declarations from
+    modules that declare none) -> how its dependencies are opened."""
+    deps_owner: dict[str, str] = field(default_factory=dict)
+    """`tool:NAME`, `rule:NAME`, `verifier:NAME` -> the owner whose dependencies it gets."""
 
     def verifier_names(self) -> list[str]:
         """Every verifier a run may name as its `completion_check`, the built-ins included."""
@@ -82,13 +90,17 @@ class Toolbox:
         life), closed in the reverse order."""
         async with AsyncExitStack() as stack:
             deps: dict[str, Any] = {}
-            for source, declared in self.dependencies.items():
-                try:
-                    deps[source] = await stack.enter_async_context(declared.open(settings))
-                except Exception as exc:
-                    raise PluginError(
-                        f"{source}: its dependencies did not open: {type(exc).__name__}: {exc}"
-                    ) from exc
+            opened: dict[int, Any] = {}  # each declaration once, whoever reaches it
+            for owner, declared in self.dependencies.items():
+                if id(declared) not in opened:
+                    try:
+                        value = await stack.enter_async_context(declared.open(settings))
+                    except Exception as exc:
+                        raise PluginError(
+                            f"{owner}: its dependencies did not open: {type(exc).__name__}: {exc}"
+                        ) from exc
+                    opened[id(declared)] = value
+                deps[owner] = opened[id(declared)]
             yield OpenedToolbox(self, deps)
 
 
@@ -104,8 +116,10 @@ class OpenedToolbox:
         return self.box.registry
 
     def deps_of(self, kind: str, name: str) -> Any:
-        """The dependencies of the module that declared `kind:name` (None: it declares none)."""
-        return self.deps.get(self.box.origin.get(f"{kind}:{name}", ""))
+        """The dependencies `kind:name` gets: its declaring module's, else its loader's (None:
+        neither has any)."""
+        key = f"{kind}:{name}"
+        return self.deps.get(self.box.deps_owner.get(key, self.box.origin.get(key, "")))
 
 
 def builtin_toolbox() -> Toolbox:
@@ -217,31 +231,72 @@ def _once(items: list[T]) -> list[T]:
 def _add(box: Toolbox, plugin: Plugin) -> None:
     source, toolset = plugin.source, plugin.toolset
     for tool in toolset.tools:
-        _claim(box, "tool", tool.spec.name, source)
-        problem = schema_cost_problem(tool.spec.parameters)
-        if problem:
-            raise PluginError(f"{source}: tool {tool.spec.name!r}: its parameters: {problem}")
-        box.registry.add(tool)
+        if _claim(box, plugin, "tool", tool.spec.name, tool, tool.function):
+            problem = schema_cost_problem(tool.spec.parameters)
+            if problem:
+                raise PluginError(f"{source}: tool {tool.spec.name!r}: its parameters: {problem}")
+            box.registry.add(tool)
     for rule in toolset.rules:
-        _claim(box, "rule", rule.name, source)
-        box.rules[rule.name] = rule
+        if _claim(box, plugin, "rule", rule.name, rule, rule.function):
+            box.rules[rule.name] = rule
     for check in toolset.verifiers:
-        _claim(box, "verifier", check.name, source)
-        box.verifiers[check.name] = check
-    if toolset.dependencies is not None:
-        box.dependencies[source] = toolset.dependencies
+        if _claim(box, plugin, "verifier", check.name, check, check.function):
+            box.verifiers[check.name] = check
 
 
 _KIND_WORDS = {"tool": "tool", "rule": "approval rule", "verifier": "verifier"}
 
 
-def _claim(box: Toolbox, kind: str, name: str, source: str) -> None:
+def _claim(
+    box: Toolbox, plugin: Plugin, kind: str, name: str, declared: object, function: Any
+) -> bool:
+    """Records `declared` under `kind:name`, with the dependencies it gets; False when this
+    very object is there already (reached through another source)."""
     key = f"{kind}:{name}"
+    owner, deps = _deps_owner(plugin, function)
     holder = box.origin.get(key)
     if holder is not None:
+        if holder != BUILTIN and _declared(box, kind, name) is declared:
+            if box.dependencies.get(box.deps_owner[key]) is deps:
+                return False
+            raise PluginError(
+                f"{plugin.source}: {_KIND_WORDS[kind]} {name!r} is reached through {holder} "
+                "too, which gives it other dependencies; declare @dependencies in its module"
+            )
         whose = "a built-in" if holder == BUILTIN else f"already declared by {holder}"
-        raise PluginError(f"{source}: {_KIND_WORDS[kind]} {name!r} is {whose}")
-    box.origin[key] = source
+        raise PluginError(f"{plugin.source}: {_KIND_WORDS[kind]} {name!r} is {whose}")
+    if deps is not None and box.dependencies.setdefault(owner, deps) is not deps:
+        raise PluginError(
+            f"{plugin.source}: {_KIND_WORDS[kind]} {name!r} would get the dependencies of "
+            f"{owner}, which gives others too; declare @dependencies once per module"
+        )
+    box.origin[key] = plugin.source
+    box.deps_owner[key] = owner
+    return True
+
+
+def _declared(box: Toolbox, kind: str, name: str) -> object:
+    if kind == "tool":
+        return box.registry.get(name)
+    return (box.rules if kind == "rule" else box.verifiers).get(name)
+
+
+def _deps_owner(plugin: Plugin, function: Any) -> tuple[str, Dependencies | None]:
+    """Whose dependencies a declaration gets, and them: those of the module declaring
+    `function` when it has them, else those of the module or `Toolset` loading it."""
+    module_name = getattr(function, "__module__", None)
+    module = sys.modules.get(module_name) if isinstance(module_name, str) else None
+    if module is not None:
+        module_name = module.__name__
+        declared = _once([v for v in vars(module).values() if isinstance(v, Dependencies)])
+        if len(declared) > 1:
+            raise PluginError(
+                f"{plugin.source}: {module_name} declares @dependencies {len(declared)} times;"
+                " one per module"
+            )
+        if declared:
+            return module_name, declared[0]
+    return plugin.source, plugin.toolset.dependencies
 
 
 def _check_rules_named(box: Toolbox) -> None:
