@@ -247,6 +247,45 @@ BAD_MODULES: Mapping[str, tuple[str, str]] = {
         "import no_such_dependency_anywhere\n",
         "cannot be imported: ModuleNotFoundError",
     ),
+    "bad_syntax": (
+        """
+        import agentloop
+
+        async def strange(ctx, a: int) -> int
+            return a
+        """,
+        "bad_syntax.py:4)",  # the team's file and line, not agentloop's own
+    ),
+    "sync_dependencies": (
+        """
+        import agentloop
+
+        @agentloop.dependencies
+        def conn():
+            yield {"db": 1}
+        """,
+        "dependencies sync_dependencies.conn is a generator, not an async one",
+    ),
+    "returning_dependencies": (
+        """
+        import agentloop
+
+        @agentloop.dependencies
+        async def conn():
+            return {"db": 1}
+        """,
+        "dependencies returning_dependencies.conn is an `async def` that returns",
+    ),
+    "plain_dependencies": (
+        """
+        import agentloop
+
+        @agentloop.dependencies
+        def conn() -> dict:
+            return {"db": 1}
+        """,
+        "dependencies plain_dependencies.conn returns dict, not an async context manager",
+    ),
     "shadows_builtin": (
         """
         import agentloop
@@ -340,6 +379,19 @@ def test_a_bad_module_is_refused_naming_the_module_and_the_problem(
         load_toolbox([name])
     message = str(caught.value)
     assert message.startswith(name) and problem in message, message
+
+
+def test_a_module_that_is_not_there_is_named_alone(modules: Path) -> None:
+    """Before, the message ended "(at .../agentloop/tools/plugins.py:NNN)": agentloop's own
+    file, for a module name misspelled."""
+    with pytest.raises(PluginError) as caught:
+        load_toolbox(["nowhere_at_all"])
+    assert str(caught.value) == (
+        "nowhere_at_all: cannot be imported: ModuleNotFoundError: No module named 'nowhere_at_all'"
+    )
+    write(modules, "needs_more", "import agentloop\nimport nowhere_at_all\n")
+    with pytest.raises(PluginError, match=r"\(at .*needs_more\.py:2\)$"):
+        load_toolbox(["needs_more"])
 
 
 ACME = """

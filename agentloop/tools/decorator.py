@@ -13,7 +13,7 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, get_type_hints, overload
+from typing import Any, Literal, TypeVar, get_origin, get_type_hints, overload
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -405,12 +405,44 @@ def dependencies(function: OpenFunction) -> Dependencies:
     """Declare a module's dependencies: `@dependencies` on an async generator (or a function
     returning an async context manager) that yields the object its tools get as `ctx.deps`.
     It may take one parameter: the worker's settings (`agentloop.Settings`)."""
+    problem = _not_opening(function)
+    if problem:
+        raise ToolDefinitionError(
+            f"dependencies {_qualname(function)} {problem}: @agentloop.dependencies takes an "
+            "async generator (`async def` that yields what the tools get as ctx.deps) or a "
+            "function returning an async context manager"
+        )
     params = list(inspect.signature(function).parameters)
     if len(params) > 1:
         raise ToolDefinitionError(
             f"dependencies {_qualname(function)} takes at most one parameter (the settings)"
         )
     return Dependencies(function, takes_settings=bool(params))
+
+
+def _not_opening(function: Any) -> str | None:
+    """Why `function` can be seen, without calling it, to open no dependencies (None: it may,
+    or it cannot be told before it is called)."""
+    if not callable(function):
+        return f"is a {type(function).__name__}, not a function"
+    if inspect.isasyncgenfunction(function):
+        return None
+    if inspect.isgeneratorfunction(function):
+        return "is a generator, not an async one (`def` where `async def` is needed)"
+    if inspect.iscoroutinefunction(function):
+        return "is an `async def` that returns, where it should yield"
+    if inspect.isasyncgenfunction(inspect.unwrap(function)):
+        return None  # @contextlib.asynccontextmanager
+    try:
+        returns = get_type_hints(function).get("return")
+    except Exception:  # an annotation that does not resolve here: it is told when it opens
+        return None
+    kind = get_origin(returns) or returns
+    if returns is None or not isinstance(kind, type) or kind is Any:
+        return None
+    if issubclass(kind, AbstractAsyncContextManager) or hasattr(kind, "__aenter__"):
+        return None
+    return f"returns {getattr(kind, '__name__', kind)}, not an async context manager"
 
 
 __all__ = [

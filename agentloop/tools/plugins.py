@@ -171,12 +171,20 @@ def load_plugin(source: str) -> Plugin:
 
 
 def _where(exc: BaseException, module_name: str) -> str:
-    """The line of the team's module the import failed at, when the traceback has it."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "importlib" not in f.filename]
+    """The line of the team's code the import failed at: where its syntax is wrong, or the
+    last of its own frames (nothing for a module that is not there at all)."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f" (at {exc.filename}:{exc.lineno})"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _importing(f.filename)]
     if not frames:
         return ""
     last = frames[-1]
     return f" (at {last.filename}:{last.lineno})"
+
+
+def _importing(filename: str) -> bool:
+    """A frame of the import machinery, or of this loader: none of the team's code."""
+    return "importlib" in filename or filename == __file__
 
 
 def _is_declaration(value: Any) -> bool:
