@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from agentloop.contract import AgentRunInput, Principal, UserMessage
+from agentloop.contract import AgentRunInput, Principal, RunStatusView, UserMessage
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
-from tests.support import start_run, wait_for_phase
+from agentloop.workflows.loop.humans import MAX_ANSWER_CHARS, MIN_ANSWER_ROOM, answer_room
+from tests.support import start_run, wait_for_phase, wait_for_status
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -244,3 +247,59 @@ async def test_an_unknown_completion_check_fails_the_run_at_start_naming_it(
     assert "writes_applied" in cause.message  # the verifiers this worker has
     # Found before anything ran: not even the model was asked.
     assert [r for r in scripted_provider.requests if r["script"] == run_id] == []
+
+
+async def test_an_answer_past_its_share_of_the_step_is_refused_and_the_question_still_waits(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+) -> None:
+    """Before, long answers to many questions of one output made the next model call's input
+    pass Temporal's payload limit: every workflow task failed, and not even cancel moved it.
+    Each answer now gets an even share of what the step's answers may hold."""
+    questions = [f"Question {n}?" for n in range(3)]
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(
+                            id=f"call_q{n}", name="ask_user", arguments={"question": q}
+                        )
+                        for n, q in enumerate(questions)
+                    ]
+                ),
+                ScriptTurn(text="Thanks."),
+            ],
+        )
+    )
+    run_input = AgentRunInput(task="Ask me.", provider="openai-chat", model=run_id, tools=[])
+    handle = await start_run(client, worker, run_id, run_input)
+    share = MAX_ANSWER_CHARS // 3
+    await wait_for_status(handle, lambda v: v.question == questions[0], questions[0])
+    await handle.signal("message", UserMessage(text="x" * (share + 1), sender="dana"))
+    view = await wait_for_status(handle, lambda v: bool(v.refused_decisions), "the refusal")
+    [refused] = view.refused_decisions
+    assert refused["signal"] == "message" and refused["payload"] == "x" * 200
+    assert f"an answer may hold {share} characters now (3 questions" in refused["refused_because"]
+    assert view.phase == "awaiting_input" and view.question == questions[0]
+    answers = ["a" * share, "b" * share, "Short."]  # each within its share: all are taken
+    for question, answer in zip(questions, answers, strict=True):
+        await wait_for_status(handle, lambda v, q=question: v.question == q, question)
+        await handle.signal("message", UserMessage(text=answer, sender="dana"))
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed", result.stop_reason
+    [*_, last] = [r for r in scripted_provider.requests if r["script"] == run_id]
+    told = {
+        m["tool_call_id"]: m["content"] for m in last["body"]["messages"] if m["role"] == "tool"
+    }
+    assert set(told) == {"call_q0", "call_q1", "call_q2"} and "Short." in told["call_q2"]
+    assert len((await handle.query("status", result_type=RunStatusView)).refused_decisions) == 1
+
+
+def test_each_answer_gets_an_even_share_of_what_is_left_and_never_less_than_the_least() -> None:
+    assert answer_room(0, 4) == MAX_ANSWER_CHARS // 4
+    assert answer_room(MAX_ANSWER_CHARS // 2, 1) == MAX_ANSWER_CHARS // 2
+    assert answer_room(MAX_ANSWER_CHARS, 3) == MIN_ANSWER_ROOM  # a tool asking again

@@ -21,6 +21,14 @@ MAX_REFUSED_RECORDS = 100
 MAX_WAITING_MESSAGE_CHARS = 400_000
 """Text of messages the model has not seen yet that a run holds; past it, a message is
 refused (the next model call would not fit Temporal's payload limit)."""
+MAX_ANSWER_CHARS = 200_000
+"""Text of the answers one batch's questions hold (feature `answers-bounded`): they ride
+inline in the next model call, or in the tools' next runs, and in what continue-as-new
+carries while the batch waits. Each answer gets an even share of what is left
+(`answer_room`); a longer one is refused, and its question still waits."""
+MIN_ANSWER_ROOM = 2_000
+"""The least an answer may hold however many questions share the room (a tool that asks
+again after the room is used is still answered: past `MAX_ANSWER_CHARS` by little)."""
 MAX_WAITING_MESSAGES = 64
 """Messages the model has not seen yet that a run holds (feature `texts-by-reference`);
 past it, a message is refused."""
@@ -96,7 +104,7 @@ def _refused_decision(
     state: LoopState, decision: ApprovalDecision, reason: str, now: datetime
 ) -> ApprovalVerdict:
     shown = decision.model_dump(mode="json", exclude={"signature", "expires_at"})
-    _refuse(state, shown, reason, now)
+    _refuse(state, {"signal": "approve", **shown}, reason, now)
     return ApprovalVerdict(accepted=False, reason=reason)
 
 
@@ -130,6 +138,17 @@ def record_message(state: LoopState, message: UserMessage, now: datetime) -> Non
             return
         state.outbox.append(UserInput(text=message.text, sender=message.sender))
         return
+    if state.has(Feature.ANSWERS_BOUNDED):
+        allowed = answer_room(batch.answer_chars, len(batch.questions))
+        if len(message.text) > allowed:
+            reason = (
+                f"an answer may hold {allowed} characters now ({len(batch.questions)} questions"
+                f" of this step wait, {MAX_ANSWER_CHARS} for all its answers): the question "
+                "still waits, answer it shorter"
+            )
+            record_refused_input(state, "message", message.text[:200], reason, now)
+            return
+        batch.answer_chars += len(message.text)
     call_id = batch.questions.pop(0)
     asked = batch.asking.pop(call_id, None)
     if asked is not None:
@@ -151,6 +170,13 @@ def record_message(state: LoopState, message: UserMessage, now: datetime) -> Non
     close_if_answered(state)
 
 
+def answer_room(held: int, waiting: int) -> int:
+    """How long the next answer may be when a step's answers hold `held` characters and
+    `waiting` questions wait: an even share of what is left, so the last question can always
+    be answered (at least `MIN_ANSWER_ROOM`: a tool may ask again after the room is used)."""
+    return max((MAX_ANSWER_CHARS - held) // max(waiting, 1), MIN_ANSWER_ROOM)
+
+
 def _waiting_problem(state: LoopState, message: UserMessage) -> str | None:
     """Why `message` cannot wait for the next model call with those already waiting."""
     waiting = [e for e in state.outbox if isinstance(e, UserInput)]
@@ -170,7 +196,7 @@ def record_resolution(state: LoopState, request: ResolveRequest, now: datetime) 
     batch = state.batch
     if batch is None or request.call_id not in batch.reconciling:
         reason = f"no write {request.call_id!r} is awaiting reconciliation"
-        _refuse(state, request.model_dump(), reason, now)
+        _refuse(state, {"signal": "resolve", **request.model_dump()}, reason, now)
         return reason
     del batch.reconciling[request.call_id]
     call, spec = state.with_specs([request.call_id])[0]

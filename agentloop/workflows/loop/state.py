@@ -182,6 +182,12 @@ class Feature(StrEnum):
     worker on its task queue to take them; a call no worker took fails as never started, and a
     write that never started is not applied (`failed`, no lookup). Before it, a call on a queue
     no worker polls waited for ever: a write held the run in `executing_tools` for good."""
+    ANSWERS_BOUNDED = "answers-bounded"
+    """The answers to one batch's questions (`ask_user`, a tool asking) hold about
+    `MAX_ANSWER_CHARS` of text, each an even share of what is left; a longer answer is refused
+    and recorded, and its question still waits. Before it, many long answers made the next
+    step's payload pass Temporal's limit: every workflow task failed, and the run could not
+    even be cancelled."""
     OVER_BUDGET_CALLS_LEDGERED = "over-budget-calls-ledgered"
     """The calls of an output that does not fit what is left of the budget go into the ledger
     (decision `over_budget`, status `proposed`), so the result's `calls` and `pending` show
@@ -260,6 +266,7 @@ FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
             Feature.OVER_BUDGET_CALLS_LEDGERED,
             Feature.BOUND_COUNTS_UNSHORTENED,
             Feature.ACTIVITY_TOOL_START_BOUNDED,
+            Feature.ANSWERS_BOUNDED,
         ),
     ),
     ("features-2026-12h", FEATURES_2026_12H),
@@ -373,6 +380,8 @@ class Batch(BaseModel):
     questions: list[str] = Field(default_factory=list)
     """`ask_user` calls, and calls whose tool asked (`asking`), waiting for the user's
     `message`, in the order asked."""
+    answer_chars: int = 0
+    """The text of the answers this batch's questions got (feature `answers-bounded`)."""
     asked_at: datetime | None = None
     asking: dict[str, InputRequest] = Field(default_factory=dict)
     """Calls whose tool asked a person before it could go on -> what it asked (a write among
