@@ -372,4 +372,5 @@ async def test_a_decision_sent_with_the_start_is_answered_with_the_verdict_the_r
     view = await handle.query("status", result_type=RunStatusView)
     [refused] = view.refused_decisions
     assert refused["refused_because"] == verdict.reason
+    assert (refused["signal"], refused["call_id"]) == ("approve", "call_early")
     assert (await handle.result()).status == "completed"

@@ -120,7 +120,9 @@ def test_an_inconclusive_lookup_waits_then_resolve_applied_continues_without_a_r
     refused = loop.record_resolution(
         state, ResolveRequest(call_id="nope", outcome="applied", operator="op"), T0
     )
-    assert refused is not None and state.refused_decisions
+    assert refused is not None
+    [record] = state.refused_decisions
+    assert (record["signal"], record["call_id"]) == ("resolve", "nope")
     assert (
         loop.record_resolution(
             state, ResolveRequest(call_id="w1", outcome="applied", operator="op", note="seen"), T0
