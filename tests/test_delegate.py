@@ -23,7 +23,7 @@ from agentloop.contract import (
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
-from tests.support import start_run
+from tests.support import approve_as_shown, start_run, wait_for_status
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -337,6 +337,71 @@ async def test_cancelling_the_parent_cancels_the_child(
     assert result.side_effects == []
     # The child's one model call is on the parent's ledger too.
     assert result.usage.model_calls == 2
+
+
+async def test_temporals_cancel_of_the_parent_lets_the_childs_write_finish_and_records_it(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    """`temporal workflow cancel` (the UI's cancel) on the parent while its child's approved
+    write runs: before, the parent ended at once, Temporal terminated the child mid-write, and
+    the parent's result left out the reservation that exists at the service."""
+    register_booking(scripted_provider, run_id)
+    parent = await start_run(client, worker, run_id, parent_input(run_id))
+    child, waiting = await child_waiting_for_approval(client, run_id, "call_d")
+    example_service.set_delay("workshops.reserve", 2_000)
+    await approve_as_shown(child, waiting.pending_approvals[0], "workshop-lead")
+    await wait_for_status(
+        child, lambda v: v.phase == "executing_tools", "the child's write running"
+    )
+    await parent.cancel()
+    result = await asyncio.wait_for(parent.result(), 30)
+
+    assert result.status == "cancelled", result.stop_reason
+    child_result = await child.result()  # cancelled as told, not terminated
+    assert child_result.status == "cancelled", child_result.stop_reason
+    assert "the parent run was cancelled" in child_result.stop_reason
+    assert int(example_service.records()["reservations"]) == 1
+    [effect] = result.side_effects
+    assert effect["call_id"] == "call_r" and effect["via"] == f"{child.id} (delegate call_d)"
+
+
+async def test_a_child_whose_id_is_taken_fails_its_delegate_call_not_the_parent(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    """A child's workflow id is predictable (parent id, `/delegate/`, call id): anyone who may
+    start workflows can take it first. Before, the parent then failed without a result."""
+    register_booking(scripted_provider, run_id)
+    squatter = child_handle(client, run_id, "call_d")
+    scripted_provider.register(
+        Script(
+            name=f"{run_id}-squat",
+            turns=[ScriptTurn(tool_calls=[call("q", "ask_user", question="?")])],
+        )
+    )
+    squat = AgentRunInput(task="Wait.", provider="openai-chat", model=f"{run_id}-squat", tools=[])
+    await start_run(client, worker, squatter.id, squat)
+    result = await asyncio.wait_for(
+        (await start_run(client, worker, run_id, parent_input(run_id))).result(), 30
+    )
+
+    assert result.status == "completed", result.stop_reason
+    told = delegation_result(scripted_provider, "call_d")
+    assert told["status"] == "failed", told
+    assert told["stop_reason"] == (
+        f"the child run did not start: a workflow with id {squatter.id!r} is already running"
+    )
+    assert told["usage"]["model_calls"] == 0 and told["side_effects"] == []
+    assert result.usage.model_calls == 2 and result.side_effects == []
+    assert int(example_service.records()["reservations"]) == 0
+    await squatter.cancel()
 
 
 async def test_a_token_cap_holds_across_the_parent_and_its_child(

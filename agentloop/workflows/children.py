@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ChildWorkflowError
+from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
 
 import agentloop.workflows.loop as loop
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, CancelRequest
@@ -26,12 +26,17 @@ async def run_with_children(
     own `cancel`, and what they did is recorded before this run stops."""
     tools: dict[str, workflow.ActivityHandle[Any]] = {}
     runs: dict[str, workflow.ChildWorkflowHandle[Any, AgentRunResult]] = {}
+    not_started: dict[str, str] = {}
     for call, spec in step.calls:
         child_input = children.get(call.call_id)
         if child_input is None:
             tools[call.call_id] = start_tool(call, spec, state.run_input.principal, "", local=False)
+            continue
+        started = await _start_child(state, call, child_input)
+        if isinstance(started, str):
+            not_started[call.call_id] = started
         else:
-            runs[call.call_id] = await _start_child(state, call, child_input)
+            runs[call.call_id] = started
             audit(
                 "delegation.started",
                 turn=state.turn,
@@ -42,9 +47,17 @@ async def run_with_children(
     # Details only (no search attribute upsert here: that would be a new command).
     workflow.set_current_details(loop.details(state, workflow.now()))
     handles: list[asyncio.Future[Any]] = [*tools.values(), *runs.values()]
-    await workflow.wait_condition(
-        lambda: all(h.done() for h in handles) or state.cancel_reason is not None
-    )
+    try:
+        await workflow.wait_condition(
+            lambda: all(h.done() for h in handles) or state.cancel_reason is not None
+        )
+    except asyncio.CancelledError:
+        # Temporal's cancel request: the children are told as by the `cancel` signal, and
+        # what they did is recorded before this run stops (before `children-told-of-cancel`,
+        # this run ended at once and Temporal terminated them, a write of theirs mid-flight).
+        if not state.has(loop.Feature.CHILDREN_TOLD_OF_CANCEL):
+            raise
+        loop.record_cancel_request(state)
     stopped = not all(h.done() for h in handles)
     if stopped:
         for handle in tools.values():
@@ -65,11 +78,13 @@ async def run_with_children(
             report = await _child_outcome(runs[call.call_id])
             paused = max(paused, report.paused_seconds if report else 0.0)
             outcomes.append(ChildOutcome(call.call_id, report))
+        elif call.call_id in not_started:
+            outcomes.append(ChildOutcome(call.call_id, None, not_started[call.call_id]))
         elif not stopped:
             outcomes.append(await tool_outcome(call, spec, tools[call.call_id]))
     # The parent waited as long as its children waited for humans: not its working time.
     loop.record_tool_results(state, outcomes, paused_seconds=paused)
-    for call_id in runs:
+    for call_id in [*runs, *not_started]:
         delegation = state.delegations[call_id]
         audit(
             "delegation.settled",
@@ -84,16 +99,24 @@ async def run_with_children(
 
 async def _start_child(
     state: LoopState, call: ToolCall, child_input: AgentRunInput
-) -> workflow.ChildWorkflowHandle[Any, AgentRunResult]:
+) -> workflow.ChildWorkflowHandle[Any, AgentRunResult] | str:
+    """The child run, started; or why it could not start (feature `child-start-refused-told`:
+    a workflow already runs under its id, which anyone who may start workflows can take)."""
     indexed = workflow.info().typed_search_attributes.get(AGENT_PHASE) is not None
-    return await workflow.start_child_workflow(
-        WORKFLOW_NAME,
-        child_input,
-        id=state.delegations[call.call_id].child_workflow_id,
-        result_type=AgentRunResult,
-        static_summary=child_input.summary(),
-        search_attributes=initial(child_input) if indexed else None,
-    )
+    child_id = state.delegations[call.call_id].child_workflow_id
+    try:
+        return await workflow.start_child_workflow(
+            WORKFLOW_NAME,
+            child_input,
+            id=child_id,
+            result_type=AgentRunResult,
+            static_summary=child_input.summary(),
+            search_attributes=initial(child_input) if indexed else None,
+        )
+    except WorkflowAlreadyStartedError:
+        if not state.has(loop.Feature.CHILD_START_REFUSED_TOLD):
+            raise
+        return f"a workflow with id {child_id!r} is already running"
 
 
 async def _child_outcome(

@@ -114,12 +114,18 @@ def _tools_left(state: LoopState, tools: list[str], coming: list[str]) -> dict[s
     return left
 
 
-def child_result(state: LoopState, call: ToolCall, result: AgentRunResult | None) -> ToolResult:
+def child_result(
+    state: LoopState, call: ToolCall, result: AgentRunResult | None, not_started: str = ""
+) -> ToolResult:
     """Charge a child run's usage to this run and turn its result into the delegate call's
     result. `None`: the child ended without a result (terminated, failed): its whole slice is
-    charged, and what it did is unknown."""
+    charged, and what it did is unknown; or it never started (`not_started` says why):
+    nothing is charged, and it did nothing."""
     delegation = state.delegations[call.call_id]
-    if result is None:
+    if not_started:
+        delegation.status = "failed"
+        delegation.stop_reason = f"the child run did not start: {not_started}"
+    elif result is None:
         delegation.status = "failed"
         delegation.stop_reason = "the child run ended without a result"
         delegation.usage = delegation.whole_slice()
@@ -150,7 +156,7 @@ def child_result(state: LoopState, call: ToolCall, result: AgentRunResult | None
         status="succeeded" if completed else "failed",
         content=json.dumps(report, ensure_ascii=False),
         error_class=None if completed else _CHILD_ERROR_CLASSES.get(delegation.status, "business"),
-        side_effect=bool(delegation.side_effects) or result is None,
+        side_effect=bool(delegation.side_effects) or (result is None and not not_started),
     )
 
 

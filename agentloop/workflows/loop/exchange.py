@@ -82,6 +82,8 @@ class ChildOutcome:
 
     call_id: str
     result: AgentRunResult | None
+    not_started: str = ""
+    """Why the child run could not start (its workflow id taken): nothing of it ran."""
 
 
 ToolOutcome = ToolResult | ToolFailure | ChildOutcome

@@ -385,7 +385,7 @@ def _as_result(state: LoopState, outcome: ToolOutcome) -> ToolResult:
         return outcome
     call = state.call(outcome.call_id)
     if isinstance(outcome, ChildOutcome):
-        return child_result(state, call, outcome.result)
+        return child_result(state, call, outcome.result, outcome.not_started)
     # A read that kept failing is reported to the model; a write whose attempt failed may
     # or may not have happened, so it is `unknown`.
     error_class = outcome.error_class

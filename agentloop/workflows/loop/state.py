@@ -188,6 +188,15 @@ class Feature(StrEnum):
     and recorded, and its question still waits. Before it, many long answers made the next
     step's payload pass Temporal's limit: every workflow task failed, and the run could not
     even be cancelled."""
+    CHILDREN_TOLD_OF_CANCEL = "children-told-of-cancel"
+    """Temporal's cancel request reaches a run's delegated children as the `cancel` signal
+    does: they are cancelled (a write of theirs finishing first) and what they did is
+    recorded before the run stops. Before it, the run stopped at once and Temporal
+    terminated its children, and a child's write in flight was left out of the result."""
+    CHILD_START_REFUSED_TOLD = "child-start-refused-told"
+    """A delegated child run that cannot start (a workflow already runs under its id) fails
+    its `delegate` call, told to the model, charging nothing. Before it, the run itself
+    failed without a result."""
     OVER_BUDGET_CALLS_LEDGERED = "over-budget-calls-ledgered"
     """The calls of an output that does not fit what is left of the budget go into the ledger
     (decision `over_budget`, status `proposed`), so the result's `calls` and `pending` show
@@ -267,6 +276,8 @@ FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
             Feature.BOUND_COUNTS_UNSHORTENED,
             Feature.ACTIVITY_TOOL_START_BOUNDED,
             Feature.ANSWERS_BOUNDED,
+            Feature.CHILDREN_TOLD_OF_CANCEL,
+            Feature.CHILD_START_REFUSED_TOLD,
         ),
     ),
     ("features-2026-12h", FEATURES_2026_12H),
