@@ -22,6 +22,8 @@ MODEL_CALLS = (MODEL_CALL, MODEL_CALL_BY_REF)
 OVER_BUDGET = "OverBudget"
 """The failure type of a model call that was not started: even its input may not fit what is
 left of the run's token or cost cap (its message names the cap and by how much)."""
+APPROVAL_RULE_FAILED = "ApprovalRuleFailed"
+"""The failure type of a `check_precondition` whose approval rule (the team's code) raised."""
 STORE_TEXTS = "store_texts"
 """Long texts put in the store before the model call that first sends them."""
 

@@ -381,7 +381,20 @@ async def asks_badly(ctx: ToolContext[Any], order_id: str) -> str:
     raise agentloop.InputNeeded("Which?", {"it": Opaque()})
 
 
-RETURNING_TOOLS = [file_claim, stamp_order, peek_order, orders_since, asks_badly]
+@agentloop.approval_rule("over_amount")
+def over_amount(arguments: dict[str, Any], principal: Any) -> bool:
+    """A team's rule with a bug: the tool has no `amount`."""
+    return bool(arguments["amount"] > 100)
+
+
+@agentloop.tool(effect="write", needs_approval="over_amount")
+async def refund_order(ctx: ToolContext[Any], order_id: str) -> str:
+    """Refund an order (approval by the team's rule)."""
+    FILED.append(ctx.idempotency_key)
+    return "refunded"
+
+
+RETURNING_TOOLS = [file_claim, stamp_order, peek_order, orders_since, asks_badly, refund_order]
 
 
 async def start_returning(
@@ -408,7 +421,9 @@ async def returning(client: Client, worker_settings: Settings) -> AsyncIterator[
     """A worker in this process serving `RETURNING_TOOLS` on a queue of its own."""
     for kept in (FILED, LOOKED_UP, ASKED_AGAIN):
         kept.clear()
-    toolbox = build_toolbox([Plugin("returning", Toolset(tools=RETURNING_TOOLS))])
+    toolbox = build_toolbox(
+        [Plugin("returning", Toolset(tools=RETURNING_TOOLS, rules=[over_amount]))]
+    )
     settings = worker_settings.model_copy(
         update={"task_queue": f"returning-{uuid.uuid4().hex[:8]}"}
     )
@@ -481,3 +496,21 @@ async def test_a_tool_keeping_a_date_while_it_asks_gets_it_back_as_json(
     assert result.status == "completed", result.stop_reason
     assert ASKED_AGAIN == [{"since": "2024-01-01", "of": "7"}]
     assert sent_result(scripted_provider, run_id, "c_1") == {"orders_since": "March"}
+
+
+async def test_an_approval_rule_that_raises_is_named_and_the_write_never_runs(
+    client: Client, returning: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """Before, the model and the ledger were told the tool's precondition was not checked
+    (the tool has none): the team's rule, which broke, went unnamed."""
+    handle = await start_returning(
+        client, returning, scripted_provider, run_id, [call("c_1", "refund_order", order_id="7")]
+    )
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed", result.stop_reason
+    [refused] = result.calls
+    assert refused.status == "rejected" and FILED == []
+    error = sent_result(scripted_provider, run_id, "c_1")["error"]
+    assert error["message"] == (
+        "approval not assessed: approval rule 'over_amount' raised KeyError: 'amount'"
+    ), error

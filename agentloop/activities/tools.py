@@ -15,6 +15,7 @@ from temporalio.exceptions import ApplicationError
 
 from agentloop.activities.heartbeat import keep_heartbeating
 from agentloop.activity_io import (
+    APPROVAL_RULE_FAILED,
     DescribeToolsInput,
     PreconditionResult,
     RunDescription,
@@ -233,7 +234,15 @@ class ToolActivities:
         if rule is None:
             # A rule this worker does not know must not silently let a call through.
             return True
-        return await rule.evaluate(request.arguments, request.principal or ANONYMOUS)
+        try:
+            return await rule.evaluate(request.arguments, request.principal or ANONYMOUS)
+        except Exception as exc:
+            # The team's rule, not the tool's precondition, broke: said so (retried, like any
+            # activity failure, in case what it reads was briefly away).
+            raise ApplicationError(
+                f"approval rule {name!r} raised {type(exc).__name__}: {exc}",
+                type=APPROVAL_RULE_FAILED,
+            ) from None
 
     def _context(self, request: RunToolInput, reply: Reply | None = None) -> ToolContext[Any]:
         return ToolContext(

@@ -13,10 +13,10 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 import agentloop.workflows.loop as loop
-from agentloop.activity_io import PreconditionResult
+from agentloop.activity_io import APPROVAL_RULE_FAILED, PreconditionResult
 from agentloop.workflows import visibility
 from agentloop.workflows.children import run_with_children
 from agentloop.workflows.deadline import RunDeadline
@@ -57,9 +57,21 @@ async def check_preconditions(
             checked[call.call_id] = await handle
         except ActivityError as exc:
             # A check that cannot be made does not let the call through.
-            problem = f"precondition not checked: {describe_failure(exc)}"
-            checked[call.call_id] = PreconditionResult(problem=problem)
+            checked[call.call_id] = PreconditionResult(problem=_not_checked(state, exc))
     loop.record_preconditions(state, checked, workflow.now())
+
+
+def _not_checked(state: LoopState, exc: ActivityError) -> str:
+    """Why a call's check could not be made: its approval rule broke (feature
+    `rule-failure-named`), or its precondition could not be checked."""
+    cause = exc.cause
+    if (
+        isinstance(cause, ApplicationError)
+        and cause.type == APPROVAL_RULE_FAILED
+        and state.has(Feature.RULE_FAILURE_NAMED)
+    ):
+        return f"approval not assessed: {cause.message}"
+    return f"precondition not checked: {describe_failure(exc)}"
 
 
 async def run_tools(state: LoopState, step: RunTools, deadline: RunDeadline) -> None:

@@ -197,6 +197,10 @@ class Feature(StrEnum):
     """A delegated child run that cannot start (a workflow already runs under its id) fails
     its `delegate` call, told to the model, charging nothing. Before it, the run itself
     failed without a result."""
+    RULE_FAILURE_NAMED = "rule-failure-named"
+    """A call whose approval rule (the team's code, run by the worker) raised is refused
+    saying so, naming the rule and its error. Before it, the model and the ledger were told
+    the call's precondition could not be checked, which blamed the tool."""
     OVER_BUDGET_CALLS_LEDGERED = "over-budget-calls-ledgered"
     """The calls of an output that does not fit what is left of the budget go into the ledger
     (decision `over_budget`, status `proposed`), so the result's `calls` and `pending` show
@@ -278,6 +282,7 @@ FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
             Feature.ANSWERS_BOUNDED,
             Feature.CHILDREN_TOLD_OF_CANCEL,
             Feature.CHILD_START_REFUSED_TOLD,
+            Feature.RULE_FAILURE_NAMED,
         ),
     ),
     ("features-2026-12h", FEATURES_2026_12H),
