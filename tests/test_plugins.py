@@ -453,9 +453,26 @@ async def test_a_declaration_gets_the_dependencies_of_the_module_declaring_it(
         "acme_set",
         "import agentloop, acme\nSET = agentloop.Toolset(tools=[acme.read_ticket])\n",
     )
+    write(
+        modules,
+        "acme_fakes",
+        """
+        from collections.abc import AsyncIterator
+        import agentloop, acme
+
+        async def fake_desk(settings) -> AsyncIterator[str]:
+            yield "a fake desk"
+
+        SET = agentloop.Toolset(
+            tools=[acme.read_ticket], dependencies=agentloop.dependencies(fake_desk)
+        )
+        """,
+    )
     acme_desk = {"tool:read_ticket": "acme's desk"}
     assert await deps_given(["acme:read_ticket"]) == acme_desk
     assert await deps_given(["acme_set:SET"]) == acme_desk
+    # A Toolset's own dependencies are given on purpose: they win over the module's.
+    assert await deps_given(["acme_fakes:SET"]) == {"tool:read_ticket": "a fake desk"}
     assert await deps_given(["team_b"]) == {
         **acme_desk,
         "verifier:ticket_read": "acme's desk",

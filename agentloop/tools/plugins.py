@@ -2,9 +2,9 @@
 
 A module given alone contributes every tool, approval rule, verifier and `@dependencies`
 declared at its top level; `module:attribute` names one of them, or a `Toolset`. Each
-declaration gets as `ctx.deps` the `@dependencies` of the module that declares it, when that
-module has them, else those of the module or `Toolset` that loads it; one object reached
-through several sources is one declaration. The
+declaration gets as `ctx.deps` the `dependencies=` of a `Toolset` naming it, else the
+`@dependencies` of the module that declares it, when that module has them, else those of the
+module that loads it; one object reached through several sources is one declaration. The
 built-ins (`read_artifact`, `ask_user`, `delegate`, the rules `always` and
 `for_someone_else`, the verifier `writes_applied`) are always there. Everything is checked
 when the worker starts, before it polls: a problem is a `PluginError` naming the module, the
@@ -62,6 +62,9 @@ class Plugin:
 
     source: str
     toolset: Toolset
+    scanned: bool = False
+    """The toolset is what a whole module declares, not one given as such: its dependencies
+    then yield to those of the modules declaring its items."""
 
 
 @dataclass
@@ -167,7 +170,7 @@ def load_plugin(source: str) -> Plugin:
             raise PluginError(f"{source}: {module_name} has no attribute {attribute!r}")
         return Plugin(source, _toolset_of(source, getattr(module, attribute)))
     found = [value for value in vars(module).values() if _is_declaration(value)]
-    return Plugin(module_name, _toolset_of(module_name, found))
+    return Plugin(module_name, _toolset_of(module_name, found), scanned=True)
 
 
 def _where(exc: BaseException, module_name: str) -> str:
@@ -290,8 +293,11 @@ def _declared(box: Toolbox, kind: str, name: str) -> object:
 
 
 def _deps_owner(plugin: Plugin, function: Any) -> tuple[str, Dependencies | None]:
-    """Whose dependencies a declaration gets, and them: those of the module declaring
-    `function` when it has them, else those of the module or `Toolset` loading it."""
+    """Whose dependencies a declaration gets, and them: a `Toolset`'s own `dependencies=`
+    (what a team gives on purpose, test doubles say), else those of the module declaring
+    `function` when it has them, else those of the module loading it."""
+    if not plugin.scanned and plugin.toolset.dependencies is not None:
+        return plugin.source, plugin.toolset.dependencies
     module_name = getattr(function, "__module__", None)
     module = sys.modules.get(module_name) if isinstance(module_name, str) else None
     if module is not None:
