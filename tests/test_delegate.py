@@ -23,7 +23,7 @@ from agentloop.contract import (
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
-from tests.support import approve_as_shown, start_run, wait_for_status
+from tests.support import approve_as_shown, start_run, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -354,9 +354,13 @@ async def test_temporals_cancel_of_the_parent_lets_the_childs_write_finish_and_r
     child, waiting = await child_waiting_for_approval(client, run_id, "call_d")
     example_service.set_delay("workshops.reserve", 2_000)
     await approve_as_shown(child, waiting.pending_approvals[0], "workshop-lead")
-    await wait_for_status(
-        child, lambda v: v.phase == "executing_tools", "the child's write running"
-    )
+
+    # The write has reached the service (held there 2 s) when the cancel comes.
+    def writes_arrived() -> bool:
+        requests = example_service.stats()["requests"]
+        return any(r["endpoint"] == "workshops.reserve" for r in requests)
+
+    await wait_until(writes_arrived, "the child's write at the service")
     await parent.cancel()
     result = await asyncio.wait_for(parent.result(), 30)
 
