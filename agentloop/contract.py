@@ -6,6 +6,7 @@ added, with defaults. Pure pydantic: imported by the workflow, the CLI and calle
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
@@ -45,15 +46,16 @@ Phase = Literal[
 ]
 
 
-def describe_validation_error(exc: ValidationError) -> str:
+def describe_validation_error(exc: ValidationError, names: Mapping[str, str] = {}) -> str:
     """A validation error on one line, one clause per field (`limits.max_model_calls: ...`),
-    without pydantic's URLs: what a caller needs to fix its input."""
+    without pydantic's URLs: what a caller needs to fix its input. `names`: what to call a
+    field instead (the CLI's option it came from)."""
     parts = []
     for error in exc.errors(include_url=False):
         field = ".".join(str(part) for part in error["loc"]) or "input"
         got = repr(error.get("input"))
         got = got if len(got) <= 80 else got[:77] + "..."
-        parts.append(f"{field}: {error['msg']} (got {got})")
+        parts.append(f"{names.get(field, field)}: {error['msg']} (got {got})")
     return "; ".join(parts)
 
 

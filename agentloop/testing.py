@@ -436,15 +436,13 @@ class Harness:
     ) -> dict[str, Any]:
         """A call waiting for approval (`call_id`'s, or the first), as an approver is shown it
         in `status.pending_approvals`: `call_id`, `tool`, `arguments`, `args_digest`, ..."""
-        view = await self.wait_for(
+        return await self._shown(
             run,
-            lambda v: _find(v.pending_approvals, call_id) is not None,
+            lambda v: v.pending_approvals,
+            call_id,
             f"{call_id or 'a call'} to wait for approval",
-            timeout=timeout,
+            timeout,
         )
-        found = _find(view.pending_approvals, call_id)
-        assert found is not None
-        return found
 
     async def approve(
         self,
@@ -513,13 +511,27 @@ class Harness:
     ) -> dict[str, Any]:
         """A write whose outcome stayed unknown (`call_id`'s, or the first), waiting for an
         operator (`awaiting_reconciliation`), as `status.unresolved` shows it."""
-        view = await self.wait_for(
+        return await self._shown(
             run,
-            lambda v: _find(v.unresolved, call_id) is not None,
+            lambda v: v.unresolved,
+            call_id,
             f"{call_id or 'a write'} to wait for an operator",
-            timeout=timeout,
+            timeout,
         )
-        found = _find(view.unresolved, call_id)
+
+    async def _shown(
+        self,
+        run: Run,
+        listed: Callable[[RunStatusView], list[dict[str, Any]]],
+        call_id: str | None,
+        what: str,
+        timeout: float,
+    ) -> dict[str, Any]:
+        """The entry for `call_id` (or the first) of what `status` lists, once it is there."""
+        view = await self.wait_for(
+            run, lambda v: _find(listed(v), call_id) is not None, what, timeout=timeout
+        )
+        found = _find(listed(view), call_id)
         assert found is not None
         return found
 

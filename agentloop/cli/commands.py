@@ -186,13 +186,7 @@ def explain_error(
 def describe_bad_arguments(exc: ValidationError) -> str:
     """`--text: String should have at least 1 character (got '')`: each field named by the
     option it came from."""
-    parts = []
-    for error in exc.errors(include_url=False):
-        field = ".".join(str(part) for part in error["loc"]) or "input"
-        got = repr(error.get("input"))
-        got = got if len(got) <= 80 else got[:77] + "..."
-        parts.append(f"{OPTIONS.get(field, field)}: {error['msg']} (got {got})")
-    return "; ".join(parts)
+    return describe_validation_error(exc, OPTIONS)
 
 
 def explain_client_error(
