@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -42,7 +41,7 @@ from agentloop.runtime.config import VARIABLES, ConfigError, Settings
 from agentloop.runtime.config_checks import SandboxMode
 from agentloop.runtime.indexing import Registration
 from agentloop.runtime.mcp_config import McpServerConfig
-from agentloop.store import Store, StoreError, StoreUnavailable, open_store
+from agentloop.store import UNUSABLE, Store, open_store, why_unusable
 from agentloop.tools.plugins import PluginError, Toolbox, load_toolbox
 from agentloop.workflows.agent_run import AgentRun
 
@@ -220,13 +219,11 @@ async def check_store(settings: Settings) -> None:
             await store.get_node("")
         finally:
             await store.close()
-    except (StoreError, StoreUnavailable, OSError, sqlite3.Error) as exc:
-        reason = str(exc)
-        if isinstance(exc, OSError) and exc.strerror:
-            reason = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    except UNUSABLE as exc:
         name = VARIABLES["store_url"].name
         raise StartupError(
-            f"{name}={mask_url(settings.store_url)!r}: the store cannot be used: {reason}"
+            f"{name}={mask_url(settings.store_url)!r}: the store cannot be used: "
+            f"{why_unusable(exc)}"
         ) from None
 
 

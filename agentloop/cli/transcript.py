@@ -23,7 +23,14 @@ from agentloop.events import (
     ToolResult,
     UserInput,
 )
-from agentloop.store import Store, StoreError, StoreUnavailable, load_transcript, open_store
+from agentloop.store import (
+    UNUSABLE,
+    Store,
+    StoreUnavailable,
+    load_transcript,
+    open_store,
+    why_unusable,
+)
 
 INDENT = "    "
 
@@ -33,11 +40,8 @@ def open_transcript_store(store_url: str) -> Store:
     (a folder that cannot be made, a file that is not a database)."""
     try:
         return open_store(store_url)
-    except (StoreError, OSError, sqlite3.Error) as exc:
-        reason = str(exc)
-        if isinstance(exc, OSError) and exc.strerror:
-            reason = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
-        raise StoreUnavailable(reason) from None
+    except UNUSABLE as exc:
+        raise StoreUnavailable(why_unusable(exc)) from None
 
 
 async def read_transcript(store: Store, head: str) -> list[Event]:

@@ -6,6 +6,8 @@ PostgreSQL (several workers). Both implement `Store` and pass the same contract 
 
 from __future__ import annotations
 
+import sqlite3
+
 from agentloop.events import Event
 from agentloop.runtime.audit import mask_url
 from agentloop.store.artifacts import (
@@ -20,6 +22,18 @@ from agentloop.store.sqlite import SqliteStore
 from agentloop.transcript import ROOT, parse_node
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+UNUSABLE = (StoreError, StoreUnavailable, OSError, sqlite3.Error)
+"""What opening or first reading a store raises when it cannot be used: a bad URL, a folder
+that cannot be made, a file that is not a database, a PostgreSQL that does not answer."""
+
+
+def why_unusable(exc: BaseException) -> str:
+    """One of `UNUSABLE` said for a person: an OS error by its reason and path."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    return str(exc)
 
 
 def open_store(url: str) -> Store:

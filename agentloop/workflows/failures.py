@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import cast, get_args
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, RetryState
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 from agentloop.events import ErrorClass
@@ -41,6 +41,12 @@ def describe_failure(exc: ActivityFailure) -> str:
     if isinstance(cause, ApplicationError):
         return f"{cause.type}: {cause.message}"
     return str(cause or exc)
+
+
+def never_started(exc: ActivityFailure) -> bool:
+    """Whether the activity failed waiting for a worker to take it: none of it ran."""
+    cause = _cause(exc)
+    return isinstance(cause, ActivityTimeout) and cause.type == TimeoutType.SCHEDULE_TO_START
 
 
 REMOTE_ERROR_TYPES: dict[str, ErrorClass] = {

@@ -8,8 +8,6 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, TimeoutType
-from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 from agentloop.activity_io import (
     ActivityToolInput,
@@ -26,6 +24,7 @@ from agentloop.workflows.failures import (
     attempts_made,
     describe_failure,
     local_failure,
+    never_started,
     tool_failure_class,
 )
 from agentloop.workflows.loop import Feature, LoopState, ToolFailure, ToolOutcome
@@ -100,12 +99,6 @@ def start_timeout(spec: ToolSpec) -> timedelta:
     """How long an activity tool's call, or its lookup, waits on the team's task queue for a
     worker to take it (Temporal does not retry this timeout: no worker may ever come)."""
     return timedelta(seconds=spec.start_timeout_seconds)
-
-
-def never_started(exc: BaseException) -> bool:
-    """Whether the activity failed waiting for a worker to take it: none of it ran."""
-    cause = exc.cause if isinstance(exc, ActivityError) else exc
-    return isinstance(cause, ActivityTimeout) and cause.type == TimeoutType.SCHEDULE_TO_START
 
 
 async def tool_outcome(
