@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint unit dev bench clean
+.PHONY: demo test lint unit dev bench fuzz clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,9 @@ test: lint
 
 bench: $(VENV)/.installed-dev
 	$(PY) -m bench.run
+
+fuzz: $(VENV)/.installed-dev
+	AGENTLOOP_FUZZ=long $(VENV)/bin/pytest -m fuzz
 
 unit: $(VENV)/.installed-dev
 	$(VENV)/bin/pytest -m "not integration"
