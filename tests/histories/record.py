@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
+import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError
+from temporalio.worker import Worker
 
 from agentloop import search
 from agentloop.cli.dev import DevStack, DevStackPorts
@@ -27,12 +30,15 @@ from agentloop.contract import (
     AgentRunResult,
     ApprovalDecision,
     ApprovalVerdict,
+    CancelRequest,
     Limits,
+    ResolveRequest,
     RunStatusView,
     UserMessage,
 )
 from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
+from agentloop.runtime.config import Settings
 
 HERE = Path(__file__).parent
 RULE_TOOLS = "tests.histories.rule_tools"
@@ -240,6 +246,61 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
             ),
         ],
     )
+    claiming = Script(
+        name="replay-write-failed",
+        turns=[
+            ScriptTurn(
+                tool_calls=[
+                    ScriptedToolCall(id="call_claim", name="file_claim", arguments={"claim": "C-7"})
+                ]
+            ),
+            ScriptTurn(text="The claim could not be filed: {{call_claim.error}}"),
+        ],
+    )
+    drafting = Script(
+        name="replay-verifier",
+        turns=[ScriptTurn(text="Draft answer."), ScriptTurn(text="Checked answer: verified.")],
+    )
+    ticketing = Script(
+        name="replay-mcp",
+        turns=[
+            ScriptTurn(
+                tool_calls=[
+                    ScriptedToolCall(
+                        id="call_find",
+                        name="tickets_find_ticket",
+                        arguments={"ticket_id": "T-1001"},
+                    ),
+                    ScriptedToolCall(
+                        id="call_note",
+                        name="tickets_add_note",
+                        arguments={"ticket_id": "T-1001", "text": "Refund approved."},
+                    ),
+                ]
+            ),
+            ScriptTurn(text="Noted on {{call_find.subject}}."),
+        ],
+    )
+    booking_remote = Script(
+        name="replay-activity-tool",
+        turns=[
+            ScriptTurn(
+                tool_calls=[
+                    ScriptedToolCall(
+                        id="call_book",
+                        name="book_seat_remote",
+                        arguments={"workshop_id": "ws-101", "participant_id": "p-carol"},
+                    )
+                ]
+            ),
+            ScriptTurn(text="Booked by {{call_book.served_by}}."),
+        ],
+    )
+    writing = {
+        "model": reserving.name,
+        "tools": ["reserve_seat"],
+        "principal": {"subject": "p-alice", "scopes": ["workshops:write"]},
+    }
     return {
         "travel": ([], {"model": "travel"}),
         "travel_unstreamed": ([], {"model": "travel", "stream": False}),
@@ -378,6 +439,38 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
             [posting],
             {"model": posting.name, "tools": ["post_notice"]},
         ),
+        # The card's own paths (recorded with `features-2026-12i`): an approved write whose
+        # answer was lost after the commit, found by its lookup (`confirmed_after_query`); one
+        # refused before the commit, looked up absent and sent again under its key; one whose
+        # lookup stays inconclusive until an operator resolves it (see `RESOLVED`); one its
+        # system refuses (`failed`); a run cancelled while its write is in flight (see
+        # `CANCELLED_IN_WRITE`: the write finishes first).
+        "write_confirmed_after_query": ([reserving], writing),
+        "write_not_applied_resent": ([reserving], writing),
+        "write_resolved_by_operator": ([reserving], writing),
+        "write_failed": ([claiming], {"model": claiming.name, "tools": ["file_claim"]}),
+        "cancel_during_write": ([reserving], writing),
+        # A verifier (`says_verified`, the worker's) rejects the first answer, whose verdict
+        # goes back to the model, and accepts the second.
+        "verifier_rejects_then_accepts": (
+            [drafting],
+            {"model": drafting.name, "tools": [], "completion_check": "says_verified"},
+        ),
+        # An MCP server's read and write (the demo ticket server over stdio, `MCP_SERVERS`).
+        "mcp_read_write": (
+            [ticketing],
+            {
+                "model": ticketing.name,
+                "tools": ["tickets_find_ticket", "tickets_add_note"],
+                "principal": {"subject": "agent-7", "scopes": ["tickets:read", "tickets:write"]},
+            },
+        ),
+        # A team's activity (tests/team_plugin/plain_worker.py) served on its own queue while
+        # the scenario runs (`TEAM_QUEUE`).
+        "activity_tool": (
+            [booking_remote],
+            {"model": booking_remote.name, "tools": ["book_seat_remote"]},
+        ),
     }
 
 
@@ -385,6 +478,20 @@ SERVICE_TROUBLE: dict[str, Callable[[ExampleService], None]] = {
     # Past the local read's 5 s timeout (the dev stack's HTTP timeout is 30 s).
     "local_read_timed_out": lambda service: service.set_delay("weather", 6_000),
     "local_read_failed": lambda service: service.inject_fault("weather", "unavailable", 10),
+    "write_confirmed_after_query": lambda service: service.inject_fault(
+        "workshops.reserve", "commit_then_drop"
+    ),
+    "write_not_applied_resent": lambda service: service.inject_fault(
+        "workshops.reserve", "fail_before_commit"
+    ),
+    "write_resolved_by_operator": lambda service: (
+        service.inject_fault("workshops.reserve", "commit_then_drop"),
+        service.inject_fault("workshops.operation", "unavailable", 50),
+    ),
+    # The write commits, then its answer takes 2 s: the cancel arrives meanwhile.
+    "cancel_during_write": lambda service: service.inject_fault(
+        "workshops.reserve", "commit_then_hang", hang_ms=2_000
+    ),
 }
 """What the example service does to a scenario's requests (cleared after it)."""
 
@@ -396,7 +503,14 @@ INDEXED = {
     "approval_checked",
 }
 """Scenarios started with agentloop's search attributes, as the CLI starts runs."""
-APPROVED = {"approval_checked", "continue_while_waiting"}
+APPROVED = {
+    "approval_checked",
+    "continue_while_waiting",
+    "write_confirmed_after_query",
+    "write_not_applied_resent",
+    "write_resolved_by_operator",
+    "cancel_during_write",
+}
 """Scenarios whose pending call is approved (by `decide_approval`) once the run waits."""
 ANSWERED = {
     "tools_ask": ["14C"],
@@ -408,6 +522,54 @@ FLOODED = {"continue_while_waiting"}
 CHILD_APPROVED_LATE = {"deadline_watch_resumes": 4.5}
 """Scenarios whose delegated child (of call `call_d`) is approved this many seconds after it
 waits."""
+RESOLVED = {"write_resolved_by_operator": "applied"}
+"""Scenarios whose unknown write an operator resolves (the `resolve` signal) once it waits."""
+CANCELLED_IN_WRITE = {"cancel_during_write"}
+"""Scenarios cancelled (the `cancel` signal) once their write reached the service."""
+TEAM_QUEUE = "replay-team-queue"
+"""Where `book_seat_remote` is scheduled: the recorder serves the team's activities there."""
+PLAIN_WORKER = HERE.parent / "team_plugin" / "plain_worker.py"
+
+
+def mcp_servers(state_dir: Path) -> str:
+    """The demo ticket server over stdio, as `tickets` (its state in `state_dir`)."""
+    command = [sys.executable, "-m", "agentloop.demo.mcp_server", "--stdio"]
+    command += ["--state", str(state_dir / "tickets.json")]
+    config = {"command": command, "reads_from_hints": True, "lookup_tool": "lookup_note"}
+    return json.dumps({"tickets": config})
+
+
+@contextlib.asynccontextmanager
+async def team_worker(stack: DevStack) -> AsyncIterator[None]:
+    """The team's plain worker's activities (imported with the example service's address), on
+    `TEAM_QUEUE` in this process."""
+    assert stack.client is not None and stack.example_service is not None
+    os.environ["TEAM_SERVICE_URL"] = stack.example_service.base_url
+    spec = importlib.util.spec_from_file_location("plain_worker", PLAIN_WORKER)
+    assert spec is not None and spec.loader is not None
+    plain = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plain)
+    activities = [plain.book_seat, plain.booking_outcome]
+    async with Worker(stack.client, task_queue=TEAM_QUEUE, activities=activities):
+        yield
+
+
+async def wait_for_phase(handle: WorkflowHandle[Any, Any], phase: str) -> RunStatusView:
+    for _ in range(600):
+        view = await handle.query("status", result_type=RunStatusView)
+        if view.phase == phase:
+            return view
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"the run never reached {phase}")
+
+
+async def cancel_once_written(handle: WorkflowHandle[Any, Any], service: ExampleService) -> None:
+    for _ in range(200):
+        if service.stats()["counts"].get("workshops.reserve"):
+            await handle.signal("cancel", CancelRequest(reason="no longer needed"))
+            return
+        await asyncio.sleep(0.02)
+    raise TimeoutError("the write never reached the service")
 
 
 async def approve_when_waiting(handle: WorkflowHandle[Any, Any]) -> None:
@@ -478,9 +640,19 @@ async def answer_when_asked(handle: WorkflowHandle[Any, Any], texts: list[str]) 
 
 async def record(only: set[str]) -> None:
     with tempfile.TemporaryDirectory() as state_dir:
-        async with DevStack(
-            DevStackPorts.free(), state_dir=Path(state_dir), quiet=True, tools=[RULE_TOOLS]
-        ) as stack:
+        settings = Settings.from_env().model_copy(
+            update={"mcp_servers": mcp_servers(Path(state_dir))}
+        )
+        async with (
+            DevStack(
+                DevStackPorts.free(),
+                state_dir=Path(state_dir),
+                quiet=True,
+                tools=[RULE_TOOLS],
+                settings=settings,
+            ) as stack,
+            team_worker(stack),
+        ):
             assert stack.client is not None and stack.scripted_provider is not None
             for name, (scripts, overrides) in scenarios().items():
                 if only and name not in only:
@@ -512,6 +684,15 @@ async def record(only: set[str]) -> None:
                     await flood_until_continued(handle)
                 if name in APPROVED:
                     await approve_when_waiting(handle)
+                if name in CANCELLED_IN_WRITE:
+                    await cancel_once_written(handle, stack.example_service)
+                if name in RESOLVED:
+                    view = await wait_for_phase(handle, "awaiting_reconciliation")
+                    [unknown] = view.unresolved
+                    resolution = ResolveRequest(
+                        call_id=unknown["call_id"], outcome=RESOLVED[name], operator="ops"
+                    )
+                    await handle.signal("resolve", resolution)
                 if name in ANSWERED:
                     await answer_when_asked(handle, ANSWERED[name])
                 if name in CHILD_APPROVED_LATE:

@@ -2,12 +2,16 @@
 write whose tool names an approval rule, so the worker evaluates the rule and the run acts on
 the recorded verdict. `pick_seat` (`tools_ask`): a read that asks a person first.
 `post_notice` (`activity_tool_start_bounded`): a write that is a team's activity on a queue no
-worker polls. Replaying those histories needs only agentloop, not this module."""
+worker polls. `file_claim` (`write_failed`): a write its system refuses. `says_verified`
+(`verifier_rejects_then_accepts`): a verifier that wants the word "verified".
+`book_seat_remote` (`activity_tool`): a write that is a team's activity
+(tests/team_plugin/plain_worker.py) on a queue the recorder polls. Replaying those histories
+needs only agentloop, not this module."""
 
 from __future__ import annotations
 
 import agentloop
-from agentloop import InputNeeded, ToolContext
+from agentloop import BusinessRefusal, InputNeeded, ToolContext, Verdict, VerifyContext
 
 
 @agentloop.tool(effect="write", needs_approval="for_someone_else")
@@ -35,4 +39,32 @@ post_notice = agentloop.activity_tool(
     effect="write",
     lookup_activity="notice_outcome",
     start_timeout_seconds=1,
+)
+
+
+@agentloop.tool(effect="write")
+async def file_claim(ctx: ToolContext[None], claim: str) -> str:
+    """File an insurance claim."""
+    raise BusinessRefusal(f"the claim window for {claim!r} is closed")
+
+
+@agentloop.verifier("says_verified")
+async def says_verified(ctx: VerifyContext) -> Verdict:
+    passed = "verified" in ctx.answer
+    return Verdict(passed=passed, reason="says verified" if passed else "say it is verified")
+
+
+book_seat_remote = agentloop.activity_tool(
+    "book_seat_remote",
+    activity="book_seat",
+    task_queue="replay-team-queue",
+    parameters={
+        "type": "object",
+        "properties": {"workshop_id": {"type": "string"}, "participant_id": {"type": "string"}},
+        "required": ["workshop_id", "participant_id"],
+    },
+    description="Book a seat in a workshop (the team's own activity).",
+    effect="write",
+    lookup_activity="booking_outcome",
+    timeout_seconds=30,
 )
