@@ -41,7 +41,7 @@ def report_text(day: int) -> str:
     return "".join(lines)[:REPORT_CHARS]
 
 
-@tool(name="bench_daily_report")
+@tool(name="bench_daily_report", effect="read")
 async def REPORT_TOOL(ctx: ToolContext[Any], args: ReportArgs) -> str:
     """The full sensor report of one day (about 10 KB of text)."""
     return report_text(args.day)

@@ -29,7 +29,7 @@ async def desk() -> AsyncIterator[Desk]:
     yield DESK
 
 
-@agentloop.tool(scopes=["desk:read"])
+@agentloop.tool(effect="read", scopes=["desk:read"])
 async def read_note(ctx: ToolContext[Desk], note_id: str) -> Any:
     """A note, for the principal's tenant `acme` only."""
     if ctx.principal.tenant != "acme":

@@ -260,6 +260,7 @@ async def test_an_activity_tools_result_no_parser_reads_is_told_to_the_model_not
         name="deep_forecast",
         activity="deep_forecast",
         description="A forecast, deeply nested.",
+        effect="read",
     )
     assert [(c.call_id, c.status) for c in result.calls] == [("c_1", "succeeded")]
     assert "not JSON agentloop can read" in told and "recursion limit exceeded" in told, told

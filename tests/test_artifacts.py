@@ -24,7 +24,7 @@ from tests.test_loop import T0, call, model_turn, tool_output
 ONE_MB = 1_000_000
 
 
-@tool(name="dump_logs", max_result_chars=2_000)
+@tool(name="dump_logs", effect="read", max_result_chars=2_000)
 async def DUMP(ctx: ToolContext[Any]) -> Any:
     # Distinct, escape-heavy lines so a wrong offset or a lost character would show.
     return "".join(f'line {i:06d} "quoted" é\n' for i in range(ONE_MB // 23 + 1))

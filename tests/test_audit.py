@@ -94,22 +94,22 @@ class ReplyArgs(BaseModel):
     body: str
 
 
-@tool(name="get_weather", version="3")
+@tool(name="get_weather", effect="read", version="3")
 async def _weather(ctx: ToolContext[Any], args: WeatherArgs) -> Any:
     return {"city": args.city, "forecast": f"sunny {TOOL_OUTPUT_MARK}"}
 
 
-@tool(name="dump", max_result_chars=1_000)
+@tool(name="dump", effect="read", max_result_chars=1_000)
 async def _big(ctx: ToolContext[Any], args: WeatherArgs) -> Any:
     return TOOL_OUTPUT_MARK + "x" * 5_000
 
 
-@tool(name="flaky")
+@tool(name="flaky", effect="read")
 async def _flaky(ctx: ToolContext[Any], args: WeatherArgs) -> Any:
     raise ToolError(f"upstream 503 {TOOL_OUTPUT_MARK}", error_class="transient", retryable=True)
 
 
-@tool(name="closed")
+@tool(name="closed", effect="read")
 async def _closed(ctx: ToolContext[Any], args: WeatherArgs) -> Any:
     raise ToolError(f"city closed {TOOL_OUTPUT_MARK}", error_class="business")
 

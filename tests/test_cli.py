@@ -666,7 +666,7 @@ async def orders_db():
     yield None
 
 
-@agentloop.tool
+@agentloop.tool(effect="read")
 async def read_order(ctx: agentloop.ToolContext, order_id: str) -> str:
     \"\"\"An order.\"\"\"
     return order_id

@@ -360,13 +360,13 @@ async def stamp_order(ctx: ToolContext[Any], order_id: str) -> dict[str, Any]:
     return {"stamp": Opaque()}
 
 
-@agentloop.tool
+@agentloop.tool(effect="read")
 async def peek_order(ctx: ToolContext[Any], order_id: str) -> Opaque:
     """A read whose answer cannot be written."""
     return Opaque()
 
 
-@agentloop.tool
+@agentloop.tool(effect="read")
 async def orders_since(ctx: ToolContext[Any], order_id: str) -> dict[str, str]:
     """Asks since when, keeping a date."""
     if ctx.reply is None:
@@ -375,7 +375,7 @@ async def orders_since(ctx: ToolContext[Any], order_id: str) -> dict[str, str]:
     return {"orders_since": ctx.reply.text}
 
 
-@agentloop.tool
+@agentloop.tool(effect="read")
 async def asks_badly(ctx: ToolContext[Any], order_id: str) -> str:
     """Asks, keeping what cannot be written."""
     raise agentloop.InputNeeded("Which?", {"it": Opaque()})

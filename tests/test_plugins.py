@@ -36,7 +36,7 @@ from tests.test_cli import AGENTLOOP, assert_no_traceback, process_env, run_proc
 # --- the decorator -------------------------------------------------------------------------
 
 
-@agentloop.tool
+@agentloop.tool(effect="read")
 async def forecast(
     ctx: ToolContext[Any],
     city: Annotated[str, Field(min_length=1, description="a city")],
@@ -101,6 +101,29 @@ def test_every_option_of_the_contract_reaches_the_spec() -> None:
     assert spec.has_precondition and spec.has_outcome_lookup
 
 
+def test_a_tool_that_does_not_say_its_effect_is_a_write() -> None:
+    """A forgotten `effect` gets the careful behaviour: one attempt, an idempotency key and
+    an outcome looked up or left to an operator, never three blind retries."""
+
+    async def charge_card(ctx: ToolContext[Any], amount: int) -> str:
+        return "charged"
+
+    async def charged(ctx: ToolContext[Any], amount: int) -> Outcome:
+        return Outcome(state="applied")
+
+    assert agentloop.tool(charge_card).spec.effect == "write"
+    assert agentloop.tool()(charge_card).spec.effect == "write"
+    looked_up = agentloop.tool(lookup_outcome=charged)(charge_card).spec
+    assert (looked_up.effect, looked_up.has_outcome_lookup) == ("write", True)
+    activity = agentloop.activity_tool(
+        "charge", activity="charge", task_queue="team", parameters={}, description="Charge."
+    )
+    assert activity.spec.effect == "write"
+    # A local tool runs again when its worker is lost: only a read, said so, may be one.
+    with pytest.raises(ToolDefinitionError, match="only a read may be local"):
+        agentloop.tool(local=True)(charge_card)
+
+
 async def test_the_handler_precondition_and_lookup_take_the_same_arguments() -> None:
     ctx = tool_context(idempotency_key="wf/c1", principal=Principal(subject="s", tenant="acme"))
     assert refund.precondition is not None and refund.lookup_outcome is not None
@@ -147,7 +170,10 @@ def test_what_cannot_be_a_tool_is_refused_with_the_function_named() -> None:
             lambda: agentloop.tool(precondition=other_args)(forecast.function),
             "it must take the tool's arguments",
         ),
-        (lambda: agentloop.tool(lookup_outcome=_refunded)(forecast.function), "only a write"),
+        (
+            lambda: agentloop.tool(effect="read", lookup_outcome=_refunded)(forecast.function),
+            "only a write",
+        ),
         (lambda: agentloop.tool(local=True, effect="write")(forecast.function), "only a read"),
     ]
     for declare, problem in cases:

@@ -44,7 +44,7 @@ def activity_tool(
     task_queue: str,
     parameters: type[BaseModel] | Mapping[str, Any],
     description: str,
-    effect: Effect = "read",
+    effect: Effect = "write",
     scopes: Sequence[str] = (),
     needs_approval: bool | str = False,
     approvers: Sequence[str] = (),
@@ -68,7 +68,7 @@ def activity_tool(
     for a worker on `task_queue` to take it (past it, it fails as never started: a write is
     then not applied). `lookup_activity`: for a write, the activity
     type (same queue) that finds its outcome by idempotency key. The other options are
-    `agentloop.tool`'s."""
+    `agentloop.tool`'s: as there, a tool is a write unless it says `effect="read"`."""
     schema = (
         parameters.model_json_schema()
         if isinstance(parameters, type) and issubclass(parameters, BaseModel)

@@ -160,7 +160,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    effect: Effect = "read",
+    effect: Effect = "write",
     scopes: Sequence[str] = (),
     needs_approval: bool | str = False,
     approvers: Sequence[str] = (),
@@ -184,7 +184,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    effect: Effect = "read",
+    effect: Effect = "write",
     scopes: Sequence[str] = (),
     needs_approval: bool | str = False,
     approvers: Sequence[str] = (),
@@ -205,9 +205,10 @@ def tool(
     Args:
         name: the name the model calls it by (default: the function's name).
         description: what the model is told (default: the docstring).
-        effect: `read` or `write`. A write gets an idempotency key, one attempt, and an
-            outcome lookup when its answer is lost; it needs `lookup_outcome` to be resolved
-            without a human.
+        effect: `read` or `write` (default `write`: a tool not said to be a read may change
+            something). A write gets an idempotency key, one attempt, and an outcome lookup
+            when its answer is lost; without `lookup_outcome` an unknown outcome waits for
+            an operator (`awaiting_reconciliation`). A read (`effect="read"`) is retried.
         scopes: the principal's scopes the call needs (checked before anything runs).
         needs_approval: True, or the name of an approval rule (`@approval_rule`) that says
             when a human must approve; rules run in the worker, never in the workflow.

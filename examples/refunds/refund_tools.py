@@ -82,7 +82,7 @@ async def _own_order(ctx: ToolContext[RefundsApi], order_id: str) -> dict[str, A
     return order
 
 
-@agentloop.tool
+@agentloop.tool(effect="read")
 async def read_order(ctx: ToolContext[RefundsApi], order_id: OrderId) -> dict[str, Any]:
     """Look up one of the customer's orders: its amount in EUR and whether it has already
     been refunded. Read the order before refunding it."""

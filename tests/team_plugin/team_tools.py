@@ -63,7 +63,7 @@ def _owned(ctx: ToolContext[TeamDeps], workshop_id: str) -> None:
         )
 
 
-@agentloop.tool(scopes=["team:read"])
+@agentloop.tool(effect="read", scopes=["team:read"])
 async def team_workshop(ctx: ToolContext[TeamDeps], workshop_id: WorkshopId) -> Any:
     """A workshop of this tenant: title, seats left, who is booked."""
     _owned(ctx, workshop_id)

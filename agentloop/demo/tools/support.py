@@ -43,14 +43,14 @@ class SendReplyArgs(BaseModel):
     body: str = Field(min_length=1, max_length=5_000, description="the reply text")
 
 
-@tool(scopes=["tickets:read"])
+@tool(effect="read", scopes=["tickets:read"])
 async def read_ticket(ctx: ToolContext[ExampleDeps], args: ReadTicketArgs) -> Any:
     """A support ticket: customer email, subject, message, status and replies so far."""
     ticket = await ctx.deps.example.get_json(f"/support/tickets/{quote(args.ticket_id, safe='')}")
     return WithState(ticket, {"ticket": args.ticket_id})
 
 
-@tool(scopes=["tickets:read"])
+@tool(effect="read", scopes=["tickets:read"])
 async def search_policy(ctx: ToolContext[ExampleDeps], args: SearchPolicyArgs) -> Any:
     """Search the support policies by keywords; returns matching policy texts."""
     found = await ctx.deps.example.get_json("/support/policies", {"query": args.query})

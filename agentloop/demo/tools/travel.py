@@ -26,14 +26,14 @@ class WeatherArgs(BaseModel):
     date: str = Field(pattern=ISO_DATE, description="ISO date YYYY-MM-DD")
 
 
-@tool
+@tool(effect="read")
 async def get_train_status(ctx: ToolContext[ExampleDeps], args: TrainStatusArgs) -> Any:
     """Status of a train on a date: on time, delayed (by how much) or cancelled."""
     number = quote(args.train_number, safe="")
     return await ctx.deps.example.get_json(f"/travel/trains/{number}", {"date": args.date})
 
 
-@tool(local=True)
+@tool(effect="read", local=True)
 async def get_weather(ctx: ToolContext[ExampleDeps], args: WeatherArgs) -> Any:
     """Weather forecast for a city on a date."""
     city = quote(args.city, safe="")

@@ -41,7 +41,7 @@ def _q(value: str) -> str:
     return quote(value, safe="")
 
 
-@tool(scopes=["workshops:read"])
+@tool(effect="read", scopes=["workshops:read"])
 async def check_workshop(ctx: ToolContext[ExampleDeps], args: CheckWorkshopArgs) -> Any:
     """A workshop's title, date, capacity, seats left, whether it is members-only, and who is
     booked."""
