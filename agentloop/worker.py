@@ -42,6 +42,7 @@ from agentloop.runtime.config_checks import SandboxMode
 from agentloop.runtime.indexing import Registration
 from agentloop.runtime.mcp_config import McpServerConfig
 from agentloop.store import UNUSABLE, Store, open_store, why_unusable
+from agentloop.tool_spec import ToolSpec
 from agentloop.tools.plugins import PluginError, Toolbox, load_toolbox
 from agentloop.workflows.agent_run import AgentRun
 
@@ -118,6 +119,31 @@ def _check_mcp_names(toolbox: Toolbox, servers: Mapping[str, McpServerConfig]) -
     clashes = name_clashes(toolbox.registry.names(), servers)
     if clashes:
         raise PluginError(f"{'; '.join(clashes)}: rename one of them")
+
+
+NO_LOOKUP = "no lookup: an unknown outcome waits for an operator"
+
+
+def tool_effects(toolbox: Toolbox, servers: Mapping[str, McpServerConfig]) -> list[str]:
+    """What a worker says of its tools as it starts, one line each: the effect, and for a
+    write whether its outcome can be looked up (without a lookup, a write whose answer is
+    lost pauses its run `awaiting_reconciliation` until an operator resolves it). An MCP
+    server's tools are listed when a run first names them: its line says how they are taken."""
+    specs = toolbox.registry.specs(toolbox.registry.names())
+    rows = [(spec.name, spec.effect, _lookup_of(spec)) for spec in specs]
+    for server, config in sorted(servers.items()):
+        lookup = f"looked up with {config.lookup_tool}" if config.lookup_tool else NO_LOOKUP
+        reads = "configured as reads" + (" or hinted read-only" if config.reads_from_hints else "")
+        listed = f"MCP server {server}: listed when a run names them, writes unless {reads}"
+        rows.append((f"{server}_*", "write", f"{lookup} ({listed})"))
+    width = max((len(name) for name, _, _ in rows), default=0)
+    return [f"{name:<{width}}  {effect:<5}  {lookup}".rstrip() for name, effect, lookup in rows]
+
+
+def _lookup_of(spec: ToolSpec) -> str:
+    if spec.effect == "read":
+        return ""
+    return "looked up" if spec.has_outcome_lookup else NO_LOOKUP
 
 
 def mcp_tools(servers: Mapping[str, McpServerConfig], store: Store) -> McpTools | None:
@@ -262,9 +288,11 @@ async def serve(settings: Settings, toolbox: Toolbox) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         async with running_worker(client, settings, toolbox):
+            effects = tool_effects(toolbox, settings.mcp_server_configs())
             print(
                 f"agentloop worker polling task queue {settings.task_queue!r} "
-                f"on {settings.temporal_address}; tools: {', '.join(toolbox.registry.names())}",
+                f"on {settings.temporal_address}; tools:\n"
+                + "\n".join(f"  {line}" for line in effects),
                 flush=True,
             )
             await stop.wait()

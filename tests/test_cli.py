@@ -383,7 +383,9 @@ async def test_the_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
         await wait_until(lambda: port_is_listening(orders_port), "the orders service", 15)
         argv, port = dev_argv(tmp_path / "state", *dev_words[2:])
         async with dev_process(argv, process_env(**dev_env), cwd=tmp_path) as dev:
-            assert "read_order" in dev.output, dev.output
+            # Each tool with its effect, and whether a write's lost answer can be looked up.
+            assert re.search(r"^ +read_order +read$", dev.output, re.MULTILINE), dev.output
+            assert re.search(r"^ +send_reply +write +looked up$", dev.output, re.MULTILINE)
             env = process_env(TEMPORAL_ADDRESS=f"127.0.0.1:{port}", **run_env)
             ran = await agentloop(*run_words[1:], env=env, cwd=tmp_path)
     finally:

@@ -348,9 +348,9 @@ async def dev(args: argparse.Namespace, settings: Settings) -> int:
             f"  example svc  {stack.settings.example_service_url}\n"
             f"  models       OpenAI: {openai}; Anthropic: {anthropic}"
             f"{' (scripted provider)' if stack.scripted_provider else ''}\n"
-            f"  worker       task queue {stack.settings.task_queue!r}, tools: "
-            f"{', '.join(stack.tool_names)}\n"
-            "Ctrl-C stops everything.",
+            f"  worker       task queue {stack.settings.task_queue!r}, tools:\n"
+            + "".join(f"    {line}\n" for line in stack.tool_effects())
+            + "Ctrl-C stops everything.",
             flush=True,
         )
         await stop.wait()

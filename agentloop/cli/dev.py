@@ -27,7 +27,7 @@ from agentloop.runtime.dev_server import (
     temporal_binary,
 )
 from agentloop.tools.plugins import Toolbox, load_toolbox
-from agentloop.worker import running_worker
+from agentloop.worker import running_worker, tool_effects
 
 EXAMPLE_TOOLS_MODULE = "agentloop.demo.tools"
 """The example tools, which the dev stack always loads (its example service is their
@@ -77,9 +77,12 @@ class DevStack:
         self._modules: list[str] = []
         self.toolbox: Toolbox | None = None
 
-    @property
-    def tool_names(self) -> list[str]:
-        return self.toolbox.registry.names() if self.toolbox else []
+    def tool_effects(self) -> list[str]:
+        """Each tool's effect, and whether a write's outcome can be looked up (`agentloop
+        worker` says the same as it starts)."""
+        if self.toolbox is None:
+            return []
+        return tool_effects(self.toolbox, self.settings.mcp_server_configs())
 
     async def __aenter__(self) -> DevStack:
         try:

@@ -1,0 +1,142 @@
+"""Safe when forgotten: a tool that does not say its effect is a write, end to end (a real dev
+server, the scripted provider over HTTP, the example service as the system of record); and a
+worker says at start what each of its tools is taken for."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+
+from agentloop.contract import AgentRunInput, AgentRunResult, ResolveRequest
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.demo.services import ExampleService
+from agentloop.runtime.config import Settings
+from agentloop.worker import NO_LOOKUP, running_worker
+from tests.support import start_run, wait_for_phase, worker_env, worker_process, write_key
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
+
+UNDECLARED = "tests.undeclared_tools"
+CALL_ID = "call_book"
+SEAT = {"workshop_id": "ws-101", "participant_id": "p-alice"}
+
+
+@pytest.fixture
+async def undeclared(client: Client, worker_settings: Settings) -> AsyncIterator[Settings]:
+    """A worker serving the example tools and the undeclared ones, on a queue of its own."""
+    settings = worker_settings.model_copy(
+        update={
+            "task_queue": f"undeclared-{uuid.uuid4().hex[:8]}",
+            "tools": f"agentloop.demo.tools,{UNDECLARED}",
+        }
+    )
+    async with running_worker(client, settings):
+        yield settings
+
+
+async def book(
+    client: Client, settings: Settings, provider: ScriptedProvider, run_id: str, tool: str
+) -> WorkflowHandle[Any, AgentRunResult]:
+    provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(tool_calls=[ScriptedToolCall(id=CALL_ID, name=tool, arguments=SEAT)]),
+                ScriptTurn(text="Booked."),
+            ],
+        )
+    )
+    run_input = AgentRunInput(task="Book me.", provider="openai-chat", model=run_id, tools=[tool])
+    return await start_run(client, settings, run_id, run_input)
+
+
+def bookings(example_service: ExampleService) -> tuple[int, int]:
+    """(reservation requests the service got, reservations it holds)."""
+    counts = example_service.stats()["counts"]
+    return counts["workshops.reserve"], int(example_service.records()["reservations"])
+
+
+async def test_an_undeclared_tool_failing_after_its_commit_is_looked_up_never_retried(
+    client: Client,
+    undeclared: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    """Before, it was a read: sent again (three attempts, no key) after the commit."""
+    held = bookings(example_service)[1]
+    handle = await book(client, undeclared, scripted_provider, run_id, "book_seat")
+    result = await handle.result()
+
+    assert result.status == "completed", result.stop_reason
+    assert bookings(example_service) == (1, held + 1)  # one request, one effect
+    assert example_service.stats()["counts"]["workshops.operation"] == 1
+    [call] = result.calls
+    key = write_key(handle, CALL_ID)
+    assert (call.status, call.attempts, call.idempotency_key) == ("confirmed_after_query", 1, key)
+    [effect] = result.side_effects
+    assert (effect["idempotency_key"], effect["status"]) == (key, "confirmed_after_query")
+
+
+async def test_an_undeclared_tool_without_a_lookup_waits_for_an_operator(
+    client: Client,
+    undeclared: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    held = bookings(example_service)[1]
+    handle = await book(client, undeclared, scripted_provider, run_id, "book_seat_unchecked")
+    view = await wait_for_phase(handle, "awaiting_reconciliation")
+
+    [waiting] = view.unresolved
+    key = write_key(handle, CALL_ID)
+    assert (waiting["call_id"], waiting["idempotency_key"]) == (CALL_ID, key)
+    assert bookings(example_service) == (1, held + 1)
+    assert len(scripted_provider.requests) == 1  # the model is not asked while it waits
+
+    await handle.signal(
+        "resolve", ResolveRequest(call_id=CALL_ID, outcome="applied", operator="ops")
+    )
+    result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    [call] = result.calls
+    assert (call.status, call.attempts) == ("confirmed_after_query", 1)
+    assert bookings(example_service) == (1, held + 1)
+
+
+async def test_a_worker_says_at_start_each_tools_effect_and_which_writes_wait_for_an_operator(
+    client: Client, worker_settings: Settings, tmp_path: Path
+) -> None:
+    settings = worker_settings.model_copy(
+        update={
+            "task_queue": f"printout-{uuid.uuid4().hex[:8]}",
+            "tools": f"agentloop.demo.tools,{UNDECLARED}",
+        }
+    )
+    env = worker_env(client, settings, tmp_path / "store.db")
+    # Never reached: a worker opens no MCP connection before a run names the server's tools.
+    env["AGENTLOOP_MCP_SERVERS"] = json.dumps({"tickets": {"url": "http://127.0.0.1:9/mcp"}})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))
+    lines: dict[str, list[str]] = {}
+    async with worker_process(env, drained=False) as process:
+        assert process.stdout is not None
+        while "tickets_*" not in lines:
+            line = (await asyncio.wait_for(process.stdout.readline(), 10)).decode()
+            assert line, f"the worker stopped printing: {lines}"
+            name, *said = line.split()
+            lines[name] = said
+    assert lines["get_weather"] == ["read"]
+    assert lines["reserve_seat"] == ["write", "looked", "up"]
+    assert lines["book_seat"] == ["write", "looked", "up"]
+    assert lines["book_seat_unchecked"] == ["write", *NO_LOOKUP.split()]
+    assert lines["tickets_*"][: 1 + len(NO_LOOKUP.split())] == ["write", *NO_LOOKUP.split()]
+    assert "MCP server tickets" in " ".join(lines["tickets_*"])
