@@ -193,6 +193,9 @@ class DescribeToolsInput(BaseModel):
     output_schema: dict[str, Any] | None = None
     """`describe_run`: the run's `output_schema`, for the worker to say whether checking an
     answer against it could cost more than a check may (feature `bounded-schema-work`)."""
+    priced_model: str | None = None
+    """`describe_run`: the run's model, when its `max_cost_usd` needs the worker to have a
+    price for it (feature `priced-cost-caps`)."""
 
 
 class CheckApprovalInput(BaseModel):
@@ -226,3 +229,6 @@ class RunDescription(BaseModel):
     """Whether the worker takes only signed approvals (None: a worker from before it said)."""
     output_schema_problem: str | None = None
     """Why the run's `output_schema` cannot be checked at a bounded cost (asked for with it)."""
+    unpriced_problem: str | None = None
+    """Why the run's `max_cost_usd` could never bind: the worker has no price for its model
+    (asked for with `priced_model`)."""

@@ -50,6 +50,17 @@ class PriceTable:
         matches = [prefix for prefix in self._prices if model.startswith(prefix)]
         return self._prices[max(matches, key=len)] if matches else None
 
+    def unpriced_problem(self, model: str) -> str | None:
+        """Why a `max_cost_usd` on `model` could never bind (None: the table prices it)."""
+        if self.price(model) is not None:
+            return None
+        return (
+            f"limits.max_cost_usd: model {model!r} has no price on this worker, so every call"
+            " would cost 0 and the cap would never bind: give its price in the worker's"
+            ' AGENTLOOP_PRICING_FILE, JSON {"model-prefix": [input, output]} in USD per'
+            " million tokens (the longest matching prefix wins), or run without max_cost_usd"
+        )
+
     def cost(self, model: str, usage: Usage) -> float:
         """0.0 for a model the table does not know (the run's `max_cost_usd` cannot bind)."""
         price = self.price(model)

@@ -176,12 +176,8 @@ async def worker_parts(
     mcp = mcp_tools(servers, store)
     try:
         async with toolbox.opened(settings) as opened:
-            model = ModelActivities(
-                store,
-                adapters,
-                PriceTable.with_overrides(settings.pricing_file),
-                Redactor(settings_secrets(settings)),
-            )
+            prices = PriceTable.with_overrides(settings.pricing_file)
+            model = ModelActivities(store, adapters, prices, Redactor(settings_secrets(settings)))
             approver_keys = settings.approvers()
             tool_activities = ToolActivities(
                 opened,
@@ -189,6 +185,7 @@ async def worker_parts(
                 Registration(client),
                 approvals_signed=approver_keys.signing,
                 mcp=mcp,
+                prices=prices,
             )
             runs = RunActivities(client)
             verifiers = VerifierActivities(opened, store)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 
 from agentloop.contract import AgentRunInput, Limits, RunStatusView
 from agentloop.contract import Usage as RunUsage
@@ -32,6 +33,8 @@ def test_the_longest_matching_prefix_prices_a_model() -> None:
     usage = Usage(input_tokens=1_000_000, output_tokens=500_000)
     assert table.cost("gpt-4o", usage) == pytest.approx(2.5 + 5.0)
     assert table.cost("unknown-model", usage) == 0.0
+    assert table.unpriced_problem("gpt-4o-2024-08-06") is None
+    assert "model 'travel' has no price" in (table.unpriced_problem("travel") or "")
 
 
 def test_overrides_come_from_a_file(tmp_path: Path) -> None:
@@ -104,6 +107,32 @@ async def test_max_cost_stops_the_run_before_the_call_that_would_exceed_it(
     view = await handle.query("status", result_type=RunStatusView)
     assert view.limits_left is not None
     assert view.limits_left.cost_usd == pytest.approx(5.0 - result.usage.cost_usd)
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("clean_fakes")
+async def test_a_cost_cap_on_a_model_without_a_price_fails_the_run_at_start(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """Before (feature `priced-cost-caps`), each of its calls cost 0 and the cap never bound.
+    The worker knows its prices (its pricing file); the run refuses on what it says."""
+    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="Done.")]))
+    capped = AgentRunInput(
+        task="Hello", provider="openai-chat", model=run_id, limits=Limits(max_cost_usd=1.0)
+    )
+    handle = await start_run(client, worker, run_id, capped)
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert cause.type == "InvalidInput" and cause.non_retryable
+    assert f"model {run_id!r} has no price" in cause.message
+    assert "AGENTLOOP_PRICING_FILE" in cause.message and "[input, output]" in cause.message
+    assert not [r for r in scripted_provider.requests if r["script"] == run_id]
+    # Without a cap, the same model runs (its calls cost 0, as nothing binds them).
+    uncapped = capped.model_copy(update={"limits": Limits()})
+    result = await (await start_run(client, worker, f"{run_id}-uncapped", uncapped)).result()
+    assert result.status == "completed" and result.usage.cost_usd == 0.0
 
 
 def test_children_starting_together_share_what_is_left_fairly() -> None:

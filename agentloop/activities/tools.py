@@ -28,6 +28,7 @@ from agentloop.events import InputRequest, ToolResult
 from agentloop.mcp.listing import McpToolsError
 from agentloop.policies import task_state
 from agentloop.policies.schema_cost import output_schema_cost_problem
+from agentloop.pricing import PriceTable
 from agentloop.runtime.audit import audit
 from agentloop.runtime.indexing import Registration
 from agentloop.store import Store, stored_by_reference
@@ -98,11 +99,14 @@ class ToolActivities:
         *,
         approvals_signed: bool = False,
         mcp: McpTools | None = None,
+        prices: PriceTable | None = None,
     ) -> None:
         """`registration` tells whether a run's namespace has agentloop's search attributes
         (None: never, as for a worker with no server to ask); `approvals_signed`, whether the
         worker has approver keys (a run's `status` says so from its start); `mcp`, the MCP
-        servers whose tools runs may name."""
+        servers whose tools runs may name; `prices`, what the worker's model calls are charged
+        (default: the built-in table)."""
+        self._prices = prices or PriceTable()
         self._toolbox = toolbox
         self._registry = toolbox.registry
         self._mcp = mcp
@@ -195,12 +199,16 @@ class ToolActivities:
         problem = None
         if request.output_schema is not None:
             problem = await asyncio.to_thread(output_schema_cost_problem, request.output_schema)
+        unpriced = None
+        if request.priced_model is not None:
+            unpriced = self._prices.unpriced_problem(request.priced_model)
         return RunDescription(
             tools=tools,
             indexable=indexable,
             family_indexable=family,
             approval_signing=self._signing,
             output_schema_problem=problem,
+            unpriced_problem=unpriced,
         )
 
     @activity.defn(name="check_precondition")

@@ -104,9 +104,14 @@ async def start(run_input: AgentRunInput) -> LoopState:
         # What checks against `output_schema` may cost depends on the schema: the worker counts.
         costed = Feature.BOUNDED_SCHEMA_WORK in in_set
         schema = run_input.output_schema if costed else None
-        described = await _describe_run(names, run_input.completion_check, schema)
+        # Only the worker knows its prices (its pricing file): it says whether the cap can bind.
+        priced = Feature.PRICED_COST_CAPS in in_set and run_input.limits.max_cost_usd is not None
+        model = run_input.model if priced else None
+        described = await _describe_run(names, run_input.completion_check, schema, model)
         if described.output_schema_problem:
             raise invalid_input(described.output_schema_problem)
+        if described.unpriced_problem:
+            raise invalid_input(described.unpriced_problem)
         specs = described.tools
     else:
         specs = await _describe_tools(names, run_input.completion_check, local=in_set is not None)
@@ -141,7 +146,10 @@ async def _describe_tools(
 
 
 async def _describe_run(
-    names: list[str], completion_check: str | None, output_schema: dict[str, Any] | None
+    names: list[str],
+    completion_check: str | None,
+    output_schema: dict[str, Any] | None,
+    priced_model: str | None = None,
 ) -> RunDescription:
     """What the worker tells a run at its start (feature `indexed-however-started`): the
     tools' specs as `_describe_tools` does (local), how approvals are taken, and, for a run
@@ -152,6 +160,7 @@ async def _describe_run(
         completion_check=completion_check,
         indexing=not visibility.indexed(),
         output_schema=output_schema,
+        priced_model=priced_model,
     )
     described: RunDescription = await _ask_worker(
         workflow.execute_local_activity, "describe_run", asked, RunDescription

@@ -379,6 +379,10 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
         # first; the run waits `awaiting_input` (see `ANSWERED`), and the call runs again with
         # the person's message.
         "tools_ask": ([seating], {"model": seating.name, "tools": ["pick_seat"]}),
+        # Recorded with the `features-2026-12i` set (before `priced-cost-caps`): a cost cap on
+        # a model the worker has no price for. The run completes, every call costing 0; a run
+        # of a later set fails at start instead.
+        "unpriced_cost_cap": ([local], {"model": local.name, "limits": Limits(max_cost_usd=1.0)}),
         # Recorded with the `features-2026-12e` set (`bounded-principal`): the principal's
         # size is checked at start, and the calls carry it as before.
         "bounded_principal": (

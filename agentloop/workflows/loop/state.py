@@ -201,6 +201,11 @@ class Feature(StrEnum):
     """A call whose approval rule (the team's code, run by the worker) raised is refused
     saying so, naming the rule and its error. Before it, the model and the ledger were told
     the call's precondition could not be checked, which blamed the tool."""
+    PRICED_COST_CAPS = "priced-cost-caps"
+    """A run with `max_cost_usd` whose model the worker has no price for (built in, or its
+    pricing file) fails at start with `InvalidInput` naming the model and how to price it
+    (the worker says so in `describe_run`). Before it, such a run cost 0 at every call: its
+    cap never bound, and nothing said so."""
     OVER_BUDGET_CALLS_LEDGERED = "over-budget-calls-ledgered"
     """The calls of an output that does not fit what is left of the budget go into the ledger
     (decision `over_budget`, status `proposed`), so the result's `calls` and `pending` show
@@ -270,21 +275,21 @@ FEATURES_2026_12H = (
     Feature.CALLS_COUNTED_ONCE,
 )
 
+FEATURES_2026_12I = (
+    *FEATURES_2026_12H,
+    Feature.QUESTIONS_NOT_STALLS,
+    Feature.OVER_BUDGET_CALLS_LEDGERED,
+    Feature.BOUND_COUNTS_UNSHORTENED,
+    Feature.ACTIVITY_TOOL_START_BOUNDED,
+    Feature.ANSWERS_BOUNDED,
+    Feature.CHILDREN_TOLD_OF_CANCEL,
+    Feature.CHILD_START_REFUSED_TOLD,
+    Feature.RULE_FAILURE_NAMED,
+)
+
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
-    (
-        "features-2026-12i",
-        (
-            *FEATURES_2026_12H,
-            Feature.QUESTIONS_NOT_STALLS,
-            Feature.OVER_BUDGET_CALLS_LEDGERED,
-            Feature.BOUND_COUNTS_UNSHORTENED,
-            Feature.ACTIVITY_TOOL_START_BOUNDED,
-            Feature.ANSWERS_BOUNDED,
-            Feature.CHILDREN_TOLD_OF_CANCEL,
-            Feature.CHILD_START_REFUSED_TOLD,
-            Feature.RULE_FAILURE_NAMED,
-        ),
-    ),
+    ("features-2026-12j", (*FEATURES_2026_12I, Feature.PRICED_COST_CAPS)),
+    ("features-2026-12i", FEATURES_2026_12I),
     ("features-2026-12h", FEATURES_2026_12H),
     ("features-2026-12g", FEATURES_2026_12G),
     ("features-2026-12f", FEATURES_2026_12F),
