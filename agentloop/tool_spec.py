@@ -112,7 +112,10 @@ class ToolSpec(BaseModel):
     @model_validator(mode="after")
     def _local_is_a_short_read(self) -> ToolSpec:
         if self.local and self.effect != "read":
-            raise ValueError(f"tool {self.name}: only a read may be local, never a write")
+            raise ValueError(
+                f"tool {self.name}: only a read may be local, never a write"
+                ' (a tool is a write unless it says effect="read")'
+            )
         if self.local and self.timeout_seconds > LOCAL_MAX_TIMEOUT_SECONDS:
             raise ValueError(
                 f"tool {self.name}: a local read must finish within "
