@@ -171,7 +171,7 @@ async def worker_parts(
     toolbox = tools if isinstance(tools, Toolbox) else load_toolbox(tool_modules(settings, tools))
     servers = settings.mcp_server_configs()
     _check_mcp_names(toolbox, servers)  # once, however the toolbox came
-    store = open_store(settings.store_url)
+    store = open_store(settings.store_url, settings.codec_key_ring())
     adapters = AdapterFactory(settings.provider_endpoints())
     mcp = mcp_tools(servers, store)
     try:

@@ -5,7 +5,8 @@ those nodes; artifacts are keyed by their bytes. Each test gets a fresh store: a
 file, or a fresh PostgreSQL schema (`test_<random>`, dropped afterwards). PostgreSQL comes
 from AGENTLOOP_TEST_POSTGRES_URL (default postgresql://postgres@127.0.0.1:5432/test); when it
 does not answer, the PostgreSQL cases are SKIPPED with a reason saying so (set
-AGENTLOOP_TEST_REQUIRE_POSTGRES=1 to fail instead).
+AGENTLOOP_TEST_REQUIRE_POSTGRES=1 to fail instead). The `-sealed` cases run the same contract
+through the encryption layer with codec keys (`agentloop.store.sealed`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from psycopg import sql
 from agentloop.context import Measured
 from agentloop.events import ModelOutput, StateUpdate, ToolResult, UserInput
 from agentloop.runtime.audit import mask_url
+from agentloop.runtime.codec import KeyRing
 from agentloop.store import (
     ROOT,
     SqliteStore,
@@ -45,6 +47,7 @@ from agentloop.store import _walk_chain as walk_chain
 from agentloop.store.chains import TranscriptCache
 from agentloop.store.memory import MemoryContents, MemoryStore
 from agentloop.store.postgres import PostgresStore, with_search_path
+from agentloop.store.sealed import SealedStore
 from agentloop.transcript import append, parse_node
 
 POSTGRES_URL = os.environ.get(
@@ -68,6 +71,8 @@ class Backend:
     """What `open_store` takes to reach this very store."""
     open: Callable[[], Store]
     """Another store instance on the same data (a second worker)."""
+    keys: KeyRing | None = None
+    """The codec keys its contents are sealed with, if any."""
 
 
 @pytest.fixture(scope="session")
@@ -87,13 +92,30 @@ def postgres_url() -> str:
     return POSTGRES_URL
 
 
-@pytest.fixture(params=["sqlite", "postgres", "memory"])
+SEALING_KEYS = KeyRing({"k1": b"\x01" * 32}, "k1")
+
+
+@pytest.fixture(params=["sqlite", "postgres", "memory", "sqlite-sealed", "postgres-sealed"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    if request.param == "memory":
+    name, _, sealed = request.param.partition("-")
+    for plain in raw_backend(name, request, tmp_path):
+        if not sealed:
+            yield plain
+            continue
+        yield Backend(
+            request.param,
+            plain.url,
+            lambda: SealedStore(plain.open(), SEALING_KEYS),  # type: ignore[arg-type]
+            SEALING_KEYS,
+        )
+
+
+def raw_backend(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    if name == "memory":
         contents = MemoryContents()
         yield Backend("memory", "", lambda: MemoryStore(contents))
         return
-    if request.param == "sqlite":
+    if name == "sqlite":
         path = tmp_path / "store.db"
         yield Backend("sqlite", f"sqlite:///{path}", lambda: SqliteStore(path))
         return
@@ -228,9 +250,9 @@ async def test_open_store_reaches_the_same_store(backend: Backend, store: Store)
         pytest.skip("a memory store has no URL: it lives in one process")
     head, nodes = append(ROOT, EVENTS)
     await store.put_nodes(nodes)
-    other = open_store(backend.url)
+    other = open_store(backend.url, backend.keys)
     try:
-        assert type(other) is type(store)
+        assert type(other.backend) is type(getattr(store, "backend", store))
         assert await load_transcript(other, head) == EVENTS
     finally:
         await other.close()
@@ -362,8 +384,8 @@ async def test_open_store_picks_sqlite_for_sqlite_urls_and_paths(
     for url, path in cases.items():
         store = open_store(url)
         try:
-            assert isinstance(store, SqliteStore)
-            assert store.path == path
+            assert isinstance(store.backend, SqliteStore)
+            assert store.backend.path == path
             assert (tmp_path / path).exists()
         finally:
             await store.close()
@@ -378,7 +400,7 @@ async def test_open_store_picks_sqlite_for_sqlite_urls_and_paths(
 )
 async def test_open_store_picks_postgres_for_postgres_urls_without_connecting(url: str) -> None:
     store = open_store(url)
-    assert isinstance(store, PostgresStore)
+    assert isinstance(store.backend, PostgresStore)
     assert "s3cret" not in repr(store)
     await store.close()  # nothing was opened, nothing to wait for
 

@@ -58,6 +58,7 @@ from agentloop.contract import (
     UserMessage,
 )
 from agentloop.runtime.audit import mask_url
+from agentloop.runtime.codec import KeyRing
 from agentloop.runtime.config import Settings
 from agentloop.runtime.indexing import missing_attributes, unregistered
 from agentloop.runtime.signing import SigningError, load_private_key, sign_decision
@@ -113,7 +114,9 @@ async def client_command(
     if args.command == "status":
         return report_snapshot(await read_snapshot(handle), as_json=args.json)
     if args.command == "transcript":
-        return await show_transcript(handle, settings.store_url, as_json=args.json)
+        return await show_transcript(
+            handle, settings.store_url, settings.codec_key_ring(), as_json=args.json
+        )
     if args.command == "history":
         return await export_history(handle, args.output, as_json=args.json)
     if isinstance(request, ApprovalDecision):
@@ -313,13 +316,16 @@ def report_snapshot(found: RunSnapshot, as_json: bool) -> int:
     return found.exit_code
 
 
-async def show_transcript(handle: Handle, store_url: str, as_json: bool) -> int:
-    """The run's conversation from the store, walked back from the run's transcript head.
-    A store that cannot be opened or reached exits 2 before the run is read; one that lacks
-    the run's transcript, 1."""
+async def show_transcript(
+    handle: Handle, store_url: str, keys: KeyRing | None, as_json: bool
+) -> int:
+    """The run's conversation from the store (decrypted with `keys`, the codec's), walked
+    back from the run's transcript head. A store that cannot be opened or reached exits 2
+    before the run is read; one that lacks the run's transcript, or holds it under a key not
+    in `keys`, 1."""
     where = f"the store at {mask_url(store_url)} (AGENTLOOP_STORE_URL: where workers write)"
     try:
-        store = open_transcript_store(store_url)
+        store = open_transcript_store(store_url, keys)
     except StoreUnavailable as exc:
         raise CommandError(f"cannot open {where}: {exc}", ExitCode.USAGE) from None
     try:

@@ -23,6 +23,7 @@ from agentloop.events import (
     ToolResult,
     UserInput,
 )
+from agentloop.runtime.codec import KeyRing
 from agentloop.store import (
     UNUSABLE,
     Store,
@@ -35,11 +36,12 @@ from agentloop.store import (
 INDENT = "    "
 
 
-def open_transcript_store(store_url: str) -> Store:
-    """The store at `store_url`; raises `StoreUnavailable` saying why it cannot be opened
-    (a folder that cannot be made, a file that is not a database)."""
+def open_transcript_store(store_url: str, keys: KeyRing | None) -> Store:
+    """The store at `store_url`, read with the codec's `keys`; raises `StoreUnavailable`
+    saying why it cannot be opened (a folder that cannot be made, a file that is not a
+    database)."""
     try:
-        return open_store(store_url)
+        return open_store(store_url, keys)
     except UNUSABLE as exc:
         raise StoreUnavailable(why_unusable(exc)) from None
 

@@ -1,7 +1,9 @@
 """Content-addressed transcript and artifact store (DESIGN.md §2, "How the transcript travels").
 
-`open_store(url)` picks the backend: SQLite (embedded default, one worker machine) or
-PostgreSQL (several workers). Both implement `Store` and pass the same contract tests.
+`open_store(url, keys)` picks the backend: SQLite (embedded default, one worker machine) or
+PostgreSQL (several workers). Both implement `Store` and pass the same contract tests. Above
+either, `SealedStore` encrypts what is stored with the codec's keys when there are any
+(`agentloop.store.sealed`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import sqlite3
 
 from agentloop.events import Event
 from agentloop.runtime.audit import mask_url
+from agentloop.runtime.codec import KeyRing
 from agentloop.store.artifacts import (
     artifact_key,
     load_artifact_text,
@@ -18,6 +21,7 @@ from agentloop.store.artifacts import (
     with_contents,
 )
 from agentloop.store.base import Store, StoreError, StoreUnavailable, order_chain
+from agentloop.store.sealed import Backend, SealedBlobError, SealedStore
 from agentloop.store.sqlite import SqliteStore
 from agentloop.transcript import ROOT, parse_node
 
@@ -36,13 +40,20 @@ def why_unusable(exc: BaseException) -> str:
     return str(exc)
 
 
-def open_store(url: str) -> Store:
-    """The store at `url`; nothing connects before the first call.
+def open_store(url: str, keys: KeyRing | None = None) -> SealedStore:
+    """The store at `url`; nothing connects before the first call. With `keys` (the codec's
+    ring, `Settings.codec_key_ring()`), what it writes is encrypted under the active key and
+    what it reads is decrypted under any; without, it writes plaintext and refuses to read an
+    encrypted blob (`SealedBlobError`, naming the key id).
 
     - `sqlite:///relative/path.db`, `sqlite:////abs/path.db`, or a bare file path: SQLite;
     - `postgresql://user:password@host:port/db` (or `postgres://`), any libpq URL parameters
       included (e.g. `?options=-csearch_path%3Dmyschema`): PostgreSQL.
     """
+    return SealedStore(_open_backend(url), keys)
+
+
+def _open_backend(url: str) -> Backend:
     if url.startswith("sqlite:///"):
         return SqliteStore(url.removeprefix("sqlite:///"))
     if url.startswith(_POSTGRES_SCHEMES):
@@ -94,6 +105,8 @@ async def _walk_chain(store: Store, head: str) -> list[tuple[str, str]]:
 
 __all__ = [
     "ROOT",
+    "SealedBlobError",
+    "SealedStore",
     "SqliteStore",
     "Store",
     "StoreError",

@@ -26,7 +26,10 @@ class MemoryStore:
         self._artifacts = contents.artifacts
 
     async def put_nodes(self, nodes: Sequence[tuple[str, str]]) -> None:
-        for key, parent, body in node_rows(nodes):
+        await self.put_node_rows(node_rows(nodes))
+
+    async def put_node_rows(self, rows: Sequence[tuple[str, str | None, str]]) -> None:
+        for key, parent, body in rows:
             self._nodes.setdefault(key, (parent, body))
 
     async def get_node(self, key: str) -> str | None:
@@ -40,8 +43,11 @@ class MemoryStore:
 
     async def put_artifact(self, data: bytes, media_type: str) -> str:
         key = artifact_key(data)
-        self._artifacts.setdefault(key, (bytes(data), media_type))
+        await self.put_artifact_row(key, data, media_type)
         return key
+
+    async def put_artifact_row(self, key: str, data: bytes, media_type: str) -> None:
+        self._artifacts.setdefault(key, (bytes(data), media_type))
 
     async def get_artifact(self, key: str) -> tuple[bytes, str] | None:
         return self._artifacts.get(key)

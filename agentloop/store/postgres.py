@@ -144,9 +144,11 @@ class PostgresStore:
             raise self._unavailable(exc) from exc
 
     async def put_nodes(self, nodes: Sequence[tuple[str, str]]) -> None:
-        if not nodes:
+        await self.put_node_rows(node_rows(nodes))
+
+    async def put_node_rows(self, rows: Sequence[tuple[str, str | None, str]]) -> None:
+        if not rows:
             return
-        rows = node_rows(nodes)
         async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
             await cur.executemany(
                 "INSERT INTO nodes (key, parent, body) VALUES (%s, %s, %s)"
@@ -170,13 +172,16 @@ class PostgresStore:
 
     async def put_artifact(self, data: bytes, media_type: str) -> str:
         key = artifact_key(data)
+        await self.put_artifact_row(key, data, media_type)
+        return key
+
+    async def put_artifact_row(self, key: str, data: bytes, media_type: str) -> None:
         async with self._connection() as conn:
             await conn.execute(
                 "INSERT INTO artifacts (key, media_type, data) VALUES (%s, %s, %s)"
                 " ON CONFLICT (key) DO NOTHING",
                 (key, media_type, bytes(data)),
             )
-        return key
 
     async def get_artifact(self, key: str) -> tuple[bytes, str] | None:
         async with self._connection() as conn:

@@ -63,10 +63,13 @@ class SqliteStore:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def put_nodes(self, nodes: Sequence[tuple[str, str]]) -> None:
-        if nodes:
-            await self._run(self._put_nodes, node_rows(nodes))
+        await self.put_node_rows(node_rows(nodes))
 
-    def _put_nodes(self, rows: list[tuple[str, str | None, str]]) -> None:
+    async def put_node_rows(self, rows: Sequence[tuple[str, str | None, str]]) -> None:
+        if rows:
+            await self._run(self._put_nodes, rows)
+
+    def _put_nodes(self, rows: Sequence[tuple[str, str | None, str]]) -> None:
         with _write(self._conn):
             self._conn.executemany(
                 "INSERT INTO nodes (key, parent, body) VALUES (?, ?, ?)"
@@ -93,8 +96,11 @@ class SqliteStore:
 
     async def put_artifact(self, data: bytes, media_type: str) -> str:
         key = artifact_key(data)
-        await self._run(self._put_artifact, key, bytes(data), media_type)
+        await self.put_artifact_row(key, data, media_type)
         return key
+
+    async def put_artifact_row(self, key: str, data: bytes, media_type: str) -> None:
+        await self._run(self._put_artifact, key, bytes(data), media_type)
 
     def _put_artifact(self, key: str, data: bytes, media_type: str) -> None:
         with _write(self._conn):
