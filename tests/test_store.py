@@ -18,6 +18,7 @@ import random
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,18 +99,20 @@ SEALING_KEYS = KeyRing({"k1": b"\x01" * 32}, "k1")
 @pytest.fixture(params=["sqlite", "postgres", "memory", "sqlite-sealed", "postgres-sealed"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     name, _, sealed = request.param.partition("-")
-    for plain in raw_backend(name, request, tmp_path):
+    with raw_backend(name, request, tmp_path) as plain:
         if not sealed:
             yield plain
-            continue
+            return
+        open_plain = plain.open
         yield Backend(
             request.param,
             plain.url,
-            lambda: SealedStore(plain.open(), SEALING_KEYS),  # type: ignore[arg-type]
+            lambda: SealedStore(open_plain(), SEALING_KEYS),
             SEALING_KEYS,
         )
 
 
+@contextmanager
 def raw_backend(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     if name == "memory":
         contents = MemoryContents()
