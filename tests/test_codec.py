@@ -332,12 +332,18 @@ async def encrypted_env() -> AsyncIterator[WorkflowEnvironment]:
 
 @pytest.fixture(scope="module")
 async def encrypted_worker(
-    encrypted_env: WorkflowEnvironment, worker_settings: Settings
+    encrypted_env: WorkflowEnvironment,
+    worker_settings: Settings,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[Settings]:
+    # A store of its own: what it writes is sealed with these keys (`agentloop.store.sealed`),
+    # which workers without them, sharing the session's store, could not read.
+    store = tmp_path_factory.mktemp("codec") / "store.db"
     settings = worker_settings.model_copy(
         update={
             "task_queue": f"agent-loop-codec-{uuid.uuid4().hex[:8]}",
             "codec_keys": RING_K2_K1,
+            "store_url": f"sqlite:///{store}",
             "temporal_address": encrypted_env.client.service_client.config.target_host,
         }
     )

@@ -6,8 +6,10 @@ rotate with the ring, are bound to their address, and never read as ciphertext."
 from __future__ import annotations
 
 import base64
+import contextlib
+import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import psycopg
@@ -62,21 +64,39 @@ EVENTS = [
 
 
 class RawStore:
-    """A fresh store on one backend: its URL for a worker, and every byte it holds."""
+    """A fresh store on one backend: its URL for a worker, and what it holds as bytes."""
 
-    def __init__(self, url: str, raw: Callable[[], bytes]) -> None:
+    def __init__(self, url: str, raw: Callable[[], bytes], rows: Callable[[], bytes]) -> None:
         self.url = url
         self.raw = raw
+        """Every byte the store holds: SQLite's files, PostgreSQL's rows."""
+        self.rows = rows
+        """The bytes of every row of its tables (not what a database keeps of rows replaced)."""
+
+
+def table_bytes(execute: Callable[[str], Iterable[Sequence[object]]]) -> bytes:
+    return b"".join(
+        v if isinstance(v, bytes) else str(v).encode()
+        for table in ("nodes", "artifacts")
+        for row in execute(f"SELECT * FROM {table}")
+        for v in row
+    )
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def raw_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RawStore]:
     if request.param == "sqlite":
         path = tmp_path / "store.db"
+
+        def sqlite_rows() -> bytes:
+            with contextlib.closing(sqlite3.connect(path)) as conn:
+                return table_bytes(conn.execute)
+
         # The database and its write-ahead log: a write may still be in either.
         yield RawStore(
             f"sqlite:///{path}",
             lambda: b"".join(p.read_bytes() for p in sorted(tmp_path.glob("store.db*"))),
+            sqlite_rows,
         )
         return
     url: str = request.getfixturevalue("postgres_url")
@@ -84,19 +104,12 @@ def raw_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RawSto
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
 
-    def rows() -> bytes:
-        found = b""
-        with psycopg.connect(url, autocommit=True) as conn:
-            for table in ("nodes", "artifacts"):
-                query = sql.SQL("SELECT * FROM {}.{}").format(
-                    sql.Identifier(schema), sql.Identifier(table)
-                )
-                for row in conn.execute(query):
-                    found += b"\0".join(v if isinstance(v, bytes) else str(v).encode() for v in row)
-        return found
+    def postgres_rows() -> bytes:
+        with psycopg.connect(with_search_path(url, schema), autocommit=True) as conn:
+            return table_bytes(lambda query: conn.execute(query).fetchall())
 
     try:
-        yield RawStore(with_search_path(url, schema), rows)
+        yield RawStore(with_search_path(url, schema), postgres_rows, postgres_rows)
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
@@ -219,6 +232,15 @@ async def test_a_blob_written_under_k1_reads_after_rotating_to_k2(
     with pytest.raises(SealedBlobError, match=r"key id 'k2'.*\(k1\).*add k2:KEY"):
         await load_transcript(old, later_head)
 
+    # Content under k1 written again moves to k2: once k1 is retired, it still reads.
+    k2_only = stores(KeyRing({"k2": ring(RING_K2_K1).keys["k2"]}, "k2"))
+    with pytest.raises(SealedBlobError, match=r"key id 'k1'.*\(k2\)"):
+        await k2_only.get_artifact(old_artifact)
+    await rotated.put_nodes(nodes)
+    await rotated.put_artifact(b"written under k1", "text/plain")
+    assert await load_transcript(k2_only, later_head) == EVENTS
+    assert await k2_only.get_artifact(old_artifact) == (b"written under k1", "text/plain")
+
 
 async def test_without_keys_a_sealed_blob_is_refused_naming_its_key_id(
     stores: Callable[[KeyRing | None], SealedStore],
@@ -240,20 +262,37 @@ async def test_without_keys_a_sealed_blob_is_refused_naming_its_key_id(
     assert issubclass(SealedBlobError, StoreError)
 
 
-async def test_plaintext_written_before_the_keys_still_reads_and_stays_plaintext_without(
+async def test_plaintext_written_before_the_keys_reads_and_is_sealed_when_written_again(
     stores: Callable[[KeyRing | None], SealedStore], raw_store: RawStore
 ) -> None:
     plain = stores(None)
     head, nodes = append(ROOT, EVENTS)
     await plain.put_nodes(nodes)
-    key = await plain.put_artifact(b"plain bytes", "text/plain")
-    assert TASK_CANARY.encode() in raw_store.raw()  # the codec off: the store as it was
+    data = f"plain {CANARY_TRAIN}".encode()
+    key = await plain.put_artifact(data, "text/plain")
+    held = raw_store.rows()
+    assert TASK_CANARY.encode() in held and CANARY_TRAIN.encode() in held  # as it was
 
     keyed = stores(ring(RING_K1))
     assert await load_transcript(keyed, head) == EVENTS
-    assert await keyed.get_artifact(key) == (b"plain bytes", "text/plain")
+    assert await keyed.get_artifact(key) == (data, "text/plain")
+    # Written again with the keys (a run continuing from that head, the same tool specs):
+    # the same rows, sealed now (a database may keep the bytes it replaced in free space
+    # until it reuses them: SQLite until VACUUM).
+    await keyed.put_nodes(nodes)
+    assert await keyed.put_artifact(data, "text/plain") == key
+    held = raw_store.rows()
+    assert [c for c in CANARIES if c.encode() in held] == []
+    assert await load_transcript(keyed, head) == EVENTS
+    assert await keyed.get_artifact(key) == (data, "text/plain")
+
+    # ... and a worker without keys writing them again does not undo it.
+    await plain.put_nodes(nodes)
+    assert await plain.put_artifact(data, "text/plain") == key
+    assert [c for c in CANARIES if c.encode() in raw_store.rows()] == []
+
     with pytest.raises(StoreError, match="the store's own media type"):
-        await plain.put_artifact(b"x", SEALED_MEDIA_TYPE)
+        await plain.put_artifact(b"x", f"{SEALED_MEDIA_TYPE}; key=k1")
 
 
 # --- tampering, on the backend below the layer -----------------------------------------------
@@ -290,10 +329,12 @@ async def test_a_flipped_byte_or_a_moved_blob_fails_authentication(
     # A node's body, one byte flipped inside its base64.
     node_key = nodes[0][0]
     body = await backend.get_node(node_key) or ""
-    raw = base64.b64decode(body.removeprefix(NODE_PREFIX))
+    prefix = f"{NODE_PREFIX}k1:"
+    assert body.startswith(prefix)
+    raw = base64.b64decode(body.removeprefix(prefix), validate=True)
     altered = SealedStore(MemoryStore(), ring(RING_K1))
     await altered.backend.put_node_rows(
-        [(node_key, None, NODE_PREFIX + base64.b64encode(flip(raw, 20)).decode())]
+        [(node_key, None, prefix + base64.b64encode(flip(raw, len(raw) - 20)).decode())]
     )
     with pytest.raises(SealedBlobError, match=rf"node {node_key} .*failed authentication"):
         await load_transcript(altered, head)

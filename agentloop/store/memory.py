@@ -28,9 +28,13 @@ class MemoryStore:
     async def put_nodes(self, nodes: Sequence[tuple[str, str]]) -> None:
         await self.put_node_rows(node_rows(nodes))
 
-    async def put_node_rows(self, rows: Sequence[tuple[str, str | None, str]]) -> None:
+    async def put_node_rows(
+        self, rows: Sequence[tuple[str, str | None, str]], reseal: str | None = None
+    ) -> None:
         for key, parent, body in rows:
-            self._nodes.setdefault(key, (parent, body))
+            found = self._nodes.get(key)
+            if found is None or (reseal is not None and not found[1].startswith(reseal)):
+                self._nodes[key] = (parent, body)
 
     async def get_node(self, key: str) -> str | None:
         found = self._nodes.get(key)
@@ -46,8 +50,12 @@ class MemoryStore:
         await self.put_artifact_row(key, data, media_type)
         return key
 
-    async def put_artifact_row(self, key: str, data: bytes, media_type: str) -> None:
-        self._artifacts.setdefault(key, (bytes(data), media_type))
+    async def put_artifact_row(
+        self, key: str, data: bytes, media_type: str, reseal: bool = False
+    ) -> None:
+        found = self._artifacts.get(key)
+        if found is None or (reseal and found[1] != media_type):
+            self._artifacts[key] = (bytes(data), media_type)
 
     async def get_artifact(self, key: str) -> tuple[bytes, str] | None:
         return self._artifacts.get(key)

@@ -46,6 +46,11 @@ WITH RECURSIVE chain(key, parent, body) AS (
 SELECT key, parent, body FROM chain
 """
 
+_RESEAL_ARTIFACT = (
+    " ON CONFLICT (key) DO UPDATE SET data = EXCLUDED.data, media_type = EXCLUDED.media_type"
+    " WHERE artifacts.media_type <> EXCLUDED.media_type"
+)
+
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -146,14 +151,24 @@ class PostgresStore:
     async def put_nodes(self, nodes: Sequence[tuple[str, str]]) -> None:
         await self.put_node_rows(node_rows(nodes))
 
-    async def put_node_rows(self, rows: Sequence[tuple[str, str | None, str]]) -> None:
+    async def put_node_rows(
+        self, rows: Sequence[tuple[str, str | None, str]], reseal: str | None = None
+    ) -> None:
         if not rows:
             return
         async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
+            if reseal is None:
+                await cur.executemany(
+                    "INSERT INTO nodes (key, parent, body) VALUES (%s, %s, %s)"
+                    " ON CONFLICT (key) DO NOTHING",
+                    rows,
+                )
+                return
             await cur.executemany(
                 "INSERT INTO nodes (key, parent, body) VALUES (%s, %s, %s)"
-                " ON CONFLICT (key) DO NOTHING",
-                rows,
+                " ON CONFLICT (key) DO UPDATE SET body = EXCLUDED.body"
+                " WHERE left(nodes.body, length(%s)) <> %s",
+                [(*row, reseal, reseal) for row in rows],
             )
 
     async def get_node(self, key: str) -> str | None:
@@ -175,11 +190,13 @@ class PostgresStore:
         await self.put_artifact_row(key, data, media_type)
         return key
 
-    async def put_artifact_row(self, key: str, data: bytes, media_type: str) -> None:
+    async def put_artifact_row(
+        self, key: str, data: bytes, media_type: str, reseal: bool = False
+    ) -> None:
         async with self._connection() as conn:
             await conn.execute(
                 "INSERT INTO artifacts (key, media_type, data) VALUES (%s, %s, %s)"
-                " ON CONFLICT (key) DO NOTHING",
+                + (_RESEAL_ARTIFACT if reseal else " ON CONFLICT (key) DO NOTHING"),
                 (key, media_type, bytes(data)),
             )
 

@@ -9,9 +9,12 @@ configuration, the same rotation). A sealed blob is an envelope
 
 its additional data binding what it is and where it lives (`node` or `artifact`, and the
 address), so a blob copied to another address, or a node put where an artifact belongs, fails
-authentication. A node body is kept as text (`agentloop-sealed:` + the envelope in base64); an
-artifact keeps the envelope as its bytes, `SEALED_MEDIA_TYPE` as its media type, and its real
-media type inside the sealed plaintext.
+authentication. A node body is kept as text (`agentloop-sealed:KEYID:` + the envelope in
+base64); an artifact keeps the envelope as its bytes, `SEALED_MEDIA_TYPE; key=KEYID` as its
+media type, and its real media type inside the sealed plaintext. The key id in the clear lets
+a write of content already stored in plaintext, or under an older key, seal it anew under the
+active key in the same statement (`reseal`): after a rotation, what is written again moves to
+the new key, and what was stored before the keys were set does not stay in plaintext.
 
 Addresses stay what they are (the workflow computes a node's key itself, a SHA-256 of the
 plaintext node, and an artifact's is the SHA-256 of its bytes), so writing the same content
@@ -42,9 +45,11 @@ from agentloop.store.base import Store, StoreError, node_rows
 MAGIC = b"ALS1"
 """The first bytes of a sealed envelope (agentloop store, version 1)."""
 NODE_PREFIX = "agentloop-sealed:"
-"""How a sealed node body begins; a plaintext body is a JSON object, so it begins with `{`."""
+"""How a sealed node body begins (then the key id, `:` and the envelope in base64); a
+plaintext body is a JSON object, so it begins with `{`."""
 SEALED_MEDIA_TYPE = "application/vnd.agentloop.sealed"
-"""The media type column of a sealed artifact; refused as a media type to store."""
+"""How the media type column of a sealed artifact begins (then `; key=` and the key id);
+refused as a media type to store."""
 
 Kind = Literal["node", "artifact"]
 
@@ -58,11 +63,18 @@ class Backend(Store, Protocol):
     """What the backends do below the sealing layer: nodes are written as rows whose parent
     the layer read from the plaintext body."""
 
-    async def put_node_rows(self, rows: Sequence[tuple[str, str | None, str]]) -> None:
-        """Insert `(key, parent, body)` rows (from `node_rows`); a key present is left as is."""
+    async def put_node_rows(
+        self, rows: Sequence[tuple[str, str | None, str]], reseal: str | None = None
+    ) -> None:
+        """Insert `(key, parent, body)` rows (from `node_rows`). A key present is left as it
+        is, unless `reseal` is given and its body does not start with it: then the new body
+        replaces it (the same content, now sealed under the active key)."""
 
-    async def put_artifact_row(self, key: str, data: bytes, media_type: str) -> None:
-        """Insert an artifact under `key`; a key present is left as it is."""
+    async def put_artifact_row(
+        self, key: str, data: bytes, media_type: str, reseal: bool = False
+    ) -> None:
+        """Insert an artifact under `key`. A key present is left as it is, unless `reseal` and
+        its media type is another: then the new row replaces it."""
 
 
 class Sealer:
@@ -125,6 +137,10 @@ def _unreadable(kind: Kind, address: str, envelope: bytes) -> SealedBlobError:
     )
 
 
+def _node_prefix(key_id: str) -> str:
+    return f"{NODE_PREFIX}{key_id}:"
+
+
 class SealedStore:
     """A `Store` over a backend: seals what it writes when it has a key ring, opens what it
     reads (refusing sealed blobs it has no key for), passes plaintext written before."""
@@ -139,10 +155,13 @@ class SealedStore:
 
     async def put_nodes(self, nodes: Sequence[tuple[str, str]]) -> None:
         rows = node_rows(nodes)  # the parent column, read from the plaintext
-        if self._sealer is not None:
-            rows = [(key, parent, self._seal_node(key, body)) for key, parent, body in rows]
-        if rows:
+        if self._sealer is None:
             await self.backend.put_node_rows(rows)
+            return
+        sealed = [(key, parent, self._seal_node(key, body)) for key, parent, body in rows]
+        # A node already there in plaintext or under an older key is sealed anew: content
+        # written again is then under the active key (the same address, the same plaintext).
+        await self.backend.put_node_rows(sealed, reseal=_node_prefix(self._sealer.ring.active))
 
     async def get_node(self, key: str) -> str | None:
         body = await self.backend.get_node(key)
@@ -153,7 +172,7 @@ class SealedStore:
         return [(key, self._open_node(key, body)) for key, body in chain]
 
     async def put_artifact(self, data: bytes, media_type: str) -> str:
-        if media_type == SEALED_MEDIA_TYPE:
+        if media_type.startswith(SEALED_MEDIA_TYPE):
             raise StoreError(f"{SEALED_MEDIA_TYPE} is the store's own media type: use another")
         if self._sealer is None:
             return await self.backend.put_artifact(data, media_type)
@@ -163,12 +182,13 @@ class SealedStore:
         key = artifact_key(data)
         plain = struct.pack(">H", len(named)) + named + bytes(data)
         sealed = self._sealer.seal("artifact", key, plain)
-        await self.backend.put_artifact_row(key, sealed, SEALED_MEDIA_TYPE)
+        marked = f"{SEALED_MEDIA_TYPE}; key={self._sealer.ring.active}"
+        await self.backend.put_artifact_row(key, sealed, marked, reseal=True)
         return key
 
     async def get_artifact(self, key: str) -> tuple[bytes, str] | None:
         found = await self.backend.get_artifact(key)
-        if found is None or found[1] != SEALED_MEDIA_TYPE:
+        if found is None or not found[1].startswith(SEALED_MEDIA_TYPE):
             return found
         plain = self._open("artifact", key, found[0])
         (length,) = struct.unpack(">H", plain[:2])
@@ -180,13 +200,14 @@ class SealedStore:
     def _seal_node(self, key: str, body: str) -> str:
         assert self._sealer is not None
         envelope = self._sealer.seal("node", key, body.encode())
-        return NODE_PREFIX + base64.b64encode(envelope).decode("ascii")
+        return _node_prefix(self._sealer.ring.active) + base64.b64encode(envelope).decode()
 
     def _open_node(self, key: str, body: str) -> str:
         if not body.startswith(NODE_PREFIX):
             return body  # written before the keys were set
+        _, _, encoded = body.removeprefix(NODE_PREFIX).partition(":")
         try:
-            envelope = base64.b64decode(body.removeprefix(NODE_PREFIX), validate=True)
+            envelope = base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError):
             raise SealedBlobError(f"node {key} is a sealed blob that is not base64") from None
         return self._open("node", key, envelope).decode()

@@ -39,6 +39,11 @@ WITH RECURSIVE chain(key, parent, body) AS (
 SELECT key, parent, body FROM chain
 """
 
+_RESEAL_ARTIFACT = (
+    " ON CONFLICT (key) DO UPDATE SET data = excluded.data, media_type = excluded.media_type"
+    " WHERE artifacts.media_type <> excluded.media_type"
+)
+
 
 class SqliteStore:
     def __init__(self, path: str | Path) -> None:
@@ -65,16 +70,26 @@ class SqliteStore:
     async def put_nodes(self, nodes: Sequence[tuple[str, str]]) -> None:
         await self.put_node_rows(node_rows(nodes))
 
-    async def put_node_rows(self, rows: Sequence[tuple[str, str | None, str]]) -> None:
+    async def put_node_rows(
+        self, rows: Sequence[tuple[str, str | None, str]], reseal: str | None = None
+    ) -> None:
         if rows:
-            await self._run(self._put_nodes, rows)
+            await self._run(self._put_nodes, rows, reseal)
 
-    def _put_nodes(self, rows: Sequence[tuple[str, str | None, str]]) -> None:
+    def _put_nodes(self, rows: Sequence[tuple[str, str | None, str]], reseal: str | None) -> None:
         with _write(self._conn):
+            if reseal is None:
+                self._conn.executemany(
+                    "INSERT INTO nodes (key, parent, body) VALUES (?, ?, ?)"
+                    " ON CONFLICT (key) DO NOTHING",
+                    rows,
+                )
+                return
             self._conn.executemany(
                 "INSERT INTO nodes (key, parent, body) VALUES (?, ?, ?)"
-                " ON CONFLICT (key) DO NOTHING",
-                rows,
+                " ON CONFLICT (key) DO UPDATE SET body = excluded.body"
+                " WHERE substr(nodes.body, 1, length(?)) <> ?",
+                [(*row, reseal, reseal) for row in rows],
             )
 
     async def get_node(self, key: str) -> str | None:
@@ -99,14 +114,16 @@ class SqliteStore:
         await self.put_artifact_row(key, data, media_type)
         return key
 
-    async def put_artifact_row(self, key: str, data: bytes, media_type: str) -> None:
-        await self._run(self._put_artifact, key, bytes(data), media_type)
+    async def put_artifact_row(
+        self, key: str, data: bytes, media_type: str, reseal: bool = False
+    ) -> None:
+        await self._run(self._put_artifact, key, bytes(data), media_type, reseal)
 
-    def _put_artifact(self, key: str, data: bytes, media_type: str) -> None:
+    def _put_artifact(self, key: str, data: bytes, media_type: str, reseal: bool) -> None:
         with _write(self._conn):
             self._conn.execute(
                 "INSERT INTO artifacts (key, media_type, data) VALUES (?, ?, ?)"
-                " ON CONFLICT (key) DO NOTHING",
+                + (_RESEAL_ARTIFACT if reseal else " ON CONFLICT (key) DO NOTHING"),
                 (key, media_type, data),
             )
 
