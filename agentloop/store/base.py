@@ -13,6 +13,10 @@ write an MCP server made a task, under `mcp-task:` + the hash of the write's ide
 
 Writing the same key twice is harmless (insert-or-ignore), so retried activities and several
 workers writing the same nodes at once need no coordination.
+
+What a backend holds may be sealed with the codec's keys: `agentloop.store.sealed` sits above
+the backends (`open_store` puts it there), so the bodies and bytes they store are then
+ciphertext under plaintext addresses.
 """
 
 from __future__ import annotations
