@@ -10,6 +10,7 @@ import contextlib
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -34,9 +35,8 @@ from agentloop.store import (
     load_transcript,
     open_store,
 )
-from agentloop.store.memory import MemoryStore
 from agentloop.store.postgres import PostgresStore, with_search_path
-from agentloop.store.sealed import NODE_PREFIX, SEALED_MEDIA_TYPE, Backend
+from agentloop.store.sealed import NODE_PREFIX, SEALED_MEDIA_TYPE
 from agentloop.transcript import append
 from agentloop.worker import running_worker
 from tests.support import start_run
@@ -63,15 +63,17 @@ EVENTS = [
 # --- one store, SQLite or PostgreSQL, and what it holds as raw bytes -------------------------
 
 
+@dataclass
 class RawStore:
-    """A fresh store on one backend: its URL for a worker, and what it holds as bytes."""
+    """A fresh store on one backend, seen from below the sealing layer."""
 
-    def __init__(self, url: str, raw: Callable[[], bytes], rows: Callable[[], bytes]) -> None:
-        self.url = url
-        self.raw = raw
-        """Every byte the store holds: SQLite's files, PostgreSQL's rows."""
-        self.rows = rows
-        """The bytes of every row of its tables (not what a database keeps of rows replaced)."""
+    url: str
+    raw: Callable[[], bytes]
+    """Every byte the store holds: SQLite's files, PostgreSQL's rows."""
+    rows: Callable[[], bytes]
+    """The bytes of every row of its tables (not what a database keeps of rows replaced)."""
+    overwrite: Callable[[str, str, str, object], None]
+    """`(table, column, key, value)`: change a stored row behind the store's back."""
 
 
 def table_bytes(execute: Callable[[str], Iterable[Sequence[object]]]) -> bytes:
@@ -92,24 +94,37 @@ def raw_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RawSto
             with contextlib.closing(sqlite3.connect(path)) as conn:
                 return table_bytes(conn.execute)
 
+        def sqlite_overwrite(table: str, column: str, key: str, value: object) -> None:
+            with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+                conn.execute(f"UPDATE {table} SET {column} = ? WHERE key = ?", (value, key))
+
         # The database and its write-ahead log: a write may still be in either.
         yield RawStore(
             f"sqlite:///{path}",
             lambda: b"".join(p.read_bytes() for p in sorted(tmp_path.glob("store.db*"))),
             sqlite_rows,
+            sqlite_overwrite,
         )
         return
     url: str = request.getfixturevalue("postgres_url")
     schema = f"test_{uuid.uuid4().hex[:16]}"
+    in_schema = with_search_path(url, schema)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
 
     def postgres_rows() -> bytes:
-        with psycopg.connect(with_search_path(url, schema), autocommit=True) as conn:
+        with psycopg.connect(in_schema, autocommit=True) as conn:
             return table_bytes(lambda query: conn.execute(query).fetchall())
 
+    def postgres_overwrite(table: str, column: str, key: str, value: object) -> None:
+        update = sql.SQL("UPDATE {} SET {} = %s WHERE key = %s").format(
+            sql.Identifier(table), sql.Identifier(column)
+        )
+        with psycopg.connect(in_schema, autocommit=True) as conn:
+            conn.execute(update, (value, key))
+
     try:
-        yield RawStore(with_search_path(url, schema), postgres_rows, postgres_rows)
+        yield RawStore(in_schema, postgres_rows, postgres_rows, postgres_overwrite)
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
@@ -295,55 +310,51 @@ async def test_plaintext_written_before_the_keys_reads_and_is_sealed_when_writte
         await plain.put_artifact(b"x", f"{SEALED_MEDIA_TYPE}; key=k1")
 
 
-# --- tampering, on the backend below the layer -----------------------------------------------
+# --- tampering, in the database below the layer ---------------------------------------------
 
 
 def flip(data: bytes, at: int) -> bytes:
     return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
 
 
-async def test_a_flipped_byte_or_a_moved_blob_fails_authentication(
-    stores: Callable[[KeyRing | None], SealedStore],
+async def test_a_flipped_byte_a_moved_blob_or_a_cut_one_fails_clearly(
+    stores: Callable[[KeyRing | None], SealedStore], raw_store: RawStore
 ) -> None:
     store = stores(ring(RING_K1))
-    backend: Backend = store.backend
     head, nodes = append(ROOT, EVENTS[:1])
     await store.put_nodes(nodes)
     key = await store.put_artifact(b"artifact one", "text/plain")
     other = await store.put_artifact(b"artifact two", "text/plain")
-    envelope, media_type = await backend.get_artifact(key) or (b"", "")
+    envelope, _ = await store.backend.get_artifact(key) or (b"", "")
+    assert await store.get_artifact(key) == (b"artifact one", "text/plain")
 
-    # A copy of the store with one byte of the artifact's ciphertext flipped.
-    forged = SealedStore(MemoryStore(), ring(RING_K1))
-    await forged.backend.put_artifact_row(key, flip(envelope, len(envelope) - 1), media_type)
+    raw_store.overwrite("artifacts", "data", key, flip(envelope, len(envelope) - 1))
     with pytest.raises(SealedBlobError, match=rf"artifact {key} \(key id 'k1'\) failed auth"):
-        await forged.get_artifact(key)
+        await store.get_artifact(key)
 
-    # Another artifact's blob put at this address: sealed for another address, it fails.
-    moved, _ = await backend.get_artifact(other) or (b"", "")
-    swapped = SealedStore(MemoryStore(), ring(RING_K1))
-    await swapped.backend.put_artifact_row(key, moved, media_type)
-    with pytest.raises(SealedBlobError, match="failed authentication"):
-        await swapped.get_artifact(key)
+    # Another artifact's blob at this address: sealed for another address, it does not open.
+    moved, _ = await store.backend.get_artifact(other) or (b"", "")
+    raw_store.overwrite("artifacts", "data", key, moved)
+    with pytest.raises(SealedBlobError, match="altered or moved from another address"):
+        await store.get_artifact(key)
 
-    # A node's body, one byte flipped inside its base64.
+    raw_store.overwrite("artifacts", "data", key, envelope[:10])
+    with pytest.raises(SealedBlobError, match="too short"):
+        await store.get_artifact(key)
+
+    # A node's body, one byte of its ciphertext flipped inside the base64.
     node_key = nodes[0][0]
-    body = await backend.get_node(node_key) or ""
+    body = await store.backend.get_node(node_key) or ""
     prefix = f"{NODE_PREFIX}k1:"
     assert body.startswith(prefix)
-    raw = base64.b64decode(body.removeprefix(prefix), validate=True)
-    altered = SealedStore(MemoryStore(), ring(RING_K1))
-    await altered.backend.put_node_rows(
-        [(node_key, None, prefix + base64.b64encode(flip(raw, len(raw) - 20)).decode())]
-    )
+    sealed = base64.b64decode(body.removeprefix(prefix), validate=True)
+    altered = prefix + base64.b64encode(flip(sealed, len(sealed) - 20)).decode()
+    raw_store.overwrite("nodes", "body", node_key, altered)
     with pytest.raises(SealedBlobError, match=rf"node {node_key} .*failed authentication"):
-        await load_transcript(altered, head)
-
-    # Cut short: named as such, not a crash on the slicing.
-    cut = SealedStore(MemoryStore(), ring(RING_K1))
-    await cut.backend.put_artifact_row(key, envelope[:10], media_type)
-    with pytest.raises(SealedBlobError, match="too short"):
-        await cut.get_artifact(key)
+        await load_transcript(store, head)
+    raw_store.overwrite("nodes", "body", node_key, prefix + "not base64!")
+    with pytest.raises(SealedBlobError, match="not base64"):
+        await store.get_node(node_key)
 
 
 async def test_open_store_gives_the_sealing_layer_over_either_backend(tmp_path: Path) -> None:
