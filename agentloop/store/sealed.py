@@ -14,7 +14,8 @@ base64); an artifact keeps the envelope as its bytes, `SEALED_MEDIA_TYPE; key=KE
 media type, and its real media type inside the sealed plaintext. The key id in the clear lets
 a write of content already stored in plaintext, or under an older key, seal it anew under the
 active key in the same statement (`reseal`): after a rotation, what is written again moves to
-the new key, and what was stored before the keys were set does not stay in plaintext.
+the new key, and content stored in plaintext before the keys were set is sealed when written
+again.
 
 Addresses stay what they are (the workflow computes a node's key itself, a SHA-256 of the
 plaintext node, and an artifact's is the SHA-256 of its bytes), so writing the same content
