@@ -287,6 +287,7 @@ async def test_plaintext_written_before_the_keys_reads_and_is_sealed_when_writte
     key = await plain.put_artifact(data, "text/plain")
     held = raw_store.rows()
     assert TASK_CANARY.encode() in held and CANARY_TRAIN.encode() in held  # as it was
+    assert TASK_CANARY.encode() in raw_store.raw()  # where the run's test looks, found
 
     keyed = stores(ring(RING_K1))
     assert await load_transcript(keyed, head) == EVENTS
