@@ -21,6 +21,7 @@ Provider = Literal["openai-chat", "openai-responses", "anthropic"]
 
 RunStatus = Literal[
     "completed",
+    "blocked",
     "limit_reached",
     "stalled",
     "denied",
@@ -33,6 +34,32 @@ RunStatus = Literal[
     "failed",
     "cancelled",
 ]
+
+StopCause = Literal[
+    "final_answer",
+    "give_up",
+    "empty_answer",
+    "budget",
+    "deadline",
+    "stalled",
+    "invalid_calls",
+    "cancelled",
+    "refused",
+    "content_filtered",
+    "truncated",
+    "verification",
+    "denied",
+    "rejected",
+    "approval_timeout",
+    "input_timeout",
+    "unresolved",
+    "protocol",
+    "model_error",
+    "store_error",
+    "invalid_input",
+]
+"""Why a run stopped, as a code beside the `stop_reason` sentence (`AgentRunResult.stop_cause`):
+`budget` is any cap of `limits` but the deadline (the sentence names which)."""
 
 Phase = Literal[
     "calling_model",
@@ -168,6 +195,9 @@ class AgentRunInput(_Strict):
     """Where `limits` came from, when not from the caller (`agentloop run --limits-from`)."""
     delegate_model: Name | None = None
     """The model of the runs this run delegates to with the `delegate` tool (default: its own)."""
+    offer_give_up: bool = True
+    """Offer the model the built-in `give_up` tool: it says why it cannot finish, and the run
+    stops `blocked` with that reason."""
 
     def unbudgeted_continuation(self) -> str | None:
         """Why this run may not start as given, when it continues another without being
@@ -220,6 +250,26 @@ BUDGETED = ("model_calls", "tool_calls", "input_tokens", "output_tokens", "cost_
 """The `Usage` fields limits are set on (and a delegate call's result shows the model)."""
 
 
+class ApprovalRecord(BaseModel):
+    """A person's decision on a call that waited for approval, as it counted."""
+
+    approved: bool
+    approver: str
+    at: AwareDatetime
+    reason: str = ""
+    signed: bool = False
+    """Signed, and the signature checked by the worker against its approver keys."""
+
+
+class ResolutionRecord(BaseModel):
+    """An operator's word on a write whose outcome stayed unknown (`resolve`)."""
+
+    outcome: Literal["applied", "not_applied"]
+    operator: str
+    at: AwareDatetime
+    note: str = ""
+
+
 class CallRecord(BaseModel):
     """One line of the call ledger, keyed by the provider's call id."""
 
@@ -241,6 +291,11 @@ class CallRecord(BaseModel):
     turn: int = 0
     child_run: str = ""
     """For a `delegate` call: the workflow id of the child run doing the sub-task."""
+    approval: ApprovalRecord | None = None
+    """Who approved or rejected the call, when, why, and whether signed (None: nobody
+    decided, or a decision from before it was recorded so)."""
+    resolution: ResolutionRecord | None = None
+    """Who said whether the write happened after its outcome stayed unknown, and what."""
 
 
 class UnresolvedWrite(BaseModel):
@@ -258,6 +313,15 @@ class UnresolvedWrite(BaseModel):
 class AgentRunResult(BaseModel):
     status: RunStatus
     stop_reason: str
+    stop_cause: StopCause | None = None
+    """`stop_reason`'s cause as a code (None: a run from before it was given)."""
+    verified: bool = False
+    """Whether a completion check (`completion_check`) accepted the final answer: a run that
+    completed unverified only says the model stopped asking for tools."""
+    verified_by: str | None = None
+    """The completion check that accepted the answer."""
+    verification: str = ""
+    """What that check said."""
     output: str | dict[str, Any] | list[Any] | None = None
     output_ref: str | None = None
     """Set when the answer was too long to travel inline (over 100,000 characters): `output`
@@ -342,6 +406,7 @@ class RunStatusView(BaseModel):
     (any signaller may name any approver), as the worker said when the run started and
     each time it checked a decision; empty for a run from before workers said."""
     stop_reason: str | None = None
+    stop_cause: StopCause | None = None
     transcript_head: str = ""
     """Key of the last transcript node in the store (`agentloop transcript` reads from it)."""
 

@@ -8,7 +8,9 @@ from collections import Counter
 
 from agentloop.contract import AgentRunResult, Usage
 
-CONTINUABLE = frozenset({"limit_reached", "stalled", "incomplete", "input_timeout", "failed"})
+CONTINUABLE = frozenset(
+    {"limit_reached", "stalled", "incomplete", "input_timeout", "failed", "blocked"}
+)
 
 
 def counted(usage: Usage) -> str:
@@ -31,6 +33,13 @@ def stop_report(result: AgentRunResult, workflow_id: str) -> str:
         f"${usage.cost_usd:.4f}",
         f"Counted: {counted(usage)}",
     ]
+    if result.status == "completed":
+        lines.append(
+            f"Verified: yes, by {result.verified_by} ({result.verification or 'no reason given'})"
+            if result.verified
+            else "Verified: no (no completion_check configured: the model stopped asking for"
+            " tools, nothing checked the task was done)"
+        )
     if result.task_state:
         shown = json.dumps(result.task_state, ensure_ascii=False, sort_keys=True)
         lines.append(f"Task state: {shown if len(shown) <= 600 else shown[:597] + '...'}")

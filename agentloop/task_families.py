@@ -1,7 +1,8 @@
 """Limits learned from a task family (seed 001: start from the distribution of a task family,
 not from a guess). Pure: what the finished runs of a family used, completed runs apart from the
-others, and the limits their tail suggests. `agentloop.client.family_stats` reads the runs;
-`agentloop stats FAMILY` prints this."""
+others (verified completions and blocked runs counted apart), and the limits their tail
+suggests (the verified completions', when there are any). `agentloop.client.family_stats`
+reads the runs; `agentloop stats FAMILY` prints this."""
 
 from __future__ import annotations
 
@@ -62,11 +63,21 @@ class FamilyStats(BaseModel):
     family: str
     runs: int
     completed: GroupStats | None = None
+    """Every completed run, verified or not."""
+    verified: GroupStats | None = None
+    """The completed runs a completion check verified (what limits are learned from, when
+    there are any)."""
+    unverified: int = 0
+    """Completed runs nothing verified (no `completion_check`): the model stopped asking for
+    tools, which is no evidence the task was done."""
     not_completed: GroupStats | None = None
+    blocked: int = 0
+    """Runs that stopped `blocked`: the model gave up (or answered nothing); also counted in
+    `not_completed`."""
     without_result: int = 0
     """Runs that ended without a result (not in either group)."""
     stop_reasons: dict[str, int] = Field(default_factory=dict)
-    """`status: what stopped it` -> how many runs."""
+    """`status: stop cause` -> how many runs (the status alone for a run from before causes)."""
     writes: list[str] = Field(default_factory=list)
     """The tools that wrote (their suggested limit is the most any completed run made)."""
     suggested: Limits | None = None
@@ -74,18 +85,19 @@ class FamilyStats(BaseModel):
 
     def source(self) -> str:
         """What a run started with the suggestion records as `limits_source`."""
-        completed = self.completed.runs if self.completed else 0
-        return f"agentloop stats {self.family}: {completed} completed of {self.runs} runs"
+        if self.verified is not None:
+            learned = f"{self.verified.runs} verified completed"
+        else:
+            learned = f"{self.completed.runs if self.completed else 0} completed (none verified)"
+        return f"agentloop stats {self.family}: {learned} of {self.runs} runs"
 
 
 def summarize(family: str, runs: Sequence[FinishedRun]) -> FamilyStats:
     with_result = [run for run in runs if run.result is not None]
     completed = [run for run in with_result if _result(run).status == "completed"]
+    verified = [run for run in completed if _result(run).verified]
     others = [run for run in with_result if _result(run).status != "completed"]
-    reasons = Counter(
-        f"{_result(run).status}: {_result(run).stop_reason.split(':', 1)[0][:80]}"
-        for run in with_result
-    )
+    reasons = Counter(_stopped(_result(run)) for run in with_result)
     writes = sorted(
         {c.tool for run in with_result for c in _result(run).calls if c.idempotency_key}
     )
@@ -93,14 +105,23 @@ def summarize(family: str, runs: Sequence[FinishedRun]) -> FamilyStats:
         family=family,
         runs=len(runs),
         completed=_group(completed),
+        verified=_group(verified),
+        unverified=len(completed) - len(verified),
         not_completed=_group(others),
+        blocked=sum(1 for run in others if _result(run).status == "blocked"),
         without_result=len(runs) - len(with_result),
         stop_reasons=dict(reasons.most_common()),
         writes=writes,
     )
-    if stats.completed is not None:
-        stats.suggested = suggested_limits(stats.completed, writes)
+    learned_from = stats.verified or stats.completed
+    if learned_from is not None:
+        stats.suggested = suggested_limits(learned_from, writes)
     return stats
+
+
+def _stopped(result: AgentRunResult) -> str:
+    """What `stop_reasons` counts a run under: its status and stop cause, both typed."""
+    return f"{result.status}: {result.stop_cause}" if result.stop_cause else result.status
 
 
 def suggested_limits(completed: GroupStats, writes: Sequence[str]) -> Limits:

@@ -20,6 +20,9 @@ READ_ARTIFACT = "read_artifact"
 ASK_USER = "ask_user"
 BUILTIN_TOOLS = (READ_ARTIFACT, ASK_USER)
 """Tools every run may call without naming them in its `tools`."""
+GIVE_UP = "give_up"
+"""The built-in tool the model says it cannot finish with: the run stops `blocked` (offered
+unless the run's input says `offer_give_up: false`)."""
 
 MAX_TIMEOUT_SECONDS = 366 * 86_400.0
 """A tool's timeouts are positive and at most a year: Temporal takes no zero (it means "none")

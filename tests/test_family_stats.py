@@ -51,7 +51,7 @@ def test_the_suggestion_is_the_completed_runs_tail_and_writes_are_held_to_their_
     assert (stats.completed.runs, stats.not_completed.runs) == (20, 1)
     calls = stats.completed.model_calls
     assert (calls.p50, calls.p90, calls.p99, calls.max) == (3, 4, 4, 4)
-    assert stats.stop_reasons == {"completed: completed": 20, "limit_reached: limit_reached": 1}
+    assert stats.stop_reasons == {"completed": 20, "limit_reached": 1}
     limits = stats.suggested
     assert limits is not None
     assert limits.max_model_calls == math.ceil(4 * 1.25) == 5
@@ -98,7 +98,7 @@ async def test_stats_over_a_familys_runs_and_a_run_started_from_them(
     assert stats.completed.model_calls.p50 == model_calls[7]
     tokens = sorted(r.usage.input_tokens + r.usage.output_tokens for r in completed)
     assert stats.completed.tokens.max == tokens[-1]
-    assert stats.stop_reasons["limit_reached: max_model_calls"] == 5
+    assert stats.stop_reasons["limit_reached: budget"] == 5
     assert stats.suggested is not None
     assert stats.suggested.max_model_calls == math.ceil(4 * 1.25)
     assert stats.suggested.per_tool == {"get_weather": math.ceil(3 * 1.25)}

@@ -98,7 +98,9 @@ def test_first_step_is_a_model_call_with_the_task_verbatim() -> None:
 def test_final_answer_completes() -> None:
     state = new_state()
     model_turn(state, ModelOutput(text="on time", stop="final"))
-    assert loop.decide(state, T0) == Finish("completed", "final answer", "on time")
+    assert loop.decide(state, T0) == Finish(
+        "completed", "final answer", "on time", cause="final_answer"
+    )
     assert state.usage.model_calls == 1 and state.usage.tool_calls == 0
 
 
@@ -240,7 +242,7 @@ def test_output_schema_rejection_goes_back_to_the_model_then_stops() -> None:
     assert isinstance(note, StateUpdate) and "not valid JSON" in note.text
     model_turn(state, ModelOutput(text='{"late": true}', stop="final"))
     assert loop.decide(state, T0) == Finish(
-        "completed", "final answer matches output_schema", {"late": True}
+        "completed", "final answer matches output_schema", {"late": True}, cause="final_answer"
     )
 
 

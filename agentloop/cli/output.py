@@ -63,6 +63,7 @@ RESULT_EXIT_CODES: dict[RunStatus, ExitCode] = {
     "completed": ExitCode.COMPLETED,
     "failed": ExitCode.FAILED,
     "unresolved": ExitCode.FAILED,
+    "blocked": ExitCode.STOPPED,
     "limit_reached": ExitCode.STOPPED,
     "stalled": ExitCode.STOPPED,
     "denied": ExitCode.STOPPED,

@@ -40,8 +40,15 @@ async def with_learned_limits(
 
 def describe(stats: FamilyStats) -> list[str]:
     lines = [f"task family {stats.family}: {stats.runs} finished runs"]
-    for title, group in (("completed", stats.completed), ("not completed", stats.not_completed)):
+    groups = (
+        ("completed", stats.completed),
+        ("  of which verified (a completion check passed)", stats.verified),
+        ("not completed", stats.not_completed),
+    )
+    for title, group in groups:
         lines += _group_lines(title, group)
+    lines.append(f"completed unverified (no completion check): {stats.unverified}")
+    lines.append(f"blocked (the model gave up): {stats.blocked}")
     if stats.without_result:
         lines.append(f"  without a result (failed at start, terminated): {stats.without_result}")
     lines.append("stop reasons:")

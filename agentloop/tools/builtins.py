@@ -1,7 +1,7 @@
 """The built-in tools every worker has: `read_artifact` (page through a large tool output kept
-in the store), `ask_user` (the run waits for the user's answer) and `delegate` (a sub-task for a
-child run). The runner answers `ask_user` and carries out `delegate` itself: no activity ever
-runs them."""
+in the store), `ask_user` (the run waits for the user's answer), `give_up` (the model cannot
+finish: the run stops `blocked`) and `delegate` (a sub-task for a child run). The runner answers
+`ask_user` and `give_up` and carries out `delegate` itself: no activity ever runs them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentloop.store import StoreError
-from agentloop.tool_spec import DELEGATE
+from agentloop.tool_spec import DELEGATE, GIVE_UP
 from agentloop.tools.contract import BusinessRefusal, ToolContext
 from agentloop.tools.decorator import tool
 
@@ -69,6 +69,26 @@ async def ask_user(ctx: ToolContext[Any], args: AskUserArgs) -> Any:
     raise RuntimeError("ask_user is answered by the runner, never executed")
 
 
+MAX_GIVE_UP_REASON_CHARS = 2_000
+
+
+class GiveUpArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(
+        min_length=1,
+        max_length=MAX_GIVE_UP_REASON_CHARS,
+        description="why the task cannot be finished, and what would unblock it",
+    )
+
+
+@tool(name=GIVE_UP)
+async def give_up(ctx: ToolContext[Any], args: GiveUpArgs) -> Any:
+    """Stop without finishing when you cannot complete the task (something is missing, not
+    allowed or not possible): say why. Use it instead of a final answer that does not do the
+    task; the run stops as blocked and a person reads your reason."""
+    raise RuntimeError("give_up is answered by the runner, never executed")
+
+
 class DelegateArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
     task: str = Field(min_length=1, max_length=8_000, description="the sub-task, self-contained")
@@ -91,4 +111,4 @@ async def delegate(ctx: ToolContext[Any], args: DelegateArgs) -> Any:
     raise RuntimeError("delegate runs as a child workflow, never as an activity")
 
 
-BUILTIN_TOOLS = (read_artifact, ask_user, delegate)
+BUILTIN_TOOLS = (read_artifact, ask_user, give_up, delegate)

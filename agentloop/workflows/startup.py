@@ -18,7 +18,7 @@ from agentloop.activity_io import DescribeToolsInput, RunDescription, Unreadable
 from agentloop.contract import AgentRunInput, PreviousRun, describe_validation_error
 from agentloop.policies import checks
 from agentloop.policies.bounds import MAX_DEPTH, NOT_TEXT, is_text_value, value_depth
-from agentloop.tool_spec import ToolSpec
+from agentloop.tool_spec import GIVE_UP, ToolSpec
 from agentloop.workflows.failures import describe_failure, invalid_input
 from agentloop.workflows.loop import Feature, LoopState
 
@@ -85,6 +85,8 @@ async def start(run_input: AgentRunInput) -> LoopState:
         for name, feature in loop.BUILTIN_TOOL_PATCHES
         if in_set is not None or workflow.patched(feature.value)
     ]
+    if in_set is not None and Feature.BLOCKED_NOT_COMPLETED in in_set and run_input.offer_give_up:
+        builtins.append(GIVE_UP)
     if in_set is not None and Feature.TEXTS_BY_REFERENCE in in_set:
         # Checked here, not in `parse_input`: a run started before the bound replays as it ran.
         problem = checks.limits_problem(run_input.limits)

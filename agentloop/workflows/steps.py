@@ -127,7 +127,7 @@ async def store_long_texts(state: LoopState) -> bool:
             )
         except LOCAL_FAILURES as caught:
             exc = local_failure(caught)
-            loop.record_failure(state, f"store_error: {describe_failure(exc)}")
+            loop.record_failure(state, f"store_error: {describe_failure(exc)}", "store_error")
             return False
         loop.record_texts_stored(state, dict(zip(pending, refs, strict=True)))
     return True
@@ -210,7 +210,7 @@ async def verify(state: LoopState, step: Verify) -> None:
     except ActivityError as exc:
         cause = exc.cause
         if isinstance(cause, ApplicationError) and cause.type == "InvalidInput":
-            loop.record_failure(state, f"invalid AgentRunInput: {cause.message}")
+            loop.record_failure(state, f"invalid AgentRunInput: {cause.message}", "invalid_input")
             return
         verdict = Verdict(passed=False, reason=f"could not verify: {describe_failure(exc)}")
     loop.record_verdict(state, verdict.passed, verdict.reason)

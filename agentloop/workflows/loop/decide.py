@@ -25,7 +25,7 @@ from agentloop.workflows.loop.next_step import (
     RunTools,
     Verify,
 )
-from agentloop.workflows.loop.record import answer_problems, response_named
+from agentloop.workflows.loop.record import answer_problems, empty_answer, response_named
 from agentloop.workflows.loop.settle import stopping_rejection
 from agentloop.workflows.loop.state import (
     MAX_REFUSED_CALLS,
@@ -42,23 +42,30 @@ def decide(state: LoopState, now: datetime) -> NextStep:
     if state.failure is not None:
         return _failed(state, state.failure)
     if state.limit is not None:
-        return Finish("limit_reached", state.limit)
+        return Finish("limit_reached", state.limit, cause="budget")
     if state.stalled is not None:
-        return Finish("stalled", f"stalled: {state.stalled}")
+        return Finish("stalled", f"stalled: {state.stalled}", cause="stalled")
     refused = refused_calls(state)
     if refused > MAX_REFUSED_CALLS:
-        return Finish("failed", f"invalid_calls: {refused} tool calls refused before running")
+        return Finish(
+            "failed",
+            f"invalid_calls: {refused} tool calls refused before running",
+            cause="invalid_calls",
+        )
     if state.cancel_reason is not None:
-        return Finish("cancelled", f"cancelled: {state.cancel_reason or 'no reason given'}")
+        reason = f"cancelled: {state.cancel_reason or 'no reason given'}"
+        return Finish("cancelled", reason, cause="cancelled")
     if budgets.deadline_passed(limits, state.active_since(), now):
-        return Finish("limit_reached", f"deadline: {limits.deadline_seconds} s passed")
+        return Finish(
+            "limit_reached", f"deadline: {limits.deadline_seconds} s passed", cause="deadline"
+        )
     if state.batch is not None:
         return _next_in_batch(state, state.batch, now)
     output = state.last_output
     if output is None:
         blocked = budgets.model_call_blocked(limits, state.usage)
         if blocked:
-            return Finish("limit_reached", blocked)
+            return Finish("limit_reached", blocked, cause="budget")
         return CallModel(turn=state.turn + 1)
     match output.stop:
         case "final":
@@ -66,11 +73,14 @@ def decide(state: LoopState, now: datetime) -> NextStep:
         case "tool_calls":
             raise AssertionError("a tool-call output always has a batch")  # record_model_output
         case "refused":
-            return Finish("refused", f"refused: {output.stop_detail or output.text}"[:500])
+            reason = f"refused: {output.stop_detail or output.text}"[:500]
+            return Finish("refused", reason, cause="refused")
         case "content_filtered":
-            return Finish("refused", f"content_filtered: {output.stop_detail}")
+            reason = f"content_filtered: {output.stop_detail}"
+            return Finish("refused", reason, cause="content_filtered")
         case "truncated":
-            return Finish("incomplete", f"truncated: {output.stop_detail}{response_named(output)}")
+            reason = f"truncated: {output.stop_detail}{response_named(output)}"
+            return Finish("incomplete", reason, cause="truncated")
         case _:
             assert_never(output.stop)
 
@@ -78,12 +88,18 @@ def decide(state: LoopState, now: datetime) -> NextStep:
 def _failed(state: LoopState, failure: str) -> Finish:
     unknown = [r.call_id for r in state.calls.values() if r.status == "unknown"]
     if unknown:
-        return Finish("unresolved", f"{failure}; outcome unknown for {', '.join(unknown)}")
-    return Finish("failed", failure)
+        reason = f"{failure}; outcome unknown for {', '.join(unknown)}"
+        return Finish("unresolved", reason, cause="unresolved")
+    return Finish("failed", failure, cause=state.failure_cause)
 
 
 def _checked_candidate(state: LoopState, output: ModelOutput) -> NextStep:
-    """Output schema first, then the completion check: only then is a final answer done."""
+    """An empty answer is no answer; then the output schema, then the completion check: only
+    then is a final answer done."""
+    if state.has(Feature.BLOCKED_NOT_COMPLETED) and empty_answer(output):
+        # Only reached once the model was told (see `record_model_output`).
+        reason = "empty_answer: the model's final answer was empty again after it was told"
+        return Finish("blocked", reason, cause="empty_answer")
     finish = _final_candidate(state, output)
     check = state.run_input.completion_check
     if finish.status != "completed" or check is None:
@@ -95,6 +111,7 @@ def _checked_candidate(state: LoopState, output: ModelOutput) -> NextStep:
         f"{finish.stop_reason}; completion_check {check} passed",
         finish.output,
         finish.output_ref,
+        cause="final_answer",
     )
 
 
@@ -103,15 +120,17 @@ def _final_candidate(state: LoopState, output: ModelOutput) -> Finish:
     if schema is None:
         if output.text_ref:
             reason = f"final answer ({output.text_chars} characters: the whole by output_ref)"
-            return Finish("completed", reason, output.text, output.text_ref)
-        return Finish("completed", "final answer", output.text)
+            return Finish("completed", reason, output.text, output.text_ref, cause="final_answer")
+        return Finish("completed", "final answer", output.text, cause="final_answer")
     parsed, problems = answer_problems(state, output, schema)
     if problems:
         # Only reached once the corrections are used up (see `record_model_output`).
         return Finish(
-            "failed", "verification: final answer breaks output_schema: " + "; ".join(problems)
+            "failed",
+            "verification: final answer breaks output_schema: " + "; ".join(problems),
+            cause="verification",
         )
-    return Finish("completed", "final answer matches output_schema", parsed)
+    return Finish("completed", "final answer matches output_schema", parsed, cause="final_answer")
 
 
 def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
@@ -119,7 +138,9 @@ def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
     after each write, the reads it comes before).
     A decision that arrived is checked by the worker first, whatever the batch waits on."""
     if batch.denied is not None:
-        return Finish("denied", f"denied: {batch.denied}")
+        return Finish("denied", f"denied: {batch.denied}", cause="denied")
+    if batch.gave_up is not None:
+        return Finish("blocked", f"give_up: {batch.gave_up}", cause="give_up")
     if batch.to_check:
         return CheckApprovals(list(batch.to_check))
     if batch.unchecked:
@@ -131,7 +152,8 @@ def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
         assert batch.asked_at is not None
         deadline = batch.asked_at + seconds(state.run_input.input_timeout_seconds)
         if now >= deadline:
-            return Finish("input_timeout", f"input_timeout: no answer to {batch.questions}")
+            reason = f"input_timeout: no answer to {batch.questions}"
+            return Finish("input_timeout", reason, cause="input_timeout")
         return AwaitInput(list(batch.questions), deadline)
     undecided = batch.undecided()
     if undecided:
@@ -139,7 +161,8 @@ def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
             state.run_input.approval_timeout_seconds
         )
         if now >= deadline:
-            return Finish("approval_timeout", f"approval_timeout: no decision on {undecided}")
+            reason = f"approval_timeout: no decision on {undecided}"
+            return Finish("approval_timeout", reason, cause="approval_timeout")
         return AwaitApproval(undecided, deadline)
     rejection = stopping_rejection(state, batch)
     if rejection is not None:
@@ -148,6 +171,7 @@ def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
             "rejected",
             f"rejected: {call_id} by {decision.approver}"
             + (f": {decision.reason}" if decision.reason else ""),
+            cause="rejected",
         )
     if batch.unknown:
         call, spec = state.with_specs(batch.unknown[:1])[0]
@@ -158,13 +182,14 @@ def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
             state.run_input.reconciliation_timeout_seconds
         )
         if now >= deadline:
-            return Finish("unresolved", f"unresolved: outcome of {', '.join(waiting)} unknown")
+            reason = f"unresolved: outcome of {', '.join(waiting)} unknown"
+            return Finish("unresolved", reason, cause="unresolved")
         return AwaitReconciliation(waiting, deadline)
     if batch.writes:
         # After a human decided, authorization and budget are checked again before anything runs.
         call_id = batch.writes[0]
         denied = authorization.denial(state.spec_of(call_id), state.run_input.principal)
         if denied:
-            return Finish("denied", f"denied: {denied}")
+            return Finish("denied", f"denied: {denied}", cause="denied")
         return RunTools(state.with_specs([call_id]))
     raise AssertionError(f"batch without a next step: {batch}")  # closed by record_results

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from agentloop.contract import RunStatus
+from agentloop.contract import RunStatus, StopCause
 from agentloop.events import ToolCall
 from agentloop.tool_spec import ToolSpec
 from agentloop.workflows.loop.state import DecisionToCheck
@@ -89,6 +89,8 @@ class Finish:
     output: str | dict[str, Any] | list[Any] | None = None
     output_ref: str = ""
     """The store key of the whole answer when `output` is only its start."""
+    cause: StopCause | None = None
+    """`stop_reason` as a code (None: a failure recorded before codes were)."""
 
 
 AwaitHumans = AwaitApproval | AwaitInput | AwaitReconciliation

@@ -18,7 +18,7 @@ from agentloop.events import ModelOutput, ToolCall, ToolResult
 from agentloop.policies import approval, authorization, budgets
 from agentloop.policies.bounds import MAX_LEDGER_ARGUMENT_BYTES
 from agentloop.policies.validation import MAX_CHECK_STEPS, Allowed, Refused, validate_call
-from agentloop.tool_spec import DELEGATE, ToolSpec
+from agentloop.tool_spec import DELEGATE, GIVE_UP, ToolSpec
 from agentloop.workflows.loop import results
 from agentloop.workflows.loop.state import Batch, Feature, LoopState, Reconciliation
 
@@ -123,6 +123,10 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutc
             )
             continue
         allowed.append((call, spec))
+    if state.has(Feature.BLOCKED_NOT_COMPLETED):
+        gave_up = next((call for call, _ in allowed if call.name == GIVE_UP), None)
+        if gave_up is not None:
+            return _give_up(planned, output, gave_up)
     questions = [call for call, _ in allowed if call.name == "ask_user"]
     allowed = [(call, spec) for call, spec in allowed if call.name != "ask_user"]
     blocked = budgets.tool_batch_blocked(
@@ -223,4 +227,18 @@ def _deny_all(planned: Planned, output: ModelOutput, denied_call: ToolCall, reas
         )
         planned.refuse(call, results.denial(call, message), "permission")
     planned.batch.denied = reason
+    return planned
+
+
+def _give_up(planned: Planned, output: ModelOutput, gave_up: ToolCall) -> Planned:
+    """The model said it cannot finish (`give_up`): every call id of the batch is answered,
+    none of the others runs, and the run stops `blocked` with the model's reason."""
+    reason = str(gave_up.arguments["reason"])
+    for call in output.tool_calls:
+        if call is gave_up:
+            planned.batch.results[call.call_id] = results.gave_up(call, reason)
+        elif call.call_id not in planned.batch.results:
+            message = f"not run: the model gave up in call {gave_up.call_id} of the same output"
+            planned.refuse(call, results.refusal(call, "not_run", message), "not_run")
+    planned.batch.gave_up = reason
     return planned

@@ -19,13 +19,19 @@ from agentloop.activity_io import (
     PreconditionResult,
 )
 from agentloop.context import chars_per_token
-from agentloop.contract import AgentRunResult, CallRecord, ModelSettings, PreviousRun
+from agentloop.contract import (
+    AgentRunResult,
+    CallRecord,
+    ModelSettings,
+    PreviousRun,
+    StopCause,
+)
 from agentloop.events import CONTINUED, Event, ModelOutput, StateUpdate, ToolResult
 from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS, clipped
 from agentloop.policies.completion import check_output
 from agentloop.policies.validation import MAX_CHECK_STEPS
 from agentloop.reporting import stop_report
-from agentloop.tool_spec import Outcome, ToolSpec, bounded_record
+from agentloop.tool_spec import GIVE_UP, Outcome, ToolSpec, bounded_record
 from agentloop.transcript import by_reference
 from agentloop.workflows.loop import results
 from agentloop.workflows.loop.delegation import child_result, start_delegations
@@ -137,6 +143,10 @@ def record_model_output(
     state.phase = "validating"
     if output.stop == "tool_calls":
         _open_batch(state, output, now)
+    elif (
+        output.stop == "final" and state.has(Feature.BLOCKED_NOT_COMPLETED) and empty_answer(output)
+    ):
+        _send_back_if_empty(state)
     elif output.stop == "final" and state.run_input.output_schema is not None:
         _send_back_if_rejected(state, output, state.run_input.output_schema)
 
@@ -151,7 +161,7 @@ def _open_batch(state: LoopState, output: ModelOutput, now: datetime) -> None:
             _ledger(state, output, {}, "over_budget", with_arguments=False)
         return
     if isinstance(planned, ProtocolViolation):
-        record_failure(state, planned.reason + response_named(output))
+        record_failure(state, planned.reason + response_named(output), "protocol")
         return
     state.argument_bytes += planned.argument_bytes  # measured once, by the plan
     _ledger(state, output, planned.decisions, "allowed")
@@ -207,6 +217,32 @@ def answer_problems(
     return check_output(
         schema, output.text, bounded=state.has(Feature.BOUNDED_VALIDATION), steps=steps
     )
+
+
+def empty_answer(output: ModelOutput) -> bool:
+    """A final answer with nothing in it: no text (whitespace aside), nothing by reference."""
+    return not output.text.strip() and not output.text_ref
+
+
+def _send_back_if_empty(state: LoopState) -> None:
+    """The first empty final answer goes back to the model with a runner note; the next one
+    stops the run `blocked` (`decide`): an empty answer never completes a run."""
+    state.empty_answers += 1
+    if state.empty_answers > 1:
+        return
+    how = (
+        "call give_up with the reason you cannot finish"
+        if GIVE_UP in state.builtin_tools
+        else "say why you cannot finish"
+    )
+    _tell_model(
+        state,
+        StateUpdate(
+            kind="verification",
+            text=f"Your final answer was empty. Give your answer to the task, or {how}.",
+        ),
+    )
+    state.last_output = None
 
 
 def _send_back_if_rejected(state: LoopState, output: ModelOutput, schema: dict[str, Any]) -> None:
@@ -437,10 +473,12 @@ def record_verdict(state: LoopState, passed: bool, reason: str) -> None:
     the reason, on the same budget, a bounded number of times."""
     if passed:
         state.verified_turn = state.turn
+        state.verification = reason
         return
     check = state.run_input.completion_check
     if state.output_corrections >= MAX_OUTPUT_CORRECTIONS:
-        record_failure(state, f"verification: completion_check {check} failed: {reason}")
+        reason = f"verification: completion_check {check} failed: {reason}"
+        record_failure(state, reason, "verification")
         return
     state.output_corrections += 1
     _tell_model(
@@ -454,14 +492,15 @@ def record_verdict(state: LoopState, passed: bool, reason: str) -> None:
     state.last_output = None
 
 
-def record_failure(state: LoopState, reason: str) -> None:
+def record_failure(state: LoopState, reason: str, cause: StopCause) -> None:
     state.failure = reason
+    state.failure_cause = cause
 
 
 def record_model_failure(state: LoopState, reason: str, requests: int) -> None:
     """The model call failed for good after `requests` requests to the provider."""
     state.usage.model_requests += requests
-    record_failure(state, reason)
+    record_failure(state, reason, "model_error")
 
 
 def record_run_started(state: LoopState, run_id: str) -> None:
@@ -503,9 +542,18 @@ def record_finish(state: LoopState, step: Finish) -> AgentRunResult:
     """The run stops: its result, with the stop report."""
     state.phase = "finished"
     state.stop_reason = step.stop_reason
+    state.stop_cause = step.cause
+    check = state.run_input.completion_check
+    verified = (
+        step.status == "completed" and check is not None and state.verified_turn == state.turn
+    )
     result = AgentRunResult(
         status=step.status,
         stop_reason=step.stop_reason,
+        stop_cause=step.cause,
+        verified=verified,
+        verified_by=check if verified else None,
+        verification=state.verification if verified else "",
         output=step.output,
         output_ref=step.output_ref or None,
         usage=state.usage,

@@ -42,6 +42,15 @@ def refusal(call: ToolCall, reason: str, message: str) -> ToolResult:
     )
 
 
+def gave_up(call: ToolCall, reason: str) -> ToolResult:
+    """The model's `give_up`: taken as said (the run stops `blocked`)."""
+    return ToolResult(
+        call_id=call.call_id,
+        tool=call.name,
+        content=json.dumps({"stopped": "blocked", "reason": reason}, ensure_ascii=False),
+    )
+
+
 def denial(call: ToolCall, message: str) -> ToolResult:
     return ToolResult(
         call_id=call.call_id,

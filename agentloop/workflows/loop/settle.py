@@ -48,7 +48,9 @@ def stopping_rejection(state: LoopState, batch: Batch) -> tuple[str, ApprovalDec
 def close_if_answered(state: LoopState) -> None:
     """Once every call id has its result, the results go to the model in the call order."""
     batch = state.batch
-    if batch is None or batch.denied is not None or len(batch.results) < len(batch.order):
+    if batch is None or batch.denied is not None or batch.gave_up is not None:
+        return  # the run stops: nothing more goes to the model
+    if len(batch.results) < len(batch.order):
         return
     if stopping_rejection(state, batch) is not None:
         return  # the run stops `rejected`; nothing more goes to the model

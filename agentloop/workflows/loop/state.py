@@ -22,6 +22,7 @@ from agentloop.contract import (
     CallRecord,
     Limits,
     Phase,
+    StopCause,
     UnresolvedWrite,
     Usage,
 )
@@ -210,6 +211,12 @@ class Feature(StrEnum):
     """The calls of an output that does not fit what is left of the budget go into the ledger
     (decision `over_budget`, status `proposed`), so the result's `calls` and `pending` show
     what the run was asked to do and did not. Before it, the stop reason alone named them."""
+    BLOCKED_NOT_COMPLETED = "blocked-not-completed"
+    """A run that gives up does not end `completed`: the model is offered `give_up` (unless
+    `offer_give_up` is false), and calling it stops the run `blocked` with the model's reason
+    (the other calls of its output do not run); an empty final answer is sent back once with
+    a runner note, and a second one stops the run `blocked`. Before it, there was no `give_up`
+    (a team's tool of that name ran like any other) and an empty answer ended `completed`."""
 
 
 FEATURES = (
@@ -288,7 +295,10 @@ FEATURES_2026_12I = (
 )
 
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
-    ("features-2026-12j", (*FEATURES_2026_12I, Feature.PRICED_COST_CAPS)),
+    (
+        "features-2026-12j",
+        (*FEATURES_2026_12I, Feature.PRICED_COST_CAPS, Feature.BLOCKED_NOT_COMPLETED),
+    ),
     ("features-2026-12i", FEATURES_2026_12I),
     ("features-2026-12h", FEATURES_2026_12H),
     ("features-2026-12g", FEATURES_2026_12G),
@@ -417,6 +427,9 @@ class Batch(BaseModel):
     """Writes the lookup could not settle: they wait for an operator's `resolve`."""
     denied: str | None = None
     """Set when authorization refused a call: the whole batch is answered and the run stops."""
+    gave_up: str | None = None
+    """The model's reason when it called `give_up` (feature `blocked-not-completed`): the whole
+    batch is answered and the run stops `blocked`."""
 
     def undecided(self) -> list[str]:
         return [call_id for call_id in self.approvals if call_id not in self.decisions]
@@ -512,12 +525,20 @@ class LoopState(BaseModel):
     output_corrections: int = 0
     verified_turn: int = 0
     """The turn whose final answer the completion check accepted."""
+    verification: str = ""
+    """What the completion check said when it accepted it."""
+    empty_answers: int = 0
+    """Empty final answers the model gave (feature `blocked-not-completed`: the first is sent
+    back, the second stops the run `blocked`)."""
     cancel_reason: str | None = None
     failure: str | None = None
     """Set when an operation failed in a way that ends the run (its error class first)."""
+    failure_cause: StopCause | None = None
+    """`failure` as a code (None: a failure recorded before codes were)."""
     limit: str | None = None
     """Set when a batch could not be reserved in the budget: nothing of it started."""
     stop_reason: str | None = None
+    stop_cause: StopCause | None = None
 
     @classmethod
     def start(

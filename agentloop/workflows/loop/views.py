@@ -144,6 +144,7 @@ def status_view(state: LoopState | None, now: datetime) -> RunStatusView:
         run_chain_left_out=state.run_chain_left_out,
         approval_signing=state.approval_signing,
         stop_reason=state.stop_reason,
+        stop_cause=state.stop_cause,
         transcript_head=state.head,
     )
 
