@@ -5,9 +5,11 @@ The loop's rules without a server here; the runs over a real server in `test_blo
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from agentloop.cli.replay import replay_histories
 from agentloop.contract import AgentRunInput
 from agentloop.events import ModelOutput, StateUpdate, ToolResult
 from agentloop.tool_spec import GIVE_UP, ToolSpec
@@ -145,3 +147,20 @@ def test_a_completion_nothing_checked_says_it_is_unverified() -> None:
     result = loop.record_finish(state, loop.decide(state, T0))  # type: ignore[arg-type]
     assert (result.status, result.verified, result.verified_by) == ("completed", False, None)
     assert "Verified: no (no completion_check configured" in result.report
+
+
+async def test_the_stored_blocked_run_replays_only_with_the_feature(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`histories/blocked.json` (recorded with `features-2026-12j`): without the feature in its
+    set, the model's `give_up` would be an unknown tool and the run would go on."""
+    history = Path(__file__).parent / "histories" / "blocked.json"
+    [report] = await replay_histories([history], "off")
+    assert report.ok, report.line()
+    without = tuple(
+        (name, tuple(f for f in members if f is not Feature.BLOCKED_NOT_COMPLETED))
+        for name, members in loop.FEATURE_SETS
+    )
+    monkeypatch.setattr(loop, "FEATURE_SETS", without)
+    [report] = await replay_histories([history], "off")
+    assert not report.ok and report.divergence is not None, report.line()

@@ -55,7 +55,7 @@ FIND = ScriptedToolCall(id="c_find", name="tickets_find_ticket", arguments={"tic
 NOTE_ARGS = {"ticket_id": "T-1001", "text": "Refund approved."}
 NOTE = ScriptedToolCall(id="c_note", name="tickets_add_note", arguments=NOTE_ARGS)
 TOOLS = ["tickets_find_ticket", "tickets_add_note"]
-BUILTINS = {"read_artifact", "ask_user"}
+BUILTINS = {"read_artifact", "ask_user", "give_up"}
 
 
 def http_config(url: str, **fields: Any) -> dict[str, Any]:

@@ -228,7 +228,13 @@ GOOD = """
 async def test_a_module_brings_its_tools_rules_verifiers_and_dependencies(modules: Path) -> None:
     write(modules, "good_tools", GOOD)
     box = load_toolbox(["good_tools"])
-    assert box.registry.names() == ["ask_user", "delegate", "lookup_order", "read_artifact"]
+    assert box.registry.names() == [
+        "ask_user",
+        "delegate",
+        "give_up",
+        "lookup_order",
+        "read_artifact",
+    ]
     assert {"always", "for_someone_else", "big_refund"} <= set(box.rules)
     assert box.verifier_names() == ["order_closed", "writes_applied"]
     import good_tools  # type: ignore[import-not-found]

@@ -81,6 +81,7 @@ async def test_only_the_first_model_call_carries_the_specs(
         "get_weather",
         "read_artifact",
         "ask_user",
+        "give_up",
     ]
     assert first["tools_ref"] is None
     assert all(p["tools"] == [] and p["tools_ref"].startswith("sha256:") for p in later)
@@ -94,4 +95,5 @@ async def test_only_the_first_model_call_carries_the_specs(
         for request in scripted_provider.requests
         if request["body"].get("model") == run_id
     ]
-    assert declared == [["ask_user", "get_train_status", "get_weather", "read_artifact"]] * 3
+    declared_names = ["ask_user", "get_train_status", "get_weather", "give_up", "read_artifact"]
+    assert declared == [declared_names] * 3

@@ -218,6 +218,24 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
             ScriptTurn(text="No one took the notice."),
         ],
     )
+    giving_up = Script(
+        name="replay-blocked",
+        turns=[
+            ScriptTurn(
+                tool_calls=[ScriptedToolCall(id="call_t", name="get_train_status", arguments=TRAIN)]
+            ),
+            ScriptTurn(
+                tool_calls=[
+                    ScriptedToolCall(id="call_w", name="get_weather", arguments=WEATHER),
+                    ScriptedToolCall(
+                        id="call_g",
+                        name="give_up",
+                        arguments={"reason": "the weather service is not one I may call today"},
+                    ),
+                ]
+            ),
+        ],
+    )
     asking = Script(
         name="replay-questions-not-stalls",
         turns=[
@@ -475,6 +493,11 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
             [booking_remote],
             {"model": booking_remote.name, "tools": ["book_seat_remote"]},
         ),
+        # Recorded with the `features-2026-12j` set (`blocked-not-completed`): after a read, the
+        # model calls `give_up` beside another read, which does not run, and the run stops
+        # `blocked` with its reason (before it, `give_up` was an unknown tool: the model was
+        # told so and called again).
+        "blocked": ([giving_up], {"model": giving_up.name}),
     }
 
 
