@@ -260,6 +260,16 @@ class ApprovalRecord(BaseModel):
     signed: bool = False
     """Signed, and the signature checked by the worker against its approver keys."""
 
+    def said(self) -> str:
+        """The decision in words (what the ledger's `decision` reads)."""
+        return f"{'approved' if self.approved else 'rejected'} by {self.approver}"
+
+    def described(self) -> str:
+        """The decision with everything known of it, for a person."""
+        signed = "signed" if self.signed else "unsigned"
+        why = f": {self.reason}" if self.reason else ""
+        return f"{self.said()} at {self.at.isoformat()} ({signed}){why}"
+
 
 class ResolutionRecord(BaseModel):
     """An operator's word on a write whose outcome stayed unknown (`resolve`)."""
@@ -268,6 +278,15 @@ class ResolutionRecord(BaseModel):
     operator: str
     at: AwareDatetime
     note: str = ""
+
+    def said(self) -> str:
+        """The operator's word as the model and the ledger are told it."""
+        return f"{self.operator} says {self.outcome}" + (f": {self.note}" if self.note else "")
+
+    def described(self) -> str:
+        return f"resolved by {self.operator} at {self.at.isoformat()}: {self.outcome}" + (
+            f" ({self.note})" if self.note else ""
+        )
 
 
 class CallRecord(BaseModel):

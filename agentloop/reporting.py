@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable
 
-from agentloop.contract import AgentRunResult, Usage
+from agentloop.contract import AgentRunResult, CallRecord, Usage
 
 CONTINUABLE = frozenset(
     {"limit_reached", "stalled", "incomplete", "input_timeout", "failed", "blocked"}
@@ -20,6 +21,17 @@ def counted(usage: Usage) -> str:
         f" executions (retries included), {usage.steps} loop steps, {usage.human_waits} waits"
         " for people"
     )
+
+
+def decisions(calls: Iterable[CallRecord]) -> list[str]:
+    """What people decided about the calls: who approved or rejected each, who said whether
+    an unknown write happened, from the ledger's typed fields."""
+    lines = []
+    for call in calls:
+        said = [r.described() for r in (call.approval, call.resolution) if r is not None]
+        if said:
+            lines.append(f"{call.tool} {call.call_id}: {'; '.join(said)}")
+    return lines
 
 
 def stop_report(result: AgentRunResult, workflow_id: str) -> str:
@@ -50,6 +62,10 @@ def stop_report(result: AgentRunResult, workflow_id: str) -> str:
             f" tool calls, {chain.input_tokens + chain.output_tokens} tokens,"
             f" ${chain.cost_usd:.4f}"
         )
+    decided = decisions(result.calls)
+    if decided:
+        lines.append("Decisions:")
+        lines += [f"  {line}" for line in decided]
     if result.side_effects:
         lines.append("Side effects:")
         lines += [

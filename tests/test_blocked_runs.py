@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-import agentloop
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService

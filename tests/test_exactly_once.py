@@ -332,6 +332,8 @@ async def test_an_inconclusive_lookup_waits_for_the_operator_and_never_resends(
     call = the_call(result.calls)
     assert (call.status, call.attempts, call.idempotency_key) == ("confirmed_after_query", 1, key)
     assert "resolved: ops says applied" in call.decision
+    assert call.resolution is not None
+    assert (call.resolution.operator, call.resolution.outcome) == ("ops", "applied")
     check_effect(result, key, case, "confirmed_after_query", "operator (ops says applied)")
 
 

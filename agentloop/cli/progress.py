@@ -89,6 +89,13 @@ def format_result(result: AgentRunResult) -> str:
             f"  call {call.call_id}: {call.tool} {json.dumps(call.arguments)} "
             f"-> {call.status} {call.result_summary[:120]}"
         )
+        lines += [f"    {r.described()}" for r in (call.approval, call.resolution) if r is not None]
+    if result.status == "completed":
+        lines.append(
+            f"verified: by {result.verified_by}"
+            if result.verified
+            else "verified: no (no completion_check)"
+        )
     usage = result.usage
     lines.append(
         f"usage: {usage.model_calls} model calls, {usage.tool_calls} tool calls, "

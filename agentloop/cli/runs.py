@@ -329,7 +329,8 @@ async def show_transcript(
     except StoreUnavailable as exc:
         raise CommandError(f"cannot open {where}: {exc}", ExitCode.USAGE) from None
     try:
-        head = await transcript_head(handle, await read_snapshot(handle))
+        found = await read_snapshot(handle)
+        head = await transcript_head(handle, found)
         events = await read_transcript(store, head)
     except StoreUnavailable as exc:
         raise CommandError(f"cannot reach {where}: {exc}", ExitCode.USAGE) from None
@@ -342,7 +343,8 @@ async def show_transcript(
     if as_json:
         print_json(events)
     elif events:
-        print(format_transcript(events))
+        ledger = found.result or found.status
+        print(format_transcript(events, ledger.calls if ledger else []))
     else:
         print(f"{handle.id} has no transcript yet", file=sys.stderr)
     return ExitCode.OK

@@ -14,6 +14,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import assert_never
 
+from agentloop.contract import CallRecord
 from agentloop.events import (
     Event,
     Instruction,
@@ -23,6 +24,7 @@ from agentloop.events import (
     ToolResult,
     UserInput,
 )
+from agentloop.reporting import decisions
 from agentloop.runtime.codec import KeyRing
 from agentloop.store import (
     UNUSABLE,
@@ -59,9 +61,16 @@ async def read_transcript(store: Store, head: str) -> list[Event]:
         raise StoreUnavailable(str(exc)) from None
 
 
-def format_transcript(events: Sequence[Event]) -> str:
-    """One block per event, numbered, blank lines between blocks."""
-    return "\n\n".join(format_event(number, event) for number, event in enumerate(events, 1))
+def format_transcript(events: Sequence[Event], calls: Sequence[CallRecord] = ()) -> str:
+    """One block per event, numbered, blank lines between blocks; then what people decided
+    about the calls (`calls`: the run's ledger)."""
+    text = "\n\n".join(format_event(number, event) for number, event in enumerate(events, 1))
+    decided = decisions(calls)
+    if decided:
+        text += "\n\ndecisions (from the run's call ledger):\n" + "\n".join(
+            textwrap.indent(line, INDENT) for line in decided
+        )
+    return text
 
 
 def format_event(number: int, event: Event) -> str:

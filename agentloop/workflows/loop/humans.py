@@ -8,7 +8,14 @@ from datetime import datetime
 from typing import Any
 
 from agentloop.activity_io import InputReply
-from agentloop.contract import ApprovalDecision, ApprovalVerdict, ResolveRequest, UserMessage
+from agentloop.contract import (
+    ApprovalDecision,
+    ApprovalRecord,
+    ApprovalVerdict,
+    ResolutionRecord,
+    ResolveRequest,
+    UserMessage,
+)
 from agentloop.events import ToolResult, UserInput
 from agentloop.policies import approval
 from agentloop.workflows.loop import results
@@ -62,7 +69,7 @@ def receive_decision(
     if refused is not None:
         return _refused_decision(state, decision, refused, now)
     if not state.has(Feature.APPROVALS_CHECKED_BY_WORKER):
-        return _apply_decision(state, decision)
+        return _apply_decision(state, decision, now)
     batch = state.batch
     assert batch is not None
     if len(batch.to_check) >= MAX_DECISIONS_TO_CHECK:
@@ -87,7 +94,7 @@ def record_checked_decision(
     refused = problem or _judged(state, held.decision)
     if refused:
         return _refused_decision(state, held.decision, refused, now)
-    return _apply_decision(state, held.decision)
+    return _apply_decision(state, held.decision, now)
 
 
 def decisions_to_check(state: LoopState) -> list[DecisionToCheck]:
@@ -108,19 +115,26 @@ def _refused_decision(
     return ApprovalVerdict(accepted=False, reason=reason)
 
 
-def _apply_decision(state: LoopState, decision: ApprovalDecision) -> ApprovalVerdict:
+def _apply_decision(state: LoopState, decision: ApprovalDecision, now: datetime) -> ApprovalVerdict:
     batch = state.batch
     assert batch is not None
     batch.decisions[decision.call_id] = decision
     record = state.calls[decision.call_id]
-    record.decision = f"{'approved' if decision.approved else 'rejected'} by {decision.approver}"
+    # Who decided, when, why and whether signed, as fields: nothing reads the sentence back.
+    record.approval = ApprovalRecord(
+        approved=decision.approved,
+        approver=decision.approver,
+        at=now,
+        reason=decision.reason,
+        # A signature counts only where the worker checks them (it did, before this).
+        signed=bool(decision.signature) and state.approval_signing == "signed",
+    )
+    record.decision = record.approval.said()
     if not decision.approved:
         call, spec = state.with_specs([decision.call_id])[0]
         state.rejected_actions.append(action_digest(spec, call.arguments))
         batch.writes.remove(decision.call_id)
-        message = f"rejected by {decision.approver}" + (
-            f": {decision.reason}" if decision.reason else ""
-        )
+        message = record.approval.said() + (f": {decision.reason}" if decision.reason else "")
         settle(state, batch, results.refusal(call, "rejected_action", message))
         close_if_answered(state)
     return ApprovalVerdict(accepted=True)
@@ -202,9 +216,11 @@ def record_resolution(state: LoopState, request: ResolveRequest, now: datetime) 
     call, spec = state.with_specs([request.call_id])[0]
     # An inherited unknown write is settled by the same word.
     state.inherited_unresolved.pop(action_digest(spec, call.arguments), None)
-    said = f"{request.operator} says {request.outcome}" + (
-        f": {request.note}" if request.note else ""
+    resolution = ResolutionRecord(
+        outcome=request.outcome, operator=request.operator, at=now, note=request.note
     )
+    said = resolution.said()
+    state.calls[request.call_id].resolution = resolution
     state.calls[request.call_id].decision += f"; resolved: {said}"
     if request.outcome == "applied":
         result = results.confirmed(call, None, said)

@@ -55,8 +55,8 @@ def _confirmation(record: CallRecord) -> str:
         return "the system's response"
     if record.status == "unknown":
         return "not confirmed: outcome unknown"
-    if "resolved:" in record.decision:
-        return "operator (" + record.decision.split("resolved:", 1)[1].strip() + ")"
+    if record.resolution is not None:
+        return f"operator ({record.resolution.said()})"
     return "lookup by idempotency key"
 
 
@@ -88,7 +88,7 @@ def facts(state: LoopState) -> list[str]:
     decided = [
         f"{r.tool} {r.call_id} was {r.decision}"
         for r in state.calls.values()
-        if r.decision.startswith(("approved by", "rejected by"))
+        if r.approval is not None
     ]
     written = [
         f"{e['tool']} {e['call_id']} is {e['status']} (confirmed by {e['confirmed_by']})"
