@@ -62,6 +62,28 @@ def test_the_suggestion_is_the_completed_runs_tail_and_writes_are_held_to_their_
     assert summarize("none", [runs[-2]]).suggested is None  # nothing completed
 
 
+def test_limits_are_learned_from_verified_completions_when_there_are_any() -> None:
+    verified = finished("completed", 2, ["read"], 10.0)
+    assert verified.result is not None
+    verified.result.verified = True
+    verified.result.stop_cause = "final_answer"
+    runs = [verified, finished("completed", 6, ["read"] * 5, 50.0), finished("blocked", 3, [], 5.0)]
+    stats = summarize("fam", runs)
+    assert stats.verified is not None and stats.completed is not None
+    assert (stats.completed.runs, stats.verified.runs, stats.unverified, stats.blocked) == (
+        2,
+        1,
+        1,
+        1,
+    )
+    assert stats.suggested is not None and stats.suggested.max_model_calls == math.ceil(2 * 1.25)
+    assert stats.stop_reasons == {"completed: final_answer": 1, "completed": 1, "blocked": 1}
+    assert stats.source() == "agentloop stats fam: 1 verified completed of 3 runs"
+    unverified = summarize("fam", runs[1:])
+    assert unverified.suggested is not None and unverified.suggested.max_model_calls == 8
+    assert unverified.source() == "agentloop stats fam: 1 completed (none verified) of 2 runs"
+
+
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
 async def test_stats_over_a_familys_runs_and_a_run_started_from_them(
