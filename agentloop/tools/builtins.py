@@ -81,7 +81,7 @@ class GiveUpArgs(BaseModel):
     )
 
 
-@tool(name=GIVE_UP)
+@tool(name=GIVE_UP, effect="read")  # it changes nothing in the world: never a side effect
 async def give_up(ctx: ToolContext[Any], args: GiveUpArgs) -> Any:
     """Stop without finishing when you cannot complete the task (something is missing, not
     allowed or not possible): say why. Use it instead of a final answer that does not do the
