@@ -167,7 +167,10 @@ async def worker_parts(
     `tools` names (default: `settings.tools`, `AGENTLOOP_TOOLS`). Their dependencies, the store
     and the provider clients are open for as long as the context is.
 
-    Raises `PluginError` (before anything opens) when a tool module cannot be loaded."""
+    Raises `PluginError` (before anything opens) when a tool module cannot be loaded, and
+    `ConfigError` when production settings lack what production needs
+    (`Settings.production_problems`)."""
+    settings.check_production()
     toolbox = tools if isinstance(tools, Toolbox) else load_toolbox(tool_modules(settings, tools))
     servers = settings.mcp_server_configs()
     _check_mcp_names(toolbox, servers)  # once, however the toolbox came
@@ -299,10 +302,12 @@ async def serve(settings: Settings, toolbox: Toolbox) -> None:
 
 def main() -> None:
     """`python worker.py` (and `python -m agentloop.worker`): a worker from the configuration;
-    exit 2 on a bad configuration, a tool module that cannot be loaded or opened, or a
-    Temporal, namespace or store that cannot be used, before polling."""
+    exit 2 on a bad configuration (production settings without what production needs), a
+    tool module that cannot be loaded or opened, or a Temporal, namespace or store that cannot
+    be used, before polling."""
     try:
         settings = Settings.load()
+        settings.check_production()
         toolbox = load_worker_toolbox(settings)
         asyncio.run(serve(settings, toolbox))
     except (ConfigError, PluginError, StartupError) as exc:

@@ -7,6 +7,7 @@ The compose file is read as YAML and interpolated the way `docker compose` does 
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import shutil
@@ -20,9 +21,15 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 import yaml
+from google.protobuf import json_format
+from temporalio.api.common.v1 import Payload
 
 from agentloop.demo.services import ExampleService
-from agentloop.runtime.config import Settings
+from agentloop.runtime.codec import EncryptionCodec, new_key
+from agentloop.runtime.config import ConfigError, Settings
+from agentloop.runtime.dev_server import free_port
+from tests.support import banner_process
+from tests.test_cli import AGENTLOOP, process_env
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -36,6 +43,7 @@ SERVICES = {
     "temporal-ui",
     "example-service",
     "worker",
+    "codec-server",
 }
 LONG_RUNNING_RESTART = {"always", "unless-stopped", "on-failure"}
 PROVIDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
@@ -103,6 +111,38 @@ def container_env(service: Mapping[str, Any], host_env: Mapping[str, str]) -> di
         else:
             result[name] = interpolate(value, host_env)
     return result
+
+
+def one_time_step(project: Path) -> Path:
+    """The README's one-time step, in `project` (where the compose file would be): the codec
+    key and an approver's public line (from the real `agentloop keys new`) in ./secrets."""
+    secrets = project / "secrets"
+    secrets.mkdir(mode=0o700)
+    (secrets / "codec_keys").write_text(f"k1:{new_key()}\n")
+    made = subprocess.run(
+        [*AGENTLOOP, "keys", "new", "ops", "--dir", str(project)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    (secrets / "approver_keys").write_text(made.stdout)
+    return secrets
+
+
+def secret_files(project: Path) -> dict[str, Path]:
+    """Each declared secret's file, for the compose file placed in `project`."""
+    declared = load_compose().get("secrets") or {}
+    return {name: project / spec["file"] for name, spec in declared.items()}
+
+
+def with_secrets(
+    service: Mapping[str, Any], env: Mapping[str, str], project: Path
+) -> dict[str, str]:
+    """`env` with each `/run/secrets/NAME` (where compose mounts the service's secrets) read
+    from NAME's file in `project` instead."""
+    files = secret_files(project)
+    mounted = {f"/run/secrets/{name}": str(files[name]) for name in service.get("secrets") or []}
+    return {name: mounted.get(value, value) for name, value in env.items()}
 
 
 def dependencies(service: Mapping[str, Any]) -> dict[str, str]:
@@ -318,10 +358,12 @@ def test_named_volumes_are_declared_and_hold_the_data() -> None:
     assert example_mounts.get(str(db_path.parent)) in declared, "the example data is not kept"
 
 
-def test_the_worker_environment_configures_settings_from_env() -> None:
+def test_the_worker_environment_configures_settings_from_env(tmp_path: Path) -> None:
     all_services = services()
-    worker_env = container_env(all_services["worker"], host_env={})
-    settings = Settings.from_env(worker_env)
+    one_time_step(tmp_path)
+    worker = all_services["worker"]
+    worker_env = with_secrets(worker, container_env(worker, host_env={}), tmp_path)
+    settings = Settings.load(worker_env)
 
     assert settings.temporal_address == "temporal:7233"
     assert settings.task_queue == "agent-loop"
@@ -343,7 +385,7 @@ def test_the_worker_environment_configures_settings_from_env() -> None:
     assert str(example.port) == command[command.index("--port") + 1]
 
 
-def test_the_worker_follows_the_host_environment() -> None:
+def test_the_worker_follows_the_host_environment(tmp_path: Path) -> None:
     host = {
         "POSTGRES_USER": "ops",
         "POSTGRES_PASSWORD": "s3cret",
@@ -353,7 +395,9 @@ def test_the_worker_follows_the_host_environment() -> None:
         "AGENT_LOOP_TASK_QUEUE": "agents-eu",
     }
     all_services = services()
-    settings = Settings.from_env(container_env(all_services["worker"], host))
+    one_time_step(tmp_path)
+    worker = all_services["worker"]
+    settings = Settings.from_env(with_secrets(worker, container_env(worker, host), tmp_path))
     assert settings.openai_api_key == "sk-from-host"
     assert settings.anthropic_api_key == "ak-from-host"
     assert settings.openai_base_url == "https://gateway.example/v1"
@@ -425,6 +469,98 @@ def test_temporal_uses_postgresql_and_the_mounted_dynamic_config() -> None:
         assert isinstance(entries, list) and entries, key
         for entry in entries:
             assert set(entry) <= {"value", "constraints"} and "value" in entry, key
+
+
+def test_workers_run_in_production_mode_with_the_keys_as_secrets(tmp_path: Path) -> None:
+    data = load_compose()
+    worker = data["services"]["worker"]
+    env = container_env(worker, host_env={})
+    assert env["AGENTLOOP_ENV"] == "production"
+    assert {"codec_keys", "approver_keys"} <= set(worker["secrets"])
+    assert env["AGENTLOOP_CODEC_KEYS_FILE"] == "/run/secrets/codec_keys"
+    assert env["AGENTLOOP_APPROVER_KEYS_FILE"] == "/run/secrets/approver_keys"
+    for name, spec in data["secrets"].items():
+        # Made by the one-time step, in a folder the image never holds.
+        assert PurePosixPath(spec["file"]).parent == PurePosixPath("secrets"), (name, spec)
+
+    # Before the one-time step (blank files) the workers refuse to start, naming both keys.
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    for file in secret_files(tmp_path).values():
+        file.write_text("\n")
+    with pytest.raises(ConfigError) as refused:
+        Settings.load(with_secrets(worker, env, tmp_path)).check_production()
+    assert len(refused.value.problems) == 2
+    assert "AGENTLOOP_APPROVER_KEYS" in refused.value.problems[0]
+    assert "AGENTLOOP_CODEC_KEYS" in refused.value.problems[1]
+
+    for file in secret_files(tmp_path).values():
+        file.unlink()
+    secrets.rmdir()
+    one_time_step(tmp_path)
+    settings = Settings.load(with_secrets(worker, env, tmp_path))
+    assert settings.production_problems() == []
+    assert list(settings.approvers().keys) == ["ops"]
+
+
+async def test_the_codec_server_decrypts_history_for_the_ui(tmp_path: Path) -> None:
+    all_services = services()
+    one_time_step(tmp_path)
+    codec, ui = all_services["codec-server"], all_services["temporal-ui"]
+    command = [interpolate(str(word), {}) for word in codec["command"]]
+    assert command[:2] == ["agentloop", "codec-server"]
+    assert command[command.index("--host") + 1] == "0.0.0.0"
+    port = int(command[command.index("--port") + 1])
+    assert published_host_ports(codec) == {port: "127.0.0.1"}, "the codec server decrypts"
+    assert "codec_keys" in codec["secrets"]
+    assert dependencies(ui).get("codec-server") == "service_started"
+
+    # The UI's browser calls the codec server's published address, from the UI's origin.
+    endpoint = container_env(ui, host_env={})["TEMPORAL_CODEC_ENDPOINT"]
+    assert endpoint == f"http://localhost:{port}"
+    ui_url = Settings.from_env(
+        with_secrets(all_services["worker"], container_env(all_services["worker"], {}), tmp_path)
+    ).ui_url
+    assert urlsplit(ui_url).port in published_host_ports(ui)
+    assert command[command.index("--origin") + 1] == ui_url
+
+    # The real codec server with the compose environment and the workers' keys decrypts what
+    # a worker encrypted, for that origin.
+    command[command.index("--port") + 1] = str(free_port())
+    command[command.index("--host") + 1] = "127.0.0.1"
+    env = with_secrets(codec, container_env(codec, host_env={}), tmp_path)
+    ring = Settings.load(env).codec_key_ring()
+    assert ring is not None
+    sealed = EncryptionCodec.from_ring(ring).encrypt(
+        Payload(metadata={"encoding": b"json/plain"}, data=b'"secret"')
+    )
+    ready = "agentloop codec-server on "
+    async with banner_process([*AGENTLOOP, *command[1:]], ready, env={**process_env(), **env}) as (
+        _,
+        banner,
+    ):
+        url = banner.split(ready)[1].split()[0]
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                f"{url}/decode",
+                json={"payloads": [json_format.MessageToDict(sealed)]},
+                headers={"Origin": ui_url},
+            ) as response,
+        ):
+            assert response.status == 200, await response.text()
+            assert response.headers["Access-Control-Allow-Origin"] == ui_url
+            (decoded,) = (await response.json())["payloads"]
+    assert base64.b64decode(decoded["data"]) == b'"secret"'
+
+
+def published_host_ports(service: Mapping[str, Any]) -> dict[int, str]:
+    """Host port -> the interface it is published on, for `IP:HOST:CONTAINER` entries."""
+    published: dict[int, str] = {}
+    for entry in service.get("ports") or []:
+        ip, host, _ = str(entry).split(":")
+        published[int(host)] = ip
+    return published
 
 
 def test_the_worker_scales_out() -> None:
@@ -527,6 +663,13 @@ def test_the_project_is_installed_at_build_time_without_dev_extras() -> None:
     assert {"pyproject.toml", "README.md", "agentloop"} <= sources  # README: pyproject's readme
 
 
+def test_the_image_is_production_by_default() -> None:
+    envs = " ".join(
+        arguments for keyword, arguments in dockerfile_instructions() if keyword == "ENV"
+    )
+    assert re.search(r"(^|\s)AGENTLOOP_ENV=production(\s|$)", envs), envs
+
+
 def test_the_image_runs_as_a_non_root_user() -> None:
     users = [arguments for keyword, arguments in dockerfile_instructions() if keyword == "USER"]
     assert users, "no USER: the container would run as root"
@@ -573,6 +716,7 @@ def test_dockerignore_keeps_local_state_out_of_the_build_context() -> None:
         assert ignored(path), f"{path} would be sent to the Docker daemon"
     assert ignored("agentloop/__pycache__")
     assert ignored(".env"), "a local .env (keys) would be sent to the Docker daemon"
+    assert ignored("secrets/codec_keys"), "the one-time step's keys would be in the image"
     for path in ("pyproject.toml", "README.md", "agentloop/worker.py"):
         assert not ignored(path), f"{path} is needed by the build"
     assert not ignored("agentloop/demo/scripts/travel.json"), "package data is needed"

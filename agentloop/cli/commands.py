@@ -44,6 +44,7 @@ DEV_REPLACES = frozenset(
         "store_url",
         "example_service_url",
         "ui_url",
+        "env",
     }
 )
 """Settings `agentloop dev` sets itself (its own server, store and services): not checked."""
@@ -309,6 +310,7 @@ async def worker(settings: Settings, args: argparse.Namespace) -> int:
     `serve` checks the store, Temporal and the namespace before it polls."""
     from agentloop.worker import load_worker_toolbox, serve
 
+    settings.check_production()  # before any tool module is imported or anything connects
     toolbox = load_worker_toolbox(settings, requested_tools(args))
     await serve(settings, toolbox)
     return ExitCode.OK

@@ -136,6 +136,7 @@ class DevStack:
                 "store_url": f"sqlite:///{self.state_dir / 'store.db'}",
                 "ui_url": f"http://localhost:{ports.ui}",
                 "tools": ",".join(dict.fromkeys(self._modules)),
+                "env": "development",
             }
         )
         await self._exit.enter_async_context(

@@ -33,6 +33,7 @@ from agentloop.runtime.codec import KeyRing, KeyRingError, mask_key_ring
 from agentloop.runtime.config_checks import (
     Check,
     OtelMode,
+    RunMode,
     SandboxMode,
     check_approver_keys,
     check_codec_keys,
@@ -43,6 +44,7 @@ from agentloop.runtime.config_checks import (
     check_pem_file,
     check_positive_number,
     check_pricing_file,
+    check_run_mode,
     check_sandbox_mode,
     check_slots,
     check_store_url,
@@ -149,6 +151,9 @@ class Settings(BaseModel):
     mcp_servers: str | None = None
     """A JSON object of MCP server name -> server (`agentloop.runtime.mcp_config`), whose tools the
     worker offers; in the TOML file the `[mcp_servers.NAME]` tables."""
+    env: RunMode = "development"
+    """`production`: a worker refuses to start without `approver_keys` and `codec_keys`
+    (`production_problems`). `agentloop dev` always runs as development."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -205,6 +210,33 @@ class Settings(BaseModel):
         except KeyRingError as exc:
             name = VARIABLES["codec_keys"].name
             raise ConfigError([f"{name}={mask_key_ring(self.codec_keys)!r}: {exc}"]) from None
+
+    def production_problems(self) -> list[str]:
+        """What a production worker lacks (one line each, naming the setting to set); none
+        in development. Raises `ConfigError` when a key setting is malformed."""
+        if self.env != "production":
+            return []
+        mode = f"{VARIABLES['env'].name}=production"
+        problems = []
+        if not self.approvers().signing:
+            problems.append(
+                f"{mode}: {_or_file('approver_keys')} is not set: a production worker takes"
+                " only signed approvals: set it to the approvers' public keys"
+                " (NAME=ed25519:BASE64,..., the line `agentloop keys new NAME` prints)"
+            )
+        if self.codec_key_ring() is None:
+            problems.append(
+                f"{mode}: {_or_file('codec_keys')} is not set: a production worker encrypts"
+                " what it writes to history: set it to ID:BASE64KEY (e.g."
+                ' "k1:$(openssl rand -base64 32)"), the same keys on every worker and client'
+            )
+        return problems
+
+    def check_production(self) -> None:
+        """Raises one `ConfigError` listing `production_problems`, if any."""
+        problems = self.production_problems()
+        if problems:
+            raise ConfigError(problems)
 
     def tls_config(self) -> TLSConfig | None:
         """The client TLS of the Temporal connection: None (plain, or the SDK's default TLS
@@ -277,8 +309,12 @@ VARIABLES: dict[str, Variable] = {
     "tools": Variable("AGENTLOOP_TOOLS", check_tool_modules),
     "approver_keys": Variable("AGENTLOOP_APPROVER_KEYS", check_approver_keys),
     "mcp_servers": Variable("AGENTLOOP_MCP_SERVERS", check_servers, secret=True, mask=mask_servers),
+    "env": Variable("AGENTLOOP_ENV", check_run_mode),
 }
 """Settings field -> its environment variable (and file key: the field name)."""
+FILE_SUFFIX = "_FILE"
+"""`NAME_FILE=PATH`: NAME's value is the text of that file (how compose and Kubernetes hand
+out secrets); for a list setting, one item a line."""
 
 _NUMBER_FIELDS = frozenset(
     {
@@ -374,6 +410,12 @@ def load_config(
     sources: dict[str, Source] = {}
     for field, variable in VARIABLES.items():
         from_env = _present(env.get(variable.name))
+        if from_env is None:
+            from_env = _read_value_file(field, env, problems)
+        elif _present(env.get(variable.name + FILE_SUFFIX)) is not None:
+            problems.append(
+                f"{variable.name} and {variable.name}{FILE_SUFFIX} are both set: set one of them"
+            )
         if from_env is not None:
             values[field], sources[field] = from_env, "env"
         elif field in from_file:
@@ -401,6 +443,31 @@ def _present(value: Any) -> Any:
     """None for an unset or empty (blank) value."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
+    return value
+
+
+def _or_file(field: str) -> str:
+    """`NAME (or NAME_FILE)`: how a setting is named to someone who must set it."""
+    name = VARIABLES[field].name
+    return f"{name} (or {name}{FILE_SUFFIX})"
+
+
+def _read_value_file(field: str, env: Mapping[str, str], problems: list[str]) -> str | None:
+    """The value `NAME_FILE` gives `field` (None when unset or the file is blank)."""
+    variable = f"{VARIABLES[field].name}{FILE_SUFFIX}"
+    path = _present(env.get(variable))
+    if path is None:
+        return None
+    text, unreadable = read_text(path)
+    if unreadable:
+        problems.append(
+            f"{variable}={path!r}: {unreadable}: point it at the file holding"
+            f" {VARIABLES[field].name}'s value, or unset it"
+        )
+        return None
+    if field in _LIST_FIELDS:
+        text = ",".join(line.strip() for line in text.splitlines())
+    value: str | None = _present(text.strip())
     return value
 
 

@@ -21,6 +21,9 @@ from agentloop.runtime.signing import ApproverKeys, SigningError
 OtelMode = Literal["off", "console", "global"]
 """`AGENTLOOP_OTEL`: no tracing; spans printed on stderr; spans into the process's own
 OpenTelemetry TracerProvider (see `agentloop.runtime.tracing`)."""
+RunMode = Literal["development", "production"]
+"""`AGENTLOOP_ENV`: a production worker refuses to start without approval signing and payload
+encryption (`Settings.production_problems`); `agentloop dev` is always development."""
 SandboxMode = Literal["off", "on"]
 """`AGENTLOOP_WORKFLOW_SANDBOX`: whether workers (and `agentloop replay`) run AgentRun inside
 Temporal's workflow sandbox (see "Determinism" in the README for why it is off by default)."""
@@ -191,6 +194,15 @@ def check_log_level(value: str) -> str | None:
     """A level `logging` knows by name, in any case."""
     if not isinstance(logging.getLevelName(value.upper()), int):
         return f"expected one of {', '.join(LOG_LEVELS)}"
+    return None
+
+
+def check_run_mode(value: str) -> str | None:
+    if value not in get_args(RunMode):
+        return (
+            "expected development (the default) or production (workers refuse to start"
+            " without approver keys and codec keys)"
+        )
     return None
 
 
