@@ -30,7 +30,7 @@ if TYPE_CHECKING:
         UserMessage,
     )
     from agentloop.runtime.config import Settings
-    from agentloop.runtime.signing import load_private_key, sign_decision
+    from agentloop.runtime.signing import load_private_key, sign_decision, sign_principal
     from agentloop.tool_spec import Outcome
     from agentloop.tools.activity_tools import activity_tool
     from agentloop.tools.contract import (
@@ -71,6 +71,7 @@ _EXPORTS = {
     "Settings": "agentloop.runtime.config",
     "load_private_key": "agentloop.runtime.signing",
     "sign_decision": "agentloop.runtime.signing",
+    "sign_principal": "agentloop.runtime.signing",
     "Outcome": "agentloop.tool_spec",
     "activity_tool": "agentloop.tools.activity_tools",
     "BusinessRefusal": "agentloop.tools.contract",
@@ -130,6 +131,7 @@ __all__ = [
     "load_private_key",
     "running_worker",
     "sign_decision",
+    "sign_principal",
     "start_run",
     "tool",
     "verifier",

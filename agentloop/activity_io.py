@@ -183,6 +183,26 @@ class Verdict(BaseModel):
     reason: str = ""
 
 
+class CheckPrincipalInput(BaseModel):
+    """A fresh run's principal and the signature it came with (feature `signed-principal`):
+    what `describe_run` is asked about it."""
+
+    principal: Principal
+    signature: str | None = None
+    workflow_id: str
+    """The run the signature must be for: the run's own workflow id, or for a delegated
+    child its root run's (the child carries the signature its root was started with)."""
+
+
+class PrincipalCheck(BaseModel):
+    """The worker's word on a run's principal: whether it may be taken."""
+
+    problem: str = ""
+    """Why not (empty: it may)."""
+    signer: str | None = None
+    """The starter whose key signed it (None: unsigned, or not checked)."""
+
+
 class DescribeToolsInput(BaseModel):
     names: list[str] = Field(default_factory=list)
     completion_check: str | None = None
@@ -196,6 +216,9 @@ class DescribeToolsInput(BaseModel):
     priced_model: str | None = None
     """`describe_run`: the run's model, when its `max_cost_usd` needs the worker to have a
     price for it (feature `priced-cost-caps`)."""
+    principal: CheckPrincipalInput | None = None
+    """`describe_run`: the run's principal, for the worker to say whether it may be taken
+    (feature `signed-principal`)."""
 
 
 class CheckApprovalInput(BaseModel):
@@ -232,3 +255,5 @@ class RunDescription(BaseModel):
     unpriced_problem: str | None = None
     """Why the run's `max_cost_usd` could never bind: the worker has no price for its model
     (asked for with `priced_model`)."""
+    principal: PrincipalCheck | None = None
+    """The worker's word on the run's principal (None: not asked, or a worker from before)."""

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import Client, WorkflowExecution, WorkflowFailureError, WorkflowHandle
 from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
@@ -26,6 +27,7 @@ from agentloop.runtime import converter, tracing
 from agentloop.runtime.codec import EncryptionCodec, encrypting_data_converter
 from agentloop.runtime.config import Settings
 from agentloop.runtime.indexing import missing_attributes, unregistered
+from agentloop.runtime.signing import sign_principal
 from agentloop.task_families import FamilyStats, FinishedRun, summarize
 
 
@@ -89,6 +91,7 @@ async def start_run(
     id: str,
     task_queue: str = DEFAULT_TASK_QUEUE,
     indexed: bool | None = None,
+    principal_key: Ed25519PrivateKey | None = None,
     **options: Any,
 ) -> WorkflowHandle[Any, AgentRunResult]:
     """Start an `AgentRun` as the CLI does: its UI summary, its result type, and its search
@@ -96,10 +99,15 @@ async def start_run(
     has agentloop's attributes registered and starts it unindexed otherwise; True insists.
     Starting twice with the same `id` while the first runs does not start a second run
     (Temporal raises `WorkflowAlreadyStartedError`). `options` go to `Client.start_workflow`.
-    A run with `continue_from` must be given its `limits` (ValueError otherwise)."""
+    A run with `continue_from` must be given its `limits` (ValueError otherwise).
+    `principal_key` (a starter's key, `agentloop.load_private_key`) signs the run's principal
+    for `id`: what workers with `AGENTLOOP_STARTER_KEYS` require."""
     problem = run_input.unbudgeted_continuation()
     if problem:
         raise ValueError(problem)
+    if principal_key is not None:
+        signature = sign_principal(run_input.principal, principal_key, workflow_id=id)
+        run_input = run_input.model_copy(update={"principal_signature": signature})
     start = dict(
         id=id,
         task_queue=task_queue,

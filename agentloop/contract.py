@@ -162,6 +162,10 @@ class AgentRunInput(_Strict):
     model: Name
     tools: list[Name] = Field(default_factory=list, max_length=MAX_LIST_ITEMS)
     principal: Principal = Field(default_factory=lambda: Principal(subject="anonymous"))
+    principal_signature: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    """A starter's Ed25519 signature (base64) of `principal` for this run's workflow id
+    (`agentloop.sign_principal`): workers with starter keys (`AGENTLOOP_STARTER_KEYS`) check
+    it at the run's start and refuse a run whose principal it does not vouch for."""
     limits: Limits = Field(default_factory=Limits)
     stream: bool = True
     model_settings: ModelParameters = Field(default_factory=ModelParameters)

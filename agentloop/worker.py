@@ -171,6 +171,7 @@ async def worker_parts(
     `ConfigError` when production settings lack what production needs
     (`Settings.production_problems`)."""
     settings.check_production()
+    principals = settings.principal_signatures()
     toolbox = tools if isinstance(tools, Toolbox) else load_toolbox(tool_modules(settings, tools))
     servers = settings.mcp_server_configs()
     _check_mcp_names(toolbox, servers)  # once, however the toolbox came
@@ -189,6 +190,7 @@ async def worker_parts(
                 approvals_signed=approver_keys.signing,
                 mcp=mcp,
                 prices=prices,
+                principals=principals,
             )
             runs = RunActivities(client)
             verifiers = VerifierActivities(opened, store)

@@ -14,6 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agentloop.activities.heartbeat import keep_heartbeating
+from agentloop.activities.principals import check_principal
 from agentloop.activity_io import (
     APPROVAL_RULE_FAILED,
     DescribeToolsInput,
@@ -31,6 +32,7 @@ from agentloop.policies.schema_cost import output_schema_cost_problem
 from agentloop.pricing import PriceTable
 from agentloop.runtime.audit import audit
 from agentloop.runtime.indexing import Registration
+from agentloop.runtime.signing import PrincipalSignatures
 from agentloop.store import Store, stored_by_reference
 from agentloop.tool_spec import Outcome, ToolSpec, bounded, record_within
 from agentloop.tools.contract import (
@@ -100,13 +102,16 @@ class ToolActivities:
         approvals_signed: bool = False,
         mcp: McpTools | None = None,
         prices: PriceTable | None = None,
+        principals: PrincipalSignatures | None = None,
     ) -> None:
         """`registration` tells whether a run's namespace has agentloop's search attributes
         (None: never, as for a worker with no server to ask); `approvals_signed`, whether the
         worker has approver keys (a run's `status` says so from its start); `mcp`, the MCP
         servers whose tools runs may name; `prices`, what the worker's model calls are charged
-        (default: the built-in table)."""
+        (default: the built-in table); `principals`, how a run's principal is taken (by
+        default as given)."""
         self._prices = prices or PriceTable()
+        self._principals = principals or PrincipalSignatures()
         self._toolbox = toolbox
         self._registry = toolbox.registry
         self._mcp = mcp
@@ -188,7 +193,8 @@ class ToolActivities:
     async def describe_run(self, request: DescribeToolsInput) -> RunDescription:
         """`describe_tools`, and what else a run learns from the worker as it starts: for a
         run started without agentloop's search attributes, whether its namespace has them
-        registered (only then may it upsert them); how approvals are taken."""
+        registered (only then may it upsert them); how approvals are taken; whether its
+        principal may be taken."""
         tools = await self.describe_tools(request)
         registration = self._registration
         namespace = activity.info().namespace
@@ -209,6 +215,11 @@ class ToolActivities:
             approval_signing=self._signing,
             output_schema_problem=problem,
             unpriced_problem=unpriced,
+            principal=(
+                None
+                if request.principal is None
+                else check_principal(self._principals, request.principal)
+            ),
         )
 
     @activity.defn(name="check_precondition")

@@ -245,6 +245,12 @@ def run_parser(
         help="show progress until the run ends, then its result; exit with the run's code",
     )
     add_json_flag(sub, "print one JSON object: the run's id and UI link, or with --follow its end")
+    sub.add_argument(
+        "--key",
+        help="sign the run's principal with this starter's private key (PEM, from `agentloop "
+        "keys new`; default: $AGENTLOOP_STARTER_KEY): needed when the workers have "
+        "AGENTLOOP_STARTER_KEYS",
+    )
     return sub
 
 

@@ -19,6 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal, TextIO, TypeAlias, TypeVar
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import (
     Client,
     WorkflowFailureError,
@@ -172,6 +173,7 @@ async def run(
         id=workflow_id,
         task_queue=settings.task_queue,
         indexed=None if getattr(args, "index", True) else False,
+        principal_key=private_key(args, "AGENTLOOP_STARTER_KEY"),
     )
     started = StartedRun(workflow_id=workflow_id, url=settings.run_url(workflow_id))
     if args.json and not args.follow:
@@ -194,7 +196,14 @@ async def continue_run(client: Client, settings: Settings, args: argparse.Namesp
     if args.max_tool_calls is not None:
         limits["max_tool_calls"] = args.max_tool_calls
     run_input = AgentRunInput.model_validate(
-        {**previous, "task": args.task, "limits": limits, "continue_from": args.run_id}
+        {
+            **previous,
+            "task": args.task,
+            "limits": limits,
+            "continue_from": args.run_id,
+            # Signed for the previous run's id: the new run's principal is signed with --key.
+            "principal_signature": None,
+        }
     )
     args.id = args.id or f"{args.run_id}-continued-{uuid.uuid4().hex[:6]}"
     return await run(client, settings, args, run_input)
@@ -422,6 +431,15 @@ async def export_history(handle: Handle, output: Path | None, as_json: bool) -> 
 # --- driving runs ---------------------------------------------------------------------------------
 
 
+def private_key(args: argparse.Namespace, variable: str) -> Ed25519PrivateKey | None:
+    """The key of `--key`, or of the file `variable` names (None: neither is given)."""
+    key_file = args.key or os.environ.get(variable) or None
+    try:
+        return load_private_key(key_file) if key_file else None
+    except SigningError as exc:
+        raise CommandError(f"agentloop {args.command}: {exc}", ExitCode.USAGE) from None
+
+
 async def decide(handle: Handle, args: argparse.Namespace, request: ApprovalDecision) -> int:
     """Send a decision through the `decide_approval` update, which says whether it counted;
     the decision is bound to the args digest shown here, and signed with `--key` (or
@@ -429,11 +447,7 @@ async def decide(handle: Handle, args: argparse.Namespace, request: ApprovalDeci
     shown: dict[str, Any] | None = None
     approved = request.approved
     digest = args.digest
-    key_file = args.key or os.environ.get("AGENTLOOP_APPROVER_KEY") or None
-    try:
-        key = load_private_key(key_file) if key_file else None
-    except SigningError as exc:
-        raise CommandError(f"agentloop {args.command}: {exc}", ExitCode.USAGE) from None
+    key = private_key(args, "AGENTLOOP_APPROVER_KEY")
     view = None
     if digest is None or key is not None:
         found = await read_snapshot(handle)

@@ -44,6 +44,7 @@ from agentloop.runtime.config_checks import (
     check_pem_file,
     check_positive_number,
     check_pricing_file,
+    check_principal_signing,
     check_run_mode,
     check_sandbox_mode,
     check_slots,
@@ -59,7 +60,12 @@ from agentloop.runtime.mcp_config import (
     mask_servers,
     parse_servers,
 )
-from agentloop.runtime.signing import ApproverKeys, SigningError
+from agentloop.runtime.signing import (
+    ApproverKeys,
+    PrincipalSignatures,
+    PrincipalSigning,
+    SigningError,
+)
 
 DEFAULT_STORE_URL = "sqlite:///.agentloop/store.db"
 DEFAULT_EXAMPLE_SERVICE_URL = "http://127.0.0.1:8787"
@@ -151,6 +157,13 @@ class Settings(BaseModel):
     mcp_servers: str | None = None
     """A JSON object of MCP server name -> server (`agentloop.runtime.mcp_config`), whose tools the
     worker offers; in the TOML file the `[mcp_servers.NAME]` tables."""
+    starter_keys: str | None = None
+    """`NAME=ed25519:BASE64,...`: the front ends (starters) whose signature of a run's principal
+    counts (`agentloop keys new NAME` makes one). With it, a run must carry a valid
+    `principal_signature` unless `principal_signing` is `optional`."""
+    principal_signing: PrincipalSigning | None = None
+    """`required`: every run needs a starter's signature of its principal; `optional`: only a
+    signature that is given is checked. Unset: required when `starter_keys` is set."""
     env: RunMode = "development"
     """`production`: a worker refuses to start without `approver_keys` and `codec_keys`
     (`production_problems`). `agentloop dev` always runs as development."""
@@ -198,6 +211,23 @@ class Settings(BaseModel):
             return ApproverKeys.parse(self.approver_keys)
         except SigningError as exc:
             raise ConfigError([f"{VARIABLES['approver_keys'].name}: {exc}"]) from None
+
+    def principal_signatures(self) -> PrincipalSignatures:
+        """How the worker takes a run's principal; raises `ConfigError` when `starter_keys` is
+        malformed, or signatures are required without starter keys to check them."""
+        try:
+            starters = ApproverKeys.parse(self.starter_keys)
+        except SigningError as exc:
+            raise ConfigError([f"{VARIABLES['starter_keys'].name}: {exc}"]) from None
+        if self.principal_signing == "required" and not starters.signing:
+            raise ConfigError(
+                [
+                    f"{VARIABLES['principal_signing'].name}=required: {_or_file('starter_keys')}"
+                    " is not set: set it to the starters' public keys (NAME=ed25519:BASE64,...)"
+                ]
+            )
+        required = starters.signing and self.principal_signing != "optional"
+        return PrincipalSignatures(starters, required=required)
 
     def codec_key_ring(self) -> KeyRing | None:
         """The key ring of `codec_keys` (None when unset); raises `ConfigError` naming
@@ -309,6 +339,8 @@ VARIABLES: dict[str, Variable] = {
     "tools": Variable("AGENTLOOP_TOOLS", check_tool_modules),
     "approver_keys": Variable("AGENTLOOP_APPROVER_KEYS", check_approver_keys),
     "mcp_servers": Variable("AGENTLOOP_MCP_SERVERS", check_servers, secret=True, mask=mask_servers),
+    "starter_keys": Variable("AGENTLOOP_STARTER_KEYS", check_approver_keys),
+    "principal_signing": Variable("AGENTLOOP_PRINCIPAL_SIGNING", check_principal_signing),
     "env": Variable("AGENTLOOP_ENV", check_run_mode),
 }
 """Settings field -> its environment variable (and file key: the field name)."""
@@ -325,7 +357,7 @@ _NUMBER_FIELDS = frozenset(
         "max_concurrent_workflow_tasks",
     }
 )
-_LIST_FIELDS = frozenset({"tools", "approver_keys"})
+_LIST_FIELDS = frozenset({"tools", "approver_keys", "starter_keys"})
 _TABLE_FIELDS = frozenset({"mcp_servers"})
 """Given in the file as a table, kept as its JSON text (the variable's form)."""
 _TLS_PAIR_PROBLEM = (

@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from agentloop.runtime.codec import KeyRing, KeyRingError
-from agentloop.runtime.signing import ApproverKeys, SigningError
+from agentloop.runtime.signing import ApproverKeys, PrincipalSigning, SigningError
 
 OtelMode = Literal["off", "console", "global"]
 """`AGENTLOOP_OTEL`: no tracing; spans printed on stderr; spans into the process's own
@@ -202,6 +202,15 @@ def check_run_mode(value: str) -> str | None:
         return (
             "expected development (the default) or production (workers refuse to start"
             " without approver keys and codec keys)"
+        )
+    return None
+
+
+def check_principal_signing(value: str) -> str | None:
+    if value not in get_args(PrincipalSigning):
+        return (
+            "expected required (every run needs a starter's signature of its principal) or"
+            " optional (only a signature that is given is checked)"
         )
     return None
 

@@ -14,7 +14,13 @@ from temporalio.exceptions import ActivityError
 
 import agentloop.workflows.loop as loop
 import agentloop.workflows.visibility as visibility
-from agentloop.activity_io import DescribeToolsInput, RunDescription, UnreadableJSON
+from agentloop.activity_io import (
+    CheckPrincipalInput,
+    DescribeToolsInput,
+    PrincipalCheck,
+    RunDescription,
+    UnreadableJSON,
+)
 from agentloop.contract import AgentRunInput, PreviousRun, describe_validation_error
 from agentloop.policies import checks
 from agentloop.policies.bounds import MAX_DEPTH, NOT_TEXT, is_text_value, value_depth
@@ -109,7 +115,11 @@ async def start(run_input: AgentRunInput) -> LoopState:
         # Only the worker knows its prices (its pricing file): it says whether the cap can bind.
         priced = Feature.PRICED_COST_CAPS in in_set and run_input.limits.max_cost_usd is not None
         model = run_input.model if priced else None
-        described = await _describe_run(names, run_input.completion_check, schema, model)
+        signed = Feature.SIGNED_PRINCIPAL in in_set
+        principal = _principal_to_check(run_input) if signed else None
+        described = await _describe_run(names, run_input.completion_check, schema, model, principal)
+        if principal is not None:
+            _take_principal(run_input, described.principal)
         if described.output_schema_problem:
             raise invalid_input(described.output_schema_problem)
         if described.unpriced_problem:
@@ -147,11 +157,35 @@ async def _describe_tools(
     return specs
 
 
+def _principal_to_check(run_input: AgentRunInput) -> CheckPrincipalInput:
+    """What the worker is asked about the run's principal (feature `signed-principal`): the
+    signature is bound to the run's workflow id, and a delegated child carries its root
+    run's, so it is checked against that one."""
+    info = workflow.info()
+    return CheckPrincipalInput(
+        principal=run_input.principal,
+        signature=run_input.principal_signature,
+        workflow_id=info.root.workflow_id if info.root is not None else info.workflow_id,
+    )
+
+
+def _take_principal(run_input: AgentRunInput, check: PrincipalCheck | None) -> None:
+    """A principal the worker's starter keys do not vouch for fails the run at start, naming
+    it; so does one the worker did not check."""
+    problem = "the worker did not check it" if check is None else check.problem
+    if problem:
+        principal = run_input.principal
+        raise invalid_input(
+            f"principal {principal.subject!r} (tenant {principal.tenant!r}): {problem}"
+        )
+
+
 async def _describe_run(
     names: list[str],
     completion_check: str | None,
     output_schema: dict[str, Any] | None,
-    priced_model: str | None = None,
+    priced_model: str | None,
+    principal: CheckPrincipalInput | None,
 ) -> RunDescription:
     """What the worker tells a run at its start (feature `indexed-however-started`): the
     tools' specs as `_describe_tools` does (local), how approvals are taken, and, for a run
@@ -163,6 +197,7 @@ async def _describe_run(
         indexing=not visibility.indexed(),
         output_schema=output_schema,
         priced_model=priced_model,
+        principal=principal,
     )
     described: RunDescription = await _ask_worker(
         workflow.execute_local_activity, "describe_run", asked, RunDescription

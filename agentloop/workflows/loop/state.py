@@ -217,6 +217,12 @@ class Feature(StrEnum):
     (the other calls of its output do not run); an empty final answer is sent back once with
     a runner note, and a second one stops the run `blocked`. Before it, there was no `give_up`
     (a team's tool of that name ran like any other) and an empty answer ended `completed`."""
+    SIGNED_PRINCIPAL = "signed-principal"
+    """A fresh run asks the worker (the `check_principal` local activity) whether its
+    principal may be taken: by the worker's starter keys, its `principal_signature` must be a
+    starter's signature of it for this run (a delegated child: its root run); a run refused
+    fails at start (`InvalidInput`) naming the principal. Before it, the principal was taken
+    as given, a signature unread."""
 
 
 FEATURES = (
@@ -294,11 +300,15 @@ FEATURES_2026_12I = (
     Feature.RULE_FAILURE_NAMED,
 )
 
+FEATURES_2026_12J = (
+    *FEATURES_2026_12I,
+    Feature.PRICED_COST_CAPS,
+    Feature.BLOCKED_NOT_COMPLETED,
+    Feature.SIGNED_PRINCIPAL,
+)
+
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
-    (
-        "features-2026-12j",
-        (*FEATURES_2026_12I, Feature.PRICED_COST_CAPS, Feature.BLOCKED_NOT_COMPLETED),
-    ),
+    ("features-2026-12j", FEATURES_2026_12J),
     ("features-2026-12i", FEATURES_2026_12I),
     ("features-2026-12h", FEATURES_2026_12H),
     ("features-2026-12g", FEATURES_2026_12G),
