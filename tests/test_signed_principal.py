@@ -83,6 +83,14 @@ def test_starter_keys_make_signatures_required_unless_optional() -> None:
     assert not relaxed.principal_signatures().required
     with pytest.raises(ConfigError, match="AGENTLOOP_STARTER_KEYS"):
         Settings(principal_signing="required").principal_signatures()
+    # Said where the settings are loaded, before a worker (or any command) starts.
+    with pytest.raises(ConfigError) as refused:
+        Settings.load({"AGENTLOOP_PRINCIPAL_SIGNING": "required"})
+    assert refused.value.problems == [
+        "AGENTLOOP_PRINCIPAL_SIGNING=required: AGENTLOOP_STARTER_KEYS (or"
+        " AGENTLOOP_STARTER_KEYS_FILE) is not set: set it to the starters' public keys"
+        " (NAME=ed25519:BASE64,...)"
+    ]
     with pytest.raises(ConfigError, match="AGENTLOOP_STARTER_KEYS"):
         Settings(starter_keys="front=ed25519:nope").principal_signatures()
 

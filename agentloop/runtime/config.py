@@ -220,12 +220,7 @@ class Settings(BaseModel):
         except SigningError as exc:
             raise ConfigError([f"{VARIABLES['starter_keys'].name}: {exc}"]) from None
         if self.principal_signing == "required" and not starters.signing:
-            raise ConfigError(
-                [
-                    f"{VARIABLES['principal_signing'].name}=required: {_or_file('starter_keys')}"
-                    " is not set: set it to the starters' public keys (NAME=ed25519:BASE64,...)"
-                ]
-            )
+            raise ConfigError([_signing_without_starters()])
         required = starters.signing and self.principal_signing != "optional"
         return PrincipalSignatures(starters, required=required)
 
@@ -478,6 +473,13 @@ def _present(value: Any) -> Any:
     return value
 
 
+def _signing_without_starters() -> str:
+    return (
+        f"{VARIABLES['principal_signing'].name}=required: {_or_file('starter_keys')} is not"
+        " set: set it to the starters' public keys (NAME=ed25519:BASE64,...)"
+    )
+
+
 def _or_file(field: str) -> str:
     """`NAME (or NAME_FILE)`: how a setting is named to someone who must set it."""
     name = VARIABLES[field].name
@@ -604,6 +606,8 @@ def _check_values(
         wrong = variable.check(values[field])
         if wrong:
             problems.append(_problem(field, values, sources, file, wrong))
+    if values.get("principal_signing") == "required" and "starter_keys" not in values:
+        problems.append(_signing_without_starters())
     tls_pair = ("temporal_tls_cert", "temporal_tls_key")
     if not set(tls_pair) & set(skip) and (tls_pair[0] in values) != (tls_pair[1] in values):
         problems.append(_TLS_PAIR_PROBLEM)

@@ -218,11 +218,11 @@ class Feature(StrEnum):
     a runner note, and a second one stops the run `blocked`. Before it, there was no `give_up`
     (a team's tool of that name ran like any other) and an empty answer ended `completed`."""
     SIGNED_PRINCIPAL = "signed-principal"
-    """A fresh run asks the worker (the `check_principal` local activity) whether its
-    principal may be taken: by the worker's starter keys, its `principal_signature` must be a
-    starter's signature of it for this run (a delegated child: its root run); a run refused
-    fails at start (`InvalidInput`) naming the principal. Before it, the principal was taken
-    as given, a signature unread."""
+    """A fresh run asks the worker (in `describe_run`) whether its principal may be taken: by
+    the worker's starter keys, its `principal_signature` must be a starter's signature of it
+    for this run (a delegated child: for its root run); a run refused fails at start
+    (`InvalidInput`) naming the principal. Before it, the principal was taken as given, a
+    signature unread."""
 
 
 FEATURES = (
