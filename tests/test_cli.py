@@ -208,7 +208,10 @@ async def test_agentloop_dev_serves_runs_and_stops_on_ctrl_c(tmp_path: Path) -> 
         str(tmp_path / "state"),
     ]
     started = time.monotonic()
-    async with dev_process(argv, process_env(), cwd=tmp_path) as dev:
+    # `agentloop dev` is never production: a production setting left in the environment
+    # demands no keys of its worker.
+    dev_env = process_env(AGENTLOOP_ENV="production")
+    async with dev_process(argv, dev_env, cwd=tmp_path) as dev:
         up_seconds = time.monotonic() - started
         assert DEV_READY in dev.output
         assert f"127.0.0.1:{port}" in dev.output
