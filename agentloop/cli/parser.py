@@ -148,10 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
         )
         add_json_flag(sub)
 
-    keys = commands.add_parser("keys", help="approver keys for signed approvals")
+    keys = commands.add_parser(
+        "keys", help="key pairs for signed approvals (approvers) and signed principals (starters)"
+    )
     keys_commands = keys.add_subparsers(dest="keys_command", required=True)
     new_key = keys_commands.add_parser(
-        "new", help="make an approver's key pair: the private key file and its public line"
+        "new",
+        help="make an approver's (or starter's) key pair: the private key file and its public line",
     )
     new_key.add_argument("approver")
     new_key.add_argument("--dir", default=".", help="where NAME.pem is written (default: .)")
