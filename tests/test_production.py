@@ -11,7 +11,7 @@ import pytest
 from temporalio.client import Client
 
 from agentloop.runtime.codec import new_key
-from agentloop.runtime.config import ConfigError, Settings, load_config
+from agentloop.runtime.config import FILE_SUFFIX, VARIABLES, ConfigError, Settings, load_config
 from agentloop.runtime.signing import new_private_key_pem
 from agentloop.worker import worker_parts
 from tests.support import worker_env, worker_process
@@ -34,6 +34,11 @@ def test_a_setting_is_read_from_the_file_its_file_variable_names(tmp_path: Path)
     ring = loaded.settings.codec_key_ring()
     assert ring is not None and ring.ids == ["k1"]
     assert loaded.sources["codec_keys"] == "env"
+
+
+def test_no_file_variable_is_another_settings_variable() -> None:
+    names = {variable.name for variable in VARIABLES.values()}
+    assert not {f"{name}{FILE_SUFFIX}" for name in names} & names
 
 
 def test_a_file_variable_that_cannot_be_used_is_named(tmp_path: Path) -> None:
