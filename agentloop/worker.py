@@ -50,6 +50,10 @@ if TYPE_CHECKING:
     from agentloop.mcp.tools import McpTools
 
 
+PRODUCTION_BANNER = "; production: signed approvals, encrypted history"
+"""What a production worker's ready line adds (`Settings.production_problems` held)."""
+
+
 def workflow_runner(sandbox: SandboxMode) -> WorkflowRunner:
     """How AgentRun's code is run, by workers and by replay (`AGENTLOOP_WORKFLOW_SANDBOX`).
 
@@ -293,7 +297,8 @@ async def serve(settings: Settings, toolbox: Toolbox) -> None:
             effects = tool_effects(toolbox, settings.mcp_server_configs())
             print(
                 f"agentloop worker polling task queue {settings.task_queue!r} "
-                f"on {settings.temporal_address}; tools:\n"
+                f"on {settings.temporal_address}"
+                f"{PRODUCTION_BANNER if settings.env == 'production' else ''}; tools:\n"
                 + "\n".join(f"  {line}" for line in effects),
                 flush=True,
             )

@@ -13,7 +13,7 @@ from temporalio.client import Client
 from agentloop.runtime.codec import new_key
 from agentloop.runtime.config import FILE_SUFFIX, VARIABLES, ConfigError, Settings, load_config
 from agentloop.runtime.signing import new_private_key_pem
-from agentloop.worker import worker_parts
+from agentloop.worker import PRODUCTION_BANNER, worker_parts
 from tests.support import worker_env, worker_process
 from tests.test_cli import AGENTLOOP, agentloop, assert_no_traceback
 from tests.test_config import clean_env, problems_of, write
@@ -127,6 +127,7 @@ async def test_a_production_worker_with_both_keys_serves(
         "AGENTLOOP_CODEC_KEYS_FILE": write(secrets / "codec_keys", f"k1:{new_key()}\n"),
         "AGENTLOOP_APPROVER_KEYS_FILE": write(secrets / "approver_keys", approver_line("ops")),
     }
-    async with worker_process(env, command=(*AGENTLOOP, "worker")) as worker:
+    # Ready once its polling line says it is a production worker.
+    async with worker_process(env, (*AGENTLOOP, "worker"), PRODUCTION_BANNER) as worker:
         worker.send_signal(signal.SIGTERM)
         assert await worker.wait() == 0
