@@ -14,20 +14,25 @@ from typing import Annotated, Any
 import pytest
 from pydantic import BaseModel, Field
 from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
 import agentloop
 from agentloop import InvalidArguments, Outcome, Principal, ToolContext
 from agentloop.activities.tools import MAX_SPECS_BYTES
-from agentloop.activity_io import DescribeToolsInput
+from agentloop.activities.verify import VerifierActivities
+from agentloop.activity_io import DescribeToolsInput, Verdict, VerifyInput
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import free_port
 from agentloop.store.memory import MemoryStore
-from agentloop.testing import tool_context
+from agentloop.testing import tool_context, verify_context
 from agentloop.tools.decorator import ToolDefinitionError
 from agentloop.tools.plugins import (
     BUILTIN,
+    OpenedToolbox,
+    Plugin,
     PluginError,
     Toolset,
+    build_toolbox,
     load_toolbox,
 )
 from tests.support import tool_activities
@@ -606,3 +611,66 @@ async def test_tools_whose_specs_a_run_could_not_carry_are_refused_at_its_start(
         await activities.describe_tools(DescribeToolsInput(names=names))
     assert refused.value.type == "InvalidInput" and refused.value.non_retryable
     assert f"over the {MAX_SPECS_BYTES:,} a run carries" in refused.value.message
+
+
+# --- a verifier's answer -------------------------------------------------------------------
+
+
+async def _not_a_check() -> bool:
+    return True
+
+
+@pytest.mark.parametrize(
+    ("returned", "named"),
+    [
+        (lambda: {"passed": False}, "returned a dict"),
+        (lambda: {"passed": True}, "returned a dict"),
+        (lambda: "no", "returned a str"),
+        (lambda: "yes", "returned a str"),
+        (lambda: 1, "returned a int"),
+        (lambda: None, "returned a NoneType"),
+        (lambda: [True], "returned a list"),
+        (_not_a_check, "returned a coroutine (an `await` is missing)"),
+    ],
+)
+async def test_a_verifier_answering_anything_but_a_verdict_or_a_bool_fails_saying_what(
+    returned: Any, named: str
+) -> None:
+    """Each of these is truthy or falsy by accident: taken as `bool(value)`, a slip in a
+    team's check (a dict for a Verdict, a missing `await`) passed the run unchecked."""
+
+    @agentloop.verifier("sloppy")
+    async def sloppy(ctx: agentloop.VerifyContext) -> Any:
+        return returned()
+
+    box = build_toolbox([Plugin("tests", Toolset(verifiers=[sloppy]))])
+    activities = VerifierActivities(OpenedToolbox(box, {"tests": None}), MemoryStore())
+    verdict = await ActivityEnvironment().run(
+        activities.verify_completion, VerifyInput(check="sloppy", workflow_id="w", answer="done")
+    )
+    assert verdict.passed is False
+    assert verdict.reason == f"verifier sloppy {named}, not a Verdict or a bool: it fails"
+
+
+@pytest.mark.parametrize(
+    ("returned", "passed"),
+    [
+        (True, True),
+        (False, False),
+        (Verdict(passed=True, reason="seen"), True),
+        (Verdict(passed=False, reason="not seen"), False),
+    ],
+)
+async def test_a_verifier_answering_a_verdict_or_a_bool_is_taken_at_its_word(
+    returned: Verdict | bool, passed: bool
+) -> None:
+    @agentloop.verifier("careful")
+    async def careful(ctx: agentloop.VerifyContext) -> Verdict | bool:
+        return returned
+
+    verdict = await careful.evaluate(verify_context(answer="done"))
+    assert verdict.passed is passed
+    if isinstance(returned, Verdict):
+        assert verdict == returned
+    else:
+        assert verdict.reason == ("" if passed else "careful says no")

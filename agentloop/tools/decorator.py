@@ -353,11 +353,23 @@ class Verifier:
         return await self.function(ctx)
 
     async def evaluate(self, ctx: VerifyContext) -> Verdict:
-        """Its answer as a `Verdict` (a bare bool gets a stock reason)."""
-        verdict = await self.function(ctx)
+        """Its answer as a `Verdict` (a bare bool gets a stock reason). Anything else fails
+        the check, saying what came back: a dict, a string or an un-awaited coroutine would
+        be truthy, and a check that passes on a slip is no check."""
+        verdict: object = await self.function(ctx)
         if isinstance(verdict, Verdict):
             return verdict
-        return Verdict(passed=bool(verdict), reason="" if verdict else f"{self.name} says no")
+        if isinstance(verdict, bool):
+            return Verdict(passed=verdict, reason="" if verdict else f"{self.name} says no")
+        if inspect.iscoroutine(verdict):
+            verdict.close()  # never run: closed, so it is not reported as never awaited
+            why = "a coroutine (an `await` is missing)"
+        else:
+            why = f"a {type(verdict).__name__}"
+        return Verdict(
+            passed=False,
+            reason=f"verifier {self.name} returned {why}, not a Verdict or a bool: it fails",
+        )
 
 
 def verifier(name: str) -> Callable[[VerifierFunction], Verifier]:
