@@ -7,17 +7,28 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio import workflow
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from agentloop.activities.runs import RunActivities
 from agentloop.client import start_run as agentloop_start_run
-from agentloop.contract import AgentRunInput, AgentRunResult, Limits, Provider, RunStatusView
+from agentloop.contract import (
+    AgentRunInput,
+    AgentRunResult,
+    Limits,
+    PreviousRun,
+    Principal,
+    Provider,
+    RunStatusView,
+)
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
+from agentloop.policies.checks import continue_from_problem
 from agentloop.runtime.config import Settings
 from tests.support import start_run
 from tests.test_cli import agentloop, process_env
@@ -258,3 +269,40 @@ async def test_continuing_a_workflow_that_is_not_an_agentloop_run_is_refused_at_
     cause = failure.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
     assert "is not an agentloop run" in cause.message, cause.message
+
+
+async def test_a_run_started_under_the_same_id_between_reads_cannot_cross_tenants(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """The loader's reads (describe, result, start event) each went to whatever run then had
+    the id: a run of the asking tenant started under it between them made the tenant check
+    see that run's principal while the continuation took the other tenant's transcript. The
+    first read pins the run; the test starts the other run right after it."""
+    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="Globex plans.")]))
+    scripted_provider.register(Script(name=f"{run_id}-b", turns=[ScriptTurn(text="Mine.")]))
+
+    def started(model: str, tenant: str) -> AgentRunInput:
+        principal = Principal(subject="p-alice", tenant=tenant)
+        return AgentRunInput(
+            task=f"{tenant}'s task", provider="openai-chat", model=model, principal=principal
+        )
+
+    victim = await start_run(client, worker, run_id, started(run_id, "globex"))
+    theirs = await asyncio.wait_for(victim.result(), 30)
+    interleaved: list[AgentRunResult] = []
+
+    class Interleaved(RunActivities):
+        async def read_run(self, handle: WorkflowHandle[Any, AgentRunResult]) -> PreviousRun:
+            other = await start_run(client, worker, run_id, started(f"{run_id}-b", "default"))
+            interleaved.append(await asyncio.wait_for(other.result(), 30))
+            return await super().read_run(handle)
+
+    previous = await Interleaved(client).load_previous_run(run_id)
+    [mine] = interleaved
+    latest = await client.get_workflow_handle(run_id).describe()
+    assert latest.run_id != victim.result_run_id  # the id now names the other run
+    assert previous.principal is not None and previous.principal.tenant == "globex"
+    assert previous.head == theirs.transcript_head != mine.transcript_head
+    asking = started("m", "default").model_copy(update={"continue_from": run_id})
+    refused = continue_from_problem(asking, previous)
+    assert refused == f"run {run_id!r} belongs to tenant 'globex', not 'default'"

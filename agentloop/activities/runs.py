@@ -19,6 +19,12 @@ class RunActivities:
 
     @activity.defn(name="load_previous_run")
     async def load_previous_run(self, workflow_id: str) -> PreviousRun:
+        return await self.read_run(await self.finished_run(workflow_id))
+
+    async def finished_run(self, workflow_id: str) -> WorkflowHandle[Any, AgentRunResult]:
+        """The run now under `workflow_id`, pinned by its run id: whatever starts under that id
+        later, its result and its start event are read from this one run (the tenant check
+        and the transcript must be of the same run)."""
         handle = self._client.get_workflow_handle(workflow_id, result_type=AgentRunResult)
         try:
             description = await handle.describe()
@@ -28,8 +34,16 @@ class RunActivities:
             raise
         if description.status == WorkflowExecutionStatus.RUNNING:
             raise _invalid(f"run {workflow_id!r} has not finished")
+        return self._client.get_workflow_handle(
+            workflow_id, run_id=description.run_id, result_type=AgentRunResult
+        )
+
+    async def read_run(self, handle: WorkflowHandle[Any, AgentRunResult]) -> PreviousRun:
+        """What a continuation takes from the finished run `handle` pins."""
+        workflow_id = handle.id
         try:
-            result = await handle.result()
+            # Not followed: a run started later under the id is not a continuation of it.
+            result = await handle.result(follow_runs=False)
         except WorkflowFailureError as exc:
             raise _invalid(f"run {workflow_id!r} failed without a result: {exc.cause}") from None
         except ValidationError:
