@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -23,6 +24,22 @@ BUILTIN_TOOLS = (READ_ARTIFACT, ASK_USER)
 GIVE_UP = "give_up"
 """The built-in tool the model says it cannot finish with: the run stops `blocked` (offered
 unless the run's input says `offer_give_up: false`)."""
+
+PROVIDER_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""A name every provider takes for a tool: OpenAI's function names and Anthropic's tool names
+are both ASCII letters, digits, '_' and '-', OpenAI's at most 64 of them. Matched whole
+(`fullmatch`: a `$` would let a trailing newline through)."""
+
+
+def tool_name_problem(name: object) -> str | None:
+    """Why `name` cannot be a tool's name: a provider would refuse the run's first model call
+    that offers it. Checked where a tool is declared (`@agentloop.tool`,
+    `agentloop.activity_tool`, an MCP server's listing)."""
+    if isinstance(name, str) and PROVIDER_TOOL_NAME.fullmatch(name):
+        return None
+    shown = repr(name) if not isinstance(name, str) or len(name) <= 80 else repr(name[:80]) + "..."
+    return f"its name {shown} is not 1-64 letters, digits, '_' or '-', as providers need"
+
 
 MAX_TIMEOUT_SECONDS = 366 * 86_400.0
 """A tool's timeouts are positive and at most a year: Temporal takes no zero (it means "none")

@@ -21,10 +21,13 @@ from agentloop import InvalidArguments, Outcome, Principal, ToolContext
 from agentloop.activities.tools import MAX_SPECS_BYTES
 from agentloop.activities.verify import VerifierActivities
 from agentloop.activity_io import DescribeToolsInput, Verdict, VerifyInput
+from agentloop.mcp.listing import ListedTool, offer
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import free_port
+from agentloop.runtime.mcp_config import McpServerConfig
 from agentloop.store.memory import MemoryStore
 from agentloop.testing import tool_context, verify_context
+from agentloop.tool_spec import tool_name_problem
 from agentloop.tools.decorator import ToolDefinitionError
 from agentloop.tools.plugins import (
     BUILTIN,
@@ -674,3 +677,69 @@ async def test_a_verifier_answering_a_verdict_or_a_bool_is_taken_at_its_word(
         assert verdict == returned
     else:
         assert verdict.reason == ("" if passed else "careful says no")
+
+
+# --- tool names ----------------------------------------------------------------------------
+
+REFUSED_NAMES = [
+    "a b",
+    "x" * 300,
+    "x" * 65,
+    "weather\U0001f326",
+    "../x",
+    "tool.with.dots",
+    "ok\n",
+    "naïve",
+]
+
+
+@pytest.mark.parametrize("name", REFUSED_NAMES)
+def test_a_tool_name_a_provider_would_refuse_is_refused_where_it_is_declared(name: str) -> None:
+    """Before, such a name loaded without a word and failed the run at its first model call;
+    a trailing newline passed the MCP check, which matched with `$`."""
+    shown = repr(name) if len(name) <= 80 else repr(name[:80]) + "..."
+    said = f"its name {shown} is not 1-64 letters, digits, '_' or '-', as providers need"
+    assert tool_name_problem(name) == said
+
+    async def lookup(ctx: ToolContext[None], city: str) -> str:
+        return city
+
+    with pytest.raises(ToolDefinitionError) as caught:
+        agentloop.tool(name=name)(lookup)
+    assert str(caught.value) == f"tool {lookup.__module__}.{lookup.__qualname__}: {said}"
+    with pytest.raises(ToolDefinitionError) as caught:
+        agentloop.activity_tool(
+            name,
+            activity="lookup",
+            task_queue="team",
+            parameters={"type": "object"},
+            description="Look up.",
+        )
+    assert str(caught.value) == f"activity tool: {said}"
+    mcp = offer(
+        "tickets",
+        McpServerConfig(url="http://127.0.0.1:9/mcp"),
+        ListedTool(name, "Find.", {"type": "object"}, True),
+    )
+    assert mcp.spec is None and mcp.problem is not None
+    assert "is not 1-64 letters, digits, '_' or '-'" in mcp.problem
+
+
+@pytest.mark.parametrize("name", ["a", "x" * 64, "get-weather_V2", "_", "-"])
+def test_a_tool_name_every_provider_takes_is_taken(name: str) -> None:
+    assert tool_name_problem(name) is None
+
+    async def lookup(ctx: ToolContext[None], city: str) -> str:
+        return city
+
+    assert agentloop.tool(name=name)(lookup).spec.name == name
+    assert (
+        agentloop.activity_tool(
+            name,
+            activity="lookup",
+            task_queue="team",
+            parameters={"type": "object"},
+            description=".",
+        ).spec.name
+        == name
+    )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,10 +20,8 @@ from agentloop.contract import describe_validation_error
 from agentloop.policies.schema_cost import schema_cost_problem
 from agentloop.policies.validation import schema_problem as checkable_problem
 from agentloop.runtime.mcp_config import McpServerConfig
-from agentloop.tool_spec import Effect, ToolSpec
+from agentloop.tool_spec import Effect, ToolSpec, tool_name_problem
 
-PROVIDER_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-"""What every provider takes as a function name (OpenAI's rule is the narrowest)."""
 MAX_TOOLS_PER_SERVER = 256
 MAX_SCHEMA_BYTES = 64_000
 MAX_DESCRIPTION_CHARS = 4_000
@@ -116,11 +113,7 @@ def offer(
     def left_out(problem: str) -> OfferedTool:
         return OfferedTool(server, tool.name, name, None, problem=problem)
 
-    if not PROVIDER_TOOL_NAME.match(name):
-        return left_out(
-            f"its name {name!r} is not 1-64 letters, digits, '_' or '-', as providers need"
-        )
-    problem = schema_problem(tool.input_schema)
+    problem = tool_name_problem(name) or schema_problem(tool.input_schema)
     if problem:
         return left_out(problem)
     override = config.tools.get(tool.name)

@@ -28,6 +28,7 @@ from agentloop.tool_spec import (
     DEFAULT_START_TIMEOUT_SECONDS,
     Effect,
     ToolSpec,
+    tool_name_problem,
 )
 from agentloop.tools.contract import Tool, ToolContext
 from agentloop.tools.decorator import ToolDefinitionError
@@ -69,6 +70,8 @@ def activity_tool(
     then not applied). `lookup_activity`: for a write, the activity
     type (same queue) that finds its outcome by idempotency key. The other options are
     `agentloop.tool`'s: as there, a tool is a write unless it says `effect="read"`."""
+    if problem := tool_name_problem(name):
+        raise ToolDefinitionError(f"activity tool: {problem}")
     schema = (
         parameters.model_json_schema()
         if isinstance(parameters, type) and issubclass(parameters, BaseModel)

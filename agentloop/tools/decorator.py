@@ -21,7 +21,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from agentloop.activity_io import Verdict
 from agentloop.contract import CallRecord, Principal, describe_validation_error
-from agentloop.tool_spec import DEFAULT_MAX_RESULT_CHARS, Effect, Outcome, ToolSpec
+from agentloop.tool_spec import (
+    DEFAULT_MAX_RESULT_CHARS,
+    Effect,
+    Outcome,
+    ToolSpec,
+    tool_name_problem,
+)
 from agentloop.tools.contract import (
     InvalidArguments,
     OutcomeLookup,
@@ -233,6 +239,8 @@ def tool(
 
     def declare(function: F) -> Tool:
         tool_name = name or function.__name__
+        if problem := tool_name_problem(tool_name):
+            raise ToolDefinitionError(f"tool {_qualname(function)}: {problem}")
         if effect == "read" and lookup_outcome is not None:
             raise ToolDefinitionError(f"tool {tool_name}: only a write has an outcome to look up")
         arguments = _arguments_of(function, "tool")
