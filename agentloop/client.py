@@ -99,10 +99,11 @@ async def start_run(
     has agentloop's attributes registered and starts it unindexed otherwise; True insists.
     Starting twice with the same `id` while the first runs does not start a second run
     (Temporal raises `WorkflowAlreadyStartedError`). `options` go to `Client.start_workflow`.
-    A run with `continue_from` must be given its `limits` (ValueError otherwise).
+    A run with `continue_from` must be given its `limits`, and its tenant and task family be
+    searchable (`search.SEARCHABLE`): ValueError otherwise.
     `principal_key` (a starter's key, `agentloop.load_private_key`) signs the run's principal
     for `id`: what workers with `AGENTLOOP_STARTER_KEYS` require."""
-    problem = run_input.unbudgeted_continuation()
+    problem = run_input.unbudgeted_continuation() or search.run_input_problem(run_input)
     if problem:
         raise ValueError(problem)
     if principal_key is not None:

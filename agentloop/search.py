@@ -9,7 +9,11 @@ the CLI start it with them; a run started without them (a plain `start_workflow`
 them as it starts, before its first model call, when the worker finds them registered on the
 namespace (feature `indexed-however-started`; `agentloop.runtime.indexing` asks). On a
 namespace without them no run is indexed, and `agentloop list` says so (naming the missing
-attributes and the commands registering them) instead of listing nothing."""
+attributes and the commands registering them) instead of listing nothing.
+
+A value searched for is quoted into the query, and Temporal's query parser reads a '\\' as an
+escape and a quote as the string's end: only what it reads back as written is searched for
+(`quoted`), and a run is started only with a tenant and task family it can be found by."""
 
 from __future__ import annotations
 
@@ -64,12 +68,49 @@ def create_commands(names: Iterable[str], namespace: str) -> str:
     )
 
 
+SEARCHABLE_PUNCTUATION = " _-.:/@+#"
+SEARCHABLE = "letters, digits, spaces and _ - . : / @ + #"
+"""What a searched-for value may hold. Not '\\' (the parser takes it as an escape: a value
+ending in one is malformed SQL), nor quotes (doubled, a quote inside a value is found; one
+at its end is not) nor control characters (not found as written)."""
+
+
+class Unsearchable(ValueError):
+    """A value no visibility query can search for; the message names it and what may be."""
+
+
+def unsearchable(field: str, value: str) -> str | None:
+    """Why runs cannot be searched for by `value` (None: they can), naming `field`."""
+    odd = sorted({c for c in value if not (c.isalnum() or c in SEARCHABLE_PUNCTUATION)})
+    if not odd:
+        return None
+    shown = ", ".join(repr(c) for c in odd[:5]) + (", ..." if len(odd) > 5 else "")
+    return f"{field}: {value!r} holds {shown}; it may hold only {SEARCHABLE}"
+
+
+def run_input_problem(run_input: AgentRunInput) -> str | None:
+    """Why a run of `run_input` could never be found by its tenant or task family (it is
+    refused at start, feature `searchable-names`)."""
+    problem = unsearchable("principal.tenant", run_input.principal.tenant)
+    if problem is None and run_input.task_family is not None:
+        problem = unsearchable("task_family", run_input.task_family)
+    return problem
+
+
+def quoted(field: str, value: str) -> str:
+    """`value` as a string of a visibility query. Raises `Unsearchable` for a value the
+    query could not say as written (rather than searching for another)."""
+    problem = unsearchable(field, value)
+    if problem is not None:
+        raise Unsearchable(problem)
+    return f"'{value}'"
+
+
 def family_query(family: str) -> str:
     """A visibility query for the finished runs of a task family (each run of a chain that
-    continued as new counts once: by its last run)."""
-    quoted = family.replace("'", "")
+    continued as new counts once: by its last run). Raises `Unsearchable`."""
     return (
-        f"WorkflowType = 'AgentRun' AND {AGENT_TASK_FAMILY.name} = '{quoted}'"
+        f"WorkflowType = 'AgentRun' AND {AGENT_TASK_FAMILY.name} = {quoted('family', family)}"
         " AND ExecutionStatus != 'Running' AND ExecutionStatus != 'ContinuedAsNew'"
     )
 
@@ -81,18 +122,18 @@ def list_query(
     provider: str | None = None,
     tenant: str | None = None,
 ) -> str:
-    """A visibility query for AgentRun runs matching every given attribute."""
+    """A visibility query for AgentRun runs matching every given attribute. Raises
+    `Unsearchable`."""
     clauses = ["WorkflowType = 'AgentRun'"]
     if phase is not None and phase != "finished":
         # A run cancelled from outside keeps the phase it had: only running runs are in one.
         clauses.append("ExecutionStatus = 'Running'")
-    for key, value in (
-        (AGENT_PHASE, phase),
-        (AGENT_STATUS, status),
-        (AGENT_PROVIDER, provider),
-        (AGENT_TENANT, tenant),
+    for field, key, value in (
+        ("phase", AGENT_PHASE, phase),
+        ("status", AGENT_STATUS, status),
+        ("provider", AGENT_PROVIDER, provider),
+        ("tenant", AGENT_TENANT, tenant),
     ):
         if value is not None:
-            quoted = value.replace("'", "")
-            clauses.append(f"{key.name} = '{quoted}'")
+            clauses.append(f"{key.name} = {quoted(field, value)}")
     return " AND ".join(clauses)

@@ -33,6 +33,7 @@ from agentloop.contract import describe_validation_error
 from agentloop.runtime import tracing
 from agentloop.runtime.codec import ENCODING, PayloadDecryptionError
 from agentloop.runtime.config import VARIABLES, ConfigError, Settings, load_config
+from agentloop.search import Unsearchable
 
 DEV_REPLACES = frozenset(
     {
@@ -171,7 +172,7 @@ def explain_error(
         if exc.title in RUN_INPUT_MODELS:
             return f"invalid run input: {describe_validation_error(exc)}", ExitCode.USAGE
         return f"{command}: {describe_bad_arguments(exc)}", ExitCode.USAGE
-    if isinstance(exc, StartupError | PluginError | DevStackError):
+    if isinstance(exc, StartupError | PluginError | DevStackError | Unsearchable):
         return f"{command}: {exc}", ExitCode.USAGE
     if isinstance(exc, WorkflowAlreadyStartedError):
         return (

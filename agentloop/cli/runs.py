@@ -134,13 +134,14 @@ async def client_command(
 
 
 def build_run_input(args: argparse.Namespace) -> AgentRunInput:
-    """The run input from the command line; raises ValidationError naming the bad field."""
+    """The run input from the command line; raises ValidationError naming the bad field (or
+    CommandError: a tenant or family no run could be found by)."""
     limits: dict[str, Any] = {}
     if args.max_model_calls is not None:
         limits["max_model_calls"] = args.max_model_calls
     if args.max_tool_calls is not None:
         limits["max_tool_calls"] = args.max_tool_calls
-    return AgentRunInput(
+    run_input = AgentRunInput(
         task=args.task,
         instructions=args.instructions,
         provider=args.provider,
@@ -151,6 +152,10 @@ def build_run_input(args: argparse.Namespace) -> AgentRunInput:
         stream=not args.no_stream,
         task_family=args.family,
     )
+    problem = search.run_input_problem(run_input)
+    if problem:
+        raise CommandError(f"invalid run input: {problem}", ExitCode.USAGE)
+    return run_input
 
 
 def for_people(args: argparse.Namespace) -> TextIO:

@@ -14,6 +14,7 @@ from temporalio.exceptions import ActivityError
 
 import agentloop.workflows.loop as loop
 import agentloop.workflows.visibility as visibility
+from agentloop import search
 from agentloop.activity_io import (
     CheckPrincipalInput,
     DescribeToolsInput,
@@ -104,6 +105,10 @@ async def start(run_input: AgentRunInput) -> LoopState:
             raise invalid_input(problem)
     if in_set is not None and Feature.CONTINUE_CHAIN_USAGE in in_set:
         problem = run_input.unbudgeted_continuation()
+        if problem:
+            raise invalid_input(problem)
+    if in_set is not None and Feature.SEARCHABLE_NAMES in in_set:
+        problem = search.run_input_problem(run_input)
         if problem:
             raise invalid_input(problem)
     names = list(dict.fromkeys([*run_input.tools, *builtins]))

@@ -223,6 +223,11 @@ class Feature(StrEnum):
     for this run (a delegated child: for its root run); a run refused fails at start
     (`InvalidInput`) naming the principal. Before it, the principal was taken as given, a
     signature unread."""
+    SEARCHABLE_NAMES = "searchable-names"
+    """A run whose `principal.tenant` or `task_family` holds a character a visibility query
+    cannot search for as written (outside `search.SEARCHABLE`: a '\\', a quote, a control
+    character) fails at start (InvalidInput, naming the field). Before it, such a run ran,
+    and `agentloop list` and `stats` could never find it by that value."""
 
 
 FEATURES = (
@@ -305,6 +310,7 @@ FEATURES_2026_12J = (
     Feature.PRICED_COST_CAPS,
     Feature.BLOCKED_NOT_COMPLETED,
     Feature.SIGNED_PRINCIPAL,
+    Feature.SEARCHABLE_NAMES,
 )
 
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
