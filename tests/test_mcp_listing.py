@@ -5,18 +5,25 @@ to believe, and its names and schemas are checked and bounded before a run sees 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx2
+import mcp_types as types
 import pytest
+from pydantic import ValidationError
 
-from agentloop.demo.mcp_server import fanning_schema
+from agentloop.demo.mcp_server import fanning_schema, nested_schema
+from agentloop.mcp.http import _ListingEvents
 from agentloop.mcp.listing import (
     MAX_SCHEMA_BYTES,
+    TOO_DEEP,
     ListedTool,
     decide_effect,
     name_clashes,
     offer,
     offered,
+    readable,
     server_of,
 )
 from agentloop.runtime.config import ConfigError, Settings, load_config
@@ -206,3 +213,75 @@ def test_a_tool_the_configuration_names_but_the_server_does_not_list_is_shown_le
     )
     assert note_offer.spec is not None and note_offer.spec.needs_approval is True
     assert note_offer.spec.has_outcome_lookup and lookup_offer.spec is not None
+
+
+def listing_answer(*tools: str) -> str:
+    """A tools/list answer of `tools`, each given as JSON text."""
+    return '{"jsonrpc": "2.0", "id": 3, "result": {"tools": [' + ", ".join(tools) + "]}}"
+
+
+def deep_tool(levels: int) -> str:
+    """find_ticket with `nested_schema(levels)`, written without a recursive encoder."""
+    schema = '{"type": "object", "properties": {"inner": ' * levels + '{"type": "object"}'
+    return '{"name": "find_ticket", "inputSchema": ' + schema + "}}" * levels + "}"
+
+
+TRICKY = {
+    "name": "add_note",
+    "description": 'Brackets in text: [{ "quoted" \\ }] are not structure',
+    "inputSchema": {**OBJECT, "description": "]]]}}}"},
+}
+
+
+@pytest.mark.parametrize("levels", [100, 10_000])
+def test_a_listing_too_deep_for_the_parser_is_read_with_the_deep_tool_left_out(
+    levels: int,
+) -> None:
+    """Before, one tool's schema past the 200 levels the SDK's parser reads made the whole
+    answer unreadable, and every tool of the server with it."""
+    assert json.loads(deep_tool(100))["inputSchema"] == nested_schema(100)
+    answer = listing_answer(json.dumps(TRICKY), deep_tool(levels))
+    with pytest.raises(ValidationError, match="recursion limit exceeded"):
+        types.jsonrpc_message_adapter.validate_json(answer)
+    shortened = readable(answer)
+    assert shortened is not None
+    message = types.jsonrpc_message_adapter.validate_json(shortened)
+    assert isinstance(message, types.JSONRPCResponse)
+    tricky, cut = message.result["tools"]
+    assert tricky == TRICKY  # the other tool is read as it was sent
+    assert TOO_DEEP in json.dumps(cut["inputSchema"])
+    listed = [ListedTool(t["name"], None, t["inputSchema"], None) for t in (tricky, cut)]
+    assert [(o.tool, o.problem) for o in offered("tickets", server(), listed)] == [
+        ("add_note", None),
+        ("find_ticket", "its inputSchema nests deeper than 32 levels"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        listing_answer(json.dumps(TRICKY)),  # read as it is
+        json.dumps({"jsonrpc": "2.0", "id": 3, "result": {"content": nested_schema(120)}}),
+        listing_answer(deep_tool(120))[:-1],  # cut off
+    ],
+)
+def test_an_answer_read_as_it_is_or_that_is_no_listing_is_left_as_it_is(answer: str) -> None:
+    assert readable(answer) is None
+
+
+async def test_a_too_deep_listing_in_an_event_stream_is_cut_line_by_line() -> None:
+    """A server answering tools/list with an event stream: its `data:` line is cut, the rest
+    of the stream passed on as it came, however the bytes were split."""
+    data = listing_answer(json.dumps(TRICKY), deep_tool(100))
+    stream = f"event: message\r\nid: 7\r\ndata: {data}\r\n\r\n".encode()
+
+    class Arriving(httpx2.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            for start in range(0, len(stream), 97):
+                yield stream[start : start + 97]
+
+    passed = b"".join([chunk async for chunk in _ListingEvents(Arriving())])
+    lines = passed.split(b"\r\n")
+    assert lines[:2] == [b"event: message", b"id: 7"] and lines[3:] == [b"", b""]
+    cut = readable(data)
+    assert cut is not None and lines[2] == b"data: " + cut.encode()

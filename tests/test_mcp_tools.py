@@ -373,19 +373,49 @@ async def test_a_listing_that_cannot_be_read_fails_the_run_at_once_saying_why(
     tmp_path: Path,
     run_id: str,
 ) -> None:
-    """The server lists a schema nested deeper than the SDK's JSON parser reads. Over stdio
-    that answer names no request: it used to be dropped, and the listing waited out its 10 s
-    as if the server had said nothing."""
+    """The server lists a schema holding a number longer than the SDK's JSON parser reads.
+    Over stdio that answer names no request: it used to be dropped, and the listing waited
+    out its 10 s as if the server had said nothing."""
     state = tmp_path / "state.json"
-    steer(state, tool_set="too_deep")
+    steer(state, tool_set="huge_number")
     async with http_server(state) as url:
         config = transport_config(transport, state, url)
         async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
             message = await failure_at_start(client, scripted_provider, s, run_id)
     said = "MCP server 'tickets' could not list its tools: it sent a message that cannot be read"
     assert said in message, message
-    assert "recursion limit exceeded" in message and "input_value" not in message, message
+    assert "number out of range" in message and "input_value" not in message, message
     assert read_state(state).get("calls", {}) == {}  # nothing was called
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+async def test_a_tool_nested_deeper_than_a_parser_reads_is_left_out_alone(
+    transport: str,
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    tmp_path: Path,
+    run_id: str,
+) -> None:
+    """The server lists find_ticket with a schema 100 levels deep: its answer is past the
+    200 levels the SDK's JSON parser reads. Before, the whole listing was unreadable
+    ("recursion limit exceeded"), and every run naming any tool of the server failed."""
+    state = tmp_path / "state.json"
+    steer(state, tool_set="too_deep")
+    turns = [ScriptTurn(tool_calls=[NOTE]), ScriptTurn(text="Noted.")]
+    async with http_server(state) as url:
+        config = transport_config(transport, state, url)
+        async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
+            message = await failure_at_start(client, scripted_provider, s, run_id)
+            handle = await start(
+                client, scripted_provider, s, f"{run_id}-note", turns, ["tickets_add_note"]
+            )
+            result = await asyncio.wait_for(handle.result(), 30)
+    said = "tickets_find_ticket of MCP server 'tickets' cannot be used: its inputSchema nests"
+    assert said in message and "deeper than 32 levels" in message, message
+    assert result.status == "completed", result.stop_reason
+    assert [(c.call_id, c.status) for c in result.calls] == [("c_note", "succeeded")]
+    assert read_state(state)["calls"] == {"add_note": 1}  # find_ticket was never called
 
 
 @pytest.mark.parametrize("transport", ["http", "stdio"])

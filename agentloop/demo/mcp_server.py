@@ -11,7 +11,7 @@ the server, can count the effects that reached it and steer it:
      "calls":   {TOOL_OR_METHOD: COUNT},
      "tasks":   {TASK_ID: {"taskId", "status", "createdAt", "lastUpdatedAt", "ttlMs",
                            "pollIntervalMs", "tool", "key", "result"?, "error"?}},
-     "control": {"tool_set": "v1" | "v2" | "broken" | "deep" | "too_deep",
+     "control": {"tool_set": "v1" | "v2" | "broken" | "deep" | "too_deep" | "huge_number",
                  "after_commit": null | "hang" | "exit",
                  "fail_next": null | "error",
                  "stall_next": null | true,
@@ -26,7 +26,8 @@ writes it back atomically after every change:
   lists `find_ticket` with an invalid input schema; "deep" lists it with an input schema
   nested `DEEP_SCHEMA_LEVELS` levels of `properties` deep (valid, and deeper than agentloop
   checks), "too_deep" `TOO_DEEP_SCHEMA_LEVELS` levels (the server's serializer still writes
-  it, a client's JSON parser refuses the whole answer); "fanning" lists it with an input
+  it, the SDK's JSON parser refuses the whole answer), "huge_number" with a schema holding a
+  `HUGE_NUMBER_DIGITS`-digit number (the same, for the number); "fanning" lists it with an input
   schema whose `$ref`s fan out (`fanning_schema`: 2^40 nodes for one check to visit), and
   "fanning_output" with such an output schema (the SDK's client checks results against it).
 - `after_commit` makes the next applied write either hang (120 s) or kill the process
@@ -94,6 +95,7 @@ import logging
 import os
 import re
 import struct
+import sys
 import tempfile
 import uuid
 import zlib
@@ -232,12 +234,13 @@ class StateFile:
 
 def tool_set(state: dict[str, Any]) -> str:
     chosen = state["control"].get("tool_set")
-    known = ("v2", "broken", "deep", "too_deep", "fanning", "fanning_output")
+    known = ("v2", "broken", "deep", "too_deep", "huge_number", "fanning", "fanning_output")
     return chosen if chosen in known else "v1"
 
 
 DEEP_SCHEMA_LEVELS = 40
 TOO_DEEP_SCHEMA_LEVELS = 100
+HUGE_NUMBER_DIGITS = 5_000
 FANNING_STEPS = 40
 
 
@@ -526,6 +529,9 @@ class TicketServer(MCPServer):
             if tool.name == "find_ticket" and version in ("deep", "too_deep"):
                 levels = DEEP_SCHEMA_LEVELS if version == "deep" else TOO_DEEP_SCHEMA_LEVELS
                 tool = tool.model_copy(update={"input_schema": nested_schema(levels)})
+            if tool.name == "find_ticket" and version == "huge_number":
+                schema = {"type": "object", "maxProperties": 10**HUGE_NUMBER_DIGITS}
+                tool = tool.model_copy(update={"input_schema": schema})
             if tool.name == "find_ticket" and version == "fanning":
                 tool = tool.model_copy(update={"input_schema": fanning_schema(FANNING_STEPS)})
             if tool.name == "find_ticket" and version == "fanning_output":
@@ -746,6 +752,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    # Python writes no int of over 4,300 digits unless told: this server writes any ("huge_number").
+    sys.set_int_max_str_digits(0)
     server = TicketServer(args.name, StateFile(args.state), tasks=args.tasks)
     if args.stdio:
         if args.banner:

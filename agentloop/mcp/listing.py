@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
+import pydantic_core
 from pydantic import ValidationError
 
 from agentloop.contract import describe_validation_error
@@ -26,6 +28,13 @@ MAX_TOOLS_PER_SERVER = 256
 MAX_SCHEMA_BYTES = 64_000
 MAX_DESCRIPTION_CHARS = 4_000
 MAX_NESTING = 32
+READ_DEPTH = 64
+"""How deep a tools/list answer is read (`readable`): its own four levels above a tool's
+schema, and well past the `MAX_NESTING` a schema may have, well within the 200 levels the
+SDK's JSON parser reads."""
+TOO_DEEP = "(nested too deep to read)"
+_JSON_STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+"""A JSON string (whatever brackets it holds), or a bracket."""
 
 
 class McpToolsError(Exception):
@@ -167,6 +176,43 @@ def schema_problem(schema: Any) -> str | None:
     # As the run will check arguments: on RE2, every $ref within it, at a bounded cost.
     problem = checkable_problem(schema) or schema_cost_problem(schema)
     return f"its inputSchema: {problem}" if problem else None
+
+
+def readable(answer: str) -> str | None:
+    """`answer`, a tools/list answer nested deeper than the SDK's JSON parser reads, with
+    each array or object deeper than `READ_DEPTH` cut to the string `TOO_DEEP`: the tool
+    whose schema held it is then left out (it nests deeper than `MAX_NESTING`), not the
+    whole listing with it. None for any other answer (it reads as it is, is broken in some
+    other way, or is no tools/list result): the SDK tells of it as before."""
+    try:
+        pydantic_core.from_json(answer)
+        return None
+    except ValueError as exc:
+        if "recursion limit exceeded" not in str(exc):
+            return None
+    kept: list[str] = []
+    depth, start, cut = 0, 0, 0
+    for token in _JSON_STRUCTURE.finditer(answer):
+        mark = token.group()
+        if mark.startswith('"'):
+            continue
+        if mark in "[{":
+            depth += 1
+            if depth == READ_DEPTH + 1:
+                cut = token.start()
+            continue
+        if depth == READ_DEPTH + 1:
+            kept += [answer[start:cut], json.dumps(TOO_DEEP)]
+            start = token.end()
+        depth -= 1
+    kept.append(answer[start:])
+    shortened = "".join(kept)
+    try:
+        message = json.loads(shortened)
+    except ValueError:
+        return None
+    result = message.get("result") if isinstance(message, dict) else None
+    return shortened if isinstance(result, dict) and isinstance(result.get("tools"), list) else None
 
 
 def version_of(tool: ListedTool, effect: Effect) -> str:

@@ -22,21 +22,25 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from types import TracebackType
 from typing import Any
 
 import httpx2
 import mcp_types as types
 from mcp import Client
+from mcp.client._transport import ReadStream, TransportStreams
 from mcp.client.context import ClientRequestContext
-from mcp.client.stdio import StdioServerParameters
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 from mcp_types import INVALID_REQUEST, PARSE_ERROR
 from pydantic import ValidationError
 
 from agentloop.mcp.http import REQUEST_HEADERS, bound_response
+from agentloop.mcp.listing import readable
 from agentloop.mcp.tasks import TasksExtension
 from agentloop.policies.bounds import clipped
 from agentloop.runtime.mcp_config import McpServerConfig
@@ -204,7 +208,7 @@ class McpConnection:
                 env=dict(config.env) or None,
                 cwd=config.cwd,
             )
-            return Client(params, **self._client_options(stop))
+            return Client(_stdio_listings_readable(params), **self._client_options(stop))
         assert config.url is not None
         http = httpx2.AsyncClient(
             headers={**REQUEST_HEADERS, **self.headers()},
@@ -252,6 +256,68 @@ class McpConnection:
                 raise ServerUnreachable(f"{variable} (its bearer token) is not set")
             headers["Authorization"] = f"Bearer {token}"
         return headers
+
+
+@asynccontextmanager
+async def _stdio_listings_readable(
+    params: StdioServerParameters,
+) -> AsyncIterator[TransportStreams]:
+    """The SDK's stdio transport, reading a tools/list answer nested too deep for its parser
+    with what lies too deep cut (`listing.readable`): one tool is left out, not the listing."""
+    async with stdio_client(params) as (read, write):
+        yield _ListingsReadable(read), write
+
+
+class _ListingsReadable:
+    """A transport's read stream, on which a line the SDK could not parse for its depth comes
+    as that line's tools/list answer, cut (`listing.readable`), when it is one."""
+
+    def __init__(self, inner: ReadStream[SessionMessage | Exception]) -> None:
+        self._inner = inner
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> SessionMessage | Exception:
+        return _read_if_cut(await self._inner.receive())
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _ListingsReadable:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        return _read_if_cut(await self._inner.__anext__())
+
+    async def __aenter__(self) -> _ListingsReadable:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool | None:
+        return await self._inner.__aexit__(exc_type, exc_val, exc_tb)
+
+
+def _read_if_cut(item: SessionMessage | Exception) -> SessionMessage | Exception:
+    if not isinstance(item, ValidationError) or item.error_count() != 1:
+        return item
+    [error] = item.errors()
+    line = error.get("input")
+    if error["type"] != "json_invalid" or not isinstance(line, str):
+        return item
+    shortened = readable(line)
+    if shortened is None:
+        return item
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_json(shortened, by_name=False))
+    except ValidationError:  # cut, it is still no message: said as the line it was
+        return item
 
 
 async def _results_not_checked(name: str, result: types.CallToolResult) -> None:
