@@ -6,6 +6,7 @@ your own; `running_worker` is that worker; `serve` runs one until a signal."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -15,9 +16,17 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.bridge.proto.workflow_activation import WorkflowActivation, WorkflowActivationJob
+from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker import (
+    UnsandboxedWorkflowRunner,
+    Worker,
+    WorkflowInstance,
+    WorkflowInstanceDetails,
+    WorkflowRunner,
+)
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from agentloop.activities.approvals import ApprovalActivities
@@ -28,6 +37,7 @@ from agentloop.activities.verify import VerifierActivities
 from agentloop.adapters import AdapterFactory
 from agentloop.client import StartupError, connect_checked
 from agentloop.mcp.listing import name_clashes
+from agentloop.policies.bounds import MAX_UPDATE_REQUEST_BYTES
 from agentloop.pricing import PriceTable
 from agentloop.runtime import tracing
 from agentloop.runtime.audit import (
@@ -49,6 +59,8 @@ from agentloop.workflows.agent_run import AgentRun
 if TYPE_CHECKING:
     from agentloop.mcp.tools import McpTools
 
+log = logging.getLogger(__name__)
+
 
 PRODUCTION_BANNER = "; production: signed approvals, encrypted history"
 """What a production worker's ready line adds (`Settings.production_problems` held)."""
@@ -64,7 +76,72 @@ def workflow_runner(sandbox: SandboxMode) -> WorkflowRunner:
     workflow deterministic instead: `tests/test_workflow_determinism.py` checks every module
     the workflow runs, statically, and every stored history replays in CI both unsandboxed
     and in the sandbox."""
-    return SandboxedWorkflowRunner() if sandbox == "on" else UnsandboxedWorkflowRunner()
+    inner = SandboxedWorkflowRunner() if sandbox == "on" else UnsandboxedWorkflowRunner()
+    return BoundedUpdatesRunner(inner)
+
+
+class BoundedUpdatesRunner(WorkflowRunner):
+    """`inner`, except that an update too large to answer never reaches the workflow.
+
+    Temporal's answer to an update, accepted or rejected, carries the whole request back, and
+    a task completion holding one over the server's payload limit fails; the server hands the
+    same update to every retry, so every workflow task of the run failed for good (issue #33:
+    gRPC lets 4 MiB through, the payload limit is 2 MiB). An update over
+    `MAX_UPDATE_REQUEST_BYTES` is taken out of its activation instead: the task completes
+    without answering it, and Temporal rejects it itself (`UnprocessedUpdate`), echoing
+    nothing and leaving nothing in history. A replayed update is never taken out: it is in
+    history, so it was answered."""
+
+    def __init__(self, inner: WorkflowRunner) -> None:
+        self.inner = inner
+
+    def prepare_workflow(self, defn: Any) -> None:
+        self.inner.prepare_workflow(defn)
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        return _BoundedUpdates(self.inner.create_instance(det))
+
+    def set_worker_level_failure_exception_types(
+        self, types: Sequence[type[BaseException]]
+    ) -> None:
+        self.inner.set_worker_level_failure_exception_types(types)
+
+
+class _BoundedUpdates(WorkflowInstance):
+    def __init__(self, inner: WorkflowInstance) -> None:
+        self._inner = inner
+
+    def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
+        kept = [job for job in act.jobs if not _unanswerable(job)]
+        if len(kept) < len(act.jobs):
+            log.warning(
+                "an update over %d bytes to workflow %s left unanswered: Temporal rejects it",
+                MAX_UPDATE_REQUEST_BYTES,
+                self._inner.get_info().workflow_id,
+            )
+            del act.jobs[:]
+            act.jobs.extend(kept)
+        return self._inner.activate(act)
+
+    def get_serialization_context(self, command_info: Any) -> Any:
+        return self._inner.get_serialization_context(command_info)
+
+    def get_external_store_context(self, command_info: Any) -> Any:
+        return self._inner.get_external_store_context(command_info)
+
+    def get_info(self) -> Any:
+        return self._inner.get_info()
+
+    def get_thread_id(self) -> int | None:
+        return self._inner.get_thread_id()
+
+
+def _unanswerable(job: WorkflowActivationJob) -> bool:
+    return (
+        job.HasField("do_update")
+        and job.do_update.run_validator
+        and job.do_update.ByteSize() > MAX_UPDATE_REQUEST_BYTES
+    )
 
 
 @dataclass(frozen=True)

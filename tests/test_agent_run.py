@@ -24,7 +24,7 @@ from agentloop.contract import AgentRunInput, Limits, RunStatusView
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
-from agentloop.worker import running_worker, workflow_runner
+from agentloop.worker import BoundedUpdatesRunner, running_worker, workflow_runner
 from agentloop.workflows import loop
 from tests.support import deadline_timers, local_activity_type, start_run, wait_for_phase
 
@@ -184,8 +184,12 @@ async def test_a_worker_with_the_sandbox_on_runs_the_loop_in_it(
     sandboxed = worker_settings.model_copy(
         update={"workflow_sandbox": "on", "task_queue": f"{worker_settings.task_queue}-sandbox"}
     )
-    assert isinstance(workflow_runner(sandboxed.workflow_sandbox), SandboxedWorkflowRunner)
-    assert isinstance(workflow_runner(worker_settings.workflow_sandbox), UnsandboxedWorkflowRunner)
+    sandboxed_runner = workflow_runner(sandboxed.workflow_sandbox)
+    plain_runner = workflow_runner(worker_settings.workflow_sandbox)
+    assert isinstance(sandboxed_runner, BoundedUpdatesRunner)
+    assert isinstance(sandboxed_runner.inner, SandboxedWorkflowRunner)
+    assert isinstance(plain_runner, BoundedUpdatesRunner)
+    assert isinstance(plain_runner.inner, UnsandboxedWorkflowRunner)
     scripted_provider.register(
         Script(
             name=run_id,

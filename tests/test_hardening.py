@@ -222,6 +222,35 @@ async def test_malformed_signals_and_updates_are_refused_naming_the_field(
     await assert_never_wedged(handle)
 
 
+async def test_an_update_too_large_to_answer_is_rejected_and_the_run_goes_on(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """Issue #33: a 3 MB `decide_approval` (under gRPC's 4 MiB, so the server admits it) failed
+    every workflow task with PayloadsTooLarge, for good: any answer to an update carries its
+    request back. The worker leaves it unanswered; Temporal rejects it, echoing nothing."""
+    handle = await paused_for_approval(client, worker, scripted_provider, run_id)
+    huge = {"call_id": "c_res", "args_digest": "x" * 3_000_000, "approved": True, "approver": "m"}
+    with pytest.raises(WorkflowUpdateFailedError) as rejected:
+        await asyncio.wait_for(handle.execute_update("decide_approval", huge), 30)
+    cause = rejected.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "UnprocessedUpdate", cause
+    assert len(str(cause)) < 300 and "xxx" not in str(cause)
+    # Just under the bound, an update is still answered, naming the limit.
+    with pytest.raises(WorkflowUpdateFailedError) as named:
+        await handle.execute_update("decide_approval", {**huge, "args_digest": "x" * 300_000})
+    assert "over the limit of 256000" in str(named.value.cause)
+
+    view = await handle.query("status", result_type=RunStatusView)
+    [pending] = view.pending_approvals
+    decision = ApprovalDecision(
+        call_id="c_res", args_digest=pending["args_digest"], approved=True, approver="workshop-lead"
+    )
+    assert (await handle.execute_update("decide_approval", decision))["accepted"] is True
+    result = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed", result.stop_reason
+    await assert_never_wedged(handle)
+
+
 async def test_a_recipient_that_would_backtrack_is_refused_at_once(
     client: Client,
     worker: Settings,

@@ -17,6 +17,10 @@ MAX_DEPTH = 32
 """Nesting of objects and arrays in anything parsed from outside."""
 MAX_SIGNAL_BYTES = 256_000
 """A signal's or update's payload."""
+MAX_UPDATE_REQUEST_BYTES = 2 * MAX_SIGNAL_BYTES
+"""An update's whole request (arguments, headers, id) a worker answers. Temporal's answer,
+accepted or rejected, carries the request back, and one over the server's payload limit
+(2 MiB by default) fails every workflow task of the run; a larger update is never answered."""
 MAX_ARGUMENT_CHARS = 256_000
 """A tool call's arguments, as JSON text."""
 MAX_OUTPUT_ARGUMENT_BYTES = 512_000
