@@ -30,7 +30,12 @@ if TYPE_CHECKING:
         UserMessage,
     )
     from agentloop.runtime.config import Settings
-    from agentloop.runtime.signing import load_private_key, sign_decision, sign_principal
+    from agentloop.runtime.signing import (
+        load_private_key,
+        sign_decision,
+        sign_principal,
+        sign_resolution,
+    )
     from agentloop.tool_spec import Outcome
     from agentloop.tools.activity_tools import activity_tool
     from agentloop.tools.contract import (
@@ -72,6 +77,7 @@ _EXPORTS = {
     "load_private_key": "agentloop.runtime.signing",
     "sign_decision": "agentloop.runtime.signing",
     "sign_principal": "agentloop.runtime.signing",
+    "sign_resolution": "agentloop.runtime.signing",
     "Outcome": "agentloop.tool_spec",
     "activity_tool": "agentloop.tools.activity_tools",
     "BusinessRefusal": "agentloop.tools.contract",
@@ -132,6 +138,7 @@ __all__ = [
     "running_worker",
     "sign_decision",
     "sign_principal",
+    "sign_resolution",
     "start_run",
     "tool",
     "verifier",

@@ -7,7 +7,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agentloop.contract import ApprovalDecision, CallRecord, ModelSettings, Principal, Provider
+from agentloop.contract import (
+    ApprovalDecision,
+    CallRecord,
+    ModelSettings,
+    Principal,
+    Provider,
+    ResolveRequest,
+)
 from agentloop.events import Event, ModelOutput
 from agentloop.tool_spec import ToolSpec
 
@@ -228,8 +235,18 @@ class CheckApprovalInput(BaseModel):
     """The run chain's first run id: what a signed decision is bound to."""
 
 
+class CheckResolutionInput(BaseModel):
+    resolution: ResolveRequest
+    workflow_id: str
+    run: str
+    """The run chain's first run id: what a signed word is bound to."""
+    approvers: list[str] = Field(default_factory=list)
+    """The tool's approvers: with keys, only they may settle its write."""
+
+
 class ApprovalCheck(BaseModel):
-    """The worker's word on one approval decision: whether it counts."""
+    """The worker's word on one approval decision (or operator's `resolve`): whether it
+    counts."""
 
     problem: str = ""
     """Why it does not (empty: it counts)."""

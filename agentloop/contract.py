@@ -9,7 +9,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from agentloop.events import Event
 
@@ -461,6 +469,21 @@ class ResolveRequest(_Strict):
     outcome: Literal["applied", "not_applied"]
     operator: Name
     note: str = Field(default="", max_length=MAX_NOTE_CHARS)
+    expires_at: AwareDatetime | None = None
+    """Until when a signed word counts (`agentloop.runtime.signing`)."""
+    signature: str = Field(default="", max_length=MAX_SIGNATURE_CHARS)
+    """The operator's Ed25519 signature (base64) of the word, for a worker configured with
+    approver keys (feature `resolutions-checked-by-worker`); empty when unsigned."""
+
+    @model_serializer(mode="wrap")
+    def _unsigned_as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # An unsigned word goes out as it did before signing existed: a worker on older code
+        # (which forbids unknown fields) still takes it.
+        fields: dict[str, Any] = handler(self)
+        if not self.signature and self.expires_at is None:
+            fields.pop("signature", None)
+            fields.pop("expires_at", None)
+        return fields
 
 
 class UserMessage(_Strict):

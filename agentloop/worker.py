@@ -289,6 +289,7 @@ async def worker_parts(
                     runs.load_previous_run,
                     verifiers.verify_completion,
                     approvals.check_approval,
+                    approvals.check_resolution,
                 ],
                 workflow_runner=workflow_runner(settings.workflow_sandbox),
                 toolbox=toolbox,

@@ -13,6 +13,8 @@ from agentloop.workflows import loop
 from agentloop.workflows.loop import (
     AwaitReconciliation,
     CallModel,
+    CheckApprovals,
+    Feature,
     Finish,
     LookupOutcome,
     LoopState,
@@ -156,3 +158,39 @@ def test_no_resolution_before_the_timeout_stops_the_run_unresolved() -> None:
     assert loop.pending_at_stop(state) == [
         {"call_id": "w1", "tool": "send_reply", "status": "unknown"}
     ]
+
+
+def test_with_resolutions_checked_a_resolve_waits_for_the_workers_word() -> None:
+    """Feature `resolutions-checked-by-worker`: a `resolve` settles nothing until the worker
+    has checked it (its signature, under approver keys); refused, it is recorded and the write
+    still waits. Before it, the word settled the write as it arrived."""
+    state = new_state()
+    state.features.append(Feature.RESOLUTIONS_CHECKED_BY_WORKER)
+    attempt(state)
+    lookup(state, Outcome(state="unknown"))
+    mallory = ResolveRequest(call_id="w1", outcome="not_applied", operator="mallory")
+    assert loop.record_resolution(state, mallory, T0) is None
+    step = loop.decide(state, T0)
+    assert isinstance(step, CheckApprovals)
+    [held] = step.decisions
+    assert held.decision == mallory and state.calls["w1"].status == "unknown"
+
+    refused = loop.record_checked_resolution(state, held, "unsigned: ...", "signed", T0)
+    assert refused == "unsigned: ..."
+    [record] = state.refused_decisions
+    assert (record["signal"], record["operator"], record["refused_because"]) == (
+        "resolve",
+        "mallory",
+        "unsigned: ...",
+    )
+    assert "signature" not in record
+    assert isinstance(loop.decide(state, T0), AwaitReconciliation)
+
+    ops = ResolveRequest(call_id="w1", outcome="applied", operator="ops", signature="c2ln")
+    loop.record_resolution(state, ops, T0)
+    step = loop.decide(state, T0)
+    assert isinstance(step, CheckApprovals)
+    assert loop.record_checked_resolution(state, step.decisions[0], "", "signed", T0) is None
+    assert loop.decide(state, T0) == CallModel(turn=2)
+    assert state.calls["w1"].status == "confirmed_after_query"
+    assert state.approval_signing == "signed"

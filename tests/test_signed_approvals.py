@@ -21,7 +21,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import Client, WorkflowHandle
 
-from agentloop.contract import AgentRunResult, ApprovalDecision, ApprovalVerdict, RunStatusView
+from agentloop.contract import (
+    AgentRunResult,
+    ApprovalDecision,
+    ApprovalVerdict,
+    ResolveRequest,
+    RunStatusView,
+)
 from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import ConfigError, Settings
@@ -32,9 +38,19 @@ from agentloop.runtime.signing import (
     load_private_key,
     public_key_text,
     sign_decision,
+    sign_resolution,
 )
 from agentloop.worker import running_worker
+from tests.support import start_run, wait_for_phase
 from tests.test_cli import agentloop, assert_no_traceback, process_env
+from tests.test_exactly_once import (
+    CALL_ID,
+    LOOKUP_OUTAGE,
+    RESERVE,
+    run_input,
+    the_call,
+    write_script,
+)
 from tests.test_hardening import assert_never_wedged, paused_for_approval, refusals
 
 LEAD = Ed25519PrivateKey.generate()
@@ -113,6 +129,52 @@ def test_unsigned_wrong_key_unknown_approver_and_expiry_are_each_named() -> None
 def test_without_keys_every_decision_counts_as_given() -> None:
     assert ApproverKeys.parse(None).problem(decision(), workflow_id="w", run="r", now=NOW) is None
     assert not ApproverKeys.parse("").signing
+
+
+def resolution(key: Ed25519PrivateKey | None = LEAD, **fields: Any) -> ResolveRequest:
+    word = ResolveRequest.model_validate(
+        {"call_id": "c_res", "outcome": "not_applied", "operator": "workshop-lead", **fields}
+    )
+    return (
+        word
+        if key is None
+        else sign_resolution(word, key, workflow_id="wf-1", run="run-1", now=NOW)
+    )
+
+
+def resolution_problem(word: ResolveRequest, approvers: tuple[str, ...] = ()) -> str | None:
+    return KEYS.resolution_problem(
+        word, workflow_id="wf-1", run="run-1", now=NOW, approvers=approvers
+    )
+
+
+def test_a_resolve_counts_when_signed_by_a_key_holder_the_tool_allows() -> None:
+    assert resolution_problem(resolution()) is None
+    assert resolution_problem(resolution(), approvers=("workshop-lead",)) is None
+    assert "unsigned: this worker takes only signed resolutions" in (
+        resolution_problem(resolution(None)) or ""
+    )
+    assert "'workshop-lead' may not settle this write; approvers: ops" in (
+        resolution_problem(resolution(), approvers=("ops",)) or ""
+    )
+    assert "no approver key is configured for 'mallory'" in (
+        resolution_problem(resolution(operator="mallory")) or ""
+    )
+    for change in ({"outcome": "applied"}, {"note": "added later"}, {"call_id": "c_other"}):
+        tampered = resolution().model_copy(update=change)
+        assert "the signature is not workshop-lead's" in (resolution_problem(tampered) or "")
+    # An approval's signature never passes for a resolution, nor the other way round.
+    approval = signed(call_id="c_res")
+    borrowed = resolution(None).model_copy(
+        update={"signature": approval.signature, "expires_at": approval.expires_at}
+    )
+    assert "the signature is not" in (resolution_problem(borrowed) or "")
+    assert (
+        ApproverKeys.parse(None).resolution_problem(
+            resolution(None), workflow_id="w", run="r", now=NOW, approvers=("ops",)
+        )
+        is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -325,3 +387,80 @@ def test_a_key_file_that_is_not_ed25519_is_refused(tmp_path: Path) -> None:
     path.write_text("not a key")
     with pytest.raises(SigningError, match="not an unencrypted PEM private key"):
         load_private_key(path)
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("clean_fakes")
+async def test_with_keys_only_a_signed_resolve_by_an_approver_settles_a_write(
+    client: Client,
+    signing_worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+    tmp_path: Path,
+) -> None:
+    """Issue #33: on a worker taking only signed approvals, an unsigned `resolve` saying a
+    write that was sent was not applied settled it all the same; settling a write's outcome
+    decides as much as approving it."""
+    scripted_provider.register(write_script(run_id, RESERVE, "workshop-lead says applied"))
+    example_service.inject_fault(RESERVE.write_endpoint, "commit_then_drop")
+    example_service.inject_fault(RESERVE.lookup_endpoint, "unavailable", count=LOOKUP_OUTAGE)
+    handle = await start_run(client, signing_worker, run_id, run_input(run_id, RESERVE))
+    await wait_for_phase(handle, "awaiting_approval")
+    run = await run_of(handle)
+    approval = sign_decision(await pending_decision(handle), LEAD, workflow_id=handle.id, run=run)
+    assert (await handle.execute_update("decide_approval", approval))["accepted"] is True
+    await wait_for_phase(handle, "awaiting_reconciliation")
+
+    def word(operator: str = "workshop-lead", **fields: Any) -> ResolveRequest:
+        said = {"call_id": CALL_ID, "outcome": "not_applied", "operator": operator, **fields}
+        return ResolveRequest.model_validate(said)
+
+    for refused in (
+        word("mallory"),
+        word(),
+        sign_resolution(word(), INTRUDER, workflow_id=handle.id, run=run),
+    ):
+        await handle.signal("resolve", refused)
+    records = await refusals(handle, 3)
+    assert [(r["signal"], r["operator"]) for r in records] == [
+        ("resolve", "mallory"),
+        ("resolve", "workshop-lead"),
+        ("resolve", "workshop-lead"),
+    ]
+    reasons = [r["refused_because"] for r in records]
+    assert reasons[0] == "'mallory' may not settle this write; approvers: workshop-lead"
+    assert reasons[1].startswith("unsigned: this worker takes only signed resolutions")
+    assert "the signature is not workshop-lead's" in reasons[2]
+    assert "signature" not in records[2]
+    view = await handle.query("status", result_type=RunStatusView)
+    assert view.phase == "awaiting_reconciliation" and the_call(view.calls).status == "unknown"
+
+    # `agentloop resolve --key` signs for the run chain, as `approve --key` does.
+    lead_pem = tmp_path / "lead.pem"
+    lead_pem.write_bytes(LEAD.private_bytes(*PKCS8))
+    env = process_env(
+        TEMPORAL_ADDRESS=client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=signing_worker.task_queue,
+        AGENTLOOP_STORE_URL=signing_worker.store_url,
+    )
+    resolved = await agentloop(
+        "resolve", run_id, CALL_ID, "--outcome", "applied", "--operator", "workshop-lead",
+        "--note", "seen in the register", "--key", str(lead_pem), "--json", env=env,
+    )  # fmt: skip
+    assert resolved.returncode == 0, resolved.explain()
+    assert json.loads(resolved.stdout)["request"]["signature"]
+    result: AgentRunResult = await asyncio.wait_for(handle.result(), 30)
+    assert result.status == "completed", result.stop_reason
+    call = the_call(result.calls)
+    assert call.status == "confirmed_after_query"
+    assert "resolved: workshop-lead says applied: seen in the register" in call.decision
+    assert reservations(example_service) == 1
+    await assert_never_wedged(handle)
+    checks = [
+        e
+        async for e in handle.fetch_history_events()
+        if e.HasField("marker_recorded_event_attributes")
+        and b"check_resolution" in e.marker_recorded_event_attributes.SerializeToString()
+    ]
+    assert len(checks) == 4  # three refused, one accepted: each checked by the worker once

@@ -1,4 +1,5 @@
-"""`check_approval`: whether an approval decision counts, by the worker's approver keys.
+"""`check_approval` and `check_resolution`: whether an approval decision, or an operator's word
+on an unknown write, counts, by the worker's approver keys.
 
 The signature check runs here, in the worker, never in the workflow: the workflow acts on the
 verdict recorded in history, so a replay needs neither the keys nor the crypto. The keys are
@@ -11,7 +12,7 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 
-from agentloop.activity_io import ApprovalCheck, CheckApprovalInput
+from agentloop.activity_io import ApprovalCheck, CheckApprovalInput, CheckResolutionInput
 from agentloop.runtime.audit import audit
 from agentloop.runtime.signing import ApproverKeys
 
@@ -32,6 +33,27 @@ class ApprovalActivities:
             workflow_id=request.workflow_id,
             call_id=decision.call_id,
             approver=decision.approver,
+            signing=signing,
+            counts=problem is None,
+        )
+        return ApprovalCheck(problem=problem or "", signing=signing)
+
+    @activity.defn(name="check_resolution")
+    async def check_resolution(self, request: CheckResolutionInput) -> ApprovalCheck:
+        resolution = request.resolution
+        problem = self._keys.resolution_problem(
+            resolution,
+            workflow_id=request.workflow_id,
+            run=request.run,
+            now=datetime.now(UTC),
+            approvers=request.approvers,
+        )
+        signing = "signed" if self._keys.signing else "unsigned"
+        audit(
+            "resolution.checked",
+            workflow_id=request.workflow_id,
+            call_id=resolution.call_id,
+            operator=resolution.operator,
             signing=signing,
             counts=problem is None,
         )

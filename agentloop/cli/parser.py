@@ -186,6 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
     resolve.add_argument("--outcome", choices=["applied", "not_applied"], required=True)
     resolve.add_argument("--operator", required=True)
     resolve.add_argument("--note", default="")
+    resolve.add_argument(
+        "--key",
+        help="sign the word with this operator's private key (PEM, from `agentloop keys new`; "
+        "default: $AGENTLOOP_APPROVER_KEY): needed when the workers have "
+        "AGENTLOOP_APPROVER_KEYS",
+    )
     add_json_flag(resolve)
 
     history = commands.add_parser(

@@ -62,7 +62,12 @@ from agentloop.runtime.audit import mask_url
 from agentloop.runtime.codec import KeyRing
 from agentloop.runtime.config import Settings
 from agentloop.runtime.indexing import missing_attributes, unregistered
-from agentloop.runtime.signing import SigningError, load_private_key, sign_decision
+from agentloop.runtime.signing import (
+    SigningError,
+    load_private_key,
+    sign_decision,
+    sign_resolution,
+)
 from agentloop.store import StoreError, StoreUnavailable
 
 FOLLOW_POLL_SECONDS = 0.5
@@ -123,8 +128,7 @@ async def client_command(
     if isinstance(request, ApprovalDecision):
         return await decide(handle, args, request)
     if isinstance(request, ResolveRequest):
-        done = f"resolution sent for {args.call_id}: {args.outcome}"
-        return await send_signal(handle, "resolve", request, done, as_json=args.json)
+        return await resolve(handle, args, request)
     if isinstance(request, UserMessage):
         done = f"message sent to {args.run_id}"
         return await send_signal(handle, "message", request, done, as_json=args.json)
@@ -496,6 +500,21 @@ async def decide(handle: Handle, args: argparse.Namespace, request: ApprovalDeci
         arguments=shown["arguments"] if shown else None,
     )
     return report_decision(decision, as_json=args.json)
+
+
+async def resolve(handle: Handle, args: argparse.Namespace, request: ResolveRequest) -> int:
+    """The `resolve` signal, signed with `--key` (or $AGENTLOOP_APPROVER_KEY) for this run
+    chain: a worker with approver keys takes only a signed word."""
+    key = private_key(args, "AGENTLOOP_APPROVER_KEY")
+    if key is not None:
+        found = await read_snapshot(handle)
+        if found.status is None:
+            raise run_ended(found, SIGNAL_NOUNS["resolve"])
+        chain = found.status.run_chain
+        run = chain[0] if chain else ""
+        request = sign_resolution(request, key, workflow_id=handle.id, run=run)
+    done = f"resolution sent for {args.call_id}: {args.outcome}"
+    return await send_signal(handle, "resolve", request, done, as_json=args.json)
 
 
 def report_decision(decision: Decision, as_json: bool) -> int:

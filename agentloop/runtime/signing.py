@@ -14,6 +14,14 @@ What is signed (`signed_bytes`) is a fixed prefix and the canonical JSON of
 where `run` is the first run id of the run chain (`status.run_chain[0]`): a decision signed
 for one run never counts for another run reusing its workflow id.
 
+An operator's `resolve` (their word on a write whose outcome stayed unknown) decides as much
+as an approval: with keys, it counts only when signed by the key of the operator it names (and,
+when the tool names approvers, one of them), for exactly this run chain, call, outcome and
+note. What is signed (`resolution_bytes`) is another prefix (an approval's signature never
+passes for a resolution) and the canonical JSON of
+
+    {"call_id", "expires_at", "note", "operator", "outcome", "run", "workflow_id"}
+
 Keys as text: `ed25519:BASE64` (the 32 raw bytes of the public key); a private key is a PEM
 file (`agentloop keys new NAME`). Used by the worker (checking), the CLI and `sign_decision`
 (signing).
@@ -25,7 +33,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -35,9 +43,10 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from agentloop.contract import ApprovalDecision, Principal
+from agentloop.contract import ApprovalDecision, Principal, ResolveRequest
 
 SIGNED_PREFIX = b"agentloop approval v1\n"
+RESOLUTION_PREFIX = b"agentloop resolution v1\n"
 KEY_PREFIX = "ed25519:"
 DEFAULT_LIFETIME = timedelta(minutes=15)
 """How long a signature made by the CLI counts."""
@@ -63,7 +72,25 @@ def signed_bytes(decision: ApprovalDecision, *, workflow_id: str, run: str) -> b
         "run": run,
         "workflow_id": workflow_id,
     }
-    return SIGNED_PREFIX + json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+    return SIGNED_PREFIX + _canonical(fields)
+
+
+def resolution_bytes(request: ResolveRequest, *, workflow_id: str, run: str) -> bytes:
+    """What the operator signs for `request` on run chain `workflow_id`/`run`."""
+    fields = {
+        "call_id": request.call_id,
+        "expires_at": _instant(request.expires_at),
+        "note": request.note,
+        "operator": request.operator,
+        "outcome": request.outcome,
+        "run": run,
+        "workflow_id": workflow_id,
+    }
+    return RESOLUTION_PREFIX + _canonical(fields)
+
+
+def _canonical(fields: Mapping[str, object]) -> bytes:
+    return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
 
 def sign_decision(
@@ -77,12 +104,30 @@ def sign_decision(
 ) -> ApprovalDecision:
     """`decision` with `expires_at` (now + `lifetime`) and its signature, for run chain
     `workflow_id`/`run` (the run's first run id: `status.run_chain[0]`)."""
-    if lifetime > MAX_LIFETIME:
-        raise SigningError(f"a signature counts for at most {MAX_LIFETIME}, not {lifetime}")
-    expires = (now or datetime.now(UTC)) + lifetime
-    unsigned = decision.model_copy(update={"expires_at": expires, "signature": ""})
+    unsigned = decision.model_copy(update={"expires_at": _expiry(now, lifetime), "signature": ""})
     signature = key.sign(signed_bytes(unsigned, workflow_id=workflow_id, run=run))
     return unsigned.model_copy(update={"signature": base64.b64encode(signature).decode()})
+
+
+def sign_resolution(
+    request: ResolveRequest,
+    key: Ed25519PrivateKey,
+    *,
+    workflow_id: str,
+    run: str,
+    now: datetime | None = None,
+    lifetime: timedelta = DEFAULT_LIFETIME,
+) -> ResolveRequest:
+    """`request` with `expires_at` and its signature, like `sign_decision`."""
+    unsigned = request.model_copy(update={"expires_at": _expiry(now, lifetime), "signature": ""})
+    signature = key.sign(resolution_bytes(unsigned, workflow_id=workflow_id, run=run))
+    return unsigned.model_copy(update={"signature": base64.b64encode(signature).decode()})
+
+
+def _expiry(now: datetime | None, lifetime: timedelta) -> datetime:
+    if lifetime > MAX_LIFETIME:
+        raise SigningError(f"a signature counts for at most {MAX_LIFETIME}, not {lifetime}")
+    return (now or datetime.now(UTC)) + lifetime
 
 
 @dataclass(frozen=True)
@@ -119,32 +164,82 @@ class ApproverKeys:
         """Why `decision` does not count under these keys, or None when it does."""
         if not self.keys:
             return None
-        if not decision.signature:
+        return self._signature_problem(
+            decision.approver,
+            decision.signature,
+            decision.expires_at,
+            signed_bytes(decision, workflow_id=workflow_id, run=run),
+            now,
+            what=("decision", "approvals", "call, arguments, verdict or reason"),
+            command="agentloop approve --key",
+        )
+
+    def resolution_problem(
+        self,
+        request: ResolveRequest,
+        *,
+        workflow_id: str,
+        run: str,
+        now: datetime,
+        approvers: Sequence[str] = (),
+    ) -> str | None:
+        """Why an operator's `request` does not count under these keys, or None when it does:
+        signed by a key holder, and by one of the tool's `approvers` when it names some."""
+        if not self.keys:
+            return None
+        if approvers and request.operator not in approvers:
+            return f"{request.operator!r} may not settle this write; approvers: " + ", ".join(
+                approvers
+            )
+        return self._signature_problem(
+            request.operator,
+            request.signature,
+            request.expires_at,
+            resolution_bytes(request, workflow_id=workflow_id, run=run),
+            now,
+            what=("word", "resolutions", "call, outcome or note"),
+            command="agentloop resolve --key",
+        )
+
+    def _signature_problem(
+        self,
+        signer: str,
+        signature_text: str,
+        expires_at: datetime | None,
+        message: bytes,
+        now: datetime,
+        *,
+        what: tuple[str, str, str],
+        command: str,
+    ) -> str | None:
+        """`what`: the thing signed, its plural as the worker takes it, what it binds."""
+        thing, plural, bound = what
+        if not signature_text:
             names = ", ".join(sorted(self.keys))
             return (
-                "unsigned: this worker takes only signed approvals (keys for: "
-                f"{names}); sign with `agentloop approve --key`"
+                f"unsigned: this worker takes only signed {plural} (keys for: {names}); sign "
+                f"with `{command}`"
             )
-        public = self.keys.get(decision.approver)
+        public = self.keys.get(signer)
         if public is None:
-            return f"no approver key is configured for {decision.approver!r}"
-        if decision.expires_at is None:
-            return "a signed decision needs expires_at"
-        expires = decision.expires_at.astimezone(UTC)
+            return f"no approver key is configured for {signer!r}"
+        if expires_at is None:
+            return f"a signed {thing} needs expires_at"
+        expires = expires_at.astimezone(UTC)
         if expires <= now:
             return f"the signature expired at {_instant(expires)}"
         if expires - now > MAX_LIFETIME:
             return f"the signature claims to count until {_instant(expires)}, past {MAX_LIFETIME}"
         try:
-            signature = base64.b64decode(decision.signature, validate=True)
+            signature = base64.b64decode(signature_text, validate=True)
         except (binascii.Error, ValueError):
             return "the signature is not base64"
         try:
-            public.verify(signature, signed_bytes(decision, workflow_id=workflow_id, run=run))
+            public.verify(signature, message)
         except InvalidSignature:
             return (
-                f"the signature is not {decision.approver}'s for this decision (signed for "
-                "another run, call, arguments, verdict or reason, or with another key)"
+                f"the signature is not {signer}'s for this {thing} (signed for another run, "
+                f"{bound}, or with another key)"
             )
         return None
 

@@ -1,5 +1,6 @@
-"""The Temporal side of approval decisions: the worker's check of each one (`check_approval`,
-a local activity: the signature against the worker's approver keys), and its audit record.
+"""The Temporal side of approval decisions and operators' `resolve`: the worker's check of each
+one (`check_approval`, `check_resolution`, local activities: the signature against the
+worker's approver keys), and its audit record.
 
 Workflow code (deterministic). The workflow never verifies a signature: it acts on the
 verdict the activity recorded, so replay needs neither keys nor crypto.
@@ -14,8 +15,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 import agentloop.workflows.loop as loop
-from agentloop.activity_io import ApprovalCheck, CheckApprovalInput
-from agentloop.contract import ApprovalDecision, ApprovalVerdict
+from agentloop.activity_io import ApprovalCheck, CheckApprovalInput, CheckResolutionInput
+from agentloop.contract import ApprovalDecision, ApprovalVerdict, ResolveRequest
 from agentloop.workflows.failures import LOCAL_FAILURES, describe_failure, local_failure
 from agentloop.workflows.loop import CheckApprovals, DecisionToCheck, LoopState
 from agentloop.workflows.visibility import audit
@@ -25,14 +26,18 @@ CHECK_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempt
 
 
 async def check_approvals(state: LoopState, step: CheckApprovals) -> dict[int, ApprovalVerdict]:
-    """Each held decision checked by the worker, in parallel, then applied in the order they
-    arrived (the first that counts decides its call); the verdicts by ticket."""
+    """Each held decision (and operator's `resolve`) checked by the worker, in parallel, then
+    applied in the order they arrived (the first that counts decides its call); the approval
+    verdicts by ticket."""
     checks = await asyncio.gather(*(_check(state, held) for held in step.decisions))
     verdicts: dict[int, ApprovalVerdict] = {}
     for held, check in zip(step.decisions, checks, strict=True):
-        verdict = loop.record_checked_decision(
-            state, held, check.problem, check.signing, workflow.now()
-        )
+        now = workflow.now()
+        if isinstance(held.decision, ResolveRequest):
+            refused = loop.record_checked_resolution(state, held, check.problem, check.signing, now)
+            _audit_resolution(held.decision, refused, check.signing)
+            continue
+        verdict = loop.record_checked_decision(state, held, check.problem, check.signing, now)
         audit_decision(held.decision, verdict, signing=check.signing)
         verdicts[held.ticket] = verdict
     return verdicts
@@ -40,19 +45,33 @@ async def check_approvals(state: LoopState, step: CheckApprovals) -> dict[int, A
 
 async def _check(state: LoopState, held: DecisionToCheck) -> ApprovalCheck:
     info = workflow.info()
+    run = state.run_chain[0] if state.run_chain else info.run_id
+    asked = held.decision
     try:
-        check: ApprovalCheck = await workflow.execute_local_activity(
-            "check_approval",
-            CheckApprovalInput(
-                decision=held.decision,
-                workflow_id=info.workflow_id,
-                run=state.run_chain[0] if state.run_chain else info.run_id,
-            ),
-            result_type=ApprovalCheck,
-            start_to_close_timeout=CHECK_TIMEOUT,
-            retry_policy=CHECK_RETRY,
-            summary=f"check approval of {held.decision.call_id} by {held.decision.approver}",
-        )
+        check: ApprovalCheck
+        if isinstance(asked, ResolveRequest):
+            check = await workflow.execute_local_activity(
+                "check_resolution",
+                CheckResolutionInput(
+                    resolution=asked,
+                    workflow_id=info.workflow_id,
+                    run=run,
+                    approvers=state.with_specs([asked.call_id])[0][1].approvers,
+                ),
+                result_type=ApprovalCheck,
+                start_to_close_timeout=CHECK_TIMEOUT,
+                retry_policy=CHECK_RETRY,
+                summary=f"check resolve of {asked.call_id} by {asked.operator}",
+            )
+        else:
+            check = await workflow.execute_local_activity(
+                "check_approval",
+                CheckApprovalInput(decision=asked, workflow_id=info.workflow_id, run=run),
+                result_type=ApprovalCheck,
+                start_to_close_timeout=CHECK_TIMEOUT,
+                retry_policy=CHECK_RETRY,
+                summary=f"check approval of {asked.call_id} by {asked.approver}",
+            )
     except LOCAL_FAILURES as caught:
         exc = local_failure(caught)
         # A decision nobody could check does not count; the approver may send it again.
@@ -71,5 +90,17 @@ def audit_decision(
         approver=decision.approver,
         accepted=verdict.accepted,
         refused_because=verdict.reason,
+        **({"signing": signing} if signing else {}),
+    )
+
+
+def _audit_resolution(request: ResolveRequest, refused: str | None, signing: str | None) -> None:
+    audit(
+        "resolution.decided",
+        call_id=request.call_id,
+        outcome=request.outcome,
+        operator=request.operator,
+        accepted=refused is None,
+        refused_because=refused or "",
         **({"signing": signing} if signing else {}),
     )

@@ -70,13 +70,25 @@ def receive_decision(
         return _refused_decision(state, decision, refused, now)
     if not state.has(Feature.APPROVALS_CHECKED_BY_WORKER):
         return _apply_decision(state, decision, now)
+    held = _held_for_check(state, decision)
+    if held is None:
+        return _refused_decision(state, decision, TOO_MANY_TO_CHECK, now)
+    return held
+
+
+TOO_MANY_TO_CHECK = f"{MAX_DECISIONS_TO_CHECK} decisions already wait for the worker's check"
+
+
+def _held_for_check(
+    state: LoopState, asked: ApprovalDecision | ResolveRequest
+) -> DecisionToCheck | None:
+    """`asked`, held for the worker's check; None when too many already wait."""
     batch = state.batch
     assert batch is not None
     if len(batch.to_check) >= MAX_DECISIONS_TO_CHECK:
-        reason = f"{MAX_DECISIONS_TO_CHECK} decisions already wait for the worker's check"
-        return _refused_decision(state, decision, reason, now)
+        return None
     state.decisions_received += 1
-    held = DecisionToCheck(ticket=state.decisions_received, decision=decision)
+    held = DecisionToCheck(ticket=state.decisions_received, decision=asked)
     batch.to_check.append(held)
     return held
 
@@ -86,15 +98,17 @@ def record_checked_decision(
 ) -> ApprovalVerdict:
     """The worker's word on a held decision: it counts (if it still can: another decision
     may have come first) or is refused with the worker's reason."""
+    decision = held.decision
+    assert isinstance(decision, ApprovalDecision)
     batch = state.batch
     if batch is not None and held in batch.to_check:
         batch.to_check.remove(held)
     if signing:
         state.approval_signing = signing
-    refused = problem or _judged(state, held.decision)
+    refused = problem or _judged(state, decision)
     if refused:
-        return _refused_decision(state, held.decision, refused, now)
-    return _apply_decision(state, held.decision, now)
+        return _refused_decision(state, decision, refused, now)
+    return _apply_decision(state, decision, now)
 
 
 def decisions_to_check(state: LoopState) -> list[DecisionToCheck]:
@@ -206,12 +220,59 @@ def _waiting_problem(state: LoopState, message: UserMessage) -> str | None:
 
 
 def record_resolution(state: LoopState, request: ResolveRequest, now: datetime) -> str | None:
-    """An operator's word on an unresolved write; returns why it was refused, if it was."""
+    """An operator's word on an unresolved write as it arrives: refused with the reason if it
+    cannot count, applied, or (feature `resolutions-checked-by-worker`) held for the worker's
+    check, which `record_checked_resolution` then applies. Returns why it was refused, if it
+    was."""
+    reason = _resolution_problem(state, request)
+    if reason is None and state.has(Feature.RESOLUTIONS_CHECKED_BY_WORKER):
+        if _held_for_check(state, request) is not None:
+            return None
+        reason = TOO_MANY_TO_CHECK
+    if reason is not None:
+        _refused_resolution(state, request, reason, now)
+        return reason
+    _apply_resolution(state, request, now)
+    return None
+
+
+def record_checked_resolution(
+    state: LoopState, held: DecisionToCheck, problem: str, signing: str | None, now: datetime
+) -> str | None:
+    """The worker's word on a held `resolve`: it settles the write (if it still can: another
+    word may have come first) or is refused with the worker's reason, returned."""
+    request = held.decision
+    assert isinstance(request, ResolveRequest)
+    batch = state.batch
+    if batch is not None and held in batch.to_check:
+        batch.to_check.remove(held)
+    if signing:
+        state.approval_signing = signing
+    reason = problem or _resolution_problem(state, request)
+    if reason:
+        _refused_resolution(state, request, reason, now)
+        return reason
+    _apply_resolution(state, request, now)
+    return None
+
+
+def _resolution_problem(state: LoopState, request: ResolveRequest) -> str | None:
     batch = state.batch
     if batch is None or request.call_id not in batch.reconciling:
-        reason = f"no write {request.call_id!r} is awaiting reconciliation"
-        _refuse(state, {"signal": "resolve", **request.model_dump()}, reason, now)
-        return reason
+        return f"no write {request.call_id!r} is awaiting reconciliation"
+    return None
+
+
+def _refused_resolution(
+    state: LoopState, request: ResolveRequest, reason: str, now: datetime
+) -> None:
+    shown = request.model_dump(mode="json", exclude={"signature", "expires_at"})
+    _refuse(state, {"signal": "resolve", **shown}, reason, now)
+
+
+def _apply_resolution(state: LoopState, request: ResolveRequest, now: datetime) -> None:
+    batch = state.batch
+    assert batch is not None
     del batch.reconciling[request.call_id]
     call, spec = state.with_specs([request.call_id])[0]
     # An inherited unknown write is settled by the same word.
@@ -228,7 +289,6 @@ def record_resolution(state: LoopState, request: ResolveRequest, now: datetime) 
         result = results.not_applied(call, said)
     settle(state, batch, result)
     close_if_answered(state)
-    return None
 
 
 TEMPORAL_CANCEL_REASON = "cancel requested through Temporal"

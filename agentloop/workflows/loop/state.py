@@ -22,6 +22,7 @@ from agentloop.contract import (
     CallRecord,
     Limits,
     Phase,
+    ResolveRequest,
     StopCause,
     UnresolvedWrite,
     Usage,
@@ -228,6 +229,12 @@ class Feature(StrEnum):
     cannot search for as written (outside `search.SEARCHABLE`: a '\\', a quote, a control
     character) fails at start (InvalidInput, naming the field). Before it, such a run ran,
     and `agentloop list` and `stats` could never find it by that value."""
+    RESOLUTIONS_CHECKED_BY_WORKER = "resolutions-checked-by-worker"
+    """An operator's `resolve` is checked by the worker before it counts (`check_resolution`:
+    with approver keys, signed by the operator's key, who must be one of the tool's approvers
+    when it names some) and the verdict recorded; a refused one is recorded with
+    `signal: "resolve"`. Before it, any `resolve` naming any operator settled the write, even
+    on a worker that takes only signed approvals."""
 
 
 FEATURES = (
@@ -311,6 +318,7 @@ FEATURES_2026_12J = (
     Feature.BLOCKED_NOT_COMPLETED,
     Feature.SIGNED_PRINCIPAL,
     Feature.SEARCHABLE_NAMES,
+    Feature.RESOLUTIONS_CHECKED_BY_WORKER,
 )
 
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
@@ -392,11 +400,13 @@ class Delegation(BaseModel):
 
 
 class DecisionToCheck(BaseModel):
-    """An approval decision that passed the workflow's own checks, waiting for the worker's
-    word (`check_approval`); `ticket` tells the `decide_approval` update waiting on it."""
+    """An approval decision (or an operator's `resolve`, feature
+    `resolutions-checked-by-worker`) that passed the workflow's own checks, waiting for the
+    worker's word (`check_approval`, `check_resolution`); `ticket` tells the
+    `decide_approval` update waiting on it."""
 
     ticket: int
-    decision: ApprovalDecision
+    decision: ApprovalDecision | ResolveRequest
 
 
 class Batch(BaseModel):
