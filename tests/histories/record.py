@@ -167,6 +167,22 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
             ScriptTurn(text="{{call_ok.condition}}"),
         ],
     )
+    resolving = Script(
+        name="replay-resolution-checked",
+        turns=[
+            ScriptTurn(
+                tool_calls=[
+                    ScriptedToolCall(
+                        id="call_res",
+                        name="reserve_seat",
+                        arguments={"workshop_id": "ws-101", "participant_id": "p-carol"},
+                    )
+                ],
+                expect_tool_results={"call_res": "ops says applied"},
+            ),
+            ScriptTurn(text="Booked."),
+        ],
+    )
     reserving = Script(
         name="replay-approval-checked",
         turns=[
@@ -365,6 +381,18 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
                 "principal": {"subject": "p-alice", "scopes": ["workshops:write"]},
             },
         ),
+        # Recorded with the `features-2026-12j` set: the reservation is approved, commits and
+        # drops its answer, the lookup cannot say (see `SERVICE_TROUBLE`), and the operator's
+        # `resolve` (see `RESOLVED`) is checked by the worker's `check_resolution` before it
+        # settles the write.
+        "resolution_checked": (
+            [resolving],
+            {
+                "model": resolving.name,
+                "tools": ["reserve_seat"],
+                "principal": {"subject": "p-alice", "scopes": ["workshops:write"]},
+            },
+        ),
         # Recorded after `indexed-however-started` joined `features-2026-12b`, started
         # WITHOUT search attributes (not in `INDEXED`) on a server that has them: the run
         # reads its tools with `describe_run` and upserts them itself before its first
@@ -501,6 +529,12 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
     }
 
 
+def unknown_write(service: ExampleService) -> None:
+    """The reservation commits and drops its answer; no lookup can say."""
+    service.inject_fault("workshops.reserve", "commit_then_drop")
+    service.inject_fault("workshops.operation", "unavailable", 50)
+
+
 SERVICE_TROUBLE: dict[str, Callable[[ExampleService], None]] = {
     # Past the local read's 5 s timeout (the dev stack's HTTP timeout is 30 s).
     "local_read_timed_out": lambda service: service.set_delay("weather", 6_000),
@@ -511,14 +545,12 @@ SERVICE_TROUBLE: dict[str, Callable[[ExampleService], None]] = {
     "write_not_applied_resent": lambda service: service.inject_fault(
         "workshops.reserve", "fail_before_commit"
     ),
-    "write_resolved_by_operator": lambda service: (
-        service.inject_fault("workshops.reserve", "commit_then_drop"),
-        service.inject_fault("workshops.operation", "unavailable", 50),
-    ),
+    "write_resolved_by_operator": unknown_write,
     # The write commits, then its answer takes 2 s: the cancel arrives meanwhile.
     "cancel_during_write": lambda service: service.inject_fault(
         "workshops.reserve", "commit_then_hang", hang_ms=2_000
     ),
+    "resolution_checked": unknown_write,
 }
 """What the example service does to a scenario's requests (cleared after it)."""
 
@@ -537,6 +569,7 @@ APPROVED = {
     "write_not_applied_resent",
     "write_resolved_by_operator",
     "cancel_during_write",
+    "resolution_checked",
 }
 """Scenarios whose pending call is approved (by `decide_approval`) once the run waits."""
 ANSWERED = {
@@ -544,13 +577,13 @@ ANSWERED = {
     "questions_not_stalls": [f"Answer {n}." for n in range(1, len(QUESTIONS) + 1)],
 }
 """Scenarios whose questions are answered (the `message` signal), each once the run asks it."""
+RESOLVED = {"resolution_checked", "write_resolved_by_operator"}
+"""Scenarios whose unknown write is resolved (`applied`, by `ops`) once the run waits for it."""
 FLOODED = {"continue_while_waiting"}
 """Scenarios sent refused decisions while they wait for approval, until they continue as new."""
 CHILD_APPROVED_LATE = {"deadline_watch_resumes": 4.5}
 """Scenarios whose delegated child (of call `call_d`) is approved this many seconds after it
 waits."""
-RESOLVED = {"write_resolved_by_operator": "applied"}
-"""Scenarios whose unknown write an operator resolves (the `resolve` signal) once it waits."""
 CANCELLED_IN_WRITE = {"cancel_during_write"}
 """Scenarios cancelled (the `cancel` signal) once their write reached the service."""
 TEAM_QUEUE = "replay-team-queue"
@@ -581,15 +614,6 @@ async def team_worker(stack: DevStack) -> AsyncIterator[None]:
         yield
 
 
-async def wait_for_phase(handle: WorkflowHandle[Any, Any], phase: str) -> RunStatusView:
-    for _ in range(600):
-        view = await handle.query("status", result_type=RunStatusView)
-        if view.phase == phase:
-            return view
-        await asyncio.sleep(0.05)
-    raise TimeoutError(f"the run never reached {phase}")
-
-
 async def cancel_once_written(handle: WorkflowHandle[Any, Any], service: ExampleService) -> None:
     for _ in range(200):
         if service.stats()["counts"].get("workshops.reserve"):
@@ -617,6 +641,18 @@ async def approve_when_waiting(handle: WorkflowHandle[Any, Any]) -> None:
             return
         await asyncio.sleep(0.05)
     raise TimeoutError("the run never waited for approval")
+
+
+async def resolve_when_waiting(handle: WorkflowHandle[Any, Any]) -> None:
+    for _ in range(600):
+        view = await handle.query("status", result_type=RunStatusView)
+        if view.unresolved:
+            [waiting] = view.unresolved
+            word = ResolveRequest(call_id=waiting["call_id"], outcome="applied", operator="ops")
+            await handle.signal("resolve", word)
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError("the run never waited for reconciliation")
 
 
 async def wait_until_waiting(handle: WorkflowHandle[Any, Any]) -> None:
@@ -714,12 +750,7 @@ async def record(only: set[str]) -> None:
                 if name in CANCELLED_IN_WRITE:
                     await cancel_once_written(handle, stack.example_service)
                 if name in RESOLVED:
-                    view = await wait_for_phase(handle, "awaiting_reconciliation")
-                    [unknown] = view.unresolved
-                    resolution = ResolveRequest(
-                        call_id=unknown["call_id"], outcome=RESOLVED[name], operator="ops"
-                    )
-                    await handle.signal("resolve", resolution)
+                    await resolve_when_waiting(handle)
                 if name in ANSWERED:
                     await answer_when_asked(handle, ANSWERED[name])
                 if name in CHILD_APPROVED_LATE:
