@@ -53,6 +53,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from agentloop import search
+from agentloop.cli.output import PAUSED_PHASES
 from agentloop.client import start_run
 from agentloop.contract import (
     AgentRunInput,
@@ -255,16 +256,21 @@ class Harness:
         *,
         provider: Provider = "openai-chat",
         settings: Settings | None = None,
+        scripts_dir: str | Path | None = None,
     ) -> None:
         """`tools`: the team's tool modules (`module[:attribute]`), loaded beside the
-        built-ins as `AGENTLOOP_TOOLS` would. `settings`: any other worker settings (the
-        server, store, queue and model endpoints are the harness's own)."""
+        built-ins as `AGENTLOOP_TOOLS` would. `settings`: any other worker settings (default:
+        what a worker reads, the environment and `AGENTLOOP_CONFIG`'s file: its MCP servers,
+        keys, tool modules; the server, store, queue and model endpoints are the harness's
+        own). `scripts_dir`: script files (`*.json`, `*.toml`) runs may name as `model=`, as
+        `agentloop dev --scripts DIR` plays them (default: the settings' `scripts_dir`)."""
         self._tools = list(tools)
         self._provider: Provider = provider
-        self._base = settings or Settings()
+        self._base = settings or Settings.from_env()
         self._exit = AsyncExitStack()
         self.env: WorkflowEnvironment | None = None
-        self.model = ScriptedProvider(builtin=False)
+        folder = scripts_dir or self._base.scripts_dir
+        self.model = ScriptedProvider(builtin=False, scripts_dir=Path(folder) if folder else None)
         self.settings = self._base
         self._models: dict[str, str] = {}
         """The script each run started here plays, by run id."""
@@ -402,23 +408,27 @@ class Harness:
         what: str = "the condition",
         *,
         timeout: float = 30.0,
+        never: Callable[[RunStatusView], bool] | None = None,
     ) -> RunStatusView:
         """Poll the run's status until `predicate` holds; returns that status. Fails (an
-        `AssertionError`) when the run finishes first, or after `timeout` seconds."""
+        `AssertionError` naming what the run waits for instead) when the run finishes first,
+        when `never` says the predicate cannot come true any more, or after `timeout`
+        seconds."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
             view = await self.status(run)
             if predicate(view):
                 return view
+            run_id = self.handle(run).id
             if view.phase == "finished":
-                raise AssertionError(
-                    f"run {self.handle(run).id} finished ({view.stop_reason}) before {what}"
-                )
+                raise AssertionError(f"run {run_id} finished ({view.stop_reason}) before {what}")
+            if never is not None and never(view):
+                raise AssertionError(f"run {run_id} will not get to {what}: {waiting_for(view)}")
             if loop.time() > deadline:
                 raise AssertionError(
-                    f"run {self.handle(run).id} is still {view.phase} after {timeout} s, "
-                    f"waiting for {what}"
+                    f"run {run_id} is still {view.phase} after {timeout} s, "
+                    f"waiting for {what}: {waiting_for(view)}"
                 )
             await asyncio.sleep(0.05)
 
@@ -529,7 +539,13 @@ class Harness:
     ) -> dict[str, Any]:
         """The entry for `call_id` (or the first) of what `status` lists, once it is there."""
         view = await self.wait_for(
-            run, lambda v: _find(listed(v), call_id) is not None, what, timeout=timeout
+            run,
+            lambda v: _find(listed(v), call_id) is not None,
+            what,
+            timeout=timeout,
+            # A paused run lists every call it waits on at once: another call's name there
+            # means `call_id` is not coming until someone answers what is listed.
+            never=lambda v: v.phase in PAUSED_PHASES and bool(listed(v)),
         )
         found = _find(listed(view), call_id)
         assert found is not None
@@ -592,6 +608,18 @@ class Harness:
     def violations(self) -> list[Violation]:
         """Every protocol violation of the session (every run's): see `violations_for`."""
         return list(self.model.violations)
+
+
+def waiting_for(view: RunStatusView) -> str:
+    """What a run waits for, in words: the calls waiting for approval or an operator (id and
+    tool), its question, or its phase when nobody is asked anything."""
+    waits = [f"approval of {p['call_id']} ({p['tool']})" for p in view.pending_approvals]
+    waits += [f"an operator to resolve {u['call_id']} ({u['tool']})" for u in view.unresolved]
+    if view.question is not None:
+        waits.append(f"an answer to {view.question!r}")
+    if not waits:
+        return f"it is {view.phase}, waiting for nobody"
+    return f"it is {view.phase}, waiting for " + ", ".join(waits)
 
 
 def _find(entries: list[dict[str, Any]], call_id: str | None) -> dict[str, Any] | None:

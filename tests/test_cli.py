@@ -405,6 +405,122 @@ async def test_the_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
     )
 
 
+def readme_walkthrough() -> tuple[str, str, list[list[str]]]:
+    """The README's "A write, its approval, its script": `my_tools.py`'s continuation, the
+    script file, and the shell commands (each as its words)."""
+    section = README.read_text(encoding="utf-8").split("\n**A write, its approval", 1)[1]
+    module = re.search(r"```python\n# my_tools.py, continued\n(.*?)```", section, re.DOTALL)
+    script = re.search(r"In `scripts/refund-a17.toml`:\n\n```toml\n(.*?)```", section, re.DOTALL)
+    shell = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
+    assert module and script and shell, "the walkthrough's module, script or commands are gone"
+    lines = shell.group(1).replace("\\\n", " ").splitlines()
+    commands = [shlex.split(line, comments=True) for line in lines]
+    return module.group(1), script.group(1), [words for words in commands if words]
+
+
+def exported(output: str) -> dict[str, str]:
+    """The variables of the `export ...` line `agentloop dev` prints for a second shell."""
+    [line] = [line for line in output.splitlines() if line.startswith("export ")]
+    return dict(word.split("=", 1) for word in shlex.split(line)[1:])
+
+
+async def test_the_readme_write_walkthrough_runs_as_written_from_a_second_shell(
+    tmp_path: Path,
+) -> None:
+    """The quickstart's `my_tools.py` with the walkthrough's refund, its script file in
+    `scripts/`, and its commands as written, in a second process that knows the stack only
+    from the `export` line `agentloop dev` printed: the run waits for finance, is approved,
+    completes, and the service made exactly one refund."""
+    quickstart, _ = readme_quickstart()
+    module, script, commands = readme_walkthrough()
+    (dev_env, dev_words), *client_commands = map(split_env, commands)
+    assert [words[:2] for _, words in [(dev_env, dev_words), *client_commands]] == [
+        ["agentloop", "dev"],
+        ["agentloop", "run"],
+        ["agentloop", "status"],
+        ["agentloop", "approve"],
+        ["agentloop", "status"],
+    ], commands
+    orders_port = free_port()
+    default_url = "http://127.0.0.1:8790"
+    (tmp_path / "my_tools.py").write_text(
+        (quickstart + module).replace(default_url, f"http://127.0.0.1:{orders_port}")
+    )
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "refund-a17.toml").write_text(script)
+    service_process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "examples/refunds/refunds_service.py",
+        "--port",
+        str(orders_port),
+        env=process_env(),
+        cwd=README.parent,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        await wait_until(lambda: port_is_listening(orders_port), "the orders service", 15)
+        argv, port = dev_argv(tmp_path / "state", *dev_words[2:])
+        async with dev_process(argv, process_env(**dev_env), cwd=tmp_path) as dev:
+            assert re.search(r"^ +refund +write +looked up$", dev.output, re.MULTILINE)
+            assert f"and the files of {tmp_path / 'scripts'}" in dev.output, dev.output
+            assert "refund-a17" in dev.output
+            second = exported(dev.output)
+            assert second["TEMPORAL_ADDRESS"] == f"127.0.0.1:{port}", dev.output
+            store = tmp_path / "state" / "store.db"
+            assert second["AGENTLOOP_STORE_URL"] == f"sqlite:///{store.resolve()}"
+            assert second["OPENAI_API_KEY"] == "scripted", second
+            # Another folder: only the exported variables tell it where the stack is.
+            elsewhere = tmp_path / "elsewhere"
+            elsewhere.mkdir()
+            env = process_env(**second)
+            finished = []
+            for command_env, words in client_commands:
+                ran = await agentloop(*words[1:], env={**env, **command_env}, cwd=elsewhere)
+                finished.append(ran)
+                if words[1] == "status" and len(finished) == 2:
+                    assert ran.returncode == 4, ran.explain()  # awaiting approval
+                    assert "agentloop approve refund-a17 call_refund" in ran.stdout
+            started, paused, approved, _ = finished
+            assert started.returncode == 0 and approved.returncode == 0, approved.explain()
+            status_words = client_commands[-1][1][1:]
+            ended = finished[-1]
+            deadline = time.monotonic() + 30
+            while ended.returncode == 5 and time.monotonic() < deadline:  # still running
+                ended = await agentloop(*status_words, env=env, cwd=elsewhere)
+            transcript = await agentloop("transcript", "refund-a17", env=env, cwd=elsewhere)
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(f"http://127.0.0.1:{orders_port}/_stats") as response,
+            ):
+                stats = await response.json()
+    finally:
+        service_process.kill()
+        await service_process.wait()
+    assert ended.returncode == 0, ended.explain()
+    assert "status: completed" in ended.stdout
+    assert re.search(r"^answer: Refunded 40.0 EUR of order A-17 \(R-1\)", ended.stdout, re.M)
+    assert stats == {"created": 1}
+    assert transcript.returncode == 0, transcript.explain()
+    assert "tool result call_refund refund: succeeded" in transcript.stdout, transcript.explain()
+    assert f"reading the store at sqlite:///{store.resolve()}" in transcript.stderr
+    assert not (elsewhere / ".agentloop").exists()
+
+
+async def test_a_run_without_model_against_the_scripted_provider_is_refused(
+    tmp_path: Path,
+) -> None:
+    # Nobody listens on TEMPORAL_ADDRESS: refused before Temporal is asked.
+    env = process_env(TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}")
+    finished = await agentloop("run", "Refund order A-17", env=env, cwd=tmp_path)
+    assert finished.returncode == 2, finished.explain()
+    assert_no_traceback(finished)
+    [line] = finished.stderr.splitlines()
+    assert "--model is needed" in line and "OPENAI_API_KEY" in line, line
+    assert "agentloop dev --scripts DIR" in line
+
+
 # --- agentloop cancel ------------------------------------------------------------------
 
 

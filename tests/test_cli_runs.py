@@ -572,10 +572,12 @@ async def test_a_second_run_with_a_running_runs_id_is_one_line_and_exit_2(
     client: Client, env: dict[str, str], run_id: str, tmp_path: Path
 ) -> None:
     idle = {**env, "AGENT_LOOP_TASK_QUEUE": f"idle-{run_id}"}  # no worker: it stays running
-    first = await agentloop("run", "hi", "--id", run_id, env=idle, cwd=tmp_path)
+    first = await agentloop("run", "hi", "--model", "travel", "--id", run_id, env=idle, cwd=tmp_path)
     assert first.returncode == 0, first.explain()
     try:
-        again = await agentloop("run", "hi", "--id", run_id, env=idle, cwd=tmp_path)
+        again = await agentloop(
+            "run", "hi", "--model", "travel", "--id", run_id, env=idle, cwd=tmp_path
+        )
     finally:
         await client.get_workflow_handle(run_id).terminate("test over")
     assert again.returncode == 2, again.explain()
@@ -594,8 +596,22 @@ async def test_a_store_that_cannot_be_opened_is_named_and_exit_2(
         )
         assert finished.returncode == 2, finished.explain()
         assert_no_traceback(finished)
-        [line] = finished.stderr.splitlines()
+        reading, line = finished.stderr.splitlines()
+        assert reading.startswith(f"reading the store at {url} (AGENTLOOP_STORE_URL"), reading
         assert line.startswith(f"cannot open the store at {url} (AGENTLOOP_STORE_URL"), line
+
+
+async def test_transcript_pointed_at_no_store_says_so_and_creates_none(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    bare = {k: v for k, v in env.items() if k != "AGENTLOOP_STORE_URL"}
+    finished = await agentloop("transcript", "any-run", env=bare, cwd=tmp_path)
+    assert finished.returncode == 2, finished.explain()
+    assert_no_traceback(finished)
+    reading, refused = finished.stderr.splitlines()
+    assert reading.startswith("reading the store at sqlite:///.agentloop/store.db"), reading
+    assert "no such file .agentloop/store.db" in refused, refused
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.fixture
@@ -615,7 +631,9 @@ async def test_run_on_a_namespace_without_the_search_attributes_starts_it_uninde
 ) -> None:
     """As `agentloop.start_run` does (the docker-compose setup registers none)."""
     bare = {**env, "TEMPORAL_NAMESPACE": bare_namespace}
-    started = await agentloop("run", "hi", "--id", run_id, "--json", env=bare, cwd=tmp_path)
+    started = await agentloop(
+        "run", "hi", "--model", "travel", "--id", run_id, "--json", env=bare, cwd=tmp_path
+    )
     assert started.returncode == 0, started.explain()
     assert one_document(started)["workflow_id"] == run_id
     there = await Client.connect(client.service_client.config.target_host, namespace=bare_namespace)

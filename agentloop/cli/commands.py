@@ -128,7 +128,7 @@ async def with_settings(args: argparse.Namespace, settings: Settings) -> int:
 
         return await mcp_command(settings, args)
     # Bad input is reported before anything else, Temporal reachable or not.
-    run_input = build_run_input(args) if args.command == "run" else None
+    run_input = build_run_input(args, settings) if args.command == "run" else None
     request = build_request(args)
     client = await connect_checked(settings)
     if run_input is None:
@@ -340,6 +340,7 @@ async def dev(args: argparse.Namespace, settings: Settings) -> int:
         persist_history=args.persist,
         tools=requested_tools(args),
         settings=settings,
+        scripts_dir=args.scripts,
     ) as stack:
         settings = stack.settings
         openai = settings.openai_base_url or "the OpenAI API"
@@ -353,6 +354,9 @@ async def dev(args: argparse.Namespace, settings: Settings) -> int:
             f"{' (scripted provider)' if stack.scripted_provider else ''}\n"
             f"  worker       task queue {stack.settings.task_queue!r}, tools:\n"
             + "".join(f"    {line}\n" for line in stack.tool_effects())
+            + "".join(f"  {line}\n" for line in stack.where_things_live())
+            + "In a second shell, before `agentloop run`, `status`, `transcript`, ...:\n"
+            + f"{stack.export_line()}\n"
             + "Ctrl-C stops everything.",
             flush=True,
         )

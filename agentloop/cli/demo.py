@@ -18,6 +18,7 @@ from agentloop import search
 from agentloop.cli.commands import exit_now
 from agentloop.cli.dev import DevStack, DevStackPorts
 from agentloop.cli.progress import format_result
+from agentloop.cli.runs import REAL_MODELS
 from agentloop.contract import (
     WORKFLOW_NAME,
     AgentRunInput,
@@ -32,14 +33,6 @@ TASK = (
     "Is the train late, and what will the weather be like when I arrive?"
 )
 TRAIN_DELAY_MS = 400
-
-
-# provider -> (the setting holding its key, the real model the demo uses when it is set)
-REAL_MODELS = {
-    "openai-chat": ("openai_api_key", "gpt-4o-mini"),
-    "openai-responses": ("openai_api_key", "gpt-4o-mini"),
-    "anthropic": ("anthropic_api_key", "claude-sonnet-4-5"),
-}
 
 
 async def run_demo(provider: Provider, keep_running: bool) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shlex
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,10 +16,11 @@ from types import TracebackType
 from temporalio.client import Client
 
 from agentloop import search
+from agentloop.cli.runs import SCRIPTED_KEY
 from agentloop.client import connect
 from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.demo.services import ExampleService
-from agentloop.runtime.config import Settings
+from agentloop.runtime.config import VARIABLES, Settings
 from agentloop.runtime.dev_server import (
     FAST_DEV_SERVER,
     DevStackError,
@@ -58,10 +60,14 @@ class DevStack:
         quiet: bool = False,
         tools: Sequence[str] = (),
         settings: Settings | None = None,
+        scripts_dir: Path | None = None,
     ) -> None:
         """`settings`: the configuration the stack starts from (default: the environment and
         AGENTLOOP_CONFIG's file); its own server, store and services replace what it says of
-        them, and its provider keys decide where model calls go."""
+        them, and its provider keys decide where model calls go. `scripts_dir`: the script
+        files the scripted provider plays beside its built-in ones (default: the settings'
+        `scripts_dir`)."""
+        self._scripts_dir = scripts_dir
         self.ports = ports
         self._base = settings
         self.state_dir = state_dir
@@ -83,6 +89,45 @@ class DevStack:
         if self.toolbox is None:
             return []
         return tool_effects(self.toolbox, self.settings.mcp_server_configs())
+
+    def second_shell(self) -> dict[str, str]:
+        """The variables a second shell needs to use this stack (`agentloop run`, `status`,
+        `transcript`, a worker of its own): its server, UI, store, example service and
+        queue, and the scripted provider's endpoints and scripts. Real API keys are never
+        among them: they stay where they were set."""
+        settings = self.settings
+        fields = ["temporal_address", "ui_url", "store_url", "example_service_url", "task_queue"]
+        if settings.scripts_dir:
+            fields.append("scripts_dir")
+        for provider in ("openai", "anthropic"):
+            if getattr(settings, f"{provider}_api_key") == SCRIPTED_KEY:
+                fields += [f"{provider}_api_key", f"{provider}_base_url"]
+        return {VARIABLES[field].name: str(getattr(settings, field)) for field in fields}
+
+    def export_line(self) -> str:
+        """`export NAME=value ...` of `second_shell`, quoted for a POSIX shell."""
+        pairs = (f"{name}={shlex.quote(value)}" for name, value in self.second_shell().items())
+        return "export " + " ".join(pairs)
+
+    def where_things_live(self) -> list[str]:
+        """Where its scripts, store and workflow history are, one line each."""
+        provider = self.scripted_provider
+        scripts = "none (no scripted provider: each provider has an API key)"
+        if provider is not None:
+            names = ", ".join(sorted(provider.scripts))
+            folder = provider.scripts_dir
+            scripts = f"{names} (built in{f', and the files of {folder}' if folder else ''})"
+            scripts += "".join(f"; skipped {problem}" for problem in provider.script_problems)
+        history = (
+            str(self.state_dir.resolve() / "temporal.db")
+            if self.persist_history
+            else "in memory: gone at Ctrl-C (--persist keeps it)"
+        )
+        return [
+            f"scripts      {scripts}",
+            f"store        {self.settings.store_url}",
+            f"history      {history}",
+        ]
 
     async def __aenter__(self) -> DevStack:
         try:
@@ -108,6 +153,13 @@ class DevStack:
         # The tool modules first: one that cannot be loaded stops the stack before it starts.
         self._modules = [EXAMPLE_TOOLS_MODULE, *base.tool_modules(), *self._tools]
         self.toolbox = load_toolbox(self._modules)
+        scripts_dir = self._scripts_dir or (Path(base.scripts_dir) if base.scripts_dir else None)
+        if scripts_dir is not None and not scripts_dir.is_dir():
+            raise DevStackError(
+                f"--scripts {scripts_dir}: no such folder: give a folder of script files"
+                " (*.json, *.toml)"
+            )
+        self._scripts_dir = scripts_dir.resolve() if scripts_dir else None
         ports = self.ports
         for port, what, flag in (
             (ports.temporal, "the Temporal frontend", "--port"),
@@ -133,10 +185,12 @@ class DevStack:
                 "temporal_address": f"127.0.0.1:{ports.temporal}",
                 "example_service_url": self.example_service.base_url,
                 **endpoints,
-                "store_url": f"sqlite:///{self.state_dir / 'store.db'}",
+                # Absolute: the line for a second shell must hold wherever that shell is.
+                "store_url": f"sqlite:///{self.state_dir.resolve() / 'store.db'}",
                 "ui_url": f"http://localhost:{ports.ui}",
                 "tools": ",".join(dict.fromkeys(self._modules)),
                 "env": "development",
+                "scripts_dir": str(self._scripts_dir) if self._scripts_dir else None,
             }
         )
         await self._exit.enter_async_context(
@@ -156,14 +210,14 @@ class DevStack:
             return endpoints
         port = self.ports.scripted_provider
         ensure_port_free(port, "the scripted provider", "--provider-port")
-        self.scripted_provider = ScriptedProvider()
+        self.scripted_provider = ScriptedProvider(scripts_dir=self._scripts_dir)
         await self.scripted_provider.start(host="127.0.0.1", port=port)
         self._exit.push_async_callback(self.scripted_provider.stop)
         if not endpoints["openai_api_key"]:
-            endpoints["openai_api_key"] = "scripted"
+            endpoints["openai_api_key"] = SCRIPTED_KEY
             endpoints["openai_base_url"] = self.scripted_provider.base_url
         if not endpoints["anthropic_api_key"]:
-            endpoints["anthropic_api_key"] = "scripted"
+            endpoints["anthropic_api_key"] = SCRIPTED_KEY
             endpoints["anthropic_base_url"] = self.scripted_provider.anthropic_base_url
         return endpoints
 

@@ -34,6 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep workflow history across restarts (in STATE_DIR/temporal.db)",
     )
+    dev.add_argument(
+        "--scripts",
+        type=Path,
+        metavar="DIR",
+        help="script files (*.json, *.toml) the scripted provider plays beside its built-in"
+        " ones, each named after its file; read again on change (default: AGENTLOOP_SCRIPTS_DIR)",
+    )
     add_tools_option(dev, "beside the example tools")
 
     worker = commands.add_parser("worker", help="run a worker (configuration from the environment)")
@@ -57,7 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     run = run_parser(commands, "run", help="start an agent run and print its id and UI link")
     run.add_argument("task")
     run.add_argument("--provider", default="openai-chat")
-    run.add_argument("--model", default="travel")
+    run.add_argument(
+        "--model",
+        help="the model; with the scripted provider (no API key), the script it plays"
+        " (built in: travel, refunds; or a file of `agentloop dev --scripts DIR`)",
+    )
     run.add_argument(
         "--tool", action="append", default=[], dest="tools", help="allow this tool (repeat)"
     )

@@ -137,7 +137,36 @@ async def client_command(
     return await send_signal(handle, "cancel", request, done, as_json=args.json)
 
 
-def build_run_input(args: argparse.Namespace) -> AgentRunInput:
+# provider -> (the setting holding its key, the real model used when it is set)
+REAL_MODELS = {
+    "openai-chat": ("openai_api_key", "gpt-4o-mini"),
+    "openai-responses": ("openai_api_key", "gpt-4o-mini"),
+    "anthropic": ("anthropic_api_key", "claude-sonnet-4-5"),
+}
+SCRIPTED_KEY = "scripted"
+"""The API key `agentloop dev` and the test harness give the official clients to reach the
+scripted provider."""
+
+
+def run_model(args: argparse.Namespace, settings: Settings) -> str:
+    """`--model`, or the provider's real default model when its API key is set; without
+    either, the scripted provider would have to guess a script: exit 2 saying so."""
+    if args.model:
+        return str(args.model)
+    if args.provider not in REAL_MODELS:
+        return ""  # the run input names the bad provider
+    key_field, default_model = REAL_MODELS[args.provider]
+    if getattr(settings, key_field) not in (None, "", SCRIPTED_KEY):
+        return default_model
+    raise CommandError(
+        f"agentloop {args.command}: --model is needed: without {key_field.upper()} the"
+        " model is the scripted provider's, and --model names the script it plays (built in:"
+        " travel, refunds; or a file of the folder given to `agentloop dev --scripts DIR`)",
+        ExitCode.USAGE,
+    )
+
+
+def build_run_input(args: argparse.Namespace, settings: Settings) -> AgentRunInput:
     """The run input from the command line; raises ValidationError naming the bad field (or
     CommandError: a tenant or family no run could be found by)."""
     limits: dict[str, Any] = {}
@@ -149,7 +178,7 @@ def build_run_input(args: argparse.Namespace) -> AgentRunInput:
         task=args.task,
         instructions=args.instructions,
         provider=args.provider,
-        model=args.model,
+        model=run_model(args, settings),
         tools=args.tools,
         principal=Principal(subject=args.subject, tenant=args.tenant, scopes=args.scopes),
         limits=Limits.model_validate(limits),
@@ -342,6 +371,7 @@ async def show_transcript(
     before the run is read; one that lacks the run's transcript, or holds it under a key not
     in `keys`, 1."""
     where = f"the store at {mask_url(store_url)} (AGENTLOOP_STORE_URL: where workers write)"
+    print(f"reading {where}", file=sys.stderr, flush=True)
     try:
         store = open_transcript_store(store_url, keys)
     except StoreUnavailable as exc:

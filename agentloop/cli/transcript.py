@@ -12,6 +12,7 @@ import json
 import sqlite3
 import textwrap
 from collections.abc import Sequence
+from pathlib import Path
 from typing import assert_never
 
 from agentloop.contract import CallRecord
@@ -40,12 +41,28 @@ INDENT = "    "
 
 def open_transcript_store(store_url: str, keys: KeyRing | None) -> Store:
     """The store at `store_url`, read with the codec's `keys`; raises `StoreUnavailable`
-    saying why it cannot be opened (a folder that cannot be made, a file that is not a
-    database)."""
+    saying why it cannot be opened (no such file, a folder that cannot be made, a file that
+    is not a database). A reader never creates a store: an empty one would only hide that it
+    is looking in the wrong place."""
+    path = _sqlite_path(store_url)
+    if path is not None and not path.exists():
+        raise StoreUnavailable(
+            f"no such file {path}: no worker has written there; set AGENTLOOP_STORE_URL to"
+            " the store the workers write to (`agentloop dev` prints it)"
+        )
     try:
         return open_store(store_url, keys)
     except UNUSABLE as exc:
         raise StoreUnavailable(why_unusable(exc)) from None
+
+
+def _sqlite_path(store_url: str) -> Path | None:
+    """The file of a SQLite store URL (as `open_store` reads it); None for any other."""
+    if store_url.startswith("sqlite:///"):
+        return Path(store_url.removeprefix("sqlite:///"))
+    if "://" in store_url or not store_url:
+        return None
+    return Path(store_url)
 
 
 async def read_transcript(store: Store, head: str) -> list[Event]:

@@ -47,6 +47,7 @@ from agentloop.runtime.config_checks import (
     check_principal_signing,
     check_run_mode,
     check_sandbox_mode,
+    check_scripts_dir,
     check_slots,
     check_store_url,
     check_tool_modules,
@@ -154,6 +155,9 @@ class Settings(BaseModel):
     """`NAME=ed25519:BASE64,...`: the approvers whose signed decisions count. With it, the
     worker refuses unsigned or wrongly signed approvals (`agentloop.runtime.signing`);
     without, any signaller may name any approver. In the TOML file also an array."""
+    scripts_dir: str | None = None
+    """A folder of script files (`*.json`, `*.toml`) the scripted provider of `agentloop dev`
+    and `agentloop.testing.Harness` plays, beside the built-in ones; read again on change."""
     mcp_servers: str | None = None
     """A JSON object of MCP server name -> server (`agentloop.runtime.mcp_config`), whose tools the
     worker offers; in the TOML file the `[mcp_servers.NAME]` tables."""
@@ -333,6 +337,7 @@ VARIABLES: dict[str, Variable] = {
     "log_level": Variable("AGENTLOOP_LOG_LEVEL", check_log_level),
     "tools": Variable("AGENTLOOP_TOOLS", check_tool_modules),
     "approver_keys": Variable("AGENTLOOP_APPROVER_KEYS", check_approver_keys),
+    "scripts_dir": Variable("AGENTLOOP_SCRIPTS_DIR", check_scripts_dir),
     "mcp_servers": Variable("AGENTLOOP_MCP_SERVERS", check_servers, secret=True, mask=mask_servers),
     "starter_keys": Variable("AGENTLOOP_STARTER_KEYS", check_approver_keys),
     "principal_signing": Variable("AGENTLOOP_PRINCIPAL_SIGNING", check_principal_signing),

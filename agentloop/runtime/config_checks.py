@@ -237,6 +237,12 @@ def _is_price(value: Any) -> bool:
     )
 
 
+def check_scripts_dir(value: str) -> str | None:
+    if not Path(value).is_dir():
+        return "no such folder: expected a folder of script files (*.json, *.toml)"
+    return None
+
+
 def read_text(path: str) -> tuple[str, str | None]:
     """`(the file's text, None)`, or `("", why it cannot be read)`."""
     file = Path(path)

@@ -24,6 +24,7 @@ from agentloop.demo.scripted_provider.rendering import Rejection, Reply, TurnOut
 from agentloop.demo.scripted_provider.scripts import (
     CHARS_PER_TOKEN,
     Script,
+    ScriptFolder,
     ScriptTurn,
     ScriptUsage,
     render_placeholders,
@@ -55,11 +56,15 @@ class RecordedRequest(TypedDict):
 
 
 class Playback:
-    def __init__(self, scripts: Iterable[Script] = ()) -> None:
+    def __init__(self, scripts: Iterable[Script] = (), folder: ScriptFolder | None = None) -> None:
         self._scripts = {script.name: script for script in scripts}
         self._violations: list[Violation] = []
         self._requests: list[RecordedRequest] = []
         self._errors_answered: Counter[tuple[str, int]] = Counter()
+        self.folder = folder
+        """Script files, read again when they change (over the scripts given here)."""
+        self._from_folder: set[str] = set()
+        self.sync_folder()
 
     def register(self, script: Script) -> None:
         """Add or replace a script; its fault counters start over."""
@@ -67,8 +72,23 @@ class Playback:
         for key in [key for key in self._errors_answered if key[0] == script.name]:
             del self._errors_answered[key]
 
+    def sync_folder(self) -> None:
+        """Take in the folder's files that changed; a script whose file is gone goes too."""
+        if self.folder is None:
+            return
+        scripts, changed = self.folder.load()
+        if not changed:
+            return
+        for name in self._from_folder - set(scripts):
+            self._scripts.pop(name, None)
+        for script in scripts.values():
+            if self._scripts.get(script.name) != script:
+                self.register(script)
+        self._from_folder = set(scripts)
+
     @property
     def scripts(self) -> dict[str, Script]:
+        self.sync_folder()
         return dict(self._scripts)
 
     @property
@@ -93,12 +113,23 @@ class Playback:
         conversation = protocol.parse(body)
         self._log(protocol, body, conversation, received_at)
         model = body.get("model")
+        self.sync_folder()
         script = self._scripts.get(model) if isinstance(model, str) else None
         if script is None:
-            known = sorted(self._scripts)
-            message = f"The model `{model}` does not exist (no such script; known: {known})."
+            message = f"The model `{model}` does not exist ({self._no_such_script()})."
             return Rejection(404, message, code="model_not_found", param="model")
         return self._play(protocol, script, conversation, stream=body.get("stream") is True)
+
+    def _no_such_script(self) -> str:
+        """Where scripts were looked for, the ones known, and the files that are not one."""
+        known = sorted(self._scripts)
+        if self.folder is None:
+            where = "no such script; no script folder (`agentloop dev --scripts DIR`)"
+        else:
+            where = f"no such script in {self.folder.path}"
+            if self.folder.problems:
+                where += "; skipped: " + "; ".join(self.folder.problems)
+        return f"{where}; known: {known}"
 
     def _log(
         self, protocol: WireProtocol, body: Any, conversation: Conversation | None, at: float

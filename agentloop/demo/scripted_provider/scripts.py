@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from collections.abc import Mapping
 from importlib import resources
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from agentloop.contract import describe_validation_error
 
 # The values the Chat Completions API itself may send; anything else would not be realistic.
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
@@ -161,6 +165,71 @@ def load_builtin_scripts() -> dict[str, Script]:
             script = Script.model_validate_json(entry.read_text(encoding="utf-8"))
             scripts[script.name] = script
     return scripts
+
+
+SCRIPT_FILE_SUFFIXES = (".json", ".toml")
+
+
+class ScriptFileError(ValueError):
+    """A script file that cannot be read or is not a valid `Script`; the message names it."""
+
+
+def load_script_file(path: Path) -> Script:
+    """One script from a `.json` or `.toml` file: a `Script` (`turns`, each with `text` and/or
+    `tool_calls` of `id`, `name`, `arguments`); `name` defaults to the file's stem."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScriptFileError(f"{path}: cannot read it ({exc})") from None
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise ScriptFileError(f"{path}: not valid {path.suffix[1:].upper()} ({exc})") from None
+    if not isinstance(data, dict):
+        raise ScriptFileError(f"{path}: expected an object with `turns`, not {type(data).__name__}")
+    data.setdefault("name", path.stem)
+    try:
+        return Script.model_validate(data)
+    except ValidationError as exc:
+        raise ScriptFileError(f"{path}: {describe_validation_error(exc)}") from None
+
+
+class ScriptFolder:
+    """The scripts of a folder's `*.json` and `*.toml` files, one per file, read again when
+    a file is added, changed or removed (a stat per file per `load`: cheap enough to do on
+    every model request)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._seen: dict[Path, int] = {}
+        self._loaded: dict[str, Script] = {}
+        self.problems: list[str] = []
+        """Why each file that is not a script was skipped, at the last `load`."""
+
+    def load(self) -> tuple[dict[str, Script], bool]:
+        """The folder's scripts by name, and whether anything changed since the last call."""
+        try:
+            files = sorted(p for p in self.path.iterdir() if p.suffix in SCRIPT_FILE_SUFFIXES)
+            stamps = {p: p.stat().st_mtime_ns for p in files if p.is_file()}
+        except OSError as exc:
+            stamps, failure = {}, [f"{self.path}: cannot list it ({exc.strerror or exc})"]
+        else:
+            failure = []
+        if stamps == self._seen and not failure:
+            return dict(self._loaded), False
+        loaded: dict[str, Script] = {}
+        problems = list(failure)
+        for path in stamps:
+            try:
+                script = load_script_file(path)
+            except ScriptFileError as exc:
+                problems.append(str(exc))
+                continue
+            if script.name in loaded:
+                problems.append(f"{path}: a script named {script.name!r} is in another file too")
+                continue
+            loaded[script.name] = script
+        self._seen, self._loaded, self.problems = stamps, loaded, problems
+        return dict(loaded), True
 
 
 def render_placeholders(text: str, tool_results: Mapping[str, str]) -> tuple[str, list[str]]:

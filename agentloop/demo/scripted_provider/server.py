@@ -6,7 +6,8 @@ Routes (`model` names the script to play; the same script plays over every proto
 - `POST /v1/chat/completions`  OpenAI Chat Completions (openai `base_url` = root + `/v1`).
 - `POST /v1/responses`         OpenAI Responses (same `base_url`).
 - `POST /v1/messages`          Anthropic Messages (anthropic `base_url` = root).
-- `PUT  /_scripts/{name}`      register or replace a script (JSON body = `Script`).
+- `PUT  /_scripts/{name}`      register or replace a script (JSON body = `Script`); with
+                               `--scripts DIR`, its files too (read again when changed).
 - `GET  /_violations`          `{"violations": [{"script", "turn", "message", "protocol"}]}`.
 - `GET  /_requests`            every request: `[{"script", "turn", "stream", "body",
                                "protocol", "received_at"}]`.
@@ -21,6 +22,7 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -31,7 +33,7 @@ from agentloop.demo.scripted_provider import openai_errors
 from agentloop.demo.scripted_provider.playback import Playback, RecordedRequest, Violation
 from agentloop.demo.scripted_provider.protocols import PROTOCOLS, WireProtocol
 from agentloop.demo.scripted_provider.rendering import Rejection, Reply
-from agentloop.demo.scripted_provider.scripts import Script, load_builtin_scripts
+from agentloop.demo.scripted_provider.scripts import Script, ScriptFolder, load_builtin_scripts
 
 __all__ = ["DEFAULT_PORT", "RecordedRequest", "ScriptedProvider", "Violation", "main"]
 
@@ -47,8 +49,17 @@ class ScriptedProvider:
     """Plays scripts to the official OpenAI and Anthropic clients; stateless per request,
     except for the count of scripted errors already answered per (script, turn)."""
 
-    def __init__(self, scripts: Iterable[Script] = (), *, builtin: bool = True) -> None:
-        self._playback = Playback(load_builtin_scripts().values() if builtin else ())
+    def __init__(
+        self,
+        scripts: Iterable[Script] = (),
+        *,
+        builtin: bool = True,
+        scripts_dir: Path | None = None,
+    ) -> None:
+        """`scripts_dir`: a folder of script files (`*.json`, `*.toml`, one script each,
+        named after the file unless it says `name`), read again whenever one changes."""
+        folder = ScriptFolder(scripts_dir) if scripts_dir is not None else None
+        self._playback = Playback(load_builtin_scripts().values() if builtin else (), folder)
         for script in scripts:
             self.register(script)
         self._runner: web.AppRunner | None = None
@@ -64,6 +75,15 @@ class ScriptedProvider:
     @property
     def scripts(self) -> dict[str, Script]:
         return self._playback.scripts
+
+    @property
+    def scripts_dir(self) -> Path | None:
+        return self._playback.folder.path if self._playback.folder else None
+
+    @property
+    def script_problems(self) -> list[str]:
+        """The files of `scripts_dir` that are not a script, each with why."""
+        return list(self._playback.folder.problems) if self._playback.folder else []
 
     @property
     def violations(self) -> list[Violation]:
@@ -205,8 +225,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Serve the scripted model provider.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--scripts", type=Path, help="a folder of script files (JSON or TOML)")
     args = parser.parse_args(argv)
-    provider = ScriptedProvider()
+    provider = ScriptedProvider(scripts_dir=args.scripts)
     root = URL.build(scheme="http", host=args.host, port=args.port)
     ready = (
         f"scripted provider: openai base_url {root / 'v1'}, anthropic base_url {root}, "
