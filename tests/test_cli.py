@@ -482,7 +482,7 @@ async def test_the_readme_write_walkthrough_runs_as_written_from_a_second_shell(
                 if words[1] == "status" and len(finished) == 2:
                     assert ran.returncode == 4, ran.explain()  # awaiting approval
                     assert "agentloop approve refund-a17 call_refund" in ran.stdout
-            started, paused, approved, _ = finished
+            started, _, approved, _ = finished
             assert started.returncode == 0 and approved.returncode == 0, approved.explain()
             status_words = client_commands[-1][1][1:]
             ended = finished[-1]

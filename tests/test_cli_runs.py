@@ -572,7 +572,9 @@ async def test_a_second_run_with_a_running_runs_id_is_one_line_and_exit_2(
     client: Client, env: dict[str, str], run_id: str, tmp_path: Path
 ) -> None:
     idle = {**env, "AGENT_LOOP_TASK_QUEUE": f"idle-{run_id}"}  # no worker: it stays running
-    first = await agentloop("run", "hi", "--model", "travel", "--id", run_id, env=idle, cwd=tmp_path)
+    first = await agentloop(
+        "run", "hi", "--model", "travel", "--id", run_id, env=idle, cwd=tmp_path
+    )
     assert first.returncode == 0, first.explain()
     try:
         again = await agentloop(
