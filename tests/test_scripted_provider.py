@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 import aiohttp
@@ -346,3 +348,46 @@ async def test_an_answer_past_the_requests_output_limit_is_cut_there(client: Asy
     )
     assert travel.choices[0].finish_reason == "length"
     assert not travel.choices[0].message.tool_calls
+
+
+# --- script files ---------------------------------------------------------------------------
+
+
+async def test_script_files_are_played_and_read_again_when_they_change(tmp_path: Path) -> None:
+    folder = tmp_path / "scripts"
+    folder.mkdir()
+    (folder / "hello.toml").write_text('[[turns]]\ntext = "Hello from TOML."\n')
+    (folder / "named.json").write_text(json.dumps({"name": "other", "turns": [{"text": "J"}]}))
+    (folder / "broken.json").write_text('{"turns": []}')
+    provider = ScriptedProvider(builtin=False, scripts_dir=folder)
+    await provider.start(host="127.0.0.1", port=0)
+    try:
+        async with AsyncOpenAI(
+            base_url=provider.base_url, api_key="scripted", max_retries=0
+        ) as client:
+            first = await complete(client, "hello", [USER])
+            named = await complete(client, "other", [USER])
+            (folder / "hello.toml").write_text('[[turns]]\ntext = "Changed."\n')
+            os.utime(folder / "hello.toml", ns=(1, 1))  # a new mtime, however coarse the clock
+            (folder / "named.json").unlink()
+            changed = await complete(client, "hello", [USER])
+            with pytest.raises(NotFoundError) as missing:
+                await complete(client, "notes", [USER])
+    finally:
+        await provider.stop()
+    assert first.choices[0].message.content == "Hello from TOML."  # named after the file
+    assert named.choices[0].message.content == "J"  # named by its `name`
+    assert changed.choices[0].message.content == "Changed."
+    message = str(missing.value)
+    assert f"no such script in {folder}" in message, message
+    assert "known: ['hello']" in message  # the removed file's script is gone
+    assert f"skipped: {folder / 'broken.json'}: turns: " in message, message
+
+
+async def test_without_a_folder_no_such_script_says_where_scripts_come_from(
+    client: AsyncOpenAI,
+) -> None:
+    with pytest.raises(NotFoundError) as missing:
+        await complete(client, "notes", [USER])
+    assert "no script folder (`agentloop dev --scripts DIR`)" in str(missing.value)
+    assert "known: ['counting', 'cut', 'greeting'" in str(missing.value)

@@ -292,3 +292,37 @@ async def test_the_readmes_test_runs_as_written(tmp_path: Path) -> None:
         await service.stop()
     assert process.returncode == 0, output.decode()
     assert "1 passed" in output.decode(), output.decode()
+
+
+async def test_approving_another_call_names_the_call_that_waits(harness: Harness) -> None:
+    run = await harness.start(
+        "Say hi", tools=TOOLS, turns=[[call("send", body="hi")], reply("Sent.")]
+    )
+    started = asyncio.get_running_loop().time()
+
+    with pytest.raises(AssertionError, match=r"waiting for approval of call_1 \(send\)"):
+        await harness.approve(run, "call_9", approver="boss")
+
+    assert asyncio.get_running_loop().time() - started < 10  # not the 30 s timeout
+    await harness.approve(run, "call_1", approver="boss")
+    assert (await harness.result(run)).status == "completed"
+
+
+async def test_a_harness_reads_the_workers_configuration_and_plays_script_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "say-hi.toml").write_text(
+        '[[turns]]\ntool_calls = [{ id = "call_hi", name = "send", arguments = { body = "hi" } }]'
+        '\n\n[[turns]]\ntext = "Sent {{call_hi}}."\n'
+    )
+    config = tmp_path / "agentloop.toml"
+    config.write_text(f'scripts_dir = "{scripts}"\ntools = ["tests.kit_tools"]\n')
+    monkeypatch.setenv("AGENTLOOP_CONFIG", str(config))
+    async with Harness() as harness:  # its tools and scripts from the file alone
+        run = await harness.start("Say hi", tools=TOOLS, model="say-hi")
+        await harness.approve(run, "call_hi", approver="boss")
+        result = await harness.result(run)
+    assert result.status == "completed", result
+    assert list(DESK.sent.values()) == ["hi"]
