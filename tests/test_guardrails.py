@@ -303,3 +303,23 @@ def test_each_answer_gets_an_even_share_of_what_is_left_and_never_less_than_the_
     assert answer_room(0, 4) == MAX_ANSWER_CHARS // 4
     assert answer_room(MAX_ANSWER_CHARS // 2, 1) == MAX_ANSWER_CHARS // 2
     assert answer_room(MAX_ANSWER_CHARS, 3) == MIN_ANSWER_ROOM  # a tool asking again
+
+
+async def test_an_mcp_tool_of_a_server_the_worker_lacks_fails_the_run_saying_so(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+) -> None:
+    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="done")]))
+    run_input = AgentRunInput(
+        task="x", provider="openai-chat", model=run_id, tools=["notes_search"]
+    )
+    with pytest.raises(WorkflowFailureError) as failed:
+        await (await start_run(client, worker, run_id, run_input)).result()
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
+    assert "unknown tool 'notes_search'" in cause.message, cause.message
+    assert "this worker has no MCP server 'notes' configured (no MCP servers;" in cause.message
+    assert "AGENTLOOP_MCP_SERVERS" in cause.message
+    assert [r for r in scripted_provider.requests if r["script"] == run_id] == []

@@ -685,12 +685,20 @@ async def test_mcp_list_shows_each_tool_with_its_effect_and_why(tmp_path: Path) 
         assert "tickets_ticket_report" not in tools
         assert tools["tickets_add_note"]["effect"] == "write"
         assert "no readOnlyHint" in tools["tickets_add_note"]["why"]
+        # What the model is told and the arguments it must give, as the run would have them.
+        assert tools["tickets_add_note"]["description"] == "Add a note to a ticket"
+        schema = tools["tickets_add_note"]["input_schema"]
+        assert set(schema["properties"]) == {"ticket_id", "text"}, schema
+        assert set(schema["required"]) == {"ticket_id", "text"}, schema
+        assert tools["tickets_find_ticket"]["input_schema"] is None  # left out: no schema
         assert tools["tickets_lookup_note"]["effect"] == "write"  # hints not believed
         assert tools["tickets_find_ticket"]["effect"] is None
         assert "left out" in tools["tickets_find_ticket"]["why"]
         trusting = {"tickets": {"url": url, "reads_from_hints": True}}
         code, out, _ = await mcp_list(trusting)
         assert code == 0 and "tickets_lookup_note" in out and "read: the server's" in out, out
+        assert "      Add a note to a ticket\n" in out, out
+        assert "      arguments: ticket_id (string, required), text (string, required)" in out
     code, _, err = await mcp_list(servers, "other")
     assert code == 2 and "no MCP server 'other'" in err, err
     code, out, _ = await mcp_list(servers)  # the server is gone

@@ -128,9 +128,9 @@ class ToolActivities:
             native = self._registry.specs(n for n in request.names if n not in from_mcp)
         except UnknownToolError as exc:
             known = ", ".join(self._registry.names())
-            servers = f"; MCP servers: {', '.join(self._mcp.servers)}" if self._mcp else ""
             raise ApplicationError(
-                f"tools: unknown tool {exc.args[0]!r}; this worker has: {known}{servers}",
+                f"tools: unknown tool {exc.args[0]!r}; this worker has: {known}"
+                f"{self._no_mcp_server(str(exc.args[0]))}",
                 type="InvalidInput",
                 non_retryable=True,
             ) from None
@@ -156,6 +156,20 @@ class ToolActivities:
                 non_retryable=True,
             )
         return specs
+
+    def _no_mcp_server(self, name: str) -> str:
+        """The MCP servers this worker has; for a name shaped `SERVER_TOOL`, that it has no
+        such server (a run names an MCP tool only a worker configured with its server has)."""
+        servers = list(self._mcp.servers) if self._mcp else []
+        has = f"MCP servers: {', '.join(servers)}" if servers else "no MCP servers"
+        server, sep, tool = name.partition("_")
+        if not (sep and tool):
+            return f"; {has}"
+        return (
+            f"; if it is the tool {tool!r} of an MCP server {server!r}: this worker has no MCP"
+            f" server {server!r} configured ({has}; AGENTLOOP_MCP_SERVERS or [mcp_servers.NAME]"
+            " in AGENTLOOP_CONFIG's file, on the worker)"
+        )
 
     def _from_mcp(self, name: str) -> bool:
         return self._mcp is not None and name not in self._registry and self._mcp.owns(name)

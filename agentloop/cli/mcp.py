@@ -1,11 +1,13 @@
 """`agentloop mcp list [SERVER]`: what this worker's configuration would offer runs from its
 MCP servers, listed now: each tool under the name a run gives it, its effect and why, or why
-it is left out. Exit 1 when a server cannot be listed."""
+it is left out, with its description and the schema of its arguments (`--json`: all of it).
+Exit 1 when a server cannot be listed."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -23,6 +25,10 @@ class OfferedView(BaseModel):
     version: str | None
     needs_approval: bool | str = False
     scopes: list[str] = []
+    description: str = ""
+    """What the model is told the tool does."""
+    input_schema: dict[str, Any] | None = None
+    """The JSON Schema of its arguments, as the model is given it (None: left out)."""
 
 
 class ServerView(BaseModel):
@@ -72,6 +78,8 @@ def _view(offer: OfferedTool) -> OfferedView:
         version=spec.version if spec else None,
         needs_approval=spec.needs_approval if spec else False,
         scopes=list(spec.required_scopes) if spec else [],
+        description=spec.description if spec else "",
+        input_schema=spec.parameters if spec else None,
     )
 
 
@@ -85,6 +93,23 @@ def _lines(views: list[ServerView]) -> list[str]:
             approval = f", approval: {tool.needs_approval}" if tool.needs_approval else ""
             effect = tool.effect or "-"
             lines.append(f"  {tool.name:<32} {effect:<6} {tool.why}{approval}")
+            if tool.description:
+                lines.append(f"      {' '.join(tool.description.split())}")
+            if tool.input_schema is not None:
+                lines.append(f"      arguments: {_arguments(tool.input_schema)}")
         if not view.error and not view.tools:
             lines.append("  (no tools offered)")
     return lines
+
+
+def _arguments(schema: dict[str, Any]) -> str:
+    """`name (type, required), ...` of a JSON Schema's properties (`--json` has all of it)."""
+    properties = schema.get("properties")
+    if not isinstance(properties, dict) or not properties:
+        return "none"
+    required = schema.get("required") or []
+    parts = []
+    for name, prop in properties.items():
+        kind = prop.get("type", "any") if isinstance(prop, dict) else "any"
+        parts.append(f"{name} ({kind}{', required' if name in required else ''})")
+    return ", ".join(parts)
