@@ -578,4 +578,12 @@ async def test_the_temporal_ui_reads_well(
     )
     details = json.loads(metadata.query_result.payloads[0].data)["currentDetails"]
     assert "**awaiting_approval**" in details and "send_reply (call_w)" in details
+    # What it waits for, who may decide, and how to answer: the command and the signal.
+    command = f"`agentloop approve {run_id} call_w --approver NAME --digest "
+    assert "approval of send_reply call_w by any approver: " + command in details, details
+    assert 'update `decide_approval`: {"approved":true,"approver":"NAME","args_digest":' in details
+    assert "waiting until 20" in details
+    # The wait's timer says the same (feature `wait-summaries`).
+    [timer] = [s for s in summaries if s.startswith("awaiting_approval until ")]
+    assert "approval of send_reply call_w by any approver: " + command in timer, timer
     await handle.cancel()

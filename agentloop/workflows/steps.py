@@ -170,10 +170,13 @@ async def await_humans(state: LoopState, step: AwaitHumans, phase: Phase) -> Non
     and the next run waits on where this one stopped."""
     continues = state.has(loop.Feature.CONTINUE_WHILE_WAITING)
     state.phase = phase
-    visibility.show_phase(state)
+    visibility.show_phase(state, until=step.deadline)
     waiting = set(step.call_ids)
     since = workflow.now()
     loop.record_pause_started(state, since)
+    summary = None
+    if state.has(loop.Feature.WAIT_SUMMARIES):
+        summary = loop.wait_summary(state, step.deadline)
     with contextlib.suppress(TimeoutError):
         await workflow.wait_condition(
             lambda: (
@@ -183,6 +186,7 @@ async def await_humans(state: LoopState, step: AwaitHumans, phase: Phase) -> Non
                 or (continues and time_to_continue_as_new(state))
             ),
             timeout=max((step.deadline - since).total_seconds(), 0.001),
+            timeout_summary=summary,
         )
     loop.record_pause(state, (workflow.now() - since).total_seconds())
 

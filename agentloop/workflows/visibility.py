@@ -7,6 +7,7 @@ is a command, so when one is issued is part of what replays.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
@@ -35,8 +36,10 @@ def waiting(state: LoopState) -> None:
         show_phase(state)
 
 
-def show_phase(state: LoopState) -> None:
-    workflow.set_current_details(loop.details(state, workflow.now()))
+def show_phase(state: LoopState, until: datetime | None = None) -> None:
+    """The phase, in the details and the attribute; `until`: the deadline of a wait for
+    people, whom the details then name with how to answer them."""
+    workflow.set_current_details(loop.details(state, workflow.now(), until))
     _index_phase(state)
 
 

@@ -80,6 +80,7 @@ from agentloop.workflows.loop.views import (
     side_effects,
     status_view,
     unresolved,
+    wait_summary,
 )
 
 __all__ = [
@@ -149,4 +150,5 @@ __all__ = [
     "status_view",
     "texts_to_store",
     "unresolved",
+    "wait_summary",
 ]

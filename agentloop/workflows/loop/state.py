@@ -208,6 +208,10 @@ class Feature(StrEnum):
     pricing file) fails at start with `InvalidInput` naming the model and how to price it
     (the worker says so in `describe_run`). Before it, such a run cost 0 at every call: its
     cap never bound, and nothing said so."""
+    WAIT_SUMMARIES = "wait-summaries"
+    """A wait for people starts its timer with a summary naming what it waits for (each
+    call and tool, who may decide, until when) and the command and signal that answer it,
+    which the Temporal UI shows on the timer. Before it, the timer had no summary."""
     OVER_BUDGET_CALLS_LEDGERED = "over-budget-calls-ledgered"
     """The calls of an output that does not fit what is left of the budget go into the ledger
     (decision `over_budget`, status `proposed`), so the result's `calls` and `pending` show

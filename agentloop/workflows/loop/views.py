@@ -98,8 +98,58 @@ def facts(state: LoopState) -> list[str]:
     return decided + written + known
 
 
-def details(state: LoopState, now: datetime) -> str:
-    """A line for the Temporal UI's "current details": where the run is and what it waits on."""
+MAX_WAITS_SHOWN = 3
+"""Calls a wait's timer summary names (the others as a count): a summary stays short."""
+
+
+def answers(state: LoopState) -> list[str]:
+    """Each thing the run waits on a person for, with the CLI command that answers it and the
+    signal's JSON (for any other client): the calls waiting for approval (who may decide),
+    the question, the writes waiting for an operator."""
+    run = state.workflow_id
+    lines = []
+    for pending in pending_approvals(state):
+        call_id, digest = pending["call_id"], pending["args_digest"]
+        approvers = pending.get("approvers") or []
+        who = ", ".join(approvers) if approvers else "any approver"
+        approver = approvers[0] if len(approvers) == 1 else "NAME"
+        signal = canonical_json(
+            {"call_id": call_id, "args_digest": digest, "approved": True, "approver": approver}
+        )
+        lines.append(
+            f"approval of {pending['tool']} {call_id} by {who}: `agentloop approve {run}"
+            f" {call_id} --approver {approver} --digest {digest}` (signal `approve` or update"
+            f" `decide_approval`: {signal})"
+        )
+    asked = question(state)
+    if asked:
+        signal = canonical_json({"text": "ANSWER", "sender": "NAME"})
+        lines.append(
+            f"an answer to {asked!r}: `agentloop message {run} --sender NAME --text ANSWER`"
+            f" (signal `message`: {signal})"
+        )
+    for write in unresolved(state):
+        call_id = write["call_id"]
+        signal = canonical_json({"call_id": call_id, "outcome": "applied", "operator": "NAME"})
+        lines.append(
+            f"an operator to settle {write['tool']} {call_id}: `agentloop resolve {run} {call_id}"
+            f" --outcome applied|not_applied --operator NAME` (signal `resolve`: {signal})"
+        )
+    return lines
+
+
+def wait_summary(state: LoopState, until: datetime) -> str:
+    """The summary of a wait's timer: what the run waits for, until when, and the first
+    commands that answer it."""
+    waits = answers(state)
+    shown = waits[:MAX_WAITS_SHOWN]
+    more = f" (and {len(waits) - len(shown)} more)" if len(waits) > len(shown) else ""
+    return f"{state.phase} until {until.isoformat(timespec='seconds')}: " + "; ".join(shown) + more
+
+
+def details(state: LoopState, now: datetime, until: datetime | None = None) -> str:
+    """The Temporal UI's "current details": where the run is and what it waits on; while it
+    waits for people (`until` its deadline), what it waits for and how to answer."""
     left = budgets.limits_left(
         state.run_input.limits, state.reserved(), state.active_since(now), now
     )
@@ -119,6 +169,9 @@ def details(state: LoopState, now: datetime) -> str:
     children = [d.child_workflow_id for d in state.delegations.values() if d.status == "running"]
     if children:
         parts.append("waiting for sub-agents: " + ", ".join(children))
+    if until is not None:
+        parts.append(f"waiting until {until.isoformat(timespec='seconds')} for:")
+        parts += [f"- {line}" for line in answers(state)]
     return "\n".join(parts)
 
 
