@@ -440,6 +440,12 @@ class RunStatusView(BaseModel):
     stop_cause: StopCause | None = None
     transcript_head: str = ""
     """Key of the last transcript node in the store (`agentloop transcript` reads from it)."""
+    waiting_since: AwareDatetime | None = None
+    """While the run waits for people (`awaiting_*`): since when (the run's deadline is
+    paused meanwhile)."""
+    wait_until: AwareDatetime | None = None
+    """While it waits for people: when the wait times out (`approval_timeout`,
+    `input_timeout`, `unresolved`)."""
 
 
 class CancelRequest(BaseModel):

@@ -8,6 +8,7 @@ import io
 import json
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import get_args
 
@@ -23,7 +24,13 @@ from agentloop.cli.output import (
     RunSnapshot,
 )
 from agentloop.cli.parser import build_parser
-from agentloop.cli.progress import LivePanel, ProgressLog, format_result, format_snapshot
+from agentloop.cli.progress import (
+    LivePanel,
+    ProgressLog,
+    format_result,
+    format_snapshot,
+    status_lines,
+)
 from agentloop.cli.transcript import format_transcript
 from agentloop.contract import (
     AgentRunResult,
@@ -189,6 +196,7 @@ def test_the_progress_log_prints_a_line_only_when_its_subject_changed() -> None:
         "usage: model calls 1 used, 7 left · tool calls 2 used, 30 left · tokens 120 "
         "· cost $0.0000",
         f"counted: {counts(2)}",
+        "deadline paused: 500 s left while it waits",  # it stands still: logged once
         "  call call_check check_workshop: succeeded",
         "  call call_reserve reserve_seat: proposed",
         f"waiting for approval: call_reserve reserve_seat {json.dumps(RESERVE)} [{DIGEST}] "
@@ -209,7 +217,8 @@ def test_on_a_terminal_a_panel_is_redrawn_and_the_command_printed_once_whole() -
         for _ in range(3):
             panel.show(waiting_view())
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
-    assert "run-1" in text and "deadline: 500 s left" in text
+    assert "run-1" in text and "deadline paused: 500 s left" in text
+    assert "(commands above) waiting for approval: call_reserve" in text
     assert "15 earlier calls" in text  # only the latest calls fit
     assert "call c24 get_weather: ok" in text and "call c14 " not in text
     command = f"agentloop approve run-1 call_reserve --approver workshop-lead --digest {DIGEST}"
@@ -228,7 +237,7 @@ def test_a_snapshot_reads_as_where_the_run_is_or_how_it_ended() -> None:
     )
     text = format_snapshot(paused)
     assert text.splitlines()[0] == "run-1: RUNNING (paused, exit 4)"
-    assert "deadline: 500 s left" in text  # a snapshot is read once: the clock belongs in it
+    assert "deadline paused: 500 s left" in text  # read once: the clock belongs in it
     assert "agentloop approve run-1 call_reserve" in text
 
     result = AgentRunResult(
@@ -303,3 +312,21 @@ def test_an_answer_by_reference_is_shown_as_its_start_with_where_the_whole_is() 
     assert "answer: line 1" in shown and "the whole is sha256:ab in the store" in shown
     plain = format_result(AgentRunResult(status="completed", stop_reason="x", output="all"))
     assert "in the store" not in plain
+
+
+def test_a_wait_shows_the_time_waited_and_the_timeout_counting_down() -> None:
+    now = datetime(2026, 12, 3, 20, 0, tzinfo=UTC)
+    waiting = waiting_view()
+    waiting.waiting_since = now - timedelta(seconds=75)
+    waiting.wait_until = now + timedelta(seconds=3525)
+    lines = {line.key: line for line in status_lines("run-1", waiting, now=now)}
+    assert lines["wait"].text.startswith(
+        "waiting 1 min 15 s; approval timeout in 58 min 45 s (at "
+    ), lines["wait"]
+    assert lines["wait"].ticking  # shown live, never logged line by line
+    later = {
+        line.key: line for line in status_lines("run-1", waiting, now=now + timedelta(seconds=30))
+    }
+    assert "waiting 1 min 45 s; approval timeout in 58 min 15 s" in later["wait"].text
+    assert not lines["deadline"].ticking and "deadline paused" in lines["deadline"].text
+    assert "wait" not in {line.key for line in status_lines("run-1", waiting)}  # no clock

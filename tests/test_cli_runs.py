@@ -6,9 +6,15 @@ shows a run's progress, down to the command that approves its pending call."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import json
+import os
+import pty
 import re
 import signal
+import struct
+import termios
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -697,3 +703,88 @@ async def test_replay_json_has_one_entry_per_history(tmp_path: Path) -> None:
     [entry] = one_document(failed)
     assert (entry["ok"], entry["readable"]) == (False, False)
     assert "not JSON" in entry["problem"]
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+async def test_follow_on_a_terminal_prints_the_command_once_whole_and_counts_the_wait(
+    env: dict[str, str], scripted_provider: ScriptedProvider, run_id: str, tmp_path: Path
+) -> None:
+    """`run --follow` under a pseudo-terminal narrower than the approve command: the command
+    is printed once, on one line, outside the panel; the panel counts the time waited and
+    the approval timeout down, says the deadline is paused, and gives way to the result."""
+    scripted_provider.register(workshop_script(run_id))
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 80, 0, 0))
+    argv = ("run", *WORKSHOP_RUN, "--model", run_id, "--id", run_id, "--follow")
+    process = await asyncio.create_subprocess_exec(
+        *AGENTLOOP,
+        *argv,
+        env={**env, "TERM": "xterm-256color", "COLUMNS": "80"},
+        cwd=tmp_path,
+        stdin=child,
+        stdout=child,
+        stderr=child,
+    )
+    os.close(child)
+    received = bytearray()
+    loop = asyncio.get_running_loop()
+    changed = asyncio.Event()
+
+    def read() -> None:
+        try:
+            received.extend(os.read(main, 65536))
+        except OSError:  # the child side closed: the process is gone
+            loop.remove_reader(main)
+        changed.set()
+
+    loop.add_reader(main, read)
+
+    def text() -> str:
+        return ANSI.sub("", received.decode(errors="replace")).replace("\r", "")
+
+    async def until(done: Callable[[str], bool], what: str) -> str:
+        deadline = loop.time() + 30
+        while not done(text()):
+            if loop.time() > deadline:
+                raise AssertionError(f"no {what} in:\n{text()}")
+            changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), 1)
+        return text()
+
+    def waited(shown: str) -> list[int]:
+        return [int(s) for s in re.findall(r"waiting (\d+) s; approval timeout in", shown)]
+
+    try:
+        await until(lambda t: "  reject:  agentloop reject" in t, "approve command")
+        await until(lambda t: max(waited(t), default=0) >= 2, "the time waited moving")
+        shown = text()
+        approve = re.findall(r"^  approve: agentloop (approve .*)$", shown, re.M)
+        assert len(approve) == 1, shown  # once, whole (wider than the terminal), one line
+        approve_argv = approve[0].split()
+        assert approve_argv[:5] == [
+            "approve",
+            run_id,
+            "call_reserve",
+            "--approver",
+            "workshop-lead",
+        ]
+        assert len(" ".join(approve_argv)) > 80
+        assert shown.count("agentloop approve") == 1, shown  # the panel only names the call
+        assert "(commands above)" in shown
+        assert len(set(waited(shown))) >= 2, shown
+        assert re.search(r"approval timeout in \d+ (min|h) ", shown), shown
+        approved = await agentloop(*approve_argv, env=env, cwd=tmp_path)
+        assert approved.returncode == 0, approved.explain()
+        assert await asyncio.wait_for(process.wait(), 30) == 0, text()
+        await until(lambda t: "status: completed" in t, "the result")
+    finally:
+        loop.remove_reader(main)
+        os.close(main)
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    final = text()
+    assert f"{run_id}: COMPLETED (completed, exit 0)\nstatus: completed" in final, final

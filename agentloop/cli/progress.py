@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from rich.console import Console, Group
@@ -53,18 +54,26 @@ class Line:
 
 
 def status_lines(
-    run_id: str, view: RunStatusView, *, recent_calls: int | None = None
+    run_id: str,
+    view: RunStatusView,
+    *,
+    recent_calls: int | None = None,
+    now: datetime | None = None,
 ) -> list[Line]:
     """Turn and phase, usage against limits, the calls (the last `recent_calls` of them if
-    given), and what waits on a human with the command that answers it."""
-    return [
-        _phase_line(view),
-        *_usage_lines(view.usage, view.limits_left),
-        *_call_lines(view.calls, recent_calls),
-        *(_approval_line(run_id, pending) for pending in view.pending_approvals),
-        *_question_lines(run_id, view.question),
-        *(_unresolved_line(run_id, write) for write in view.unresolved),
+    given), and what waits on a human with the command that answers it; given `now`, how
+    long it has waited and how long the wait has left. Each section is its own list, so a
+    section (the model's streamed text, say) goes in by adding one."""
+    sections = [
+        [_phase_line(view)],
+        _usage_lines(view.usage, view.limits_left, paused=view.phase in PAUSED_PHASES),
+        _call_lines(view.calls, recent_calls),
+        _wait_lines(view, now),
+        [_approval_line(run_id, pending) for pending in view.pending_approvals],
+        _question_lines(run_id, view.question),
+        [_unresolved_line(run_id, write) for write in view.unresolved],
     ]
+    return [line for section in sections for line in section]
 
 
 def format_snapshot(found: RunSnapshot) -> str:
@@ -74,7 +83,8 @@ def format_snapshot(found: RunSnapshot) -> str:
     if found.result is not None:
         lines.append(format_result(found.result))
     elif found.status is not None:
-        lines += [line.text for line in status_lines(found.workflow_id, found.status)]
+        shown = status_lines(found.workflow_id, found.status, now=datetime.now(UTC))
+        lines += [line.text for line in shown]
     if found.failure is not None:
         lines.append(f"failed: {found.failure}")
     return "\n".join(lines)
@@ -122,7 +132,8 @@ def progress_display(run_id: str, stream: TextIO) -> Iterator[Callable[[RunStatu
     if not console.is_terminal:
         yield ProgressLog(run_id, stream).show
         return
-    with Live(console=console, auto_refresh=False) as live:
+    # Transient: the panel goes when following ends, and the run's final view takes its place.
+    with Live(console=console, auto_refresh=False, transient=True) as live:
         yield LivePanel(run_id, live).show
 
 
@@ -136,15 +147,29 @@ class LivePanel:
         self._printed: set[str] = set()
 
     def show(self, view: RunStatusView) -> None:
-        lines = status_lines(self._run_id, view, recent_calls=LIVE_RECENT_CALLS)
+        lines = status_lines(
+            self._run_id, view, recent_calls=LIVE_RECENT_CALLS, now=datetime.now(UTC)
+        )
         for line in lines:
             if line.actionable and line.text not in self._printed:
                 self._printed.add(line.text)
                 # soft_wrap: the terminal wraps it, so a copied command stays one line.
                 self._live.console.print(line.text, soft_wrap=True, markup=False, highlight=False)
-        body = Group(*(Text(line.text, style=line.style) for line in lines))
+        # The commands are above, once and whole; the panel names what waits only.
+        body = Group(
+            *(
+                Text(_in_panel(line), style=line.style, no_wrap=True, overflow="ellipsis")
+                for line in lines
+            )
+        )
         panel = Panel(body, title=self._run_id, title_align="left")
         self._live.update(panel, refresh=True)
+
+
+def _in_panel(line: Line) -> str:
+    if not line.actionable:
+        return line.text
+    return "(commands above) " + line.text.split("\n", 1)[0]
 
 
 class ProgressLog:
@@ -169,7 +194,7 @@ def _phase_line(view: RunStatusView) -> Line:
     return Line("phase", f"turn {view.turn}: {view.phase}{stop}", style)
 
 
-def _usage_lines(usage: Usage, left: LimitsLeft | None) -> list[Line]:
+def _usage_lines(usage: Usage, left: LimitsLeft | None, *, paused: bool = False) -> list[Line]:
     """Each budget as `used, left`; limits the run does not have show use only."""
     tokens = usage.input_tokens + usage.output_tokens
     parts = [
@@ -183,9 +208,41 @@ def _usage_lines(usage: Usage, left: LimitsLeft | None) -> list[Line]:
         Line("counts", "counted: " + counted(usage), "dim"),
     ]
     if left is not None and left.seconds is not None:
+        # A wait for people does not count against the deadline: it stands still meanwhile.
         deadline = f"deadline: {left.seconds:.0f} s left"
-        lines.append(Line("deadline", deadline, "dim", ticking=True))
+        if paused:
+            deadline = f"deadline paused: {left.seconds:.0f} s left while it waits"
+        lines.append(Line("deadline", deadline, "dim", ticking=not paused))
     return lines
+
+
+_TIMEOUTS = {
+    "awaiting_approval": "approval",
+    "awaiting_input": "input",
+    "awaiting_reconciliation": "reconciliation",
+}
+
+
+def _wait_lines(view: RunStatusView, now: datetime | None) -> list[Line]:
+    """How long the run has waited for people, and how long its wait has left."""
+    if now is None or view.waiting_since is None or view.phase not in PAUSED_PHASES:
+        return []
+    text = f"waiting {_duration((now - view.waiting_since).total_seconds())}"
+    if view.wait_until is not None:
+        left = max((view.wait_until - now).total_seconds(), 0)
+        until = view.wait_until.astimezone().strftime("%H:%M:%S")
+        text += f"; {_TIMEOUTS[view.phase]} timeout in {_duration(left)} (at {until})"
+    return [Line("wait", text, "yellow", ticking=True)]
+
+
+def _duration(seconds: float) -> str:
+    """`42 s`, `3 min 05 s`, `2 h 03 min`."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
 
 
 def _left(amount: float | None, shape: str = "{}") -> str:

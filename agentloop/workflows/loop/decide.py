@@ -32,9 +32,13 @@ from agentloop.workflows.loop.state import (
     Batch,
     Feature,
     LoopState,
-    seconds,
 )
-from agentloop.workflows.loop.views import refused_calls
+from agentloop.workflows.loop.views import (
+    approval_deadline,
+    input_deadline,
+    reconciliation_deadline,
+    refused_calls,
+)
 
 
 def decide(state: LoopState, now: datetime) -> NextStep:
@@ -149,17 +153,14 @@ def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
     if reads:
         return RunTools(state.with_specs(reads))
     if batch.questions:
-        assert batch.asked_at is not None
-        deadline = batch.asked_at + seconds(state.run_input.input_timeout_seconds)
+        deadline = input_deadline(state, batch)
         if now >= deadline:
             reason = f"input_timeout: no answer to {batch.questions}"
             return Finish("input_timeout", reason, cause="input_timeout")
         return AwaitInput(list(batch.questions), deadline)
     undecided = batch.undecided()
     if undecided:
-        deadline = min(batch.approvals[c].requested_at for c in undecided) + seconds(
-            state.run_input.approval_timeout_seconds
-        )
+        deadline = approval_deadline(state, batch)
         if now >= deadline:
             reason = f"approval_timeout: no decision on {undecided}"
             return Finish("approval_timeout", reason, cause="approval_timeout")
@@ -178,9 +179,7 @@ def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
         return LookupOutcome(call, spec, state.calls[call.call_id].idempotency_key)
     if batch.reconciling:
         waiting = list(batch.reconciling)
-        deadline = min(r.since for r in batch.reconciling.values()) + seconds(
-            state.run_input.reconciliation_timeout_seconds
-        )
+        deadline = reconciliation_deadline(state, batch)
         if now >= deadline:
             reason = f"unresolved: outcome of {', '.join(waiting)} unknown"
             return Finish("unresolved", reason, cause="unresolved")

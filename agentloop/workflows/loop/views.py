@@ -12,7 +12,39 @@ from agentloop.events import Event
 from agentloop.policies import budgets
 from agentloop.workflows.loop import results
 from agentloop.workflows.loop.plan import action_digest
-from agentloop.workflows.loop.state import LoopState
+from agentloop.workflows.loop.state import Batch, LoopState, seconds
+
+
+def input_deadline(state: LoopState, batch: Batch) -> datetime:
+    """When a question of the batch stops the run `input_timeout`."""
+    assert batch.asked_at is not None
+    return batch.asked_at + seconds(state.run_input.input_timeout_seconds)
+
+
+def approval_deadline(state: LoopState, batch: Batch) -> datetime:
+    """When the batch's undecided calls stop the run `approval_timeout` (some must wait)."""
+    requested = min(batch.approvals[c].requested_at for c in batch.undecided())
+    return requested + seconds(state.run_input.approval_timeout_seconds)
+
+
+def reconciliation_deadline(state: LoopState, batch: Batch) -> datetime:
+    """When the batch's writes of unknown outcome stop the run `unresolved` (some must wait)."""
+    since = min(r.since for r in batch.reconciling.values())
+    return since + seconds(state.run_input.reconciliation_timeout_seconds)
+
+
+def wait_until(state: LoopState) -> datetime | None:
+    """When the wait for people the run is in times out; None when it waits for nobody."""
+    batch = state.batch
+    if batch is None or state.paused_since is None:
+        return None
+    if state.phase == "awaiting_input" and batch.questions:
+        return input_deadline(state, batch)
+    if state.phase == "awaiting_approval" and batch.undecided():
+        return approval_deadline(state, batch)
+    if state.phase == "awaiting_reconciliation" and batch.reconciling:
+        return reconciliation_deadline(state, batch)
+    return None
 
 
 def refused_calls(state: LoopState) -> int:
@@ -199,6 +231,8 @@ def status_view(state: LoopState | None, now: datetime) -> RunStatusView:
         stop_reason=state.stop_reason,
         stop_cause=state.stop_cause,
         transcript_head=state.head,
+        waiting_since=state.paused_since,
+        wait_until=wait_until(state),
     )
 
 
