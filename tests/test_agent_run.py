@@ -478,6 +478,7 @@ async def test_a_non_retryable_provider_error_fails_the_run_after_one_attempt(
     result = await (await start_run(client, worker, run_id, run_input(run_id))).result()
     assert result.status == "failed"
     assert result.stop_reason.startswith("model_error: Provider:not_found")
+    assert "no such script; no script folder (`agentloop dev --scripts DIR`)" in result.report
     assert len(scripted_provider.requests) == 1
 
 
