@@ -508,6 +508,17 @@ async def test_the_readme_write_walkthrough_runs_as_written_from_a_second_shell(
     assert not (elsewhere / ".agentloop").exists()
 
 
+async def test_dev_with_a_scripts_folder_that_is_not_there_exits_2_naming_it(
+    tmp_path: Path,
+) -> None:
+    argv, port = dev_argv(tmp_path / "state", "--scripts", str(tmp_path / "nowhere"))
+    finished = await run_process(*argv, env=process_env(), cwd=tmp_path)
+    assert finished.returncode == 2, finished.explain()
+    assert_no_traceback(finished)
+    assert f"--scripts {tmp_path / 'nowhere'}: no such folder" in finished.stderr
+    assert not port_is_listening(port)  # refused before anything started
+
+
 async def test_a_run_without_model_against_the_scripted_provider_is_refused(
     tmp_path: Path,
 ) -> None:
