@@ -323,6 +323,7 @@ FEATURES_2026_12J = (
     Feature.SIGNED_PRINCIPAL,
     Feature.SEARCHABLE_NAMES,
     Feature.RESOLUTIONS_CHECKED_BY_WORKER,
+    Feature.WAIT_SUMMARIES,
 )
 
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
