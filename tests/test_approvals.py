@@ -4,12 +4,14 @@ what was written)."""
 
 from __future__ import annotations
 
+import json
 import signal
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
@@ -26,6 +28,7 @@ from agentloop.contract import (
     RunStatusView,
 )
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.demo.scripted_provider.protocols import ANTHROPIC
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.worker import running_worker
@@ -37,6 +40,7 @@ from tests.support import (
     worker_process,
     write_key,
 )
+from tests.test_crash_phases import requests_to
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -159,6 +163,64 @@ async def test_rejection_stops_the_run_and_the_write_never_runs(
     assert example_service.stats()["counts"]["workshops.reserve"] == 0
     assert {c.call_id: c.status for c in result.calls}["call_reserve"] == "rejected"
     assert len(scripted_provider.requests) == 1  # the model was not asked again
+
+
+async def book_directly(example_service: ExampleService, workshop: str, participant: str) -> None:
+    """Someone else books, at the service itself, not through the run."""
+    url = f"{example_service.base_url}/workshops/{workshop}/reservations"
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            url,
+            json={"participant_id": participant},
+            headers={"Idempotency-Key": f"elsewhere-{uuid.uuid4().hex}"},
+        ) as resp,
+    ):
+        assert resp.status == 200, await resp.text()
+
+
+async def test_a_seat_taken_during_the_approval_wait_refuses_the_approved_call(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    script = reserve_script(run_id)
+    script.turns[0].expect_tool_results["call_reserve"] = "precondition no longer holds"
+    script.turns[1] = ScriptTurn(text="ws-101 filled up before the approval: no seat.")
+    scripted_provider.register(script)
+    for participant in ("p-alice", "p-bob"):  # ws-101 seats 3: one is left
+        await book_directly(example_service, "ws-101", participant)
+    handle = await start_run(client, worker, run_id, run_input(run_id))
+    await wait_for_phase(handle, "awaiting_approval")
+    checks = len(requests_to(example_service, "workshops.eligibility"))
+    await book_directly(example_service, "ws-101", "p-dave")  # the last seat, meanwhile
+
+    await decide(handle, "call_reserve")
+    result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    # Checked once before the wait and once after it; never sent.
+    assert len(requests_to(example_service, "workshops.eligibility")) == checks + 1 == 2
+    # Only the three direct bookings reached the service: none from the run.
+    assert len(requests_to(example_service, "workshops.reserve")) == 3
+    assert example_service.records()["reservations_by_workshop"]["ws-101"] == {
+        "p-alice": 1,
+        "p-bob": 1,
+        "p-dave": 1,
+    }
+    why = (
+        "approved by workshop-lead, then refused: precondition no longer holds:"
+        " ws-101 is full: no seat left for p-carol"
+    )
+    record = {c.call_id: c for c in result.calls}["call_reserve"]
+    assert (record.decision, record.status, record.attempts) == (why, "rejected", 0)
+    assert result.side_effects == []
+    # The model is told, under the call's own id.
+    told = ANTHROPIC.parse(scripted_provider.requests[-1]["body"]).result_texts()
+    assert json.loads(told["call_reserve"]) == {
+        "error": {"class": "precondition_failed", "message": why}
+    }
 
 
 async def test_decisions_for_other_calls_digests_or_approvers_change_nothing(

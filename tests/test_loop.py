@@ -7,8 +7,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agentloop.activity_io import CallModelResult
-from agentloop.contract import AgentRunInput, AgentRunResult, Limits, Usage, UserMessage
+from agentloop.activity_io import CallModelResult, PreconditionResult
+from agentloop.contract import (
+    AgentRunInput,
+    AgentRunResult,
+    ApprovalDecision,
+    Limits,
+    Usage,
+    UserMessage,
+)
 from agentloop.digests import args_digest
 from agentloop.events import (
     ErrorClass,
@@ -595,3 +602,61 @@ def test_calls_waiting_on_a_person_a_tool_asked_are_left_undone_at_the_stop() ->
         {"call_id": "w1", "tool": "reserve_seat", "status": "awaiting_input"},
         {"call_id": "r1", "tool": "get_train_status", "status": "pending"},
     ]
+
+
+def approved_after_a_wait(features: list[Feature]) -> LoopState:
+    """A write whose precondition passed, approved after a wait."""
+    checked = WRITE.model_copy(
+        update={"has_precondition": True, "needs_approval": True, "approvers": ["lead"]}
+    )
+    state = LoopState.start(
+        AgentRunInput(task="t", provider="openai-chat", model="m", tools=["reserve_seat"]),
+        [checked],
+        T0,
+    )
+    state.features = features
+    model_turn(state, tool_output(call("w1", "reserve_seat", seat="12A")))
+    assert isinstance(loop.decide(state, T0), loop.CheckPreconditions)
+    loop.record_preconditions(state, {"w1": PreconditionResult()}, T0)
+    assert isinstance(loop.decide(state, T0), loop.AwaitApproval)
+    loop.record_pause_started(state, T0)
+    digest = state.calls["w1"].args_digest
+    decision = ApprovalDecision(call_id="w1", args_digest=digest, approved=True, approver="lead")
+    loop.receive_decision(state, decision, T0)
+    for held in loop.decisions_to_check(state):
+        loop.record_checked_decision(state, held, "", None, T0)
+    loop.record_pause(state, 60.0)
+    return state
+
+
+@pytest.mark.parametrize("again", [True, False], ids=["12j", "before"])
+def test_an_approved_call_is_checked_again_after_the_wait_and_refused_if_it_fails(
+    again: bool,
+) -> None:
+    state = approved_after_a_wait(
+        [f for f in loop.FEATURES_OF_SET if again or f is not Feature.RECHECK_AFTER_WAIT]
+    )
+    step = loop.decide(state, T0)
+    if not again:  # a run started before it replays as it ran: the write runs
+        assert isinstance(step, RunTools)
+        return
+    assert isinstance(step, loop.CheckPreconditions)
+    assert [c.call_id for c, _ in step.calls] == ["w1"] and step.rules == {}
+    loop.record_preconditions(state, {"w1": PreconditionResult(problem="seat 12A is taken")}, T0)
+    why = "approved by lead, then refused: precondition no longer holds: seat 12A is taken"
+    assert state.calls["w1"].decision == why
+    assert state.calls["w1"].status == "rejected" and state.calls["w1"].attempts == 0
+    [told] = state.outbox
+    assert isinstance(told, ToolResult) and told.call_id == "w1"
+    assert json.loads(told.content) == {"error": {"class": "precondition_failed", "message": why}}
+    assert loop.decide(state, T0) == CallModel(turn=2)
+
+
+def test_an_approved_call_that_still_passes_after_the_wait_runs_once_checked_again() -> None:
+    state = approved_after_a_wait(list(loop.FEATURES_OF_SET))
+    assert isinstance(loop.decide(state, T0), loop.CheckPreconditions)
+    loop.record_preconditions(state, {"w1": PreconditionResult()}, T0)
+    assert run_step(state) == ["w1"]
+    assert state.calls["w1"].decision == "approved by lead"
+    assert state.calls["w1"].status == "succeeded" and state.calls["w1"].attempts == 1
+    assert loop.decide(state, T0) == CallModel(turn=2)

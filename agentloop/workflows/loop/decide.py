@@ -151,7 +151,7 @@ def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
         return CheckPreconditions(state.with_specs(batch.unchecked), dict(batch.assessing))
     reads = batch.reads_ready() if state.has(Feature.ORDERED_BATCH) else batch.reads
     if reads:
-        return RunTools(state.with_specs(reads))
+        return _rechecked_first(state, batch, reads) or RunTools(state.with_specs(reads))
     if batch.questions:
         deadline = input_deadline(state, batch)
         if now >= deadline:
@@ -190,5 +190,12 @@ def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
         denied = authorization.denial(state.spec_of(call_id), state.run_input.principal)
         if denied:
             return Finish("denied", f"denied: {denied}", cause="denied")
-        return RunTools(state.with_specs([call_id]))
+        return _rechecked_first(state, batch, [call_id]) or RunTools(state.with_specs([call_id]))
     raise AssertionError(f"batch without a next step: {batch}")  # closed by record_results
+
+
+def _rechecked_first(state: LoopState, batch: Batch, call_ids: list[str]) -> NextStep | None:
+    """The calls about to run that waited for people since their check: checked again first
+    (feature `recheck-after-wait`; `Batch.recheck` is empty without it)."""
+    stale = [call_id for call_id in call_ids if call_id in batch.recheck]
+    return CheckPreconditions(state.with_specs(stale)) if stale else None

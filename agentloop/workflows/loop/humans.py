@@ -310,6 +310,25 @@ def awaiting_humans(state: LoopState) -> set[str]:
 def record_pause_started(state: LoopState, now: datetime) -> None:
     state.paused_since = now
     state.usage.human_waits += 1
+    if state.has(Feature.RECHECK_AFTER_WAIT):
+        _recheck_after_wait(state)
+
+
+def _recheck_after_wait(state: LoopState) -> None:
+    """What a call's precondition said before the wait may not hold after it (the last seat
+    was taken meanwhile): every call of the batch that is still to run and was checked is
+    checked again before it runs. A write already sent is not: its outcome is looked up."""
+    batch = state.batch
+    if batch is None:
+        return
+    settled = {*batch.results, *batch.unchecked, *batch.unknown, *batch.reconciling}
+    batch.recheck.extend(
+        call_id
+        for call_id in batch.order
+        if call_id not in settled
+        and call_id not in batch.recheck
+        and state.spec_of(call_id).has_precondition
+    )
 
 
 def record_pause(state: LoopState, seconds: float) -> None:

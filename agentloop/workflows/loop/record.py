@@ -278,14 +278,19 @@ def record_preconditions(
     write whose tool names an approval rule, whether it waits for a human (a verdict that is
     missing says it does: a rule that could not be asked must not let a call through)."""
     batch = state.open_batch()
-    for call_id in batch.unchecked:
-        result = checked[call_id]
+    # The checked calls are the batch's unchecked ones, or (feature `recheck-after-wait`)
+    # those checked again after a wait.
+    for call_id, result in checked.items():
+        again = call_id in batch.recheck
+        if again:
+            batch.recheck.remove(call_id)
         if result.problem is not None:
             reason = "permission" if result.error_class == "permission" else "precondition_failed"
-            refused = results.refusal(state.call(call_id), reason, result.problem)
-            state.calls[call_id].decision = "precondition_failed"
+            problem = _no_longer(state, call_id, result) if again else result.problem
+            refused = results.refusal(state.call(call_id), reason, problem)
+            state.calls[call_id].decision = problem if again else "precondition_failed"
             settle(state, batch, refused)
-            if state.has(Feature.REFUSED_WRITES_LEAVE_BATCH):
+            if again or state.has(Feature.REFUSED_WRITES_LEAVE_BATCH):
                 leave_batch(batch, call_id)
         elif call_id in batch.assessing and result.needs_approval is not False:
             call, spec = state.with_specs([call_id])[0]
@@ -293,6 +298,15 @@ def record_preconditions(
     batch.unchecked = []
     batch.assessing = {}
     close_if_answered(state)
+
+
+def _no_longer(state: LoopState, call_id: str, result: PreconditionResult) -> str:
+    """Why a call that passed its check before a wait is refused after it: what it was told
+    then (approved by whom), and what the check says now."""
+    decision = state.open_batch().decisions.get(call_id)
+    then = f"approved by {decision.approver}, then refused" if decision else "refused after a wait"
+    now = "permission" if result.error_class == "permission" else "precondition no longer holds"
+    return f"{then}: {now}: {clipped(result.problem or '', MAX_KNOWN_CHARS)}"
 
 
 def start_tools(state: LoopState, step: RunTools, now: datetime) -> ToolsToRun:

@@ -239,6 +239,12 @@ class Feature(StrEnum):
     when it names some) and the verdict recorded; a refused one is recorded with
     `signal: "resolve"`. Before it, any `resolve` naming any operator settled the write, even
     on a worker that takes only signed approvals."""
+    RECHECK_AFTER_WAIT = "recheck-after-wait"
+    """A call that waited for people (an approval, an answer, an operator's word) has its
+    precondition, with the object-level checks in it, checked again just before it runs,
+    against the world as it is then (`Batch.recheck`); a call that no longer passes is refused
+    under its call id, approved or not, and never runs. Before it, the check made before the
+    wait let the call through however long the wait."""
 
 
 FEATURES = (
@@ -324,6 +330,7 @@ FEATURES_2026_12J = (
     Feature.SEARCHABLE_NAMES,
     Feature.RESOLUTIONS_CHECKED_BY_WORKER,
     Feature.WAIT_SUMMARIES,
+    Feature.RECHECK_AFTER_WAIT,
 )
 
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
@@ -428,6 +435,9 @@ class Batch(BaseModel):
     results: dict[str, ToolResult] = Field(default_factory=dict)
     unchecked: list[str] = Field(default_factory=list)
     """Allowed calls whose business precondition (or approval rule) has not been checked yet."""
+    recheck: list[str] = Field(default_factory=list)
+    """Calls whose precondition was checked before a wait for people: it is checked again
+    just before each runs (feature `recheck-after-wait`)."""
     assessing: dict[str, str] = Field(default_factory=dict)
     """Writes whose tool names an approval rule -> the rule: the worker evaluates it with the
     precondition check, and the verdict says whether the call waits for approval."""
