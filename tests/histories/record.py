@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.worker import Worker
@@ -526,6 +527,18 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
         # `blocked` with its reason (before it, `give_up` was an unknown tool: the model was
         # told so and called again).
         "blocked": ([giving_up], {"model": giving_up.name}),
+        # Recorded with the `features-2026-12j` set (`recheck-after-wait`): ws-101 has one
+        # seat left when the write is checked; someone else takes it while the write waits
+        # for approval (see `TAKEN_WHILE_WAITING`), and once approved the write's precondition
+        # is checked again, fails, and the model is told; the write never runs.
+        "recheck_after_wait": (
+            [reserving],
+            {
+                "model": reserving.name,
+                "tools": ["reserve_seat"],
+                "principal": {"subject": "p-alice", "scopes": ["workshops:write"]},
+            },
+        ),
     }
 
 
@@ -570,6 +583,7 @@ APPROVED = {
     "write_resolved_by_operator",
     "cancel_during_write",
     "resolution_checked",
+    "recheck_after_wait",
 }
 """Scenarios whose pending call is approved (by `decide_approval`) once the run waits."""
 ANSWERED = {
@@ -581,6 +595,9 @@ RESOLVED = {"resolution_checked", "write_resolved_by_operator"}
 """Scenarios whose unknown write is resolved (`applied`, by `ops`) once the run waits for it."""
 FLOODED = {"continue_while_waiting"}
 """Scenarios sent refused decisions while they wait for approval, until they continue as new."""
+TAKEN_WHILE_WAITING = {"recheck_after_wait": ("ws-101", ["p-alice", "p-bob"], "p-dave")}
+"""Scenarios whose workshop (id, booked before the run) has its last seat booked by someone
+else, at the service itself, while the run waits for approval."""
 CHILD_APPROVED_LATE = {"deadline_watch_resumes": 4.5}
 """Scenarios whose delegated child (of call `call_d`) is approved this many seconds after it
 waits."""
@@ -653,6 +670,19 @@ async def resolve_when_waiting(handle: WorkflowHandle[Any, Any]) -> None:
             return
         await asyncio.sleep(0.05)
     raise TimeoutError("the run never waited for reconciliation")
+
+
+async def book_directly(service: ExampleService, workshop: str, participant: str) -> None:
+    """A booking made at the service, not through a run."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"{service.base_url}/workshops/{workshop}/reservations",
+            json={"participant_id": participant},
+            headers={"Idempotency-Key": f"elsewhere/{workshop}/{participant}"},
+        ) as resp,
+    ):
+        assert resp.status == 200, await resp.text()
 
 
 async def wait_until_waiting(handle: WorkflowHandle[Any, Any]) -> None:
@@ -743,8 +773,14 @@ async def record(only: set[str]) -> None:
                     result_type=AgentRunResult,
                     search_attributes=search.initial(run_input) if name in INDEXED else None,
                 )
+                taken = TAKEN_WHILE_WAITING.get(name)
+                for participant in taken[1] if taken else []:
+                    await book_directly(stack.example_service, taken[0], participant)
                 if name in FLOODED:
                     await flood_until_continued(handle)
+                if taken:
+                    await wait_until_waiting(handle)
+                    await book_directly(stack.example_service, taken[0], taken[2])
                 if name in APPROVED:
                     await approve_when_waiting(handle)
                 if name in CANCELLED_IN_WRITE:
