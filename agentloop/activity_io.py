@@ -33,6 +33,9 @@ APPROVAL_RULE_FAILED = "ApprovalRuleFailed"
 """The failure type of a `check_precondition` whose approval rule (the team's code) raised."""
 STORE_TEXTS = "store_texts"
 """Long texts put in the store before the model call that first sends them."""
+COUNT_MODEL_INPUT = "count_model_input"
+"""The provider's own count of a model call's input tokens: asked when the byte bound on them
+would not let the call start (feature `exact-count-when-bound-binds`)."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,9 @@ class ModelCallBudget(BaseModel):
     """The last model call's `elided_through`: the transcript's events before this index
     hold every result it sent shortened (feature `bound-counts-unshortened`; None: a run from
     before, whose bound takes none as shortened)."""
+    input_tokens: int | None = None
+    """The call's input tokens as the provider's counter gave them (`count_model_input`):
+    reserved instead of the bound on them (None: not counted, the bound is reserved)."""
 
 
 class CallModelInput(BaseModel):

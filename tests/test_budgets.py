@@ -257,3 +257,78 @@ async def test_generated_runs_end_at_or_under_their_token_cap(
         assert limits[1:] == sorted(limits[1:], reverse=True), limits
         if result.status == "limit_reached":
             assert result.stop_reason.startswith("max_total_tokens"), result.stop_reason
+
+
+LONG_TASK = "Summarise the weather in Oslo this week for a traveller. " * 37  # ~2.1 KB
+
+
+def counted(scripted_provider: ScriptedProvider, model: str) -> list[int]:
+    return [c["input_tokens"] for c in scripted_provider.token_counts if c["script"] == model]
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("clean_fakes")
+@pytest.mark.parametrize(
+    ("provider", "limits"),
+    [
+        ("anthropic", Limits(max_total_tokens=1500)),
+        ("openai-chat", Limits(max_total_tokens=1500)),
+        ("openai-responses", Limits(max_total_tokens=1500)),
+        ("anthropic", Limits(max_cost_usd=1.5)),  # $0.001 a token: 1500 tokens
+        ("openai-chat", Limits(max_cost_usd=1.5)),
+    ],
+)
+async def test_a_small_cap_asks_the_providers_count_when_the_bound_would_refuse(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+    provider: str,
+    limits: Limits,
+) -> None:
+    model = f"priced-{run_id}"
+    scripted_provider.register(Script(name=model, turns=[ScriptTurn(text="Mild, then rain.")]))
+    assert len(LONG_TASK.encode()) > 2_000
+    run_input = AgentRunInput.model_validate(
+        {"task": LONG_TASK, "provider": provider, "model": model, "tools": [], "limits": limits}
+    )
+    result = await (await start_run(client, worker, run_id, run_input)).result()
+    assert result.status == "completed", result.stop_reason
+    [tokens] = counted(scripted_provider, model)  # the counter was asked once
+    requests = [r for r in scripted_provider.requests if r["script"] == model]
+    assert len(requests) == result.usage.model_calls == 1
+    # A third of the bound's; Chat Completions is counted in the Responses API's shape (the
+    # scripted provider counts that a little larger than the Chat request it bills).
+    assert 400 < result.usage.input_tokens <= tokens < 1500 / 2
+    if provider != "openai-chat":
+        assert tokens == result.usage.input_tokens
+    used = result.usage.input_tokens + result.usage.output_tokens
+    assert used <= 1500 and result.usage.cost_usd <= 1.5
+    # The call reserved the count, not the bound: its output could use the rest of the cap.
+    body = requests[0]["body"]
+    sent = body.get("max_tokens") or body.get("max_output_tokens") or body["max_completion_tokens"]
+    assert 1500 - tokens - 1 <= sent <= 1500 - tokens  # the cost cap's division may round down
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("clean_fakes")
+async def test_a_call_whose_counted_input_does_not_fit_is_still_refused(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="never sent")]))
+    run_input = AgentRunInput(
+        task=LONG_TASK,
+        provider="anthropic",
+        model=run_id,
+        tools=[],
+        limits=Limits(max_total_tokens=500),
+    )
+    result = await (await start_run(client, worker, run_id, run_input)).result()
+    assert result.status == "limit_reached"
+    [tokens] = counted(scripted_provider, run_id)
+    assert result.stop_reason.startswith(
+        f"max_total_tokens: the next model call needs up to {tokens} input"
+    )
+    assert result.stop_reason.endswith("(its input as the provider counted it)")
+    assert result.usage.model_calls == 0
+    assert [r for r in scripted_provider.requests if r["script"] == run_id] == []

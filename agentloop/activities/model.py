@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agentloop.activities.heartbeat import keep_heartbeating
 from agentloop.activity_io import (
+    COUNT_MODEL_INPUT,
     MODEL_CALL,
     MODEL_CALL_BY_REF,
     OVER_BUDGET,
@@ -20,10 +23,15 @@ from agentloop.activity_io import (
 )
 from agentloop.adapters import AdapterFactory
 from agentloop.adapters._shared import text_safe
-from agentloop.adapters.base import DEFAULT_MAX_TOKENS, ModelRequest, ProviderError
-from agentloop.context import budget_chars, fit, input_token_bound
+from agentloop.adapters.base import (
+    DEFAULT_MAX_TOKENS,
+    ModelRequest,
+    ProviderAdapter,
+    ProviderError,
+)
+from agentloop.context import Fitted, Measured, budget_chars, fit, input_token_bound
 from agentloop.contract import ModelSettings
-from agentloop.events import ModelOutput
+from agentloop.events import Event, ModelOutput
 from agentloop.policies import budgets
 from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS
 from agentloop.pricing import PriceTable
@@ -41,6 +49,19 @@ DEFAULT_OUTPUT_TOKENS: dict[str, int] = {
 }
 """The output-token limit a call reserved against a cap is sent when the run asked for none:
 one the provider's models accept (the budget then lowers it as it is spent)."""
+
+
+_Answer = TypeVar("_Answer")
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    transcript: Measured
+    """The whole transcript, what is new included."""
+    new_events: list[Event]
+    sent: Fitted
+    """What of it goes to the provider."""
+    model_request: ModelRequest
 
 
 class ModelActivities:
@@ -61,9 +82,10 @@ class ModelActivities:
         self._prices = prices or PriceTable()
 
     def activities(self) -> list[Callable[..., Awaitable[object]]]:
-        """What a worker registers: the model call with specs inline and by reference, and
-        the store for the long texts a model call is sent by reference."""
-        return [self.call_model, self.call_model_by_ref, self.store_texts]
+        """What a worker registers: the model call with specs inline and by reference, the
+        provider's count of a call's input, and the store for the long texts a model call is
+        sent by reference."""
+        return [self.call_model, self.call_model_by_ref, self.count_model_input, self.store_texts]
 
     @activity.defn(name=STORE_TEXTS)
     async def store_texts(self, request: StoreTextsInput) -> list[str]:
@@ -79,7 +101,26 @@ class ModelActivities:
     async def call_model_by_ref(self, request: CallModelInput) -> CallModelResult:
         return await self._call(request)
 
-    async def _call(self, request: CallModelInput) -> CallModelResult:
+    @activity.defn(name=COUNT_MODEL_INPUT)
+    async def count_model_input(self, request: CallModelInput) -> int:
+        """The input tokens of the model call `request` describes, as the provider's own
+        counter says (the call is not made): the request is built as `call_model` builds it."""
+        prepared = await self._prepared(request)
+        count = await self._asked(
+            request, lambda adapter: adapter.count_input_tokens(prepared.model_request)
+        )
+        audit(
+            "model_call.counted",
+            provider=request.provider,
+            model=request.model,
+            turn=request.turn,
+            input_tokens=count,
+        )
+        return count
+
+    async def _prepared(self, request: CallModelInput) -> _Prepared:
+        """The transcript from the store with what is new, fitted to the context budget: the
+        request the provider is sent (or asked to count)."""
         try:
             history = await self._transcripts.load(self._store, request.head)
             new_events = await with_contents(self._store, request.new_events)
@@ -98,24 +139,23 @@ class ModelActivities:
             ),
             request.facts,
         )
-        settings = request.settings
-        if request.budget is not None:
-            budget = request.budget
-            bound = input_token_bound(
-                sent, new_events, tools, budget.context_tokens, budget.elided_before or 0
-            )
-            settings = self._reserved(request, bound)
         model_request = ModelRequest(
             provider=request.provider,
             model=request.model,
             events=sent.events,
             tools=tools,
-            settings=settings,
+            settings=request.settings,
         )
+        return _Prepared(transcript, new_events, sent, model_request)
+
+    async def _asked(
+        self, request: CallModelInput, ask: Callable[[ProviderAdapter], Awaitable[_Answer]]
+    ) -> _Answer:
+        """One request to the provider, its failure classified for Temporal's retries."""
         try:
             adapter = self._adapters.get(request.provider)
             async with keep_heartbeating():
-                output = text_safe(await adapter.complete(model_request))
+                return await ask(adapter)
         except ProviderError as exc:
             _audit_failure(request, exc.error_class, exc.retryable, exc.status_code, exc.request_id)
             # `from None`: the cause's own message would reach history unmasked.
@@ -125,6 +165,22 @@ class ModelActivities:
             _audit_failure(request, type(exc).__name__, retryable=True)
             message = self._redactor.scrub(f"{type(exc).__name__}: {exc}")
             raise ApplicationError(message, type=type(exc).__name__) from None
+
+    async def _call(self, request: CallModelInput) -> CallModelResult:
+        prepared = await self._prepared(request)
+        transcript, new_events, sent = prepared.transcript, prepared.new_events, prepared.sent
+        model_request = prepared.model_request
+        tools = model_request.tools
+        if request.budget is not None:
+            budget = request.budget
+            bound = budget.input_tokens
+            if bound is None:
+                bound = input_token_bound(
+                    sent, new_events, tools, budget.context_tokens, budget.elided_before or 0
+                )
+            settings = self._reserved(request, bound)
+            model_request = model_request.model_copy(update={"settings": settings})
+        output = text_safe(await self._asked(request, lambda a: a.complete(model_request)))
         # One write for the turn, once the answer is in: the workflow moves its head only on
         # this activity's result, so a failed or retried call leaves nothing it needs unwritten.
         head, nodes = append(request.head, [*new_events, output])
@@ -177,6 +233,8 @@ class ModelActivities:
         )
         if isinstance(cap, str):
             _audit_failure(request, "over_budget", retryable=False)
+            if budget.input_tokens is not None:
+                cap += " (its input as the provider counted it)"
             raise ApplicationError(cap, type=OVER_BUDGET, non_retryable=True)
         return settings.model_copy(update={"max_output_tokens": cap})
 

@@ -64,3 +64,19 @@ async def complete_openai(
             async for event in stream:
                 assembling.feed(cast(dict[str, Any], event))
         return assembling.finish()
+
+
+COUNTED_FIELDS = frozenset(
+    {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "reasoning"}
+)
+"""What a Responses request body shares with a request to the input-token counter."""
+
+
+async def count_openai_input(client: openai.AsyncOpenAI, body: dict[str, Any]) -> int:
+    """The input tokens of a Responses request `body`, as OpenAI's counter says (used for
+    Chat Completions too: the same conversation, in the Responses API's shape)."""
+    with map_sdk_errors(OPENAI_ERRORS):
+        counted = await client.responses.input_tokens.count(
+            **{k: v for k, v in body.items() if k in COUNTED_FIELDS}
+        )
+    return counted.input_tokens

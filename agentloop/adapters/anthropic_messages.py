@@ -377,6 +377,9 @@ class MessagesStreamAssembler:
 
 ANTHROPIC_ERRORS = SdkErrors.of(anthropic, base=anthropic.AnthropicError)
 
+COUNTED_FIELDS = frozenset({"model", "messages", "system", "tools", "tool_choice", "thinking"})
+"""What a Messages request shares with a request to the token counter."""
+
 _RAW_EVENTS = AsyncStream[object]
 """Streamed events as the JSON objects they are (see `AnthropicMessagesAdapter._create`)."""
 
@@ -395,6 +398,13 @@ class AnthropicMessagesAdapter:
             while parts[-1].paused and len(parts) <= MAX_PAUSE_CONTINUATIONS:
                 parts.append(await self._create(_continuation(kwargs, parts)))
         return _to_output(parts)
+
+    async def count_input_tokens(self, request: ModelRequest) -> int:
+        kwargs = build_request(request)
+        counted = {k: v for k, v in kwargs.items() if k in COUNTED_FIELDS}
+        with map_sdk_errors(ANTHROPIC_ERRORS):
+            answer = await self._client.messages.count_tokens(**counted)
+        return answer.input_tokens
 
     async def _create(self, kwargs: dict[str, Any]) -> _Response:
         if not kwargs["stream"]:

@@ -65,3 +65,7 @@ class UnsupportedEventError(Exception):
 
 class ProviderAdapter(Protocol):
     async def complete(self, request: ModelRequest) -> ModelOutput: ...
+
+    async def count_input_tokens(self, request: ModelRequest) -> int:
+        """The input tokens `request` would take, as the provider's own counter says."""
+        ...

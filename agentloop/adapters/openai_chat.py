@@ -14,7 +14,7 @@ from typing import Any, assert_never
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletion
 
-from agentloop.adapters._openai import OpenAIEndpoint, complete_openai
+from agentloop.adapters._openai import OpenAIEndpoint, complete_openai, count_openai_input
 from agentloop.adapters._shared import (
     Segment,
     ToolTurn,
@@ -25,6 +25,7 @@ from agentloop.adapters._shared import (
     runner_note,
 )
 from agentloop.adapters.base import ModelRequest
+from agentloop.adapters.openai_responses import build_request as responses_request
 from agentloop.digests import canonical_json
 from agentloop.events import (
     Event,
@@ -347,3 +348,7 @@ class OpenAIChatAdapter:
             parse_response,
             ChatStreamAssembler,
         )
+
+    async def count_input_tokens(self, request: ModelRequest) -> int:
+        # Chat Completions has no counter: the Responses API's counts the same conversation.
+        return await count_openai_input(self._client, responses_request(request))

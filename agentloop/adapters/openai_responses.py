@@ -16,7 +16,7 @@ from typing import Any, assert_never
 from openai import AsyncOpenAI
 from openai.types.responses import Response
 
-from agentloop.adapters._openai import OpenAIEndpoint, complete_openai
+from agentloop.adapters._openai import OpenAIEndpoint, complete_openai, count_openai_input
 from agentloop.adapters._shared import (
     Segment,
     ToolTurn,
@@ -403,3 +403,6 @@ class OpenAIResponsesAdapter:
             parse_response,
             ResponsesStreamAssembler,
         )
+
+    async def count_input_tokens(self, request: ModelRequest) -> int:
+        return await count_openai_input(self._client, build_request(request))

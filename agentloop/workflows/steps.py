@@ -22,10 +22,12 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 import agentloop.workflows.loop as loop
 from agentloop.activity_io import (
+    COUNT_MODEL_INPUT,
     MODEL_CALL,
     MODEL_CALL_BY_REF,
     OVER_BUDGET,
     STORE_TEXTS,
+    CallModelInput,
     CallModelResult,
     StoreTextsInput,
     Verdict,
@@ -66,6 +68,9 @@ MODEL_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=30),
     maximum_attempts=5,
 )
+COUNT_TIMEOUT = timedelta(seconds=30)
+COUNT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
+"""A count that cannot be had leaves the bound standing: the call is refused, as before."""
 STORE_TEXTS_TIMEOUT = timedelta(seconds=30)
 VERIFY_TIMEOUT = timedelta(seconds=60)
 LOOKUP_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
@@ -76,30 +81,26 @@ async def call_model(state: LoopState, step: CallModel, deadline: RunDeadline) -
         return
     turn = loop.start_model_call(state, step)
     visibility.waiting(state)
-    run_input = state.run_input
-    # The specs go inline until a call has stored them: a run from before that keeps them
-    # inline, as its history says (the reference comes back in a recorded result).
-    handle = workflow.start_activity(
-        MODEL_CALL_BY_REF if turn.request.tools_ref is not None else MODEL_CALL,
-        turn.request,
-        result_type=CallModelResult,
-        start_to_close_timeout=MODEL_START_TO_CLOSE,
-        heartbeat_timeout=MODEL_HEARTBEAT,
-        retry_policy=MODEL_RETRY,
-        summary=f"{run_input.provider} {run_input.model} · turn {step.turn}",
-    )
-    if not await deadline.wait_for([handle]):
+    answer = await _model_call(state, step, turn.request, deadline)
+    if _over_budget(answer) and state.has(loop.Feature.EXACT_COUNT_WHEN_BOUND_BINDS):
+        # The bound on the input (a token a byte) refused the call: the provider's own count
+        # may fit. The call is asked again with it, and the activity reserves it instead.
+        counted = await _input_counted(state, step, turn.request, deadline)
+        if counted is None:
+            return
+        if counted.budget is not None and counted.budget.input_tokens is not None:
+            answer = await _model_call(state, step, counted, deadline)
+    if answer is None:
         return
-    try:
-        result = await handle
-    except ActivityError as exc:
-        cause = exc.cause
+    if isinstance(answer, ActivityError):
+        cause = answer.cause
         if isinstance(cause, ApplicationError) and cause.type == OVER_BUDGET:
             loop.record_over_budget(state, cause.message)
         else:
-            requests = attempts_made(exc, MODEL_RETRY.maximum_attempts)
-            loop.record_model_failure(state, f"model_error: {describe_failure(exc)}", requests)
+            requests = attempts_made(answer, MODEL_RETRY.maximum_attempts)
+            loop.record_model_failure(state, f"model_error: {describe_failure(answer)}", requests)
         return
+    result = answer
     diverged = turn.transcript_problem(result)
     if diverged is not None:
         raise ApplicationError(
@@ -109,6 +110,66 @@ async def call_model(state: LoopState, step: CallModel, deadline: RunDeadline) -
         )
     loop.record_model_output(state, result, workflow.now(), sent=len(turn.sent))
     _audit_model_call(state, step, result)
+
+
+async def _model_call(
+    state: LoopState, step: CallModel, request: CallModelInput, deadline: RunDeadline
+) -> CallModelResult | ActivityError | None:
+    """The model call's result, or how it failed; None when a cancel or the deadline came
+    first."""
+    run_input = state.run_input
+    # The specs go inline until a call has stored them: a run from before that keeps them
+    # inline, as its history says (the reference comes back in a recorded result).
+    handle = workflow.start_activity(
+        MODEL_CALL_BY_REF if request.tools_ref is not None else MODEL_CALL,
+        request,
+        result_type=CallModelResult,
+        start_to_close_timeout=MODEL_START_TO_CLOSE,
+        heartbeat_timeout=MODEL_HEARTBEAT,
+        retry_policy=MODEL_RETRY,
+        summary=f"{run_input.provider} {run_input.model} · turn {step.turn}",
+    )
+    if not await deadline.wait_for([handle]):
+        return None
+    try:
+        result: CallModelResult = await handle
+    except ActivityError as exc:
+        return exc
+    return result
+
+
+def _over_budget(answer: CallModelResult | ActivityError | None) -> bool:
+    return (
+        isinstance(answer, ActivityError)
+        and isinstance(answer.cause, ApplicationError)
+        and answer.cause.type == OVER_BUDGET
+    )
+
+
+async def _input_counted(
+    state: LoopState, step: CallModel, request: CallModelInput, deadline: RunDeadline
+) -> CallModelInput | None:
+    """`request` with its input tokens as the provider counted them (feature
+    `exact-count-when-bound-binds`); unchanged when the count could not be had (the bound
+    stands, the call is not made); None when a cancel or the deadline came first."""
+    handle = workflow.start_activity(
+        COUNT_MODEL_INPUT,
+        request,
+        result_type=int,
+        start_to_close_timeout=COUNT_TIMEOUT,
+        heartbeat_timeout=MODEL_HEARTBEAT,
+        retry_policy=COUNT_RETRY,
+        summary=f"count {state.run_input.provider} {state.run_input.model} · turn {step.turn}",
+    )
+    if not await deadline.wait_for([handle]):
+        return None
+    try:
+        tokens = await handle
+    except ActivityError:
+        return request
+    assert request.budget is not None  # refused by a budget, so it had one
+    budget = request.budget.model_copy(update={"input_tokens": tokens})
+    return request.model_copy(update={"budget": budget})
 
 
 async def store_long_texts(state: LoopState) -> bool:

@@ -27,6 +27,7 @@ from agentloop.demo.scripted_provider.scripts import (
     ScriptFolder,
     ScriptTurn,
     ScriptUsage,
+    estimate_tokens,
     render_placeholders,
 )
 
@@ -55,11 +56,20 @@ class RecordedRequest(TypedDict):
     """`time.monotonic()` on arrival: lets a test check that a retry waited."""
 
 
+class TokenCount(TypedDict):
+    """One request to a token counter: the script it named, the protocol, what it was told."""
+
+    script: Any
+    protocol: str
+    input_tokens: int
+
+
 class Playback:
     def __init__(self, scripts: Iterable[Script] = (), folder: ScriptFolder | None = None) -> None:
         self._scripts = {script.name: script for script in scripts}
         self._violations: list[Violation] = []
         self._requests: list[RecordedRequest] = []
+        self._counts: list[TokenCount] = []
         self._errors_answered: Counter[tuple[str, int]] = Counter()
         self.folder = folder
         """Script files, read again when they change (over the scripts given here)."""
@@ -99,10 +109,15 @@ class Playback:
     def requests(self) -> list[RecordedRequest]:
         return list(self._requests)
 
+    @property
+    def token_counts(self) -> list[TokenCount]:
+        return list(self._counts)
+
     def reset(self) -> None:
-        """Clear both logs and every fault counter (scripts stay registered)."""
+        """Clear the logs and every fault counter (scripts stay registered)."""
         self._violations.clear()
         self._requests.clear()
+        self._counts.clear()
         self._errors_answered.clear()
 
     def answer(self, protocol: WireProtocol, body: Any, *, received_at: float) -> Reply | Rejection:
@@ -130,6 +145,22 @@ class Playback:
             if self.folder.problems:
                 where += "; skipped: " + "; ".join(self.folder.problems)
         return f"{where}; known: {known}"
+
+    def count(self, protocol: WireProtocol, body: Any) -> int | Rejection:
+        """The input tokens of a request (`body` shaped as `protocol`'s model call), counted
+        as the turn it would play reports them in its usage; logged in `token_counts`."""
+        if not isinstance(body, dict):
+            return Rejection(400, "The request body must be a JSON object.", code="invalid_json")
+        conversation = protocol.parse(body)
+        model = body.get("model")
+        script = self._scripts.get(model) if isinstance(model, str) else None
+        turn = conversation.turn_index
+        if script is None or turn >= len(script.turns):
+            tokens = estimate_tokens(conversation.prompt_chars)
+        else:
+            tokens = script.turns[turn].usage_for(conversation.prompt_chars).prompt_tokens
+        self._counts.append(TokenCount(script=model, protocol=protocol.name, input_tokens=tokens))
+        return tokens
 
     def _log(
         self, protocol: WireProtocol, body: Any, conversation: Conversation | None, at: float

@@ -132,8 +132,8 @@ class ScriptTurn(BaseModel):
         if self.usage is not None:
             return self.usage
         return ScriptUsage(
-            prompt_tokens=_estimate_tokens(prompt_chars),
-            completion_tokens=_estimate_tokens(self.completion_chars()),
+            prompt_tokens=estimate_tokens(prompt_chars),
+            completion_tokens=estimate_tokens(self.completion_chars()),
         )
 
 
@@ -152,7 +152,7 @@ class Script(BaseModel):
         return self
 
 
-def _estimate_tokens(chars: int) -> int:
+def estimate_tokens(chars: int) -> int:
     return chars // CHARS_PER_TOKEN + 1
 
 

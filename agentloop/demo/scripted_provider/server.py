@@ -6,11 +6,15 @@ Routes (`model` names the script to play; the same script plays over every proto
 - `POST /v1/chat/completions`  OpenAI Chat Completions (openai `base_url` = root + `/v1`).
 - `POST /v1/responses`         OpenAI Responses (same `base_url`).
 - `POST /v1/messages`          Anthropic Messages (anthropic `base_url` = root).
+- `POST /v1/messages/count_tokens`, `POST /v1/responses/input_tokens`: the token counters
+                               (Anthropic's, OpenAI's), counting as the turn's usage reports.
 - `PUT  /_scripts/{name}`      register or replace a script (JSON body = `Script`); with
                                `--scripts DIR`, its files too (read again when changed).
 - `GET  /_violations`          `{"violations": [{"script", "turn", "message", "protocol"}]}`.
 - `GET  /_requests`            every request: `[{"script", "turn", "stream", "body",
                                "protocol", "received_at"}]`.
+- `GET  /_token_counts`        every request to a counter: `[{"script", "protocol",
+                               "input_tokens"}]`.
 - `POST /_reset`               clear both logs and the fault counters (scripts stay).
 """
 
@@ -30,12 +34,22 @@ from pydantic import ValidationError
 from yarl import URL
 
 from agentloop.demo.scripted_provider import openai_errors
-from agentloop.demo.scripted_provider.playback import Playback, RecordedRequest, Violation
-from agentloop.demo.scripted_provider.protocols import PROTOCOLS, WireProtocol
+from agentloop.demo.scripted_provider.playback import (
+    Playback,
+    RecordedRequest,
+    TokenCount,
+    Violation,
+)
+from agentloop.demo.scripted_provider.protocols import (
+    ANTHROPIC,
+    OPENAI_RESPONSES,
+    PROTOCOLS,
+    WireProtocol,
+)
 from agentloop.demo.scripted_provider.rendering import Rejection, Reply
 from agentloop.demo.scripted_provider.scripts import Script, ScriptFolder, load_builtin_scripts
 
-__all__ = ["DEFAULT_PORT", "RecordedRequest", "ScriptedProvider", "Violation", "main"]
+__all__ = ["DEFAULT_PORT", "RecordedRequest", "ScriptedProvider", "TokenCount", "Violation", "main"]
 
 DEFAULT_PORT = 8788
 
@@ -93,6 +107,10 @@ class ScriptedProvider:
     def requests(self) -> list[RecordedRequest]:
         return self._playback.requests
 
+    @property
+    def token_counts(self) -> list[TokenCount]:
+        return self._playback.token_counts
+
     def reset(self) -> None:
         """Clear the request and violation logs and the fault counters."""
         self._playback.reset()
@@ -111,9 +129,12 @@ class ScriptedProvider:
         app = web.Application()
         for protocol in PROTOCOLS:
             app.router.add_post(protocol.path, self._model_handler(protocol))
+        app.router.add_post("/v1/messages/count_tokens", self._count_handler(ANTHROPIC))
+        app.router.add_post("/v1/responses/input_tokens", self._count_handler(OPENAI_RESPONSES))
         app.router.add_put("/_scripts/{name}", self._put_script)
         app.router.add_get("/_violations", self._get_violations)
         app.router.add_get("/_requests", self._get_requests)
+        app.router.add_get("/_token_counts", self._get_token_counts)
         app.router.add_post("/_reset", self._post_reset)
         return app
 
@@ -160,6 +181,20 @@ class ScriptedProvider:
 
         return handle
 
+    def _count_handler(self, protocol: WireProtocol) -> Handler:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            counted = self._playback.count(protocol, _parse_json(await request.text()))
+            headers = {protocol.request_id_header: f"req_{uuid.uuid4().hex}"}
+            if isinstance(counted, Rejection):
+                body = protocol.render_error(counted)
+                return web.json_response(body, status=counted.status, headers=headers)
+            answer: dict[str, Any] = {"input_tokens": counted}
+            if protocol is OPENAI_RESPONSES:
+                answer["object"] = "response.input_tokens"
+            return web.json_response(answer, headers=headers)
+
+        return handle
+
     # --- control endpoints ------------------------------------------------------------
 
     async def _put_script(self, request: web.Request) -> web.Response:
@@ -176,6 +211,9 @@ class ScriptedProvider:
 
     async def _get_requests(self, _: web.Request) -> web.Response:
         return web.json_response(self.requests)
+
+    async def _get_token_counts(self, _: web.Request) -> web.Response:
+        return web.json_response(self.token_counts)
 
     async def _post_reset(self, _: web.Request) -> web.Response:
         self.reset()

@@ -239,6 +239,12 @@ class Feature(StrEnum):
     when it names some) and the verdict recorded; a refused one is recorded with
     `signal: "resolve"`. Before it, any `resolve` naming any operator settled the write, even
     on a worker that takes only signed approvals."""
+    EXACT_COUNT_WHEN_BOUND_BINDS = "exact-count-when-bound-binds"
+    """A model call whose input bound (a token a byte, 3-4 times the real count for English)
+    does not fit what is left of `max_total_tokens` or `max_cost_usd` is not refused on it:
+    the provider's own counter is asked (`count_model_input`), and the call is made again
+    reserving that count, refused only if even it does not fit. Before it, a small cap could
+    refuse a run's first call although the provider would have counted a third of the bound."""
     RECHECK_AFTER_WAIT = "recheck-after-wait"
     """A call that waited for people (an approval, an answer, an operator's word) has its
     precondition, with the object-level checks in it, checked again just before it runs,
@@ -331,6 +337,7 @@ FEATURES_2026_12J = (
     Feature.RESOLUTIONS_CHECKED_BY_WORKER,
     Feature.WAIT_SUMMARIES,
     Feature.RECHECK_AFTER_WAIT,
+    Feature.EXACT_COUNT_WHEN_BOUND_BINDS,
 )
 
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
