@@ -428,3 +428,19 @@ async def test_usage_in_anthropic_shape(client: AsyncAnthropic) -> None:
     start = events[0]
     assert start.type == "message_start" and start.message.usage.input_tokens == 120
     assert assemble(events).output_tokens == 7
+
+
+async def test_the_token_counter_counts_as_the_turns_usage_and_is_logged(
+    client: AsyncAnthropic, provider: ScriptedProvider
+) -> None:
+    hello: list[MessageParam] = [{"role": "user", "content": "Hello?"}]
+    scripted = await client.messages.count_tokens(model="usage", messages=hello)
+    estimated = await client.messages.count_tokens(model="greeting", messages=hello)
+    answer = await client.messages.create(model="greeting", max_tokens=100, messages=hello)
+    assert scripted.input_tokens == 120
+    assert estimated.input_tokens == answer.usage.input_tokens
+    assert [(c["script"], c["input_tokens"]) for c in provider.token_counts] == [
+        ("usage", 120),
+        ("greeting", estimated.input_tokens),
+    ]
+    assert len(provider.requests) == 1  # counting is not a model call

@@ -315,3 +315,18 @@ async def test_usage_in_responses_shape(client: AsyncOpenAI) -> None:
     assert (response.usage.input_tokens, response.usage.output_tokens) == (120, 7)
     assert response.usage.total_tokens == 127
     assert final.usage == response.usage
+
+
+async def test_the_input_token_counter_counts_as_the_turns_usage_and_is_logged(
+    client: AsyncOpenAI, provider: ScriptedProvider
+) -> None:
+    scripted = await client.responses.input_tokens.count(model="usage", input=[USER])
+    estimated = await client.responses.input_tokens.count(model="greeting", input=[USER])
+    answer = await client.responses.create(model="greeting", input=cast(Any, [USER]))
+    assert scripted.input_tokens == 120
+    assert answer.usage is not None and estimated.input_tokens == answer.usage.input_tokens
+    assert [(c["script"], c["protocol"], c["input_tokens"]) for c in provider.token_counts] == [
+        ("usage", "openai-responses", 120),
+        ("greeting", "openai-responses", estimated.input_tokens),
+    ]
+    assert len(provider.requests) == 1  # counting is not a model call
