@@ -27,6 +27,7 @@ import bench
 from agentloop.cli.dev import DevStack, DevStackPorts
 from bench import (
     adapters,
+    counted,
     history,
     mcp_clients,
     outputs,
@@ -192,6 +193,7 @@ async def measure(p: Plan) -> tuple[list[Section], int]:
             )
             store_sections = await stores.measure(client, settings, provider, work, p.store_runs)
             mcp_section = await mcp_clients.measure(client, settings, provider, work, p.mcp_calls)
+            counter_section = await counted.measure(client, settings, provider)
             long = await replay.record_long(client, settings, provider, p.replay_turns)
             requests = await adapters.record_requests(client, settings, provider, p.adapter_turns)
         # Timed with the stack stopped: no worker, server or provider competes for the CPU.
@@ -205,6 +207,7 @@ async def measure(p: Plan) -> tuple[list[Section], int]:
         for section in store_sections:
             done(section)
         done(mcp_section)
+        done(counter_section)
     return sections, one.failures
 
 

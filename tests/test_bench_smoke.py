@@ -117,6 +117,7 @@ SECTIONS = {
             "cut-off write: notes at the server, agentloop vs temporalio-mcp",
         ],
     ),
+    12: ("Token counter asks", ["asks, generous cap", "asks, tight cap"]),
 }
 NUMBER = re.compile(r"\d")
 
@@ -193,5 +194,6 @@ def test_the_short_benchmark_prints_every_figure(request: pytest.FixtureRequest)
         "stores",
         "worker_cost",
         "mcp_clients",
+        "token_counter",
     ]
     assert all(section["figures"] for section in document["sections"])
