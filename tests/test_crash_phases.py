@@ -70,7 +70,7 @@ SLOW_HTTP = 30.0
 STICKY_TIMEOUT = "TIMEOUT_TYPE_SCHEDULE_TO_START"
 """A workflow task that waited on a dead worker's sticky queue (none was lost half done)."""
 DATE = "2026-12-01"
-CONTINUE_AFTER_EVENTS = 36
+CONTINUE_AFTER_EVENTS = 43
 
 
 def make_env(
@@ -772,7 +772,8 @@ async def test_killed_right_after_a_continue_as_new_the_continued_run_finishes_i
     # still in flight when the worker is killed.
     example_service.set_delay("workshops.get", 3_000)
     tools = ["reserve_seat", "check_workshop"]
-    # The first run reaches about 35 events with the write, give or take a workflow task: it
+    # The first run reaches about 42 events with the write (the write's precondition checked
+    # before its approval and again after it), give or take a workflow task: it
     # continues as new right after the write, or after the next model call, never before.
     limited = run_input(run_id, tools, continue_as_new_after_events=CONTINUE_AFTER_EVENTS)
     first_step = {

@@ -466,9 +466,10 @@ ROWS: dict[str, Row] = {
         "completed",
         "final answer",
         2,
-        # Sent once (the answer was lost after the commit), then asked for, never resent.
+        # Checked before the approval and again after it; sent once (the answer was lost
+        # after the commit), then asked for, never resent.
         executions={
-            "workshops.eligibility": 1,
+            "workshops.eligibility": 2,
             "workshops.reserve": 1,
             "workshops.operation": 1,
         },
@@ -486,7 +487,7 @@ ROWS: dict[str, Row] = {
         "unresolved: outcome of call_w unknown",
         1,
         executions={
-            "workshops.eligibility": 1,
+            "workshops.eligibility": 2,  # before the approval, and again after it
             "workshops.reserve": 1,
             "workshops.operation": LOOKUP_RETRY.maximum_attempts,
         },

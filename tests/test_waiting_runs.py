@@ -97,9 +97,10 @@ async def test_a_run_evicted_while_awaiting_approval_resumes_without_running_any
         result = await asyncio.wait_for(waiting.result(), 30)
     assert result.status == "completed", result.stop_reason
     after = example_service.stats()["counts"]
-    # The read and the precondition check ran once, before the wait; after it, only the write.
+    # The read ran once, before the wait; after it, the write's precondition is checked again
+    # (feature `recheck-after-wait`), then the write.
     changed = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
-    assert changed == {"workshops.reserve": 1}, changed
+    assert changed == {"workshops.eligibility": 1, "workshops.reserve": 1}, changed
     assert example_service.records()["reservations"] == 1
     # It was built anew to resume: replayed from its history, not kept in memory.
     assert constructed.count(run_id) >= 2, constructed

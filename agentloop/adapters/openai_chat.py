@@ -333,6 +333,12 @@ def _map_usage(usage: dict[str, Any] | None) -> Usage:
 CHAT_COMPLETIONS = OpenAIEndpoint("/chat/completions", ChatCompletion)
 
 
+CHAT_ITEM_ALLOWANCE = 16
+"""Tokens a Chat Completions message may take beyond the same item of a Responses request
+(role and call framing), added to the Responses API's count of a Chat request (and once for
+its instructions): the count reserved must not fall short of what the call is billed."""
+
+
 class OpenAIChatAdapter:
     """`ProviderAdapter` for Chat Completions. Build the client with `max_retries=0`:
     retries belong to Temporal, driven by the `ProviderError` classification."""
@@ -350,5 +356,8 @@ class OpenAIChatAdapter:
         )
 
     async def count_input_tokens(self, request: ModelRequest) -> int:
-        # Chat Completions has no counter: the Responses API's counts the same conversation.
-        return await count_openai_input(self._client, responses_request(request))
+        # Chat Completions has no counter: the Responses API's counts the same conversation in
+        # its own shape, and each item is given room for what the Chat shape may add to it.
+        body = responses_request(request)
+        counted = await count_openai_input(self._client, body)
+        return counted + CHAT_ITEM_ALLOWANCE * (len(body["input"]) + 1)

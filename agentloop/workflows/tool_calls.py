@@ -35,6 +35,9 @@ PRECONDITION_RETRY = RetryPolicy(maximum_attempts=3)
 async def check_preconditions(
     state: LoopState, step: CheckPreconditions, deadline: RunDeadline
 ) -> None:
+    if state.has(Feature.RECHECK_AFTER_WAIT):
+        # Checked again after a wait for people: the run no longer waits for them.
+        state.phase = "validating"
     visibility.waiting(state)
     principal = state.run_input.principal
     handles = [

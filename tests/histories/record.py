@@ -199,6 +199,7 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
             ScriptTurn(text="Booked."),
         ],
     )
+    counting = Script(name="replay-exact-count", turns=[ScriptTurn(text="Mild, then rain.")])
     answering = Script(
         name="replay-bounded-schema-work", turns=[ScriptTurn(text='{"late": false}')]
     )
@@ -531,6 +532,18 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
         # seat left when the write is checked; someone else takes it while the write waits
         # for approval (see `TAKEN_WHILE_WAITING`), and once approved the write's precondition
         # is checked again, fails, and the model is told; the write never runs.
+        # Recorded with the `features-2026-12j` set (`exact-count-when-bound-binds`): a
+        # 1,500-token cap and a 2.1 KB task; the bound on the first call's input (a token a
+        # byte) does not fit, the provider's count does, and the call is made again with it.
+        "exact_count": (
+            [counting],
+            {
+                "model": counting.name,
+                "task": "Summarise the weather in Oslo this week for a traveller. " * 37,
+                "tools": [],
+                "limits": Limits(max_total_tokens=1500),
+            },
+        ),
         "recheck_after_wait": (
             [reserving],
             {
