@@ -11,7 +11,8 @@ from typing import Any
 import mcp_types as types
 import pytest
 
-from agentloop.contract import UserMessage
+from agentloop.activity_io import PreconditionResult
+from agentloop.contract import AgentRunInput, UserMessage
 from agentloop.events import InputRequest, ToolResult
 from agentloop.mcp.input import MAX_PENDING_BYTES, answered, asking
 from agentloop.tools.contract import BusinessRefusal, InputNeeded, Reply
@@ -20,6 +21,7 @@ from agentloop.workflows.loop import (
     FEATURES_OF_SET,
     AwaitInput,
     CallModel,
+    CheckPreconditions,
     Feature,
     Finish,
     LoopState,
@@ -27,6 +29,7 @@ from agentloop.workflows.loop import (
 )
 from agentloop.workflows.loop.state import MAX_INPUT_ROUNDS
 from tests.test_loop import T0, call, model_turn, new_state, tool_output
+from tests.test_loop import TRAIN as TRAIN_SPEC
 
 QUESTION = "Who should take ticket T-1?"
 FALLBACK = json.dumps({"error": {"class": "business", "message": f"needs an answer: {QUESTION}"}})
@@ -245,3 +248,32 @@ def test_a_reply_nested_past_the_bound_is_only_text() -> None:
                 },
             ),
         )
+
+
+def test_a_checked_call_whose_tool_asked_is_checked_again_before_it_runs_with_the_answer() -> None:
+    checked = TRAIN_SPEC.model_copy(update={"has_precondition": True})
+    state = LoopState.start(
+        AgentRunInput(
+            task="t", provider="openai-chat", model="m", tools=["get_train_status"],
+            input_timeout_seconds=60,
+        ),
+        [checked],
+        T0,
+    )  # fmt: skip
+    state.features = list(FEATURES_OF_SET)
+    model_turn(state, tool_output(call("c1", "get_train_status", train="ICE 5")))
+    loop.record_preconditions(state, {"c1": PreconditionResult()}, T0)
+    run(state, asked("c1", "get_train_status"))
+    assert isinstance(loop.decide(state, T0), AwaitInput)
+    loop.record_pause_started(state, T0)  # the wait for the answer
+    reply(state, "the 8:15")
+    loop.record_pause(state, 30.0)
+    step = loop.decide(state, T0)
+    assert isinstance(step, CheckPreconditions) and [c.call_id for c, _ in step.calls] == ["c1"]
+    loop.record_preconditions(state, {"c1": PreconditionResult(problem="ICE 5 is cancelled")}, T0)
+    why = "refused after a wait: precondition no longer holds: ICE 5 is cancelled"
+    [told] = state.outbox
+    assert isinstance(told, ToolResult) and (told.call_id, told.status) == ("c1", "rejected")
+    assert json.loads(told.content)["error"]["message"] == why
+    assert state.calls["c1"].decision == why and state.calls["c1"].attempts == 1
+    assert loop.decide(state, T0) == CallModel(turn=2)
