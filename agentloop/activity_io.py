@@ -176,6 +176,8 @@ class PreconditionResult(BaseModel):
     """`permission` when the refusal was a `PermissionDenied` (None: a business refusal)."""
     needs_approval: bool | None = None
     """The verdict of `approval_rule` (None when none was asked)."""
+    made: bool = True
+    """False when the check could not be made at all (`problem` says why)."""
 
 
 class VerifyInput(BaseModel):

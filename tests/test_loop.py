@@ -660,3 +660,13 @@ def test_an_approved_call_that_still_passes_after_the_wait_runs_once_checked_aga
     assert state.calls["w1"].decision == "approved by lead"
     assert state.calls["w1"].status == "succeeded" and state.calls["w1"].attempts == 1
     assert loop.decide(state, T0) == CallModel(turn=2)
+
+
+def test_an_approved_call_whose_check_cannot_be_made_again_is_refused_saying_so() -> None:
+    state = approved_after_a_wait(list(loop.FEATURES_OF_SET))
+    assert isinstance(loop.decide(state, T0), loop.CheckPreconditions)
+    lost = PreconditionResult(problem="precondition not checked: timed out", made=False)
+    loop.record_preconditions(state, {"w1": lost}, T0)
+    why = "approved by lead, then refused: precondition not checked: timed out"
+    assert state.calls["w1"].decision == why and state.calls["w1"].attempts == 0
+    assert loop.decide(state, T0) == CallModel(turn=2)

@@ -60,7 +60,7 @@ async def check_preconditions(
             checked[call.call_id] = await handle
         except ActivityError as exc:
             # A check that cannot be made does not let the call through.
-            checked[call.call_id] = PreconditionResult(problem=_not_checked(state, exc))
+            checked[call.call_id] = PreconditionResult(problem=_not_checked(state, exc), made=False)
     loop.record_preconditions(state, checked, workflow.now())
 
 

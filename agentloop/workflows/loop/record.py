@@ -305,8 +305,11 @@ def _no_longer(state: LoopState, call_id: str, result: PreconditionResult) -> st
     then (approved by whom), and what the check says now."""
     decision = state.open_batch().decisions.get(call_id)
     then = f"approved by {decision.approver}, then refused" if decision else "refused after a wait"
+    problem = clipped(result.problem or "", MAX_KNOWN_CHARS)
+    if not result.made:  # the problem says why the check could not be made again
+        return f"{then}: {problem}"
     now = "permission" if result.error_class == "permission" else "precondition no longer holds"
-    return f"{then}: {now}: {clipped(result.problem or '', MAX_KNOWN_CHARS)}"
+    return f"{then}: {now}: {problem}"
 
 
 def start_tools(state: LoopState, step: RunTools, now: datetime) -> ToolsToRun:
