@@ -294,8 +294,10 @@ class CannedAdapters:
     is out of reach here, and what is under test is `call_model`'s record, not an adapter.
     The adapters' own tests run the real clients against the scripted provider."""
 
-    def __init__(self, output: ModelOutput | None = None, error: Exception | None = None):
-        self.output, self.error = output, error
+    def __init__(
+        self, output: ModelOutput | None = None, error: Exception | None = None, count: int = 0
+    ):
+        self.output, self.error, self.count = output, error, count
         self.requests: list[ModelRequest] = []
 
     def get(self, provider: str) -> CannedAdapters:
@@ -307,6 +309,10 @@ class CannedAdapters:
             raise self.error
         assert self.output is not None
         return self.output
+
+    async def count_input_tokens(self, request: ModelRequest) -> int:
+        self.requests.append(request)
+        return self.count
 
 
 CANNED = ModelOutput(
@@ -368,6 +374,31 @@ async def test_a_model_call_is_audited_by_ids_and_counts_never_its_text(
     text = stream.getvalue()
     for hidden in (MODEL_TEXT_MARK, REASONING_MARK, "Oslo", "dana@example.com"):
         assert hidden not in text
+
+
+async def test_a_count_is_audited_by_counts_never_its_text_and_a_negative_one_refused(
+    log: tuple[io.StringIO, Records], env: ActivityEnvironment, store: SqliteStore
+) -> None:
+    stream, records = log
+    counting = CannedAdapters(count=412)
+    model = ModelActivities(store, counting)  # type: ignore[arg-type]
+    assert await env.run(model.count_model_input, model_request()) == 412
+    record = one(records, "model_call.counted")
+    assert {k: record[k] for k in ("provider", "model", "turn", "input_tokens")} == {
+        "provider": "anthropic",
+        "model": "claude-audit",
+        "turn": 3,
+        "input_tokens": 412,
+    }
+    assert [e.text for e in counting.requests[0].events] == [  # type: ignore[union-attr]
+        "what is the weather in Oslo? write to dana@example.com"
+    ]
+    assert "Oslo" not in stream.getvalue()
+    # A count below zero would hand the output more than the caps leave: refused.
+    model = ModelActivities(store, CannedAdapters(count=-5))  # type: ignore[arg-type]
+    with pytest.raises(ApplicationError) as raised:
+        await env.run(model.count_model_input, model_request())
+    assert raised.value.type == "BadCount" and raised.value.non_retryable
 
 
 COMPLETED_FIELDS = (

@@ -109,6 +109,13 @@ class ModelActivities:
         count = await self._asked(
             request, lambda adapter: adapter.count_input_tokens(prepared.model_request)
         )
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            # The provider's answer, reserved as the call's input: a count below zero would
+            # hand the output more than the caps leave.
+            _audit_failure(request, "bad_count", retryable=False)
+            raise ApplicationError(
+                f"the provider counted {count!r} input tokens", type="BadCount", non_retryable=True
+            )
         audit(
             "model_call.counted",
             provider=request.provider,
