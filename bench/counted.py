@@ -51,7 +51,9 @@ async def _run(
     """The run's result, and how often the counter was asked for it."""
     script = weather_script(f"bench-counted-{uuid.uuid4().hex[:8]}", turns)
     provider.register(script)
-    run_input = long_input(script, ["get_weather"])
+    # Anthropic's count is of the very request it bills (Chat Completions is counted in the
+    # Responses shape, with room per message, which a cap this tight may not leave).
+    run_input = long_input(script, ["get_weather"], provider="anthropic")
     limits = run_input.limits.model_copy(update={"max_total_tokens": cap})
     run_input = run_input.model_copy(update={"limits": limits})
     result = await asyncio.wait_for(
