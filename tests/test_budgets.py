@@ -235,7 +235,8 @@ async def test_generated_runs_end_at_or_under_their_token_cap(
                         )
                         for i, (prompt, _) in enumerate(script_turns)
                     ),
-                    ScriptTurn(text="y" * script_turns[-1][1]),
+                    # Never empty: an empty answer is sent back (blocked-not-completed).
+                    ScriptTurn(text="y" * max(1, script_turns[-1][1])),
                 ],
             )
         )
