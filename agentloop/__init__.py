@@ -36,7 +36,9 @@ if TYPE_CHECKING:
         sign_principal,
         sign_resolution,
     )
+    from agentloop.store import open_store
     from agentloop.tool_spec import Outcome
+    from agentloop.tools.activity_results import ActivityToolResults
     from agentloop.tools.activity_tools import activity_tool
     from agentloop.tools.contract import (
         BusinessRefusal,
@@ -73,6 +75,8 @@ _EXPORTS = {
     "ResolveRequest": "agentloop.contract",
     "RunStatusView": "agentloop.contract",
     "UserMessage": "agentloop.contract",
+    "ActivityToolResults": "agentloop.tools.activity_results",
+    "open_store": "agentloop.store",
     "Settings": "agentloop.runtime.config",
     "load_private_key": "agentloop.runtime.signing",
     "sign_decision": "agentloop.runtime.signing",
@@ -103,6 +107,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "ActivityToolResults",
     "AgentRunInput",
     "AgentRunResult",
     "ApprovalDecision",
@@ -135,6 +140,7 @@ __all__ = [
     "family_stats",
     "limits_from",
     "load_private_key",
+    "open_store",
     "running_worker",
     "sign_decision",
     "sign_principal",

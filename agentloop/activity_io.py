@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from agentloop.contract import (
     ApprovalDecision,
@@ -14,9 +14,10 @@ from agentloop.contract import (
     Principal,
     Provider,
     ResolveRequest,
+    describe_validation_error,
 )
 from agentloop.events import Event, ModelOutput
-from agentloop.tool_spec import ToolSpec
+from agentloop.tool_spec import Outcome, ToolSpec
 
 MODEL_CALL = "call_model"
 """The model call with the tool specs inline: a run's first one (and every one of a run that
@@ -36,6 +37,11 @@ STORE_TEXTS = "store_texts"
 COUNT_MODEL_INPUT = "count_model_input"
 """The provider's own count of a model call's input tokens: asked when the byte bound on them
 would not let the call start (feature `exact-count-when-bound-binds`)."""
+FRAME_TEAM_ANSWER = "frame_team_answer"
+"""An activity tool's answer, undecoded, read and bounded by agentloop's worker (feature
+`team-answers-read-by-worker`)."""
+READ_TEAM_OUTCOME = "read_team_outcome"
+"""An activity tool's lookup answer, undecoded, read by agentloop's worker (the same)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,10 @@ class UnreadableJSON:
     decode itself would fail every workflow task (`agentloop.runtime.converter`)."""
 
     reason: str
+
+    def told(self) -> str:
+        """What the model is told of an answer no one can read."""
+        return f"(the activity's result is not JSON agentloop can read: {self.reason})"
 
 
 class ModelCallBudget(BaseModel):
@@ -167,6 +177,17 @@ class ToolOutput(BaseModel):
     call_id: str
     tool: str
     output: Any = None
+
+
+def outcome_from_answer(answer: Any) -> Outcome:
+    """A lookup activity's answer as an outcome: `unknown`, saying why, when it is none."""
+    if isinstance(answer, UnreadableJSON):
+        return Outcome(state="unknown", record=f"lookup answered no outcome: {answer.reason}")
+    try:
+        return Outcome.model_validate(answer)
+    except ValidationError as exc:
+        problem = describe_validation_error(exc)[:500]
+        return Outcome(state="unknown", record=f"lookup answered no outcome: {problem}")
 
 
 class PreconditionResult(BaseModel):

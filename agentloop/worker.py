@@ -286,6 +286,8 @@ async def worker_parts(
                     tool_activities.run_tool,
                     tool_activities.lookup_outcome,
                     tool_activities.frame_tool_output,
+                    tool_activities.frame_team_answer,
+                    tool_activities.read_team_outcome,
                     runs.load_previous_run,
                     verifiers.verify_completion,
                     approvals.check_approval,

@@ -8,32 +8,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 from temporalio import activity
-from temporalio.api.common.v1 import Payload
-from temporalio.client import Client
+from temporalio.api.common.v1 import Payload, WorkflowExecution
+from temporalio.client import Client, WorkflowHandle
 from temporalio.common import RawValue
-from temporalio.worker import Worker
+from temporalio.worker import Interceptor, Worker
 
 import agentloop
 from agentloop.client import start_run
-from agentloop.contract import AgentRunInput, AgentRunResult, Principal
+from agentloop.contract import AgentRunInput, AgentRunResult, Limits, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.store import load_artifact_text
 from agentloop.tools.plugins import Plugin, Toolset, build_toolbox
 from agentloop.worker import running_worker
 from tests.support import wait_until, worker_process
 from tests.test_crash_phases import requests_to, reservations
+from tests.test_hardening import assert_never_wedged
+from tests.test_large_output import history_sizes
 from tests.test_platform import sent_result
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -215,6 +220,26 @@ async def one_call_to_a_team_tool(
     """A run whose model calls the activity tool `tool` once (call id `c_1`), served by an
     in-process team worker running `activities` (none: no worker polls the team's queue): its
     result, and what the model was told."""
+    result, [told], _ = await calls_to_a_team_tool(
+        client, worker_settings, provider, run_id, activities, **tool
+    )
+    return result, told
+
+
+async def calls_to_a_team_tool(
+    client: Client,
+    worker_settings: Settings,
+    provider: ScriptedProvider,
+    run_id: str,
+    activities: list[Any],
+    *,
+    calls: int = 1,
+    interceptors: Sequence[Interceptor] = (),
+    **tool: Any,
+) -> tuple[AgentRunResult, list[str], WorkflowHandle[Any, AgentRunResult]]:
+    """`one_call_to_a_team_tool` with `calls` parallel calls (ids `c_1`...; city `x1`...),
+    the team's worker running `interceptors`: the result, what the model was told of each
+    call, in order, and the run (never a failed workflow task in its history)."""
     team_queue = f"team-{uuid.uuid4().hex[:8]}"
     spec = agentloop.activity_tool(task_queue=team_queue, parameters=CityArgs, **tool)
     toolbox = build_toolbox([Plugin("team", Toolset(tools=[spec]))])
@@ -222,23 +247,35 @@ async def one_call_to_a_team_tool(
         update={"task_queue": f"agentloop-{uuid.uuid4().hex[:8]}"}
     )
     name = tool["name"]
-    called = ScriptedToolCall(id="c_1", name=name, arguments={"city": "x"})
+    called = [
+        ScriptedToolCall(id=f"c_{n}", name=name, arguments={"city": f"x{n}"})
+        for n in range(1, calls + 1)
+    ]
     provider.register(
-        Script(name=run_id, turns=[ScriptTurn(tool_calls=[called]), ScriptTurn(text="Done.")])
+        Script(name=run_id, turns=[ScriptTurn(tool_calls=called), ScriptTurn(text="Done.")])
     )
-    run_input = AgentRunInput(task="Go.", provider="openai-chat", model=run_id, tools=[name])
+    run_input = AgentRunInput(
+        task="Go.",
+        provider="openai-chat",
+        model=run_id,
+        tools=[name],
+        limits=Limits(max_tool_calls=max(calls, 32)),
+    )
     team_worker = (
-        Worker(client, task_queue=team_queue, activities=activities)
+        Worker(client, task_queue=team_queue, activities=activities, interceptors=interceptors)
         if activities
         else contextlib.nullcontext()
     )
     async with team_worker, running_worker(client, settings, toolbox):
         handle = await start_run(client, run_input, id=run_id, task_queue=settings.task_queue)
-        result: AgentRunResult = await asyncio.wait_for(handle.result(), 30)
+        result: AgentRunResult = await asyncio.wait_for(handle.result(), 30 + calls * 3)
     assert result.status == "completed", result.stop_reason
+    await assert_never_wedged(handle)
     _, second = [r for r in provider.requests if r["script"] == run_id]
-    [told] = [m["content"] for m in second["body"]["messages"] if m["role"] == "tool"]
-    return result, told
+    told = {
+        m["tool_call_id"]: m["content"] for m in second["body"]["messages"] if m["role"] == "tool"
+    }
+    return result, [told[c.id] for c in called], handle
 
 
 @activity.defn(name="deep_forecast")
@@ -322,3 +359,143 @@ async def test_a_write_no_worker_takes_fails_as_never_started_and_is_not_looked_
     assert result.side_effects == [] and result.unresolved_writes == []
     assert "took the call within 1 s: it never started, nothing was done" in told, told
     assert '"transient"' in told
+
+
+RAW = b"\xff\xfe a forecast \x80 not UTF-8"
+ANSWERED: list[str] = []
+"""The team activities' executions, by activity type."""
+
+
+@activity.defn(name="raw_forecast")
+async def raw_forecast(request: dict[str, Any]) -> bytes:
+    ANSWERED.append("raw_forecast")
+    return RAW
+
+
+@activity.defn(name="send_note_bytes")
+async def send_note_bytes(request: dict[str, Any]) -> bytes:
+    ANSWERED.append("send_note_bytes")
+    return RAW
+
+
+@activity.defn(name="send_note_protobuf")
+async def send_note_protobuf(request: dict[str, Any]) -> WorkflowExecution:
+    """Written by Temporal's converter as `json/protobuf` with its message type."""
+    ANSWERED.append("send_note_protobuf")
+    return WorkflowExecution(workflow_id="note-1", run_id="r-1")
+
+
+@activity.defn(name="send_note_binary_protobuf")
+async def send_note_binary_protobuf(request: dict[str, Any]) -> RawValue:
+    """A message of a type agentloop's worker does not have, as binary protobuf."""
+    ANSWERED.append("send_note_binary_protobuf")
+    metadata = {"encoding": b"binary/protobuf", "messageType": b"team.NoteReceipt"}
+    return RawValue(Payload(metadata=metadata, data=RAW))
+
+
+@activity.defn(name="count_lookups")
+async def count_lookups(request: dict[str, Any]) -> dict[str, Any]:
+    ANSWERED.append("count_lookups")
+    return {"state": "applied"}
+
+
+async def test_an_activity_tools_answer_of_bytes_not_utf8_is_told_as_base64_not_wedging(
+    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """Before (feature `team-answers-read-by-worker`), every workflow task failed: "Error
+    serializing to JSON: invalid utf-8"."""
+    ANSWERED.clear()
+    result, told = await one_call_to_a_team_tool(
+        client,
+        worker_settings,
+        scripted_provider,
+        run_id,
+        [raw_forecast],
+        name="raw_forecast",
+        activity="raw_forecast",
+        description="A forecast, as bytes.",
+    )
+    assert [(c.call_id, c.status) for c in result.calls] == [("c_1", "succeeded")]
+    assert json.loads(told) == to_jsonable_python(RAW, bytes_mode="base64")
+    assert list(ANSWERED) == ["raw_forecast"]
+
+
+@pytest.mark.parametrize(
+    "answering", [send_note_bytes, send_note_protobuf, send_note_binary_protobuf]
+)
+async def test_a_write_answering_bytes_or_protobuf_succeeds_once_and_is_never_looked_up(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+    answering: Any,
+) -> None:
+    """Before, a protobuf message failed every workflow task ("Unable to serialize unknown
+    type"), bytes likewise: the write was made once and the run stayed running for good."""
+    ANSWERED.clear()
+    name = answering.__name__
+    result, told = await one_call_to_a_team_tool(
+        client,
+        worker_settings,
+        scripted_provider,
+        run_id,
+        [answering, count_lookups],
+        name="send_note",
+        activity=name,
+        description="Send a note.",
+        effect="write",
+        lookup_activity="count_lookups",
+    )
+    [record] = result.calls
+    assert (record.call_id, record.status, record.activity_attempts) == ("c_1", "succeeded", 1)
+    assert [e["call_id"] for e in result.side_effects] == ["c_1"]
+    assert list(ANSWERED) == [name]  # sent once, never looked up
+    if answering is send_note_protobuf:
+        assert json.loads(told) == {"workflowId": "note-1", "runId": "r-1"}
+    else:
+        assert RAW not in told.encode() and len(told) < 200, told
+
+
+BIG_ANSWER_CHARS = 1_500_000
+
+
+@activity.defn(name="city_report")
+async def city_report(request: dict[str, Any]) -> dict[str, Any]:
+    """A team's read answering 1.5 MB."""
+    city = request["arguments"]["city"]
+    return {"city": city, "report": city + "r" * BIG_ANSWER_CHARS}
+
+
+async def test_forty_parallel_answers_of_1_5_mb_are_artifacts_and_history_stays_under_10_mb(
+    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """The team's worker runs `agentloop.ActivityToolResults`: each answer goes to the store
+    from there. Before, the 60 MB of answers went to the run's history, and Temporal
+    terminated the run ("history size exceeds limit") with no result."""
+    store = agentloop.open_store(worker_settings.store_url)
+    try:
+        result, told, handle = await calls_to_a_team_tool(
+            client,
+            worker_settings,
+            scripted_provider,
+            run_id,
+            [city_report],
+            calls=40,
+            interceptors=[agentloop.ActivityToolResults(store)],
+            name="city_report",
+            activity="city_report",
+            description="A city's report.",
+        )
+        assert [(c.call_id, c.status) for c in result.calls] == [
+            (f"c_{n}", "succeeded") for n in range(1, 41)
+        ]
+        total, largest = history_sizes(await handle.fetch_history())
+        assert total < 10_000_000 and largest < 100_000, (total, largest)
+        for n, shown in enumerate(told, start=1):
+            frame = json.loads(shown)
+            assert frame["truncated"] is True and len(shown) <= 8_000
+            text, chars = await load_artifact_text(store, frame["artifact"])
+            assert json.loads(text) == {"city": f"x{n}", "report": f"x{n}" + "r" * BIG_ANSWER_CHARS}
+            assert chars == frame["total_chars"]
+    finally:
+        await store.close()

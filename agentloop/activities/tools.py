@@ -11,17 +11,22 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic_core import to_jsonable_python
 from temporalio import activity
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from agentloop.activities.heartbeat import keep_heartbeating
 from agentloop.activities.principals import check_principal
 from agentloop.activity_io import (
     APPROVAL_RULE_FAILED,
+    FRAME_TEAM_ANSWER,
+    READ_TEAM_OUTCOME,
     DescribeToolsInput,
     PreconditionResult,
     RunDescription,
     RunToolInput,
     ToolOutput,
+    UnreadableJSON,
+    outcome_from_answer,
 )
 from agentloop.contract import Principal
 from agentloop.digests import args_digest
@@ -35,6 +40,7 @@ from agentloop.runtime.indexing import Registration
 from agentloop.runtime.signing import PrincipalSignatures
 from agentloop.store import Store, stored_by_reference
 from agentloop.tool_spec import Outcome, ToolSpec, bounded, record_within
+from agentloop.tools.activity_results import read_answer
 from agentloop.tools.contract import (
     Artifacts,
     InputNeeded,
@@ -383,6 +389,25 @@ class ToolActivities:
             workflow_id=request.workflow_id, call_id=request.call_id, tool=request.tool
         )
         return await self._succeeded(as_run, spec, request.output)
+
+    @activity.defn(name=FRAME_TEAM_ANSWER)
+    async def frame_team_answer(self, request: ToolOutput, answer: RawValue) -> ToolResult:
+        """An activity tool's answer as it came (any payload, or one the team's worker put in
+        the store), read and bounded like any tool's output. Never fails for what it holds:
+        the call ran, and a write's effect exists."""
+        value = await read_answer(answer.payload, self._store)
+        if isinstance(value, UnreadableJSON):
+            value = value.told()
+        return await self.frame_tool_output(request.model_copy(update={"output": value}))
+
+    @activity.defn(name=READ_TEAM_OUTCOME)
+    async def read_team_outcome(self, request: ToolOutput, answer: RawValue) -> Outcome:
+        """An activity tool's lookup answer as it came, as an outcome, its record cut to the
+        tool's result cap."""
+        spec = self._registry.get(request.tool).spec
+        outcome = outcome_from_answer(await read_answer(answer.payload, self._store))
+        record = record_within(outcome.record, spec.max_result_chars)
+        return outcome.model_copy(update={"record": record})
 
     async def _succeeded(self, request: RunToolInput, spec: ToolSpec, value: Any) -> ToolResult:
         """A tool's output as its result: kept whole as an artifact when over the tool's cap,

@@ -30,7 +30,14 @@ async def run_with_children(
     for call, spec in step.calls:
         child_input = children.get(call.call_id)
         if child_input is None:
-            tools[call.call_id] = start_tool(call, spec, state.run_input.principal, "", local=False)
+            tools[call.call_id] = start_tool(
+                call,
+                spec,
+                state.run_input.principal,
+                "",
+                local=False,
+                answer_undecoded=state.has(loop.Feature.TEAM_ANSWERS_READ_BY_WORKER),
+            )
             continue
         started = await _start_child(state, call, child_input)
         if isinstance(started, str):

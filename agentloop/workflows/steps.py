@@ -15,9 +15,8 @@ import contextlib
 from datetime import timedelta
 from typing import Any
 
-from pydantic import ValidationError
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 import agentloop.workflows.loop as loop
@@ -26,14 +25,16 @@ from agentloop.activity_io import (
     MODEL_CALL,
     MODEL_CALL_BY_REF,
     OVER_BUDGET,
+    READ_TEAM_OUTCOME,
     STORE_TEXTS,
     CallModelInput,
     CallModelResult,
     StoreTextsInput,
     Verdict,
     VerifyInput,
+    outcome_from_answer,
 )
-from agentloop.contract import AgentRunResult, Phase, describe_validation_error
+from agentloop.contract import AgentRunResult, Phase
 from agentloop.tool_spec import Outcome
 from agentloop.workflows import visibility
 from agentloop.workflows.deadline import RunDeadline
@@ -53,9 +54,11 @@ from agentloop.workflows.loop import (
 )
 from agentloop.workflows.startup import time_to_continue_as_new
 from agentloop.workflows.tool_activities import (
+    FRAME_TIMEOUT,
     activity_tool_input,
     checks_heartbeat,
     start_timeout,
+    team_answer_of,
     tool_input,
 )
 from agentloop.workflows.visibility import audit
@@ -314,15 +317,26 @@ async def _looked_up(state: LoopState, step: LookupOutcome) -> Outcome:
             activity_tool_input(call, principal, step.idempotency_key),
             task_queue=spec.task_queue,
             schedule_to_start_timeout=start_timeout(spec) if bounded else None,
+            # Undecoded: agentloop's worker reads it, whatever it is.
+            result_type=(RawValue if state.has(loop.Feature.TEAM_ANSWERS_READ_BY_WORKER) else None),
             **options,
         )
     except ActivityError as exc:
         return Outcome(state="unknown", record=f"lookup failed: {describe_failure(exc)}")
-    try:
-        return Outcome.model_validate(answer)
-    except ValidationError as exc:
-        problem = describe_validation_error(exc)[:500]
-        return Outcome(state="unknown", record=f"lookup answered no outcome: {problem}")
+    if isinstance(answer, RawValue):
+        try:
+            read: Outcome = await workflow.execute_local_activity(
+                READ_TEAM_OUTCOME,
+                args=[team_answer_of(call), answer],
+                result_type=Outcome,
+                start_to_close_timeout=FRAME_TIMEOUT,
+                summary=f"read lookup {call.name} · {call.call_id}",
+            )
+        except LOCAL_FAILURES as caught:
+            failure = describe_failure(local_failure(caught))
+            return Outcome(state="unknown", record=f"lookup answer not read: {failure}")
+        return read
+    return outcome_from_answer(answer)
 
 
 def finish(state: LoopState, step: Finish) -> AgentRunResult:

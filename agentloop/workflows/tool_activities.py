@@ -7,9 +7,10 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RawValue, RetryPolicy
 
 from agentloop.activity_io import (
+    FRAME_TEAM_ANSWER,
     ActivityToolInput,
     InputReply,
     RunToolInput,
@@ -52,10 +53,13 @@ def start_tool(
     reply: InputReply | None = None,
     *,
     start_bounded: bool = False,
+    answer_undecoded: bool = False,
 ) -> workflow.ActivityHandle[Any]:
     """`reply`: a person's answer to what the call's tool asked when it last ran (agentloop's
     own `run_tool` only: an activity tool never asks). `start_bounded`: an activity tool's
-    call waits for a worker at most its `start_timeout_seconds` (`start_timeout`)."""
+    call waits for a worker at most its `start_timeout_seconds` (`start_timeout`).
+    `answer_undecoded`: an activity tool's answer comes as the payload it is (`RawValue`),
+    for agentloop's worker to read (`tool_outcome`)."""
     summary = f"{call.name} · {call.call_id}"
     is_write = spec.effect == "write"
     if spec.activity is not None:
@@ -63,6 +67,7 @@ def start_tool(
             spec.activity,
             activity_tool_input(call, principal, idempotency_key),
             task_queue=spec.task_queue,
+            result_type=RawValue if answer_undecoded else None,
             schedule_to_start_timeout=start_timeout(spec) if start_bounded else None,
             start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
             heartbeat_timeout=(
@@ -112,17 +117,23 @@ async def tool_outcome(
         if not remote:
             result: ToolResult = value
             return result
+        if isinstance(value, RawValue):
+            # Read (whatever it is) and bounded by agentloop's worker: a write then always
+            # ends succeeded, even when no one can read what it said it did.
+            read: ToolResult = await workflow.execute_local_activity(
+                FRAME_TEAM_ANSWER,
+                args=[team_answer_of(call), value],
+                result_type=ToolResult,
+                start_to_close_timeout=FRAME_TIMEOUT,
+                summary=f"frame {call.name} · {call.call_id}",
+            )
+            return read
         if isinstance(value, UnreadableJSON):
             # It ran (a write's effect exists), but no one can read what it said it did.
-            value = f"(the activity's result is not JSON agentloop can read: {value.reason})"
+            value = value.told()
         framed: ToolResult = await workflow.execute_local_activity(
             "frame_tool_output",
-            ToolOutput(
-                workflow_id=workflow.info().workflow_id,
-                call_id=call.call_id,
-                tool=call.name,
-                output=value,
-            ),
+            team_answer_of(call).model_copy(update={"output": value}),
             result_type=ToolResult,
             start_to_close_timeout=FRAME_TIMEOUT,
             summary=f"frame {call.name} · {call.call_id}",
@@ -146,6 +157,11 @@ async def tool_outcome(
             tool_failure_class(exc, remote=remote),
             attempts_made(exc, allowed),
         )
+
+
+def team_answer_of(call: ToolCall) -> ToolOutput:
+    """The call a team activity's answer is read for (its `output` not yet set)."""
+    return ToolOutput(workflow_id=workflow.info().workflow_id, call_id=call.call_id, tool=call.name)
 
 
 def tool_input(

@@ -93,6 +93,7 @@ async def run_tools(state: LoopState, step: RunTools, deadline: RunDeadline) -> 
             run.local,
             run.replies.get(call.call_id),
             start_bounded=state.has(Feature.ACTIVITY_TOOL_START_BOUNDED),
+            answer_undecoded=state.has(Feature.TEAM_ANSWERS_READ_BY_WORKER),
         )
         for call, spec in step.calls
     ]

@@ -212,6 +212,13 @@ class Feature(StrEnum):
     """A wait for people starts its timer with a summary naming what it waits for (each
     call and tool, who may decide, until when) and the command and signal that answer it,
     which the Temporal UI shows on the timer. Before it, the timer had no summary."""
+    TEAM_ANSWERS_READ_BY_WORKER = "team-answers-read-by-worker"
+    """What a team's activity (an activity tool, its lookup) answers reaches the workflow as
+    an undecoded payload, read by agentloop's worker in a local activity: bytes that are not
+    UTF-8, a protobuf message, an encoding no one here knows, or an answer the team's worker
+    put in the store (`agentloop.ActivityToolResults`) end the call with a clear outcome.
+    Before it, the workflow decoded the answer itself: such bytes or a protobuf message
+    failed every workflow task, and a write stayed executing for good."""
     OVER_BUDGET_CALLS_LEDGERED = "over-budget-calls-ledgered"
     """The calls of an output that does not fit what is left of the budget go into the ledger
     (decision `over_budget`, status `proposed`), so the result's `calls` and `pending` show
@@ -338,6 +345,7 @@ FEATURES_2026_12J = (
     Feature.WAIT_SUMMARIES,
     Feature.RECHECK_AFTER_WAIT,
     Feature.EXACT_COUNT_WHEN_BOUND_BINDS,
+    Feature.TEAM_ANSWERS_READ_BY_WORKER,
 )
 
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
