@@ -499,3 +499,43 @@ async def test_forty_parallel_answers_of_1_5_mb_are_artifacts_and_history_stays_
             assert chars == frame["total_chars"]
     finally:
         await store.close()
+
+
+@activity.defn(name="huge_report")
+async def huge_report(request: dict[str, Any]) -> str:
+    ANSWERED.append("huge_report")
+    return "h" * 3_000_000
+
+
+@pytest.mark.parametrize("effect", ["read", "write"])
+async def test_an_answer_over_temporals_payload_limit_without_the_store_ends_the_call(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+    effect: str,
+) -> None:
+    """Temporal's worker refuses to send an answer over 2 MiB (a retryable failure of the
+    attempt, `PayloadsTooLarge`): a read fails once its attempts are spent, told to the model;
+    a write, given one attempt, is looked up and never sent again."""
+    ANSWERED.clear()
+    result, told = await one_call_to_a_team_tool(
+        client,
+        worker_settings,
+        scripted_provider,
+        run_id,
+        [huge_report, count_lookups],
+        name="huge_report",
+        activity="huge_report",
+        description="A report.",
+        effect=effect,
+        lookup_activity="count_lookups" if effect == "write" else None,
+    )
+    [record] = result.calls
+    if effect == "read":
+        assert (record.status, record.activity_attempts) == ("failed", 3)
+        assert "PayloadsTooLarge" in told and len(told) < 500, told
+        assert list(ANSWERED) == ["huge_report"] * 3
+    else:
+        assert (record.status, record.activity_attempts) == ("confirmed_after_query", 1)
+        assert list(ANSWERED) == ["huge_report", "count_lookups"]
