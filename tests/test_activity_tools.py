@@ -393,6 +393,13 @@ async def send_note_binary_protobuf(request: dict[str, Any]) -> RawValue:
     return RawValue(Payload(metadata=metadata, data=RAW))
 
 
+@activity.defn(name="send_note_lone_surrogate")
+async def send_note_lone_surrogate(request: dict[str, Any]) -> RawValue:
+    """JSON holding a lone surrogate escape: a string no payload or store can encode."""
+    ANSWERED.append("send_note_lone_surrogate")
+    return RawValue(Payload(metadata={"encoding": b"json/plain"}, data=b'"\\ud800 noted"'))
+
+
 @activity.defn(name="count_lookups")
 async def count_lookups(request: dict[str, Any]) -> dict[str, Any]:
     ANSWERED.append("count_lookups")
@@ -421,7 +428,8 @@ async def test_an_activity_tools_answer_of_bytes_not_utf8_is_told_as_base64_not_
 
 
 @pytest.mark.parametrize(
-    "answering", [send_note_bytes, send_note_protobuf, send_note_binary_protobuf]
+    "answering",
+    [send_note_bytes, send_note_protobuf, send_note_binary_protobuf, send_note_lone_surrogate],
 )
 async def test_a_write_answering_bytes_or_protobuf_succeeds_once_and_is_never_looked_up(
     client: Client,
@@ -452,6 +460,8 @@ async def test_a_write_answering_bytes_or_protobuf_succeeds_once_and_is_never_lo
     assert list(ANSWERED) == [name]  # sent once, never looked up
     if answering is send_note_protobuf:
         assert json.loads(told) == {"workflowId": "note-1", "runId": "r-1"}
+    elif answering is send_note_lone_surrogate:
+        assert told == "? noted"
     else:
         assert RAW not in told.encode() and len(told) < 200, told
 

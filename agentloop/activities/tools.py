@@ -33,6 +33,7 @@ from agentloop.digests import args_digest
 from agentloop.events import InputRequest, ToolResult
 from agentloop.mcp.listing import McpToolsError
 from agentloop.policies import task_state
+from agentloop.policies.bounds import as_text
 from agentloop.policies.schema_cost import output_schema_cost_problem
 from agentloop.pricing import PriceTable
 from agentloop.runtime.audit import audit
@@ -422,7 +423,8 @@ class ToolActivities:
                 _audit_state_refused(request, problem)
             value = value.output
         try:
-            text = _to_text(value)
+            # A lone surrogate (a JSON `\ud800` escape) has no encoding: no result could hold it.
+            text = as_text(_to_text(value))
         except Exception as exc:
             why = (
                 f"{request.tool} returned a {type(value).__name__} that cannot be written as "

@@ -16,6 +16,7 @@ the server, can count the effects that reached it and steer it:
                  "fail_next": null | "error",
                  "stall_next": null | true,
                  "garble_next": null | true,
+                 "answers": {TICKET_ID: CALL_TOOL_RESULT},
                  "task_then": null | "exit"}}
 
 The test writes "control"; the server reads the file afresh on every listing and call and
@@ -36,6 +37,9 @@ writes it back atomically after every change:
 - `stall_next` makes the next call to any tool wait 120 s before it acts.
 - `garble_next` makes the next call to any tool act, then answer with structured content
   nested `TOO_DEEP_SCHEMA_LEVELS` deep: an answer no client can read.
+- `answers` makes every call naming one of its ticket ids answer the result given for it
+  (a `CallToolResult` as JSON, validated by the SDK), without acting: what a fuzz test
+  throws at a run.
 - `task_then` "exit" kills the process (exit code 3) right after the next task's final state
   is in the file (disarmed in that same write): a server that finished the work and died, so
   the caller must learn the outcome from a restarted server.
@@ -555,6 +559,10 @@ class TicketServer(MCPServer):
             return CallToolResult(
                 content=[TextContent(type="text", text=DOWN_MESSAGE)], is_error=True
             )
+        answers = self.state.load()["control"].get("answers", {})
+        answer = answers.get(str(arguments.get("ticket_id")))
+        if answer is not None:
+            return CallToolResult.model_validate(answer)
         result = await super().call_tool(name, arguments, context)
         if faults.garbling and isinstance(result, CallToolResult):
             # It acted; its answer is nested deeper than a client's JSON parser reads.

@@ -54,9 +54,10 @@ async def read_answer(payload: Payload, store: Store) -> Any:
     key = payload.metadata.get(STORED_ANSWER)
     if key is None:
         return _decoded(payload)
-    found = await store.get_artifact(key.decode("utf-8", errors="replace"))
+    named = key.decode("utf-8", errors="replace")
+    found = await store.get_artifact(named)
     if found is None:
-        return UnreadableJSON(f"it was put in the store as {key!r}, which no longer has it")
+        return UnreadableJSON(f"it was put in the store as {named[:100]!r}, which lacks it")
     metadata = {
         name: value
         for name, value in payload.metadata.items()

@@ -55,6 +55,7 @@ from agentloop.workflows.loop import (
 from agentloop.workflows.startup import time_to_continue_as_new
 from agentloop.workflows.tool_activities import (
     FRAME_TIMEOUT,
+    READ_ANSWER_RETRY,
     activity_tool_input,
     checks_heartbeat,
     start_timeout,
@@ -330,6 +331,7 @@ async def _looked_up(state: LoopState, step: LookupOutcome) -> Outcome:
                 args=[team_answer_of(call), answer],
                 result_type=Outcome,
                 start_to_close_timeout=FRAME_TIMEOUT,
+                retry_policy=READ_ANSWER_RETRY,
                 summary=f"read lookup {call.name} · {call.call_id}",
             )
         except LOCAL_FAILURES as caught:

@@ -40,6 +40,8 @@ def checks_heartbeat(state: LoopState) -> timedelta | None:
 
 
 FRAME_TIMEOUT = timedelta(seconds=10)
+READ_ANSWER_RETRY = RetryPolicy(maximum_attempts=3)
+"""Reading a team's answer fails only with the store away: not for ever."""
 DEFINITIVE_REMOTE_ERRORS = ["InvalidArguments", "BusinessRefusal", "PermissionDenied"]
 """An activity tool's refusals: retrying them cannot help."""
 
@@ -125,6 +127,7 @@ async def tool_outcome(
                 args=[team_answer_of(call), value],
                 result_type=ToolResult,
                 start_to_close_timeout=FRAME_TIMEOUT,
+                retry_policy=READ_ANSWER_RETRY,
                 summary=f"frame {call.name} · {call.call_id}",
             )
             return read
