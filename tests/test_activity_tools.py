@@ -235,11 +235,13 @@ async def calls_to_a_team_tool(
     *,
     calls: int = 1,
     interceptors: Sequence[Interceptor] = (),
+    wedge_free: bool = True,
     **tool: Any,
 ) -> tuple[AgentRunResult, list[str], WorkflowHandle[Any, AgentRunResult]]:
     """`one_call_to_a_team_tool` with `calls` parallel calls (ids `c_1`...; city `x1`...),
     the team's worker running `interceptors`: the result, what the model was told of each
-    call, in order, and the run (never a failed workflow task in its history)."""
+    call, in order, and the run (with `wedge_free`, never a failed workflow task in its
+    history)."""
     team_queue = f"team-{uuid.uuid4().hex[:8]}"
     spec = agentloop.activity_tool(task_queue=team_queue, parameters=CityArgs, **tool)
     toolbox = build_toolbox([Plugin("team", Toolset(tools=[spec]))])
@@ -270,7 +272,8 @@ async def calls_to_a_team_tool(
         handle = await start_run(client, run_input, id=run_id, task_queue=settings.task_queue)
         result: AgentRunResult = await asyncio.wait_for(handle.result(), 30 + calls * 3)
     assert result.status == "completed", result.stop_reason
-    await assert_never_wedged(handle)
+    if wedge_free:
+        await assert_never_wedged(handle)
     _, second = [r for r in provider.requests if r["script"] == run_id]
     told = {
         m["tool_call_id"]: m["content"] for m in second["body"]["messages"] if m["role"] == "tool"
@@ -549,3 +552,31 @@ async def test_an_answer_over_temporals_payload_limit_without_the_store_ends_the
     else:
         assert (record.status, record.activity_attempts) == ("confirmed_after_query", 1)
         assert list(ANSWERED) == ["huge_report", "count_lookups"]
+
+
+async def test_forty_answers_of_1_5_mb_without_the_store_leave_the_run_its_history(
+    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """A team's worker without `ActivityToolResults`: the calls start in waves the history
+    has room for, and those left are told to the model as not run, never started. Before
+    (feature `team-answers-within-history`), Temporal terminated the run at 50 MB."""
+    ANSWERED.clear()
+    result, told, handle = await calls_to_a_team_tool(
+        client,
+        worker_settings,
+        scripted_provider,
+        run_id,
+        [city_report],
+        calls=40,
+        wedge_free=False,  # megabytes arriving mid-task: Temporal may force-close one
+        name="city_report",
+        activity="city_report",
+        description="A city's report.",
+    )
+    ran = [c for c in result.calls if c.status == "succeeded"]
+    not_run = [c for c in result.calls if c.status == "failed"]
+    assert len(ran) + len(not_run) == 40 and 10 <= len(ran) < 40, result.calls
+    assert {c.activity_attempts for c in not_run} == {0}
+    assert all("not run: this run's history holds" in told[int(c.call_id[2:]) - 1] for c in not_run)
+    total, _ = history_sizes(await handle.fetch_history())
+    assert total < 45_000_000, total

@@ -7,7 +7,7 @@ Workflow code (deterministic), activities referred to by name.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
 from typing import Any
 
@@ -17,11 +17,20 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 import agentloop.workflows.loop as loop
 from agentloop.activity_io import APPROVAL_RULE_FAILED, PreconditionResult
+from agentloop.events import ToolCall
+from agentloop.tool_spec import ToolSpec
 from agentloop.workflows import visibility
 from agentloop.workflows.children import run_with_children
 from agentloop.workflows.deadline import RunDeadline
 from agentloop.workflows.failures import describe_failure
-from agentloop.workflows.loop import CheckPreconditions, Feature, LoopState, RunTools, ToolOutcome
+from agentloop.workflows.loop import (
+    CheckPreconditions,
+    Feature,
+    LoopState,
+    RunTools,
+    ToolFailure,
+    ToolOutcome,
+)
 from agentloop.workflows.tool_activities import (
     checks_heartbeat,
     start_tool,
@@ -30,6 +39,11 @@ from agentloop.workflows.tool_activities import (
 )
 
 PRECONDITION_RETRY = RetryPolicy(maximum_attempts=3)
+HISTORY_BUDGET_BYTES = 40_000_000
+"""What a run's history may hold with the team's answers in flight counted at their largest:
+Temporal terminates a run whose history passes 50 MB, with no result."""
+MAX_ANSWER_BYTES = 2 * 1024 * 1024
+"""The largest answer an activity can give: Temporal refuses a larger payload."""
 
 
 async def check_preconditions(
@@ -84,8 +98,9 @@ async def run_tools(state: LoopState, step: RunTools, deadline: RunDeadline) -> 
     if run.children:
         await run_with_children(state, step, run.children)
         return
-    handles = [
-        start_tool(
+
+    def start(call: ToolCall, spec: ToolSpec) -> workflow.ActivityHandle[Any]:
+        return start_tool(
             call,
             spec,
             state.run_input.principal,
@@ -95,25 +110,79 @@ async def run_tools(state: LoopState, step: RunTools, deadline: RunDeadline) -> 
             start_bounded=state.has(Feature.ACTIVITY_TOOL_START_BOUNDED),
             answer_undecoded=state.has(Feature.TEAM_ANSWERS_READ_BY_WORKER),
         )
-        for call, spec in step.calls
-    ]
+
     # Reads stop for a cancel or the deadline; a write, once started, is never cut short.
     # Local reads are bounded by their own short timeout, not raced against a deadline
     # timer: a timer started beside them and cancelled by their result may or may not reach
     # history, depending on whether Temporal hands the result back in the same workflow task,
     # and a replay that decides otherwise diverges (seen under load: TimerStarted in history,
     # none on replay).
-    if all(spec.effect == "read" for _, spec in step.calls) and not (
-        await deadline.wait_for(handles, race=not run.local)
-    ):
+    reads = all(spec.effect == "read" for _, spec in step.calls)
+
+    async def wait(handles: list[workflow.ActivityHandle[Any]]) -> bool:
+        return not reads or await deadline.wait_for(handles, race=not run.local)
+
+    if state.has(Feature.TEAM_ANSWERS_WITHIN_HISTORY):
+        started = await _started_within_history(step, start, wait)
+    else:
+        started = {call.call_id: start(call, spec) for call, spec in step.calls}
+    if started is None or not await wait(list(started.values())):
         return
     outcomes = [
-        await _finished(state, tool_outcome(call, spec, handle))
+        _not_run(call)
+        if call.call_id not in started
+        else await _finished(state, tool_outcome(call, spec, started[call.call_id]))
         if spec.effect == "write"
-        else await tool_outcome(call, spec, handle)
-        for (call, spec), handle in zip(step.calls, handles, strict=True)
+        else await tool_outcome(call, spec, started[call.call_id])
+        for call, spec in step.calls
     ]
     loop.record_tool_results(state, outcomes, now=workflow.now())
+
+
+Start = Callable[[ToolCall, ToolSpec], workflow.ActivityHandle[Any]]
+Wait = Callable[[list[workflow.ActivityHandle[Any]]], Awaitable[bool]]
+
+
+async def _started_within_history(
+    step: RunTools, start: Start, wait: Wait
+) -> dict[str, workflow.ActivityHandle[Any]] | None:
+    """The batch's calls, started so that the answers of the team's activities in flight, at
+    their largest, never take the run's history past `HISTORY_BUDGET_BYTES` (feature
+    `team-answers-within-history`): in waves, each as large as the history has room for. A
+    call left when there is no room is not started (`_not_run`). None: a cancel or the
+    deadline came first. The last wave is still running."""
+    started: dict[str, workflow.ActivityHandle[Any]] = {}
+    waiting: list[tuple[ToolCall, ToolSpec]] = []
+    for call, spec in step.calls:
+        if spec.activity is None:
+            started[call.call_id] = start(call, spec)  # agentloop's own: bounded by its worker
+        else:
+            waiting.append((call, spec))
+    while True:
+        room = (HISTORY_BUDGET_BYTES - workflow.info().get_current_history_size()) // (
+            MAX_ANSWER_BYTES
+        )
+        wave, waiting = waiting[: max(room, 0)], waiting[max(room, 0) :]
+        for call, spec in wave:
+            started[call.call_id] = start(call, spec)
+        if not wave or not waiting:
+            return started
+        # A batch of reads (a write is a batch alone): the next wave once this one is in.
+        if not await wait(list(started.values())):
+            return None
+
+
+def _not_run(call: ToolCall) -> ToolFailure:
+    size = workflow.info().get_current_history_size()
+    return ToolFailure(
+        call.call_id,
+        f"not run: this run's history holds {size / 1e6:.0f} MB, and the answers of the "
+        "calls before it left no room for another; call it again (the run then continues in "
+        "a fresh history)",
+        "transient",
+        attempts=0,
+        started=False,
+    )
 
 
 async def _finished(state: LoopState, outcome: Coroutine[Any, Any, ToolOutcome]) -> ToolOutcome:

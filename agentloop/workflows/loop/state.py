@@ -219,6 +219,12 @@ class Feature(StrEnum):
     put in the store (`agentloop.ActivityToolResults`) end the call with a clear outcome.
     Before it, the workflow decoded the answer itself: such bytes or a protobuf message
     failed every workflow task, and a write stayed executing for good."""
+    TEAM_ANSWERS_WITHIN_HISTORY = "team-answers-within-history"
+    """The team's activity-tool calls of a batch start in waves, each as large as the run's
+    history has room for with every answer in flight counted at Temporal's 2 MiB; a call
+    left when there is none is not started, told to the model as not run (the next turn
+    continues the run in a fresh history). Before it, 40 parallel answers of 1.5 MB took the
+    history past 50 MB, and Temporal terminated the run with no result."""
     OVER_BUDGET_CALLS_LEDGERED = "over-budget-calls-ledgered"
     """The calls of an output that does not fit what is left of the budget go into the ledger
     (decision `over_budget`, status `proposed`), so the result's `calls` and `pending` show
@@ -346,6 +352,7 @@ FEATURES_2026_12J = (
     Feature.RECHECK_AFTER_WAIT,
     Feature.EXACT_COUNT_WHEN_BOUND_BINDS,
     Feature.TEAM_ANSWERS_READ_BY_WORKER,
+    Feature.TEAM_ANSWERS_WITHIN_HISTORY,
 )
 
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
