@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 from temporalio import activity
 from temporalio.api.common.v1 import Payload, WorkflowExecution
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import RawValue
 from temporalio.worker import Interceptor, Worker
@@ -502,8 +503,13 @@ async def test_forty_parallel_answers_of_1_5_mb_are_artifacts_and_history_stays_
         assert [(c.call_id, c.status) for c in result.calls] == [
             (f"c_{n}", "succeeded") for n in range(1, 41)
         ]
-        total, largest = history_sizes(await handle.fetch_history())
+        first = client.get_workflow_handle(run_id, run_id=handle.first_execution_run_id)
+        history = await first.fetch_history()
+        total, largest = history_sizes(history)
         assert total < 10_000_000 and largest < 100_000, (total, largest)
+        # One run: nothing was left for a fresh history.
+        last = history.events[-1].event_type
+        assert last == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, last
         for n, shown in enumerate(told, start=1):
             frame = json.loads(shown)
             assert frame["truncated"] is True and len(shown) <= 8_000
@@ -578,5 +584,9 @@ async def test_forty_answers_of_1_5_mb_without_the_store_leave_the_run_its_histo
     assert len(ran) + len(not_run) == 40 and 10 <= len(ran) < 40, result.calls
     assert {c.activity_attempts for c in not_run} == {0}
     assert all("not run: this run's history holds" in told[int(c.call_id[2:]) - 1] for c in not_run)
-    total, _ = history_sizes(await handle.fetch_history())
-    assert total < 45_000_000, total
+    first = client.get_workflow_handle(run_id, run_id=handle.first_execution_run_id)
+    history = await first.fetch_history()
+    assert history_sizes(history)[0] < 45_000_000
+    # The final answer came in a fresh history.
+    last = history.events[-1].event_type
+    assert last == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW, last
