@@ -237,12 +237,14 @@ async def calls_to_a_team_tool(
     calls: int = 1,
     interceptors: Sequence[Interceptor] = (),
     wedge_free: bool = True,
+    run_fields: dict[str, Any] | None = None,
     **tool: Any,
 ) -> tuple[AgentRunResult, list[str], WorkflowHandle[Any, AgentRunResult]]:
     """`one_call_to_a_team_tool` with `calls` parallel calls (ids `c_1`...; city `x1`...),
     the team's worker running `interceptors`: the result, what the model was told of each
     call, in order, and the run (with `wedge_free`, never a failed workflow task in its
-    history)."""
+    history). `run_fields`: more of the run's input (its status, and what the model was
+    told, are then not checked)."""
     team_queue = f"team-{uuid.uuid4().hex[:8]}"
     spec = agentloop.activity_tool(task_queue=team_queue, parameters=CityArgs, **tool)
     toolbox = build_toolbox([Plugin("team", Toolset(tools=[spec]))])
@@ -263,6 +265,7 @@ async def calls_to_a_team_tool(
         model=run_id,
         tools=[name],
         limits=Limits(max_tool_calls=max(calls, 32)),
+        **(run_fields or {}),
     )
     team_worker = (
         Worker(client, task_queue=team_queue, activities=activities, interceptors=interceptors)
@@ -272,9 +275,12 @@ async def calls_to_a_team_tool(
     async with team_worker, running_worker(client, settings, toolbox):
         handle = await start_run(client, run_input, id=run_id, task_queue=settings.task_queue)
         result: AgentRunResult = await asyncio.wait_for(handle.result(), 30 + calls * 3)
-    assert result.status == "completed", result.stop_reason
+    if run_fields is None:
+        assert result.status == "completed", result.stop_reason
     if wedge_free:
         await assert_never_wedged(handle)
+    if run_fields is not None:
+        return result, [], handle
     _, second = [r for r in provider.requests if r["script"] == run_id]
     told = {
         m["tool_call_id"]: m["content"] for m in second["body"]["messages"] if m["role"] == "tool"
@@ -310,6 +316,7 @@ async def test_an_activity_tools_result_no_parser_reads_is_told_to_the_model_not
 @activity.defn(name="send_note_lost")
 async def send_note_lost(request: dict[str, Any]) -> dict[str, Any]:
     """A team's write whose answer is lost: its outcome is unknown, so it is looked up."""
+    ANSWERED.append("send_note_lost")
     raise RuntimeError("connection reset after the request was sent")
 
 
@@ -590,3 +597,36 @@ async def test_forty_answers_of_1_5_mb_without_the_store_leave_the_run_its_histo
     # The final answer came in a fresh history.
     last = history.events[-1].event_type
     assert last == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW, last
+
+
+@activity.defn(name="bytes_outcome")
+async def bytes_outcome(request: dict[str, Any]) -> bytes:
+    """The team's lookup answering bytes that are not UTF-8: no outcome at all."""
+    ANSWERED.append("bytes_outcome")
+    return RAW
+
+
+async def test_a_lookup_answering_bytes_leaves_the_write_unknown_not_wedging(
+    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """Before (feature `team-answers-read-by-worker`), the lookup's answer was decoded in
+    the workflow; now agentloop's worker reads it: no outcome, so the write stays unknown for
+    an operator, and is never sent again."""
+    ANSWERED.clear()
+    result, _, _ = await calls_to_a_team_tool(
+        client,
+        worker_settings,
+        scripted_provider,
+        run_id,
+        [send_note_lost, bytes_outcome],
+        run_fields={"reconciliation_timeout_seconds": 1},
+        name="send_note",
+        activity="send_note_lost",
+        description="Send a note.",
+        effect="write",
+        lookup_activity="bytes_outcome",
+    )
+    assert result.status == "unresolved", result.stop_reason
+    assert [(c.call_id, c.status) for c in result.calls] == [("c_1", "unknown")]
+    assert [w.call_id for w in result.unresolved_writes] == ["c_1"]
+    assert list(ANSWERED) == ["send_note_lost", "bytes_outcome"]  # sent once, looked up once
