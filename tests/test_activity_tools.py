@@ -506,6 +506,7 @@ async def test_forty_parallel_answers_of_1_5_mb_are_artifacts_and_history_stays_
             name="city_report",
             activity="city_report",
             description="A city's report.",
+            effect="read",
         )
         assert [(c.call_id, c.status) for c in result.calls] == [
             (f"c_{n}", "succeeded") for n in range(1, 41)
@@ -585,6 +586,7 @@ async def test_forty_answers_of_1_5_mb_without_the_store_leave_the_run_its_histo
         name="city_report",
         activity="city_report",
         description="A city's report.",
+        effect="read",
     )
     ran = [c for c in result.calls if c.status == "succeeded"]
     not_run = [c for c in result.calls if c.status == "failed"]

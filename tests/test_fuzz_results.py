@@ -182,6 +182,7 @@ async def team_run_worker(
             task_queue=team_queue,
             parameters=CaseArgs,
             description="Read anything.",
+            effect="read",
         ),
         agentloop.activity_tool(
             "fuzz_write",
