@@ -7,6 +7,7 @@ added, with defaults. Pure pydantic: imported by the workflow, the CLI and calle
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -418,6 +419,8 @@ class RunStatusView(BaseModel):
     pending_approvals: list[dict[str, Any]] = Field(default_factory=list)
     unresolved: list[dict[str, Any]] = Field(default_factory=list)
     question: str | None = None
+    question_asked_at: datetime | None = None
+    """Since when `question` waits for an answer (the inbox shows how long)."""
     usage: Usage = Field(default_factory=Usage)
     chain_usage: Usage | None = None
     """As `AgentRunResult.chain_usage`, so far."""

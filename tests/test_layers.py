@@ -7,9 +7,9 @@ the workflow and its activities exchange, the chain hashing); the pure policies 
 concerns (`runtime/`); the store; the provider adapters and the tools; MCP servers as tool
 sources (`mcp/`); the workflow (which
 never imports store, adapter, tool or activity code: it runs on recorded results only); the
-activities; the demo's example tools, systems and scripted model; the client; the worker; the
-CLI; and `agentloop.testing` on top (the package's face, `agentloop/__init__.py`, hands on
-names from every floor).
+activities; the demo's example tools, systems and scripted model; the client; the worker;
+the inbox (a web app for the people in the loop); the CLI; and `agentloop.testing` on top
+(the package's face, `agentloop/__init__.py`, hands on names from every floor).
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
 }
 _BELOW_WORKER = frozenset(MAY_IMPORT) - {"demo"}
 MAY_IMPORT["worker"] = _BELOW_WORKER
-MAY_IMPORT["cli"] = _BELOW_WORKER | {"demo", "worker"}
+MAY_IMPORT["inbox"] = _BELOW_WORKER | {"demo", "worker"}
+MAY_IMPORT["cli"] = MAY_IMPORT["inbox"] | {"inbox"}
 MAY_IMPORT["testing"] = MAY_IMPORT["cli"] | {"cli"}
 """Each layer and the layers below it that it may import (its own modules aside)."""
 

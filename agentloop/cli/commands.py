@@ -123,6 +123,8 @@ async def with_settings(args: argparse.Namespace, settings: Settings) -> int:
         return await dev(args, settings)
     if args.command == "worker":
         return await worker(settings, args)
+    if args.command == "inbox":
+        return await inbox(args, settings)
     if args.command == "mcp":  # talks to the MCP servers, not to Temporal
         from agentloop.cli.mcp import mcp_command
 
@@ -160,6 +162,7 @@ def explain_error(
 ) -> tuple[str, ExitCode] | None:
     """The one message for an error a command ended with, and the code to exit with; None
     for an error this does not know (a bug: its traceback shows)."""
+    from agentloop.inbox import InboxUnsafe
     from agentloop.runtime.dev_server import DevStackError
     from agentloop.tools.plugins import PluginError
 
@@ -172,7 +175,7 @@ def explain_error(
         if exc.title in RUN_INPUT_MODELS:
             return f"invalid run input: {describe_validation_error(exc)}", ExitCode.USAGE
         return f"{command}: {describe_bad_arguments(exc)}", ExitCode.USAGE
-    if isinstance(exc, StartupError | PluginError | DevStackError | Unsearchable):
+    if isinstance(exc, StartupError | PluginError | DevStackError | Unsearchable | InboxUnsafe):
         return f"{command}: {exc}", ExitCode.USAGE
     if isinstance(exc, WorkflowAlreadyStartedError):
         return (
@@ -298,6 +301,44 @@ async def codec_server(args: argparse.Namespace) -> int:
         )
         return ExitCode.USAGE
     print("agentloop codec-server stopped", flush=True)
+    return ExitCode.OK
+
+
+async def inbox(args: argparse.Namespace, settings: Settings) -> int:
+    """Serve the inbox until SIGINT or SIGTERM; exit 2 when it would listen beyond
+    127.0.0.1 without --auth-header, or the port is taken."""
+    from agentloop.inbox import InboxOptions, InboxServer, check_exposure
+
+    options = InboxOptions(auth_header=args.auth_header, tenants=settings.inbox_tenant_map())
+    check_exposure(args.host, options)
+    client = await connect_checked(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        server = InboxServer(client, options, args.host, args.port)
+        async with server:
+            who = (
+                f"the user in the {args.auth_header} header"
+                if args.auth_header
+                else "a name given once per browser (local mode)"
+            )
+            print(
+                f"agentloop inbox on {server.url}\n"
+                f"  Temporal  {settings.temporal_address} (namespace"
+                f" {settings.temporal_namespace})\n"
+                f"  who acts  {who}\n"
+                "Ctrl-C stops it.",
+                flush=True,
+            )
+            await stop.wait()
+    except OSError as exc:
+        raise CommandError(
+            f"agentloop inbox: cannot listen on {args.host}:{args.port}: {exc}: pass --port PORT",
+            ExitCode.USAGE,
+        ) from None
+    print("agentloop inbox stopped", flush=True)
     return ExitCode.OK
 
 

@@ -246,6 +246,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="the UI origin a browser may call it from (repeat; default http://localhost:8233 "
         "and http://127.0.0.1:8233)",
     )
+    inbox = commands.add_parser(
+        "inbox",
+        help="serve the inbox: a web page listing the approvals, questions and unknown "
+        "writes runs wait on, and answering them",
+    )
+    inbox.add_argument("--port", type=port_number, default=8300)
+    inbox.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to listen on (default 127.0.0.1; any other needs --auth-header)",
+    )
+    inbox.add_argument(
+        "--auth-header",
+        metavar="HEADER",
+        help="take the user from this request header, set by an authenticating proxy in "
+        "front (without it: local mode, a name typed once per browser, 127.0.0.1 only)",
+    )
     return parser
 
 

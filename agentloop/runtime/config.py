@@ -50,8 +50,10 @@ from agentloop.runtime.config_checks import (
     check_scripts_dir,
     check_slots,
     check_store_url,
+    check_tenant_map,
     check_tool_modules,
     http_url_check,
+    parse_tenant_map,
     read_text,
 )
 from agentloop.runtime.mcp_config import (
@@ -171,6 +173,10 @@ class Settings(BaseModel):
     env: RunMode = "development"
     """`production`: a worker refuses to start without `approver_keys` and `codec_keys`
     (`production_problems`). `agentloop dev` always runs as development."""
+    inbox_tenants: str | None = None
+    """A JSON object of inbox user -> the tenants whose runs they see and decide (`agentloop
+    inbox`); in the TOML file the `[inbox_tenants]` table. A user it does not name sees
+    every tenant only in local mode (no `--auth-header`), none behind a proxy."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -204,6 +210,17 @@ class Settings(BaseModel):
             anthropic_api_key=self.anthropic_api_key,
             anthropic_base_url=self.anthropic_base_url,
         )
+
+    def inbox_tenant_map(self) -> dict[str, list[str]]:
+        """`inbox_tenants` as user -> tenants (empty when unset); raises `ConfigError` naming
+        AGENTLOOP_INBOX_TENANTS when it is malformed."""
+        if _present(self.inbox_tenants) is None:
+            return {}
+        assert self.inbox_tenants is not None
+        try:
+            return parse_tenant_map(self.inbox_tenants)
+        except ValueError as exc:
+            raise ConfigError([f"{VARIABLES['inbox_tenants'].name}: {exc}"]) from None
 
     def run_url(self, workflow_id: str) -> str:
         return f"{self.ui_url}/namespaces/{self.temporal_namespace}/workflows/{workflow_id}"
@@ -342,6 +359,7 @@ VARIABLES: dict[str, Variable] = {
     "starter_keys": Variable("AGENTLOOP_STARTER_KEYS", check_approver_keys),
     "principal_signing": Variable("AGENTLOOP_PRINCIPAL_SIGNING", check_principal_signing),
     "env": Variable("AGENTLOOP_ENV", check_run_mode),
+    "inbox_tenants": Variable("AGENTLOOP_INBOX_TENANTS", check_tenant_map),
 }
 """Settings field -> its environment variable (and file key: the field name)."""
 FILE_SUFFIX = "_FILE"
@@ -358,7 +376,7 @@ _NUMBER_FIELDS = frozenset(
     }
 )
 _LIST_FIELDS = frozenset({"tools", "approver_keys", "starter_keys"})
-_TABLE_FIELDS = frozenset({"mcp_servers"})
+_TABLE_FIELDS = frozenset({"mcp_servers", "inbox_tenants"})
 """Given in the file as a table, kept as its JSON text (the variable's form)."""
 _TLS_PAIR_PROBLEM = (
     "TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY go together: set both (the client certificate"

@@ -161,6 +161,32 @@ def check_approver_keys(value: str) -> str | None:
     return None
 
 
+TENANT_MAP_SHAPE = 'expected a JSON object of user -> tenants, e.g. {"alice": ["acme"]}'
+
+
+def parse_tenant_map(value: str) -> dict[str, list[str]]:
+    """`inbox_tenants`: which tenants' runs each inbox user sees and decides; raises
+    ValueError saying what is wrong."""
+    try:
+        data = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg}): {TENANT_MAP_SHAPE}") from None
+    if not isinstance(data, dict):
+        raise ValueError(TENANT_MAP_SHAPE)
+    for user, tenants in data.items():
+        if not isinstance(tenants, list) or not all(isinstance(t, str) for t in tenants):
+            raise ValueError(f"user {user!r}: not a list of tenant names: {TENANT_MAP_SHAPE}")
+    return data
+
+
+def check_tenant_map(value: str) -> str | None:
+    try:
+        parse_tenant_map(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def check_otel(value: str) -> str | None:
     """Also whether tracing can work in this process: the `otel` extra is installed and, for
     `global`, a TracerProvider is set (like a file that must exist, this is checked where the

@@ -216,6 +216,7 @@ def status_view(state: LoopState | None, now: datetime) -> RunStatusView:
         turn=state.turn,
         pending_approvals=pending_approvals(state),
         question=question(state),
+        question_asked_at=state.batch.asked_at if state.batch and state.batch.questions else None,
         unresolved=unresolved(state),
         usage=state.usage,
         chain_usage=state.chain_usage(),

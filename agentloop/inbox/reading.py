@@ -1,0 +1,309 @@
+"""What the inbox reads from Temporal: the runs waiting for a person (a visibility query on
+agentloop's search attributes, then each run's `status` query), one run's story, and the
+recent runs. Nothing here changes a run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
+from temporalio.service import RPCError
+
+from agentloop import search
+from agentloop.contract import WORKFLOW_NAME, AgentRunResult, CallRecord, RunStatusView
+
+Kind = Literal["approval", "question", "unknown_write"]
+WAITING_PHASES: dict[str, Kind] = {
+    "awaiting_approval": "approval",
+    "awaiting_input": "question",
+    "awaiting_reconciliation": "unknown_write",
+}
+KIND_NAMES: dict[Kind, str] = {
+    "approval": "approval",
+    "question": "question",
+    "unknown_write": "unknown write",
+}
+QUERY_TIMEOUT = timedelta(seconds=3)
+"""A run whose `status` query takes longer (no worker polling) is listed without its items."""
+LISTED_RUNS = 200
+"""At most this many waiting runs are read per inbox view (the oldest are read first)."""
+
+Handle = WorkflowHandle[Any, AgentRunResult]
+
+
+@dataclass(frozen=True)
+class WaitingItem:
+    """One thing a person is asked for: a decision, an answer, or an unknown write's outcome."""
+
+    workflow_id: str
+    kind: Kind
+    tenant: str
+    task: str
+    tool: str
+    call_id: str
+    approvers: list[str]
+    since: datetime | None
+    text: str = ""
+    """The question asked, or what is known of an unknown write."""
+
+    def waited(self, now: datetime) -> str:
+        if self.since is None:
+            return "unknown"
+        return duration((now - self.since).total_seconds())
+
+    def as_json(self, now: datetime) -> dict[str, Any]:
+        return {
+            "workflow_id": self.workflow_id,
+            "kind": self.kind,
+            "kind_name": KIND_NAMES[self.kind],
+            "tenant": self.tenant,
+            "task": self.task,
+            "tool": self.tool,
+            "call_id": self.call_id,
+            "approvers": self.approvers,
+            "since": self.since.isoformat() if self.since else None,
+            "waited": self.waited(now),
+            "text": self.text,
+        }
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 86400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
+
+
+def quoted(value: str) -> str:
+    """A value inside a visibility query's single quotes (as `search.list_query` quotes)."""
+    return "'" + value.replace("'", "") + "'"
+
+
+def any_of(key: str, values: Sequence[str]) -> str:
+    return "(" + " OR ".join(f"{key} = {quoted(v)}" for v in values) + ")"
+
+
+def tenant_clause(tenants: Sequence[str] | None) -> str:
+    """`tenants` None: every tenant; empty: a clause no run matches."""
+    if tenants is None:
+        return ""
+    if not tenants:
+        return " AND WorkflowId = ''"
+    return " AND " + any_of(search.AGENT_TENANT.name, tenants)
+
+
+def waiting_query(tenants: Sequence[str] | None) -> str:
+    return (
+        f"WorkflowType = {quoted(WORKFLOW_NAME)} AND ExecutionStatus = 'Running' AND "
+        + any_of(search.AGENT_PHASE.name, list(WAITING_PHASES))
+        + tenant_clause(tenants)
+    )
+
+
+@dataclass
+class RunInputs:
+    """The start input of each run read, by workflow and run id: it never changes, and it
+    holds what the status does not (the task, the principal's tenant)."""
+
+    found: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    limit: int = 2_000
+
+    async def of(self, client: Client, workflow_id: str, run_id: str | None) -> dict[str, Any]:
+        key = (workflow_id, run_id or "")
+        if key in self.found:
+            return self.found[key]
+        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+        read: dict[str, Any] = {}
+        async for event in handle.fetch_history_events():
+            payloads = event.workflow_execution_started_event_attributes.input.payloads
+            [decoded] = await client.data_converter.decode(payloads[:1], [dict[str, Any]])
+            read = decoded if isinstance(decoded, dict) else {}
+            break
+        if run_id and read:
+            if len(self.found) >= self.limit:
+                self.found.pop(next(iter(self.found)))
+            self.found[key] = read
+        return read
+
+
+def tenant_of(run_input: dict[str, Any]) -> str:
+    principal = run_input.get("principal") or {}
+    tenant = principal.get("tenant", "default") if isinstance(principal, dict) else "default"
+    return str(tenant)
+
+
+async def query_status(handle: Handle) -> RunStatusView:
+    view: RunStatusView = await handle.query(
+        "status", result_type=RunStatusView, rpc_timeout=QUERY_TIMEOUT
+    )
+    return view
+
+
+async def waiting_items(
+    client: Client, inputs: RunInputs, tenants: Sequence[str] | None
+) -> list[WaitingItem]:
+    """Everything waiting for a person in the runs of `tenants` (None: all), oldest first."""
+    items: list[WaitingItem] = []
+    async for execution in client.list_workflows(waiting_query(tenants), limit=LISTED_RUNS):
+        run_input = await inputs.of(client, execution.id, execution.run_id)
+        tenant = tenant_of(run_input)
+        if tenants is not None and tenant not in tenants:
+            continue  # the index said otherwise than the run's own input: the input wins
+        handle = client.get_workflow_handle(
+            execution.id, run_id=execution.run_id, result_type=AgentRunResult
+        )
+        try:
+            view = await query_status(handle)
+        except (RPCError, WorkflowQueryFailedError):
+            continue  # ended meanwhile, or no worker answers now: the next poll asks again
+        items += items_of(execution.id, tenant, str(run_input.get("task", "")), view)
+    return sorted(items, key=lambda i: i.since or datetime.max.replace(tzinfo=UTC))
+
+
+def items_of(workflow_id: str, tenant: str, task: str, view: RunStatusView) -> list[WaitingItem]:
+    found = [
+        WaitingItem(
+            workflow_id=workflow_id,
+            kind="approval",
+            tenant=tenant,
+            task=task,
+            tool=str(p.get("tool", "")),
+            call_id=str(p.get("call_id", "")),
+            approvers=[str(a) for a in p.get("approvers", [])],
+            since=instant(p.get("requested_at")),
+        )
+        for p in view.pending_approvals
+    ]
+    if view.question is not None:
+        asked = next((c for c in reversed(view.calls) if asking(c)), None)
+        found.append(
+            WaitingItem(
+                workflow_id=workflow_id,
+                kind="question",
+                tenant=tenant,
+                task=task,
+                tool=asked.tool if asked else "",
+                call_id=asked.call_id if asked else "",
+                approvers=[],
+                since=view.question_asked_at,
+                text=view.question,
+            )
+        )
+    found += [
+        WaitingItem(
+            workflow_id=workflow_id,
+            kind="unknown_write",
+            tenant=tenant,
+            task=task,
+            tool=str(u.get("tool", "")),
+            call_id=str(u.get("call_id", "")),
+            approvers=[],
+            since=instant(u.get("since")),
+            text=str(u.get("known", "")),
+        )
+        for u in view.unresolved
+    ]
+    return found
+
+
+def asking(call: CallRecord) -> bool:
+    """The call a question comes from: a tool that asked, or an `ask_user` not answered yet."""
+    return call.status == "awaiting_input" or (
+        call.tool == "ask_user" and call.status in ("pending", "proposed")
+    )
+
+
+def instant(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class RunStory:
+    """One run as its page shows it: its input, and its live status or how it ended."""
+
+    workflow_id: str
+    execution: str
+    """Temporal's word: RUNNING, COMPLETED, FAILED, TERMINATED, ..."""
+    run_input: dict[str, Any]
+    view: RunStatusView | None = None
+    result: AgentRunResult | None = None
+    failure: str | None = None
+
+    @property
+    def tenant(self) -> str:
+        return tenant_of(self.run_input)
+
+
+async def read_story(client: Client, inputs: RunInputs, workflow_id: str) -> RunStory:
+    """Raises RPCError (NOT_FOUND) for a run that does not exist."""
+    handle: Handle = client.get_workflow_handle(workflow_id, result_type=AgentRunResult)
+    description = await handle.describe()
+    execution = description.status.name if description.status else "UNKNOWN"
+    run_input = await inputs.of(client, workflow_id, description.run_id)
+    if execution == "RUNNING":
+        try:
+            view = await query_status(handle)
+        except (RPCError, WorkflowQueryFailedError) as exc:
+            return RunStory(workflow_id, execution, run_input, failure=f"status unreadable: {exc}")
+        return RunStory(workflow_id, execution, run_input, view=view)
+    try:
+        result = await handle.result()
+    except WorkflowFailureError as exc:
+        return RunStory(workflow_id, execution, run_input, failure=str(exc.cause))
+    return RunStory(workflow_id, execution, run_input, result=result)
+
+
+@dataclass(frozen=True)
+class RecentRun:
+    workflow_id: str
+    status: str
+    """agentloop's status (`completed`, `limit_reached`, `failed`, ... or `running`), or
+    Temporal's word for a run that ended without agentloop saying how."""
+    phase: str
+    tenant: str
+    started: datetime | None
+
+
+ENDED_WITHOUT_RESULT = ("FAILED", "TERMINATED", "TIMED_OUT", "CANCELED")
+
+
+async def recent_runs(
+    client: Client, tenants: Sequence[str] | None, limit: int = 50
+) -> list[RecentRun]:
+    query = f"WorkflowType = {quoted(WORKFLOW_NAME)}" + tenant_clause(tenants)
+    runs = []
+    async for execution in client.list_workflows(query, limit=limit):
+        attributes = execution.typed_search_attributes
+        status = attributes.get(search.AGENT_STATUS) or ""
+        execution_status = execution.status.name if execution.status else ""
+        if execution_status in ENDED_WITHOUT_RESULT:
+            status = execution_status.lower()
+        runs.append(
+            RecentRun(
+                workflow_id=execution.id,
+                status=status or execution_status.lower(),
+                phase=attributes.get(search.AGENT_PHASE) or "",
+                tenant=attributes.get(search.AGENT_TENANT) or "",
+                started=execution.start_time,
+            )
+        )
+    return runs

@@ -1,0 +1,69 @@
+"""Serving the inbox with uvicorn, in the caller's event loop (the CLI's, or a test's)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import uvicorn
+from temporalio.client import Client
+
+from agentloop.inbox.app import LOCAL_HOSTS, InboxOptions, inbox_app
+
+
+class InboxUnsafe(ValueError):
+    """The inbox would be reachable beyond this machine with nobody vouching for its users."""
+
+
+def check_exposure(host: str, options: InboxOptions) -> None:
+    """Without an authenticating proxy (`auth_header`) the inbox listens on 127.0.0.1 only:
+    anyone who reaches it could act under any name."""
+    if options.auth_header is None and host not in LOCAL_HOSTS:
+        raise InboxUnsafe(
+            f"the inbox listens on {host} only behind an authenticating proxy: pass "
+            "--auth-header HEADER (the header the proxy names the user in), or --host 127.0.0.1"
+        )
+
+
+class InboxServer:
+    """`async with InboxServer(...) as server`: listening on `server.port` until the block
+    ends. Raises `InboxUnsafe` (see `check_exposure`) and OSError (the port is taken)."""
+
+    def __init__(self, client: Client, options: InboxOptions, host: str, port: int) -> None:
+        check_exposure(host, options)
+        config = uvicorn.Config(
+            inbox_app(client, options),
+            host=host,
+            port=port,
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            server_header=False,
+        )
+        self.server = uvicorn.Server(config)
+        self.host = host
+        self.port = port
+        self._serving: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def __aenter__(self) -> InboxServer:
+        self.server.config.load()
+        self.server.lifespan = self.server.config.lifespan_class(self.server.config)
+        try:
+            await self.server.startup()
+        except SystemExit:  # uvicorn's way of saying it could not bind (it logged why)
+            raise OSError(f"cannot listen on {self.host}:{self.port}") from None
+        [listening] = self.server.servers
+        self.port = listening.sockets[0].getsockname()[1]
+        self._serving = asyncio.create_task(self.server.main_loop())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        if self._serving is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._serving
+        await self.server.shutdown()
