@@ -1,0 +1,352 @@
+"""The inbox in a real browser (Playwright driving Debian's Chromium, headless) against the
+real dev server, worker, scripted provider and example service: what a person sees of a
+waiting run, and each action reaching the run (counted at the system of record).
+
+The inbox runs behind a stand-in for an authenticating proxy: the browser context sends the
+user header the proxy would set."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from agentloop.contract import AgentRunInput, Principal
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.demo.services import ExampleService
+from agentloop.inbox import InboxOptions, InboxServer
+from agentloop.runtime.config import Settings
+from tests.support import start_run, wait_for_phase
+
+playwright_api = pytest.importorskip("playwright.async_api")
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+USER_HEADER = "X-Inbox-User"
+APPROVER = "workshop-lead"
+RESERVE = {"workshop_id": "ws-101", "participant_id": "p-carol"}
+PRINCIPAL = Principal(subject="p-alice", scopes=["workshops:read", "workshops:write"])
+POLL_SECONDS = 2.0
+
+
+@pytest.fixture(scope="module")
+async def inbox(client: Client, worker: Settings) -> AsyncIterator[InboxServer]:
+    options = InboxOptions(auth_header=USER_HEADER, tenants={APPROVER: ["default"]})
+    async with InboxServer(client, options, "127.0.0.1", 0) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+async def browser() -> AsyncIterator[Any]:
+    if not CHROMIUM.exists():
+        pytest.skip(f"no Chromium at {CHROMIUM} (CI installs Debian's chromium): browser tests")
+    async with playwright_api.async_playwright() as playwright:
+        # A fresh profile each launch; Playwright never downloads a browser of its own here.
+        with tempfile.TemporaryDirectory(prefix="agentloop-chromium-") as profile:
+            context = await playwright.chromium.launch_persistent_context(
+                profile,
+                executable_path=str(CHROMIUM),
+                headless=True,
+                args=CHROMIUM_ARGS,
+                extra_http_headers={USER_HEADER: APPROVER},
+            )
+            yield context
+            await context.close()
+
+
+class Watched:
+    """A page, with every dialog it opened and every script error it raised."""
+
+    def __init__(self, page: Any) -> None:
+        self.page = page
+        self.dialogs: list[str] = []
+        self.errors: list[str] = []
+        page.on("dialog", self._dialog)
+        page.on("pageerror", lambda error: self.errors.append(str(error)))
+
+    async def _dialog(self, dialog: Any) -> None:
+        self.dialogs.append(dialog.message)
+        await dialog.dismiss()
+
+    async def pwned(self) -> Any:
+        return await self.page.evaluate("() => window.__pwned")
+
+
+@pytest.fixture
+async def page(browser: Any) -> AsyncIterator[Watched]:
+    opened = await browser.new_page()
+    yield Watched(opened)
+    await opened.close()
+
+
+def booking(name: str, last: str = "Booked.") -> Script:
+    return Script(
+        name=name,
+        turns=[
+            ScriptTurn(
+                tool_calls=[ScriptedToolCall(id="c_res", name="reserve_seat", arguments=RESERVE)]
+            ),
+            ScriptTurn(text=last),
+        ],
+    )
+
+
+def booking_input(model: str, task: str = "Book p-carol into ws-101.") -> AgentRunInput:
+    return AgentRunInput(
+        task=task,
+        provider="openai-chat",
+        model=model,
+        tools=["check_workshop", "reserve_seat"],
+        principal=PRINCIPAL,
+    )
+
+
+async def test_a_waiting_approval_is_listed_shown_whole_and_approved_in_the_browser(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    inbox: InboxServer,
+    page: Watched,
+    run_id: str,
+) -> None:
+    expect = playwright_api.expect
+    await page.page.goto(inbox.url + "/")
+    scripted_provider.register(booking(run_id))
+    handle = await start_run(client, worker, run_id, booking_input(run_id))
+    await wait_for_phase(handle, "awaiting_approval")
+
+    # The open inbox lists it at its next poll (every 2 s), without a reload.
+    row = page.page.locator("#items tr", has_text=run_id)
+    await expect(row).to_have_count(1, timeout=POLL_SECONDS * 1000 + 1500)
+    await expect(row).to_contain_text("reserve_seat")
+    await expect(row).to_contain_text(APPROVER)
+    await expect(row).to_contain_text("Book p-carol into ws-101.")
+
+    await row.get_by_role("link", name=run_id).click()
+    approval = page.page.locator(".approval")
+    await expect(approval).to_contain_text("reserve_seat")
+    for name, value in RESERVE.items():
+        await expect(approval.locator("pre.arguments")).to_contain_text(f'"{name}": "{value}"')
+    assert example_service.stats()["counts"]["workshops.reserve"] == 0
+
+    await approval.get_by_role("button", name="Approve").click()
+    await expect(page.page.locator("#notice")).to_have_text(f"approved c_res as {APPROVER}")
+    result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    assert example_service.stats()["counts"]["workshops.reserve"] == 1
+    [record] = [c for c in result.calls if c.call_id == "c_res"]
+    assert record.decision.startswith(f"approved by {APPROVER}")
+
+    await page.page.reload()  # the ended run's page: its outcome and the ledger's word
+    await expect(page.page.locator("#outcome")).to_contain_text("completed")
+    await expect(page.page.locator("#calls .decision")).to_contain_text(f"approved by {APPROVER}")
+    assert page.errors == [] and page.dialogs == []
+
+
+async def test_reject_with_a_reason_and_a_stale_digest_is_refused_saying_why(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    inbox: InboxServer,
+    page: Watched,
+    run_id: str,
+) -> None:
+    expect = playwright_api.expect
+    scripted_provider.register(booking(run_id))
+    handle = await start_run(client, worker, run_id, booking_input(run_id))
+    await wait_for_phase(handle, "awaiting_approval")
+    await page.page.goto(f"{inbox.url}/runs/{run_id}")
+    approval = page.page.locator(".approval")
+
+    # The arguments the page showed are not the pending call's any more: the run refuses.
+    digest = approval.locator("input[name=args_digest]")
+    await digest.evaluate("input => { input.value = 'sha256:' + '0'.repeat(64); }")
+    await approval.get_by_role("button", name="Approve").click()
+    await expect(page.page.locator("#notice.refused")).to_contain_text("stale decision")
+    view = await wait_for_phase(handle, "awaiting_approval")
+    assert [p["call_id"] for p in view.pending_approvals] == ["c_res"]
+
+    approval = page.page.locator(".approval")  # the page as it is now, its digest current
+    await approval.get_by_label("reason").fill("ws-101 is for staff only")
+    await approval.get_by_role("button", name="Reject").click()
+    await expect(page.page.locator("#notice.ok")).to_have_text(f"rejected c_res as {APPROVER}")
+    result = await handle.result()
+    assert result.status == "rejected", result.stop_reason
+    assert example_service.stats()["counts"]["workshops.reserve"] == 0
+    [record] = [c for c in result.calls if c.call_id == "c_res"]
+    assert record.decision == f"rejected by {APPROVER}"
+    assert "ws-101 is for staff only" in record.result_summary
+    await page.page.reload()
+    await expect(page.page.locator("#outcome")).to_contain_text("rejected")
+    await expect(page.page.locator("#calls")).to_contain_text("ws-101 is for staff only")
+
+
+async def test_a_question_is_answered_in_the_browser(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    inbox: InboxServer,
+    page: Watched,
+    run_id: str,
+) -> None:
+    expect = playwright_api.expect
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(
+                            id="c_ask", name="ask_user", arguments={"question": "Which seat row?"}
+                        )
+                    ],
+                    expect_tool_results={"c_ask": "row 7 please"},
+                ),
+                ScriptTurn(text="Row 7 it is."),
+            ],
+        )
+    )
+    handle = await start_run(client, worker, run_id, booking_input(run_id, "Pick my row."))
+    await wait_for_phase(handle, "awaiting_input")
+    await page.page.goto(inbox.url + "/?kind=question")
+    row = page.page.locator("#items tr", has_text=run_id)
+    await expect(row).to_contain_text("Which seat row?")
+    await expect(row).to_contain_text("question")
+
+    await row.get_by_role("link", name=run_id).click()
+    question = page.page.locator(".question")
+    await expect(question).to_contain_text("Which seat row?")
+    await question.get_by_label("answer").fill("row 7 please")
+    await question.get_by_role("button", name="Answer").click()
+    await expect(page.page.locator("#notice.ok")).to_have_text(f"answer sent as {APPROVER}")
+    result = await handle.result()  # the scripted model checks it was given the answer
+    assert result.status == "completed", result.stop_reason
+    assert result.output == "Row 7 it is."
+
+
+async def test_an_unknown_write_is_resolved_as_applied_in_the_browser(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    inbox: InboxServer,
+    page: Watched,
+    run_id: str,
+) -> None:
+    expect = playwright_api.expect
+    scripted_provider.register(booking(run_id))
+    # The write commits but its answer is lost, and no lookup can tell: the outcome is unknown.
+    example_service.inject_fault("workshops.reserve", "commit_then_drop")
+    example_service.inject_fault("workshops.operation", "unavailable", count=50)
+    handle = await start_run(client, worker, run_id, booking_input(run_id))
+    await wait_for_phase(handle, "awaiting_approval")
+    await page.page.goto(f"{inbox.url}/runs/{run_id}")
+    await page.page.locator(".approval").get_by_role("button", name="Approve").click()
+    await expect(page.page.locator("#notice.ok")).to_contain_text("approved c_res")
+    await wait_for_phase(handle, "awaiting_reconciliation")
+
+    await page.page.goto(inbox.url + "/?kind=unknown_write")
+    row = page.page.locator("#items tr", has_text=run_id)
+    await expect(row).to_contain_text("unknown write")
+    await row.get_by_role("link", name=run_id).click()
+    unresolved = page.page.locator(".unresolved")
+    await expect(unresolved).to_contain_text("reserve_seat")
+    await unresolved.get_by_label("note").fill("seen in the booking system")
+    await unresolved.get_by_role("button", name="Applied", exact=True).click()
+    await expect(page.page.locator("#notice.ok")).to_contain_text("c_res: applied")
+
+    result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    assert int(example_service.records()["reservations"]) == 1
+    assert example_service.stats()["counts"]["workshops.reserve"] == 1  # never sent again
+    [record] = [c for c in result.calls if c.call_id == "c_res"]
+    assert record.status == "confirmed_after_query"
+    assert "seen in the booking system" in record.decision
+
+
+HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2; alert(1)">'
+HOSTILE_LINK = '<a href="javascript:window.__pwned=3">click me</a>'
+
+
+async def test_hostile_text_from_the_task_the_model_and_the_tool_arguments_runs_nothing(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    inbox: InboxServer,
+    page: Watched,
+    run_id: str,
+) -> None:
+    expect = playwright_api.expect
+    arguments = {
+        "ticket_id": "T-1001",
+        "recipient": "dana@example.com",
+        "body": HOSTILE + HOSTILE_LINK,
+    }
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(id="c_reply", name="send_reply", arguments=arguments)
+                    ]
+                ),
+                ScriptTurn(text=HOSTILE + HOSTILE_LINK),
+            ],
+        )
+    )
+    run_input = AgentRunInput(
+        task=HOSTILE + HOSTILE_LINK,
+        provider="openai-chat",
+        model=run_id,
+        tools=["send_reply"],
+        principal=Principal(subject="p-alice", scopes=["tickets:write"]),
+    )
+    handle = await start_run(client, worker, run_id, run_input)
+    view = await wait_for_phase(handle, "awaiting_approval")
+    assert view.pending_approvals[0]["arguments"] == arguments
+
+    await page.page.goto(inbox.url + "/")
+    row = page.page.locator("#items tr", has_text=run_id)
+    await expect(row).to_contain_text(HOSTILE + HOSTILE_LINK)  # the task, as text
+    async with page.page.expect_response(lambda r: "/api/inbox" in r.url):
+        pass  # the script's next poll redraws the rows from the JSON
+    await expect(row).to_contain_text(HOSTILE + HOSTILE_LINK)
+    await page.page.goto(f"{inbox.url}/runs/{run_id}")
+    await expect(page.page.locator("#task")).to_have_text(HOSTILE + HOSTILE_LINK)
+    shown_body = json.dumps(HOSTILE + HOSTILE_LINK)  # as the arguments' JSON spells it
+    await expect(page.page.locator(".approval pre.arguments")).to_contain_text(shown_body)
+    assert await page.page.locator(INJECTED).count() == 0
+
+    # Rejected, the model is told and answers with more of the same: the run's answer.
+    await page.page.locator(".approval").get_by_role("button", name="Reject").click()
+    await expect(page.page.locator("#notice.ok")).to_contain_text("rejected c_reply")
+    result = await handle.result()
+    assert result.output == HOSTILE + HOSTILE_LINK
+    await page.page.goto(f"{inbox.url}/runs/{run_id}")
+    await expect(page.page.locator("#output")).to_have_text(HOSTILE + HOSTILE_LINK)
+    await expect(page.page.locator("#calls pre.arguments")).to_contain_text(shown_body)
+    assert await page.page.locator(INJECTED).count() == 0
+    assert await page.pwned() is None
+    assert page.dialogs == [] and page.errors == []
+
+
+INJECTED = "main script, main img, main a[href^=javascript]"
