@@ -54,8 +54,9 @@ class Notice:
 
 
 def layout(title: str, body: str, viewer: Viewer | None, notice: Notice | None = None) -> str:
-    who = ""
+    who = token = ""
     if viewer is not None:
+        token = f'<meta name="csrf-token" content="{esc(viewer.csrf)}">'
         tenants = "all tenants" if viewer.tenants is None else ", ".join(viewer.tenants) or "none"
         who = f'<span class="who">{esc(viewer.user)} · {esc(tenants)}</span>'
     shown = ""
@@ -65,7 +66,7 @@ def layout(title: str, body: str, viewer: Viewer | None, notice: Notice | None =
     return (
         "<!doctype html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{esc(title)} · agentloop inbox</title>"
+        f"<title>{esc(title)} · agentloop inbox</title>{token}"
         '<link rel="stylesheet" href="/static/inbox.css">'
         '<script src="/static/inbox.js" defer></script></head><body>'
         '<nav><a href="/">Inbox</a> <a href="/runs">Runs</a> ' + who + "</nav>"

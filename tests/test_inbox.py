@@ -1,0 +1,240 @@
+"""The inbox's rules over plain HTTP (no browser): who sees which tenant's runs, who may
+decide, the CSRF token every state-changing request needs, the headers every page carries,
+and local mode (127.0.0.1 only, a name given once per browser). Against the real dev server,
+worker and scripted provider; each refused request is checked to have changed nothing."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from temporalio.client import Client, WorkflowHandle
+
+from agentloop.cli.output import ExitCode
+from agentloop.cli.parser import build_parser
+from agentloop.contract import AgentRunInput, AgentRunResult, Principal
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.inbox import InboxOptions, InboxServer, InboxUnsafe
+from agentloop.runtime.config import Settings
+from tests.support import start_run, wait_for_phase
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
+
+USER_HEADER = "X-Inbox-User"
+RESERVE = {"workshop_id": "ws-101", "participant_id": "p-carol"}
+TENANTS = {
+    "workshop-lead": ["tenant-b"],
+    "ann": ["tenant-a"],
+    "bea": ["tenant-b"],
+}
+
+
+@pytest.fixture(scope="module")
+async def inbox(client: Client, worker: Settings) -> AsyncIterator[InboxServer]:
+    options = InboxOptions(auth_header=USER_HEADER, tenants=TENANTS)
+    async with InboxServer(client, options, "127.0.0.1", 0) as server:
+        yield server
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    # unsafe: keep the cookies 127.0.0.1 sets (aiohttp drops those of IP addresses otherwise)
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
+        yield session
+
+
+async def waiting_booking(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> WorkflowHandle[Any, AgentRunResult]:
+    """A run of tenant-b waiting for the workshop lead's approval of a reservation."""
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(id="c_res", name="reserve_seat", arguments=RESERVE)
+                    ]
+                ),
+                ScriptTurn(text="Booked."),
+            ],
+        )
+    )
+    run_input = AgentRunInput(
+        task="Book p-carol into ws-101.",
+        provider="openai-chat",
+        model=run_id,
+        tools=["reserve_seat"],
+        principal=Principal(
+            subject="p-alice", tenant="tenant-b", scopes=["workshops:read", "workshops:write"]
+        ),
+    )
+    handle = await start_run(client, worker, run_id, run_input)
+    await wait_for_phase(handle, "awaiting_approval")
+    return handle
+
+
+def as_user(user: str) -> dict[str, str]:
+    return {USER_HEADER: user}
+
+
+async def csrf_token(http: aiohttp.ClientSession, url: str, user: str) -> str:
+    """The token of this client's session, from a page that carries forms."""
+    async with http.get(url, headers=as_user(user)) as response:
+        page = await response.text()
+    found = re.search(r'<meta name="csrf-token" content="([0-9a-f]+)">', page)
+    assert found is not None, page
+    return found.group(1)
+
+
+async def decide(
+    http: aiohttp.ClientSession, inbox: InboxServer, run_id: str, user: str, **form: str
+) -> tuple[int, str]:
+    fields = {"call_id": "c_res", "args_digest": "x", "verdict": "approve", **form}
+    async with http.post(
+        f"{inbox.url}/runs/{run_id}/decide", data=fields, headers=as_user(user)
+    ) as response:
+        return response.status, await response.text()
+
+
+async def inbox_items(http: aiohttp.ClientSession, inbox: InboxServer, user: str) -> list[str]:
+    async with http.get(f"{inbox.url}/api/inbox", headers=as_user(user)) as response:
+        assert response.status == 200
+        return [item["workflow_id"] for item in (await response.json())["items"]]
+
+
+async def test_a_user_sees_and_acts_on_their_tenants_runs_only(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    inbox: InboxServer,
+    http: aiohttp.ClientSession,
+    run_id: str,
+) -> None:
+    handle = await waiting_booking(client, worker, scripted_provider, run_id)
+    assert run_id in await inbox_items(http, inbox, "bea")
+    assert run_id not in await inbox_items(http, inbox, "ann")
+    assert run_id not in await inbox_items(http, inbox, "zoe")  # unmapped behind a proxy: none
+
+    async with http.get(f"{inbox.url}/runs/{run_id}", headers=as_user("ann")) as response:
+        assert response.status == 403
+        assert "tenant-b" in await response.text()
+    # A direct POST with a good token of ann's own session is refused all the same.
+    token = await csrf_token(http, f"{inbox.url}/runs", "ann")
+    digest = (await wait_for_phase(handle, "awaiting_approval")).pending_approvals[0]["args_digest"]
+    status, _ = await decide(http, inbox, run_id, "ann", csrf=token, args_digest=digest)
+    assert status == 403
+    # bea sees the run, but the tool names its approvers and she is not one of them.
+    token = await csrf_token(http, f"{inbox.url}/runs/{run_id}", "bea")
+    status, page = await decide(http, inbox, run_id, "bea", csrf=token, args_digest=digest)
+    assert status == 403 and "only workshop-lead may decide c_res" in page
+
+    view = await wait_for_phase(handle, "awaiting_approval")
+    assert [p["call_id"] for p in view.pending_approvals] == ["c_res"]
+    assert view.refused_decisions == []  # nothing reached the run
+
+    token = await csrf_token(http, f"{inbox.url}/runs/{run_id}", "workshop-lead")
+    status, page = await decide(
+        http, inbox, run_id, "workshop-lead", csrf=token, args_digest=digest, verdict="reject"
+    )
+    assert status == 200 and "rejected c_res as workshop-lead" in page
+    result = await handle.result()
+    assert result.status == "rejected"
+    async with http.get(f"{inbox.url}/runs", headers=as_user("bea")) as response:
+        runs = await response.text()
+    assert re.search(rf"{re.escape(run_id)}</a></td><td class=\"status rejected\">", runs)
+
+
+async def test_a_state_changing_request_without_its_sessions_token_is_refused(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    inbox: InboxServer,
+    http: aiohttp.ClientSession,
+    run_id: str,
+) -> None:
+    handle = await waiting_booking(client, worker, scripted_provider, run_id)
+    digest = (await wait_for_phase(handle, "awaiting_approval")).pending_approvals[0]["args_digest"]
+    user = "workshop-lead"
+    token = await csrf_token(http, f"{inbox.url}/runs/{run_id}", user)
+
+    status, page = await decide(http, inbox, run_id, user, args_digest=digest)
+    assert status == 403 and "token" in page
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as other:
+        # another browser (session) replaying this one's token
+        status, _ = await decide(other, inbox, run_id, user, csrf=token, args_digest=digest)
+        assert status == 403
+    async with http.post(
+        f"{inbox.url}/runs/{run_id}/cancel",
+        data={"csrf": token},
+        headers={**as_user(user), "Origin": "https://elsewhere.example"},
+    ) as response:
+        assert response.status == 403
+    view = await wait_for_phase(handle, "awaiting_approval")
+    assert view.refused_decisions == [] and len(view.pending_approvals) == 1
+
+    async with http.post(
+        f"{inbox.url}/runs/{run_id}/cancel", data={"csrf": token}, headers=as_user(user)
+    ) as response:
+        assert response.status == 200
+    result = await handle.result()
+    assert result.status == "cancelled"
+
+
+async def test_every_page_says_what_the_browser_may_run_and_no_user_no_page(
+    inbox: InboxServer, http: aiohttp.ClientSession
+) -> None:
+    for path in ("/", "/runs", "/static/inbox.js"):
+        async with http.get(inbox.url + path, headers=as_user("bea")) as response:
+            assert response.status == 200, path
+            policy = response.headers["Content-Security-Policy"]
+            assert "script-src 'self'" in policy and "unsafe-inline" not in policy
+            assert response.headers["X-Content-Type-Options"] == "nosniff"
+    async with aiohttp.ClientSession() as fresh, fresh.get(inbox.url + "/") as response:
+        cookie = response.headers.get("Set-Cookie", "")
+        assert response.status == 401  # no user header: the proxy is not in front
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+    async with http.get(inbox.url + "/", headers=as_user("<b>x</b>")) as response:
+        assert response.status == 403
+
+
+async def test_local_mode_listens_on_127_0_0_1_only_and_asks_a_name_once(
+    client: Client, http: aiohttp.ClientSession
+) -> None:
+    with pytest.raises(InboxUnsafe, match="--auth-header"):
+        InboxServer(client, InboxOptions(), "0.0.0.0", 0)
+    async with InboxServer(client, InboxOptions(), "127.0.0.1", 0) as local:
+        async with http.get(local.url + "/", allow_redirects=False) as response:
+            assert (response.status, response.headers["Location"]) == (303, "/whoami")
+        token = await csrf_token_of_name_page(http, local)
+        async with http.post(
+            local.url + "/whoami", data={"csrf": token, "name": "dana"}, allow_redirects=False
+        ) as response:
+            assert response.status == 303
+        async with http.get(local.url + "/") as response:
+            assert response.status == 200
+            assert "dana · all tenants" in await response.text()
+        # A page of another site whose name resolves to 127.0.0.1 (DNS rebinding): refused.
+        async with http.get(local.url + "/", headers={"Host": "evil.example"}) as response:
+            assert response.status == 400
+
+
+async def csrf_token_of_name_page(http: aiohttp.ClientSession, local: InboxServer) -> str:
+    async with http.get(local.url + "/whoami") as response:
+        found = re.search(r'name="csrf" value="([0-9a-f]+)"', await response.text())
+    assert found is not None
+    return found.group(1)
+
+
+async def test_the_command_refuses_to_listen_beyond_127_0_0_1_without_a_proxy(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentloop.cli.commands import dispatch
+
+    monkeypatch.delenv("AGENTLOOP_CONFIG", raising=False)
+    args = build_parser().parse_args(["inbox", "--host", "0.0.0.0"])
+    assert await dispatch(args) == ExitCode.USAGE
+    assert "--auth-header" in capsys.readouterr().err
