@@ -21,6 +21,8 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.demo.services import ExampleService
 from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.runtime.config import Settings
+from agentloop.runtime.signing import new_private_key_pem
+from agentloop.worker import running_worker
 from tests.support import start_run, wait_for_phase
 
 playwright_api = pytest.importorskip("playwright.async_api")
@@ -350,3 +352,64 @@ async def test_hostile_text_from_the_task_the_model_and_the_tool_arguments_runs_
 
 
 INJECTED = "main script, main img, main a[href^=javascript]"
+
+
+async def test_signed_mode_the_browser_signs_with_a_key_the_inbox_never_holds(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    inbox: InboxServer,
+    page: Watched,
+    run_id: str,
+    tmp_path: Path,
+) -> None:
+    expect = playwright_api.expect
+    pem, public = new_private_key_pem()
+    key_file = tmp_path / f"{APPROVER}.pem"
+    key_file.write_bytes(pem)
+    settings = worker_settings.model_copy(
+        update={"approver_keys": f"{APPROVER}={public}", "task_queue": f"signed-{run_id[-8:]}"}
+    )
+    async with running_worker(client, settings):
+        scripted_provider.register(booking(run_id))
+        handle = await start_run(client, settings, run_id, booking_input(run_id))
+        view = await wait_for_phase(handle, "awaiting_approval")
+        assert view.approval_signing == "signed"
+        await page.page.goto(f"{inbox.url}/runs/{run_id}")
+        approval = page.page.locator(".approval")
+
+        # Unsigned, a decision does not count: the run refuses it, and the page says why.
+        token = await page.page.locator("meta[name=csrf-token]").get_attribute("content")
+        digest = view.pending_approvals[0]["args_digest"]
+        unsigned = await page.page.request.post(
+            f"{inbox.url}/runs/{run_id}/decide",
+            form={"csrf": token, "call_id": "c_res", "args_digest": digest, "verdict": "approve"},
+        )
+        assert unsigned.status == 409 and "unsigned" in await unsigned.text()
+
+        await approval.get_by_role("button", name="Approve").click()  # no key loaded yet
+        await expect(page.page.locator("#sign-problem")).to_contain_text("load your key file")
+        await page.page.locator("#key-file").set_input_files(str(key_file))
+        await expect(page.page.locator("#key-status")).to_contain_text("is in this browser")
+        extractable = await page.page.evaluate(KEY_EXTRACTABLE, APPROVER)
+        assert extractable is False
+
+        await approval.get_by_role("button", name="Approve").click()
+        await expect(page.page.locator("#notice.ok")).to_have_text(f"approved c_res as {APPROVER}")
+        result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    assert example_service.stats()["counts"]["workshops.reserve"] == 1
+    [record] = [c for c in result.calls if c.call_id == "c_res"]
+    assert record.decision.startswith(f"approved by {APPROVER}")
+    assert page.errors == []
+
+
+KEY_EXTRACTABLE = """(user) => new Promise((resolve, reject) => {
+  const opening = indexedDB.open("agentloop-inbox", 1);
+  opening.onerror = () => reject(opening.error);
+  opening.onsuccess = () => {
+    const read = opening.result.transaction("approver-keys").objectStore("approver-keys").get(user);
+    read.onsuccess = () => resolve(read.result ? read.result.extractable : null);
+  };
+})"""

@@ -8,6 +8,7 @@ calls whose tool names them as an approver (or names none)."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import secrets
@@ -42,7 +43,7 @@ from agentloop.contract import (
 from agentloop.inbox import pages
 from agentloop.inbox.pages import Notice, Viewer
 from agentloop.inbox.reading import RunInputs, RunStory, read_story, recent_runs, waiting_items
-from agentloop.runtime.signing import APPROVER_NAME
+from agentloop.runtime.signing import APPROVER_NAME, DEFAULT_LIFETIME, signed_bytes
 
 STATIC = Path(__file__).parent / "static"
 SESSION_COOKIE = "agentloop_inbox_session"
@@ -248,22 +249,44 @@ def inbox_app(client: Client, options: InboxOptions) -> Starlette:
     def handle_of(story: RunStory) -> Any:
         return client.get_workflow_handle(story.workflow_id, result_type=AgentRunResult)
 
-    async def decide(viewer: Viewer, story: RunStory, form: Mapping[str, Any]) -> Notice:
+    def check_approver(viewer: Viewer, story: RunStory, call_id: str) -> None:
+        """Refused before the run is asked: the tool names its approvers, and not this user."""
         assert story.view is not None
-        call_id = str(form.get("call_id", ""))
         pending = next(
             (p for p in story.view.pending_approvals if p.get("call_id") == call_id), None
         )
         approvers = [str(a) for a in (pending or {}).get("approvers", [])]
         if approvers and viewer.user not in approvers:
             raise Refused(403, f"only {', '.join(approvers)} may decide {call_id}")
+
+    async def signing_message(request: Request, viewer: Viewer) -> Response:
+        """Signed mode: the exact bytes `agentloop.runtime.signing` checks, for the decision
+        the form describes on the run the page showed, so the browser signs only bytes."""
+        story = await story_for(viewer, request.path_params["workflow_id"])
+        if story.view is None:
+            raise Refused(409, "the run has ended")
+        form = await request.form()
+        check_approver(viewer, story, str(form.get("call_id", "")))
+        expires = datetime.now(UTC) + DEFAULT_LIFETIME
+        try:
+            decision = decision_of(viewer, {**form, "expires_at": expires.isoformat()})
+        except ValidationError as exc:
+            raise Refused(400, describe_validation_error(exc)) from None
+        run = story.view.run_chain[0] if story.view.run_chain else ""
+        message = signed_bytes(decision, workflow_id=story.workflow_id, run=run)
+        return JSONResponse(
+            {
+                "message": base64.b64encode(message).decode(),
+                "expires_at": expires.isoformat(),
+            }
+        )
+
+    async def decide(viewer: Viewer, story: RunStory, form: Mapping[str, Any]) -> Notice:
+        call_id = str(form.get("call_id", ""))
+        check_approver(viewer, story, call_id)
         approved = form.get("verdict") == "approve"
-        decision = ApprovalDecision(
-            call_id=call_id,
-            args_digest=str(form.get("args_digest", "")),
-            approved=approved,
-            approver=viewer.user,
-            reason=str(form.get("reason", "")),
+        decision = decision_of(viewer, form).model_copy(
+            update={"signature": str(form.get("signature", ""))}
         )
         verdict: ApprovalVerdict = await handle_of(story).execute_update(
             "decide_approval", decision, result_type=ApprovalVerdict
@@ -272,6 +295,17 @@ def inbox_app(client: Client, options: InboxOptions) -> Starlette:
         if not verdict.accepted:
             return Notice(False, f"decision refused: {verdict.reason}")
         return Notice(True, f"{word} {call_id} as {viewer.user}")
+
+    def decision_of(viewer: Viewer, form: Mapping[str, Any]) -> ApprovalDecision:
+        """The decision a form describes, by the viewer; raises ValidationError."""
+        return ApprovalDecision(
+            call_id=str(form.get("call_id", "")),
+            args_digest=str(form.get("args_digest", "")),
+            approved=form.get("verdict") == "approve",
+            approver=viewer.user,
+            reason=str(form.get("reason", "")),
+            expires_at=form.get("expires_at") or None,
+        )
 
     async def answer(viewer: Viewer, story: RunStory, form: Mapping[str, Any]) -> Notice:
         message = UserMessage(text=str(form.get("text", "")), sender=viewer.user)
@@ -318,6 +352,7 @@ def inbox_app(client: Client, options: InboxOptions) -> Starlette:
         Route("/runs", page(runs)),
         Route("/runs/{workflow_id}", page(run)),
         Route("/runs/{workflow_id}/decide", page(action(decide)), methods=["POST"]),
+        Route("/runs/{workflow_id}/signing-message", page(signing_message), methods=["POST"]),
         Route("/runs/{workflow_id}/answer", page(action(answer)), methods=["POST"]),
         Route("/runs/{workflow_id}/resolve", page(action(resolve)), methods=["POST"]),
         Route("/runs/{workflow_id}/cancel", page(action(cancel)), methods=["POST"]),

@@ -56,7 +56,10 @@ class Notice:
 def layout(title: str, body: str, viewer: Viewer | None, notice: Notice | None = None) -> str:
     who = token = ""
     if viewer is not None:
-        token = f'<meta name="csrf-token" content="{esc(viewer.csrf)}">'
+        token = (
+            f'<meta name="csrf-token" content="{esc(viewer.csrf)}">'
+            f'<meta name="inbox-user" content="{esc(viewer.user)}">'
+        )
         tenants = "all tenants" if viewer.tenants is None else ", ".join(viewer.tenants) or "none"
         who = f'<span class="who">{esc(viewer.user)} · {esc(tenants)}</span>'
     shown = ""
@@ -219,7 +222,11 @@ def waiting_forms(viewer: Viewer, workflow_id: str, view: RunStatusView, now: da
     if view.phase not in WAITING_PHASES and not view.pending_approvals:
         return ""
     action = esc(run_path(workflow_id))
+    signed = view.approval_signing == "signed" and bool(view.pending_approvals)
     parts = ['<section id="waiting"><h2>Waiting for a person</h2>']
+    if signed:
+        parts.append(signing_key_section(viewer))
+    sign = f' data-sign="{action}/signing-message"' if signed else ""
     for pending in view.pending_approvals:
         approvers = [str(a) for a in pending.get("approvers", [])]
         may = not approvers or viewer.user in approvers
@@ -234,7 +241,7 @@ def waiting_forms(viewer: Viewer, workflow_id: str, view: RunStatusView, now: da
         )
         if may:
             parts.append(
-                f'<form method="post" action="{action}/decide" class="decide">'
+                f'<form method="post" action="{action}/decide" class="decide"{sign}>'
                 f"{csrf_field(viewer)}"
                 f'<input type="hidden" name="call_id" value="{esc(call_id)}">'
                 f'<input type="hidden" name="args_digest" value="{esc(digest)}">'
@@ -269,6 +276,19 @@ def waiting_forms(viewer: Viewer, workflow_id: str, view: RunStatusView, now: da
         )
     parts.append("</section>")
     return "".join(parts)
+
+
+def signing_key_section(viewer: Viewer) -> str:
+    """Signed mode: the approver's key is imported into this browser (not extractable, kept in
+    IndexedDB) by the script; the file never leaves the browser, the inbox never holds it."""
+    return (
+        '<div id="signing-key"><p>The workers take only signed decisions: each is signed in'
+        f" this browser with {esc(viewer.user)}'s key (the PEM file of `agentloop keys new"
+        f" {esc(viewer.user)}`).</p>"
+        '<label>key file <input type="file" id="key-file" accept=".pem"></label> '
+        '<span id="key-status"></span>'
+        '<p class="notice refused" id="sign-problem" hidden></p></div>'
+    )
 
 
 def usage_section(usage: Usage, left: Any) -> str:

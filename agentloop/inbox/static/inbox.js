@@ -1,5 +1,7 @@
-// The inbox's one script: the inbox table follows the runs (its JSON every 2 s). Everything
-// from outside goes into the page as text (textContent), never as HTML.
+// The inbox's one script: the inbox table follows the runs (its JSON every 2 s), and, where
+// the workers take only signed decisions, decisions are signed here with the approver's
+// Ed25519 key (WebCrypto; imported non-extractable and kept in IndexedDB, so the inbox
+// server never holds it). Everything from outside goes into the page as text, never as HTML.
 "use strict";
 
 const POLL_MS = 2000;
@@ -43,9 +45,121 @@ async function poll(table) {
   setTimeout(() => poll(table), POLL_MS);
 }
 
+// --- signed decisions ---------------------------------------------------------------------
+
+const KEY_DB = "agentloop-inbox";
+const KEY_STORE = "approver-keys";
+
+function keyStore(mode, use) {
+  return new Promise((resolve, reject) => {
+    const opening = indexedDB.open(KEY_DB, 1);
+    opening.onupgradeneeded = () => opening.result.createObjectStore(KEY_STORE);
+    opening.onerror = () => reject(opening.error);
+    opening.onsuccess = () => {
+      const tx = opening.result.transaction(KEY_STORE, mode);
+      const request = use(tx.objectStore(KEY_STORE));
+      tx.oncomplete = () => resolve(request.result);
+      tx.onerror = () => reject(tx.error);
+    };
+  });
+}
+
+function bytesOf(base64) {
+  const raw = atob(base64);
+  const bytes = new Uint8Array(raw.length);
+  for (let i = 0; i < raw.length; i++) {
+    bytes[i] = raw.charCodeAt(i);
+  }
+  return bytes;
+}
+
+function base64Of(buffer) {
+  let raw = "";
+  for (const byte of new Uint8Array(buffer)) {
+    raw += String.fromCharCode(byte);
+  }
+  return btoa(raw);
+}
+
+function meta(name) {
+  const found = document.querySelector(`meta[name="${name}"]`);
+  return found ? found.content : "";
+}
+
+function problem(text) {
+  const shown = document.getElementById("sign-problem");
+  shown.textContent = text;
+  shown.hidden = !text;
+}
+
+async function importKey(input) {
+  // The PKCS#8 PEM `agentloop keys new` writes.
+  const pem = await input.files[0].text();
+  const body = pem.replace(/-----(BEGIN|END) PRIVATE KEY-----/g, "").replace(/\s+/g, "");
+  const key = await crypto.subtle.importKey(
+    "pkcs8", bytesOf(body), {name: "Ed25519"}, false, ["sign"]);
+  await keyStore("readwrite", (store) => store.put(key, meta("inbox-user")));
+  input.value = "";
+  await showKey();
+}
+
+async function showKey() {
+  const key = await keyStore("readonly", (store) => store.get(meta("inbox-user")));
+  document.getElementById("key-status").textContent = key
+    ? `${meta("inbox-user")}'s key is in this browser (it cannot be read out of it)`
+    : `no key of ${meta("inbox-user")}'s in this browser yet`;
+  return key;
+}
+
+function hidden(form, name, value) {
+  const input = document.createElement("input");
+  input.type = "hidden";
+  input.name = name;
+  input.value = value;
+  form.appendChild(input);
+}
+
+async function signAndSend(form, verdict) {
+  const key = await showKey();
+  if (!key) {
+    problem("load your key file first: a decision counts only when signed");
+    return;
+  }
+  const fields = new FormData(form);
+  fields.set("verdict", verdict);
+  const response = await fetch(form.dataset.sign, {method: "POST", body: fields});
+  if (!response.ok) {
+    problem(`the inbox would not prepare the signature (HTTP ${response.status})`);
+    return;
+  }
+  const prepared = await response.json();
+  const signature = await crypto.subtle.sign({name: "Ed25519"}, key, bytesOf(prepared.message));
+  hidden(form, "verdict", verdict);
+  hidden(form, "expires_at", prepared.expires_at);
+  hidden(form, "signature", base64Of(signature));
+  form.submit();
+}
+
+document.addEventListener("submit", (event) => {
+  const form = event.target;
+  if (!form.dataset.sign) {
+    return;
+  }
+  event.preventDefault();
+  const verdict = event.submitter ? event.submitter.value : "";
+  signAndSend(form, verdict).catch((error) => problem(`not signed: ${error}`));
+});
+
 document.addEventListener("DOMContentLoaded", () => {
   const table = document.getElementById("inbox");
   if (table) {
     setTimeout(() => poll(table), POLL_MS);
+  }
+  const keyFile = document.getElementById("key-file");
+  if (keyFile) {
+    keyFile.addEventListener("change", () => {
+      importKey(keyFile).catch((error) => problem(`the key was not imported: ${error}`));
+    });
+    showKey().catch((error) => problem(`no key store in this browser: ${error}`));
   }
 });
