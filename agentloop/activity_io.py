@@ -296,6 +296,8 @@ class RunDescription(BaseModel):
     """`AgentTaskFamily` is registered too (a run naming its `task_family` upserts it)."""
     approval_signing: Literal["signed", "unsigned"] | None = None
     """Whether the worker takes only signed approvals (None: a worker from before it said)."""
+    notify: bool = False
+    """Whether the worker sends notices of runs waiting for a person (it has webhooks)."""
     output_schema_problem: str | None = None
     """Why the run's `output_schema` cannot be checked at a bounded cost (asked for with it)."""
     unpriced_problem: str | None = None
@@ -303,3 +305,20 @@ class RunDescription(BaseModel):
     (asked for with `priced_model`)."""
     principal: PrincipalCheck | None = None
     """The worker's word on the run's principal (None: not asked, or a worker from before)."""
+
+
+class NoticeCall(BaseModel):
+    call_id: str
+    tool: str
+    args_digest: str = ""
+    approvers: list[str] = Field(default_factory=list)
+
+
+class WaitingNotice(BaseModel):
+    """What `notify_waiting` tells the webhooks: a run started waiting for a person."""
+
+    workflow_id: str
+    kind: Literal["approval", "question", "unknown_write"]
+    task: str = ""
+    calls: list[NoticeCall] = Field(default_factory=list)
+    question: str | None = None

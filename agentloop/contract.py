@@ -449,6 +449,9 @@ class RunStatusView(BaseModel):
     wait_until: AwareDatetime | None = None
     """While it waits for people: when the wait times out (`approval_timeout`,
     `input_timeout`, `unresolved`)."""
+    notice_failures: list[str] = Field(default_factory=list)
+    """Notices of this run waiting for a person that could not be delivered to the webhooks
+    (`AGENTLOOP_NOTIFY_WEBHOOKS`), each saying of what and why."""
 
 
 class CancelRequest(BaseModel):

@@ -31,6 +31,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from agentloop.activities.approvals import ApprovalActivities
 from agentloop.activities.model import ModelActivities
+from agentloop.activities.notices import NoticeActivities
 from agentloop.activities.runs import RunActivities
 from agentloop.activities.tools import ToolActivities
 from agentloop.activities.verify import VerifierActivities
@@ -264,6 +265,9 @@ async def worker_parts(
             prices = PriceTable.with_overrides(settings.pricing_file)
             model = ModelActivities(store, adapters, prices, Redactor(settings_secrets(settings)))
             approver_keys = settings.approvers()
+            notices = NoticeActivities(
+                settings.notice_webhooks(), settings.notify_secret or "", settings.inbox_url
+            )
             tool_activities = ToolActivities(
                 opened,
                 store,
@@ -272,6 +276,7 @@ async def worker_parts(
                 mcp=mcp,
                 prices=prices,
                 principals=principals,
+                notify=notices.sends,
             )
             runs = RunActivities(client)
             verifiers = VerifierActivities(opened, store)
@@ -292,6 +297,7 @@ async def worker_parts(
                     verifiers.verify_completion,
                     approvals.check_approval,
                     approvals.check_resolution,
+                    notices.notify_waiting,
                 ],
                 workflow_runner=workflow_runner(settings.workflow_sandbox),
                 toolbox=toolbox,

@@ -110,13 +110,15 @@ class ToolActivities:
         mcp: McpTools | None = None,
         prices: PriceTable | None = None,
         principals: PrincipalSignatures | None = None,
+        notify: bool = False,
     ) -> None:
         """`registration` tells whether a run's namespace has agentloop's search attributes
         (None: never, as for a worker with no server to ask); `approvals_signed`, whether the
         worker has approver keys (a run's `status` says so from its start); `mcp`, the MCP
         servers whose tools runs may name; `prices`, what the worker's model calls are charged
         (default: the built-in table); `principals`, how a run's principal is taken (by
-        default as given)."""
+        default as given); `notify`, whether the worker sends notices of runs waiting for a
+        person."""
         self._prices = prices or PriceTable()
         self._principals = principals or PrincipalSignatures()
         self._toolbox = toolbox
@@ -125,6 +127,7 @@ class ToolActivities:
         self._store = store
         self._registration = registration
         self._signing: Literal["signed", "unsigned"] = "signed" if approvals_signed else "unsigned"
+        self._notify = notify
 
     @activity.defn(name="describe_tools")
     async def describe_tools(self, request: DescribeToolsInput) -> list[ToolSpec]:
@@ -234,6 +237,7 @@ class ToolActivities:
             indexable=indexable,
             family_indexable=family,
             approval_signing=self._signing,
+            notify=self._notify,
             output_schema_problem=problem,
             unpriced_problem=unpriced,
             principal=(

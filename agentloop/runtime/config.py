@@ -52,6 +52,7 @@ from agentloop.runtime.config_checks import (
     check_store_url,
     check_tenant_map,
     check_tool_modules,
+    check_webhooks,
     http_url_check,
     parse_tenant_map,
     read_text,
@@ -173,6 +174,15 @@ class Settings(BaseModel):
     env: RunMode = "development"
     """`production`: a worker refuses to start without `approver_keys` and `codec_keys`
     (`production_problems`). `agentloop dev` always runs as development."""
+    notify_webhooks: str | None = Field(default=None, repr=False)
+    """`URL[,URL...]`: where a run's worker POSTs a JSON notice when the run starts waiting
+    for a person, signed with `notify_secret` (`agentloop.activities.notices`); in the TOML
+    file also an array."""
+    notify_secret: str | None = Field(default=None, repr=False)
+    """The HMAC-SHA256 key of the notices' `X-Agentloop-Signature` header (needed with
+    `notify_webhooks`)."""
+    inbox_url: str = "http://127.0.0.1:8300"
+    """Where people open the inbox (`agentloop inbox`): the notices link to the run there."""
     inbox_tenants: str | None = None
     """A JSON object of inbox user -> the tenants whose runs they see and decide (`agentloop
     inbox`); in the TOML file the `[inbox_tenants]` table. A user it does not name sees
@@ -210,6 +220,19 @@ class Settings(BaseModel):
             anthropic_api_key=self.anthropic_api_key,
             anthropic_base_url=self.anthropic_base_url,
         )
+
+    def notice_webhooks(self) -> list[str]:
+        """The URLs of `notify_webhooks` (none when unset); raises `ConfigError` when they are
+        set without `notify_secret` (an unsigned notice could be forged by anyone)."""
+        urls = [u.strip() for u in (self.notify_webhooks or "").split(",") if u.strip()]
+        if urls and _present(self.notify_secret) is None:
+            raise ConfigError(
+                [
+                    f"{VARIABLES['notify_webhooks'].name} is set without "
+                    f"{VARIABLES['notify_secret'].name}: set the key the notices are signed with"
+                ]
+            )
+        return urls
 
     def inbox_tenant_map(self) -> dict[str, list[str]]:
         """`inbox_tenants` as user -> tenants (empty when unset); raises `ConfigError` naming
@@ -359,6 +382,11 @@ VARIABLES: dict[str, Variable] = {
     "starter_keys": Variable("AGENTLOOP_STARTER_KEYS", check_approver_keys),
     "principal_signing": Variable("AGENTLOOP_PRINCIPAL_SIGNING", check_principal_signing),
     "env": Variable("AGENTLOOP_ENV", check_run_mode),
+    "notify_webhooks": Variable("AGENTLOOP_NOTIFY_WEBHOOKS", check_webhooks, secret=True),
+    "notify_secret": Variable("AGENTLOOP_NOTIFY_SECRET", secret=True),
+    "inbox_url": Variable(
+        "AGENTLOOP_INBOX_URL", http_url_check("http://127.0.0.1:8300"), is_url=True
+    ),
     "inbox_tenants": Variable("AGENTLOOP_INBOX_TENANTS", check_tenant_map),
 }
 """Settings field -> its environment variable (and file key: the field name)."""
@@ -375,7 +403,7 @@ _NUMBER_FIELDS = frozenset(
         "max_concurrent_workflow_tasks",
     }
 )
-_LIST_FIELDS = frozenset({"tools", "approver_keys", "starter_keys"})
+_LIST_FIELDS = frozenset({"tools", "approver_keys", "starter_keys", "notify_webhooks"})
 _TABLE_FIELDS = frozenset({"mcp_servers", "inbox_tenants"})
 """Given in the file as a table, kept as its JSON text (the variable's form)."""
 _TLS_PAIR_PROBLEM = (

@@ -82,6 +82,16 @@ def http_url_check(example: str) -> Check:
     return check
 
 
+def check_webhooks(value: str) -> str | None:
+    """`URL[,URL...]`, each an http(s) URL."""
+    check = http_url_check("https://hooks.example.com/agentloop")
+    for number, url in enumerate((u.strip() for u in value.split(",")), start=1):
+        problem = check(url) if url else "empty"
+        if problem:
+            return f"webhook {number}: {problem}"
+    return None
+
+
 def check_positive_number(value: Any) -> str | None:
     expected = "expected a positive number of seconds, e.g. 30"
     if isinstance(value, bool):

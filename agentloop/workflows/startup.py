@@ -136,6 +136,7 @@ async def start(run_input: AgentRunInput) -> LoopState:
     state = LoopState.start(run_input, specs, workflow.now(), info.workflow_id, builtins)
     if described is not None:
         state.approval_signing = described.approval_signing or ""
+        state.notify = described.notify
         if described.indexable:
             visibility.index(state, family=described.family_indexable)
     if in_set is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
@@ -29,9 +29,11 @@ from agentloop.activity_io import (
     STORE_TEXTS,
     CallModelInput,
     CallModelResult,
+    NoticeCall,
     StoreTextsInput,
     Verdict,
     VerifyInput,
+    WaitingNotice,
     outcome_from_answer,
 )
 from agentloop.contract import AgentRunResult, Phase
@@ -236,6 +238,8 @@ async def await_humans(state: LoopState, step: AwaitHumans, phase: Phase) -> Non
     continues = state.has(loop.Feature.CONTINUE_WHILE_WAITING)
     state.phase = phase
     visibility.show_phase(state, until=step.deadline)
+    if state.notify and state.has(loop.Feature.NOTIFY_WAITING):
+        notify_waiting(state, step, phase)
     waiting = set(step.call_ids)
     since = workflow.now()
     loop.record_pause_started(state, since)
@@ -254,6 +258,68 @@ async def await_humans(state: LoopState, step: AwaitHumans, phase: Phase) -> Non
             timeout_summary=summary,
         )
     loop.record_pause(state, (workflow.now() - since).total_seconds())
+
+
+NOTICE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), backoff_coefficient=2, maximum_attempts=4
+)
+NOTICE_START_TO_CLOSE = timedelta(seconds=15)
+NOTICE_KINDS: dict[Phase, Literal["approval", "question", "unknown_write"]] = {
+    "awaiting_approval": "approval",
+    "awaiting_input": "question",
+    "awaiting_reconciliation": "unknown_write",
+}
+
+
+def notify_waiting(state: LoopState, step: AwaitHumans, phase: Phase) -> None:
+    """Start the notice of the calls this wait is the first to hold, and go on waiting: the
+    run never waits on a notice, and one that fails after its retries only says so in
+    `notice_failures` (feature `notify-waiting`)."""
+    new = [c for c in step.call_ids if c not in state.notified]
+    if not new:
+        return
+    state.notified.extend(new)
+    kind = NOTICE_KINDS[phase]
+    pending = {a["call_id"]: a for a in loop.pending_approvals(state)}
+    calls = [
+        NoticeCall(
+            call_id=c,
+            tool=state.call(c).name,
+            args_digest=state.call(c).args_digest,
+            approvers=list(pending.get(c, {}).get("approvers", [])),
+        )
+        for c in new
+    ]
+    notice = WaitingNotice(
+        workflow_id=state.workflow_id,
+        kind=kind,
+        task=state.run_input.summary(),
+        calls=calls,
+        question=loop.question(state) if kind == "question" else None,
+    )
+    sending = workflow.start_activity(
+        "notify_waiting",
+        notice,
+        start_to_close_timeout=NOTICE_START_TO_CLOSE,
+        retry_policy=NOTICE_RETRY,
+        summary=f"notify: {kind} {', '.join(new)}",
+    )
+
+    def delivered(done: Any) -> None:
+        if done.cancelled() or done.exception() is None:
+            return
+        failure = done.exception()
+        reason = describe_failure(failure) if isinstance(failure, ActivityError) else str(failure)
+        what = f"the notice of {kind} {', '.join(new)} was not delivered: {reason}"
+        state.notice_failures.append(what[:MAX_NOTICE_FAILURE_CHARS])
+        del state.notice_failures[:-MAX_NOTICE_FAILURES]
+        audit("notice_failed", kind=kind, call_ids=new)
+
+    sending.add_done_callback(delivered)
+
+
+MAX_NOTICE_FAILURES = 20
+MAX_NOTICE_FAILURE_CHARS = 1_000
 
 
 async def verify(state: LoopState, step: Verify) -> None:

@@ -225,6 +225,11 @@ class Feature(StrEnum):
     left when there is none is not started, told to the model as not run (the next turn
     continues the run in a fresh history). Before it, 40 parallel answers of 1.5 MB took the
     history past 50 MB, and Temporal terminated the run with no result."""
+    NOTIFY_WAITING = "notify-waiting"
+    """When the run starts waiting for a person (an approval, an answer, an unknown write's
+    outcome) on a worker with notice webhooks, it starts the `notify_waiting` activity for the
+    calls not told of yet, without waiting on it; a notice that could not be delivered after
+    its retries is recorded in `status.notice_failures`. Before it, nobody was told."""
     OVER_BUDGET_CALLS_LEDGERED = "over-budget-calls-ledgered"
     """The calls of an output that does not fit what is left of the budget go into the ledger
     (decision `over_budget`, status `proposed`), so the result's `calls` and `pending` show
@@ -353,6 +358,7 @@ FEATURES_2026_12J = (
     Feature.EXACT_COUNT_WHEN_BOUND_BINDS,
     Feature.TEAM_ANSWERS_READ_BY_WORKER,
     Feature.TEAM_ANSWERS_WITHIN_HISTORY,
+    Feature.NOTIFY_WAITING,
 )
 
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
@@ -552,6 +558,12 @@ class LoopState(BaseModel):
     approval_signing: str = ""
     """How the worker takes approvals, `signed` or `unsigned`: as it said at the start and the
     last time it checked a decision."""
+    notify: bool = False
+    """The worker sends notices of runs waiting for a person (it said so at the start)."""
+    notified: list[str] = Field(default_factory=list)
+    """Calls a notice was started for (feature `notify-waiting`): each is told of once."""
+    notice_failures: list[str] = Field(default_factory=list)
+    """Notices that could not be delivered, each saying of what and why."""
     artifacts: list[str] = Field(default_factory=list)
     """References of the artifacts this run's tool results were cut into (`read_artifact`
     reads only these)."""

@@ -234,6 +234,7 @@ def status_view(state: LoopState | None, now: datetime) -> RunStatusView:
         transcript_head=state.head,
         waiting_since=state.paused_since,
         wait_until=wait_until(state),
+        notice_failures=state.notice_failures,
     )
 
 

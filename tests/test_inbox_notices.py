@@ -1,0 +1,199 @@
+"""Notices (feature `notify-waiting`): when a run starts waiting for a person, its worker
+POSTs a signed JSON notice to the configured webhooks, without the run waiting on it; a
+webhook that keeps failing never fails or delays the run, and `status` says the notice was
+not delivered. Real dev server, worker, scripted provider; the webhooks are small HTTP
+servers in the test."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiohttp import web
+from temporalio.client import Client
+
+import agentloop.workflows.loop as loop
+from agentloop.activities.notices import SIGNATURE_HEADER
+from agentloop.contract import AgentRunInput, ApprovalDecision, Principal
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.runtime.config import ConfigError, Settings
+from agentloop.worker import running_worker
+from tests.support import start_run, wait_for_phase, wait_for_status, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
+
+SECRET = "notice-secret-for-tests"
+INBOX_URL = "https://inbox.example.com"
+RESERVE = {"workshop_id": "ws-101", "participant_id": "p-carol"}
+
+
+@dataclass
+class Webhook:
+    """A receiver answering `status`, keeping every request it got."""
+
+    status: int = 200
+    received: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+    url: str = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.received.append((dict(request.headers), await request.read()))
+        return web.Response(status=self.status)
+
+
+@pytest.fixture
+async def webhooks() -> AsyncIterator[tuple[Webhook, Webhook]]:
+    good, bad = Webhook(), Webhook(status=500)
+    app = web.Application()
+    app.router.add_post("/good", good.handle)
+    app.router.add_post("/bad", bad.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    good.url, bad.url = f"http://127.0.0.1:{port}/good", f"http://127.0.0.1:{port}/bad"
+    yield good, bad
+    await runner.cleanup()
+
+
+def notifying(settings: Settings, run_id: str, *urls: str) -> Settings:
+    return settings.model_copy(
+        update={
+            "notify_webhooks": ",".join(urls),
+            "notify_secret": SECRET,
+            "inbox_url": INBOX_URL,
+            "task_queue": f"notices-{run_id[-8:]}",
+        }
+    )
+
+
+def booking(scripted_provider: ScriptedProvider, run_id: str) -> AgentRunInput:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(id="c_res", name="reserve_seat", arguments=RESERVE)
+                    ]
+                ),
+                ScriptTurn(text="Booked."),
+            ],
+        )
+    )
+    return AgentRunInput(
+        task="Book p-carol into ws-101.",
+        provider="openai-chat",
+        model=run_id,
+        tools=["reserve_seat"],
+        principal=Principal(subject="p-alice", scopes=["workshops:read", "workshops:write"]),
+    )
+
+
+async def approve(handle: Any, digest: str) -> None:
+    await handle.signal(
+        "approve",
+        ApprovalDecision(
+            call_id="c_res", args_digest=digest, approved=True, approver="workshop-lead"
+        ),
+    )
+
+
+async def test_a_run_waiting_for_approval_sends_one_signed_notice(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    webhooks: tuple[Webhook, Webhook],
+    run_id: str,
+) -> None:
+    good, _ = webhooks
+    settings = notifying(worker_settings, run_id, good.url)
+    async with running_worker(client, settings):
+        handle = await start_run(client, settings, run_id, booking(scripted_provider, run_id))
+        view = await wait_for_phase(handle, "awaiting_approval")
+        await wait_until(lambda: len(good.received) == 1, "the notice")
+        headers, body = good.received[0]
+        expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+        assert hmac.compare_digest(headers[SIGNATURE_HEADER], expected)
+        notice = json.loads(body)
+        digest = view.pending_approvals[0]["args_digest"]
+        assert notice["run"] == run_id and notice["kind"] == "approval"
+        assert notice["calls"] == [
+            {
+                "call_id": "c_res",
+                "tool": "reserve_seat",
+                "args_digest": digest,
+                "approvers": ["workshop-lead"],
+            }
+        ]
+        assert notice["link"] == f"{INBOX_URL}/runs/{run_id}"
+        assert "reserve_seat (c_res)" in notice["text"] and notice["link"] in notice["text"]
+        await approve(handle, digest)
+        result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    assert len(good.received) == 1  # told once
+    assert view.notice_failures == []
+
+
+async def test_a_failing_webhook_neither_fails_nor_delays_the_run_and_status_says_so(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    webhooks: tuple[Webhook, Webhook],
+    run_id: str,
+) -> None:
+    good, bad = webhooks
+    settings = notifying(worker_settings, run_id, bad.url, good.url)
+    async with running_worker(client, settings):
+        handle = await start_run(client, settings, run_id, booking(scripted_provider, run_id))
+        view = await wait_for_phase(handle, "awaiting_approval")
+        assert view.notice_failures == []  # waiting already, the notice still being retried
+        view = await wait_for_status(
+            handle, lambda v: bool(v.notice_failures), "the notice's failure", seconds=60
+        )
+        [failure] = view.notice_failures
+        assert "approval c_res" in failure and "/bad" not in failure and "answered 500" in failure
+        assert len(bad.received) == 4  # the notice's attempts, with backoff
+        assert len(good.received) == 4  # each attempt tells every webhook (dedupe by id)
+        assert len({json.loads(body)["id"] for _, body in good.received}) == 1
+        await approve(handle, view.pending_approvals[0]["args_digest"])
+        result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+
+
+async def test_a_run_without_the_feature_sends_no_notice(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    webhooks: tuple[Webhook, Webhook],
+    run_id: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    good, _ = webhooks
+    older = tuple(s for s in loop.FEATURE_SETS if loop.Feature.NOTIFY_WAITING not in s[1])
+    monkeypatch.setattr(loop, "FEATURE_SETS", older)
+    settings = notifying(worker_settings, run_id, good.url)
+    async with running_worker(client, settings):
+        handle = await start_run(client, settings, run_id, booking(scripted_provider, run_id))
+        view = await wait_for_phase(handle, "awaiting_approval")
+        await approve(handle, view.pending_approvals[0]["args_digest"])
+        result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    scheduled = [
+        event.activity_task_scheduled_event_attributes.activity_type.name
+        async for event in handle.fetch_history_events()
+        if event.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert "notify_waiting" not in scheduled
+    assert good.received == []
+
+
+def test_webhooks_without_a_secret_are_a_configuration_error() -> None:
+    settings = Settings(notify_webhooks="https://hooks.example.com/a")
+    with pytest.raises(ConfigError, match="AGENTLOOP_NOTIFY_SECRET"):
+        settings.notice_webhooks()
