@@ -87,7 +87,7 @@ def test_help_lists_every_exit_code_with_the_statuses_it_covers(
 # --- the README's promises --------------------------------------------------------------------
 
 README = Path(__file__).parent.parent / "README.md"
-RUNS_UNTIL_STOPPED = frozenset({"dev", "worker", "codec-server"})
+RUNS_UNTIL_STOPPED = frozenset({"dev", "worker", "codec-server", "inbox"})
 """The commands the README leaves out of "every command that prints a result takes --json"."""
 
 
@@ -105,8 +105,9 @@ def leaf_commands(
 
 def test_every_command_that_prints_a_result_takes_json() -> None:
     readme = " ".join(README.read_text(encoding="utf-8").split())
-    assert "Every command that prints a result (all but `dev`, `worker` and `codec-server`" in (
-        readme
+    assert (
+        "Every command that prints a result (all but `dev`, `worker`, `codec-server` and"
+        " `inbox`" in readme
     )
     commands = dict(leaf_commands(build_parser()))
     assert {path[0] for path in commands} >= RUNS_UNTIL_STOPPED | {"keys", "status"}

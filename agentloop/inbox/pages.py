@@ -195,6 +195,9 @@ def run_page(viewer: Viewer, story: RunStory, now: datetime, notice: Notice | No
         parts.append(f'<p class="failure" id="failure">{esc(story.failure)}</p>')
     if view is not None:
         parts.append(f'<p id="phase">phase: <b>{esc(view.phase)}</b> · turn {view.turn}</p>')
+        if view.notice_failures:
+            failures = "".join(f"<li>{esc(f)}</li>" for f in view.notice_failures)
+            parts.append(f'<ul class="notice refused" id="notice-failures">{failures}</ul>')
         parts.append(waiting_forms(viewer, story.workflow_id, view, now))
         parts.append(usage_section(view.usage, view.limits_left))
         parts.append(calls_section(view.calls))
