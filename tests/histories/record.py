@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.worker import Worker
@@ -427,6 +428,17 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
         # first; the run waits `awaiting_input` (see `ANSWERED`), and the call runs again with
         # the person's message.
         "tools_ask": ([seating], {"model": seating.name, "tools": ["pick_seat"]}),
+        # Recorded with the `features-2026-12j` set (`notify-waiting`) on a worker with a
+        # webhook (`notice_receiver`): the run starts the notice as it waits for approval,
+        # without waiting on it, and is approved.
+        "notify_waiting": (
+            [reserving],
+            {
+                "model": reserving.name,
+                "tools": ["reserve_seat"],
+                "principal": {"subject": "p-alice", "scopes": ["workshops:write"]},
+            },
+        ),
         # Recorded with the `features-2026-12i` set (before `priced-cost-caps`): a cost cap on
         # a model the worker has no price for. The run completes, every call costing 0; a run
         # of a later set fails at start instead.
@@ -590,6 +602,7 @@ INDEXED = {
 """Scenarios started with agentloop's search attributes, as the CLI starts runs."""
 APPROVED = {
     "approval_checked",
+    "notify_waiting",
     "continue_while_waiting",
     "write_confirmed_after_query",
     "write_not_applied_resent",
@@ -744,78 +757,103 @@ async def answer_when_asked(handle: WorkflowHandle[Any, Any], texts: list[str]) 
             raise TimeoutError(f"the run never asked: {view.phase}, {view.stop_reason}")
 
 
+@contextlib.asynccontextmanager
+async def notice_receiver() -> AsyncIterator[str]:
+    """A webhook taking every notice (`notify-waiting`); its URL."""
+
+    async def take(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/", take)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}/"
+    finally:
+        await runner.cleanup()
+
+
 async def record(only: set[str]) -> None:
     with tempfile.TemporaryDirectory() as state_dir:
-        settings = Settings.from_env().model_copy(
-            update={"mcp_servers": mcp_servers(Path(state_dir))}
-        )
-        async with (
-            DevStack(
-                DevStackPorts.free(),
-                state_dir=Path(state_dir),
-                quiet=True,
-                tools=[RULE_TOOLS],
-                settings=settings,
-            ) as stack,
-            team_worker(stack),
-        ):
-            assert stack.client is not None and stack.scripted_provider is not None
-            for name, (scripts, overrides) in scenarios().items():
-                if only and name not in only:
-                    continue
-                for script in scripts:
-                    stack.scripted_provider.register(script)
-                assert stack.example_service is not None
-                stack.example_service.reset()
-                trouble = SERVICE_TROUBLE.get(name)
-                if trouble is not None:
-                    trouble(stack.example_service)
-                run_input = AgentRunInput.model_validate(
-                    {
-                        "task": "Is train G1234 late on 2026-12-01, and the weather in Shanghai?",
-                        "provider": "openai-chat",
-                        "tools": ["get_train_status", "get_weather"],
-                        **overrides,
-                    }
-                )
-                handle = await stack.client.start_workflow(
-                    WORKFLOW_NAME,
-                    run_input,
-                    id=f"replay-{name}",
-                    task_queue=stack.settings.task_queue,
-                    result_type=AgentRunResult,
-                    search_attributes=search.initial(run_input) if name in INDEXED else None,
-                )
-                taken = TAKEN_WHILE_WAITING.get(name)
-                for participant in taken[1] if taken else []:
-                    await book_directly(stack.example_service, taken[0], participant)
-                if name in FLOODED:
-                    await flood_until_continued(handle)
-                if taken:
-                    await wait_until_waiting(handle)
-                    await book_directly(stack.example_service, taken[0], taken[2])
-                if name in APPROVED:
-                    await approve_when_waiting(handle)
-                if name in CANCELLED_IN_WRITE:
-                    await cancel_once_written(handle, stack.example_service)
-                if name in RESOLVED:
-                    await resolve_when_waiting(handle)
-                if name in ANSWERED:
-                    await answer_when_asked(handle, ANSWERED[name])
-                if name in CHILD_APPROVED_LATE:
-                    child = stack.client.get_workflow_handle(f"{handle.id}/delegate/call_d")
-                    await wait_until_waiting(child)
-                    await asyncio.sleep(CHILD_APPROVED_LATE[name])
-                    await approve_when_waiting(child)
-                result = await handle.result()
-                view = await handle.query("status", result_type=RunStatusView)
-                # Each run of a chain that continued as new, the first under the name.
-                for n, run in enumerate(view.run_chain, start=1):
-                    run_handle = stack.client.get_workflow_handle(handle.id, run_id=run)
-                    history = await run_handle.fetch_history()
-                    path = HERE / (f"{name}.json" if n == 1 else f"{name}_{n}.json")
-                    path.write_text(json.dumps(json.loads(history.to_json()), indent=1) + "\n")
-                    print(f"{path.name}: {result.status} ({result.stop_reason})")
+        async with notice_receiver() as webhook:
+            settings = Settings.from_env().model_copy(
+                update={
+                    "mcp_servers": mcp_servers(Path(state_dir)),
+                    # Notices of waiting runs go to the recorder's webhook (`notify-waiting`).
+                    "notify_webhooks": webhook,
+                    "notify_secret": "recording",
+                }
+            )
+            async with (
+                DevStack(
+                    DevStackPorts.free(),
+                    state_dir=Path(state_dir),
+                    quiet=True,
+                    tools=[RULE_TOOLS],
+                    settings=settings,
+                ) as stack,
+                team_worker(stack),
+            ):
+                assert stack.client is not None and stack.scripted_provider is not None
+                for name, (scripts, overrides) in scenarios().items():
+                    if only and name not in only:
+                        continue
+                    for script in scripts:
+                        stack.scripted_provider.register(script)
+                    assert stack.example_service is not None
+                    stack.example_service.reset()
+                    trouble = SERVICE_TROUBLE.get(name)
+                    if trouble is not None:
+                        trouble(stack.example_service)
+                    run_input = AgentRunInput.model_validate(
+                        {
+                            "task": "Is train G1234 late on 2026-12-01, and the weather in Shanghai?",
+                            "provider": "openai-chat",
+                            "tools": ["get_train_status", "get_weather"],
+                            **overrides,
+                        }
+                    )
+                    handle = await stack.client.start_workflow(
+                        WORKFLOW_NAME,
+                        run_input,
+                        id=f"replay-{name}",
+                        task_queue=stack.settings.task_queue,
+                        result_type=AgentRunResult,
+                        search_attributes=search.initial(run_input) if name in INDEXED else None,
+                    )
+                    taken = TAKEN_WHILE_WAITING.get(name)
+                    for participant in taken[1] if taken else []:
+                        await book_directly(stack.example_service, taken[0], participant)
+                    if name in FLOODED:
+                        await flood_until_continued(handle)
+                    if taken:
+                        await wait_until_waiting(handle)
+                        await book_directly(stack.example_service, taken[0], taken[2])
+                    if name in APPROVED:
+                        await approve_when_waiting(handle)
+                    if name in CANCELLED_IN_WRITE:
+                        await cancel_once_written(handle, stack.example_service)
+                    if name in RESOLVED:
+                        await resolve_when_waiting(handle)
+                    if name in ANSWERED:
+                        await answer_when_asked(handle, ANSWERED[name])
+                    if name in CHILD_APPROVED_LATE:
+                        child = stack.client.get_workflow_handle(f"{handle.id}/delegate/call_d")
+                        await wait_until_waiting(child)
+                        await asyncio.sleep(CHILD_APPROVED_LATE[name])
+                        await approve_when_waiting(child)
+                    result = await handle.result()
+                    view = await handle.query("status", result_type=RunStatusView)
+                    # Each run of a chain that continued as new, the first under the name.
+                    for n, run in enumerate(view.run_chain, start=1):
+                        run_handle = stack.client.get_workflow_handle(handle.id, run_id=run)
+                        history = await run_handle.fetch_history()
+                        path = HERE / (f"{name}.json" if n == 1 else f"{name}_{n}.json")
+                        path.write_text(json.dumps(json.loads(history.to_json()), indent=1) + "\n")
+                        print(f"{path.name}: {result.status} ({result.stop_reason})")
 
 
 if __name__ == "__main__":
