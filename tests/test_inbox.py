@@ -5,7 +5,10 @@ worker and scripted provider; each refused request is checked to have changed no
 
 from __future__ import annotations
 
+import asyncio
 import re
+import signal
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,7 +22,8 @@ from agentloop.contract import AgentRunInput, AgentRunResult, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.inbox import InboxOptions, InboxServer, InboxUnsafe
 from agentloop.runtime.config import Settings
-from tests.support import start_run, wait_for_phase
+from tests.support import banner_process, start_run, wait_for_phase
+from tests.test_cli import AGENTLOOP, process_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -238,3 +242,23 @@ async def test_the_command_refuses_to_listen_beyond_127_0_0_1_without_a_proxy(
     args = build_parser().parse_args(["inbox", "--host", "0.0.0.0"])
     assert await dispatch(args) == ExitCode.USAGE
     assert "--auth-header" in capsys.readouterr().err
+
+
+async def test_the_command_serves_the_inbox_until_interrupted(client: Client) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = process_env(TEMPORAL_ADDRESS=client.service_client.config.target_host)
+    command = [*AGENTLOOP, "inbox", "--port", str(port)]
+    async with banner_process(command, "Ctrl-C stops it.", env=env) as (process, banner):
+        assert f"agentloop inbox on http://127.0.0.1:{port}" in banner
+        assert "local mode" in banner
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{port}/", allow_redirects=False) as response,
+        ):
+            assert (response.status, response.headers["Location"]) == (303, "/whoami")
+        process.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(process.wait(), 20) == 0
+        assert process.stdout is not None
+        assert "agentloop inbox stopped" in (await process.stdout.read()).decode()
