@@ -4,6 +4,7 @@ recent runs. Nothing here changes a run."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -11,6 +12,7 @@ from typing import Any, Literal
 
 from temporalio.client import (
     Client,
+    WorkflowExecution,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowQueryFailedError,
@@ -33,8 +35,10 @@ KIND_NAMES: dict[Kind, str] = {
 }
 QUERY_TIMEOUT = timedelta(seconds=3)
 """A run whose `status` query takes longer (no worker polling) is listed without its items."""
+CONCURRENT_QUERIES = 16
 LISTED_RUNS = 200
-"""At most this many waiting runs are read per inbox view (the oldest are read first)."""
+"""At most this many waiting runs are read per inbox view (visibility lists the most
+recently started first)."""
 
 Handle = WorkflowHandle[Any, AgentRunResult]
 
@@ -154,22 +158,28 @@ async def query_status(handle: Handle) -> RunStatusView:
 async def waiting_items(
     client: Client, inputs: RunInputs, tenants: Sequence[str] | None
 ) -> list[WaitingItem]:
-    """Everything waiting for a person in the runs of `tenants` (None: all), oldest first."""
-    items: list[WaitingItem] = []
-    async for execution in client.list_workflows(waiting_query(tenants), limit=LISTED_RUNS):
-        run_input = await inputs.of(client, execution.id, execution.run_id)
-        tenant = tenant_of(run_input)
-        if tenants is not None and tenant not in tenants:
-            continue  # the index said otherwise than the run's own input: the input wins
-        handle = client.get_workflow_handle(
-            execution.id, run_id=execution.run_id, result_type=AgentRunResult
-        )
-        try:
-            view = await query_status(handle)
-        except (RPCError, WorkflowQueryFailedError):
-            continue  # ended meanwhile, or no worker answers now: the next poll asks again
-        items += items_of(execution.id, tenant, str(run_input.get("task", "")), view)
-    return sorted(items, key=lambda i: i.since or datetime.max.replace(tzinfo=UTC))
+    """Everything waiting for a person in the runs of `tenants` (None: all), oldest first.
+    The runs are asked at most `CONCURRENT_QUERIES` at a time."""
+    executions = [e async for e in client.list_workflows(waiting_query(tenants), limit=LISTED_RUNS)]
+    asking = asyncio.Semaphore(CONCURRENT_QUERIES)
+
+    async def items(execution: WorkflowExecution) -> list[WaitingItem]:
+        async with asking:
+            run_input = await inputs.of(client, execution.id, execution.run_id)
+            tenant = tenant_of(run_input)
+            if tenants is not None and tenant not in tenants:
+                return []  # the index said otherwise than the run's own input: the input wins
+            handle = client.get_workflow_handle(
+                execution.id, run_id=execution.run_id, result_type=AgentRunResult
+            )
+            try:
+                view = await query_status(handle)
+            except (RPCError, WorkflowQueryFailedError):
+                return []  # ended meanwhile, or no worker answers now: the next poll asks again
+            return items_of(execution.id, tenant, str(run_input.get("task", "")), view)
+
+    found = [i for each in await asyncio.gather(*map(items, executions)) for i in each]
+    return sorted(found, key=lambda i: i.since or datetime.max.replace(tzinfo=UTC))
 
 
 def items_of(workflow_id: str, tenant: str, task: str, view: RunStatusView) -> list[WaitingItem]:
