@@ -203,6 +203,9 @@ async def test_every_page_says_what_the_browser_may_run_and_no_user_no_page(
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie
     async with http.get(inbox.url + "/", headers=as_user("<b>x</b>")) as response:
         assert response.status == 403
+    async with http.get(inbox.url + "/runs/no-such-run", headers=as_user("bea")) as response:
+        assert response.status == 404
+        assert "no run &#x27;no-such-run&#x27;" in await response.text()
 
 
 async def test_local_mode_listens_on_127_0_0_1_only_and_asks_a_name_once(

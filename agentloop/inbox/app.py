@@ -164,6 +164,9 @@ def inbox_app(client: Client, options: InboxOptions) -> Starlette:
                 response = HTMLResponse(
                     pages.error_page(viewer, "Refused", refused.text), refused.status
                 )
+            except RPCError as exc:  # e.g. a namespace without agentloop's search attributes
+                text = f"Temporal could not answer: {exc.message}"
+                response = HTMLResponse(pages.error_page(viewer, "Temporal", text), 502)
             return finish(response, request, session, new)
 
         return endpoint
