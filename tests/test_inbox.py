@@ -179,6 +179,18 @@ async def test_a_state_changing_request_without_its_sessions_token_is_refused(
         assert response.status == 403
     view = await wait_for_phase(handle, "awaiting_approval")
     assert view.refused_decisions == [] and len(view.pending_approvals) == 1
+    # Behind a proxy that sends the upstream's name as Host, the form's origin is the name
+    # the proxy says the browser used.
+    async with http.post(
+        f"{inbox.url}/runs/{run_id}/resolve",
+        data={"csrf": token, "call_id": "c_none", "outcome": "applied"},
+        headers={
+            **as_user(user),
+            "Origin": "https://inbox.example.com",
+            "X-Forwarded-Host": "inbox.example.com",
+        },
+    ) as response:
+        assert response.status == 200  # taken (the run refuses a resolve of no such call)
 
     async with http.post(
         f"{inbox.url}/runs/{run_id}/cancel", data={"csrf": token}, headers=as_user(user)

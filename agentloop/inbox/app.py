@@ -136,9 +136,22 @@ def inbox_app(client: Client, options: InboxOptions) -> Starlette:
             raise Refused(403, "a user name is 1-200 letters, digits or _ . @ -")
         return user
 
+    def hosts_of(request: Request) -> set[str]:
+        """The names this request reached the inbox by: its Host and, behind a proxy (which
+        may send the upstream's name as Host), the one the proxy says the browser used."""
+        hosts = {request.headers.get("host", "")}
+        if options.auth_header is not None:
+            hosts.add(request.headers.get("x-forwarded-host", ""))
+        return hosts - {""}
+
+    def https(request: Request) -> bool:
+        if options.auth_header is not None and request.headers.get("x-forwarded-proto"):
+            return request.headers["x-forwarded-proto"] == "https"
+        return request.url.scheme == "https"
+
     def finish(response: Response, request: Request, session: str, new: bool) -> Response:
         if new:
-            cookie(response, request, SESSION_COOKIE, session)
+            cookie(response, https(request), SESSION_COOKIE, session)
         return response
 
     def page(
@@ -175,7 +188,7 @@ def inbox_app(client: Client, options: InboxOptions) -> Starlette:
         """Every state-changing request carries its session's token (and, when the browser
         says where it comes from, comes from here)."""
         origin = request.headers.get("origin")
-        if origin and urlsplit(origin).netloc != request.headers.get("host"):
+        if origin and urlsplit(origin).netloc not in hosts_of(request):
             raise Refused(403, "a form from another site: refused")
         form = await request.form()
         token = form.get("csrf")
@@ -346,7 +359,7 @@ def inbox_app(client: Client, options: InboxOptions) -> Starlette:
             problem = "a name is 1-200 letters, digits or _ . @ -"
             return HTMLResponse(pages.name_page(csrf_of(session), problem), 400)
         response = RedirectResponse("/", 303)
-        cookie(response, request, USER_COOKIE, name)
+        cookie(response, https(request), USER_COOKIE, name)
         return response
 
     routes = [
@@ -368,12 +381,12 @@ def inbox_app(client: Client, options: InboxOptions) -> Starlette:
     return Starlette(routes=routes, middleware=middleware)
 
 
-def cookie(response: Response, request: Request, name: str, value: str) -> None:
+def cookie(response: Response, secure: bool, name: str, value: str) -> None:
     response.set_cookie(
         name,
         value,
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=secure,
         max_age=30 * 86400,
     )
