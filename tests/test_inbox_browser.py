@@ -8,6 +8,7 @@ user header the proxy would set."""
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -232,6 +233,7 @@ async def test_a_question_is_answered_in_the_browser(
     row = page.page.locator("#items tr", has_text=run_id)
     await expect(row).to_contain_text("Which seat row?")
     await expect(row).to_contain_text("question")
+    await expect(row.locator("td").first).to_have_text(re.compile(r"^\d+ s$"))  # waited since
 
     await row.get_by_role("link", name=run_id).click()
     question = page.page.locator(".question")
