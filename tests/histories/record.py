@@ -47,6 +47,7 @@ RULE_TOOLS = "tests.histories.rule_tools"
 WEATHER = {"city": "Shanghai", "date": "2026-12-01"}
 BEIJING = {"city": "Beijing", "date": "2026-12-01"}
 TRAIN = {"train_number": "G1234", "date": "2026-12-01"}
+TASK = "Is train G1234 late on 2026-12-01, and the weather in Shanghai?"
 QUESTIONS = [f"Question {n}?" for n in range(1, 5)]
 
 
@@ -810,7 +811,7 @@ async def record(only: set[str]) -> None:
                         trouble(stack.example_service)
                     run_input = AgentRunInput.model_validate(
                         {
-                            "task": "Is train G1234 late on 2026-12-01, and the weather in Shanghai?",
+                            "task": TASK,
                             "provider": "openai-chat",
                             "tools": ["get_train_status", "get_weather"],
                             **overrides,
