@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentloop.activity_io import Verdict
-    from agentloop.client import connect, start_run
+    from agentloop.client import connect, start_run, watch
     from agentloop.contract import (
         AgentRunInput,
         AgentRunResult,
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         RunStatusView,
         UserMessage,
     )
+    from agentloop.run_events import RunEvent
     from agentloop.runtime.config import Settings
     from agentloop.runtime.signing import (
         load_private_key,
@@ -65,6 +66,8 @@ _EXPORTS = {
     "Verdict": "agentloop.activity_io",
     "connect": "agentloop.client",
     "start_run": "agentloop.client",
+    "watch": "agentloop.client",
+    "RunEvent": "agentloop.run_events",
     "family_stats": "agentloop.client",
     "limits_from": "agentloop.client",
     "AgentRunInput": "agentloop.contract",
@@ -122,6 +125,7 @@ __all__ = [
     "Principal",
     "Reply",
     "ResolveRequest",
+    "RunEvent",
     "RunStatusView",
     "Settings",
     "ToolContext",
@@ -148,6 +152,7 @@ __all__ = [
     "start_run",
     "tool",
     "verifier",
+    "watch",
     "worker_parts",
 ]
 

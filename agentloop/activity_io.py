@@ -104,6 +104,8 @@ class CallModelInput(BaseModel):
     slim_output: bool = False
     """Return the output slim (`slim_output`): the provider's raw items stay in the store, a
     text over `MAX_INLINE_ANSWER_CHARS` travels by reference, and `sent_head` is set."""
+    publish_text: bool = False
+    """Publish the model's visible text on the run's stream as it arrives (`run_events`)."""
 
 
 class StoreTextsInput(BaseModel):

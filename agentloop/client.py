@@ -1,4 +1,4 @@
-"""The client side: a Temporal client for agentloop's settings, and starting a run.
+"""The client side: a Temporal client for agentloop's settings, starting a run, watching one.
 
 Every client of agentloop's runs connects through `connect`, so all of them read and write
 payloads the same way (encrypted when `AGENTLOOP_CODEC_KEYS` is set) and trace the same way.
@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecution, WorkflowFailureError, WorkflowHandle
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -23,6 +26,7 @@ from agentloop.contract import (
     AgentRunResult,
     Limits,
 )
+from agentloop.run_events import TOPIC, RunEvent
 from agentloop.runtime import converter, tracing
 from agentloop.runtime.codec import EncryptionCodec, encrypting_data_converter
 from agentloop.runtime.config import Settings
@@ -190,3 +194,33 @@ async def limits_from(client: Client, family: str) -> tuple[Limits, str]:
             f"task family {family!r}: no completed run to learn limits from ({stats.runs} runs)"
         )
     return stats.suggested, stats.source()
+
+
+async def watch(client: Client, workflow_id: str, from_offset: int = 0) -> AsyncIterator[RunEvent]:
+    """What the run publishes, as it happens (`agentloop.run_events`): the model's text as it
+    streams, each call, result and wait, ending after `done`, across continue-as-new without a
+    gap; for a run that already ended, what it kept. Items are read from `from_offset`; when
+    the run no longer keeps some of them, a `truncated` event says from where it goes on. An
+    item that is not a `RunEvent` (anyone who may signal a run may publish) is skipped.
+
+        async for event in agentloop.watch(client, "my-run"):
+            if event.kind == "text":
+                print(event.delta, end="")
+    """
+    stream = WorkflowStreamClient.create(client, workflow_id)
+    expected = from_offset
+    async for item in stream.subscribe([TOPIC], from_offset):
+        try:
+            event = RunEvent.model_validate({**item.data, "offset": item.offset})
+        except (ValidationError, TypeError):
+            continue
+        if item.offset > expected:
+            yield RunEvent(
+                kind="truncated",
+                offset=item.offset,
+                stop_reason=f"items {expected} to {item.offset - 1} are no longer kept",
+            )
+        expected = item.offset + 1
+        yield event
+        if event.kind == "done":
+            return

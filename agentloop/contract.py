@@ -177,6 +177,11 @@ class AgentRunInput(_Strict):
     it at the run's start and refuse a run whose principal it does not vouch for."""
     limits: Limits = Field(default_factory=Limits)
     stream: bool = True
+    """Read the provider's answer as a stream (the model's text reaches watchers as it comes)."""
+    publish_events: bool = True
+    """Publish what the run does on its Workflow Stream (`agentloop.watch`, `agentloop watch`):
+    the model's text as it streams, each call, result and wait, the end. Off: nothing is
+    published, and the run's history has the shape it had before streams."""
     model_settings: ModelParameters = Field(default_factory=ModelParameters)
     approval_timeout_seconds: float = Field(default=86400, gt=0, le=MAX_WAIT_SECONDS)
     reconciliation_timeout_seconds: float = Field(default=86400, gt=0, le=MAX_WAIT_SECONDS)

@@ -33,6 +33,7 @@ VOCABULARY = frozenset(
         "events",
         "pricing",
         "reporting",
+        "run_events",
         "search",
         "task_families",
         "tool_spec",

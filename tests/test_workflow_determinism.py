@@ -50,6 +50,10 @@ ALLOWED_IMPORTS = frozenset(
         "temporalio",
         "temporalio.api.common.v1",  # payload messages (signals are taken raw)
         "temporalio.common",
+        # the run's stream (`workflows/stream.py`): its workflow side keeps a log, answers
+        # polls and takes publishes through the workflow API only; the package also holds the
+        # client side (uuid, the clock), which the workflow never calls
+        "temporalio.contrib.workflow_streams",
         "temporalio.exceptions",
         "temporalio.workflow",
         "typing",

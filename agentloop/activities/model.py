@@ -11,6 +11,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agentloop.activities.heartbeat import keep_heartbeating
+from agentloop.activities.publishing import TextPublisher
 from agentloop.activity_io import (
     COUNT_MODEL_INPUT,
     MODEL_CALL,
@@ -187,7 +188,12 @@ class ModelActivities:
                 )
             settings = self._reserved(request, bound)
             model_request = model_request.model_copy(update={"settings": settings})
-        output = text_safe(await self._asked(request, lambda a: a.complete(model_request)))
+        async with TextPublisher(request.turn, enabled=request.publish_text) as publisher:
+            asked = await self._asked(
+                request, lambda adapter: adapter.complete(model_request, publisher.on_text)
+            )
+            output = text_safe(asked)
+            publisher.whole(output.text)
         # One write for the turn, once the answer is in: the workflow moves its head only on
         # this activity's result, so a failed or retried call leaves nothing it needs unwritten.
         head, nodes = append(request.head, [*new_events, output])

@@ -8,7 +8,8 @@ from typing import Any, cast
 
 import openai
 
-from agentloop.adapters._shared import SdkErrors, StreamAssembler, map_sdk_errors
+from agentloop.adapters._shared import SdkErrors, StreamAssembler, ignore_text, map_sdk_errors
+from agentloop.adapters.base import TextSink
 from agentloop.events import ModelOutput
 
 OPENAI_ERRORS = SdkErrors.of(openai, base=openai.OpenAIError)
@@ -35,7 +36,8 @@ async def complete_openai(
     endpoint: OpenAIEndpoint,
     body: dict[str, Any],
     parse: Callable[[dict[str, Any], str], ModelOutput],
-    assembler: Callable[[str], StreamAssembler],
+    assembler: Callable[[str, TextSink], StreamAssembler],
+    on_text: TextSink | None = None,
 ) -> ModelOutput:
     """One call through the openai client, streamed (raw event iterator, never the SDK's
     stream helper) or not, with its request id and errors mapped. Shared by the OpenAI
@@ -59,7 +61,8 @@ async def complete_openai(
             stream=True,
             stream_cls=_RAW_EVENTS,
         )
-        assembling = assembler(stream.response.headers.get("x-request-id") or "")
+        request_id = stream.response.headers.get("x-request-id") or ""
+        assembling = assembler(request_id, on_text or ignore_text)
         async with stream:
             async for event in stream:
                 assembling.feed(cast(dict[str, Any], event))

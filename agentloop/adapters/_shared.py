@@ -180,6 +180,10 @@ class StreamAssembler(Protocol):
     def finish(self) -> ModelOutput: ...
 
 
+def ignore_text(_text: str) -> None:
+    """The text sink of a call nobody watches."""
+
+
 @dataclass(frozen=True)
 class ToolTurn:
     """A model output that asked for tools, with one result per call, in the model's order."""

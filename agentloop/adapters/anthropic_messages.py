@@ -25,6 +25,7 @@ from agentloop.adapters._shared import (
     _error_event_status,
     demote_broken_calls,
     group_turns,
+    ignore_text,
     make_tool_calls,
     map_sdk_errors,
     model_parameters,
@@ -35,6 +36,7 @@ from agentloop.adapters.base import (
     DEFAULT_MAX_TOKENS,
     ModelRequest,
     ProviderError,
+    TextSink,
     UnsupportedEventError,
 )
 from agentloop.digests import canonical_json
@@ -297,8 +299,9 @@ class MessagesStreamAssembler:
     the end, so input that is not valid JSON truncates the output instead of raising. The
     result counts only once `message_stop` arrived. An `error` event raises `ProviderError`."""
 
-    def __init__(self, request_id: str = "") -> None:
+    def __init__(self, request_id: str = "", on_text: TextSink = ignore_text) -> None:
         self._request_id = request_id
+        self._on_text = on_text
         self._message: Message = {}
         self._blocks: dict[int, Block] = {}
         self._json: dict[int, list[str]] = {}
@@ -336,7 +339,9 @@ class MessagesStreamAssembler:
             return
         match kind:
             case "text_delta":
-                block["text"] = (block.get("text") or "") + delta.get("text", "")
+                text = delta.get("text", "")
+                block["text"] = (block.get("text") or "") + text
+                self._on_text(text)
             case "input_json_delta":
                 self._json.setdefault(index, []).append(delta.get("partial_json") or "")
             case "thinking_delta":
@@ -391,12 +396,13 @@ class AnthropicMessagesAdapter:
     def __init__(self, client: AsyncAnthropic) -> None:
         self._client = client
 
-    async def complete(self, request: ModelRequest) -> ModelOutput:
+    async def complete(self, request: ModelRequest, on_text: TextSink | None = None) -> ModelOutput:
         kwargs = build_request(request)
+        sink = on_text or ignore_text
         with map_sdk_errors(ANTHROPIC_ERRORS):
-            parts = [await self._create(kwargs)]
+            parts = [await self._create(kwargs, sink)]
             while parts[-1].paused and len(parts) <= MAX_PAUSE_CONTINUATIONS:
-                parts.append(await self._create(_continuation(kwargs, parts)))
+                parts.append(await self._create(_continuation(kwargs, parts), sink))
         return _to_output(parts)
 
     async def count_input_tokens(self, request: ModelRequest) -> int:
@@ -406,7 +412,7 @@ class AnthropicMessagesAdapter:
             answer = await self._client.messages.count_tokens(**counted)
         return answer.input_tokens
 
-    async def _create(self, kwargs: dict[str, Any]) -> _Response:
+    async def _create(self, kwargs: dict[str, Any], on_text: TextSink) -> _Response:
         if not kwargs["stream"]:
             try:
                 # What `build_request` set goes by name; a run's `model_settings.extra` (checked
@@ -425,7 +431,8 @@ class AnthropicMessagesAdapter:
         stream = await self._client.post(
             "/v1/messages", body=kwargs, cast_to=SdkMessage, stream=True, stream_cls=_RAW_EVENTS
         )
-        assembler = MessagesStreamAssembler(stream.response.headers.get("request-id") or "")
+        request_id = stream.response.headers.get("request-id") or ""
+        assembler = MessagesStreamAssembler(request_id, on_text)
         async with stream:
             async for event in stream:
                 assembler.feed(cast(dict[str, Any], event))

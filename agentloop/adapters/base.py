@@ -8,10 +8,13 @@ Contract (every adapter, tested both ways):
   arguments, arguments that do not parse) comes back with `stop="truncated"` and its calls are
   never offered for execution. Every returned tool call has a non-empty `call_id`.
 - SDK exceptions leave an adapter only as `ProviderError`.
+- A streamed response's visible text goes to `on_text` piece by piece as it arrives (display
+  only: the returned output is the truth).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -63,8 +66,15 @@ class UnsupportedEventError(Exception):
     """An event the provider's protocol cannot express: never silently dropped."""
 
 
+TextSink = Callable[[str], None]
+"""Takes each piece of the model's visible text as a streamed response brings it (never
+reasoning, refusals or tool arguments): what a run publishes for its watchers."""
+
+
 class ProviderAdapter(Protocol):
-    async def complete(self, request: ModelRequest) -> ModelOutput: ...
+    async def complete(
+        self, request: ModelRequest, on_text: TextSink | None = None
+    ) -> ModelOutput: ...
 
     async def count_input_tokens(self, request: ModelRequest) -> int:
         """The input tokens `request` would take, as the provider's own counter says."""

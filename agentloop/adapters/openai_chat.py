@@ -20,11 +20,12 @@ from agentloop.adapters._shared import (
     ToolTurn,
     demote_broken_calls,
     group_turns,
+    ignore_text,
     make_tool_calls,
     model_parameters,
     runner_note,
 )
-from agentloop.adapters.base import ModelRequest
+from agentloop.adapters.base import ModelRequest, TextSink
 from agentloop.adapters.openai_responses import build_request as responses_request
 from agentloop.digests import canonical_json
 from agentloop.events import (
@@ -194,8 +195,9 @@ class ChatStreamAssembler:
     parallel calls whole on index 0, or with no index at all (taken as 0). The result counts
     only once a finish reason arrived; the usage chunk (no choices) may follow it."""
 
-    def __init__(self, request_id: str = "") -> None:
+    def __init__(self, request_id: str = "", on_text: TextSink = ignore_text) -> None:
         self._request_id = request_id
+        self._on_text = on_text
         self._response_id = ""
         self._model = ""
         self._content: list[str] | None = None
@@ -222,6 +224,7 @@ class ChatStreamAssembler:
         if delta.get("content") is not None:
             self._content = self._content or []
             self._content.append(delta["content"])
+            self._on_text(delta["content"])
         if delta.get("refusal"):  # not "": some servers send it beside the opening content ""
             self._refusal = self._refusal or []
             self._refusal.append(delta["refusal"])
@@ -347,13 +350,14 @@ class OpenAIChatAdapter:
     def __init__(self, client: AsyncOpenAI) -> None:
         self._client = client
 
-    async def complete(self, request: ModelRequest) -> ModelOutput:
+    async def complete(self, request: ModelRequest, on_text: TextSink | None = None) -> ModelOutput:
         return await complete_openai(
             self._client,
             CHAT_COMPLETIONS,
             build_request(request),
             parse_response,
             ChatStreamAssembler,
+            on_text,
         )
 
     async def count_input_tokens(self, request: ModelRequest) -> int:

@@ -23,11 +23,12 @@ from agentloop.adapters._shared import (
     _bounded,
     demote_broken_calls,
     group_turns,
+    ignore_text,
     make_tool_calls,
     model_parameters,
     runner_note,
 )
-from agentloop.adapters.base import ModelRequest, ProviderError
+from agentloop.adapters.base import ModelRequest, ProviderError, TextSink
 from agentloop.digests import canonical_json
 from agentloop.events import (
     Instruction,
@@ -291,8 +292,9 @@ class ResponsesStreamAssembler:
     count, read from that event's response, which must agree with the deltas (an empty `output`
     there is replaced by the streamed items). `response.failed` and `error` raise."""
 
-    def __init__(self, request_id: str = "") -> None:
+    def __init__(self, request_id: str = "", on_text: TextSink = ignore_text) -> None:
         self._request_id = request_id
+        self._on_text = on_text
         self._snapshot: dict[str, Any] = {}
         self._items: dict[int, _ItemParts] = {}
         self._index_of: dict[str, int] = {}
@@ -317,9 +319,10 @@ class ResponsesStreamAssembler:
             case "response.output_text.delta" | "response.refusal.delta":
                 part = "refusal" if kind == "response.refusal.delta" else "output_text"
                 at = event.get("content_index", 0)
-                self._locate(event).content.setdefault(at, (part, []))[1].append(
-                    event.get("delta") or ""
-                )
+                text = event.get("delta") or ""
+                self._locate(event).content.setdefault(at, (part, []))[1].append(text)
+                if part == "output_text":
+                    self._on_text(text)
             case "response.completed" | "response.incomplete":
                 response = event.get("response") or {}
                 self._terminal = {**response, "status": kind.removeprefix("response.")}
@@ -395,13 +398,14 @@ class OpenAIResponsesAdapter:
     def __init__(self, client: AsyncOpenAI) -> None:
         self._client = client
 
-    async def complete(self, request: ModelRequest) -> ModelOutput:
+    async def complete(self, request: ModelRequest, on_text: TextSink | None = None) -> ModelOutput:
         return await complete_openai(
             self._client,
             RESPONSES,
             build_request(request),
             parse_response,
             ResponsesStreamAssembler,
+            on_text,
         )
 
     async def count_input_tokens(self, request: ModelRequest) -> int:

@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     import agentloop.workflows.approvals as approvals
     import agentloop.workflows.inbound as inbound
     import agentloop.workflows.loop as loop
+    import agentloop.workflows.loop.watching as watching
     import agentloop.workflows.startup as startup
     import agentloop.workflows.steps as steps
     import agentloop.workflows.tool_calls as tool_calls
@@ -38,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         RunStatusView,
         UserMessage,
     )
+    from agentloop.run_events import RunEvent
     from agentloop.tool_spec import shared_specs
     from agentloop.workflows.deadline import RunDeadline
     from agentloop.workflows.inbound import Inbound, InboundRefused
@@ -56,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         Verify,
         Work,
     )
+    from agentloop.workflows.stream import RunStream
 
 
 UPDATE_WAITS_FOR_STATE = "update-waits-for-state"
@@ -64,7 +67,14 @@ UPDATE_WAITS_FOR_STATE = "update-waits-for-state"
 
 @workflow.defn(name=WORKFLOW_NAME)
 class AgentRun:
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(
+        self, raw_input: Any = None, raw_carried: Any = None, raw_stream: Any = None
+    ) -> None:
+        self._stream = RunStream(raw_stream)
+        """What watchers read (`agentloop.watch`); a run continued as new goes on with the
+        stream its predecessor carried, offsets contiguous."""
+        self._told = watching.Told()
         self._state: LoopState | None = None
         self._early: list[tuple[str, Inbound | InboundRefused]] = []
         """What arrived before the run state existed, in order (applied once it does)."""
@@ -78,16 +88,19 @@ class AgentRun:
         checked in this run any more."""
 
     @workflow.run
-    async def run(self, raw_input: Any = None, raw_carried: Any = None) -> AgentRunResult:
+    async def run(
+        self, raw_input: Any = None, raw_carried: Any = None, raw_stream: Any = None
+    ) -> AgentRunResult:
         """`raw_carried` is the run state handed over by `continue_as_new` (None on a fresh
-        start). Both are untyped here, checked by `startup.parse_carried` and `parse_input`;
-        the input may be missing."""
+        start), `raw_stream` its stream (`__init__` took it). Both are untyped here, checked
+        by `startup.parse_carried` and `parse_input`; the input may be missing."""
         carried = startup.parse_carried(raw_carried)
         run_input = startup.parse_input(raw_input, carried)
         state = carried if carried is not None else await startup.start(run_input)
         state.tools = shared_specs(state.tools.values())
         loop.record_run_started(state, workflow.info().run_id)
         self._state = state
+        self._told = watching.Told.of(state)
         deadline = RunDeadline(state)
         for name, early in self._early:
             self._apply(name, early)
@@ -96,10 +109,15 @@ class AgentRun:
             if startup.time_to_continue_as_new(state) and await steps.store_long_texts(state):
                 # A safe point: nothing is in flight, and everything is in `state` (its long
                 # texts in the store, carried by reference).
+                self._publish(state, watching.continued(state, workflow.now()))
                 await self._close()
                 carried = loop.state_to_carry(state)
-                workflow.continue_as_new(args=[startup.input_to_carry(raw_input, state), carried])
+                stream = self._stream.carried()
+                workflow.continue_as_new(
+                    args=[startup.input_to_carry(raw_input, state), carried, stream]
+                )
             step = loop.decide(state, workflow.now())
+            self._publish(state, *watching.changes(state, step, self._told, workflow.now()))
             visibility.show(state)
             if isinstance(step, Finish):
                 await self._close()
@@ -222,10 +240,17 @@ class AgentRun:
             approvals.audit_decision(decision, outcome)
         return outcome
 
+    def _publish(self, state: LoopState, *events: RunEvent) -> None:
+        if watching.streaming(state):
+            for event in events:
+                self._stream.publish(event)
+
     async def _close(self) -> None:
         """Before the run ends or continues as new: updates still waiting on a check are
-        answered (and finish) first, so none is left unanswered."""
+        answered (and finish) first, so none is left unanswered; the stream's subscribers
+        are let go with what it holds (the last item, `done` or `continued`, included)."""
         self._closing = True
+        self._stream.detach_pollers()
         await workflow.wait_condition(workflow.all_handlers_finished)
 
     @workflow.query

@@ -71,6 +71,7 @@ class Playback:
         self._requests: list[RecordedRequest] = []
         self._counts: list[TokenCount] = []
         self._errors_answered: Counter[tuple[str, int]] = Counter()
+        self._drops_done: Counter[tuple[str, int]] = Counter()
         self.folder = folder
         """Script files, read again when they change (over the scripts given here)."""
         self._from_folder: set[str] = set()
@@ -81,6 +82,8 @@ class Playback:
         self._scripts[script.name] = script
         for key in [key for key in self._errors_answered if key[0] == script.name]:
             del self._errors_answered[key]
+        for key in [key for key in self._drops_done if key[0] == script.name]:
+            del self._drops_done[key]
 
     def sync_folder(self) -> None:
         """Take in the folder's files that changed; a script whose file is gone goes too."""
@@ -119,6 +122,7 @@ class Playback:
         self._requests.clear()
         self._counts.clear()
         self._errors_answered.clear()
+        self._drops_done.clear()
 
     def answer(self, protocol: WireProtocol, body: Any, *, received_at: float) -> Reply | Rejection:
         """The reply (or error) for one request; `body` is the parsed JSON, whatever it is."""
@@ -215,12 +219,18 @@ class Playback:
             self._record(protocol, script.name, turn, notes)
         usage = scripted.usage_for(conversation.prompt_chars)
         played, usage = _within_limit(played, usage, conversation.max_output_tokens)
+        drop_after = None
+        dropping = stream and scripted.drop_stream_after_events is not None
+        if dropping and self._drops_done[(script.name, turn)] < scripted.drops:
+            self._drops_done[(script.name, turn)] += 1
+            drop_after = scripted.drop_stream_after_events
         return Reply(
             output=TurnOutput(script.name, turn, played, phase),
             usage=usage,
             created=int(time.time()),
             stream=stream,
             stream_usage=conversation.stream_usage,
+            drop_after=drop_after,
         )
 
     def _next_fault(self, script: str, turn: int, scripted: ScriptTurn) -> Rejection | None:

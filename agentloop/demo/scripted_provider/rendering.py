@@ -50,6 +50,8 @@ class Reply:
     created: int
     stream: bool
     stream_usage: bool = False
+    drop_after: int | None = None
+    """Send this many events of the stream, then lose the connection."""
 
     @property
     def turn(self) -> ScriptTurn:

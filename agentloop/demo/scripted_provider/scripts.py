@@ -95,6 +95,13 @@ class ScriptTurn(BaseModel):
     (counted per script and turn; `register` and `reset` start the count over)."""
     delay_ms: int = Field(default=0, ge=0)
     """Every answer to this turn (injected errors included) waits this long first."""
+    drop_stream_after_events: int | None = Field(default=None, ge=0)
+    """Streaming: the first `drops` answers to this turn send this many events, then the
+    connection is lost (the client's request fails mid-answer; its retry gets the turn)."""
+    drops: int = Field(default=1, ge=0)
+    event_delay_ms: int = Field(default=0, ge=0, le=10_000)
+    """Streaming: wait this long between the events of the answer (a provider streaming
+    slowly, as a real one streams tokens)."""
     expect_tool_results: dict[str, str] = Field(default_factory=dict)
     usage: ScriptUsage | None = None
     undeclared_tools: list[str] = Field(default_factory=list)

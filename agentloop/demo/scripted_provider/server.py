@@ -78,6 +78,8 @@ class ScriptedProvider:
             self.register(script)
         self._runner: web.AppRunner | None = None
         self._root: URL | None = None
+        self.streaming = 0
+        """Streamed answers being sent right now."""
 
     # --- in-process API ---------------------------------------------------------------
 
@@ -177,7 +179,11 @@ class ScriptedProvider:
                 return web.json_response(payload, status=answer.status, headers=headers)
             if not answer.stream:
                 return web.json_response(protocol.render_body(answer), headers=headers)
-            return await _send_stream(request, protocol, answer, headers)
+            self.streaming += 1
+            try:
+                return await _send_stream(request, protocol, answer, headers)
+            finally:
+                self.streaming -= 1
 
         return handle
 
@@ -253,7 +259,13 @@ async def _send_stream(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers}
     )
     await response.prepare(request)
-    for frame in stream.frames(reply.turn.cut_stream_after_events):
+    pause = reply.turn.event_delay_ms / 1000
+    for n, frame in enumerate(stream.frames(reply.turn.cut_stream_after_events)):
+        if n == reply.drop_after and request.transport is not None:
+            request.transport.abort()  # the connection lost mid-answer
+            return response
+        if pause and n:
+            await asyncio.sleep(pause)
         await response.write(frame)
     await response.write_eof()
     return response

@@ -68,6 +68,7 @@ from agentloop.workflows.loop.views import (
     unresolved_writes,
     unsent_events,
 )
+from agentloop.workflows.loop.watching import streaming
 
 
 def start_model_call(state: LoopState, step: CallModel) -> ModelTurn:
@@ -94,6 +95,7 @@ def start_model_call(state: LoopState, step: CallModel) -> ModelTurn:
         facts=facts(state),
         budget=_budget(state) if state.has(Feature.STRICT_BUDGETS) else None,
         slim_output=state.has(Feature.MODEL_OUTPUT_SLIM),
+        publish_text=streaming(state),
     )
     return ModelTurn(request, sent)
 

@@ -230,6 +230,10 @@ class Feature(StrEnum):
     outcome) on a worker with notice webhooks, it starts the `notify_waiting` activity for the
     calls not told of yet, without waiting on it; a notice that could not be delivered after
     its retries is recorded in `status.notice_failures`. Before it, nobody was told."""
+    RUN_STREAM = "run-stream"
+    """The run publishes what it does on its Workflow Stream (`loop.watching`; the model
+    activity its text), unless its input turns `publish_events` off. Before it, watchers
+    could only poll `status`, and saw the model's text once its call had ended."""
     OVER_BUDGET_CALLS_LEDGERED = "over-budget-calls-ledgered"
     """The calls of an output that does not fit what is left of the budget go into the ledger
     (decision `over_budget`, status `proposed`), so the result's `calls` and `pending` show
@@ -359,6 +363,7 @@ FEATURES_2026_12J = (
     Feature.TEAM_ANSWERS_READ_BY_WORKER,
     Feature.TEAM_ANSWERS_WITHIN_HISTORY,
     Feature.NOTIFY_WAITING,
+    Feature.RUN_STREAM,
 )
 
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (

@@ -1,0 +1,202 @@
+"""Watching a run as it happens (`agentloop.watch`, the run's Workflow Stream): the model's
+text while the scripted provider still streams it, each call before its result, waits and
+their end, a retried call's text superseded, a late subscriber, and a run that publishes
+nothing when its input says so."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+import agentloop
+from agentloop.contract import AgentRunInput, ApprovalDecision, RunStatusView
+from agentloop.demo.scripted_provider import (
+    Script,
+    ScriptedProvider,
+    ScriptedToolCall,
+    ScriptTurn,
+)
+from agentloop.run_events import RunEvent
+from agentloop.runtime.config import Settings
+from tests.support import start_run, wait_for_status
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
+
+WEATHER = {"city": "Shanghai", "date": "2026-12-01"}
+TRAIN = {"train_number": "G1234", "date": "2026-12-01"}
+ANSWER = "The train is on time, and Shanghai is " + "sunny and mild today. " * 12
+
+
+def run_input(model: str, **fields: Any) -> AgentRunInput:
+    return AgentRunInput.model_validate(
+        {
+            "task": "Is G1234 late, and the weather in Shanghai?",
+            "provider": "openai-chat",
+            "model": model,
+            "tools": ["get_train_status", "get_weather"],
+            **fields,
+        }
+    )
+
+
+async def collect(client: Client, run_id: str, **kwargs: Any) -> list[RunEvent]:
+    return [event async for event in agentloop.watch(client, run_id, **kwargs)]
+
+
+def shown_text(events: list[RunEvent]) -> str:
+    """What a client shows: each turn's text since its last `retry`."""
+    by_turn: dict[int, str] = {}
+    for event in events:
+        if event.kind == "retry":
+            by_turn[event.turn] = ""
+        elif event.kind == "text":
+            by_turn[event.turn] = by_turn.get(event.turn, "") + (event.delta or "")
+    return "".join(by_turn[turn] for turn in sorted(by_turn))
+
+
+async def test_a_subscriber_sees_the_text_while_it_streams_then_each_call_and_the_end(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(id="call_t", name="get_train_status", arguments=TRAIN),
+                        ScriptedToolCall(id="call_w", name="get_weather", arguments=WEATHER),
+                    ]
+                ),
+                ScriptTurn(text=ANSWER, event_delay_ms=60),
+            ],
+        )
+    )
+    handle = await start_run(client, worker, run_id, run_input(run_id))
+    events: list[RunEvent] = []
+    first_text_while_streaming: bool | None = None
+    async for event in agentloop.watch(client, run_id):
+        if event.kind == "text" and first_text_while_streaming is None:
+            first_text_while_streaming = scripted_provider.streaming > 0
+        events.append(event)
+    result = await handle.result()
+
+    assert result.status == "completed", result.stop_reason
+    assert first_text_while_streaming is True  # the provider had not sent its last chunk
+    assert shown_text(events) == result.output == ANSWER
+    assert [e.offset for e in events] == list(range(len(events)))
+    texts = [e for e in events if e.kind == "text"]
+    assert 1 < len(texts) < len(ANSWER) // 10  # batched: neither one item nor one per chunk
+    kinds = [(e.kind, e.call_id) for e in events if e.kind in ("call", "result")]
+    calls = [c for k, c in kinds if k == "call"]
+    assert calls == ["call_t", "call_w"]  # the model's order
+    for call_id in calls:  # each call before its result, under its own id
+        assert kinds.index(("call", call_id)) < kinds.index(("result", call_id))
+    assert {e.call_id: e.status for e in events if e.kind == "result"} == {
+        "call_t": "succeeded",
+        "call_w": "succeeded",
+    }
+    [call_w] = [e for e in events if e.kind == "call" and e.call_id == "call_w"]
+    assert (call_w.tool, call_w.arguments) == ("get_weather", WEATHER)
+    assert events[-1].kind == "done"
+    assert (events[-1].status, events[-1].stop_reason) == ("completed", result.stop_reason)
+
+    # Attached after the end, from offset 0: what the run kept, ending with `done`.
+    late = await collect(client, run_id)
+    assert [e.model_dump() for e in late] == [e.model_dump() for e in events]
+
+
+async def test_an_approval_wait_is_published_and_its_end_before_the_write_result(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    book = {"workshop_id": "ws-101", "participant_id": "p-carol"}
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(id="call_res", name="reserve_seat", arguments=book)
+                    ]
+                ),
+                ScriptTurn(text="Booked."),
+            ],
+        )
+    )
+    handle = await start_run(
+        client,
+        worker,
+        run_id,
+        run_input(
+            run_id,
+            tools=["reserve_seat"],
+            principal={"subject": "p-alice", "scopes": ["workshops:write"]},
+        ),
+    )
+    watching = asyncio.create_task(collect(client, run_id))
+    view = await wait_for_status(handle, lambda v: bool(v.pending_approvals), "the approval")
+    [pending] = view.pending_approvals
+    await handle.signal(
+        "approve",
+        ApprovalDecision(
+            call_id="call_res",
+            args_digest=pending["args_digest"],
+            approved=True,
+            approver="workshop-lead",
+        ),
+    )
+    result = await handle.result()
+    events = await asyncio.wait_for(watching, 30)
+
+    assert result.status == "completed", result.stop_reason
+    seen = [(e.kind, e.reason, tuple(e.call_ids or ()), e.call_id) for e in events]
+    waiting = seen.index(("waiting", "approval", ("call_res",), None))
+    resumed = seen.index(("resumed", "approval", ("call_res",), None))
+    outcome = seen.index(("result", None, (), "call_res"))
+    assert seen.index(("call", None, (), "call_res")) < waiting < resumed < outcome
+    assert events[outcome].status == "succeeded"
+
+
+async def test_a_retried_model_call_says_so_and_its_text_is_replaced(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """The first answer's connection is lost mid-text: the call is retried, the subscriber
+    is told, and what it shows is the final output exactly once."""
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[ScriptTurn(text=ANSWER, drop_stream_after_events=12, event_delay_ms=30)],
+        )
+    )
+    handle = await start_run(client, worker, run_id, run_input(run_id, tools=[]))
+    events = await collect(client, run_id)
+    result = await handle.result()
+
+    assert result.status == "completed", result.stop_reason
+    [retry] = [e for e in events if e.kind == "retry"]
+    assert (retry.turn, retry.attempt) == (1, 2)
+    before = [e for e in events[: events.index(retry)] if e.kind == "text"]
+    assert before and "".join(e.delta or "" for e in before) != ANSWER  # cut mid-text
+    assert shown_text(events) == ANSWER
+    assert len(scripted_provider.requests) == 2
+
+
+async def test_a_run_with_publishing_off_publishes_nothing(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    handle = await start_run(client, worker, run_id, run_input("travel", publish_events=False))
+    result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    offset = await handle.query("__temporal_workflow_stream_offset", result_type=int)
+    assert offset == 0
+    signals = [
+        e
+        async for e in handle.fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    ]
+    assert signals == []
+    view = await handle.query("status", result_type=RunStatusView)
+    assert view.phase == "finished"
