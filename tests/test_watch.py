@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 import agentloop
 from agentloop.contract import AgentRunInput, ApprovalDecision, RunStatusView
@@ -20,7 +21,7 @@ from agentloop.demo.scripted_provider import (
     ScriptedToolCall,
     ScriptTurn,
 )
-from agentloop.run_events import RunEvent
+from agentloop.run_events import MAX_RETAINED_ITEMS, TOPIC, RunEvent
 from agentloop.runtime.config import Settings
 from tests.support import start_run, wait_for_status
 
@@ -28,6 +29,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
 WEATHER = {"city": "Shanghai", "date": "2026-12-01"}
 TRAIN = {"train_number": "G1234", "date": "2026-12-01"}
+CITIES = ["Beijing", "Shanghai", "Oslo", "Paris", "Rome", "Lima"]
 ANSWER = "The train is on time, and Shanghai is " + "sunny and mild today. " * 12
 
 
@@ -200,3 +202,87 @@ async def test_a_run_with_publishing_off_publishes_nothing(
     assert signals == []
     view = await handle.query("status", result_type=RunStatusView)
     assert view.phase == "finished"
+
+
+async def test_a_subscriber_follows_the_run_across_continue_as_new_without_a_gap(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    turns = [
+        ScriptTurn(
+            text=f"Looking at step {n}.",
+            tool_calls=[
+                ScriptedToolCall(
+                    id=f"call_{n}",
+                    name="get_weather",
+                    arguments={"city": city, "date": "2026-12-01"},
+                )
+            ],
+        )
+        for n, city in enumerate(CITIES)
+    ]
+    scripted_provider.register(Script(name=run_id, turns=[*turns, ScriptTurn(text="Done.")]))
+    handle = await start_run(
+        client,
+        worker,
+        run_id,
+        run_input(
+            run_id,
+            continue_as_new_after_events=20,
+            limits={"max_model_calls": 10, "max_tool_calls": 10},
+        ),
+    )
+    events = await collect(client, run_id)
+    result = await handle.result()
+    view = await handle.query("status", result_type=RunStatusView)
+
+    assert result.status == "completed", result.stop_reason
+    assert len(view.run_chain) > 1  # it did continue as new
+    assert [e.kind for e in events].count("continued") == len(view.run_chain) - 1
+    assert [e.offset for e in events] == list(range(len(events)))
+    calls = [e.call_id for e in events if e.kind == "call"]
+    assert calls == [f"call_{n}" for n in range(6)]  # each once, none republished
+    assert [e.call_id for e in events if e.kind == "result"] == calls
+    assert shown_text(events) == "".join(f"Looking at step {n}." for n in range(6)) + "Done."
+    assert events[-1].kind == "done"
+
+
+async def test_what_others_publish_cannot_fail_the_run_and_what_it_keeps_is_bounded(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """Anyone who may signal a run may publish to its stream: an item that is not a payload,
+    and a flood of items, leave the run's workflow tasks healthy and its stream within its
+    bounds; the subscriber is told where the kept items begin."""
+    scripted_provider.register(
+        Script(name=run_id, turns=[ScriptTurn(text="Done.", delay_ms=1_500)])
+    )
+    handle = await start_run(client, worker, run_id, run_input(run_id, tools=[]))
+    await handle.signal(
+        "__temporal_workflow_stream_publish",
+        {"items": [{"topic": TOPIC, "data": "not base64 at all!"}], "publisher_id": "x"},
+    )
+    flood = WorkflowStreamClient.create(client, run_id)
+    junk = flood.topic(TOPIC)
+    async with flood:
+        for n in range(MAX_RETAINED_ITEMS + 100):
+            junk.publish({"kind": "text", "turn": 0, "delta": f"junk {n} "})
+    result = await handle.result()
+    events = await collect(client, run_id, from_offset=0)
+
+    assert result.status == "completed", result.stop_reason
+    assert await failed_workflow_tasks(handle) == 0
+    assert events[0].kind == "truncated"
+    kept = [e for e in events if e.kind != "truncated"]
+    assert len(kept) <= MAX_RETAINED_ITEMS
+    assert kept[-1].kind == "done"
+    offset = await handle.query("__temporal_workflow_stream_offset", result_type=int)
+    assert offset >= MAX_RETAINED_ITEMS + 100  # offsets keep counting past what is kept
+
+
+async def failed_workflow_tasks(handle: Any) -> int:
+    return len(
+        [
+            e
+            async for e in handle.fetch_history_events()
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+        ]
+    )

@@ -109,7 +109,7 @@ class AgentRun:
             if startup.time_to_continue_as_new(state) and await steps.store_long_texts(state):
                 # A safe point: nothing is in flight, and everything is in `state` (its long
                 # texts in the store, carried by reference).
-                self._publish(state, watching.continued(state, workflow.now()))
+                self._publish(state, *watching.continued(state, self._told, workflow.now()))
                 await self._close()
                 carried = loop.state_to_carry(state)
                 stream = self._stream.carried()

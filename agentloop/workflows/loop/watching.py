@@ -46,9 +46,10 @@ def streaming(state: LoopState) -> bool:
     return state.has(Feature.RUN_STREAM) and state.run_input.publish_events
 
 
-def changes(state: LoopState, step: NextStep, told: Told, now: datetime) -> list[RunEvent]:
+def changes(state: LoopState, step: NextStep | None, told: Told, now: datetime) -> list[RunEvent]:
     """The items for what changed since `told` (which it updates): new calls, new outcomes,
-    a wait beginning or ending, the end."""
+    a wait beginning or ending, the end. `step` None (the run continues as new): the calls
+    and outcomes only, a wait going on in the next run."""
     events: list[RunEvent] = []
     for call_id, call in state.calls.items():
         if call_id not in told.statuses:
@@ -76,7 +77,7 @@ def changes(state: LoopState, step: NextStep, told: Told, now: datetime) -> list
                     preview=call.result_summary[:MAX_PREVIEW_CHARS],
                 )
             )
-    waiting = _waiting_for(step)
+    waiting = _waiting_for(step) if step is not None else told.waiting
     if waiting != told.waiting:
         if told.waiting is not None:
             reason, call_ids = told.waiting
@@ -98,8 +99,9 @@ def changes(state: LoopState, step: NextStep, told: Told, now: datetime) -> list
     return events
 
 
-def continued(state: LoopState, now: datetime) -> RunEvent:
-    return RunEvent(kind="continued", turn=state.turn, at=now)
+def continued(state: LoopState, told: Told, now: datetime) -> list[RunEvent]:
+    """What the watchers are told as the run continues as new: what changed, then that."""
+    return [*changes(state, None, told, now), RunEvent(kind="continued", turn=state.turn, at=now)]
 
 
 def preview_arguments(arguments: dict[str, object]) -> object:
