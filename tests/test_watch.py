@@ -6,6 +6,9 @@ nothing when its input says so."""
 from __future__ import annotations
 
 import asyncio
+import signal
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +26,7 @@ from agentloop.demo.scripted_provider import (
 )
 from agentloop.run_events import MAX_RETAINED_ITEMS, TOPIC, RunEvent
 from agentloop.runtime.config import Settings
-from tests.support import start_run, wait_for_status
+from tests.support import start_run, wait_for_status, worker_env, worker_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -286,3 +289,44 @@ async def failed_workflow_tasks(handle: Any) -> int:
             if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
         ]
     )
+
+
+async def test_a_worker_killed_mid_stream_the_subscriber_sees_retry_then_the_text_once(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+    tmp_path: Path,
+) -> None:
+    """SIGKILL of the worker while the model's text streams: the model call runs again on the
+    next worker, the subscriber is told (`retry`), and what it shows is the output once."""
+    settings = worker_settings.model_copy(update={"task_queue": f"watch-{uuid.uuid4().hex[:8]}"})
+    env = worker_env(client, settings, tmp_path / "store.db")
+    scripted_provider.register(
+        Script(name=run_id, turns=[ScriptTurn(text=ANSWER, event_delay_ms=150)])
+    )
+    events: list[RunEvent] = []
+    first_text = asyncio.Event()
+
+    async def follow() -> None:
+        async for event in agentloop.watch(client, run_id):
+            events.append(event)
+            if event.kind == "text":
+                first_text.set()
+
+    async with worker_process(env) as first:
+        handle = await start_run(client, settings, run_id, run_input(run_id, tools=[]))
+        following = asyncio.create_task(follow())
+        await asyncio.wait_for(first_text.wait(), 30)
+        first.send_signal(signal.SIGKILL)
+        await first.wait()
+    async with worker_process(env):
+        result = await asyncio.wait_for(handle.result(), 90)
+        await asyncio.wait_for(following, 30)
+
+    assert result.status == "completed", result.stop_reason
+    [retry] = [e for e in events if e.kind == "retry"]
+    assert retry.attempt == 2
+    assert shown_text(events) == result.output == ANSWER
+    assert [e.offset for e in events] == list(range(len(events)))
+    assert events[-1].kind == "done"
