@@ -6,6 +6,7 @@ nothing when its input says so."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import uuid
 from pathlib import Path
@@ -27,11 +28,15 @@ from agentloop.demo.scripted_provider import (
 from agentloop.run_events import MAX_RETAINED_ITEMS, TOPIC, RunEvent
 from agentloop.runtime.config import Settings
 from tests.support import start_run, wait_for_status, worker_env, worker_process
+from tests.test_cli import agentloop as agentloop_cli
+from tests.test_cli import process_env
+from tests.test_cli_runs import cli_process, read_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
 WEATHER = {"city": "Shanghai", "date": "2026-12-01"}
 TRAIN = {"train_number": "G1234", "date": "2026-12-01"}
+WEATHER_CALL = ScriptedToolCall(id="call_w", name="get_weather", arguments=WEATHER)
 CITIES = ["Beijing", "Shanghai", "Oslo", "Paris", "Rome", "Lima"]
 ANSWER = "The train is on time, and Shanghai is " + "sunny and mild today. " * 12
 
@@ -330,3 +335,48 @@ async def test_a_worker_killed_mid_stream_the_subscriber_sees_retry_then_the_tex
     assert shown_text(events) == result.output == ANSWER
     assert [e.offset for e in events] == list(range(len(events)))
     assert events[-1].kind == "done"
+
+
+async def test_agentloop_watch_prints_the_text_as_it_streams_and_exits_with_the_run(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(id="call_w", name="get_weather", arguments=WEATHER)
+                    ]
+                ),
+                ScriptTurn(text=ANSWER, event_delay_ms=40),
+            ],
+        )
+    )
+    env = process_env(
+        TEMPORAL_ADDRESS=client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
+    )
+    handle = await start_run(client, worker, run_id, run_input(run_id))
+    seen: list[str] = []
+    async with cli_process("watch", run_id, env=env, cwd=Path.cwd()) as watching:
+        await read_until(watching.stdout, seen, lambda text: "<- call_w" in text, "the result")
+        assert watching.stdout is not None
+        first = await asyncio.wait_for(watching.stdout.read(20), 30)
+        # Part of the answer is on the screen while the provider still sends the rest.
+        assert scripted_provider.streaming == 1
+        rest = await asyncio.wait_for(watching.stdout.read(), 60)
+        code = await watching.wait()
+    printed = "".join(seen) + (first + rest).decode()
+    result = await handle.result()
+    assert code == 0
+    assert '-> call_w get_weather {"city": "Shanghai", "date": "2026-12-01"}' in printed
+    assert "<- call_w get_weather: succeeded" in printed
+    assert ANSWER in printed
+    assert printed.rstrip().endswith(f"== completed: {result.stop_reason}")
+
+    as_json = await agentloop_cli("watch", run_id, "--json", env=env)
+    lines = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert as_json.returncode == 0, as_json.explain()
+    assert [line["offset"] for line in lines] == list(range(len(lines)))
+    assert lines[-1]["kind"] == "done"

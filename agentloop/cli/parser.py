@@ -120,6 +120,18 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("run_id")
     add_json_flag(status)
 
+    watcher = commands.add_parser(
+        "watch",
+        help="what a run does as it happens: the model's text as it streams, each call and wait",
+        epilog=exit_codes_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    watcher.add_argument("run_id")
+    watcher.add_argument(
+        "--from", dest="from_offset", type=int, default=0, help="the offset to start from"
+    )
+    add_json_flag(watcher, "print each event as one JSON object per line")
+
     transcript = commands.add_parser(
         "transcript",
         help="print a run's full conversation from the store (AGENTLOOP_STORE_URL)",

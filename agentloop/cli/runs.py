@@ -45,6 +45,7 @@ from agentloop.cli.output import (
 from agentloop.cli.progress import format_snapshot, progress_display
 from agentloop.cli.stats import show_stats
 from agentloop.cli.transcript import format_transcript, open_transcript_store, read_transcript
+from agentloop.cli.watching import watch_run
 from agentloop.client import start_run
 from agentloop.contract import (
     AgentRunInput,
@@ -116,6 +117,8 @@ async def client_command(
         return await show_stats(client, args)
     if args.command == "continue":
         return await continue_run(client, settings, args)
+    if args.command == "watch":
+        return await watch_run(client, args.run_id, args.from_offset, as_json=args.json)
     handle = client.get_workflow_handle(args.run_id, result_type=AgentRunResult)
     if args.command == "status":
         return report_snapshot(await read_snapshot(handle), as_json=args.json)
