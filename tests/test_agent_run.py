@@ -127,7 +127,9 @@ async def test_a_new_run_marks_its_feature_set_once_and_reads_tool_specs_locally
 ) -> None:
     """One patch marker (and one `TemporalChangeVersion` upsert) stands for every behaviour of
     the feature set, and the tool specs come from a local activity: no activity task, no
-    extra workflow task. What a run with one tool turn costs in history is counted."""
+    extra workflow task. What a run with one tool turn costs in history is counted, with its
+    stream off: the shape it had before streams (a publish from the model activity is a
+    signal, and a workflow task)."""
     scripted_provider.register(
         Script(
             name=run_id,
@@ -137,7 +139,9 @@ async def test_a_new_run_marks_its_feature_set_once_and_reads_tool_specs_locally
             ],
         )
     )
-    handle = await start_run(client, worker, run_id, run_input(run_id))
+    handle = await start_run(
+        client, worker, run_id, run_input(run_id).model_copy(update={"publish_events": False})
+    )
     assert (await handle.result()).status == "completed"
     events = (await handle.fetch_history()).events
     markers = [

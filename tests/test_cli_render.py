@@ -27,6 +27,7 @@ from agentloop.cli.parser import build_parser
 from agentloop.cli.progress import (
     LivePanel,
     ProgressLog,
+    StreamedText,
     format_result,
     format_snapshot,
     status_lines,
@@ -51,6 +52,7 @@ from agentloop.events import (
     UserInput,
 )
 from agentloop.events import Usage as TokenUsage
+from agentloop.run_events import RunEvent
 
 RESERVE = {"workshop_id": "ws-101", "participant_id": "p-carol"}
 DIGEST = "sha256:0123abcd"
@@ -331,3 +333,44 @@ def test_a_wait_shows_the_time_waited_and_the_timeout_counting_down() -> None:
     assert "waiting 1 min 45 s; approval timeout in 58 min 15 s" in later["wait"].text
     assert not lines["deadline"].ticking and "deadline paused" in lines["deadline"].text
     assert "wait" not in {line.key for line in status_lines("run-1", waiting)}  # no clock
+
+
+def streamed_text(*events: RunEvent) -> StreamedText:
+    streamed = StreamedText()
+    for event in events:
+        streamed.take(event)
+    return streamed
+
+
+def test_the_models_text_is_logged_as_it_comes_and_a_retry_says_its_text_is_replaced() -> None:
+    out = io.StringIO()
+    log = ProgressLog("run-1", out)
+    streamed = streamed_text(
+        RunEvent(kind="text", turn=1, delta="Looking "),
+        RunEvent(kind="retry", turn=1, attempt=2),
+        RunEvent(kind="text", turn=1, delta="The train is on time."),
+    )
+    log.show(view("calling_model"), streamed)
+    log.show(view("calling_model"), streamed)  # nothing new: nothing printed again
+    assert out.getvalue().splitlines()[:3] == [
+        "model: Looking ",
+        "model: (the call is retried: its text so far is replaced)",
+        "model: The train is on time.",
+    ]
+    assert out.getvalue().count("model:") == 3
+    assert streamed.current == "The train is on time."
+
+
+def test_the_panel_shows_the_end_of_the_text_being_written_in_its_turn_only() -> None:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=80)
+    long = "".join(f"line {n}\n" for n in range(20)) + "and the last words"
+    with Live(console=console, auto_refresh=False) as live:
+        panel = LivePanel("run-1", live)
+        panel.show(view("calling_model"), streamed_text(RunEvent(kind="text", turn=1, delta=long)))
+        before = out.getvalue()
+        panel.show(view("calling_model"), streamed_text(RunEvent(kind="text", turn=0, delta="old")))
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", before)
+    assert "> and the last words" in text and "> line 18" in text
+    assert "line 10" not in text  # only the end of it
+    assert "> old" not in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())

@@ -25,6 +25,7 @@ from agentloop.cli.replay import (
     replay_histories,
 )
 from agentloop.runtime.config_checks import SandboxMode
+from agentloop.workflows import loop
 
 HISTORY_DIR = Path(__file__).parent / "histories"
 HISTORIES = sorted(HISTORY_DIR.glob("*.json"))
@@ -180,3 +181,9 @@ async def test_unreadable_files_are_reported_not_raised(tmp_path: Path) -> None:
         f"ERROR  {missing}: cannot read it: No such file or directory",
     ]
     assert not any(r.ok for r in reports)
+
+
+def test_every_behaviour_is_in_the_newest_feature_set() -> None:
+    """A behaviour added to `Feature` but to no set would never run: each set holds every
+    behaviour before it, so the newest must hold them all."""
+    assert [f for f in loop.Feature if f not in loop.FEATURES_OF_SET] == []

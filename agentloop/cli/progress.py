@@ -1,6 +1,7 @@
 """Client-side: how a run looks to a person, for `agentloop status` and `run --follow`.
 
-Everything here renders a `RunStatusView` or an `AgentRunResult`; nothing talks to Temporal.
+Everything here renders a `RunStatusView`, an `AgentRunResult` or the model's text as the run's
+stream brings it (`StreamedText`); nothing talks to Temporal.
 On a terminal, following redraws one live panel (rich). Anywhere else (a pipe, a CI log, a
 test) it prints a line whenever something changed, so the output reads as a log.
 """
@@ -22,9 +23,13 @@ from rich.text import Text
 from agentloop.cli.output import PAUSED_PHASES, RunSnapshot
 from agentloop.contract import AgentRunResult, CallRecord, LimitsLeft, RunStatusView, Usage
 from agentloop.reporting import counted
+from agentloop.run_events import RunEvent
 
 LIVE_RECENT_CALLS = 10
 """Calls the live panel shows (the most recent ones); a long run would not fit otherwise."""
+LIVE_TEXT_LINES = 3
+LIVE_TEXT_CHARS = 300
+"""How much of the model's text being written the live panel shows (its end)."""
 
 _CALL_STYLES = {
     "succeeded": "green",
@@ -53,19 +58,47 @@ class Line:
     the live panel, unwrapped, so the command can be copied whole."""
 
 
+class StreamedText:
+    """The model's text as the run's stream brings it (`agentloop.watch`): the turn being
+    written, and what came since it was last shown. A retried model call's text so far is
+    dropped, as the stream says."""
+
+    def __init__(self) -> None:
+        self.turn = 0
+        self.current = ""
+        self._fresh: list[str] = []
+
+    def take(self, event: RunEvent) -> None:
+        if event.kind == "text":
+            if event.turn != self.turn:
+                self.turn, self.current = event.turn, ""
+            self.current += event.delta or ""
+            self._fresh.append(f"model: {event.delta or ''}")
+        elif event.kind == "retry" and event.turn == self.turn:
+            self.current = ""
+            self._fresh.append("model: (the call is retried: its text so far is replaced)")
+
+    def fresh(self) -> list[str]:
+        """What came since the last call, a line each (a log prints them as they come)."""
+        fresh, self._fresh = self._fresh, []
+        return fresh
+
+
 def status_lines(
     run_id: str,
     view: RunStatusView,
     *,
     recent_calls: int | None = None,
     now: datetime | None = None,
+    text: str = "",
 ) -> list[Line]:
     """Turn and phase, usage against limits, the calls (the last `recent_calls` of them if
     given), and what waits on a human with the command that answers it; given `now`, how
     long it has waited and how long the wait has left. Each section is its own list, so a
-    section (the model's streamed text, say) goes in by adding one."""
+    section goes in by adding one. `text`: the end of the model's text being written."""
     sections = [
         [_phase_line(view)],
+        _text_lines(text),
         _usage_lines(view.usage, view.limits_left, paused=view.phase in PAUSED_PHASES),
         _call_lines(view.calls, recent_calls),
         _wait_lines(view, now),
@@ -124,8 +157,11 @@ def format_result(result: AgentRunResult) -> str:
     return "\n".join(lines)
 
 
+Show = Callable[[RunStatusView, StreamedText], None]
+
+
 @contextmanager
-def progress_display(run_id: str, stream: TextIO) -> Iterator[Callable[[RunStatusView], None]]:
+def progress_display(run_id: str, stream: TextIO) -> Iterator[Show]:
     """A function showing each new status view of `run_id` on `stream`: a live panel on a
     terminal, changed lines otherwise."""
     console = Console(file=stream)
@@ -146,9 +182,14 @@ class LivePanel:
         self._live = live
         self._printed: set[str] = set()
 
-    def show(self, view: RunStatusView) -> None:
+    def show(self, view: RunStatusView, streamed: StreamedText | None = None) -> None:
+        streamed = streamed or StreamedText()
         lines = status_lines(
-            self._run_id, view, recent_calls=LIVE_RECENT_CALLS, now=datetime.now(UTC)
+            self._run_id,
+            view,
+            recent_calls=LIVE_RECENT_CALLS,
+            now=datetime.now(UTC),
+            text=streamed.current if view.turn == streamed.turn else "",
         )
         for line in lines:
             if line.actionable and line.text not in self._printed:
@@ -180,12 +221,22 @@ class ProgressLog:
         self._stream = stream
         self._printed: dict[str, str] = {}
 
-    def show(self, view: RunStatusView) -> None:
+    def show(self, view: RunStatusView, streamed: StreamedText | None = None) -> None:
+        for text in streamed.fresh() if streamed else []:
+            print(text, file=self._stream, flush=True)
         for line in status_lines(self._run_id, view):
             if line.ticking or self._printed.get(line.key) == line.text:
                 continue
             self._printed[line.key] = line.text
             print(line.text, file=self._stream, flush=True)
+
+
+def _text_lines(text: str) -> list[Line]:
+    """The end of the model's text being written, its last few lines (shown live only)."""
+    if not text.strip():
+        return []
+    tail = text[-LIVE_TEXT_CHARS:].splitlines()[-LIVE_TEXT_LINES:]
+    return [Line(f"text:{n}", f"  > {line}", "cyan", ticking=True) for n, line in enumerate(tail)]
 
 
 def _phase_line(view: RunStatusView) -> Line:

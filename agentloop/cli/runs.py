@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -25,6 +26,7 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
 )
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -42,11 +44,11 @@ from agentloop.cli.output import (
     StartedRun,
     print_json,
 )
-from agentloop.cli.progress import format_snapshot, progress_display
+from agentloop.cli.progress import StreamedText, format_snapshot, progress_display
 from agentloop.cli.stats import show_stats
 from agentloop.cli.transcript import format_transcript, open_transcript_store, read_transcript
 from agentloop.cli.watching import watch_run
-from agentloop.client import start_run
+from agentloop.client import start_run, watch
 from agentloop.contract import (
     AgentRunInput,
     AgentRunResult,
@@ -223,7 +225,8 @@ async def run(
     print(f"started {workflow_id}\n  {started.url}", file=for_people(args), flush=True)
     if not args.follow:
         return ExitCode.OK
-    return report_snapshot(await follow(handle, for_people(args)), as_json=args.json)
+    following = await follow(client, handle, for_people(args))
+    return report_snapshot(following, as_json=args.json)
 
 
 async def continue_run(client: Client, settings: Settings, args: argparse.Namespace) -> int:
@@ -250,17 +253,21 @@ async def continue_run(client: Client, settings: Settings, args: argparse.Namesp
     return await run(client, settings, args, run_input)
 
 
-async def follow(handle: Handle, stream: TextIO) -> RunSnapshot:
-    """Show the run's progress on `stream` until it ends; its end, or where it was when
-    Ctrl-C stopped following (the run itself goes on)."""
+async def follow(client: Client, handle: Handle, stream: TextIO) -> RunSnapshot:
+    """Show the run's progress on `stream` until it ends, with the model's text as the run's
+    stream brings it; its end, or where it was when Ctrl-C stopped following (the run itself
+    goes on)."""
     result = asyncio.ensure_future(handle.result())
     interrupted = asyncio.Event()
+    streamed = StreamedText()
+    reading = asyncio.ensure_future(read_stream(client, handle.id, streamed))
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, interrupted.set)
     try:
-        view = await watch(handle, result, interrupted, stream)
+        view = await poll_progress(handle, result, interrupted, stream, streamed)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
+        reading.cancel()
     if result.done():
         return await ended_snapshot(handle.id, await execution_status(handle), result)
     result.cancel()
@@ -271,11 +278,20 @@ async def follow(handle: Handle, stream: TextIO) -> RunSnapshot:
     return snapshot_of_view(handle.id, view) if view else await read_snapshot(handle)
 
 
-async def watch(
+async def read_stream(client: Client, workflow_id: str, streamed: StreamedText) -> None:
+    """The run's stream into `streamed`, for as long as following goes on. The stream is
+    display: a run that publishes none (or a server that cannot serve it) shows no text."""
+    with contextlib.suppress(RPCError, WorkflowUpdateFailedError):
+        async for event in watch(client, workflow_id):
+            streamed.take(event)
+
+
+async def poll_progress(
     handle: Handle,
     result: asyncio.Future[AgentRunResult],
     interrupted: asyncio.Event,
     stream: TextIO,
+    streamed: StreamedText,
 ) -> RunStatusView | None:
     """Poll the `status` query into the progress display until the result is ready or
     following is interrupted; the last view seen."""
@@ -289,7 +305,7 @@ async def watch(
             except (RPCError, WorkflowQueryFailedError):
                 pass  # not answerable right now (no worker polling yet): the next poll asks again
             else:
-                show(view)
+                show(view, streamed)
             await asyncio.wait(
                 either, timeout=FOLLOW_POLL_SECONDS, return_when=asyncio.FIRST_COMPLETED
             )
