@@ -34,6 +34,7 @@ from bench import (
     paused,
     replay,
     stores,
+    streaming,
     thousand_turns,
     throughput,
     turns,
@@ -74,6 +75,9 @@ class Plan:
     """Sections 9 and 10: concurrent 5-turn runs per store setup, and under the profiler."""
     mcp_calls: int = 50
     """Section 11: sequential MCP reads per workflow, through each client."""
+    stream_turns: int = 20
+    stream_runs: int = 50
+    """Section 13: turns of the streamed runs, and concurrent watched runs."""
 
 
 def plan(args: argparse.Namespace) -> Plan:
@@ -100,6 +104,8 @@ def plan(args: argparse.Namespace) -> Plan:
             paused_cached=10,
             store_runs=5,
             mcp_calls=10,
+            stream_turns=5,
+            stream_runs=5,
         )
     return Plan(
         False,
@@ -194,6 +200,9 @@ async def measure(p: Plan) -> tuple[list[Section], int]:
             store_sections = await stores.measure(client, settings, provider, work, p.store_runs)
             mcp_section = await mcp_clients.measure(client, settings, provider, work, p.mcp_calls)
             counter_section = await counted.measure(client, settings, provider)
+            streaming_section = await streaming.measure(
+                client, settings, provider, p.stream_turns, p.stream_runs
+            )
             long = await replay.record_long(client, settings, provider, p.replay_turns)
             requests = await adapters.record_requests(client, settings, provider, p.adapter_turns)
         # Timed with the stack stopped: no worker, server or provider competes for the CPU.
@@ -208,6 +217,7 @@ async def measure(p: Plan) -> tuple[list[Section], int]:
             done(section)
         done(mcp_section)
         done(counter_section)
+        done(streaming_section)
     return sections, one.failures
 
 

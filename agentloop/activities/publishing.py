@@ -27,7 +27,12 @@ logger = logging.getLogger(__name__)
 
 class TextPublisher:
     """Collects the text `on_text` is given and publishes it in batches while the call runs.
-    `enabled=False` makes every method a no-op (a run that publishes nothing)."""
+    `enabled=False` makes every method a no-op (a run that publishes nothing).
+
+    The stream client's own background flusher is not used: it is stopped by cancelling a
+    task waiting in `asyncio.wait_for`, which before Python 3.12 can swallow the cancel when
+    a flush was asked at that moment, and the call would then wait out `GIVE_UP_SECONDS`.
+    A ticker of ours sends each batch (`flush`), and the rest goes when the call ends."""
 
     def __init__(self, turn: int, *, enabled: bool) -> None:
         self._turn = turn
@@ -44,18 +49,15 @@ class TextPublisher:
             return self
         try:
             self._client = WorkflowStreamClient.from_within_activity(
-                batch_interval=timedelta(seconds=TEXT_BATCH_SECONDS),
-                max_retry_duration=timedelta(seconds=GIVE_UP_SECONDS),
+                max_retry_duration=timedelta(seconds=GIVE_UP_SECONDS)
             )
-            await self._client.__aenter__()
         except Exception as exc:  # no stream today: the call goes on unwatched
             logger.warning("model text not published: %s", exc)
-            self._client = None
             return self
         self._topic = self._client.topic(TOPIC)
         attempt = activity.info().attempt
         if attempt > 1:
-            self._send(RunEvent(kind="retry", turn=self._turn, at=_now(), attempt=attempt))
+            self._publish(RunEvent(kind="retry", turn=self._turn, at=_now(), attempt=attempt))
         self._ticker = asyncio.create_task(self._tick())
         return self
 
@@ -66,7 +68,7 @@ class TextPublisher:
         self._pending.append(text)
         self._pending_chars += len(text)
         if self._pending_chars >= TEXT_BATCH_CHARS:
-            self._flush_text()
+            self._batch_text()
 
     def whole(self, text: str) -> None:
         """The call's final text: published as one item when nothing streamed (a call made
@@ -80,33 +82,43 @@ class TextPublisher:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._client is None:
-            return
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
-        self._flush_text()
-        try:
-            await asyncio.wait_for(self._client.__aexit__(None, None, None), GIVE_UP_SECONDS)
-        except Exception as problem:  # the run ended, or Temporal is away: display only
-            logger.warning("model text not published: %s", problem)
+        self._batch_text()
+        await self._send(GIVE_UP_SECONDS)
 
     async def _tick(self) -> None:
-        while True:
+        while self._topic is not None:
             await asyncio.sleep(TEXT_BATCH_SECONDS)
-            self._flush_text()
+            self._batch_text()
+            await self._send(None)
 
-    def _flush_text(self) -> None:
+    async def _send(self, timeout: float | None) -> None:
+        """What is batched, to the run (display only: a failure stops publishing, never the
+        model call)."""
+        if self._client is None or self._topic is None:
+            return
+        try:
+            if timeout is None:  # the ticker's: no `wait_for`, whose cancel could be lost
+                await self._client.flush()
+            else:
+                await asyncio.wait_for(self._client.flush(), timeout)
+        except Exception as problem:  # the run ended, or Temporal is away
+            logger.warning("model text not published: %s", problem)
+            self._topic = None
+
+    def _batch_text(self) -> None:
         if not self._pending:
             return
         delta, self._pending, self._pending_chars = "".join(self._pending), [], 0
-        self._send(RunEvent(kind="text", turn=self._turn, at=_now(), delta=delta))
+        self._publish(RunEvent(kind="text", turn=self._turn, at=_now(), delta=delta))
 
-    def _send(self, event: RunEvent) -> None:
-        assert self._topic is not None
-        self._topic.publish(event.published(), force_flush=True)
-        self._published_any = True
+    def _publish(self, event: RunEvent) -> None:
+        if self._topic is not None:
+            self._topic.publish(event.published())
+            self._published_any = True
 
 
 def _now() -> datetime:

@@ -80,6 +80,8 @@ class ScriptedProvider:
         self._root: URL | None = None
         self.streaming = 0
         """Streamed answers being sent right now."""
+        self.frame_sent: Callable[[bytes], None] | None = None
+        """Called with each streamed frame as it is written (a benchmark times delivery)."""
 
     # --- in-process API ---------------------------------------------------------------
 
@@ -181,7 +183,7 @@ class ScriptedProvider:
                 return web.json_response(protocol.render_body(answer), headers=headers)
             self.streaming += 1
             try:
-                return await _send_stream(request, protocol, answer, headers)
+                return await _send_stream(request, protocol, answer, headers, self.frame_sent)
             finally:
                 self.streaming -= 1
 
@@ -252,7 +254,11 @@ def _parse_json(text: str) -> Any:
 
 
 async def _send_stream(
-    request: web.Request, protocol: WireProtocol, reply: Reply, headers: dict[str, str]
+    request: web.Request,
+    protocol: WireProtocol,
+    reply: Reply,
+    headers: dict[str, str],
+    frame_sent: Callable[[bytes], None] | None = None,
 ) -> web.StreamResponse:
     stream = protocol.render_stream(reply)
     response = web.StreamResponse(
@@ -267,6 +273,8 @@ async def _send_stream(
         if pause and n:
             await asyncio.sleep(pause)
         await response.write(frame)
+        if frame_sent is not None:
+            frame_sent(frame)
     await response.write_eof()
     return response
 
