@@ -118,6 +118,16 @@ SECTIONS = {
         ],
     ),
     12: ("Token counter asks", ["asks, generous cap", "asks, tight cap"]),
+    13: (
+        "Streaming on against off",
+        [
+            "wall ms per turn, on, one subscriber",
+            "CPU ms per turn (worker, model, subscriber), on, one subscriber",
+            "history bytes per run, on, one subscriber",
+            "delivery p50 ms",
+            "failed workflow tasks",
+        ],
+    ),
 }
 NUMBER = re.compile(r"\d")
 
@@ -195,5 +205,6 @@ def test_the_short_benchmark_prints_every_figure(request: pytest.FixtureRequest)
         "worker_cost",
         "mcp_clients",
         "token_counter",
+        "streaming",
     ]
     assert all(section["figures"] for section in document["sections"])
