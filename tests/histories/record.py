@@ -530,6 +530,10 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
                 "principal": {"subject": "agent-7", "scopes": ["tickets:read", "tickets:write"]},
             },
         ),
+        # Recorded with `run-stream` in `features-2026-12j`: the travel case with its stream
+        # on (the model activity's publish signals are in the history; the workflow's own
+        # items issue no command).
+        "run_stream": ([], {"model": "travel"}),
         # A team's activity (tests/team_plugin/plain_worker.py) served on its own queue while
         # the scenario runs (`TEAM_QUEUE`).
         "activity_tool": (
