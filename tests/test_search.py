@@ -438,8 +438,8 @@ async def test_stats_and_list_on_a_value_with_a_quote_or_backslash_refuse_it_cle
         for argv, field in (
             (["stats", value], "family"),
             (["list", "--tenant", value], "tenant"),
-            (["run", "Hi", "--tenant", value], "principal.tenant"),
-            (["run", "Hi", "--family", value], "task_family"),
+            (["run", "Hi", "--model", "travel", "--tenant", value], "principal.tenant"),
+            (["run", "Hi", "--model", "travel", "--family", value], "task_family"),
         ):
             finished = await agentloop(*argv, env=env, cwd=tmp_path)
             assert finished.returncode == 2, finished.explain()
