@@ -1,7 +1,8 @@
 """The public contract of the `AgentRun` workflow: input, result, signals, status.
 
-Other programs drive agentloop through these shapes (DESIGN.md §3), so fields are only ever
-added, with defaults. Pure pydantic: imported by the workflow, the CLI and callers alike.
+Other programs drive agentloop through these shapes (docs/concepts/design.md §3), so fields
+are only ever added, with defaults. Pure pydantic: imported by the workflow, the CLI and
+callers alike.
 """
 
 from __future__ import annotations

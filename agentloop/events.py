@@ -29,7 +29,7 @@ ErrorClass = Literal[
     "protocol",
     "internal",
 ]
-"""Error classes of DESIGN.md / seed 001; each has its own recovery."""
+"""Error classes of docs/concepts/design.md / seed 001; each has its own recovery."""
 
 
 class _Frozen(BaseModel):

@@ -179,7 +179,8 @@ async def measure(
         "streamed call of it through the official client, per transport",
         baseline=(
             "build_request: the official client's own walk of the same request body (what "
-            "DESIGN.md §6 found at 46% of worker CPU), timed here offline, best of 5; "
+            "docs/concepts/design.md §6 found at 46% of worker CPU), timed here offline, "
+            "best of 5; "
             "streamed call: the client over its default transport (httpx), this process's "
             f"CPU, median of {REPEATS} x {calls} calls, the scripted provider in its own process"
         ),

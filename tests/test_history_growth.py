@@ -1,5 +1,5 @@
 """History stays linear in the number of turns: the transcript travels by reference
-(DESIGN.md §2), so a late turn adds no more history than an early one."""
+(docs/concepts/design.md §2), so a late turn adds no more history than an early one."""
 
 from __future__ import annotations
 

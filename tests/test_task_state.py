@@ -1,6 +1,6 @@
-"""Task state apart from the transcript (issue #19 item 1; seed 003, DESIGN.md §3): the
-support tools set it with their results (`agentloop.WithState`), the run merges it, shows it
-in `status`, the result and the report, hands it to the verifier, and watches it for
+"""Task state apart from the transcript (issue #19 item 1; seed 003, docs/concepts/design.md
+§3): the support tools set it with their results (`agentloop.WithState`), the run merges it,
+shows it in `status`, the result and the report, hands it to the verifier, and watches it for
 progress (seed 001: an unchanging state, a plan that flips)."""
 
 from __future__ import annotations

@@ -45,8 +45,8 @@ async def complete_openai(
 
     The body goes out as built (`client.post`), not through `create(**body)`: the resource
     method walks the whole conversation to transform it on every call (7 ms for Chat, 28 ms
-    for Responses at 20 turns, DESIGN.md §6), and `build_request` already wrote it on the
-    wire's terms."""
+    for Responses at 20 turns, docs/concepts/design.md §6), and `build_request` already wrote
+    it on the wire's terms."""
     with map_sdk_errors(OPENAI_ERRORS):
         if not body["stream"]:
             response = await client.post(

@@ -1,9 +1,9 @@
 """Client-side: a run's conversation as the store holds it, for `agentloop transcript`.
 
-The workflow keeps only the head of the transcript chain (DESIGN.md §2); every event lives in
-the store as a content-addressed node `{event, parent}`. Walking back from the head gives the
-whole conversation once, oldest first, including the runs this one continues: a run started
-with `continue_from` begins its chain at the previous run's head.
+The workflow keeps only the head of the transcript chain (docs/concepts/design.md §2); every
+event lives in the store as a content-addressed node `{event, parent}`. Walking back from the
+head gives the whole conversation once, oldest first, including the runs this one continues:
+a run started with `continue_from` begins its chain at the previous run's head.
 """
 
 from __future__ import annotations

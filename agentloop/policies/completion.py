@@ -1,4 +1,4 @@
-"""Completion rules: a final answer is only a candidate (DESIGN.md §3, step 3).
+"""Completion rules: a final answer is only a candidate (docs/concepts/design.md §3, step 3).
 
 Pure, run inside the workflow: with `output_schema` the answer must be JSON satisfying it.
 """

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 FAST_DEV_SERVER = ["--dynamic-config-value", "history.transferProcessorMaxPollRPS=10000"]
-"""Without it the dev server waits up to 50 ms at every hop (DESIGN.md §6)."""
+"""Without it the dev server waits up to 50 ms at every hop (docs/concepts/design.md §6)."""
 
 
 class DevStackError(Exception):

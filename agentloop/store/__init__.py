@@ -1,4 +1,5 @@
-"""Content-addressed transcript and artifact store (DESIGN.md §2, "How the transcript travels").
+"""Content-addressed transcript and artifact store (docs/concepts/design.md §2, "How the
+transcript travels").
 
 `open_store(url, keys)` picks the backend: SQLite (embedded default, one worker machine) or
 PostgreSQL (several workers). Both implement `Store` and pass the same contract tests. Above

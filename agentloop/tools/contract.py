@@ -2,8 +2,8 @@
 precondition and outcome lookup only activities ever call, what they are told about the call
 (`ToolContext`), and the errors they raise to say what happened.
 
-Each error class has its recovery (DESIGN.md §3): `InvalidArguments` goes back to the model to
-fix its call; `BusinessRefusal` is the system of record saying no (told to the model);
+Each error class has its recovery (docs/concepts/design.md §3): `InvalidArguments` goes back to
+the model to fix its call; `BusinessRefusal` is the system of record saying no (told to the model);
 `PermissionDenied` is an object-level refusal (this ticket is another tenant's); a
 `TransientError` read is retried by Temporal; a write that raised anything but a refusal is
 never sent again blindly: its outcome is looked up by its key first (`OutcomeUnknown` says so

@@ -1,4 +1,5 @@
-"""`decide(state, now) -> NextStep`: DESIGN.md §3 "The loop, one turn", as a state table.
+"""`decide(state, now) -> NextStep`: docs/concepts/design.md §3 "The loop, one turn", as a
+state table (docs/concepts/loop.md shows it as one).
 
 Pure and without Temporal, so every rule is unit-tested without a server; the workflow shell
 only carries out what is decided here. Guards first (a failure, a limit, a stall, too many

@@ -1,5 +1,5 @@
 """A model output's tool calls become a batch: validation, authorization, budget reservation
-and approvals, before anything runs (DESIGN.md §3, steps 5 and 6).
+and approvals, before anything runs (docs/concepts/design.md §3, steps 5 and 6).
 
 `plan_batch` answers with a typed outcome: the planned batch (with the runner's decision on
 each call), a protocol violation that ends the run, or a budget the batch does not fit.

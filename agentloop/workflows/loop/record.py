@@ -386,7 +386,8 @@ def record_tool_results(
             raise ValueError(f"result for {result.call_id!r} does not answer an open call")
         _count_attempts(state, result.call_id, outcome)
         if result.status == "unknown":
-            # Never retried blindly: the system of record is asked first (DESIGN.md §3 step 7).
+            # Never retried blindly: the system of record is asked first
+            # (docs/concepts/design.md §3 step 7).
             state.calls[result.call_id].status = "unknown"
             state.calls[result.call_id].result_summary = result.content[:SUMMARY_CHARS]
             batch.unknown.append(result.call_id)

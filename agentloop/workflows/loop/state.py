@@ -1,4 +1,5 @@
-"""Run state (DESIGN.md §1): everything the runner decides from, nothing the model reads.
+"""Run state (docs/concepts/design.md §1): everything the runner decides from, nothing the
+model reads.
 
 `LoopState` is what the workflow keeps and hands over on continue-as-new; `Batch` is one model
 output's tool calls on their way from validation to the last result. Fields are only ever
@@ -522,7 +523,8 @@ class Batch(BaseModel):
 
 
 class LoopState(BaseModel):
-    """Run state (DESIGN.md §1): everything the runner decides from, nothing the model reads."""
+    """Run state (docs/concepts/design.md §1): everything the runner decides from, nothing the
+    model reads."""
 
     run_input: AgentRunInput
     """As the run was started; in a run continued as new (feature `texts-by-reference`), its
