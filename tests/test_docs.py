@@ -13,6 +13,7 @@ import argparse
 import ast
 import functools
 import importlib
+import importlib.util
 import os
 import re
 import subprocess
@@ -24,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from agentloop.cli.parser import build_parser
-from agentloop.runtime.config import CONFIG_FILE_VARIABLE, VARIABLES
+from agentloop.runtime.config import CONFIG_FILE_VARIABLE, VARIABLES, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 DESIGN_CARD = ROOT / "docs" / "concepts" / "design.md"
@@ -153,6 +154,15 @@ def test_the_site_builds_strict_with_its_generated_pages(tmp_path: Path) -> None
     api = (site / "reference" / "api" / "index.html").read_text()
     assert 'id="agentloop.client.start_run"' in api
     assert 'id="agentloop.tools.decorator.tool"' in api
+
+
+def test_every_setting_is_described_for_the_configuration_page() -> None:
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs/hooks/generated.py")
+    assert spec is not None and spec.loader is not None
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    described = hooks.field_docstrings(Settings)
+    assert [field for field in Settings.model_fields if not described.get(field)] == []
 
 
 @pytest.mark.parametrize("path", DOCUMENTS, ids=document_id)

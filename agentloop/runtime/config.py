@@ -104,22 +104,35 @@ class ProviderEndpoints:
 
 class Settings(BaseModel):
     temporal_address: str = "localhost:7233"
+    """`host:port` of the Temporal frontend."""
     temporal_namespace: str = "default"
+    """The Temporal namespace runs live in."""
     temporal_api_key: str | None = Field(default=None, repr=False)
     """Sent as the API key of every Temporal call (Temporal Cloud); TLS is on with it."""
     temporal_tls_cert: str | None = None
     """PEM client certificate (mTLS); with `temporal_tls_key`."""
     temporal_tls_key: str | None = None
+    """PEM private key of `temporal_tls_cert`: both or neither."""
     temporal_tls_ca: str | None = None
     """PEM CA bundle the server's certificate is checked against (default: the system's)."""
     task_queue: str = DEFAULT_TASK_QUEUE
+    """The task queue of AgentRun and its activities (model calls, tools)."""
     store_url: str = DEFAULT_STORE_URL
+    """The transcript and artifact store: `sqlite:///PATH`, a file path, or
+    `postgresql://USER:PASSWORD@HOST:PORT/DB` (several workers share one)."""
     example_service_url: str = DEFAULT_EXAMPLE_SERVICE_URL
+    """The example service the example tools (`agentloop.demo.tools`) call."""
     openai_api_key: str | None = Field(default=None, repr=False)
+    """The official `openai` client's API key."""
     openai_base_url: str | None = None
+    """Where the `openai` client sends requests (the client's own variable; tests point it at
+    the scripted provider)."""
     anthropic_api_key: str | None = Field(default=None, repr=False)
+    """The official `anthropic` client's API key."""
     anthropic_base_url: str | None = None
+    """Where the `anthropic` client sends requests (the client's own variable)."""
     ui_url: str = "http://localhost:8233"
+    """The Temporal UI, for the run links the CLI prints."""
     pricing_file: str | None = None
     """JSON `{"model-prefix": [input, output]}` in USD per million tokens, over the defaults."""
     tool_http_timeout_seconds: float = 30.0
@@ -148,6 +161,8 @@ class Settings(BaseModel):
     """OpenTelemetry tracing of runs through Temporal's TracingInterceptor
     (`agentloop.runtime.tracing`)."""
     workflow_sandbox: SandboxMode = "off"
+    """`on`: workers (and `agentloop replay`) run AgentRun in Temporal's workflow sandbox;
+    `off`: outside it, the workflow's imports checked by tests instead."""
     log_level: str = "INFO"
     """The level of the log lines `agentloop worker` and `agentloop dev` write (DEBUG, INFO,
     WARNING, ERROR, CRITICAL); audit records are written whatever it says."""
