@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint unit dev bench fuzz constraints clean
+.PHONY: demo test lint unit dev bench fuzz docs constraints clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ fuzz: $(VENV)/.installed-dev
 
 unit: $(VENV)/.installed-dev
 	$(VENV)/bin/pytest -m "not integration"
+
+# The documentation site from docs/ into site/ (`.venv/bin/mkdocs serve` to read it locally).
+docs: $(VENV)/.installed-dev
+	$(VENV)/bin/mkdocs build --strict
 
 # A fresh venv takes the newest versions pyproject.toml's ranges allow; its freeze is the new pin.
 constraints:

@@ -210,6 +210,18 @@ def test_snippets_compile_and_their_agentloop_imports_import(path: Path) -> None
         tomllib.loads(block)
 
 
+READMES = [p for p in (ROOT / "README.md", ROOT / "docs" / "README.short.md") if p.exists()]
+"""The short README becomes README.md once the long one's sections live in docs/."""
+
+
+@pytest.mark.parametrize("path", READMES, ids=document_id)
+def test_readme_links_name_files_that_exist(path: Path) -> None:
+    """The README's links are paths from the repository's root (the short README, outside the
+    site's build, becomes README.md there)."""
+    links = re.findall(r"\]\(([^)#\s]+)", path.read_text())
+    assert [link for link in links if "://" not in link and not (ROOT / link).exists()] == []
+
+
 def test_the_checks_catch_what_does_not_exist() -> None:
     assert command_problems("`agentloop launch RUN`") == ["`agentloop launch`: no such command"]
     assert command_problems("```sh\nagentloop run TASK \\\n    --tool x --wait\n```\n") == [
