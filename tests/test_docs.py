@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from agentloop.cli.parser import build_parser
+from agentloop.runtime import config
 from agentloop.runtime.config import CONFIG_FILE_VARIABLE, VARIABLES, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,6 +116,10 @@ def known_keys() -> frozenset[str]:
     """The settings' variables, and the other variables code here reads (the compose file's,
     the CLI's `AGENTLOOP_APPROVER_KEY`, the test and bench knobs)."""
     keys = {variable.name for variable in VARIABLES.values()} | {CONFIG_FILE_VARIABLE}
+    # Where settings may be given as files (`NAME_FILE=PATH`), each variable has that form too.
+    file_suffix = getattr(config, "FILE_SUFFIX", None)
+    if file_suffix:
+        keys |= {variable.name + file_suffix for variable in VARIABLES.values()}
     sources = [*ROOT.joinpath("agentloop").rglob("*.py"), *ROOT.joinpath("bench").rglob("*.py")]
     sources += [*ROOT.joinpath("tests").rglob("*.py"), *ROOT.joinpath("examples").rglob("*.py")]
     sources += [ROOT / "docker-compose.yml", ROOT / "Dockerfile", ROOT / "Makefile"]
