@@ -1,4 +1,5 @@
-"""What a run publishes while it works (DESIGN.md §8): the items of its Workflow Stream.
+"""What a run publishes while it works (docs/concepts/design.md §8): the items of its Workflow
+Stream.
 
 One topic, `TOPIC`; each item one `RunEvent` as a JSON object with `kind`, `turn` and `at`, and
 `offset` once read back (the item's place in the stream, contiguous across continue-as-new).

@@ -1,5 +1,5 @@
-"""What a run's watchers are told (DESIGN.md §8): the stream items the workflow publishes,
-read off the run state after each step, each change once.
+"""What a run's watchers are told (docs/concepts/design.md §8): the stream items the workflow
+publishes, read off the run state after each step, each change once.
 
 Pure: the shell hands in the state, the step `decide` chose and the time, and publishes what
 comes back. Nothing here decides anything; the stream is display.
