@@ -328,13 +328,15 @@ async def test_dev_takes_provider_keys_and_the_log_level_from_the_config_file(
     assert "from-the-file" not in dev.output
 
 
-README = Path(__file__).parent.parent / "README.md"
+ROOT = Path(__file__).parent.parent
+GETTING_STARTED = ROOT / "docs" / "getting-started.md"
 
 
-def readme_quickstart() -> tuple[str, list[list[str]]]:
-    """The README's "Your own tools" quickstart: `my_tools.py`, and its shell commands, each
-    as its words (continuation lines joined, comments dropped)."""
-    section = README.read_text(encoding="utf-8").split("\n## Your own tools\n", 1)[1]
+def first_tool() -> tuple[str, list[list[str]]]:
+    """Getting started's "The first tool of your own": `my_tools.py`, and its shell commands,
+    each as its words (continuation lines joined, comments dropped)."""
+    text = GETTING_STARTED.read_text(encoding="utf-8")
+    section = text.split("\n## The first tool of your own\n", 1)[1]
     section = section.split("\n## ", 1)[0]
     module = re.search(r"```python\n# my_tools.py\n(.*?)```", section, re.DOTALL)
     shell = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
@@ -355,10 +357,11 @@ def split_env(words: list[str]) -> tuple[dict[str, str], list[str]]:
     return env, words
 
 
-async def test_the_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
-    """`my_tools.py` and the commands of "Your own tools", as the README has them: only the
-    ports are free ones instead of the defaults, `python`/`agentloop` this environment's."""
-    module, commands = readme_quickstart()
+async def test_the_first_tool_of_getting_started_runs_as_written(tmp_path: Path) -> None:
+    """`my_tools.py` and the commands of "The first tool of your own", as the getting-started
+    page has them: only the ports are free ones instead of the defaults, `python`/`agentloop`
+    this environment's."""
+    module, commands = first_tool()
     assert len(commands) == 3, commands
     (service_env, service), (dev_env, dev_words), (run_env, run_words) = map(split_env, commands)
     assert service[0] == "python" and dev_words[:2] == ["agentloop", "dev"], commands
@@ -377,7 +380,7 @@ async def test_the_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
         "--port",
         str(orders_port),
         env={**process_env(), **service_env},
-        cwd=README.parent,
+        cwd=ROOT,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
@@ -405,10 +408,11 @@ async def test_the_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
     )
 
 
-def readme_walkthrough() -> tuple[str, str, list[list[str]]]:
-    """The README's "A write, its approval, its script": `my_tools.py`'s continuation, the
+def write_walkthrough() -> tuple[str, str, list[list[str]]]:
+    """Getting started's "A write, its approval, its script": `my_tools.py`'s continuation, the
     script file, and the shell commands (each as its words)."""
-    section = README.read_text(encoding="utf-8").split("\n**A write, its approval", 1)[1]
+    text = GETTING_STARTED.read_text(encoding="utf-8")
+    section = text.split("\n## A write, its approval, its script\n", 1)[1]
     module = re.search(r"```python\n# my_tools.py, continued\n(.*?)```", section, re.DOTALL)
     script = re.search(r"In `scripts/refund-a17.toml`:\n\n```toml\n(.*?)```", section, re.DOTALL)
     shell = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
@@ -424,15 +428,15 @@ def exported(output: str) -> dict[str, str]:
     return dict(word.split("=", 1) for word in shlex.split(line)[1:])
 
 
-async def test_the_readme_write_walkthrough_runs_as_written_from_a_second_shell(
+async def test_the_write_walkthrough_of_getting_started_runs_as_written_from_a_second_shell(
     tmp_path: Path,
 ) -> None:
     """The quickstart's `my_tools.py` with the walkthrough's refund, its script file in
     `scripts/`, and its commands as written, in a second process that knows the stack only
     from the `export` line `agentloop dev` printed: the run waits for finance, is approved,
     completes, and the service made exactly one refund."""
-    quickstart, _ = readme_quickstart()
-    module, script, commands = readme_walkthrough()
+    quickstart, _ = first_tool()
+    module, script, commands = write_walkthrough()
     (dev_env, dev_words), *client_commands = map(split_env, commands)
     assert [words[:2] for _, words in [(dev_env, dev_words), *client_commands]] == [
         ["agentloop", "dev"],
@@ -454,7 +458,7 @@ async def test_the_readme_write_walkthrough_runs_as_written_from_a_second_shell(
         "--port",
         str(orders_port),
         env=process_env(),
-        cwd=README.parent,
+        cwd=ROOT,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,

@@ -86,11 +86,12 @@ def test_help_lists_every_exit_code_with_the_statuses_it_covers(
         assert word in codes, word
 
 
-# --- the README's promises --------------------------------------------------------------------
+# --- the documentation's promises -------------------------------------------------------------
 
-README = Path(__file__).parent.parent / "README.md"
+ROOT = Path(__file__).parent.parent
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 RUNS_UNTIL_STOPPED = frozenset({"dev", "worker", "codec-server", "inbox"})
-"""The commands the README leaves out of "every command that prints a result takes --json"."""
+"""The commands the CLI page leaves out of "every command that prints a result takes --json"."""
 
 
 def leaf_commands(
@@ -106,10 +107,10 @@ def leaf_commands(
 
 
 def test_every_command_that_prints_a_result_takes_json() -> None:
-    readme = " ".join(README.read_text(encoding="utf-8").split())
+    page = " ".join((ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8").split())
     assert (
         "Every command that prints a result (all but `dev`, `worker`, `codec-server` and"
-        " `inbox`" in readme
+        " `inbox`" in page
     )
     commands = dict(leaf_commands(build_parser()))
     assert {path[0] for path in commands} >= RUNS_UNTIL_STOPPED | {"keys", "status"}
@@ -120,14 +121,17 @@ def test_every_command_that_prints_a_result_takes_json() -> None:
         assert "--json" in options, f"agentloop {' '.join(path)} takes no --json"
 
 
-def test_every_module_the_readme_names_exists() -> None:
-    root = README.parent
-    named = set(re.findall(r"`([\w./-]+/[\w-]+\.py)`", README.read_text(encoding="utf-8")))
+def test_every_module_the_docs_name_exists() -> None:
+    named = {
+        path
+        for document in DOCUMENTS
+        for path in re.findall(r"`([\w./-]+/[\w-]+\.py)`", document.read_text(encoding="utf-8"))
+    }
     assert "agentloop/runtime/codec.py" in named
     missing = [
         path
         for path in sorted(named)
-        if not (root / path).is_file() and not (root / "agentloop" / path).is_file()
+        if not (ROOT / path).is_file() and not (ROOT / "agentloop" / path).is_file()
     ]
     assert missing == []
 

@@ -215,16 +215,14 @@ def test_snippets_compile_and_their_agentloop_imports_import(path: Path) -> None
         tomllib.loads(block)
 
 
-READMES = [p for p in (ROOT / "README.md", ROOT / "docs" / "README.short.md") if p.exists()]
-"""The short README becomes README.md once the long one's sections live in docs/."""
-
-
-@pytest.mark.parametrize("path", READMES, ids=document_id)
-def test_readme_links_name_files_that_exist(path: Path) -> None:
-    """The README's links are paths from the repository's root (the short README, outside the
-    site's build, becomes README.md there)."""
-    links = re.findall(r"\]\(([^)#\s]+)", path.read_text())
+def test_readme_links_name_files_that_exist() -> None:
+    """The README's links are paths from the repository's root (it is outside the site's
+    build), and it links every guide."""
+    text = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(([^)#\s]+)", text)
     assert [link for link in links if "://" not in link and not (ROOT / link).exists()] == []
+    guides = {str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "guides").glob("*.md")}
+    assert sorted(guides - set(links)) == []
 
 
 def test_the_checks_catch_what_does_not_exist() -> None:

@@ -244,24 +244,25 @@ def test_the_testing_extra_holds_what_the_kit_needs_and_dev_installs_it_too() ->
     assert {"pytest>=9", "pytest-asyncio>=1.3"} <= set(extras["testing"]) <= set(extras["dev"])
 
 
-def readme_test() -> dict[str, str]:
-    """The README's "Your own tests": its pytest configuration and its test, and the
-    quickstart's `my_tools.py` that test runs."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    tools = readme.split("\n## Your own tools\n", 1)[1].split("\n## ", 1)[0]
-    tests = tools.split("**Your own tests.**", 1)[1]
+def documented_test() -> dict[str, str]:
+    """The testing guide's pytest configuration and its test, and getting started's
+    `my_tools.py` that test runs."""
+    docs = ROOT / "docs"
+    started = (docs / "getting-started.md").read_text(encoding="utf-8")
+    tools = started.split("\n## The first tool of your own\n", 1)[1].split("\n## ", 1)[0]
+    tests = (docs / "guides" / "testing.md").read_text(encoding="utf-8")
     blocks = {
         "my_tools.py": re.search(r"```python\n# my_tools.py\n(.*?)```", tools, re.DOTALL),
         "pyproject.toml": re.search(r"```toml\n(.*?)```", tests, re.DOTALL),
         "test_my_tools.py": re.search(r"```python\n(.*?)```", tests, re.DOTALL),
     }
     missing = [name for name, found in blocks.items() if found is None]
-    assert not missing, f"the README has no {missing}"
+    assert not missing, f"the docs have no {missing}"
     return {name: found.group(1) for name, found in blocks.items() if found}
 
 
-async def test_the_readmes_test_runs_as_written(tmp_path: Path) -> None:
-    """In a project of its own: the README's configuration, its test and `my_tools.py`
+async def test_the_documented_test_runs_as_written(tmp_path: Path) -> None:
+    """In a project of its own: the testing guide's configuration, its test and `my_tools.py`
     against the refunds service (on a free port instead of 8790)."""
     spec = importlib.util.spec_from_file_location(
         "readme_refunds_service", ROOT / "examples/refunds/refunds_service.py"
@@ -272,7 +273,7 @@ async def test_the_readmes_test_runs_as_written(tmp_path: Path) -> None:
     service = service_module.RefundsService()
     url = await service.start()
     try:
-        for name, text in readme_test().items():
+        for name, text in documented_test().items():
             (tmp_path / name).write_text(text.replace("http://127.0.0.1:8790", url))
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
         process = await asyncio.create_subprocess_exec(
