@@ -114,8 +114,8 @@ def container_env(service: Mapping[str, Any], host_env: Mapping[str, str]) -> di
 
 
 def one_time_step(project: Path) -> Path:
-    """The README's one-time step, in `project` (where the compose file would be): the codec
-    key and an approver's public line (from the real `agentloop keys new`) in ./secrets."""
+    """The deploying guide's one-time step, in `project` (where the compose file would be): the
+    codec key and an approver's public line (from the real `agentloop keys new`) in ./secrets."""
     secrets = project / "secrets"
     secrets.mkdir(mode=0o700)
     (secrets / "codec_keys").write_text(f"k1:{new_key()}\n")

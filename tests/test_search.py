@@ -216,7 +216,7 @@ async def test_a_run_started_without_search_attributes_is_found_in_its_phase_and
     run_id: str,
     tmp_path: Path,
 ) -> None:
-    """A plain `start_workflow`, as the README's Python example may: no search attributes.
+    """A plain `start_workflow`, as the getting-started page says one may: no search attributes.
     The worker finds them registered on the namespace and the run indexes itself as it
     starts, before its first model call, so `agentloop list` finds it waiting for approval,
     then finished; and not one workflow task failed for it."""

@@ -26,7 +26,8 @@ RunMode = Literal["development", "production"]
 encryption (`Settings.production_problems`); `agentloop dev` is always development."""
 SandboxMode = Literal["off", "on"]
 """`AGENTLOOP_WORKFLOW_SANDBOX`: whether workers (and `agentloop replay`) run AgentRun inside
-Temporal's workflow sandbox (see "Determinism" in the README for why it is off by default)."""
+Temporal's workflow sandbox (see "Changing workflow code safely" in docs/guides/upgrading.md for
+why it is off by default)."""
 OTEL_MODULES = ("opentelemetry.sdk.trace", "temporalio.contrib.opentelemetry")
 """What tracing imports: the `otel` extra."""
 
