@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
 
     from agentloop.activities.model import ModelActivities
     from agentloop.activity_io import CallModelInput, RunToolInput
-    from agentloop.adapters.base import ModelRequest, ProviderError
+    from agentloop.adapters.base import ModelRequest, ProviderError, TextSink
     from agentloop.digests import args_digest
     from agentloop.events import ModelOutput, ProviderRef, ToolCall, Usage, UserInput
     from agentloop.pricing import PriceTable
@@ -303,7 +303,7 @@ class CannedAdapters:
     def get(self, provider: str) -> CannedAdapters:
         return self
 
-    async def complete(self, request: ModelRequest) -> ModelOutput:
+    async def complete(self, request: ModelRequest, on_text: TextSink | None = None) -> ModelOutput:
         self.requests.append(request)
         if self.error is not None:
             raise self.error
