@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -26,7 +27,7 @@ from agentloop.contract import (
     AgentRunResult,
     Limits,
 )
-from agentloop.run_events import TOPIC, RunEvent
+from agentloop.run_events import TEXT_BATCH_SECONDS, TOPIC, RunEvent
 from agentloop.runtime import converter, tracing
 from agentloop.runtime.codec import EncryptionCodec, encrypting_data_converter
 from agentloop.runtime.config import Settings
@@ -209,7 +210,8 @@ async def watch(client: Client, workflow_id: str, from_offset: int = 0) -> Async
     """
     stream = WorkflowStreamClient.create(client, workflow_id)
     expected = from_offset
-    async for item in stream.subscribe([TOPIC], from_offset):
+    cooldown = timedelta(seconds=TEXT_BATCH_SECONDS)
+    async for item in stream.subscribe([TOPIC], from_offset, poll_cooldown=cooldown):
         try:
             event = RunEvent.model_validate({**item.data, "offset": item.offset})
         except (ValidationError, TypeError):

@@ -263,7 +263,13 @@ async def worker_parts(
     try:
         async with toolbox.opened(settings) as opened:
             prices = PriceTable.with_overrides(settings.pricing_file)
-            model = ModelActivities(store, adapters, prices, Redactor(settings_secrets(settings)))
+            model = ModelActivities(
+                store,
+                adapters,
+                prices,
+                Redactor(settings_secrets(settings)),
+                publish=settings.publish_events == "on",
+            )
             approver_keys = settings.approvers()
             notices = NoticeActivities(
                 settings.notice_webhooks(), settings.notify_secret or "", settings.inbox_url

@@ -18,6 +18,8 @@ from temporalio.client import Client
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 import agentloop
+from agentloop.cli.parser import build_parser
+from agentloop.cli.runs import build_run_input
 from agentloop.contract import AgentRunInput, ApprovalDecision, RunStatusView
 from agentloop.demo.scripted_provider import (
     Script,
@@ -27,6 +29,7 @@ from agentloop.demo.scripted_provider import (
 )
 from agentloop.run_events import MAX_RETAINED_ITEMS, TOPIC, RunEvent
 from agentloop.runtime.config import Settings
+from agentloop.worker import running_worker
 from tests.support import start_run, wait_for_status, worker_env, worker_process
 from tests.test_cli import agentloop as agentloop_cli
 from tests.test_cli import process_env
@@ -380,3 +383,27 @@ async def test_agentloop_watch_prints_the_text_as_it_streams_and_exits_with_the_
     assert as_json.returncode == 0, as_json.explain()
     assert [line["offset"] for line in lines] == list(range(len(lines)))
     assert lines[-1]["kind"] == "done"
+
+
+async def test_a_worker_configured_not_to_publish_sends_no_text_and_the_cli_starts_runs_quiet(
+    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """AGENTLOOP_PUBLISH_EVENTS=off: the worker's model calls publish no text (no signal in
+    the run's history), and `agentloop run` starts runs that publish nothing."""
+    quiet = worker_settings.model_copy(
+        update={"task_queue": f"quiet-{uuid.uuid4().hex[:8]}", "publish_events": "off"}
+    )
+    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text=ANSWER)]))
+    async with running_worker(client, quiet):
+        handle = await start_run(client, quiet, run_id, run_input(run_id, tools=[]))
+        result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    signals = [
+        e
+        async for e in handle.fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    ]
+    assert signals == []
+    args = build_parser().parse_args(["run", "Hi", "--model", "travel"])
+    assert build_run_input(args, quiet).publish_events is False
+    assert build_run_input(args, worker_settings).publish_events is True

@@ -72,10 +72,14 @@ class ModelActivities:
         adapters: AdapterFactory,
         prices: PriceTable | None = None,
         redactor: Redactor | None = None,
+        *,
+        publish: bool = True,
     ) -> None:
         self._redactor = redactor or Redactor()
         """Masks credentials in what a failure says: a provider's error may echo the key,
         and the message reaches the run's stop reason, its report and history."""
+        self._publish = publish
+        """Whether this worker's model calls publish their text (`AGENTLOOP_PUBLISH_EVENTS`)."""
         self._store = store
         self._transcripts = TranscriptCache()
         self._specs = ToolSpecCache()
@@ -188,7 +192,9 @@ class ModelActivities:
                 )
             settings = self._reserved(request, bound)
             model_request = model_request.model_copy(update={"settings": settings})
-        async with TextPublisher(request.turn, enabled=request.publish_text) as publisher:
+        async with TextPublisher(
+            request.turn, enabled=request.publish_text and self._publish
+        ) as publisher:
             asked = await self._asked(
                 request, lambda adapter: adapter.complete(model_request, publisher.on_text)
             )

@@ -188,6 +188,7 @@ def build_run_input(args: argparse.Namespace, settings: Settings) -> AgentRunInp
         principal=Principal(subject=args.subject, tenant=args.tenant, scopes=args.scopes),
         limits=Limits.model_validate(limits),
         stream=not args.no_stream,
+        publish_events=settings.publish_events == "on",
         task_family=args.family,
     )
     problem = search.run_input_problem(run_input)

@@ -33,6 +33,7 @@ from agentloop.runtime.codec import KeyRing, KeyRingError, mask_key_ring
 from agentloop.runtime.config_checks import (
     Check,
     OtelMode,
+    PublishMode,
     RunMode,
     SandboxMode,
     check_approver_keys,
@@ -45,6 +46,7 @@ from agentloop.runtime.config_checks import (
     check_positive_number,
     check_pricing_file,
     check_principal_signing,
+    check_publish_mode,
     check_run_mode,
     check_sandbox_mode,
     check_scripts_dir,
@@ -160,6 +162,10 @@ class Settings(BaseModel):
     otel: OtelMode = "off"
     """OpenTelemetry tracing of runs through Temporal's TracingInterceptor
     (`agentloop.runtime.tracing`)."""
+    publish_events: PublishMode = "on"
+    """`off`: this worker's model calls publish no text on their run's stream, and the runs
+    `agentloop run` starts publish nothing (`publish_events: false`); `on`: what each run's
+    input says (by default it publishes)."""
     workflow_sandbox: SandboxMode = "off"
     """`on`: workers (and `agentloop replay`) run AgentRun in Temporal's workflow sandbox;
     `off`: outside it, the workflow's imports checked by tests instead."""
@@ -388,6 +394,7 @@ VARIABLES: dict[str, Variable] = {
         "AGENTLOOP_CODEC_KEYS", check_codec_keys, secret=True, mask=mask_key_ring
     ),
     "otel": Variable("AGENTLOOP_OTEL", check_otel),
+    "publish_events": Variable("AGENTLOOP_PUBLISH_EVENTS", check_publish_mode),
     "workflow_sandbox": Variable("AGENTLOOP_WORKFLOW_SANDBOX", check_sandbox_mode),
     "log_level": Variable("AGENTLOOP_LOG_LEVEL", check_log_level),
     "tools": Variable("AGENTLOOP_TOOLS", check_tool_modules),

@@ -252,6 +252,15 @@ def check_principal_signing(value: str) -> str | None:
     return None
 
 
+PublishMode = Literal["on", "off"]
+
+
+def check_publish_mode(value: str) -> str | None:
+    if value not in get_args(PublishMode):
+        return "expected on (runs publish what they do on their stream, the default) or off"
+    return None
+
+
 def check_sandbox_mode(value: str) -> str | None:
     if value not in get_args(SandboxMode):
         return "expected off (AgentRun runs unsandboxed, the default) or on (in Temporal's sandbox)"
