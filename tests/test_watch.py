@@ -407,3 +407,58 @@ async def test_a_worker_configured_not_to_publish_sends_no_text_and_the_cli_star
     args = build_parser().parse_args(["run", "Hi", "--model", "travel"])
     assert build_run_input(args, quiet).publish_events is False
     assert build_run_input(args, worker_settings).publish_events is True
+
+
+async def test_more_subscribers_than_updates_in_flight_leave_the_run_and_each_other_whole(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """Subscriptions are updates, and Temporal lets a run have 10 in flight: 16 subscribers
+    waiting on one run at once (those past the limit are held off by Temporal, their client
+    trying again) neither fail nor slow the run, and each gets every item after its offset
+    once, ending with `done`."""
+    book = {"workshop_id": "ws-101", "participant_id": "p-carol"}
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(id="call_res", name="reserve_seat", arguments=book)
+                    ]
+                ),
+                ScriptTurn(text="Booked."),
+            ],
+        )
+    )
+    handle = await start_run(
+        client,
+        worker,
+        run_id,
+        run_input(
+            run_id,
+            tools=["reserve_seat"],
+            principal={"subject": "p-alice", "scopes": ["workshops:write"]},
+        ),
+    )
+    view = await wait_for_status(handle, lambda v: bool(v.pending_approvals), "the approval")
+    # From the end of what it published: each subscriber's poll waits there, in flight.
+    offset = await handle.query("__temporal_workflow_stream_offset", result_type=int)
+    watchers = [asyncio.create_task(collect(client, run_id, from_offset=offset)) for _ in range(16)]
+    [pending] = view.pending_approvals
+    await handle.signal(
+        "approve",
+        ApprovalDecision(
+            call_id="call_res",
+            args_digest=pending["args_digest"],
+            approved=True,
+            approver="workshop-lead",
+        ),
+    )
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status == "completed", result.stop_reason
+    seen = await asyncio.wait_for(asyncio.gather(*watchers), 60)
+    for events in seen:
+        assert [e.offset for e in events] == list(range(offset, offset + len(events)))
+        assert events[-1].kind == "done"
+    assert len({tuple(e.kind for e in events) for events in seen}) == 1  # all saw the same
+    assert await failed_workflow_tasks(handle) == 0
