@@ -20,7 +20,13 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 import agentloop
 from agentloop.cli.parser import build_parser
 from agentloop.cli.runs import build_run_input
-from agentloop.contract import AgentRunInput, ApprovalDecision, RunStatusView
+from agentloop.contract import (
+    WORKFLOW_NAME,
+    AgentRunInput,
+    AgentRunResult,
+    ApprovalDecision,
+    RunStatusView,
+)
 from agentloop.demo.scripted_provider import (
     Script,
     ScriptedProvider,
@@ -462,3 +468,31 @@ async def test_more_subscribers_than_updates_in_flight_leave_the_run_and_each_ot
         assert events[-1].kind == "done"
     assert len({tuple(e.kind for e in events) for events in seen}) == 1  # all saw the same
     assert await failed_workflow_tasks(handle) == 0
+
+
+@pytest.mark.parametrize(
+    "carried",
+    [
+        {"log": [{"topic": TOPIC, "data": "not base64 at all!"}], "base_offset": 0},
+        {"log": "a list of items, not this", "base_offset": -1},
+        [[[[["deep"]]]]],
+    ],
+)
+async def test_a_carried_stream_that_does_not_read_starts_empty_never_wedging_the_run(
+    carried: Any, client: Client, worker: Settings, run_id: str
+) -> None:
+    """The stream a run carries across continue-as-new is workflow input like any other: one
+    whose items do not decode, or that is not a stream at all, is dropped."""
+    handle = await client.start_workflow(
+        WORKFLOW_NAME,
+        args=[run_input("travel"), None, carried],
+        id=run_id,
+        task_queue=worker.task_queue,
+        result_type=AgentRunResult,
+    )
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status == "completed", result.stop_reason
+    assert await failed_workflow_tasks(handle) == 0
+    events = await collect(client, run_id)
+    assert [e.offset for e in events] == list(range(len(events)))  # nothing carried over
+    assert events[-1].kind == "done"

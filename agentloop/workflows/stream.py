@@ -28,8 +28,14 @@ class RunStream(WorkflowStream):
     """`WorkflowStream` with its retention bounded and its publish signal made safe."""
 
     def __init__(self, carried: Any = None) -> None:
-        # Built from `AgentRun.__init__` (the stream checks its caller is an `__init__`).
-        super().__init__(prior_state=carried_state(carried))
+        # Built from `AgentRun.__init__` (the stream checks its caller is an `__init__`). The
+        # carried stream is workflow input: items that do not decode start it empty (the
+        # stream decodes them before it registers anything, so it can be built again).
+        try:
+            super().__init__(prior_state=carried_state(carried))
+        except Exception as exc:
+            workflow.logger.warning("carried stream dropped: %s", type(exc).__name__)
+            super().__init__(prior_state=None)
         self._bound()
 
     def publish(self, event: RunEvent) -> None:
@@ -67,8 +73,8 @@ class RunStream(WorkflowStream):
 
 
 def carried_state(raw: Any) -> WorkflowStreamState | None:
-    """The stream a run continued as new carried, or None (a fresh start, or anything
-    unreadable: the stream then starts empty rather than failing the run)."""
+    """The stream a run continued as new carried, or None (a fresh start, or anything not
+    shaped like one: the stream then starts empty rather than failing the run)."""
     if raw is None:
         return None
     try:
