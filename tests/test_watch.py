@@ -29,6 +29,7 @@ from agentloop.contract import (
 )
 from agentloop.demo.scripted_provider import (
     Script,
+    ScriptedError,
     ScriptedProvider,
     ScriptedToolCall,
     ScriptTurn,
@@ -496,3 +497,23 @@ async def test_a_carried_stream_that_does_not_read_starts_empty_never_wedging_th
     events = await collect(client, run_id)
     assert [e.offset for e in events] == list(range(len(events)))  # nothing carried over
     assert events[-1].kind == "done"
+
+
+async def test_a_retried_call_made_without_streaming_still_shows_its_text_once(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """A call the provider answers whole (`stream: false`) publishes its text once it is in;
+    after a retry too (the `retry` item is not the turn's text)."""
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[ScriptTurn(text=ANSWER, errors=[ScriptedError(status=500)])],
+        )
+    )
+    handle = await start_run(client, worker, run_id, run_input(run_id, tools=[], stream=False))
+    events = await collect(client, run_id)
+    result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    assert [(e.kind, e.attempt) for e in events if e.kind == "retry"] == [("retry", 2)]
+    assert [e.delta for e in events if e.kind == "text"] == [ANSWER]
+    assert len(scripted_provider.requests) == 2

@@ -39,7 +39,7 @@ class TextPublisher:
         self._enabled = enabled
         self._pending: list[str] = []
         self._pending_chars = 0
-        self._published_any = False
+        self._text_seen = False
         self._client: WorkflowStreamClient | None = None
         self._topic: TopicHandle[object] | None = None
         self._ticker: asyncio.Task[None] | None = None
@@ -65,6 +65,7 @@ class TextPublisher:
         """A piece of the model's visible text (the adapter's `TextSink`)."""
         if self._topic is None or not text:
             return
+        self._text_seen = True
         self._pending.append(text)
         self._pending_chars += len(text)
         if self._pending_chars >= TEXT_BATCH_CHARS:
@@ -73,7 +74,7 @@ class TextPublisher:
     def whole(self, text: str) -> None:
         """The call's final text: published as one item when nothing streamed (a call made
         without streaming), so watchers see every turn's words."""
-        if not self._published_any and not self._pending:
+        if not self._text_seen:
             self.on_text(text)
 
     async def __aexit__(
@@ -118,7 +119,6 @@ class TextPublisher:
     def _publish(self, event: RunEvent) -> None:
         if self._topic is not None:
             self._topic.publish(event.published())
-            self._published_any = True
 
 
 def _now() -> datetime:
