@@ -68,19 +68,7 @@ class RunEvent(BaseModel):
     call_ids: list[str] | None = None
     """`waiting` / `resumed`: the calls the run waits on (or waited on)."""
     stop_reason: str | None = None
-    run_id: str | None = None
-    """`continued`: the run that goes on; `done`: the run that ended."""
 
     def published(self) -> dict[str, Any]:
         """The item as it travels: only the fields its kind uses."""
         return self.model_dump(mode="json", exclude_none=True)
-
-
-def superseded(events: list[RunEvent]) -> list[RunEvent]:
-    """The `text` items a `retry` replaced: what a client drops to show exactly the final
-    output (each retry supersedes its turn's earlier text)."""
-    dropped: list[RunEvent] = []
-    for n, event in enumerate(events):
-        if event.kind == "retry":
-            dropped += [e for e in events[:n] if e.kind == "text" and e.turn == event.turn]
-    return dropped

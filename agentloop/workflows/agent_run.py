@@ -109,7 +109,8 @@ class AgentRun:
             if startup.time_to_continue_as_new(state) and await steps.store_long_texts(state):
                 # A safe point: nothing is in flight, and everything is in `state` (its long
                 # texts in the store, carried by reference).
-                self._publish(state, *watching.continued(state, self._told, workflow.now()))
+                if watching.streaming(state):
+                    self._publish(*watching.continued(state, self._told, workflow.now()))
                 await self._close()
                 carried = loop.state_to_carry(state)
                 stream = self._stream.carried()
@@ -117,7 +118,8 @@ class AgentRun:
                     args=[startup.input_to_carry(raw_input, state), carried, stream]
                 )
             step = loop.decide(state, workflow.now())
-            self._publish(state, *watching.changes(state, step, self._told, workflow.now()))
+            if watching.streaming(state):
+                self._publish(*watching.changes(state, step, self._told, workflow.now()))
             visibility.show(state)
             if isinstance(step, Finish):
                 await self._close()
@@ -240,10 +242,9 @@ class AgentRun:
             approvals.audit_decision(decision, outcome)
         return outcome
 
-    def _publish(self, state: LoopState, *events: RunEvent) -> None:
-        if watching.streaming(state):
-            for event in events:
-                self._stream.publish(event)
+    def _publish(self, *events: RunEvent) -> None:
+        for event in events:
+            self._stream.publish(event)
 
     async def _close(self) -> None:
         """Before the run ends or continues as new: updates still waiting on a check are
