@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 import aiohttp
 import anthropic
@@ -222,10 +222,15 @@ async def time_transports(
     factory = AdapterFactory(endpoints)
     ours = factory.get(name)
     default_client: openai.AsyncOpenAI | anthropic.AsyncAnthropic
-    if name == "anthropic":
-        default_client = anthropic.AsyncAnthropic(api_key="bench", base_url=root, max_retries=0)
-    else:
-        default_client = openai.AsyncOpenAI(api_key="bench", base_url=f"{root}/v1", max_retries=0)
+    match name:
+        case "anthropic":
+            default_client = anthropic.AsyncAnthropic(api_key="bench", base_url=root, max_retries=0)
+        case "openai-chat" | "openai-responses":
+            default_client = openai.AsyncOpenAI(
+                api_key="bench", base_url=f"{root}/v1", max_retries=0
+            )
+        case _:
+            assert_never(name)
     default = adapter_for(name, default_client)
     try:
         timings: dict[str, list[float]] = {"ours": [], "default": []}
