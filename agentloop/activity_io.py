@@ -19,6 +19,9 @@ from agentloop.contract import (
 from agentloop.events import Event, ModelOutput
 from agentloop.tool_spec import Outcome, ToolSpec
 
+# Activity names: each one constant, read by the activity's `@activity.defn` and by the workflow
+# that calls it. Never renamed: a stored history calls activities by these names.
+
 MODEL_CALL = "call_model"
 """The model call with the tool specs inline: a run's first one (and every one of a run that
 started before specs went by reference)."""
@@ -27,21 +30,46 @@ MODEL_CALL_BY_REF = "call_model_by_ref"
 on older code, which would ignore the reference and call the model without tools, never takes
 it: it does not have the type."""
 MODEL_CALLS = (MODEL_CALL, MODEL_CALL_BY_REF)
-OVER_BUDGET = "OverBudget"
-"""The failure type of a model call that was not started: even its input may not fit what is
-left of the run's token or cost cap (its message names the cap and by how much)."""
-APPROVAL_RULE_FAILED = "ApprovalRuleFailed"
-"""The failure type of a `check_precondition` whose approval rule (the team's code) raised."""
 STORE_TEXTS = "store_texts"
 """Long texts put in the store before the model call that first sends them."""
 COUNT_MODEL_INPUT = "count_model_input"
 """The provider's own count of a model call's input tokens: asked when the byte bound on them
 would not let the call start (feature `exact-count-when-bound-binds`)."""
+DESCRIBE_TOOLS = "describe_tools"
+"""The specs of the run's tools in force as it starts (a run from before `describe_run`)."""
+DESCRIBE_RUN = "describe_run"
+"""What the worker tells a run as it starts (`RunDescription`)."""
+CHECK_PRECONDITION = "check_precondition"
+"""A tool's business check against the system of record, before the call is offered for
+approval or run."""
+RUN_TOOL = "run_tool"
+"""One tool call: the team's code, an MCP server's tool, or a built-in."""
+LOOKUP_OUTCOME = "lookup_outcome"
+"""What the system of record holds under a write's idempotency key, when its outcome is
+unknown."""
+FRAME_TOOL_OUTPUT = "frame_tool_output"
+"""An activity tool's output, decoded by the workflow, bounded like any tool's."""
 FRAME_TEAM_ANSWER = "frame_team_answer"
 """An activity tool's answer, undecoded, read and bounded by agentloop's worker (feature
 `team-answers-read-by-worker`)."""
 READ_TEAM_OUTCOME = "read_team_outcome"
 """An activity tool's lookup answer, undecoded, read by agentloop's worker (the same)."""
+LOAD_PREVIOUS_RUN = "load_previous_run"
+"""What the run a new one continues from left (`continue_from`)."""
+VERIFY_COMPLETION = "verify_completion"
+"""The run's `completion_check`, asked before a final answer is taken."""
+CHECK_APPROVAL = "check_approval"
+"""Whether an approval decision counts, by the worker's approver keys."""
+CHECK_RESOLUTION = "check_resolution"
+"""Whether an operator's word on an unknown write counts, the same way."""
+NOTIFY_WAITING = "notify_waiting"
+"""The webhooks told that a run started waiting for a person."""
+
+OVER_BUDGET = "OverBudget"
+"""The failure type of a model call that was not started: even its input may not fit what is
+left of the run's token or cost cap (its message names the cap and by how much)."""
+APPROVAL_RULE_FAILED = "ApprovalRuleFailed"
+"""The failure type of a `check_precondition` whose approval rule (the team's code) raised."""
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from temporalio.common import RetryPolicy
 from temporalio.mcp import MCPPlugin, TemporalMCPClient
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from agentloop.activity_io import RunToolInput
+from agentloop.activity_io import RUN_TOOL, RunToolInput
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, Principal
 from agentloop.demo.mcp_server import StateFile
 from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
@@ -76,7 +76,7 @@ class McpCalls:
             return ok
         for n in range(calls):
             answer: ToolResult = await workflow.execute_activity(
-                "run_tool",
+                RUN_TOOL,
                 RunToolInput(
                     workflow_id=workflow.info().workflow_id,
                     call_id=f"c{n}",

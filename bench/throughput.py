@@ -21,6 +21,7 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 
+from agentloop.activity_io import MODEL_CALL, RUN_TOOL
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult
 from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.runtime.config import Settings
@@ -243,7 +244,7 @@ async def measure(
         if agentloop.failures:
             print(f"    agentloop worker log (tail):\n{worker.child.log_tail()}", file=sys.stderr)
     matched = floor_steps(history)
-    two = [FloorStep("call_model"), FloorStep("run_tool")]
+    two = [FloorStep(MODEL_CALL), FloorStep(RUN_TOOL)]
     async with floor_worker(settings, work_dir, f"{prefix}-floor") as floor_process:
         queue = floor_process.task_queue
         await floor_runner(client, queue, f"{prefix}-floor-warm", matched)(0)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from agentloop import activity_io
 from tests.test_workflow_determinism import PACKAGE_DIR, imported_modules
 
 VOCABULARY = frozenset(
@@ -63,6 +64,12 @@ MAY_IMPORT["inbox"] = _BELOW_WORKER | {"demo", "worker"}
 MAY_IMPORT["cli"] = MAY_IMPORT["inbox"] | {"inbox"}
 MAY_IMPORT["testing"] = MAY_IMPORT["cli"] | {"cli"}
 """Each layer and the layers below it that it may import (its own modules aside)."""
+
+
+ACTIVITY_CALLS = frozenset(
+    {"execute_activity", "execute_local_activity", "start_activity", "start_local_activity"}
+)
+"""The workflow's ways of calling an activity by name (its first argument)."""
 
 
 def module_name(path: Path) -> str:
@@ -203,3 +210,80 @@ def test_a_worker_starts_without_importing_a_provider_sdk_or_mcp() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     ).stdout.strip()
     assert loaded == "[]"
+
+
+def spelled_activity_names(tree: ast.AST, names: frozenset[str]) -> Iterator[tuple[int, str]]:
+    """`(line, name)` of each activity name written out as a string: an `activity.defn`'s
+    `name=`, the first argument of `execute_activity` and the like, and any argument equal to
+    one of `names` (a helper handing the name on to them)."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        called = getattr(node.func, "attr", getattr(node.func, "id", ""))
+        if activity_defn(node):
+            spelled = [keyword.value for keyword in node.keywords if keyword.arg == "name"]
+        elif called in ACTIVITY_CALLS:
+            spelled = node.args[:1]
+        else:
+            spelled = [arg for arg in node.args if string_of(arg) in names]
+        yield from ((node.lineno, text) for text in map(string_of, spelled) if text is not None)
+
+
+def string_of(node: ast.expr) -> str | None:
+    """The string `node` writes out, if it is a string literal."""
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def activity_defn(node: ast.Call) -> bool:
+    """`activity.defn(...)` (not `workflow.defn`, whose name is the workflow's)."""
+    func = node.func
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "defn"
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "activity"
+    )
+
+
+def test_every_activity_name_is_one_constant_used_on_both_sides() -> None:
+    """A name spelled on each side of the workflow/activity boundary can drift on one: the
+    workflow then schedules an activity no worker has, and the run waits until it times out.
+    So each name is an `agentloop.activity_io` constant; the workflow's helpers are read for
+    the registered names too (outside `workflows/` a tool may share a word with one: the
+    `lookup_outcome` of `@tool`)."""
+    trees = {module_name(path): ast.parse(path.read_text()) for path in PACKAGE_DIR.rglob("*.py")}
+    registered = frozenset(
+        getattr(activity_io, keyword.value.id)
+        for tree in trees.values()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and activity_defn(node)
+        for keyword in node.keywords
+        if keyword.arg == "name" and isinstance(keyword.value, ast.Name)
+    )
+    assert {activity_io.MODEL_CALL, activity_io.RUN_TOOL, activity_io.NOTIFY_WAITING} <= registered
+    spelled = [
+        f"{module}:{line} spells the activity name {name!r}"
+        for module, tree in sorted(trees.items())
+        for line, name in sorted(
+            spelled_activity_names(
+                tree, registered if module.startswith("agentloop.workflows") else frozenset()
+            )
+        )
+    ]
+    assert spelled == []
+
+
+def test_the_name_check_finds_a_spelled_name() -> None:
+    source = """
+@activity.defn(name="run_tool")
+async def run_tool(request): ...
+@activity.defn(name=RUN_TOOL)
+async def run(request):
+    await workflow.execute_local_activity("frame_tool_output", request)
+    await workflow.execute_activity(MODEL_CALL, request)
+    await workflow.defn(name="AgentRun")
+    await _ask_worker(execute, "describe_run", request)
+    return helper("describe_run_later", request.note)
+"""
+    found = sorted(spelled_activity_names(ast.parse(source), frozenset({"describe_run"})))
+    assert found == [(2, "run_tool"), (6, "frame_tool_output"), (9, "describe_run")]

@@ -12,7 +12,13 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 
-from agentloop.activity_io import ApprovalCheck, CheckApprovalInput, CheckResolutionInput
+from agentloop.activity_io import (
+    CHECK_APPROVAL,
+    CHECK_RESOLUTION,
+    ApprovalCheck,
+    CheckApprovalInput,
+    CheckResolutionInput,
+)
 from agentloop.runtime.audit import audit
 from agentloop.runtime.signing import ApproverKeys
 
@@ -21,7 +27,7 @@ class ApprovalActivities:
     def __init__(self, keys: ApproverKeys) -> None:
         self._keys = keys
 
-    @activity.defn(name="check_approval")
+    @activity.defn(name=CHECK_APPROVAL)
     async def check_approval(self, request: CheckApprovalInput) -> ApprovalCheck:
         decision = request.decision
         problem = self._keys.problem(
@@ -38,7 +44,7 @@ class ApprovalActivities:
         )
         return ApprovalCheck(problem=problem or "", signing=signing)
 
-    @activity.defn(name="check_resolution")
+    @activity.defn(name=CHECK_RESOLUTION)
     async def check_resolution(self, request: CheckResolutionInput) -> ApprovalCheck:
         resolution = request.resolution
         problem = self._keys.resolution_problem(

@@ -19,7 +19,7 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 from temporalio import activity
 
-from agentloop.activity_io import WaitingNotice
+from agentloop.activity_io import NOTIFY_WAITING, WaitingNotice
 from agentloop.runtime.audit import audit
 
 SIGNATURE_HEADER = "X-Agentloop-Signature"
@@ -72,7 +72,7 @@ class NoticeActivities:
     def sends(self) -> bool:
         return bool(self._webhooks)
 
-    @activity.defn(name="notify_waiting")
+    @activity.defn(name=NOTIFY_WAITING)
     async def notify_waiting(self, notice: WaitingNotice) -> None:
         body = notice_body(notice, self._inbox_url)
         headers = {

@@ -10,6 +10,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentloop.activity_io import LOAD_PREVIOUS_RUN
 from agentloop.contract import AgentRunInput, AgentRunResult, PreviousRun, Principal
 
 
@@ -17,7 +18,7 @@ class RunActivities:
     def __init__(self, client: Client) -> None:
         self._client = client
 
-    @activity.defn(name="load_previous_run")
+    @activity.defn(name=LOAD_PREVIOUS_RUN)
     async def load_previous_run(self, workflow_id: str) -> PreviousRun:
         return await self.read_run(await self.finished_run(workflow_id))
 

@@ -18,8 +18,14 @@ from agentloop.activities.heartbeat import keep_heartbeating
 from agentloop.activities.principals import check_principal
 from agentloop.activity_io import (
     APPROVAL_RULE_FAILED,
+    CHECK_PRECONDITION,
+    DESCRIBE_RUN,
+    DESCRIBE_TOOLS,
     FRAME_TEAM_ANSWER,
+    FRAME_TOOL_OUTPUT,
+    LOOKUP_OUTCOME,
     READ_TEAM_OUTCOME,
+    RUN_TOOL,
     DescribeToolsInput,
     PreconditionResult,
     RunDescription,
@@ -129,7 +135,7 @@ class ToolActivities:
         self._signing: Literal["signed", "unsigned"] = "signed" if approvals_signed else "unsigned"
         self._notify = notify
 
-    @activity.defn(name="describe_tools")
+    @activity.defn(name=DESCRIBE_TOOLS)
     async def describe_tools(self, request: DescribeToolsInput) -> list[ToolSpec]:
         """The specs in force when the run starts; recorded in history, so replay is stable.
         A run naming a tool or a completion check this worker lacks fails here, at once."""
@@ -213,7 +219,7 @@ class ToolActivities:
             return self._mcp.tool(request.tool, write=bool(request.idempotency_key))
         return self._registry.get(request.tool)
 
-    @activity.defn(name="describe_run")
+    @activity.defn(name=DESCRIBE_RUN)
     async def describe_run(self, request: DescribeToolsInput) -> RunDescription:
         """`describe_tools`, and what else a run learns from the worker as it starts: for a
         run started without agentloop's search attributes, whether its namespace has them
@@ -247,7 +253,7 @@ class ToolActivities:
             ),
         )
 
-    @activity.defn(name="check_precondition")
+    @activity.defn(name=CHECK_PRECONDITION)
     async def check_precondition(self, request: RunToolInput) -> PreconditionResult:
         """A business check against the system of record, before approval or execution; and
         the tool's approval rule, when the run asks for its verdict."""
@@ -302,7 +308,7 @@ class ToolActivities:
             reply=reply,
         )
 
-    @activity.defn(name="lookup_outcome")
+    @activity.defn(name=LOOKUP_OUTCOME)
     async def lookup_outcome(self, request: RunToolInput) -> Outcome:
         """Ask the system of record whether the write with this idempotency key happened."""
         tool = self._tool(request)
@@ -322,7 +328,7 @@ class ToolActivities:
         record = record_within(outcome.record, tool.spec.max_result_chars)
         return _outcome_looked_up(request, outcome.model_copy(update={"record": record}))
 
-    @activity.defn(name="run_tool")
+    @activity.defn(name=RUN_TOOL)
     async def run_tool(self, request: RunToolInput) -> ToolResult:
         result = await self._run_tool(request)
         # The attempt that answered, Temporal's retries included (`Usage.tool_attempts`).
@@ -386,7 +392,7 @@ class ToolActivities:
             update={"input_request": InputRequest(question=question, pending_ref=ref)}
         )
 
-    @activity.defn(name="frame_tool_output")
+    @activity.defn(name=FRAME_TOOL_OUTPUT)
     async def frame_tool_output(self, request: ToolOutput) -> ToolResult:
         """An activity tool's output, bounded like any tool's."""
         spec = self._registry.get(request.tool).spec

@@ -11,7 +11,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agentloop.activities.tools import context_fields
-from agentloop.activity_io import Verdict, VerifyInput
+from agentloop.activity_io import VERIFY_COMPLETION, Verdict, VerifyInput
 from agentloop.contract import CallRecord
 from agentloop.store import Store, StoreError, load_artifact_text
 from agentloop.tool_spec import Outcome
@@ -28,7 +28,7 @@ class VerifierActivities:
         self._toolbox = toolbox
         self._store = store
 
-    @activity.defn(name="verify_completion")
+    @activity.defn(name=VERIFY_COMPLETION)
     async def verify_completion(self, request: VerifyInput) -> Verdict:
         if request.check == "writes_applied":
             return await self._writes_applied(request)

@@ -15,7 +15,13 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 import agentloop.workflows.loop as loop
-from agentloop.activity_io import ApprovalCheck, CheckApprovalInput, CheckResolutionInput
+from agentloop.activity_io import (
+    CHECK_APPROVAL,
+    CHECK_RESOLUTION,
+    ApprovalCheck,
+    CheckApprovalInput,
+    CheckResolutionInput,
+)
 from agentloop.contract import ApprovalDecision, ApprovalVerdict, ResolveRequest
 from agentloop.workflows.failures import LOCAL_FAILURES, describe_failure, local_failure
 from agentloop.workflows.loop import CheckApprovals, DecisionToCheck, LoopState
@@ -51,7 +57,7 @@ async def _check(state: LoopState, held: DecisionToCheck) -> ApprovalCheck:
         check: ApprovalCheck
         if isinstance(asked, ResolveRequest):
             check = await workflow.execute_local_activity(
-                "check_resolution",
+                CHECK_RESOLUTION,
                 CheckResolutionInput(
                     resolution=asked,
                     workflow_id=info.workflow_id,
@@ -65,7 +71,7 @@ async def _check(state: LoopState, held: DecisionToCheck) -> ApprovalCheck:
             )
         else:
             check = await workflow.execute_local_activity(
-                "check_approval",
+                CHECK_APPROVAL,
                 CheckApprovalInput(decision=asked, workflow_id=info.workflow_id, run=run),
                 result_type=ApprovalCheck,
                 start_to_close_timeout=CHECK_TIMEOUT,

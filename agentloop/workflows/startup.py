@@ -16,6 +16,9 @@ import agentloop.workflows.loop as loop
 import agentloop.workflows.visibility as visibility
 from agentloop import search
 from agentloop.activity_io import (
+    DESCRIBE_RUN,
+    DESCRIBE_TOOLS,
+    LOAD_PREVIOUS_RUN,
     CheckPrincipalInput,
     DescribeToolsInput,
     PrincipalCheck,
@@ -159,7 +162,7 @@ async def _describe_tools(
     an ordinary one."""
     execute = workflow.execute_local_activity if local else workflow.execute_activity
     asked = DescribeToolsInput(names=names, completion_check=completion_check)
-    specs: list[ToolSpec] = await _ask_worker(execute, "describe_tools", asked, list[ToolSpec])
+    specs: list[ToolSpec] = await _ask_worker(execute, DESCRIBE_TOOLS, asked, list[ToolSpec])
     return specs
 
 
@@ -206,7 +209,7 @@ async def _describe_run(
         principal=principal,
     )
     described: RunDescription = await _ask_worker(
-        workflow.execute_local_activity, "describe_run", asked, RunDescription
+        workflow.execute_local_activity, DESCRIBE_RUN, asked, RunDescription
     )
     return described
 
@@ -234,7 +237,7 @@ async def _continue_from(state: LoopState, workflow_id: str, checked: bool) -> N
     would see that run's task and tool output."""
     try:
         previous: PreviousRun = await workflow.execute_activity(
-            "load_previous_run",
+            LOAD_PREVIOUS_RUN,
             workflow_id,
             result_type=PreviousRun,
             start_to_close_timeout=DESCRIBE_TOOLS_TIMEOUT,

@@ -22,11 +22,14 @@ from temporalio.exceptions import ActivityError, ApplicationError
 import agentloop.workflows.loop as loop
 from agentloop.activity_io import (
     COUNT_MODEL_INPUT,
+    LOOKUP_OUTCOME,
     MODEL_CALL,
     MODEL_CALL_BY_REF,
+    NOTIFY_WAITING,
     OVER_BUDGET,
     READ_TEAM_OUTCOME,
     STORE_TEXTS,
+    VERIFY_COMPLETION,
     CallModelInput,
     CallModelResult,
     NoticeCall,
@@ -298,7 +301,7 @@ def notify_waiting(state: LoopState, step: AwaitHumans, phase: Phase) -> None:
         question=loop.question(state) if kind == "question" else None,
     )
     sending = workflow.start_activity(
-        "notify_waiting",
+        NOTIFY_WAITING,
         notice,
         start_to_close_timeout=NOTICE_START_TO_CLOSE,
         retry_policy=NOTICE_RETRY,
@@ -327,7 +330,7 @@ async def verify(state: LoopState, step: Verify) -> None:
     visibility.waiting(state)
     try:
         verdict = await workflow.execute_activity(
-            "verify_completion",
+            VERIFY_COMPLETION,
             VerifyInput(
                 check=step.check,
                 workflow_id=workflow.info().workflow_id,
@@ -369,7 +372,7 @@ async def _looked_up(state: LoopState, step: LookupOutcome) -> Outcome:
     try:
         if spec.activity is None:
             looked_up: Outcome = await workflow.execute_activity(
-                "lookup_outcome",
+                LOOKUP_OUTCOME,
                 tool_input(call, principal, step.idempotency_key),
                 result_type=Outcome,
                 heartbeat_timeout=checks_heartbeat(state),

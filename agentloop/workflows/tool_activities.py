@@ -11,6 +11,8 @@ from temporalio.common import RawValue, RetryPolicy
 
 from agentloop.activity_io import (
     FRAME_TEAM_ANSWER,
+    FRAME_TOOL_OUTPUT,
+    RUN_TOOL,
     ActivityToolInput,
     InputReply,
     RunToolInput,
@@ -83,7 +85,7 @@ def start_tool(
         )
     if local:
         return workflow.start_local_activity(
-            "run_tool",
+            RUN_TOOL,
             tool_input(call, principal, idempotency_key, reply=reply),
             result_type=ToolResult,
             start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
@@ -91,7 +93,7 @@ def start_tool(
             summary=summary,
         )
     return workflow.start_activity(
-        "run_tool",
+        RUN_TOOL,
         tool_input(call, principal, idempotency_key, reply=reply),
         result_type=ToolResult,
         start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
@@ -135,7 +137,7 @@ async def tool_outcome(
             # It ran (a write's effect exists), but no one can read what it said it did.
             value = value.told()
         framed: ToolResult = await workflow.execute_local_activity(
-            "frame_tool_output",
+            FRAME_TOOL_OUTPUT,
             team_answer_of(call).model_copy(update={"output": value}),
             result_type=ToolResult,
             start_to_close_timeout=FRAME_TIMEOUT,

@@ -16,7 +16,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 import agentloop.workflows.loop as loop
-from agentloop.activity_io import APPROVAL_RULE_FAILED, PreconditionResult
+from agentloop.activity_io import APPROVAL_RULE_FAILED, CHECK_PRECONDITION, PreconditionResult
 from agentloop.events import ToolCall
 from agentloop.tool_spec import ToolSpec
 from agentloop.workflows import visibility
@@ -56,7 +56,7 @@ async def check_preconditions(
     principal = state.run_input.principal
     handles = [
         workflow.start_activity(
-            "check_precondition",
+            CHECK_PRECONDITION,
             tool_input(call, principal, approval_rule=step.rules.get(call.call_id)),
             result_type=PreconditionResult,
             start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
