@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from agentloop import activity_io
+from agentloop import activity_io, tool_spec
 from tests.test_workflow_determinism import PACKAGE_DIR, imported_modules
 
 VOCABULARY = frozenset(
@@ -287,3 +287,45 @@ async def run(request):
 """
     found = sorted(spelled_activity_names(ast.parse(source), frozenset({"describe_run"})))
     assert found == [(2, "run_tool"), (6, "frame_tool_output"), (9, "describe_run")]
+
+
+BUILTIN_TOOL_NAMES = frozenset(
+    {tool_spec.READ_ARTIFACT, tool_spec.ASK_USER, tool_spec.GIVE_UP, tool_spec.DELEGATE}
+)
+
+
+def spelled_tool_names(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """`(line, name)` of each built-in tool's name written out where a tool is named: in a
+    comparison (`call.name == "ask_user"`) or a `tool(name=...)`. (A stop cause may share the
+    word: `give_up` is also one.)"""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            named = [node.left, *node.comparators]
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "tool":
+            named = [keyword.value for keyword in node.keywords if keyword.arg == "name"]
+        else:
+            continue
+        for text in map(string_of, named):
+            if text in BUILTIN_TOOL_NAMES:
+                yield node.lineno, text
+
+
+def test_every_builtin_tool_name_is_its_constant() -> None:
+    spelled = [
+        f"{module_name(path)}:{line} spells the built-in tool {name!r}"
+        for path in sorted(PACKAGE_DIR.rglob("*.py"))
+        for line, name in sorted(spelled_tool_names(ast.parse(path.read_text())))
+    ]
+    assert spelled == []
+
+
+def test_the_tool_name_check_finds_a_spelled_name() -> None:
+    source = """
+@tool(name="read_artifact")
+async def read(ctx, args): ...
+questions = [call for call in calls if call.name == "ask_user"]
+same = call.name == ASK_USER
+stop = Finish("blocked", cause="give_up")
+"""
+    found = sorted(spelled_tool_names(ast.parse(source)))
+    assert found == [(2, "read_artifact"), (4, "ask_user")]

@@ -21,6 +21,7 @@ from temporalio.service import RPCError
 
 from agentloop import search
 from agentloop.contract import WORKFLOW_NAME, AgentRunResult, CallRecord, RunStatusView
+from agentloop.tool_spec import ASK_USER
 
 Kind = Literal["approval", "question", "unknown_write"]
 WAITING_PHASES: dict[str, Kind] = {
@@ -231,7 +232,7 @@ def items_of(workflow_id: str, tenant: str, task: str, view: RunStatusView) -> l
 def asking(call: CallRecord) -> bool:
     """The call a question comes from: a tool that asked, or an `ask_user` not answered yet."""
     return call.status == "awaiting_input" or (
-        call.tool == "ask_user" and call.status in ("pending", "proposed")
+        call.tool == ASK_USER and call.status in ("pending", "proposed")
     )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentloop.store import StoreError
-from agentloop.tool_spec import DELEGATE, GIVE_UP
+from agentloop.tool_spec import ASK_USER, DELEGATE, GIVE_UP, READ_ARTIFACT
 from agentloop.tools.contract import BusinessRefusal, ToolContext
 from agentloop.tools.decorator import tool
 
@@ -26,7 +26,7 @@ class ReadArtifactArgs(BaseModel):
     limit: int = Field(default=PAGE_CHARS, ge=1, le=PAGE_CHARS, description="characters to read")
 
 
-@tool(name="read_artifact", effect="read", max_result_chars=READ_ARTIFACT_MAX_RESULT_CHARS)
+@tool(name=READ_ARTIFACT, effect="read", max_result_chars=READ_ARTIFACT_MAX_RESULT_CHARS)
 async def read_artifact(ctx: ToolContext[Any], args: ReadArtifactArgs) -> Any:
     """Read part of a large tool output that was cut short; its result names the artifact
     reference and the total size."""
@@ -62,7 +62,7 @@ class AskUserArgs(BaseModel):
     question: str = Field(min_length=1, max_length=2_000, description="what to ask the user")
 
 
-@tool(name="ask_user", effect="read")
+@tool(name=ASK_USER, effect="read")
 async def ask_user(ctx: ToolContext[Any], args: AskUserArgs) -> Any:
     """Ask the user a question when you cannot go on without their answer. The run pauses
     until they reply; the reply is this call's result."""

@@ -18,7 +18,7 @@ from agentloop.events import ModelOutput, ToolCall, ToolResult
 from agentloop.policies import approval, authorization, budgets
 from agentloop.policies.bounds import MAX_LEDGER_ARGUMENT_BYTES
 from agentloop.policies.validation import MAX_CHECK_STEPS, Allowed, Refused, validate_call
-from agentloop.tool_spec import DELEGATE, GIVE_UP, ToolSpec
+from agentloop.tool_spec import ASK_USER, DELEGATE, GIVE_UP, READ_ARTIFACT, ToolSpec
 from agentloop.workflows.loop import results
 from agentloop.workflows.loop.state import Batch, Feature, LoopState, Reconciliation
 
@@ -93,7 +93,7 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutc
     )
     for call in output.tool_calls:
         verdict = validate_call(call, state.tools, whitelist, bounded=bounded, steps=steps)
-        if isinstance(verdict, Allowed) and call.name == "read_artifact":
+        if isinstance(verdict, Allowed) and call.name == READ_ARTIFACT:
             verdict = _own_artifact(state, call) or verdict
         if not isinstance(verdict, Allowed):
             planned.refuse(
@@ -127,8 +127,8 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutc
         gave_up = next((call for call, _ in allowed if call.name == GIVE_UP), None)
         if gave_up is not None:
             return _give_up(planned, output, gave_up)
-    questions = [call for call, _ in allowed if call.name == "ask_user"]
-    allowed = [(call, spec) for call, spec in allowed if call.name != "ask_user"]
+    questions = [call for call, _ in allowed if call.name == ASK_USER]
+    allowed = [(call, spec) for call, spec in allowed if call.name != ASK_USER]
     blocked = budgets.tool_batch_blocked(
         state.run_input.limits,
         state.usage,

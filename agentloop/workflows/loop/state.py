@@ -39,7 +39,7 @@ from agentloop.events import (
 )
 from agentloop.policies.approval import PendingApproval
 from agentloop.policies.progress import TurnFingerprint
-from agentloop.tool_spec import BUILTIN_TOOLS, ToolSpec
+from agentloop.tool_spec import ASK_USER, BUILTIN_TOOLS, READ_ARTIFACT, ToolSpec
 from agentloop.transcript import ROOT
 
 
@@ -285,7 +285,7 @@ FEATURES = (
 )
 """Behaviours a run started before `FEATURE_SET` asked `workflow.patched` for, one by one."""
 
-BUILTIN_TOOL_PATCHES = (("read_artifact", Feature.BUILTIN_TOOLS), ("ask_user", Feature.ASK_USER))
+BUILTIN_TOOL_PATCHES = ((READ_ARTIFACT, Feature.BUILTIN_TOOLS), (ASK_USER, Feature.ASK_USER))
 """Each built-in tool and the feature that introduced it: older runs replay without it."""
 
 FEATURES_2026_11 = (
