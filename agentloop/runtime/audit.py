@@ -31,7 +31,7 @@ import logging
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, TextIO, assert_never
 
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
@@ -328,10 +328,13 @@ def configure_logging(
         structlog.processors.StackInfoRenderer(),
     ]
     renderer: Processor
-    if fmt == "json":
-        renderer = structlog.processors.JSONRenderer(sort_keys=False)
-    else:
-        renderer = structlog.dev.ConsoleRenderer(colors=_isatty(stream))
+    match fmt:
+        case "json":
+            renderer = structlog.processors.JSONRenderer(sort_keys=False)
+        case "console":
+            renderer = structlog.dev.ConsoleRenderer(colors=_isatty(stream))
+        case _:
+            assert_never(fmt)
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared,
         processors=[

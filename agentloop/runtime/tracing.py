@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, assert_never
 
 from agentloop.runtime.config import VARIABLES, ConfigError, Settings
 from agentloop.runtime.config_checks import check_otel
@@ -42,9 +42,14 @@ def interceptors(settings: Settings) -> list[Interceptor]:
         raise ConfigError([f"{VARIABLES['otel'].name}={settings.otel!r}: {wrong}"])
     from temporalio.contrib.opentelemetry import TracingInterceptor
 
-    # None: the global tracer, which follows whatever provider the process has set.
-    tracer = _console_tracer() if settings.otel == "console" else None
-    return [TracingInterceptor(tracer)]
+    match settings.otel:
+        case "console":
+            return [TracingInterceptor(_console_tracer())]
+        case "global":
+            # None: the global tracer, which follows whatever provider the process has set.
+            return [TracingInterceptor(None)]
+        case _:
+            assert_never(settings.otel)
 
 
 def flush(settings: Settings) -> None:
