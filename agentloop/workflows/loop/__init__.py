@@ -13,6 +13,14 @@ from agentloop.workflows.loop.exchange import (
     ToolOutcome,
     ToolsToRun,
 )
+from agentloop.workflows.loop.features import (
+    BUILTIN_TOOL_PATCHES,
+    FEATURE_SET,
+    FEATURE_SETS,
+    FEATURES,
+    FEATURES_OF_SET,
+    Feature,
+)
 from agentloop.workflows.loop.humans import (
     awaiting_humans,
     decisions_to_check,
@@ -60,16 +68,10 @@ from agentloop.workflows.loop.record import (
     start_tools,
 )
 from agentloop.workflows.loop.state import (
-    BUILTIN_TOOL_PATCHES,
-    FEATURE_SET,
-    FEATURE_SETS,
-    FEATURES,
-    FEATURES_OF_SET,
     MAX_OUTPUT_CORRECTIONS,
     MAX_REFUSED_CALLS,
     MAX_RUN_CHAIN_IDS,
     DecisionToCheck,
-    Feature,
     LoopState,
 )
 from agentloop.workflows.loop.texts import record_texts_stored, state_to_carry, texts_to_store

@@ -13,6 +13,7 @@ from typing import assert_never
 
 from agentloop.events import ModelOutput
 from agentloop.policies import authorization, budgets
+from agentloop.workflows.loop.features import Feature
 from agentloop.workflows.loop.next_step import (
     AwaitApproval,
     AwaitInput,
@@ -31,7 +32,6 @@ from agentloop.workflows.loop.settle import stopping_rejection
 from agentloop.workflows.loop.state import (
     MAX_REFUSED_CALLS,
     Batch,
-    Feature,
     LoopState,
 )
 from agentloop.workflows.loop.views import (

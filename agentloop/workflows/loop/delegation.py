@@ -14,11 +14,11 @@ from agentloop.contract import BUDGETED, AgentRunInput, AgentRunResult
 from agentloop.events import ErrorClass, ToolCall, ToolResult
 from agentloop.policies import budgets
 from agentloop.tool_spec import DELEGATE, ToolSpec, bounded
+from agentloop.workflows.loop.features import Feature
 from agentloop.workflows.loop.next_step import RunTools
 from agentloop.workflows.loop.state import (
     Batch,
     Delegation,
-    Feature,
     LoopState,
     add_usage,
     started_per_tool,

@@ -19,9 +19,10 @@ from agentloop.contract import (
 from agentloop.events import ToolResult, UserInput
 from agentloop.policies import approval
 from agentloop.workflows.loop import results
+from agentloop.workflows.loop.features import Feature
 from agentloop.workflows.loop.plan import action_digest
 from agentloop.workflows.loop.settle import close_if_answered, settle
-from agentloop.workflows.loop.state import DecisionToCheck, Feature, LoopState
+from agentloop.workflows.loop.state import DecisionToCheck, LoopState
 
 MAX_REFUSED_RECORDS = 100
 """Refusals `status` keeps (the newest): a flood of bad signals cannot grow the run state."""

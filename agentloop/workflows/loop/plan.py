@@ -20,7 +20,8 @@ from agentloop.policies.bounds import MAX_LEDGER_ARGUMENT_BYTES
 from agentloop.policies.validation import MAX_CHECK_STEPS, Allowed, Refused, validate_call
 from agentloop.tool_spec import ASK_USER, DELEGATE, GIVE_UP, READ_ARTIFACT, ToolSpec
 from agentloop.workflows.loop import results
-from agentloop.workflows.loop.state import Batch, Feature, LoopState, Reconciliation
+from agentloop.workflows.loop.features import Feature
+from agentloop.workflows.loop.state import Batch, LoopState, Reconciliation
 
 
 @dataclass

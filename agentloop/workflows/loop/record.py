@@ -42,6 +42,7 @@ from agentloop.workflows.loop.exchange import (
     ToolOutcome,
     ToolsToRun,
 )
+from agentloop.workflows.loop.features import Feature
 from agentloop.workflows.loop.humans import record_pause
 from agentloop.workflows.loop.next_step import CallModel, Finish, RunTools
 from agentloop.workflows.loop.plan import (
@@ -57,7 +58,6 @@ from agentloop.workflows.loop.state import (
     MAX_RUN_CHAIN_IDS,
     MAX_WRITE_ATTEMPTS,
     SUMMARY_CHARS,
-    Feature,
     LoopState,
     Reconciliation,
 )

@@ -10,7 +10,8 @@ from __future__ import annotations
 from agentloop.contract import ApprovalDecision
 from agentloop.events import StateUpdate, ToolResult
 from agentloop.policies import progress, task_state
-from agentloop.workflows.loop.state import SUMMARY_CHARS, Batch, Feature, LoopState
+from agentloop.workflows.loop.features import Feature
+from agentloop.workflows.loop.state import SUMMARY_CHARS, Batch, LoopState
 
 
 def settle(state: LoopState, batch: Batch, result: ToolResult) -> None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from agentloop.events import Instruction, UserInput
 from agentloop.policies.bounds import MAX_INLINE_TEXT_CHARS
 from agentloop.transcript import by_reference
-from agentloop.workflows.loop.state import Feature, LoopState
+from agentloop.workflows.loop.features import Feature
+from agentloop.workflows.loop.state import LoopState
 
 
 def texts_to_store(state: LoopState) -> dict[int, str]:

@@ -12,6 +12,7 @@ from datetime import datetime
 
 from agentloop.digests import canonical_json
 from agentloop.run_events import MAX_PREVIEW_CHARS, RunEvent, WaitReason
+from agentloop.workflows.loop.features import Feature
 from agentloop.workflows.loop.next_step import (
     AwaitApproval,
     AwaitInput,
@@ -19,7 +20,7 @@ from agentloop.workflows.loop.next_step import (
     Finish,
     NextStep,
 )
-from agentloop.workflows.loop.state import Feature, LoopState
+from agentloop.workflows.loop.state import LoopState
 
 NOT_AN_OUTCOME = frozenset({"pending", "running", "proposed"})
 """Call statuses that are no result yet."""
