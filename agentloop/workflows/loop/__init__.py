@@ -1,9 +1,11 @@
-"""The loop as pure modules, with no Temporal in them: the state (`state`), the steps
-`decide` can answer (`next_step`), the state table (`decide`), a model output made a batch
-(`plan`), folding results back (`record`, `settle`, `humans`, `delegation`), the results the
-runner writes itself (`results`), long texts by reference (`texts`), what a step exchanges
-with Temporal (`exchange`) and the read-only views (`views`). This face hands on the names
-the workflow shell uses."""
+"""The loop as pure modules, with no Temporal in them: the state (`state`) and the behaviours
+switched on per run (`features`), the steps `decide` can answer (`next_step`), the state table
+(`decide`), what stops a run (`stops`), a model output made a batch (`plan`), the folds that
+record what each step brought back, named by the step they serve (`model_step`, `tool_step`,
+`lifecycle`, with `settle`, `humans` and `delegation`), the results the runner writes itself
+(`results`), long texts by reference (`texts`), what a step exchanges with Temporal
+(`exchange`) and the read-only views (`views`). `decide` reads the state and imports no fold.
+This face hands on the names the workflow shell uses."""
 
 from agentloop.workflows.loop.decide import decide
 from agentloop.workflows.loop.exchange import (
@@ -34,6 +36,20 @@ from agentloop.workflows.loop.humans import (
     record_refused_input,
     record_resolution,
 )
+from agentloop.workflows.loop.lifecycle import (
+    continue_transcript,
+    record_failure,
+    record_finish,
+    record_run_started,
+    record_step,
+)
+from agentloop.workflows.loop.model_step import (
+    record_model_failure,
+    record_model_output,
+    record_over_budget,
+    record_verdict,
+    start_model_call,
+)
 from agentloop.workflows.loop.next_step import (
     AwaitApproval,
     AwaitHumans,
@@ -50,23 +66,6 @@ from agentloop.workflows.loop.next_step import (
     Work,
 )
 from agentloop.workflows.loop.plan import action_digest
-from agentloop.workflows.loop.record import (
-    continue_transcript,
-    record_failure,
-    record_finish,
-    record_model_failure,
-    record_model_output,
-    record_outcome,
-    record_over_budget,
-    record_preconditions,
-    record_run_started,
-    record_step,
-    record_tool_results,
-    record_verdict,
-    runs_locally,
-    start_model_call,
-    start_tools,
-)
 from agentloop.workflows.loop.state import (
     MAX_OUTPUT_CORRECTIONS,
     MAX_REFUSED_CALLS,
@@ -75,6 +74,13 @@ from agentloop.workflows.loop.state import (
     LoopState,
 )
 from agentloop.workflows.loop.texts import record_texts_stored, state_to_carry, texts_to_store
+from agentloop.workflows.loop.tool_step import (
+    record_outcome,
+    record_preconditions,
+    record_tool_results,
+    runs_locally,
+    start_tools,
+)
 from agentloop.workflows.loop.views import (
     details,
     pending_approvals,

@@ -27,12 +27,16 @@ from agentloop.workflows.loop.next_step import (
     RunTools,
     Verify,
 )
-from agentloop.workflows.loop.record import answer_problems, empty_answer, response_named
-from agentloop.workflows.loop.settle import stopping_rejection
 from agentloop.workflows.loop.state import (
     MAX_REFUSED_CALLS,
     Batch,
     LoopState,
+)
+from agentloop.workflows.loop.stops import (
+    answer_problems,
+    empty_answer,
+    response_named,
+    stopping_rejection,
 )
 from agentloop.workflows.loop.views import (
     approval_deadline,

@@ -1,7 +1,7 @@
 """What a step hands the Temporal side (`workflows/`), and what comes back to be recorded.
 
-Each step's data goes down once (`start_*` in `record.py` answers with one of these) and comes
-back once (`record_*` takes what the activities answered).
+Each step's data goes down once (a fold's `start_*`, in `model_step.py` or `tool_step.py`,
+answers with one of these) and comes back once (`record_*` takes what the activities answered).
 """
 
 from __future__ import annotations

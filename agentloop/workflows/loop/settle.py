@@ -1,17 +1,14 @@
 """Settling a batch: each call id gets its one result, and once every call of the batch is
 answered the results go to the model in the call order (then the stall check runs).
-
-Also the one rule of what a rejection does: a rejected call of a tool that says `stop` stops
-the run, and nothing more of its batch goes to the model.
 """
 
 from __future__ import annotations
 
-from agentloop.contract import ApprovalDecision
 from agentloop.events import StateUpdate, ToolResult
 from agentloop.policies import progress, task_state
 from agentloop.workflows.loop.features import Feature
 from agentloop.workflows.loop.state import SUMMARY_CHARS, Batch, LoopState
+from agentloop.workflows.loop.stops import stopping_rejection
 
 
 def settle(state: LoopState, batch: Batch, result: ToolResult) -> None:
@@ -35,15 +32,6 @@ def leave_batch(batch: Batch, call_id: str) -> None:
             queue.remove(call_id)
     for pending in (batch.approvals, batch.asking, batch.replies):
         pending.pop(call_id, None)
-
-
-def stopping_rejection(state: LoopState, batch: Batch) -> tuple[str, ApprovalDecision] | None:
-    """The first rejection in `batch` that stops the run (its tool's `on_reject` is `stop`),
-    with its call id; None when every rejection so far is only told to the model."""
-    for call_id, decision in batch.decisions.items():
-        if not decision.approved and state.spec_of(call_id).on_reject == "stop":
-            return call_id, decision
-    return None
 
 
 def close_if_answered(state: LoopState) -> None:

@@ -1,0 +1,232 @@
+"""The model step folded into the run state: a call started (counted, its request built from
+what the model has not seen), its output recorded (a batch opened for its tool calls, a final
+answer checked), and what the completion check said of the answer.
+
+Like every fold, a step starts with one `start_*` call (which reserves what it uses and says
+what to send) and ends with one `record_*` call (which records what came back).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from agentloop.activity_io import CallModelInput, CallModelResult, ModelCallBudget
+from agentloop.context import chars_per_token
+from agentloop.contract import CallRecord, ModelSettings
+from agentloop.events import ModelOutput, StateUpdate
+from agentloop.tool_spec import GIVE_UP
+from agentloop.transcript import by_reference
+from agentloop.workflows.loop.exchange import ModelTurn
+from agentloop.workflows.loop.features import Feature
+from agentloop.workflows.loop.lifecycle import record_failure
+from agentloop.workflows.loop.next_step import CallModel
+from agentloop.workflows.loop.plan import OverBudget, ProtocolViolation, plan_batch
+from agentloop.workflows.loop.settle import close_if_answered, settle
+from agentloop.workflows.loop.state import MAX_OUTPUT_CORRECTIONS, LoopState
+from agentloop.workflows.loop.stops import answer_problems, empty_answer, response_named
+from agentloop.workflows.loop.views import facts
+from agentloop.workflows.loop.watching import streaming
+
+
+def start_model_call(state: LoopState, step: CallModel) -> ModelTurn:
+    """The call is counted the moment it starts; the request carries what the model has not
+    seen (stored contents by reference) and the specs inline until a call has stored them."""
+    sent = list(state.outbox)
+    state.turn = step.turn
+    state.phase = "calling_model"
+    state.usage.model_calls += 1
+    run_input = state.run_input
+    request = CallModelInput(
+        run_id=state.workflow_id,
+        turn=step.turn,
+        provider=run_input.provider,
+        model=run_input.model,
+        head=state.head,
+        new_events=[by_reference(event) for event in sent],
+        tools=[] if state.tools_ref is not None else list(state.tools.values()),
+        tools_ref=state.tools_ref,
+        settings=ModelSettings(**run_input.model_settings.model_dump(), stream=run_input.stream),
+        context_budget_chars=run_input.context_budget_chars,
+        context_budget_tokens=run_input.context_budget_tokens,
+        chars_per_token=state.chars_per_token,
+        facts=facts(state),
+        budget=_budget(state) if state.has(Feature.STRICT_BUDGETS) else None,
+        slim_output=state.has(Feature.MODEL_OUTPUT_SLIM),
+        publish_text=streaming(state),
+    )
+    return ModelTurn(request, sent)
+
+
+def _budget(state: LoopState) -> ModelCallBudget:
+    """What this call may use of the caps: the run's usage and its child runs' slices are
+    spoken for (this call is counted already, its tokens not yet)."""
+    limits, held = state.run_input.limits, state.reserved()
+    return ModelCallBudget(
+        tokens_left=None
+        if limits.max_total_tokens is None
+        else limits.max_total_tokens - held.input_tokens - held.output_tokens,
+        cost_left=None if limits.max_cost_usd is None else limits.max_cost_usd - held.cost_usd,
+        context_tokens=state.context_tokens,
+        elided_before=(
+            state.elided_through if state.has(Feature.BOUND_COUNTS_UNSHORTENED) else None
+        ),
+    )
+
+
+def record_over_budget(state: LoopState, reason: str) -> None:
+    """The model call was not started: even its input might not fit what is left of a cap."""
+    state.usage.model_calls -= 1
+    state.limit = reason
+
+
+def record_model_output(
+    state: LoopState, result: CallModelResult, now: datetime, sent: int | None = None
+) -> None:
+    """The model's answer to a call that carried the first `sent` events of the outbox
+    (None: all of it); what arrived during the call stays for the next one."""
+    output = result.output
+    state.head = result.head
+    state.tools_ref = state.tools_ref or result.tools_ref
+    state.chars_per_token = (
+        chars_per_token(result.request_chars, output.usage.input_tokens) or state.chars_per_token
+    )
+    keep = state.has(Feature.MESSAGES_DURING_MODEL_CALL_KEPT) and sent is not None
+    state.outbox = state.outbox[sent:] if keep else []
+    state.context_tokens = output.usage.input_tokens + output.usage.output_tokens
+    state.elided_through = result.elided_through
+    state.usage.model_requests += max(result.attempt, 1)
+    state.usage.input_tokens += output.usage.input_tokens
+    state.usage.output_tokens += output.usage.output_tokens
+    state.usage.cost_usd += result.cost_usd
+    state.last_output = output
+    state.phase = "validating"
+    if output.stop == "tool_calls":
+        _open_batch(state, output, now)
+    elif (
+        output.stop == "final" and state.has(Feature.BLOCKED_NOT_COMPLETED) and empty_answer(output)
+    ):
+        _send_back_if_empty(state)
+    elif output.stop == "final" and state.run_input.output_schema is not None:
+        _send_back_if_rejected(state, output, state.run_input.output_schema)
+
+
+def _open_batch(state: LoopState, output: ModelOutput, now: datetime) -> None:
+    planned = plan_batch(state, output, now)
+    if isinstance(planned, OverBudget):
+        state.limit = planned.reason
+        if state.has(Feature.OVER_BUDGET_CALLS_LEDGERED):
+            # Without their arguments: the ledger's own cap may be what they do not fit (the
+            # transcript holds them).
+            _ledger(state, output, {}, "over_budget", with_arguments=False)
+        return
+    if isinstance(planned, ProtocolViolation):
+        record_failure(state, planned.reason + response_named(output), "protocol")
+        return
+    state.argument_bytes += planned.argument_bytes  # measured once, by the plan
+    _ledger(state, output, planned.decisions, "allowed")
+    state.batch = planned.batch
+    for result in list(planned.batch.results.values()):
+        settle(state, planned.batch, result)
+    close_if_answered(state)
+
+
+def _ledger(
+    state: LoopState,
+    output: ModelOutput,
+    decisions: dict[str, str],
+    default: str,
+    *,
+    with_arguments: bool = True,
+) -> None:
+    """Each of `output`'s calls in the ledger, `proposed`, decided as `decisions` says."""
+    for call in output.tool_calls:
+        spec = state.tools.get(call.name)
+        state.calls[call.call_id] = CallRecord(
+            call_id=call.call_id,
+            tool=call.name,
+            tool_version=spec.version if spec else "",
+            args_digest=call.args_digest,
+            arguments=call.arguments if with_arguments else {},
+            decision=decisions.get(call.call_id, default),
+            status="proposed",
+            turn=state.turn,
+        )
+
+
+def _send_back_if_empty(state: LoopState) -> None:
+    """The first empty final answer goes back to the model with a runner note; the next one
+    stops the run `blocked` (`decide`): an empty answer never completes a run."""
+    state.empty_answers += 1
+    if state.empty_answers > 1:
+        return
+    how = (
+        "call give_up with the reason you cannot finish"
+        if GIVE_UP in state.builtin_tools
+        else "say why you cannot finish"
+    )
+    _tell_model(
+        state,
+        StateUpdate(
+            kind="verification",
+            text=f"Your final answer was empty. Give your answer to the task, or {how}.",
+        ),
+    )
+    state.last_output = None
+
+
+def _send_back_if_rejected(state: LoopState, output: ModelOutput, schema: dict[str, Any]) -> None:
+    _, problems = answer_problems(state, output, schema)
+    if not problems or state.output_corrections >= MAX_OUTPUT_CORRECTIONS:
+        return
+    # Not done: the verdict goes back to the model as an observation, on the same budget.
+    state.output_corrections += 1
+    _tell_model(
+        state,
+        StateUpdate(
+            kind="verification",
+            text="Your final answer was rejected (" + "; ".join(problems) + "). Answer again with "
+            f"only JSON matching this schema: {json.dumps(schema, sort_keys=True)}",
+        ),
+    )
+    state.last_output = None
+
+
+def _tell_model(state: LoopState, update: StateUpdate) -> None:
+    """`update` for the next model call, after what already waits for it (before
+    `messages-during-model-call-kept`, it replaced that)."""
+    if state.has(Feature.MESSAGES_DURING_MODEL_CALL_KEPT):
+        state.outbox.append(update)
+    else:
+        state.outbox = [update]
+
+
+def record_verdict(state: LoopState, passed: bool, reason: str) -> None:
+    """A passed check accepts this turn's answer; a failed one goes back to the model with
+    the reason, on the same budget, a bounded number of times."""
+    if passed:
+        state.verified_turn = state.turn
+        state.verification = reason
+        return
+    check = state.run_input.completion_check
+    if state.output_corrections >= MAX_OUTPUT_CORRECTIONS:
+        reason = f"verification: completion_check {check} failed: {reason}"
+        record_failure(state, reason, "verification")
+        return
+    state.output_corrections += 1
+    _tell_model(
+        state,
+        StateUpdate(
+            kind="verification",
+            text=f"Not done yet: the completion check {check} says: {reason}. Finish the "
+            "task (or say why you cannot), then answer again.",
+        ),
+    )
+    state.last_output = None
+
+
+def record_model_failure(state: LoopState, reason: str, requests: int) -> None:
+    """The model call failed for good after `requests` requests to the provider."""
+    state.usage.model_requests += requests
+    record_failure(state, reason, "model_error")

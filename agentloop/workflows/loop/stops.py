@@ -1,0 +1,57 @@
+"""What stops a run, read in one place for the state table (`decide`) and the folds: whether
+a final answer is empty, what is wrong with it against `output_schema`, which provider
+response a stop names, and the one rule of what a rejection does (a rejected call of a tool
+that says `stop` stops the run, and nothing more of its batch goes to the model). Pure reads:
+nothing here changes the run state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentloop.contract import ApprovalDecision
+from agentloop.events import ModelOutput
+from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS
+from agentloop.policies.completion import check_output
+from agentloop.policies.validation import MAX_CHECK_STEPS
+from agentloop.workflows.loop.features import Feature
+from agentloop.workflows.loop.state import Batch, LoopState
+
+
+def response_named(output: ModelOutput) -> str:
+    """Names the provider's response a protocol stop is about (its raw items are in the
+    transcript store under that output)."""
+    ref = output.provider_ref
+    return f" (response {ref.response_id})" if ref.response_id else ""
+
+
+def answer_problems(
+    state: LoopState, output: ModelOutput, schema: dict[str, Any]
+) -> tuple[Any, list[str]]:
+    """A final answer checked against `output_schema`: its JSON value and what is wrong. An
+    answer too long to travel inline is not checked here (the workflow holds only its
+    start)."""
+    if output.text_ref:
+        limit = MAX_INLINE_ANSWER_CHARS
+        return None, [
+            f"the answer is {output.text_chars} characters, over the {limit} that can be"
+            " checked against output_schema"
+        ]
+    steps = MAX_CHECK_STEPS if state.has(Feature.BOUNDED_SCHEMA_WORK) else None
+    return check_output(
+        schema, output.text, bounded=state.has(Feature.BOUNDED_VALIDATION), steps=steps
+    )
+
+
+def empty_answer(output: ModelOutput) -> bool:
+    """A final answer with nothing in it: no text (whitespace aside), nothing by reference."""
+    return not output.text.strip() and not output.text_ref
+
+
+def stopping_rejection(state: LoopState, batch: Batch) -> tuple[str, ApprovalDecision] | None:
+    """The first rejection in `batch` that stops the run (its tool's `on_reject` is `stop`),
+    with its call id; None when every rejection so far is only told to the model."""
+    for call_id, decision in batch.decisions.items():
+        if not decision.approved and state.spec_of(call_id).on_reject == "stop":
+            return call_id, decision
+    return None
