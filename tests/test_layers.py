@@ -65,6 +65,16 @@ MAY_IMPORT["cli"] = MAY_IMPORT["inbox"] | {"inbox"}
 MAY_IMPORT["testing"] = MAY_IMPORT["cli"] | {"cli"}
 """Each layer and the layers below it that it may import (its own modules aside)."""
 
+STATE_TABLE = "agentloop.workflows.loop.decide"
+STATE_TABLE_READS = frozenset(
+    f"agentloop.workflows.loop.{name}"
+    for name in ("features", "next_step", "state", "stops", "views")
+)
+"""The loop modules the state table may import: the state, the steps it answers with, and
+pure reads of the state. A fold (what records a step's outcome: `model_step`, `tool_step`,
+`lifecycle`, `settle`, `humans`, `delegation`, `texts`) is none of them: `decide` reads the
+state, and reading a rule out of a fold would put the state table above it again."""
+
 
 ACTIVITY_CALLS = frozenset(
     {"execute_activity", "execute_local_activity", "start_activity", "start_local_activity"}
@@ -145,6 +155,18 @@ def upward_imports(graph: dict[str, list[tuple[int, str]]]) -> Iterator[str]:
                 yield f"{module}:{line} ({layer}) imports {imported} ({target})"
 
 
+def folds_the_state_table_imports(graph: dict[str, list[tuple[int, str]]]) -> Iterator[str]:
+    for line, imported in graph.get(STATE_TABLE, []):
+        in_loop = imported.startswith("agentloop.workflows.loop")
+        if in_loop and imported not in STATE_TABLE_READS:
+            yield (
+                f"{STATE_TABLE}:{line} imports {imported}: the state table imports no fold (it "
+                "may read only the state, the steps and pure reads: "
+                + ", ".join(sorted(STATE_TABLE_READS))
+                + "); move what it needs into one of those"
+            )
+
+
 def test_every_module_belongs_to_a_layer() -> None:
     unplaced = [m for m in import_graph() if m != "agentloop" and layer_of(m) not in MAY_IMPORT]
     assert unplaced == []
@@ -156,6 +178,10 @@ def test_no_import_cycles() -> None:
 
 def test_no_module_imports_one_that_stands_above_it() -> None:
     assert list(upward_imports(import_graph())) == []
+
+
+def test_the_state_table_imports_no_fold() -> None:
+    assert list(folds_the_state_table_imports(import_graph())) == []
 
 
 def test_the_pure_loop_imports_no_temporal_and_nothing_of_the_shell() -> None:
@@ -196,6 +222,21 @@ def test_the_layer_check_finds_an_upward_import() -> None:
     assert list(upward_imports(graph)) == [
         "agentloop.demo.run:5 (demo) imports agentloop.cli.commands (cli)",
         "agentloop.workflows.steps:3 (workflows) imports agentloop.store.sqlite (store)",
+    ]
+
+
+def test_the_fold_check_finds_a_fold() -> None:
+    graph = {
+        STATE_TABLE: [
+            (3, "agentloop.workflows.loop.state"),
+            (4, "agentloop.workflows.loop.model_step"),
+            (5, "agentloop.workflows.loop"),
+        ]
+    }
+    found = [problem.split(": ", 1)[0] for problem in folds_the_state_table_imports(graph)]
+    assert found == [
+        f"{STATE_TABLE}:4 imports agentloop.workflows.loop.model_step",
+        f"{STATE_TABLE}:5 imports agentloop.workflows.loop",
     ]
 
 
