@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,7 @@ from agentloop.events import (
     ToolResult,
     UserInput,
 )
+from agentloop.policies.completion import check_output
 from agentloop.tool_spec import Outcome, ToolSpec
 from agentloop.workflows import loop
 from agentloop.workflows.loop import (
@@ -34,7 +36,9 @@ from agentloop.workflows.loop import (
     LookupOutcome,
     LoopState,
     RunTools,
+    Verify,
     results,
+    stops,
 )
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
@@ -261,6 +265,43 @@ def test_output_schema_corrections_are_bounded() -> None:
     assert isinstance(step, Finish) and step.status == "failed"
     assert step.stop_reason.startswith("verification")
     assert state.usage.model_calls == loop.MAX_OUTPUT_CORRECTIONS + 1
+
+
+def test_an_answer_is_checked_against_output_schema_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When it is recorded; the completion check and the finish read the verdict kept (each
+    used to check the answer again)."""
+    checks: list[str] = []
+
+    def counted(
+        schema: dict[str, Any], text: str, *, bounded: bool = False, steps: int | None = None
+    ) -> tuple[Any, list[str]]:
+        checks.append(text)
+        return check_output(schema, text, bounded=bounded, steps=steps)
+
+    monkeypatch.setattr(stops, "check_output", counted)
+    state = new_state(output_schema={"type": "object"}, completion_check="writes_applied")
+    model_turn(state, ModelOutput(text='{"late": false}', stop="final"))
+    step = loop.decide(state, T0)
+    assert isinstance(step, Verify)
+    loop.record_verdict(state, True, "nothing to apply")
+    step = loop.decide(state, T0)
+    assert isinstance(step, Finish) and (step.status, step.output) == ("completed", {"late": False})
+    assert checks == ['{"late": false}']
+
+
+@pytest.mark.parametrize("text", ['{"late": true}', "[]"], ids=["accepted", "rejected"])
+def test_a_state_carried_without_the_verdict_is_checked_as_the_run_starts(text: str) -> None:
+    """A run continued as new by a deploy that did not keep the verdict finishes as it would
+    have there."""
+    state = new_state(output_schema={"type": "object"})
+    state.output_corrections = loop.MAX_OUTPUT_CORRECTIONS  # this answer is the last one
+    model_turn(state, ModelOutput(text=text, stop="final"))
+    expected = loop.decide(state, T0)
+    older = state.model_dump(mode="json", exclude={"answer_check"})
+    carried = LoopState.model_validate(older)
+    assert carried.answer_check is None
+    loop.record_run_started(carried, "run-2")
+    assert loop.decide(carried, T0) == expected
 
 
 def test_a_call_id_reused_from_an_earlier_turn_is_a_protocol_failure() -> None:

@@ -33,7 +33,6 @@ from agentloop.workflows.loop.state import (
     LoopState,
 )
 from agentloop.workflows.loop.stops import (
-    answer_problems,
     empty_answer,
     response_named,
     stopping_rejection,
@@ -125,21 +124,24 @@ def _checked_candidate(state: LoopState, output: ModelOutput) -> NextStep:
 
 
 def _final_candidate(state: LoopState, output: ModelOutput) -> Finish:
-    schema = state.run_input.output_schema
-    if schema is None:
+    if state.run_input.output_schema is None:
         if output.text_ref:
             reason = f"final answer ({output.text_chars} characters: the whole by output_ref)"
             return Finish("completed", reason, output.text, output.text_ref, cause="final_answer")
         return Finish("completed", "final answer", output.text, cause="final_answer")
-    parsed, problems = answer_problems(state, output, schema)
-    if problems:
+    checked = state.answer_check
+    if checked is None:
+        raise AssertionError("a final answer is checked as it is recorded")  # model_step
+    if checked.problems:
         # Only reached once the corrections are used up (see `record_model_output`).
         return Finish(
             "failed",
-            "verification: final answer breaks output_schema: " + "; ".join(problems),
+            "verification: final answer breaks output_schema: " + "; ".join(checked.problems),
             cause="verification",
         )
-    return Finish("completed", "final answer matches output_schema", parsed, cause="final_answer")
+    return Finish(
+        "completed", "final answer matches output_schema", checked.value, cause="final_answer"
+    )
 
 
 def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:

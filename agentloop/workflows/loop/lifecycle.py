@@ -12,6 +12,7 @@ from agentloop.transcript import by_reference
 from agentloop.workflows.loop.features import Feature
 from agentloop.workflows.loop.next_step import Finish
 from agentloop.workflows.loop.state import MAX_RUN_CHAIN_IDS, LoopState
+from agentloop.workflows.loop.stops import checked_answer
 from agentloop.workflows.loop.views import (
     pending_at_stop,
     side_effects,
@@ -33,6 +34,11 @@ def record_run_started(state: LoopState, run_id: str) -> None:
     if over > 0 and state.has(Feature.BOUNDED_RUN_CHAIN):
         del state.run_chain[1 : 1 + over]
         state.run_chain_left_out += over
+    output, schema = state.last_output, state.run_input.output_schema
+    if output is not None and output.stop == "final" and schema is not None:
+        # A state carried from a deploy that checked the answer again as it finished holds
+        # no verdict: the answer is checked here, as it was then.
+        state.answer_check = state.answer_check or checked_answer(state, output, schema)
 
 
 def record_step(state: LoopState) -> None:

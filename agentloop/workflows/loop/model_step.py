@@ -25,7 +25,7 @@ from agentloop.workflows.loop.next_step import CallModel
 from agentloop.workflows.loop.plan import OverBudget, ProtocolViolation, plan_batch
 from agentloop.workflows.loop.settle import close_if_answered, settle
 from agentloop.workflows.loop.state import MAX_OUTPUT_CORRECTIONS, LoopState
-from agentloop.workflows.loop.stops import answer_problems, empty_answer, response_named
+from agentloop.workflows.loop.stops import checked_answer, empty_answer, response_named
 from agentloop.workflows.loop.views import facts
 from agentloop.workflows.loop.watching import streaming
 
@@ -101,6 +101,7 @@ def record_model_output(
     state.usage.output_tokens += output.usage.output_tokens
     state.usage.cost_usd += result.cost_usd
     state.last_output = output
+    state.answer_check = None
     state.phase = "validating"
     if output.stop == "tool_calls":
         _open_batch(state, output, now)
@@ -166,40 +167,35 @@ def _send_back_if_empty(state: LoopState) -> None:
         if GIVE_UP in state.builtin_tools
         else "say why you cannot finish"
     )
-    _tell_model(
-        state,
-        StateUpdate(
-            kind="verification",
-            text=f"Your final answer was empty. Give your answer to the task, or {how}.",
-        ),
-    )
-    state.last_output = None
+    _send_back(state, f"Your final answer was empty. Give your answer to the task, or {how}.")
 
 
 def _send_back_if_rejected(state: LoopState, output: ModelOutput, schema: dict[str, Any]) -> None:
-    _, problems = answer_problems(state, output, schema)
+    """The answer is checked against `output_schema` once, here: `decide` reads the verdict
+    kept in `answer_check`."""
+    state.answer_check = checked_answer(state, output, schema)
+    problems = state.answer_check.problems
     if not problems or state.output_corrections >= MAX_OUTPUT_CORRECTIONS:
         return
     # Not done: the verdict goes back to the model as an observation, on the same budget.
     state.output_corrections += 1
-    _tell_model(
+    _send_back(
         state,
-        StateUpdate(
-            kind="verification",
-            text="Your final answer was rejected (" + "; ".join(problems) + "). Answer again with "
-            f"only JSON matching this schema: {json.dumps(schema, sort_keys=True)}",
-        ),
+        "Your final answer was rejected (" + "; ".join(problems) + "). Answer again with "
+        f"only JSON matching this schema: {json.dumps(schema, sort_keys=True)}",
     )
-    state.last_output = None
 
 
-def _tell_model(state: LoopState, update: StateUpdate) -> None:
-    """`update` for the next model call, after what already waits for it (before
-    `messages-during-model-call-kept`, it replaced that)."""
+def _send_back(state: LoopState, note: str) -> None:
+    """The answer is not taken: `note` goes to the model's next call as a runner note, after
+    what already waits for it (before `messages-during-model-call-kept`, it replaced that)."""
+    update = StateUpdate(kind="verification", text=note)
     if state.has(Feature.MESSAGES_DURING_MODEL_CALL_KEPT):
         state.outbox.append(update)
     else:
         state.outbox = [update]
+    state.last_output = None
+    state.answer_check = None
 
 
 def record_verdict(state: LoopState, passed: bool, reason: str) -> None:
@@ -215,15 +211,11 @@ def record_verdict(state: LoopState, passed: bool, reason: str) -> None:
         record_failure(state, reason, "verification")
         return
     state.output_corrections += 1
-    _tell_model(
+    _send_back(
         state,
-        StateUpdate(
-            kind="verification",
-            text=f"Not done yet: the completion check {check} says: {reason}. Finish the "
-            "task (or say why you cannot), then answer again.",
-        ),
+        f"Not done yet: the completion check {check} says: {reason}. Finish the task (or say "
+        "why you cannot), then answer again.",
     )
-    state.last_output = None
 
 
 def record_model_failure(state: LoopState, reason: str, requests: int) -> None:

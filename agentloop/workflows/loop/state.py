@@ -98,6 +98,14 @@ class Delegation(BaseModel):
         )
 
 
+class CheckedAnswer(BaseModel):
+    """A final answer checked against `output_schema`: its JSON value, and what is wrong with
+    it (nothing: it is accepted)."""
+
+    value: Any = None
+    problems: list[str] = Field(default_factory=list)
+
+
 class DecisionToCheck(BaseModel):
     """An approval decision (or an operator's `resolve`, feature
     `resolutions-checked-by-worker`) that passed the workflow's own checks, waiting for the
@@ -258,6 +266,10 @@ class LoopState(BaseModel):
     """Where a model call stored the tool specs: later calls name them instead of carrying
     them (None: not stored yet, or a run from before specs went by reference)."""
     output_corrections: int = 0
+    answer_check: CheckedAnswer | None = None
+    """`last_output`'s final answer as checked against `output_schema` when it was recorded:
+    checked once, read by `decide` (None: no schema, no final answer, or a state carried from
+    before the check was kept, checked again as the run starts)."""
     verified_turn: int = 0
     """The turn whose final answer the completion check accepted."""
     verification: str = ""

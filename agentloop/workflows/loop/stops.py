@@ -1,8 +1,9 @@
 """What stops a run, read in one place for the state table (`decide`) and the folds: whether
-a final answer is empty, what is wrong with it against `output_schema`, which provider
-response a stop names, and the one rule of what a rejection does (a rejected call of a tool
-that says `stop` stops the run, and nothing more of its batch goes to the model). Pure reads:
-nothing here changes the run state.
+a final answer is empty, what is wrong with it against `output_schema` (checked once, by the
+fold that records the answer; `decide` reads the verdict it kept), which provider response a
+stop names, and the one rule of what a rejection does (a rejected call of a tool that says
+`stop` stops the run, and nothing more of its batch goes to the model). Pure reads: nothing
+here changes the run state.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS
 from agentloop.policies.completion import check_output
 from agentloop.policies.validation import MAX_CHECK_STEPS
 from agentloop.workflows.loop.features import Feature
-from agentloop.workflows.loop.state import Batch, LoopState
+from agentloop.workflows.loop.state import Batch, CheckedAnswer, LoopState
 
 
 def response_named(output: ModelOutput) -> str:
@@ -25,22 +26,22 @@ def response_named(output: ModelOutput) -> str:
     return f" (response {ref.response_id})" if ref.response_id else ""
 
 
-def answer_problems(
-    state: LoopState, output: ModelOutput, schema: dict[str, Any]
-) -> tuple[Any, list[str]]:
-    """A final answer checked against `output_schema`: its JSON value and what is wrong. An
-    answer too long to travel inline is not checked here (the workflow holds only its
-    start)."""
+def checked_answer(state: LoopState, output: ModelOutput, schema: dict[str, Any]) -> CheckedAnswer:
+    """A final answer checked against `output_schema`. An answer too long to travel inline is
+    not checked here (the workflow holds only its start)."""
     if output.text_ref:
         limit = MAX_INLINE_ANSWER_CHARS
-        return None, [
-            f"the answer is {output.text_chars} characters, over the {limit} that can be"
-            " checked against output_schema"
-        ]
+        return CheckedAnswer(
+            problems=[
+                f"the answer is {output.text_chars} characters, over the {limit} that can be"
+                " checked against output_schema"
+            ]
+        )
     steps = MAX_CHECK_STEPS if state.has(Feature.BOUNDED_SCHEMA_WORK) else None
-    return check_output(
+    value, problems = check_output(
         schema, output.text, bounded=state.has(Feature.BOUNDED_VALIDATION), steps=steps
     )
+    return CheckedAnswer(value=value, problems=problems)
 
 
 def empty_answer(output: ModelOutput) -> bool:
