@@ -1,6 +1,30 @@
 """Behaviours added after runs already existed (`Feature`), switched on per run, and the
 cumulative sets a run asks `workflow.patched` for (`FEATURE_SETS`): a run started before a
 behaviour replays without it.
+
+Adding one: a new member, read only through `LoopState.has`, and a new set in front of
+`FEATURE_SETS` holding it and every behaviour before it (a stored history that recorded the
+set, under `tests/histories/`).
+
+Retiring one, once no history that lacks it can be replayed (Temporal's patch, then
+`workflow.deprecate_patch`, then removal, applied to sets):
+
+1. Wait until every run chain that started with a set older than the first one holding the
+   behaviour (or before sets) is closed and past the namespace's retention: a query and
+   `agentloop replay` replay closed runs too. A run continued as new asks for no set (its
+   state carries its chain's behaviours), so a chain is as old as its first run.
+2. Then, in one change: each `state.has(Feature.X)` keeps only its new path; the older sets
+   leave `FEATURE_SETS` and their histories leave `tests/histories/` (none can be replayed
+   any more, so their ids need no `deprecate_patch`); the member stays, its docstring saying
+   since which set it always holds, because the state a running chain carries names it.
+3. A patch id every run asks for on its own rather than through a set (the shell's
+   `update-waits-for-state` and `local-activity-failures-handled`; the newest set, should
+   sets ever end) takes Temporal's three steps: `if workflow.patched(ID)` with both paths;
+   once no history without its marker can be replayed, `workflow.deprecate_patch(ID)` and
+   the new path alone (histories with the marker still replay, new runs record it
+   deprecated); once no history whose marker `patched` recorded can be replayed, no call at
+   all (a deprecated marker nobody asks for is skipped; an undeprecated one fails the
+   replay).
 """
 
 from __future__ import annotations
