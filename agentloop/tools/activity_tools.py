@@ -15,23 +15,14 @@ the `lookup_activity` is asked, by idempotency key, and answers
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Unpack
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from agentloop.contract import describe_validation_error
-from agentloop.tool_spec import (
-    DEFAULT_MAX_RESULT_CHARS,
-    DEFAULT_START_TIMEOUT_SECONDS,
-    Effect,
-    ToolSpec,
-    tool_name_problem,
-)
+from agentloop.tool_spec import DEFAULT_START_TIMEOUT_SECONDS
 from agentloop.tools.contract import Tool, ToolContext
-from agentloop.tools.decorator import ToolDefinitionError
+from agentloop.tools.options import ToolOptions, declared_spec
 
 
 async def _scheduled_by_the_run(arguments: dict[str, Any], ctx: ToolContext[Any]) -> Any:
@@ -45,21 +36,10 @@ def activity_tool(
     task_queue: str,
     parameters: type[BaseModel] | Mapping[str, Any],
     description: str,
-    effect: Effect = "write",
-    scopes: Sequence[str] = (),
-    needs_approval: bool | str = False,
-    approvers: Sequence[str] = (),
-    action: str = "",
-    on_reject: Literal["stop", "tell_model"] = "stop",
-    timeout_seconds: float = 30.0,
     heartbeat_seconds: float | None = None,
     start_timeout_seconds: float = DEFAULT_START_TIMEOUT_SECONDS,
-    max_attempts: int = 3,
-    max_calls_per_run: int | None = None,
-    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
-    poll_limit: int | None = None,
-    version: str = "1",
     lookup_activity: str | None = None,
+    **options: Unpack[ToolOptions],
 ) -> Tool:
     """Declare a tool that is the activity type `activity` on `task_queue`.
 
@@ -69,48 +49,25 @@ def activity_tool(
     for a worker on `task_queue` to take it (past it, it fails as never started: a write is
     then not applied). `lookup_activity`: for a write, the activity
     type (same queue) that finds its outcome by idempotency key. The other options are
-    `agentloop.tool`'s: as there, a tool is a write unless it says `effect="read"`."""
-    if problem := tool_name_problem(name):
-        raise ToolDefinitionError(f"activity tool: {problem}")
+    `agentloop.tool`'s (`ToolOptions`): as there, a tool is a write unless it says
+    `effect="read"`."""
     schema = (
         parameters.model_json_schema()
         if isinstance(parameters, type) and issubclass(parameters, BaseModel)
-        else dict(parameters)
+        else parameters
     )
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        raise ToolDefinitionError(
-            f"activity tool {name}: its parameters are no JSON Schema: {exc.message}"
-        ) from None
-    if effect == "read" and lookup_activity is not None:
-        raise ToolDefinitionError(f"activity tool {name}: only a write has an outcome to look up")
-    try:
-        spec = ToolSpec(
-            name=name,
-            version=version,
-            description=description,
-            parameters=schema,
-            effect=effect,
-            required_scopes=list(scopes),
-            timeout_seconds=timeout_seconds,
-            max_attempts=max_attempts,
-            max_calls_per_run=max_calls_per_run,
-            max_result_chars=max_result_chars,
-            needs_approval=needs_approval,
-            approvers=list(approvers),
-            action=action,
-            on_reject=on_reject,
-            poll_limit=poll_limit,
-            has_outcome_lookup=lookup_activity is not None,
-            activity=activity,
-            task_queue=task_queue,
-            lookup_activity=lookup_activity,
-            heartbeat_seconds=heartbeat_seconds,
-            start_timeout_seconds=start_timeout_seconds,
-        )
-    except ValidationError as exc:
-        raise ToolDefinitionError(
-            f"activity tool {name}: {describe_validation_error(exc)}"
-        ) from None
+    spec = declared_spec(
+        "activity tool",
+        name,
+        named="activity tool",
+        description=description,
+        parameters=schema,
+        has_outcome_lookup=lookup_activity is not None,
+        options=options,
+        activity=activity,
+        task_queue=task_queue,
+        lookup_activity=lookup_activity,
+        heartbeat_seconds=heartbeat_seconds,
+        start_timeout_seconds=start_timeout_seconds,
+    )
     return Tool(spec=spec, handler=_scheduled_by_the_run)

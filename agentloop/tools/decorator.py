@@ -13,21 +13,13 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, get_origin, get_type_hints, overload
+from typing import Any, TypeVar, Unpack, get_origin, get_type_hints, overload
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from agentloop.activity_io import Verdict
 from agentloop.contract import CallRecord, Principal, describe_validation_error
-from agentloop.tool_spec import (
-    DEFAULT_MAX_RESULT_CHARS,
-    Effect,
-    Outcome,
-    ToolSpec,
-    tool_name_problem,
-)
+from agentloop.tool_spec import Outcome
 from agentloop.tools.contract import (
     InvalidArguments,
     OutcomeLookup,
@@ -36,13 +28,9 @@ from agentloop.tools.contract import (
     ToolContext,
     ToolHandler,
 )
+from agentloop.tools.options import ToolDefinitionError, ToolOptions, declared_spec
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
-
-
-class ToolDefinitionError(TypeError):
-    """A tool, rule, verifier or dependencies declaration agentloop cannot use, named with the
-    function and the problem (raised when the module is imported)."""
 
 
 @dataclass(frozen=True)
@@ -123,11 +111,9 @@ def _qualname(function: Callable[..., Any]) -> str:
 
 def _schema_of(arguments: _Arguments, name: str) -> dict[str, Any]:
     try:
-        schema = arguments.model.model_json_schema()
-        Draft202012Validator.check_schema(schema)
-    except (SchemaError, TypeError, ValueError) as exc:
+        return arguments.model.model_json_schema()
+    except (TypeError, ValueError) as exc:
         raise ToolDefinitionError(f"tool {name}: no JSON Schema for its arguments: {exc}") from exc
-    return schema
 
 
 def _same_arguments(
@@ -166,21 +152,10 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    effect: Effect = "write",
-    scopes: Sequence[str] = (),
-    needs_approval: bool | str = False,
-    approvers: Sequence[str] = (),
-    action: str = "",
-    on_reject: Literal["stop", "tell_model"] = "stop",
     local: bool = False,
-    timeout_seconds: float | None = None,
-    max_attempts: int = 3,
-    max_calls_per_run: int | None = None,
-    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
-    poll_limit: int | None = None,
-    version: str = "1",
     precondition: Callable[..., Awaitable[None]] | None = None,
     lookup_outcome: Callable[..., Awaitable[Outcome]] | None = None,
+    **options: Unpack[ToolOptions],
 ) -> Callable[[F], Tool]: ...
 
 
@@ -190,21 +165,10 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    effect: Effect = "write",
-    scopes: Sequence[str] = (),
-    needs_approval: bool | str = False,
-    approvers: Sequence[str] = (),
-    action: str = "",
-    on_reject: Literal["stop", "tell_model"] = "stop",
     local: bool = False,
-    timeout_seconds: float | None = None,
-    max_attempts: int = 3,
-    max_calls_per_run: int | None = None,
-    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
-    poll_limit: int | None = None,
-    version: str = "1",
     precondition: Callable[..., Awaitable[None]] | None = None,
     lookup_outcome: Callable[..., Awaitable[Outcome]] | None = None,
+    **options: Unpack[ToolOptions],
 ) -> Tool | Callable[[F], Tool]:
     """Declare a tool: `@tool` or `@tool(effect="write", ...)` on an `async def`.
 
@@ -239,41 +203,20 @@ def tool(
 
     def declare(function: F) -> Tool:
         tool_name = name or function.__name__
-        if problem := tool_name_problem(tool_name):
-            raise ToolDefinitionError(f"tool {_qualname(function)}: {problem}")
-        if effect == "read" and lookup_outcome is not None:
-            raise ToolDefinitionError(f"tool {tool_name}: only a write has an outcome to look up")
         arguments = _arguments_of(function, "tool")
+        spec = declared_spec(
+            "tool",
+            tool_name,
+            named=f"tool {_qualname(function)}",
+            description=_prose(description or function.__doc__ or ""),
+            parameters=_schema_of(arguments, tool_name),
+            has_outcome_lookup=lookup_outcome is not None,
+            options=options,
+            has_precondition=precondition is not None,
+            local=local,
+        )
         check = _same_arguments(precondition, arguments, "precondition", tool_name)
         lookup = _same_arguments(lookup_outcome, arguments, "lookup_outcome", tool_name)
-        spec_fields: dict[str, Any] = {}
-        if timeout_seconds is not None:
-            spec_fields["timeout_seconds"] = timeout_seconds
-        try:
-            spec = ToolSpec(
-                name=tool_name,
-                version=version,
-                description=_prose(description or function.__doc__ or ""),
-                parameters=_schema_of(arguments, tool_name),
-                effect=effect,
-                required_scopes=list(scopes),
-                max_attempts=max_attempts,
-                max_calls_per_run=max_calls_per_run,
-                max_result_chars=max_result_chars,
-                needs_approval=needs_approval,
-                approvers=list(approvers),
-                action=action,
-                on_reject=on_reject,
-                has_precondition=precondition is not None,
-                poll_limit=poll_limit,
-                has_outcome_lookup=lookup_outcome is not None,
-                local=local,
-                **spec_fields,
-            )
-        except ValidationError as exc:
-            raise ToolDefinitionError(
-                f"tool {tool_name}: {describe_validation_error(exc)}"
-            ) from None
         handler: ToolHandler = _adapt(function, arguments, arguments)
         return Tool(
             spec=spec,

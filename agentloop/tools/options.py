@@ -1,0 +1,85 @@
+"""The options every tool declared in a team's code takes (`@agentloop.tool` and
+`agentloop.activity_tool` alike), and the one place a declared tool's `ToolSpec` is built
+from them, checked as it is declared."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TypedDict
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import ValidationError
+
+from agentloop.contract import describe_validation_error
+from agentloop.tool_spec import Effect, ToolSpec, tool_name_problem
+
+
+class ToolDefinitionError(TypeError):
+    """A tool, rule, verifier or dependencies declaration agentloop cannot use, named with the
+    function and the problem (raised when the module is imported)."""
+
+
+class ToolOptions(TypedDict, total=False):
+    """What `@agentloop.tool` and `agentloop.activity_tool` both take (see `agentloop.tool`
+    for each): an option left out gets the same default from either."""
+
+    effect: Effect
+    """`write` unless said: one attempt, an idempotency key, a lost answer looked up."""
+    scopes: Sequence[str]
+    needs_approval: bool | str
+    approvers: Sequence[str]
+    action: str
+    on_reject: Literal["stop", "tell_model"]
+    timeout_seconds: float | None
+    """None: the default (30 s; a local read's 5 s)."""
+    max_attempts: int
+    max_calls_per_run: int | None
+    max_result_chars: int
+    poll_limit: int | None
+    version: str
+
+
+def declared_spec(
+    what: str,
+    name: str,
+    *,
+    named: str,
+    description: str,
+    parameters: Mapping[str, Any],
+    has_outcome_lookup: bool,
+    options: ToolOptions,
+    **own: Any,
+) -> ToolSpec:
+    """The spec of the tool `name` declared as `what` ("tool", "activity tool") with
+    `options`, and `own` the fields only its kind sets. Raises `ToolDefinitionError`, saying
+    `named` (how the declaration is named) for a name no provider takes."""
+    if problem := tool_name_problem(name):
+        raise ToolDefinitionError(f"{named}: {problem}")
+    unknown = sorted(set(options) - ToolOptions.__optional_keys__)
+    if unknown:
+        raise ToolDefinitionError(f"{what} {name}: no option {', '.join(map(repr, unknown))}")
+    fields: dict[str, Any] = {"effect": "write", **options}
+    if fields["effect"] == "read" and has_outcome_lookup:
+        raise ToolDefinitionError(f"{what} {name}: only a write has an outcome to look up")
+    fields["required_scopes"] = list(fields.pop("scopes", ()))
+    fields["approvers"] = list(fields.get("approvers", ()))
+    if fields.get("timeout_seconds") is None:
+        fields.pop("timeout_seconds", None)
+    try:
+        Draft202012Validator.check_schema(parameters)
+    except SchemaError as exc:
+        raise ToolDefinitionError(
+            f"{what} {name}: its parameters are no JSON Schema: {exc.message}"
+        ) from None
+    try:
+        return ToolSpec(
+            name=name,
+            description=description,
+            parameters=dict(parameters),
+            has_outcome_lookup=has_outcome_lookup,
+            **fields,
+            **own,
+        )
+    except ValidationError as exc:
+        raise ToolDefinitionError(f"{what} {name}: {describe_validation_error(exc)}") from None
