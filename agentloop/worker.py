@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.bridge.proto.workflow_activation import WorkflowActivation, WorkflowActivationJob
@@ -38,6 +38,7 @@ from agentloop.activities.verify import VerifierActivities
 from agentloop.adapters import AdapterFactory
 from agentloop.client import StartupError, connect_checked
 from agentloop.mcp.listing import name_clashes
+from agentloop.mcp.source import McpServers
 from agentloop.policies.bounds import MAX_UPDATE_REQUEST_BYTES
 from agentloop.pricing import PriceTable
 from agentloop.runtime import tracing
@@ -53,12 +54,8 @@ from agentloop.runtime.config_checks import SandboxMode
 from agentloop.runtime.indexing import Registration
 from agentloop.runtime.mcp_config import McpServerConfig
 from agentloop.store import UNUSABLE, Store, open_store, why_unusable
-from agentloop.tool_spec import ToolSpec
 from agentloop.tools.plugins import PluginError, Toolbox, load_toolbox
 from agentloop.workflows.agent_run import AgentRun
-
-if TYPE_CHECKING:
-    from agentloop.mcp.tools import McpTools
 
 log = logging.getLogger(__name__)
 
@@ -203,40 +200,26 @@ def _check_mcp_names(toolbox: Toolbox, servers: Mapping[str, McpServerConfig]) -
         raise PluginError(f"{'; '.join(clashes)}: rename one of them")
 
 
-NO_LOOKUP = "no lookup: an unknown outcome waits for an operator"
-
-
 def tool_effects(toolbox: Toolbox, servers: Mapping[str, McpServerConfig]) -> list[str]:
-    """What a worker says of its tools as it starts, one line each: the effect, and for a
-    write whether its outcome can be looked up (without a lookup, a write whose answer is
-    lost pauses its run `awaiting_reconciliation` until an operator resolves it). An MCP
-    server's tools are listed when a run first names them: its line says how they are taken."""
-    specs = toolbox.registry.specs(toolbox.registry.names())
-    rows = [(spec.name, spec.effect, _lookup_of(spec)) for spec in specs]
-    for server, config in sorted(servers.items()):
-        lookup = f"looked up with {config.lookup_tool}" if config.lookup_tool else NO_LOOKUP
-        reads = "configured as reads" + (" or hinted read-only" if config.reads_from_hints else "")
-        listed = f"MCP server {server}: listed when a run names them, writes unless {reads}"
-        rows.append((f"{server}_*", "write", f"{lookup} ({listed})"))
-    width = max((len(name) for name, _, _ in rows), default=0)
-    return [f"{name:<{width}}  {effect:<5}  {lookup}".rstrip() for name, effect, lookup in rows]
+    """What a worker says of its tools as it starts, one line each, as each tool source
+    describes them: the effect, and for a write whether its outcome can be looked up (without
+    a lookup, a write whose answer is lost pauses its run `awaiting_reconciliation` until an
+    operator resolves it). An MCP server's tools are listed when a run first names them: its
+    line says how they are taken."""
+    rows = toolbox.registry.routing(McpServers(servers)).describe()
+    width = max((len(row.name) for row in rows), default=0)
+    return [f"{row.name:<{width}}  {row.effect:<5}  {row.note}".rstrip() for row in rows]
 
 
-def _lookup_of(spec: ToolSpec) -> str:
-    if spec.effect == "read":
-        return ""
-    return "looked up" if spec.has_outcome_lookup else NO_LOOKUP
-
-
-def mcp_tools(servers: Mapping[str, McpServerConfig], store: Store) -> McpTools | None:
-    """The worker's connections to its MCP servers (none opens before a run needs it);
-    `store` keeps the handles of writes the servers made tasks."""
+def mcp_servers(servers: Mapping[str, McpServerConfig], store: Store) -> McpServers:
+    """The worker's MCP servers as a tool source, with its connections to them (none opens
+    before a run needs it); `store` keeps the handles of writes the servers made tasks."""
     if not servers:
-        return None
+        return McpServers(servers)
     from agentloop.mcp.pool import McpPool
     from agentloop.mcp.tools import McpTools
 
-    return McpTools(McpPool(servers), store)
+    return McpServers(servers, McpTools(McpPool(servers), store))
 
 
 @asynccontextmanager
@@ -259,7 +242,7 @@ async def worker_parts(
     _check_mcp_names(toolbox, servers)  # once, however the toolbox came
     store = open_store(settings.store_url, settings.codec_key_ring())
     adapters = AdapterFactory(settings.provider_endpoints())
-    mcp = mcp_tools(servers, store)
+    mcp = mcp_servers(servers, store)
     try:
         async with toolbox.opened(settings) as opened:
             prices = PriceTable.with_overrides(settings.pricing_file)
@@ -279,7 +262,7 @@ async def worker_parts(
                 store,
                 Registration(client),
                 approvals_signed=approver_keys.signing,
-                mcp=mcp,
+                sources=[mcp],
                 prices=prices,
                 principals=principals,
                 notify=notices.sends,
@@ -313,8 +296,7 @@ async def worker_parts(
                 max_concurrent_workflow_tasks=settings.max_concurrent_workflow_tasks,
             )
     finally:
-        if mcp is not None:
-            await mcp.close()
+        await mcp.close()
         await adapters.close()
         await store.close()
 

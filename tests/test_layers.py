@@ -5,11 +5,12 @@ that stands above it. Every agentloop module is read (imports inside functions a
 From the bottom up: the vocabulary every layer speaks (events, the contract, tool specs, what
 the workflow and its activities exchange, the chain hashing); the pure policies and the process
 concerns (`runtime/`); the store; the provider adapters and the tools; MCP servers as tool
-sources (`mcp/`); the workflow (which
-never imports store, adapter, tool or activity code: it runs on recorded results only); the
-activities; the demo's example tools, systems and scripted model; the client; the worker;
-the inbox (a web app for the people in the loop); the CLI; and `agentloop.testing` on top
-(the package's face, `agentloop/__init__.py`, hands on names from every floor).
+sources (`mcp/`); the workflow (which never imports store, adapter, tool or activity code: it
+runs on recorded results only); the activities (which know a tool source by its protocol
+only, as the registry routes a name to it); the demo's example tools, systems and scripted
+model; the client; the worker; the inbox (a web app for the people in the loop); the CLI; and
+`agentloop.testing` on top (the package's face, `agentloop/__init__.py`, hands on names from
+every floor).
 """
 
 from __future__ import annotations
@@ -52,9 +53,9 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "tools": frozenset({"vocabulary", "policies", "runtime", "store"}),
     "workflows": frozenset({"vocabulary", "policies"}),
     "mcp": frozenset({"vocabulary", "policies", "runtime", "store", "tools"}),
-    "activities": frozenset(
-        {"vocabulary", "policies", "runtime", "store", "adapters", "tools", "mcp"}
-    ),
+    # Not `mcp`: the tool activities ask the registry (`tools.registry`), which routes each
+    # name to its tool source; a kind of source named there would be a branch beside it.
+    "activities": frozenset({"vocabulary", "policies", "runtime", "store", "adapters", "tools"}),
     "demo": frozenset({"vocabulary", "policies", "runtime", "store", "tools"}),
     "client": frozenset({"vocabulary", "runtime"}),
 }
@@ -182,6 +183,35 @@ def test_no_module_imports_one_that_stands_above_it() -> None:
 
 def test_the_state_table_imports_no_fold() -> None:
     assert list(folds_the_state_table_imports(import_graph())) == []
+
+
+def tool_source_branches(graph: dict[str, list[tuple[int, str]]]) -> Iterator[str]:
+    """Imports of a kind of tool source (`agentloop.mcp`) by the activities."""
+    for module, deps in sorted(graph.items()):
+        if layer_of(module) == "activities":
+            for line, imported in deps:
+                if layer_of(imported) == "mcp":
+                    yield f"{module}:{line} imports {imported}"
+
+
+def test_no_tool_source_is_a_branch_outside_the_registry() -> None:
+    """The activities know tool sources by their protocol (`agentloop.tools.source`) and
+    ask the registry which one a name is; a kind of source they import by name (MCP) is
+    the start of a branch for it, and of one more for each new kind."""
+    found = list(tool_source_branches(import_graph()))
+    assert found == [], (
+        "the activities must ask the tool registry, not a tool source by name: " + "; ".join(found)
+    )
+
+
+def test_the_tool_source_check_finds_an_activity_importing_mcp() -> None:
+    graph = {
+        "agentloop.activities.tools": [(9, "agentloop.mcp.listing"), (10, "agentloop.tools")],
+        "agentloop.worker": [(4, "agentloop.mcp.source")],
+    }
+    assert list(tool_source_branches(graph)) == [
+        "agentloop.activities.tools:9 imports agentloop.mcp.listing"
+    ]
 
 
 def test_the_pure_loop_imports_no_temporal_and_nothing_of_the_shell() -> None:

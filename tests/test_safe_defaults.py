@@ -19,7 +19,8 @@ from agentloop.contract import AgentRunInput, AgentRunResult, ResolveRequest
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
-from agentloop.worker import NO_LOOKUP, running_worker
+from agentloop.tools.source import NO_LOOKUP
+from agentloop.worker import running_worker
 from tests.support import start_run, wait_for_phase, worker_env, worker_process, write_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]

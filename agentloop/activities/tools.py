@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Sequence
+from typing import Any, Literal
 
 from pydantic_core import to_jsonable_python
 from temporalio import activity
@@ -16,6 +17,15 @@ from temporalio.exceptions import ApplicationError
 
 from agentloop.activities.heartbeat import keep_heartbeating
 from agentloop.activities.principals import check_principal
+from agentloop.activities.tool_audit import (
+    attempt_failed,
+    audit_lookup,
+    audit_precondition,
+    executed,
+    outcome_looked_up,
+    precondition_checked,
+    state_refused,
+)
 from agentloop.activity_io import (
     APPROVAL_RULE_FAILED,
     CHECK_PRECONDITION,
@@ -35,9 +45,7 @@ from agentloop.activity_io import (
     outcome_from_answer,
 )
 from agentloop.contract import Principal
-from agentloop.digests import args_digest
 from agentloop.events import InputRequest, ToolResult
-from agentloop.mcp.listing import McpToolsError
 from agentloop.policies import task_state
 from agentloop.policies.bounds import as_text
 from agentloop.policies.schema_cost import output_schema_cost_problem
@@ -59,10 +67,7 @@ from agentloop.tools.contract import (
     WithState,
 )
 from agentloop.tools.plugins import OpenedToolbox
-from agentloop.tools.registry import UnknownToolError
-
-if TYPE_CHECKING:  # the MCP SDK is imported only by a worker that has MCP servers
-    from agentloop.mcp.tools import McpTools
+from agentloop.tools.source import ToolSource, ToolSourceError
 
 MAX_QUESTION_CHARS = 2_000
 """The most of a tool's question a run asks (and shows in `status`)."""
@@ -113,15 +118,16 @@ class ToolActivities:
         registration: Registration | None = None,
         *,
         approvals_signed: bool = False,
-        mcp: McpTools | None = None,
+        sources: Sequence[ToolSource] = (),
         prices: PriceTable | None = None,
         principals: PrincipalSignatures | None = None,
         notify: bool = False,
     ) -> None:
         """`registration` tells whether a run's namespace has agentloop's search attributes
         (None: never, as for a worker with no server to ask); `approvals_signed`, whether the
-        worker has approver keys (a run's `status` says so from its start); `mcp`, the MCP
-        servers whose tools runs may name; `prices`, what the worker's model calls are charged
+        worker has approver keys (a run's `status` says so from its start); `sources`, the
+        tool sources of this worker beside its toolbox's (its MCP servers), each tool name
+        routed by the registry; `prices`, what the worker's model calls are charged
         (default: the built-in table); `principals`, how a run's principal is taken (by
         default as given); `notify`, whether the worker sends notices of runs waiting for a
         person."""
@@ -129,7 +135,7 @@ class ToolActivities:
         self._principals = principals or PrincipalSignatures()
         self._toolbox = toolbox
         self._registry = toolbox.registry
-        self._mcp = mcp
+        self._tools = toolbox.registry.routing(*sources)
         self._store = store
         self._registration = registration
         self._signing: Literal["signed", "unsigned"] = "signed" if approvals_signed else "unsigned"
@@ -139,20 +145,18 @@ class ToolActivities:
     async def describe_tools(self, request: DescribeToolsInput) -> list[ToolSpec]:
         """The specs in force when the run starts; recorded in history, so replay is stable.
         A run naming a tool or a completion check this worker lacks fails here, at once."""
-        from_mcp = [n for n in request.names if self._from_mcp(n)]
         try:
-            native = self._registry.specs(n for n in request.names if n not in from_mcp)
-        except UnknownToolError as exc:
-            known = ", ".join(self._registry.names())
-            raise ApplicationError(
-                f"tools: unknown tool {exc.args[0]!r}; this worker has: {known}"
-                f"{self._no_mcp_server(str(exc.args[0]))}",
-                type="InvalidInput",
-                non_retryable=True,
-            ) from None
-        specs = native
-        if from_mcp:
-            specs = _in_order(request.names, [*native, *await self._mcp_specs(from_mcp)])
+            offered = await self._tools.offer(request.names)
+        except Exception as exc:
+            # Never retried: `describe_run` has no end to its retries, and a run must not
+            # wait forever on a source's answer it cannot use.
+            why = f"tools: they could not be listed: {type(exc).__name__}: {exc}"
+            if isinstance(exc, ToolSourceError):
+                why = str(exc)
+            raise ApplicationError(why, type="InvalidInput", non_retryable=True) from None
+        for source, absent in offered.absent.items():
+            audit(f"{source}.tools_absent", workflow_id=activity.info().workflow_id, absent=absent)
+        specs = offered.specs
         # As a payload carries them: JSON with what is not ASCII escaped (6 bytes a character).
         size = sum(len(json.dumps(spec.model_dump(mode="json"))) for spec in specs)
         if size > MAX_SPECS_BYTES:
@@ -173,51 +177,10 @@ class ToolActivities:
             )
         return specs
 
-    def _no_mcp_server(self, name: str) -> str:
-        """The MCP servers this worker has; for a name shaped `SERVER_TOOL`, that it has no
-        such server (a run names an MCP tool only a worker configured with its server has)."""
-        servers = list(self._mcp.servers) if self._mcp else []
-        has = f"MCP servers: {', '.join(servers)}" if servers else "no MCP servers"
-        server, sep, tool = name.partition("_")
-        if not (sep and tool):
-            return f"; {has}"
-        return (
-            f"; if it is the tool {tool!r} of an MCP server {server!r}: this worker has no MCP"
-            f" server {server!r} configured ({has}; AGENTLOOP_MCP_SERVERS or [mcp_servers.NAME]"
-            " in AGENTLOOP_CONFIG's file, on the worker)"
-        )
-
-    def _from_mcp(self, name: str) -> bool:
-        return self._mcp is not None and name not in self._registry and self._mcp.owns(name)
-
-    async def _mcp_specs(self, names: list[str]) -> list[ToolSpec]:
-        """The MCP tools' specs from a fresh listing: what the run keeps, whatever the servers
-        list later. A server that cannot be listed fails the run at once, naming it (an
-        optional one's tools are left out of the run, and the audit log says so)."""
-        assert self._mcp is not None
-        try:
-            specs, absent = await self._mcp.specs(names)
-        except McpToolsError as exc:
-            raise ApplicationError(str(exc), type="InvalidInput", non_retryable=True) from None
-        except Exception as exc:
-            # Never retried: `describe_run` has no end to its retries, and a run must not
-            # wait forever on a server's answer it cannot use.
-            raise ApplicationError(
-                f"tools: the MCP tools could not be listed: {type(exc).__name__}: {exc}",
-                type="InvalidInput",
-                non_retryable=True,
-            ) from None
-        if absent:
-            audit("mcp.tools_absent", workflow_id=activity.info().workflow_id, absent=absent)
-        return specs
-
     def _tool(self, request: RunToolInput) -> Tool:
-        """The tool a call runs: a native one, or an MCP server's, a write when the run's own
-        spec made it one (it then has an idempotency key)."""
-        if self._from_mcp(request.tool):
-            assert self._mcp is not None
-            return self._mcp.tool(request.tool, write=bool(request.idempotency_key))
-        return self._registry.get(request.tool)
+        """The tool a call runs, from the source its name is routed to; a write when the
+        run's own spec made it one (it then has an idempotency key)."""
+        return self._tools.tool(request.tool, write=bool(request.idempotency_key))
 
     @activity.defn(name=DESCRIBE_RUN)
     async def describe_run(self, request: DescribeToolsInput) -> RunDescription:
@@ -260,21 +223,21 @@ class ToolActivities:
         tool = self._tool(request)
         needs_approval = await self._approval_verdict(request)
         if tool.precondition is None:
-            return _precondition_checked(request, PreconditionResult(needs_approval=needs_approval))
+            return precondition_checked(request, PreconditionResult(needs_approval=needs_approval))
         try:
             async with keep_heartbeating():
                 await tool.precondition(request.arguments, self._context(request))
         except ToolError as exc:
             if exc.retryable:
-                _audit_precondition(request, ok=None, error_class=exc.error_class)
+                audit_precondition(request, ok=None, error_class=exc.error_class)
                 raise ApplicationError(str(exc), type=f"Tool:{exc.error_class}") from exc
             refused = PreconditionResult(
                 problem=str(exc),
                 error_class="permission" if exc.error_class == "permission" else None,
                 needs_approval=needs_approval,
             )
-            return _precondition_checked(request, refused)
-        return _precondition_checked(request, PreconditionResult(needs_approval=needs_approval))
+            return precondition_checked(request, refused)
+        return precondition_checked(request, PreconditionResult(needs_approval=needs_approval))
 
     async def _approval_verdict(self, request: RunToolInput) -> bool | None:
         name = request.approval_rule
@@ -314,19 +277,19 @@ class ToolActivities:
         tool = self._tool(request)
         if tool.lookup_outcome is None:
             outcome = Outcome(state="unknown", record=f"{request.tool} has no outcome lookup")
-            return _outcome_looked_up(request, outcome)
+            return outcome_looked_up(request, outcome)
         try:
             async with keep_heartbeating():
                 outcome = await tool.lookup_outcome(request.arguments, self._context(request))
         except ToolError as exc:
             # Retried by LOOKUP_RETRY; when attempts run out the runner records `unknown`.
-            _audit_lookup(request, outcome=None, error_class=exc.error_class)
+            audit_lookup(request, outcome=None, error_class=exc.error_class)
             raise ApplicationError(str(exc), type=f"Tool:{exc.error_class}") from exc
         # Cut here, not only where the run keeps it: the whole record would cross in the
         # activity's result, and one past Temporal's 2 MiB is never delivered (the answer
         # lost, the write recorded unknown when the retries run out).
         record = record_within(outcome.record, tool.spec.max_result_chars)
-        return _outcome_looked_up(request, outcome.model_copy(update={"record": record}))
+        return outcome_looked_up(request, outcome.model_copy(update={"record": record}))
 
     @activity.defn(name=RUN_TOOL)
     async def run_tool(self, request: RunToolInput) -> ToolResult:
@@ -341,20 +304,20 @@ class ToolActivities:
             async with keep_heartbeating():
                 value = await tool.handler(request.arguments, context)
         except InputNeeded as asked:
-            return _executed(request, tool.spec, await self._asking(request, tool.spec, asked))
+            return executed(request, tool.spec, await self._asking(request, tool.spec, asked))
         except ToolError as exc:
             if tool.spec.effect == "write" and (isinstance(exc, OutcomeUnknown) or exc.retryable):
                 # It may have happened: the runner asks the system of record, never resends.
-                return _executed(request, tool.spec, _unknown(request, tool.spec, str(exc)))
+                return executed(request, tool.spec, _unknown(request, tool.spec, str(exc)))
             if exc.retryable:
                 # Raised so Temporal retries it (reads only; writes get one attempt).
-                _audit_attempt_failed(request, tool.spec, exc.error_class)
+                attempt_failed(request, tool.spec, exc.error_class)
                 raise ApplicationError(str(exc), type=f"Tool:{exc.error_class}") from exc
             failure = _failure(request, tool.spec, exc.error_class, str(exc))
-            return _executed(request, tool.spec, failure)
+            return executed(request, tool.spec, failure)
         except Exception as exc:
             # A crash in the handler: Temporal retries it (a write's outcome is looked up).
-            _audit_attempt_failed(request, tool.spec, type(exc).__name__)
+            attempt_failed(request, tool.spec, type(exc).__name__)
             raise
         return await self._succeeded(request, tool.spec, value)
 
@@ -430,7 +393,7 @@ class ToolActivities:
                 state = dict(value.state)
             else:
                 # The output stands (a write happened); only the update is refused.
-                _audit_state_refused(request, problem)
+                state_refused(request, problem)
             value = value.output
         try:
             # A lone surrogate (a JSON `\ud800` escape) has no encoding: no result could hold it.
@@ -442,7 +405,7 @@ class ToolActivities:
             )
             if spec.effect != "write":
                 # A bug in the tool, and the same on every attempt: failed once, not retried.
-                return _executed(request, spec, _failure(request, spec, "internal", why))
+                return executed(request, spec, _failure(request, spec, "internal", why))
             # The write happened and answered: it succeeded, only its answer cannot be shown.
             # (Raising would leave it an unknown outcome, looked up or waiting on a person.)
             text = json.dumps({"done": True, "not_shown": why}, ensure_ascii=False)
@@ -457,7 +420,7 @@ class ToolActivities:
             state=state,
         )
         result = await stored_by_reference(self._store, result)
-        return _executed(request, spec, result, output_chars=len(text))
+        return executed(request, spec, result, output_chars=len(text))
 
     async def _bounded(
         self, request: RunToolInput, text: str, spec: ToolSpec
@@ -480,96 +443,6 @@ class ToolActivities:
             if len(framed) <= spec.max_result_chars or room <= 0:
                 return framed, ref
             room -= len(framed) - spec.max_result_chars
-
-
-def _in_order(names: list[str], specs: list[ToolSpec]) -> list[ToolSpec]:
-    by_name = {spec.name: spec for spec in specs}
-    return [by_name[name] for name in names if name in by_name]
-
-
-def _executed(
-    request: RunToolInput, spec: ToolSpec, result: ToolResult, output_chars: int | None = None
-) -> ToolResult:
-    """Audit one execution by its ids, digest and result code; never the output itself."""
-    audit(
-        "tool.executed",
-        **_tool_fields(request, spec),
-        # A tool that asked a person did not act: its result is only what the model is told
-        # if no one is asked.
-        result_status="asked" if result.input_request else result.status,
-        error_class=result.error_class,
-        side_effect=result.side_effect,
-        result_chars=len(result.content) if output_chars is None else output_chars,
-        artifact_ref=result.artifact_ref,
-    )
-    return result
-
-
-def _audit_attempt_failed(request: RunToolInput, spec: ToolSpec, error_class: str) -> None:
-    """An attempt that raised (Temporal decides whether another one comes)."""
-    audit(
-        "tool.executed",
-        **_tool_fields(request, spec),
-        result_status="attempt_failed",
-        error_class=error_class,
-        side_effect=spec.effect == "write",
-        result_chars=0,
-        artifact_ref=None,
-    )
-
-
-def _tool_fields(request: RunToolInput, spec: ToolSpec) -> dict[str, Any]:
-    return {
-        "tool": request.tool,
-        "tool_version": spec.version,
-        "call_id": request.call_id,
-        "args_digest": args_digest(request.tool, request.arguments),
-        "effect": spec.effect,
-        "idempotency_key": request.idempotency_key or None,
-    }
-
-
-def _precondition_checked(request: RunToolInput, result: PreconditionResult) -> PreconditionResult:
-    _audit_precondition(request, ok=result.problem is None, problem=result.problem)
-    return result
-
-
-def _audit_precondition(
-    request: RunToolInput,
-    ok: bool | None,
-    problem: str | None = None,
-    error_class: str | None = None,
-) -> None:
-    """`ok=None`: the check could not be made this attempt (raised, retried by Temporal)."""
-    fields: dict[str, Any] = {
-        "tool": request.tool,
-        "call_id": request.call_id,
-        "ok": ok,
-        "problem": problem,
-    }
-    if error_class is not None:
-        fields["error_class"] = error_class
-    audit("tool.precondition", **fields)
-
-
-def _outcome_looked_up(request: RunToolInput, outcome: Outcome) -> Outcome:
-    _audit_lookup(request, outcome=outcome.state)
-    return outcome
-
-
-def _audit_lookup(
-    request: RunToolInput, outcome: str | None, error_class: str | None = None
-) -> None:
-    """The state only: the system of record's copy of the write may hold personal data."""
-    fields: dict[str, Any] = {
-        "tool": request.tool,
-        "call_id": request.call_id,
-        "idempotency_key": request.idempotency_key or None,
-        "outcome": outcome,
-    }
-    if error_class is not None:
-        fields["error_class"] = error_class
-    audit("tool.outcome_lookup", **fields)
 
 
 def _unknown(request: RunToolInput, spec: ToolSpec, message: str) -> ToolResult:
@@ -597,16 +470,6 @@ def _error_content(spec: ToolSpec, error_class: str, message: str) -> str:
     """An error as the model is told it, within the tool's result cap."""
     return bounded(
         json.dumps({"error": {"class": error_class, "message": message}}), spec.max_result_chars
-    )
-
-
-def _audit_state_refused(request: RunToolInput, problem: str) -> None:
-    audit(
-        "tool.state_refused",
-        workflow_id=request.workflow_id,
-        call_id=request.call_id,
-        tool=request.tool,
-        problem=problem,
     )
 
 

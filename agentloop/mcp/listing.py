@@ -23,6 +23,7 @@ from agentloop.policies.schema_cost import schema_cost_problem
 from agentloop.policies.validation import schema_problem as checkable_problem
 from agentloop.runtime.mcp_config import McpServerConfig
 from agentloop.tool_spec import Effect, ToolSpec, tool_name_problem
+from agentloop.tools.source import ToolSourceError
 
 MAX_TOOLS_PER_SERVER = 256
 MAX_SCHEMA_BYTES = 64_000
@@ -37,7 +38,7 @@ _JSON_STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 """A JSON string (whatever brackets it holds), or a bracket."""
 
 
-class McpToolsError(Exception):
+class McpToolsError(ToolSourceError):
     """A run cannot have the MCP tools it names; the message names the server and why."""
 
 

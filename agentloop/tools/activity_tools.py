@@ -20,13 +20,27 @@ from typing import Any, Unpack
 
 from pydantic import BaseModel
 
-from agentloop.tool_spec import DEFAULT_START_TIMEOUT_SECONDS
+from agentloop.tool_spec import DEFAULT_START_TIMEOUT_SECONDS, ToolSpec
 from agentloop.tools.contract import Tool, ToolContext
 from agentloop.tools.options import ToolOptions, declared_spec
+from agentloop.tools.source import RegisteredTools, ToolLine
 
 
 async def _scheduled_by_the_run(arguments: dict[str, Any], ctx: ToolContext[Any]) -> Any:
     raise RuntimeError(f"{ctx.tool} is an activity tool: the run schedules it, never run_tool")
+
+
+class ActivityTools(RegisteredTools):
+    """Activity tools as a tool source: known as they are declared, and never run by this
+    worker (the run schedules the activity, and its lookup activity, on the tool's queue:
+    `workflows.tool_activities`); this worker only frames what they answer."""
+
+    name = "activity_tools"
+
+    def line(self, spec: ToolSpec) -> ToolLine:
+        line = super().line(spec)
+        where = f"activity {spec.activity} on task queue {spec.task_queue}"
+        return ToolLine(line.name, line.effect, f"{line.note} ({where})".lstrip())
 
 
 def activity_tool(
