@@ -7,15 +7,22 @@ payloads the same way (encrypted when `AGENTLOOP_CODEC_KEYS` is set) and trace t
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 from collections.abc import AsyncIterator
-from datetime import timedelta
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowExecution, WorkflowFailureError, WorkflowHandle
-from temporalio.contrib.workflow_streams import WorkflowStreamClient
+from temporalio.api.common.v1 import Payload
+from temporalio.client import (
+    Client,
+    WorkflowExecution,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
+from temporalio.contrib.workflow_streams import PollInput, PollResult
 from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -208,21 +215,74 @@ async def watch(client: Client, workflow_id: str, from_offset: int = 0) -> Async
             if event.kind == "text":
                 print(event.delta, end="")
     """
-    stream = WorkflowStreamClient.create(client, workflow_id)
     expected = from_offset
-    cooldown = timedelta(seconds=TEXT_BATCH_SECONDS)
-    async for item in stream.subscribe([TOPIC], from_offset, poll_cooldown=cooldown):
+    async for offset, data in _stream_items(client, workflow_id, from_offset):
         try:
-            event = RunEvent.model_validate({**item.data, "offset": item.offset})
+            event = RunEvent.model_validate({**data, "offset": offset})
         except (ValidationError, TypeError):
             continue
-        if item.offset > expected:
+        if offset > expected:
             yield RunEvent(
                 kind="truncated",
-                offset=item.offset,
-                stop_reason=f"items {expected} to {item.offset - 1} are no longer kept",
+                offset=offset,
+                stop_reason=f"items {expected} to {offset - 1} are no longer kept",
             )
-        expected = item.offset + 1
+        expected = offset + 1
         yield event
         if event.kind == "done":
             return
+
+
+STREAM_POLL = "__temporal_workflow_stream_poll"
+"""The run's Workflow Stream read as a query: what it holds from an offset, at once."""
+IDLE_POLLS_PER_DESCRIBE = 8
+"""A watcher that read nothing this many times asks Temporal whether the run has closed (a run
+that ended without `done`, terminated say, publishes nothing more)."""
+
+
+async def _stream_items(
+    client: Client, workflow_id: str, from_offset: int
+) -> AsyncIterator[tuple[int, Any]]:
+    """The run's stream items on our topic, by offset, read with the stream's poll *query*
+    every batch interval, never with its poll update.
+
+    Why not the update (the SDK's `WorkflowStreamClient.subscribe`): an update is accepted in
+    history, and sdk-core orders it wrongly on replay when a query splits a workflow task
+    that has a local activity in flight (the query is answered and the task completed before
+    the activity's result reaches the workflow; live, the next task's update is accepted
+    before the commands that result leads to, on replay after them: TMPRL1100). A watched run
+    is also queried (`status`), and the run takes local activities in most tasks, so a watch
+    by update made some watched runs impossible to replay. A query writes nothing to history
+    (history also grows less) and follows continue-as-new by itself: it goes to the
+    workflow's newest run, which carries the stream."""
+    handle = client.get_workflow_handle(workflow_id)
+    payloads = client.data_converter.payload_converter
+    offset, idle = from_offset, 0
+    while True:
+        result = await handle.query(
+            STREAM_POLL, PollInput(topics=[TOPIC], from_offset=offset), result_type=PollResult
+        )
+        for item in result.items:
+            if item.topic == TOPIC:
+                yield item.offset, payloads.from_payload(_wire_payload(item.data))
+        offset = result.next_offset
+        if result.more_ready:
+            continue
+        idle = 0 if result.items else idle + 1
+        if idle and idle % IDLE_POLLS_PER_DESCRIBE == 0 and await _closed(handle):
+            return
+        await asyncio.sleep(TEXT_BATCH_SECONDS)
+
+
+async def _closed(handle: WorkflowHandle[Any, Any]) -> bool:
+    """Whether the workflow's newest run has closed (a run continued as new has not)."""
+    status = (await handle.describe()).status
+    return status is not None and status != WorkflowExecutionStatus.RUNNING
+
+
+def _wire_payload(wire: str) -> Payload:
+    """A stream item as the poll returns it: base64 of the serialized payload (the Workflow
+    Streams wire format)."""
+    payload = Payload()
+    payload.ParseFromString(base64.b64decode(wire))
+    return payload

@@ -58,7 +58,7 @@ with workflow.unsafe.imports_passed_through():
         Verify,
         Work,
     )
-    from agentloop.workflows.stream import RunStream
+    from agentloop.workflows.stream import PUBLISH_SIGNAL, RunStream
 
 
 UPDATE_WAITS_FOR_STATE = "update-waits-for-state"
@@ -166,7 +166,11 @@ class AgentRun:
     def signal(self, name: str, args: Sequence[RawValue]) -> None:
         """Every signal (`approve`, `resolve`, `message`, `cancel`), taken raw: a payload
         that is missing, malformed or unknown is refused and recorded with its reason
-        (`inbound`), never dropped and never a failed workflow task."""
+        (`inbound`), never dropped and never a failed workflow task. The stream's publish
+        signal goes to the stream (`RunStream.receive`)."""
+        if name == PUBLISH_SIGNAL:
+            self._stream.receive(args)
+            return
         try:
             request: Inbound | InboundRefused = inbound.parse(name, args)
         except InboundRefused as refused:

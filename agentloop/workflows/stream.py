@@ -9,14 +9,18 @@ read is dropped, never a failed workflow task.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.contrib.workflow_streams import PublishInput, WorkflowStream, WorkflowStreamState
 
 from agentloop.run_events import MAX_RETAINED_BYTES, MAX_RETAINED_ITEMS, TOPIC, RunEvent
 
+PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"
+"""The stream's publish signal (its name in `temporalio.contrib.workflow_streams`)."""
 MAX_PUBLISHERS = 64
 """Publishers whose sequence numbers a run keeps for deduplication (the model calls of the last
 turns); the oldest go first, so no stream of made-up publisher ids can grow the run."""
@@ -36,17 +40,26 @@ class RunStream(WorkflowStream):
         except Exception as exc:
             workflow.logger.warning("carried stream dropped: %s", type(exc).__name__)
             super().__init__(prior_state=None)
+        # The publish signal goes through the run's dynamic signal handler (`receive`), never
+        # a handler of its own: one that came with the start (signal-with-start, or sent
+        # before the first task) was taken by the SDK as a dynamic signal, (name, args), and
+        # then handed to the named handler registered meanwhile, which failed every workflow
+        # task of the run (TypeError) for ever.
+        workflow.set_signal_handler(PUBLISH_SIGNAL, None)
         self._bound()
 
     def publish(self, event: RunEvent) -> None:
         self.topic(TOPIC).publish(event.published())
         self._bound()
 
-    def _on_publish(self, payload: PublishInput) -> None:
-        """The publish signal, from an activity or anyone who may signal the run: an item
+    def receive(self, args: Sequence[RawValue]) -> None:
+        """The publish signal, from an activity or anyone who may signal the run, as the
+        run's dynamic handler took it: anything but one `PublishInput` is dropped, and an item
         that is not a payload ends the batch (display only, so nothing else is lost)."""
         try:
-            super()._on_publish(payload)
+            [raw] = args
+            publish = workflow.payload_converter().from_payload(raw.payload, PublishInput)
+            self._on_publish(publish)
         except Exception as exc:  # a hostile publish must not fail the workflow task
             workflow.logger.warning("stream publish dropped: %s", type(exc).__name__)
         self._bound()
