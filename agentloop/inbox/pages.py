@@ -108,7 +108,7 @@ def inbox_page(
         + '<table id="inbox" data-poll="/api/inbox?'
         + esc(urlencode({k: v for k, v in filters.items() if v}))
         + '"><thead><tr><th>waiting</th><th>kind</th><th>run</th><th>task</th><th>tool</th>'
-        "<th>who may decide</th><th>tenant</th><th>asks</th></tr></thead>"
+        "<th>who may decide</th><th>tenant</th><th>asks</th><th>times out</th></tr></thead>"
         f'<tbody id="items">{rows}</tbody></table>',
         viewer,
     )
@@ -153,6 +153,7 @@ def item_row(item: WaitingItem, now: datetime) -> str:
         esc(", ".join(item.approvers) or ("anyone" if item.kind == "approval" else "")),
         esc(item.tenant),
         esc(item.text),
+        esc(item.times_out(now)),
     ]
     return f'<tr class="item {item.kind}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 

@@ -1,6 +1,7 @@
-"""What the inbox reads from Temporal: the runs waiting for a person (a visibility query on
-agentloop's search attributes, then each run's `status` query), one run's story, and the
-recent runs. Nothing here changes a run."""
+"""What the inbox reads from Temporal: the runs waiting for a person (one visibility list on
+agentloop's search attributes, each run read from the memo it keeps while it waits, or asked
+its `status` when it keeps none), one run's story, and the recent runs. Nothing here changes
+a run."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
+from pydantic import ValidationError
 from temporalio.client import (
     Client,
     WorkflowExecution,
@@ -20,16 +22,25 @@ from temporalio.client import (
 from temporalio.service import RPCError
 
 from agentloop import search
-from agentloop.contract import WORKFLOW_NAME, AgentRunResult, CallRecord, RunStatusView
+from agentloop.contract import (
+    MAX_WAITING_MEMO_BYTES,
+    WAITING_MEMO,
+    WORKFLOW_NAME,
+    AgentRunResult,
+    CallRecord,
+    RunStatusView,
+    WaitingCall,
+    WaitingKind,
+    WaitingMemo,
+)
 from agentloop.tool_spec import ASK_USER
 
-Kind = Literal["approval", "question", "unknown_write"]
-WAITING_PHASES: dict[str, Kind] = {
+WAITING_PHASES: dict[str, WaitingKind] = {
     "awaiting_approval": "approval",
     "awaiting_input": "question",
     "awaiting_reconciliation": "unknown_write",
 }
-KIND_NAMES: dict[Kind, str] = {
+KIND_NAMES: dict[WaitingKind, str] = {
     "approval": "approval",
     "question": "question",
     "unknown_write": "unknown write",
@@ -37,9 +48,12 @@ KIND_NAMES: dict[Kind, str] = {
 QUERY_TIMEOUT = timedelta(seconds=3)
 """A run whose `status` query takes longer (no worker polling) is listed without its items."""
 CONCURRENT_QUERIES = 16
-LISTED_RUNS = 200
+LISTED_RUNS = 2_000
 """At most this many waiting runs are read per inbox view (visibility lists the most
 recently started first)."""
+MAX_MEMO_READ_BYTES = 4 * MAX_WAITING_MEMO_BYTES
+"""A memo under `WAITING_MEMO` larger than this was not written by a run (runs write at most
+`MAX_WAITING_MEMO_BYTES`, a codec may add to it): it is not read, the run is asked."""
 
 Handle = WorkflowHandle[Any, AgentRunResult]
 
@@ -49,7 +63,7 @@ class WaitingItem:
     """One thing a person is asked for: a decision, an answer, or an unknown write's outcome."""
 
     workflow_id: str
-    kind: Kind
+    kind: WaitingKind
     tenant: str
     task: str
     tool: str
@@ -58,11 +72,20 @@ class WaitingItem:
     since: datetime | None
     text: str = ""
     """The question asked, or what is known of an unknown write."""
+    until: datetime | None = None
+    """When the run's wait times out."""
 
     def waited(self, now: datetime) -> str:
         if self.since is None:
             return "unknown"
         return duration((now - self.since).total_seconds())
+
+    def times_out(self, now: datetime) -> str:
+        if self.until is None:
+            return "unknown"
+        if self.until <= now:
+            return "now"
+        return "in " + duration((self.until - now).total_seconds())
 
     def as_json(self, now: datetime) -> dict[str, Any]:
         return {
@@ -77,6 +100,8 @@ class WaitingItem:
             "since": self.since.isoformat() if self.since else None,
             "waited": self.waited(now),
             "text": self.text,
+            "until": self.until.isoformat() if self.until else None,
+            "times_out": self.times_out(now),
         }
 
 
@@ -159,39 +184,88 @@ async def query_status(handle: Handle) -> RunStatusView:
 async def waiting_items(
     client: Client, inputs: RunInputs, tenants: Sequence[str] | None
 ) -> list[WaitingItem]:
-    """Everything waiting for a person in the runs of `tenants` (None: all), oldest first.
-    The runs are asked at most `CONCURRENT_QUERIES` at a time."""
+    """Everything waiting for a person in the runs of `tenants` (None: all), oldest first,
+    from one visibility list: each run as its memo says (feature `inbox-memo`). A run that
+    keeps none (started before the feature), or whose memo left calls out, is asked its
+    `status`, at most `CONCURRENT_QUERIES` at a time."""
     executions = [e async for e in client.list_workflows(waiting_query(tenants), limit=LISTED_RUNS)]
     asking = asyncio.Semaphore(CONCURRENT_QUERIES)
 
     async def items(execution: WorkflowExecution) -> list[WaitingItem]:
+        memo = await memo_of(execution)
+        if memo is not None:
+            if tenants is not None and memo.tenant not in tenants:
+                return []
+            return items_of(execution.id, memo.tenant, memo.task, memo.until, memo.calls)
         async with asking:
-            run_input = await inputs.of(client, execution.id, execution.run_id)
-            tenant = tenant_of(run_input)
-            if tenants is not None and tenant not in tenants:
-                return []  # the index said otherwise than the run's own input: the input wins
-            handle = client.get_workflow_handle(
-                execution.id, run_id=execution.run_id, result_type=AgentRunResult
-            )
-            try:
-                view = await query_status(handle)
-            except (RPCError, WorkflowQueryFailedError):
-                return []  # ended meanwhile, or no worker answers now: the next poll asks again
-            return items_of(execution.id, tenant, str(run_input.get("task", "")), view)
+            return await asked_items(client, inputs, tenants, execution)
 
     found = [i for each in await asyncio.gather(*map(items, executions)) for i in each]
     return sorted(found, key=lambda i: i.since or datetime.max.replace(tzinfo=UTC))
 
 
-def items_of(workflow_id: str, tenant: str, task: str, view: RunStatusView) -> list[WaitingItem]:
-    found = [
+async def memo_of(execution: WorkflowExecution) -> WaitingMemo | None:
+    """What the run's memo says it waits for, when the run itself wrote it (it names the run)
+    and it holds every call waiting; else None."""
+    raw = execution.raw_info.memo.fields.get(WAITING_MEMO)
+    if raw is None or raw.ByteSize() > MAX_MEMO_READ_BYTES:
+        return None
+    try:
+        memo = WaitingMemo.model_validate(await execution.memo_value(WAITING_MEMO))
+    # Whatever a memo holds that does not decode (a starter may set any) is as good as none.
+    except (ValidationError, ValueError, TypeError, KeyError, RuntimeError):
+        return None
+    if memo.run_id != execution.run_id or memo.left_out:
+        return None
+    return memo
+
+
+async def asked_items(
+    client: Client, inputs: RunInputs, tenants: Sequence[str] | None, execution: WorkflowExecution
+) -> list[WaitingItem]:
+    """The run's items from its `status` and its start input (the task, the tenant)."""
+    run_input = await inputs.of(client, execution.id, execution.run_id)
+    tenant = tenant_of(run_input)
+    if tenants is not None and tenant not in tenants:
+        return []  # the index said otherwise than the run's own input: the input wins
+    handle = client.get_workflow_handle(
+        execution.id, run_id=execution.run_id, result_type=AgentRunResult
+    )
+    try:
+        view = await query_status(handle)
+    except (RPCError, WorkflowQueryFailedError):
+        return []  # ended meanwhile, or no worker answers now: the next poll asks again
+    task = str(run_input.get("task", ""))
+    return items_of(execution.id, tenant, task, view.wait_until, calls_of(view))
+
+
+def items_of(
+    workflow_id: str, tenant: str, task: str, until: datetime | None, calls: list[WaitingCall]
+) -> list[WaitingItem]:
+    return [
         WaitingItem(
             workflow_id=workflow_id,
-            kind="approval",
+            kind=c.kind,
             tenant=tenant,
             task=task,
-            tool=str(p.get("tool", "")),
+            tool=c.tool,
+            call_id=c.call_id,
+            approvers=c.approvers,
+            since=c.since,
+            text=c.text,
+            until=until,
+        )
+        for c in calls
+    ]
+
+
+def calls_of(view: RunStatusView) -> list[WaitingCall]:
+    """What a `status` says the run waits for, as a run's memo says it."""
+    found = [
+        WaitingCall(
+            kind="approval",
             call_id=str(p.get("call_id", "")),
+            tool=str(p.get("tool", "")),
             approvers=[str(a) for a in p.get("approvers", [])],
             since=instant(p.get("requested_at")),
         )
@@ -200,27 +274,19 @@ def items_of(workflow_id: str, tenant: str, task: str, view: RunStatusView) -> l
     if view.question is not None:
         asked = next((c for c in reversed(view.calls) if asking(c)), None)
         found.append(
-            WaitingItem(
-                workflow_id=workflow_id,
+            WaitingCall(
                 kind="question",
-                tenant=tenant,
-                task=task,
-                tool=asked.tool if asked else "",
                 call_id=asked.call_id if asked else "",
-                approvers=[],
+                tool=asked.tool if asked else "",
                 since=view.question_asked_at,
                 text=view.question,
             )
         )
     found += [
-        WaitingItem(
-            workflow_id=workflow_id,
+        WaitingCall(
             kind="unknown_write",
-            tenant=tenant,
-            task=task,
-            tool=str(u.get("tool", "")),
             call_id=str(u.get("call_id", "")),
-            approvers=[],
+            tool=str(u.get("tool", "")),
             since=instant(u.get("since")),
             text=str(u.get("known", "")),
         )
@@ -237,14 +303,13 @@ def asking(call: CallRecord) -> bool:
 
 
 def instant(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
+    """A time the status gave (as JSON), or None when it is none (or names no time zone)."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    return value if isinstance(value, datetime) and value.tzinfo is not None else None
 
 
 @dataclass(frozen=True)

@@ -241,25 +241,43 @@ async def await_humans(state: LoopState, step: AwaitHumans, phase: Phase) -> Non
     continues = state.has(loop.Feature.CONTINUE_WHILE_WAITING)
     state.phase = phase
     visibility.show_phase(state, until=step.deadline)
+    visibility.show_waiting(state, step.deadline)
     if state.notify and state.has(loop.Feature.NOTIFY_WAITING):
         notify_waiting(state, step, phase)
     waiting = set(step.call_ids)
     since = workflow.now()
     loop.record_pause_started(state, since)
-    summary = None
-    if state.has(loop.Feature.WAIT_SUMMARIES):
-        summary = loop.wait_summary(state, step.deadline)
-    with contextlib.suppress(TimeoutError):
-        await workflow.wait_condition(
-            lambda: (
-                not waiting & loop.awaiting_humans(state)
-                or state.cancel_reason is not None
-                or bool(loop.decisions_to_check(state))
-                or (continues and time_to_continue_as_new(state))
-            ),
-            timeout=max((step.deadline - since).total_seconds(), 0.001),
-            timeout_summary=summary,
+
+    def over() -> bool:
+        return (
+            not waiting & loop.awaiting_humans(state)
+            or state.cancel_reason is not None
+            or bool(loop.decisions_to_check(state))
+            or (continues and time_to_continue_as_new(state))
         )
+
+    # A change the wait goes on through (one question of several answered) is written to the
+    # memo as it happens (feature `inbox-memo`); before it, the wait watched only its end.
+    watched = state.has(loop.Feature.INBOX_MEMO)
+    shown = loop.awaiting_humans(state)
+
+    def over_or_changed() -> bool:
+        return over() or (watched and loop.awaiting_humans(state) != shown)
+
+    with contextlib.suppress(TimeoutError):
+        while True:
+            summary = None
+            if state.has(loop.Feature.WAIT_SUMMARIES):
+                summary = loop.wait_summary(state, step.deadline)
+            await workflow.wait_condition(
+                over_or_changed,
+                timeout=max((step.deadline - workflow.now()).total_seconds(), 0.001),
+                timeout_summary=summary,
+            )
+            if over():
+                break
+            shown = loop.awaiting_humans(state)
+            visibility.show_waiting(state, step.deadline)
     loop.record_pause(state, (workflow.now() - since).total_seconds())
 
 
@@ -412,7 +430,7 @@ async def _looked_up(state: LoopState, step: LookupOutcome) -> Outcome:
 
 def finish(state: LoopState, step: Finish) -> AgentRunResult:
     result = loop.record_finish(state, step)
-    visibility.show_finished(step.status)
+    visibility.show_finished(state, step.status)
     audit(
         "run.stopped",
         status=step.status,

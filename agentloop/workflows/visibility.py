@@ -1,8 +1,9 @@
 """What a run shows while it runs: the Temporal UI's current details, the `AgentPhase` and
-`AgentStatus` search attributes, and the audit records of the workflow's decisions.
+`AgentStatus` search attributes, what it waits for in its memo (`WAITING_MEMO`), and the
+audit records of the workflow's decisions.
 
-Workflow code (deterministic). Details are metadata, not commands; a search attribute upsert
-is a command, so when one is issued is part of what replays.
+Workflow code (deterministic). Details are metadata, not commands; a search attribute or memo
+upsert is a command, so when one is issued is part of what replays.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 from temporalio import workflow
 
 import agentloop.workflows.loop as loop
-from agentloop.contract import RunStatus
+from agentloop.contract import WAITING_MEMO, RunStatus
 from agentloop.search import AGENT_PHASE, AGENT_STATUS, AGENT_TASK_FAMILY, initial
 from agentloop.workflows.loop import Feature, LoopState
 
@@ -70,13 +71,39 @@ def _index_phase(state: LoopState) -> None:
     # Only indexed runs upsert: the namespace has the attributes then.
     if indexed is not None and indexed != state.phase:
         workflow.upsert_search_attributes([AGENT_PHASE.value_set(state.phase)])
+        if state.phase not in WAITING_PHASES:
+            _forget_waiting(state)
 
 
-def show_finished(status: RunStatus) -> None:
+WAITING_PHASES = ("awaiting_approval", "awaiting_input", "awaiting_reconciliation")
+
+
+def show_waiting(state: LoopState, until: datetime) -> None:
+    """What the run waits for people for now, in its memo (feature `inbox-memo`), for the
+    inbox to list it from without asking it: written only when it changed, and only by an
+    indexed run (the inbox finds waiting runs by their phase attribute, in the same
+    visibility record)."""
+    if not (state.has(Feature.INBOX_MEMO) and indexed()):
+        return
+    memo = loop.waiting_memo(state, workflow.info().run_id, until).model_dump(mode="json")
+    # Compared as payloads: a memo under this key that a starter set need not even decode.
+    if workflow.info().raw_memo.get(WAITING_MEMO) != workflow.payload_converter().to_payload(memo):
+        workflow.upsert_memo({WAITING_MEMO: memo})
+
+
+def _forget_waiting(state: LoopState) -> None:
+    """The wait is over: the memo no longer says it waits (for the Temporal UI's reader; the
+    inbox already goes by the phase attribute)."""
+    if state.has(Feature.INBOX_MEMO) and WAITING_MEMO in workflow.info().raw_memo:
+        workflow.upsert_memo({WAITING_MEMO: None})
+
+
+def show_finished(state: LoopState, status: RunStatus) -> None:
     if workflow.info().typed_search_attributes.get(AGENT_STATUS) is not None:
         workflow.upsert_search_attributes(
             [AGENT_PHASE.value_set("finished"), AGENT_STATUS.value_set(status)]
         )
+    _forget_waiting(state)
 
 
 def audit(event: str, **fields: Any) -> None:

@@ -27,6 +27,7 @@ function itemRow(item) {
   cell(row, item.approvers.join(", ") || (item.kind === "approval" ? "anyone" : ""));
   cell(row, item.tenant);
   cell(row, item.text);
+  cell(row, item.times_out);
   return row;
 }
 

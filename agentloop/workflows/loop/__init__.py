@@ -90,6 +90,7 @@ from agentloop.workflows.loop.views import (
     status_view,
     unresolved,
     wait_summary,
+    waiting_memo,
 )
 
 __all__ = [
@@ -161,4 +162,5 @@ __all__ = [
     "texts_to_store",
     "unresolved",
     "wait_summary",
+    "waiting_memo",
 ]

@@ -265,6 +265,12 @@ class Feature(StrEnum):
     against the world as it is then (`Batch.recheck`); a call that no longer passes is refused
     under its call id, approved or not, and never runs. Before it, the check made before the
     wait let the call through however long the wait."""
+    INBOX_MEMO = "inbox-memo"
+    """An indexed run waiting for a person keeps what it waits for in its memo
+    (`contract.WAITING_MEMO`: each call's kind, tool, id, who may decide and since when, the
+    wait's deadline, the tenant and a clipped task; bounded, see `loop.waiting_memo`),
+    current while it waits, and removes it when the wait is over: the inbox lists waiting
+    runs from one visibility list. Before it, the inbox asked each waiting run's `status`."""
 
 
 FEATURES = (
@@ -358,7 +364,10 @@ FEATURES_2026_12J = (
     Feature.RUN_STREAM,
 )
 
+FEATURES_2026_12K = (*FEATURES_2026_12J, Feature.INBOX_MEMO)
+
 FEATURE_SETS: tuple[tuple[str, tuple[Feature, ...]], ...] = (
+    ("features-2026-12k", FEATURES_2026_12K),
     ("features-2026-12j", FEATURES_2026_12J),
     ("features-2026-12i", FEATURES_2026_12I),
     ("features-2026-12h", FEATURES_2026_12H),

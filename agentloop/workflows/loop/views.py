@@ -6,10 +6,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from agentloop.contract import CallRecord, RunStatusView, UnresolvedWrite
+from agentloop.contract import (
+    MAX_MEMO_TEXT_CHARS,
+    MAX_WAITING_MEMO_BYTES,
+    CallRecord,
+    RunStatusView,
+    UnresolvedWrite,
+    WaitingCall,
+    WaitingMemo,
+)
 from agentloop.digests import canonical_json
 from agentloop.events import Event
 from agentloop.policies import budgets
+from agentloop.policies.bounds import as_text, clipped
 from agentloop.workflows.loop import results
 from agentloop.workflows.loop.plan import action_digest
 from agentloop.workflows.loop.state import Batch, LoopState, seconds
@@ -112,6 +121,68 @@ def question(state: LoopState) -> str | None:
     if call_id in batch.asking:
         return f"{state.call(call_id).name} asks: {batch.asking[call_id].question}"
     return str(state.call(call_id).arguments.get("question", ""))
+
+
+def waiting_calls(state: LoopState) -> list[WaitingCall]:
+    """Each thing the run waits on a person for, as `status` shows them: the calls waiting
+    for a decision, the question asked first, the writes waiting for an operator."""
+    batch = state.batch
+    if batch is None:
+        return []
+    found = [
+        WaitingCall(
+            kind="approval",
+            call_id=call_id,
+            tool=pending.tool,
+            approvers=pending.approvers,
+            since=pending.requested_at,
+        )
+        for call_id in batch.undecided()
+        for pending in [batch.approvals[call_id]]
+    ]
+    asked = question(state)
+    if asked is not None:
+        call_id = batch.questions[0]
+        found.append(
+            WaitingCall(
+                kind="question",
+                call_id=call_id,
+                tool=state.call(call_id).name,
+                since=batch.asked_at,
+                text=asked,
+            )
+        )
+    found += [
+        WaitingCall(kind="unknown_write", call_id=c, tool=r.tool, since=r.since, text=r.known)
+        for c, r in batch.reconciling.items()
+    ]
+    return found
+
+
+def waiting_memo(state: LoopState, run_id: str, until: datetime) -> WaitingMemo:
+    """What the run keeps in its memo while it waits for people (feature `inbox-memo`):
+    `waiting_calls` with their texts and the task clipped, as many calls as fit in
+    `MAX_WAITING_MEMO_BYTES` (the others counted in `left_out`)."""
+    memo = WaitingMemo(
+        run_id=run_id,
+        tenant=state.run_input.principal.tenant,
+        task=clipped(as_text(state.run_input.task), MAX_MEMO_TEXT_CHARS),
+        until=until,
+    )
+    room = MAX_WAITING_MEMO_BYTES - _json_bytes(memo)
+    waiting = waiting_calls(state)
+    for call in waiting:
+        shown = call.model_copy(update={"text": clipped(as_text(call.text), MAX_MEMO_TEXT_CHARS)})
+        room -= _json_bytes(shown) + 1  # and the comma between calls
+        if room < 0:
+            break
+        memo.calls.append(shown)
+    memo.left_out = len(waiting) - len(memo.calls)
+    return memo
+
+
+def _json_bytes(model: WaitingMemo | WaitingCall) -> int:
+    return len(canonical_json(model.model_dump(mode="json")).encode())
 
 
 def facts(state: LoopState) -> list[str]:

@@ -1,0 +1,151 @@
+"""The inbox lists waiting runs from the memo each keeps (feature `inbox-memo`), not by asking
+each its `status`: with the worker stopped (a `status` query then has nobody to answer it),
+the list still holds every waiting call with its tool, who may decide, the task and when the
+wait times out. A run from before the feature keeps no memo and is asked, as before. Against
+the real dev server, worker and scripted provider."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+
+from agentloop.contract import (
+    WAITING_MEMO,
+    AgentRunInput,
+    AgentRunResult,
+    ApprovalDecision,
+    Principal,
+    UserMessage,
+)
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.inbox.reading import RunInputs, WaitingItem, waiting_items
+from agentloop.runtime.config import Settings
+from agentloop.worker import running_worker
+from agentloop.workflows import loop
+from tests.support import start_run, wait_for_phase, wait_for_status
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
+
+RESERVE = {"workshop_id": "ws-101", "participant_id": "p-carol"}
+TENANT = "tenant-memo"
+
+
+def booking(scripted_provider: ScriptedProvider, name: str) -> AgentRunInput:
+    """A run whose reservation waits for the workshop lead's approval."""
+    call = ScriptedToolCall(id="c_res", name="reserve_seat", arguments=RESERVE)
+    scripted_provider.register(
+        Script(name=name, turns=[ScriptTurn(tool_calls=[call]), ScriptTurn(text="Booked.")])
+    )
+    return AgentRunInput(
+        task="Book p-carol into ws-101. " + "Context. " * 40,
+        provider="openai-chat",
+        model=name,
+        tools=["reserve_seat"],
+        principal=Principal(subject="p-alice", tenant=TENANT, scopes=["workshops:write"]),
+    )
+
+
+def asking(scripted_provider: ScriptedProvider, name: str) -> AgentRunInput:
+    """A run asking two questions in one step."""
+    calls = [
+        ScriptedToolCall(id=f"c_q{n}", name="ask_user", arguments={"question": f"Question {n}?"})
+        for n in (1, 2)
+    ]
+    scripted_provider.register(
+        Script(name=name, turns=[ScriptTurn(tool_calls=calls), ScriptTurn(text="Thanks.")])
+    )
+    return AgentRunInput(
+        task="Ask twice.",
+        provider="openai-chat",
+        model=name,
+        tools=[],
+        principal=Principal(subject="p-alice", tenant=TENANT),
+    )
+
+
+async def listed(
+    client: Client, run_ids: set[str], holds: Callable[[list[WaitingItem]], bool]
+) -> list[WaitingItem]:
+    """The inbox's items of `run_ids` once `holds` says they are as expected (the dev server
+    indexes an upsert a moment after the workflow task that made it; bounded)."""
+    items: list[WaitingItem] = []
+    for _ in range(100):
+        every = await waiting_items(client, RunInputs(), [TENANT])
+        items = [i for i in every if i.workflow_id in run_ids]
+        if holds(items):
+            return items
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the inbox never listed what was expected: {items}")
+
+
+async def memo_of(handle: WorkflowHandle[Any, AgentRunResult]) -> Any:
+    return await (await handle.describe()).memo_value(WAITING_MEMO, None)
+
+
+async def test_the_inbox_lists_waiting_runs_from_their_memo_with_no_worker_to_ask(
+    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    settings = worker_settings.model_copy(update={"task_queue": f"memo-{run_id[-8:]}"})
+    book_id, ask_id = f"{run_id}-book", f"{run_id}-ask"
+    async with running_worker(client, settings):
+        book = await start_run(client, settings, book_id, booking(scripted_provider, book_id))
+        ask = await start_run(client, settings, ask_id, asking(scripted_provider, ask_id))
+        booked = await wait_for_phase(book, "awaiting_approval")
+        await wait_for_phase(ask, "awaiting_input")
+        # The first question answered, the run waits on for the second: its memo says so.
+        await ask.signal("message", UserMessage(text="One.", sender="traveller"))
+        asked = await wait_for_status(ask, lambda v: v.question == "Question 2?", "question 2")
+        both = {book_id, ask_id}
+        items = await listed(client, both, lambda i: {x.text for x in i} == {"", "Question 2?"})
+    # No worker polls the queue now: a `status` query would find nobody to answer it.
+    assert items == await listed(client, both, lambda i: len(i) == 2)
+    approval, question = sorted(items, key=lambda i: i.kind)
+    assert (approval.workflow_id, approval.kind) == (book_id, "approval")
+    assert (approval.tool, approval.call_id) == ("reserve_seat", "c_res")
+    assert approval.approvers == ["workshop-lead"]
+    assert approval.tenant == TENANT
+    assert approval.task.startswith("Book p-carol into ws-101.") and approval.task.endswith("…")
+    assert len(approval.task) == 120  # the memo holds the task's start
+    assert approval.since == datetime.fromisoformat(booked.pending_approvals[0]["requested_at"])
+    assert approval.until == booked.wait_until
+    assert (question.workflow_id, question.kind, question.tool) == (ask_id, "question", "ask_user")
+    assert (question.call_id, question.text) == ("c_q2", "Question 2?")
+    assert question.until == asked.wait_until and question.task == "Ask twice."
+    now = datetime.now(UTC)
+    assert approval.times_out(now).startswith("in ") and approval.waited(now).endswith(" s")
+
+    # Served again, the runs go on; once the wait is over, the memo no longer says it waits.
+    async with running_worker(client, settings):
+        digest = booked.pending_approvals[0]["args_digest"]
+        decision = ApprovalDecision(
+            call_id="c_res", args_digest=digest, approved=True, approver="workshop-lead"
+        )
+        await book.signal("approve", decision)
+        await ask.signal("message", UserMessage(text="Two.", sender="traveller"))
+        results = [await book.result(), await ask.result()]
+    assert [r.status for r in results] == ["completed", "completed"]
+    assert [await memo_of(book), await memo_of(ask)] == [None, None]
+
+
+async def test_a_run_from_before_the_memo_is_asked_its_status(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    older = tuple(s for s in loop.FEATURE_SETS if loop.Feature.INBOX_MEMO not in s[1])
+    monkeypatch.setattr(loop, "FEATURE_SETS", older)
+    handle = await start_run(client, worker, run_id, booking(scripted_provider, run_id))
+    view = await wait_for_phase(handle, "awaiting_approval")
+    assert await memo_of(handle) is None
+    [item] = await listed(client, {run_id}, lambda i: len(i) == 1)
+    assert (item.kind, item.tool, item.approvers) == ("approval", "reserve_seat", ["workshop-lead"])
+    assert item.task.startswith("Book p-carol") and not item.task.endswith("…")  # from its input
+    assert item.until == view.wait_until
+    await handle.terminate("done")
