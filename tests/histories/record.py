@@ -201,6 +201,19 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
             ScriptTurn(text="Booked."),
         ],
     )
+    memo_keeping = Script(
+        name="replay-inbox-memo",
+        turns=[
+            reserving.turns[0],
+            ScriptTurn(
+                tool_calls=[
+                    ScriptedToolCall(id=f"call_q{n}", name="ask_user", arguments={"question": q})
+                    for n, q in enumerate(QUESTIONS[:2], start=1)
+                ]
+            ),
+            ScriptTurn(text="Booked, and noted."),
+        ],
+    )
     counting = Script(name="replay-exact-count", turns=[ScriptTurn(text="Mild, then rain.")])
     answering = Script(
         name="replay-bounded-schema-work", turns=[ScriptTurn(text='{"late": false}')]
@@ -561,6 +574,18 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
                 "limits": Limits(max_total_tokens=1500),
             },
         ),
+        # Recorded with the `features-2026-12k` set (`inbox-memo`), started with search
+        # attributes: the run writes what it waits for in its memo as it waits for approval,
+        # removes it once approved, writes it again for its two questions, again once the
+        # first is answered (the wait goes on), and removes it when the second is.
+        "inbox_memo": (
+            [memo_keeping],
+            {
+                "model": memo_keeping.name,
+                "tools": ["reserve_seat"],
+                "principal": {"subject": "p-alice", "scopes": ["workshops:write"]},
+            },
+        ),
         "recheck_after_wait": (
             [reserving],
             {
@@ -603,6 +628,7 @@ INDEXED = {
     "approval_rule_in_worker",
     "bounded_arguments",
     "approval_checked",
+    "inbox_memo",
 }
 """Scenarios started with agentloop's search attributes, as the CLI starts runs."""
 APPROVED = {
@@ -615,11 +641,13 @@ APPROVED = {
     "cancel_during_write",
     "resolution_checked",
     "recheck_after_wait",
+    "inbox_memo",
 }
 """Scenarios whose pending call is approved (by `decide_approval`) once the run waits."""
 ANSWERED = {
     "tools_ask": ["14C"],
     "questions_not_stalls": [f"Answer {n}." for n in range(1, len(QUESTIONS) + 1)],
+    "inbox_memo": ["Answer 1.", "Answer 2."],
 }
 """Scenarios whose questions are answered (the `message` signal), each once the run asks it."""
 RESOLVED = {"resolution_checked", "write_resolved_by_operator"}
