@@ -29,6 +29,7 @@ from bench import (
     adapters,
     counted,
     history,
+    inbox,
     mcp_clients,
     outputs,
     paused,
@@ -78,6 +79,8 @@ class Plan:
     stream_turns: int = 20
     stream_runs: int = 50
     """Section 13: turns of the streamed runs, and concurrent watched runs."""
+    inbox_runs: int = 1_000
+    """Section 14: runs waiting for approval that the inbox page lists."""
 
 
 def plan(args: argparse.Namespace) -> Plan:
@@ -106,6 +109,7 @@ def plan(args: argparse.Namespace) -> Plan:
             mcp_calls=10,
             stream_turns=5,
             stream_runs=5,
+            inbox_runs=20,
         )
     return Plan(
         False,
@@ -203,6 +207,7 @@ async def measure(p: Plan) -> tuple[list[Section], int]:
             streaming_section = await streaming.measure(
                 client, settings, provider, p.stream_turns, p.stream_runs
             )
+            inbox_section = await inbox.measure(client, settings, provider, work, p.inbox_runs)
             long = await replay.record_long(client, settings, provider, p.replay_turns)
             requests = await adapters.record_requests(client, settings, provider, p.adapter_turns)
         # Timed with the stack stopped: no worker, server or provider competes for the CPU.
@@ -218,6 +223,7 @@ async def measure(p: Plan) -> tuple[list[Section], int]:
         done(mcp_section)
         done(counter_section)
         done(streaming_section)
+        done(inbox_section)
     return sections, one.failures
 
 

@@ -128,6 +128,14 @@ SECTIONS = {
             "failed workflow tasks",
         ],
     ),
+    14: (
+        "The inbox page",
+        [
+            "runs listed (from memos)",
+            "first view: time to first byte (ms)",
+            "median of 5 views: time to whole page (ms)",
+        ],
+    ),
 }
 NUMBER = re.compile(r"\d")
 
@@ -206,5 +214,6 @@ def test_the_short_benchmark_prints_every_figure(request: pytest.FixtureRequest)
         "mcp_clients",
         "token_counter",
         "streaming",
+        "inbox",
     ]
     assert all(section["figures"] for section in document["sections"])

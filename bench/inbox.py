@@ -1,0 +1,180 @@
+"""[14] The inbox with many runs waiting for approval (issue #36): the time to the first byte
+and to the whole inbox page (an HTTP GET of `/` through the inbox's ASGI app on uvicorn, as
+`agentloop inbox` serves it; the body read to its end, no browser), the runs listed from the
+memo each keeps (feature `inbox-memo`: one visibility list) against the inbox before it,
+which asked each run its `status` (measured in the same run, on the same runs, by the same
+server with the memo ignored). The runs wait on one worker process; the inbox, its client
+and the Temporal dev server share this machine."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import uuid
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from unittest import mock
+
+import aiohttp
+from temporalio.client import Client
+
+from agentloop import search
+from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, Principal
+from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
+from agentloop.demo.scripted_provider.server import ScriptedProvider
+from agentloop.inbox import InboxOptions, InboxServer, reading
+from agentloop.runtime.config import Settings
+from bench.processes import agentloop_worker
+from bench.report import Figure, Section, ratio
+
+USER_HEADER = "X-Bench-User"
+USER = "bench-lead"
+STARTS_AT_ONCE = 50
+WAIT_SECONDS = 900.0
+VIEWS = 5
+"""Views of the page timed each way after the first (which the old way spends partly reading
+each run's start input, kept for later views)."""
+ROW = '<tr class="item'
+
+
+async def measure(
+    client: Client, settings: Settings, provider: ScriptedProvider, work: Path, runs: int
+) -> Section:
+    section = Section(
+        "inbox",
+        f"The inbox page with {runs} runs waiting for approval (HTTP GET, whole body)",
+        "the same page asking each run its `status`, as before feature inbox-memo (this run)",
+    )
+    queue = f"bench-inbox-{uuid.uuid4().hex[:8]}"
+    tenant = queue  # the bench's runs only, whatever else the server holds
+    options = InboxOptions(auth_header=USER_HEADER, tenants={USER: [tenant]})
+    async with agentloop_worker(settings, work, queue):
+        started = time.perf_counter()
+        gate = asyncio.Semaphore(STARTS_AT_ONCE)
+        await asyncio.gather(
+            *(_start(client, provider, queue, tenant, n, gate) for n in range(runs))
+        )
+        await _all_waiting(client, tenant, runs)
+        waiting = time.perf_counter() - started
+        async with (
+            InboxServer(client, options, "127.0.0.1", 0) as inbox,
+            aiohttp.ClientSession(headers={USER_HEADER: USER}) as http,
+        ):
+            url = f"{inbox.url}/"
+            memo = await _views(http, url, nullcontext())
+            # The inbox before the memo: every run is asked (`memo_of` finds none).
+            asked = await _views(http, url, mock.patch.object(reading, "memo_of", _no_memo))
+        await _terminate(client, queue, runs, gate)
+    section.add(
+        Figure("runs listed (from memos)", memo.rows, runs, ratio(memo.rows, runs)),
+        Figure("runs listed (asking each)", asked.rows, runs, ratio(asked.rows, runs)),
+        *_compared("first view", memo.first, asked.first),
+        *_compared(f"median of {VIEWS} views", memo.median, asked.median),
+        Figure("page bytes", memo.size, asked.size, ratio(memo.size, asked.size)),
+        Figure("seconds to start the runs until all wait", round(waiting, 1)),
+    )
+    if memo.median[1] >= 1.0:
+        section.add(Figure("goal", "missed", note="lists the runs in under a second"))
+    section.skipped.append(
+        "render in a browser: the page is server-rendered HTML, timed to its last byte"
+    )
+    return section
+
+
+def _compared(what: str, memo: tuple[float, float], asked: tuple[float, float]) -> list[Figure]:
+    """Time to the first byte and to the whole page (ms), from memos against asking each run."""
+    return [
+        Figure(f"{what}: {label} (ms)", value * 1e3, baseline * 1e3, ratio(value, baseline))
+        for label, value, baseline in (
+            ("time to first byte", memo[0], asked[0]),
+            ("time to whole page", memo[1], asked[1]),
+        )
+    ]
+
+
+class Views:
+    def __init__(self, timings: list[tuple[float, float]], rows: int, size: int) -> None:
+        self.first = timings[0]
+        later = timings[1:]
+        self.median = (
+            statistics.median(t for t, _ in later),
+            statistics.median(w for _, w in later),
+        )
+        self.rows = rows
+        self.size = size
+
+
+async def _views(
+    http: aiohttp.ClientSession, url: str, way: AbstractContextManager[object]
+) -> Views:
+    """The page viewed `VIEWS + 1` times: (seconds to the first byte, to the last) each."""
+    timings = []
+    page = b""
+    with way:
+        for _ in range(VIEWS + 1):
+            sent = time.perf_counter()
+            async with http.get(url) as response:
+                first = await response.content.readany()
+                first_byte = time.perf_counter() - sent
+                page = first + await response.read()
+                whole = time.perf_counter() - sent
+                assert response.status == 200, page[:300]
+            timings.append((first_byte, whole))
+    return Views(timings, page.count(ROW.encode()), len(page))
+
+
+async def _no_memo(execution: object) -> None:
+    return None
+
+
+async def _start(
+    client: Client,
+    provider: ScriptedProvider,
+    queue: str,
+    tenant: str,
+    n: int,
+    gate: asyncio.Semaphore,
+) -> None:
+    name = f"{queue}-{n}"
+    call = ScriptedToolCall(
+        id=f"c_reply_{n}",
+        name="send_reply",
+        arguments={"ticket_id": "T-1001", "recipient": "dana@example.com", "body": f"#{n}"},
+    )
+    provider.register(
+        Script(name=name, turns=[ScriptTurn(tool_calls=[call]), ScriptTurn(text="Sent.")])
+    )
+    run_input = AgentRunInput(
+        task=f"Answer ticket T-1001 (#{n}).",
+        provider="openai-chat",
+        model=name,
+        tools=["send_reply"],
+        principal=Principal(subject="bench", tenant=tenant, scopes=["tickets:write"]),
+    )
+    async with gate:
+        await client.start_workflow(
+            WORKFLOW_NAME,
+            run_input,
+            id=name,
+            task_queue=queue,
+            result_type=AgentRunResult,
+            search_attributes=search.initial(run_input),
+        )
+
+
+async def _all_waiting(client: Client, tenant: str, runs: int) -> None:
+    query = reading.waiting_query([tenant])
+    deadline = time.monotonic() + WAIT_SECONDS
+    while (count := (await client.count_workflows(query)).count) < runs:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{count} of {runs} runs wait for approval after {WAIT_SECONDS} s")
+        await asyncio.sleep(0.5)
+
+
+async def _terminate(client: Client, queue: str, runs: int, gate: asyncio.Semaphore) -> None:
+    async def one(n: int) -> None:
+        async with gate:
+            await client.get_workflow_handle(f"{queue}-{n}").terminate("benchmark over")
+
+    await asyncio.gather(*map(one, range(runs)))
