@@ -124,7 +124,7 @@ async def _views(
     return Views(timings, page.count(ROW.encode()), len(page))
 
 
-async def _no_memo(execution: object) -> None:
+async def _no_memo(client: object, info: object) -> None:
     return None
 
 

@@ -12,9 +12,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
+from temporalio.api.workflow.v1 import WorkflowExecutionInfo
+from temporalio.api.workflowservice.v1 import ListWorkflowExecutionsRequest
 from temporalio.client import (
     Client,
-    WorkflowExecution,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowQueryFailedError,
@@ -188,55 +189,84 @@ async def waiting_items(
     from one visibility list: each run as its memo says (feature `inbox-memo`). A run that
     keeps none (started before the feature), or whose memo left calls out, is asked its
     `status`, at most `CONCURRENT_QUERIES` at a time."""
-    executions = [e async for e in client.list_workflows(waiting_query(tenants), limit=LISTED_RUNS)]
     asking = asyncio.Semaphore(CONCURRENT_QUERIES)
 
-    async def items(execution: WorkflowExecution) -> list[WaitingItem]:
-        memo = await memo_of(execution)
+    async def items(info: WorkflowExecutionInfo) -> list[WaitingItem]:
+        workflow_id, run_id = info.execution.workflow_id, info.execution.run_id
+        memo = await memo_of(client, info)
         if memo is not None:
             if tenants is not None and memo.tenant not in tenants:
-                return []
-            return items_of(execution.id, memo.tenant, memo.task, memo.until, memo.calls)
+                return []  # the index said otherwise than the run (from its input): the run wins
+            return items_of(workflow_id, memo.tenant, memo.task, memo.until, memo.calls)
         async with asking:
-            return await asked_items(client, inputs, tenants, execution)
+            return await asked_items(client, inputs, tenants, workflow_id, run_id)
 
-    found = [i for each in await asyncio.gather(*map(items, executions)) for i in each]
+    listed = await waiting_runs(client, tenants)
+    found = [i for each in await asyncio.gather(*map(items, listed)) for i in each]
     return sorted(found, key=lambda i: i.since or datetime.max.replace(tzinfo=UTC))
 
 
-async def memo_of(execution: WorkflowExecution) -> WaitingMemo | None:
+async def waiting_runs(
+    client: Client, tenants: Sequence[str] | None
+) -> list[WorkflowExecutionInfo]:
+    """The visibility records of the waiting runs (at most `LISTED_RUNS`), as Temporal sends
+    them: `Client.list_workflows` would decode every search attribute of every run, which
+    costs more than the list itself for a thousand runs, and the inbox reads only the memo."""
+    found: list[WorkflowExecutionInfo] = []
+    token = b""
+    while len(found) < LISTED_RUNS:
+        page = await client.workflow_service.list_workflow_executions(
+            ListWorkflowExecutionsRequest(
+                namespace=client.namespace,
+                query=waiting_query(tenants),
+                page_size=LISTED_RUNS - len(found),
+                next_page_token=token,
+            ),
+            retry=True,
+        )
+        found += page.executions
+        token = page.next_page_token
+        if not token:
+            break
+    return found[:LISTED_RUNS]
+
+
+async def memo_of(client: Client, info: WorkflowExecutionInfo) -> WaitingMemo | None:
     """What the run's memo says it waits for, when the run itself wrote it (it names the run)
     and it holds every call waiting; else None."""
-    raw = execution.raw_info.memo.fields.get(WAITING_MEMO)
+    raw = info.memo.fields.get(WAITING_MEMO)
     if raw is None or raw.ByteSize() > MAX_MEMO_READ_BYTES:
         return None
     try:
-        memo = WaitingMemo.model_validate(await execution.memo_value(WAITING_MEMO))
+        [value] = await client.data_converter.decode([raw])
+        memo = WaitingMemo.model_validate(value)
     # Whatever a memo holds that does not decode (a starter may set any) is as good as none.
     except (ValidationError, ValueError, TypeError, KeyError, RuntimeError):
         return None
-    if memo.run_id != execution.run_id or memo.left_out:
+    if memo.run_id != info.execution.run_id or memo.left_out:
         return None
     return memo
 
 
 async def asked_items(
-    client: Client, inputs: RunInputs, tenants: Sequence[str] | None, execution: WorkflowExecution
+    client: Client,
+    inputs: RunInputs,
+    tenants: Sequence[str] | None,
+    workflow_id: str,
+    run_id: str,
 ) -> list[WaitingItem]:
     """The run's items from its `status` and its start input (the task, the tenant)."""
-    run_input = await inputs.of(client, execution.id, execution.run_id)
+    run_input = await inputs.of(client, workflow_id, run_id)
     tenant = tenant_of(run_input)
     if tenants is not None and tenant not in tenants:
         return []  # the index said otherwise than the run's own input: the input wins
-    handle = client.get_workflow_handle(
-        execution.id, run_id=execution.run_id, result_type=AgentRunResult
-    )
+    handle = client.get_workflow_handle(workflow_id, run_id=run_id, result_type=AgentRunResult)
     try:
         view = await query_status(handle)
     except (RPCError, WorkflowQueryFailedError):
         return []  # ended meanwhile, or no worker answers now: the next poll asks again
     task = str(run_input.get("task", ""))
-    return items_of(execution.id, tenant, task, view.wait_until, calls_of(view))
+    return items_of(workflow_id, tenant, task, view.wait_until, calls_of(view))
 
 
 def items_of(
