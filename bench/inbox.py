@@ -43,7 +43,7 @@ async def measure(
 ) -> Section:
     section = Section(
         "inbox",
-        f"The inbox page with {runs} runs waiting for approval (HTTP GET, whole body)",
+        f"The inbox page with {runs:,} runs waiting for approval (HTTP GET, whole body)",
         "the same page asking each run its `status`, as before feature inbox-memo (this run)",
     )
     queue = f"bench-inbox-{uuid.uuid4().hex[:8]}"
