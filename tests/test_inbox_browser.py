@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
-from agentloop.contract import MAX_MEMO_TEXT_CHARS, AgentRunInput, Principal
+from agentloop.contract import MAX_MEMO_TEXT_CHARS, AgentRunInput, Principal, UserMessage
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.inbox import InboxOptions, InboxServer
@@ -25,7 +25,7 @@ from agentloop.policies.bounds import clipped
 from agentloop.runtime.config import Settings
 from agentloop.runtime.signing import new_private_key_pem
 from agentloop.worker import running_worker
-from tests.support import start_run, wait_for_phase
+from tests.support import start_run, wait_for_phase, wait_until
 
 playwright_api = pytest.importorskip("playwright.async_api")
 
@@ -417,3 +417,98 @@ KEY_EXTRACTABLE = """(user) => new Promise((resolve, reject) => {
     read.onsuccess = () => resolve(read.result ? read.result.extractable : null);
   };
 })"""
+
+
+LIVE_FIRST = "Let me look at the train first."
+LIVE_ANSWER = "G1234 is on time; a window seat it is. " * 6
+
+
+async def test_a_run_page_shows_the_run_as_it_happens_from_one_subscription_per_run(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    inbox: InboxServer,
+    browser: Any,
+    run_id: str,
+) -> None:
+    """Two pages on one running run: both show the model's text, the call and its result and
+    the wait as they happen, from ONE subscription on the run; the subscription ends when
+    the last page leaves, a page coming back starts one again, and the run's last text and
+    its end arrive on the open page without a reload."""
+    expect = playwright_api.expect
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    text=LIVE_FIRST,
+                    event_delay_ms=20,
+                    tool_calls=[
+                        ScriptedToolCall(
+                            id="c_train",
+                            name="get_train_status",
+                            arguments={"train_number": "G1234", "date": "2026-12-01"},
+                        )
+                    ],
+                ),
+                ScriptTurn(  # the run waits for a person: it cannot end before the answer
+                    tool_calls=[
+                        ScriptedToolCall(
+                            id="c_ask", name="ask_user", arguments={"question": "Window or aisle?"}
+                        )
+                    ],
+                    expect_tool_results={"c_ask": "window please"},
+                ),
+                ScriptTurn(text=LIVE_ANSWER, event_delay_ms=20),
+            ],
+        )
+    )
+    run_input = AgentRunInput(
+        task="Is G1234 on time? Book me a seat.",
+        provider="openai-chat",
+        model=run_id,
+        tools=["get_train_status"],
+        principal=PRINCIPAL,
+    )
+    handle = await start_run(client, worker, run_id, run_input)
+    pages = [Watched(await browser.new_page()) for _ in range(2)]
+    for watched in pages:
+        await watched.page.goto(f"{inbox.url}/runs/{run_id}")
+    for watched in pages:
+        log = watched.page.locator("#live-log")
+        await expect(log.locator("li.text").first).to_contain_text(LIVE_FIRST)
+        await expect(log.locator("li.call").first).to_have_text(
+            "turn 1: call c_train: get_train_status"
+        )
+        await expect(log.locator("li.result").first).to_contain_text("c_train: succeeded")
+        await expect(log.locator("li.waiting")).to_contain_text("waiting for a person: input")
+        await expect(watched.page.locator("#live-status")).to_have_text("live")
+    assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+    assert inbox.live.watching()[run_id] == 2  # (earlier tests' runs may be followed too)
+    assert inbox.live.subscriptions[run_id] == 1  # two browsers, one subscription
+
+    # The last page leaves: the subscription ends (a moment later: a reload would come back).
+    await pages[1].page.close()
+    await wait_until(lambda: inbox.live.watching()[run_id] == 1, "the closed page to leave")
+    first = pages[0]
+    await first.page.goto(inbox.url + "/")
+    await wait_until(lambda: run_id not in inbox.live.watching(), "the subscription to end")
+    assert inbox.live.subscriptions[run_id] == 1
+
+    # Back on the run: a subscription again, from what the run kept, then the rest live.
+    await first.page.goto(f"{inbox.url}/runs/{run_id}")
+    log = first.page.locator("#live-log")
+    await expect(log.locator("li.waiting")).to_contain_text("waiting for a person: input")
+    assert inbox.live.subscriptions[run_id] == 2
+    await first.page.evaluate("() => { window.__samePage = true; }")
+    await handle.signal("message", UserMessage(text="window please", sender=APPROVER))
+    await expect(log.locator("li.done")).to_contain_text("ended: completed")
+    await expect(first.page.locator("#live-status")).to_have_text("the run has ended")
+    result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+    assert await log.locator("li.text pre").last.text_content() == result.output == LIVE_ANSWER
+    assert await first.page.evaluate("() => window.__samePage") is True  # never reloaded
+    await wait_until(lambda: run_id not in inbox.live.watching(), "the ended run's feed to go")
+    assert inbox.live.subscriptions[run_id] == 2
+    assert first.errors == [] and first.dialogs == []
+    await first.page.close()

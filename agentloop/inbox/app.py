@@ -28,7 +28,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentloop.contract import (
@@ -41,8 +41,16 @@ from agentloop.contract import (
     describe_validation_error,
 )
 from agentloop.inbox import pages
+from agentloop.inbox.live import MEDIA_TYPE, Busy, LiveRuns, end_frame, last_event_id
 from agentloop.inbox.pages import Notice, Viewer
-from agentloop.inbox.reading import RunInputs, RunStory, read_story, recent_runs, waiting_items
+from agentloop.inbox.reading import (
+    RunInputs,
+    RunStory,
+    read_story,
+    recent_runs,
+    tenant_of,
+    waiting_items,
+)
 from agentloop.runtime.signing import APPROVER_NAME, DEFAULT_LIFETIME, signed_bytes
 
 STATIC = Path(__file__).parent / "static"
@@ -110,9 +118,12 @@ class SecurityHeaders:
 
 def inbox_app(client: Client, options: InboxOptions) -> Starlette:
     """The app for `client`'s namespace. Local mode (no `auth_header`) answers only requests
-    addressed to 127.0.0.1 or localhost (a page of another site cannot rebind a name to it)."""
+    addressed to 127.0.0.1 or localhost (a page of another site cannot rebind a name to it).
+    Its run pages' live feeds are `app.state.live` (`LiveRuns`), to be closed by whoever
+    serves it."""
     secret = secrets.token_bytes(32)
     inputs = RunInputs()
+    live = LiveRuns(client)
 
     def csrf_of(session: str) -> str:
         return hmac.new(secret, session.encode(), hashlib.sha256).hexdigest()
@@ -231,6 +242,28 @@ def inbox_app(client: Client, options: InboxOptions) -> Starlette:
     async def run(request: Request, viewer: Viewer) -> Response:
         story = await story_for(viewer, request.path_params["workflow_id"])
         return HTMLResponse(pages.run_page(viewer, story, datetime.now(UTC), None))
+
+    async def events(request: Request, viewer: Viewer) -> Response:
+        """The run's stream as server-sent events (`live`), for a run the viewer may see; a
+        run that has ended sends only the end (its page shows all of it)."""
+        workflow_id = request.path_params["workflow_id"]
+        try:
+            description = await client.get_workflow_handle(workflow_id).describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                raise Refused(404, f"no run {workflow_id!r}") from None
+            raise
+        run_input = await inputs.of(client, workflow_id, description.run_id)
+        tenant = tenant_of(run_input)
+        if viewer.tenants is not None and tenant not in viewer.tenants:
+            raise Refused(403, f"{viewer.user} may not see the runs of tenant {tenant!r}")
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            return Response(end_frame("the run has ended"), media_type=MEDIA_TYPE)
+        try:
+            live.check(workflow_id)
+        except Busy as busy:
+            raise Refused(503, f"no live updates: {busy}") from None
+        return live.stream(workflow_id, last_event_id(request.headers.get("last-event-id")))
 
     def action(
         act: Callable[[Viewer, RunStory, Mapping[str, Any]], Awaitable[Notice]],
@@ -367,6 +400,7 @@ def inbox_app(client: Client, options: InboxOptions) -> Starlette:
         Route("/api/inbox", page(inbox_json)),
         Route("/runs", page(runs)),
         Route("/runs/{workflow_id}", page(run)),
+        Route("/api/runs/{workflow_id}/events", page(events)),
         Route("/runs/{workflow_id}/decide", page(action(decide)), methods=["POST"]),
         Route("/runs/{workflow_id}/signing-message", page(signing_message), methods=["POST"]),
         Route("/runs/{workflow_id}/answer", page(action(answer)), methods=["POST"]),
@@ -378,7 +412,9 @@ def inbox_app(client: Client, options: InboxOptions) -> Starlette:
     middleware = [Middleware(SecurityHeaders)]
     if options.auth_header is None:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(LOCAL_HOSTS)))
-    return Starlette(routes=routes, middleware=middleware)
+    app = Starlette(routes=routes, middleware=middleware)
+    app.state.live = live
+    return app
 
 
 def cookie(response: Response, secure: bool, name: str, value: str) -> None:

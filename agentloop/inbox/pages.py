@@ -200,6 +200,7 @@ def run_page(viewer: Viewer, story: RunStory, now: datetime, notice: Notice | No
             failures = "".join(f"<li>{esc(f)}</li>" for f in view.notice_failures)
             parts.append(f'<ul class="notice refused" id="notice-failures">{failures}</ul>')
         parts.append(waiting_forms(viewer, story.workflow_id, view, now))
+        parts.append(live_section(story.workflow_id))
         parts.append(usage_section(view.usage, view.limits_left))
         parts.append(calls_section(view.calls))
         parts.append(task_state_section(view.task_state))
@@ -220,6 +221,17 @@ def run_page(viewer: Viewer, story: RunStory, now: datetime, notice: Notice | No
 
 def fact(name: str, value: Any) -> str:
     return f"<dt>{esc(name)}</dt><dd>{esc(value)}</dd>"
+
+
+def live_section(workflow_id: str) -> str:
+    """Where the script shows the run's stream as it comes (`inbox.live`): the model's text,
+    the calls proposed and their outcomes, the waits. Display only: what a person decides on
+    is in the sections the server renders from `status`."""
+    events = "/api" + run_path(workflow_id) + "/events"
+    return (
+        f'<section id="live" data-events="{esc(events)}"><h2>As it happens</h2>'
+        '<p id="live-status">connecting…</p><ol id="live-log"></ol></section>'
+    )
 
 
 def waiting_forms(viewer: Viewer, workflow_id: str, view: RunStatusView, now: datetime) -> str:

@@ -9,6 +9,9 @@ import uvicorn
 from temporalio.client import Client
 
 from agentloop.inbox.app import LOCAL_HOSTS, InboxOptions, inbox_app
+from agentloop.inbox.live import LiveRuns
+
+GRACEFUL_SHUTDOWN_SECONDS = 5
 
 
 class InboxUnsafe(ValueError):
@@ -31,14 +34,19 @@ class InboxServer:
 
     def __init__(self, client: Client, options: InboxOptions, host: str, port: int) -> None:
         check_exposure(host, options)
+        app = inbox_app(client, options)
+        self.live: LiveRuns = app.state.live
+        """The run pages' live feeds (one subscription per watched run)."""
         config = uvicorn.Config(
-            inbox_app(client, options),
+            app,
             host=host,
             port=port,
             lifespan="off",
             log_level="warning",
             access_log=False,
             server_header=False,
+            # A browser's live stream ends when the feeds close; this bounds the rest.
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         )
         self.server = uvicorn.Server(config)
         self.host = host
@@ -62,6 +70,7 @@ class InboxServer:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        await self.live.close()  # else each open run page would hold the shutdown
         self.server.should_exit = True
         if self._serving is not None:
             with contextlib.suppress(asyncio.CancelledError):

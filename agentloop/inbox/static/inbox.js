@@ -1,7 +1,9 @@
-// The inbox's one script: the inbox table follows the runs (its JSON every 2 s), and, where
-// the workers take only signed decisions, decisions are signed here with the approver's
-// Ed25519 key (WebCrypto; imported non-extractable and kept in IndexedDB, so the inbox
-// server never holds it). Everything from outside goes into the page as text, never as HTML.
+// The inbox's one script: the inbox table follows the runs (its JSON every 2 s), a running
+// run's page shows what the run does as it happens (the inbox's server-sent events, one
+// subscription per run on the server), and, where the workers take only signed decisions,
+// decisions are signed here with the approver's Ed25519 key (WebCrypto; imported
+// non-extractable and kept in IndexedDB, so the inbox server never holds it). Everything from
+// outside goes into the page as text (textContent, text nodes), never as HTML.
 "use strict";
 
 const POLL_MS = 2000;
@@ -44,6 +46,124 @@ async function poll(table) {
     // the inbox is restarting or the network is down: the next poll tries again
   }
   setTimeout(() => poll(table), POLL_MS);
+}
+
+// --- a run as it happens ------------------------------------------------------------------
+
+function entry(log, kind, text) {
+  const item = document.createElement("li");
+  item.className = kind;
+  item.textContent = text;
+  log.appendChild(item);
+  return item;
+}
+
+function reloadLink(item, text) {
+  // This page's own path: the server renders what the run waits on from its status.
+  const link = document.createElement("a");
+  link.href = window.location.pathname;
+  link.textContent = text;
+  item.append(" ", link);
+}
+
+function preview(item, text) {
+  const shown = document.createElement("pre");
+  shown.textContent = text;
+  item.appendChild(shown);
+}
+
+function showEvent(log, texts, event) {
+  const turn = `turn ${event.turn}`;
+  switch (event.kind) {
+    case "text": {
+      let text = texts.get(event.turn);
+      if (!text) {
+        const item = entry(log, "text", turn);
+        text = document.createElement("pre");
+        item.appendChild(text);
+        texts.set(event.turn, text);
+      }
+      text.append(event.delta || ""); // a text node: the model's words are never markup
+      break;
+    }
+    case "retry": {
+      const text = texts.get(event.turn);
+      if (text) {
+        text.replaceChildren(); // superseded: the retried call's text comes again
+      }
+      entry(log, "retry", `${turn}: the model call is tried again (attempt ${event.attempt})`);
+      break;
+    }
+    case "call":
+      entry(log, "call", `${turn}: call ${event.call_id}: ${event.tool}`);
+      texts.delete(event.turn); // text after the calls starts a new block
+      break;
+    case "result": {
+      const item = entry(log, "result", `${event.call_id}: ${event.status}`);
+      if (event.preview) {
+        preview(item, event.preview);
+      }
+      break;
+    }
+    case "waiting": {
+      const calls = (event.call_ids || []).join(", ");
+      const item = entry(log, "waiting", `waiting for a person: ${event.reason} ${calls}`);
+      reloadLink(item, "show what it waits for");
+      break;
+    }
+    case "resumed":
+      entry(log, "resumed", `resumed (${event.reason})`);
+      break;
+    case "continued":
+      entry(log, "continued", "continued as new");
+      break;
+    case "done": {
+      const item = entry(log, "done", `ended: ${event.status} (${event.stop_reason})`);
+      reloadLink(item, "show the outcome");
+      break;
+    }
+    case "truncated":
+      entry(log, "truncated", event.stop_reason || "earlier items are no longer kept");
+      break;
+    default:
+      break; // a kind this page does not know: display only, so nothing is lost
+  }
+}
+
+function follow(section) {
+  const log = document.getElementById("live-log");
+  const status = document.getElementById("live-status");
+  const texts = new Map(); // turn -> the <pre> its text goes on in
+  // EventSource sends the id of the last event it got (the stream offset) when it
+  // reconnects, and the server goes on from there.
+  const source = new EventSource(section.dataset.events);
+  source.onopen = () => {
+    status.textContent = "live";
+  };
+  source.onerror = () => {
+    status.textContent = source.readyState === EventSource.CLOSED
+      ? "no live updates: reload the page"
+      : "reconnecting…";
+  };
+  source.onmessage = (message) => {
+    let event;
+    try {
+      event = JSON.parse(message.data);
+    } catch (error) {
+      return;
+    }
+    showEvent(log, texts, event);
+  };
+  source.addEventListener("end", (message) => {
+    source.close();
+    let said = "live updates ended";
+    try {
+      said = JSON.parse(message.data).text;
+    } catch (error) {
+      // keep the plain words
+    }
+    status.textContent = said;
+  });
 }
 
 // --- signed decisions ---------------------------------------------------------------------
@@ -155,6 +275,10 @@ document.addEventListener("DOMContentLoaded", () => {
   const table = document.getElementById("inbox");
   if (table) {
     setTimeout(() => poll(table), POLL_MS);
+  }
+  const live = document.getElementById("live");
+  if (live) {
+    follow(live);
   }
   const keyFile = document.getElementById("key-file");
   if (keyFile) {

@@ -1,0 +1,172 @@
+"""The inbox's fan-out of a run's stream (`agentloop.inbox.live`), driven by an upstream the
+test feeds item by item (the browser test drives it with a real run): one subscription
+however many browsers, a browser resuming after the last offset it got, a slow browser
+dropped while the others and the subscription go on, the end told, the subscription ended
+when nobody watches."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from agentloop.inbox import live as live_module
+from agentloop.inbox.live import BROWSER_QUEUE, Browser, LiveRuns, last_event_id
+from agentloop.run_events import RunEvent
+
+RUN = "run-live"
+
+
+class Upstream:
+    """Stands in for `agentloop.watch`: yields what the test puts, counts subscriptions."""
+
+    def __init__(self) -> None:
+        self.items: asyncio.Queue[RunEvent | Exception] = asyncio.Queue()
+        self.subscribed: list[tuple[str, int]] = []
+        self.closed = asyncio.Event()
+        self.offset = 0
+
+    def put(self, kind: str = "text", **fields: Any) -> None:
+        self.items.put_nowait(RunEvent(kind=kind, offset=self.offset, turn=1, **fields))  # type: ignore[arg-type]
+        self.offset += 1
+
+    async def watch(
+        self, client: Any, workflow_id: str, from_offset: int
+    ) -> AsyncIterator[RunEvent]:
+        self.subscribed.append((workflow_id, from_offset))
+        try:
+            while True:
+                item = await self.items.get()
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+                if item.kind == "done":
+                    return
+        finally:
+            self.closed.set()
+
+
+def frame(data: bytes | None) -> tuple[int | None, str | None, dict[str, Any]]:
+    """An SSE frame's id, event name and data."""
+    assert data is not None, "the stream ended"
+    fields = dict(line.split(": ", 1) for line in data.decode().strip().split("\n"))
+    offset = int(fields["id"]) if "id" in fields else None
+    return offset, fields.get("event"), json.loads(fields["data"])
+
+
+async def next_frame(browser: Browser) -> tuple[int | None, str | None, dict[str, Any]]:
+    return frame(await asyncio.wait_for(browser.queue.get(), 5))
+
+
+async def offsets(browser: Browser, count: int) -> list[int | None]:
+    return [(await next_frame(browser))[0] for _ in range(count)]
+
+
+@pytest.fixture
+def upstream() -> Upstream:
+    return Upstream()
+
+
+@pytest.fixture
+async def live(upstream: Upstream) -> AsyncIterator[LiveRuns]:
+    runs = LiveRuns(client=None, watch=upstream.watch, linger=0)  # type: ignore[arg-type]
+    yield runs
+    await runs.close()
+
+
+async def test_browsers_on_one_run_share_one_subscription_and_a_late_one_gets_what_it_missed(
+    upstream: Upstream, live: LiveRuns
+) -> None:
+    first_feed, first = live.join(RUN, None)
+    upstream.put(delta="Hello")
+    upstream.put(delta=" world")
+    assert await offsets(first, 2) == [0, 1]
+    second_feed, second = live.join(RUN, None)
+    assert second_feed is first_feed
+    assert await offsets(second, 2) == [0, 1]  # what the feed kept, from the start
+    upstream.put("call", call_id="c1", tool="get_weather")
+    assert await offsets(first, 1) == await offsets(second, 1) == [2]
+    assert upstream.subscribed == [(RUN, 0)]
+    assert live.subscriptions[RUN] == 1 and live.watching() == {RUN: 2}
+
+    # Reconnecting with Last-Event-ID 1: from offset 2 on, nothing twice.
+    _, again = live.join(RUN, last_event_id("1"))
+    assert await offsets(again, 1) == [2]
+    assert again.queue.empty()
+
+
+async def test_a_slow_browser_is_dropped_not_the_subscription(
+    upstream: Upstream, live: LiveRuns
+) -> None:
+    feed, slow = live.join(RUN, None)
+    _, reading = live.join(RUN, None)
+    for offset in range(BROWSER_QUEUE + 1):  # one browser reads each item, one never does
+        upstream.put(delta="x")
+        assert await offsets(reading, 1) == [offset]
+    assert slow not in feed.browsers and not slow.open
+    assert slow.queue.qsize() == BROWSER_QUEUE + 1  # what it had, then the closing mark
+    upstream.put(delta="y")
+    assert await offsets(reading, 1) == [BROWSER_QUEUE + 1]
+    assert live.subscriptions[RUN] == 1 and not feed.task.done()
+
+
+async def test_the_end_is_told_and_the_subscription_ends_with_the_run(
+    upstream: Upstream, live: LiveRuns
+) -> None:
+    feed, browser = live.join(RUN, None)
+    upstream.put("done", status="completed", stop_reason="final_answer")
+    offset, _, done = await next_frame(browser)
+    assert (offset, done["kind"], done["status"]) == (0, "done", "completed")
+    assert await next_frame(browser) == (None, "end", {"text": "the run has ended"})
+    assert await browser.queue.get() is None
+    await feed.task
+    assert live.watching() == {}
+
+
+async def test_an_unreadable_stream_ends_each_browser_saying_so(
+    upstream: Upstream, live: LiveRuns
+) -> None:
+    feed, browser = live.join(RUN, None)
+    upstream.items.put_nowait(RuntimeError("query failed"))
+    _, event, data = await next_frame(browser)
+    assert event == "end" and "live updates stopped (RuntimeError)" in data["text"]
+    await feed.task
+    assert live.watching() == {}
+
+
+async def test_the_subscription_ends_when_the_last_browser_leaves(
+    upstream: Upstream, live: LiveRuns
+) -> None:
+    feed, first = live.join(RUN, None)
+    _, second = live.join(RUN, None)
+    feed.remove(first)
+    assert not feed.task.done() and live.watching() == {RUN: 1}
+    feed.remove(second)
+    await asyncio.wait_for(upstream.closed.wait(), 5)
+    assert feed.task.cancelled() and live.watching() == {}
+    live.join(RUN, None)  # a browser coming back subscribes again
+    assert live.subscriptions[RUN] == 2
+
+
+async def test_a_browser_asking_for_what_the_feed_no_longer_keeps_is_told(
+    upstream: Upstream, live: LiveRuns, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(live_module, "MAX_RETAINED_ITEMS", 2)
+    _, reading = live.join(RUN, None)
+    for _ in range(4):
+        upstream.put(delta="x")
+    assert await offsets(reading, 4) == [0, 1, 2, 3]
+    _, late = live.join(RUN, None)
+    _, _, told = await next_frame(late)
+    assert told == {"kind": "truncated", "offset": 2, "stop_reason": told["stop_reason"]}
+    assert "items 0 to 1" in told["stop_reason"]
+    assert await offsets(late, 2) == [2, 3]
+
+
+def test_last_event_id_is_an_offset_or_nothing() -> None:
+    assert last_event_id("41") == 41
+    for header in (None, "", "-1", "1e3", "x", "9" * 40):
+        assert last_event_id(header) is None
