@@ -191,7 +191,7 @@ async def dev_process(
 
 
 async def test_agentloop_dev_serves_runs_and_stops_on_ctrl_c(tmp_path: Path) -> None:
-    port, ui_port, example_port, provider_port = (free_port() for _ in range(4))
+    port, ui_port, example_port, provider_port, inbox_port = (free_port() for _ in range(5))
     argv = [
         str(CONSOLE_SCRIPT) if CONSOLE_SCRIPT.exists() else sys.executable,
         *([] if CONSOLE_SCRIPT.exists() else ["-m", "agentloop.cli"]),
@@ -204,6 +204,8 @@ async def test_agentloop_dev_serves_runs_and_stops_on_ctrl_c(tmp_path: Path) -> 
         str(example_port),
         "--provider-port",
         str(provider_port),
+        "--inbox-port",
+        str(inbox_port),
         "--state-dir",
         str(tmp_path / "state"),
     ]
@@ -217,12 +219,15 @@ async def test_agentloop_dev_serves_runs_and_stops_on_ctrl_c(tmp_path: Path) -> 
         assert f"127.0.0.1:{port}" in dev.output
         assert f"http://localhost:{ui_port}" in dev.output
         assert "(scripted provider)" in dev.output  # no provider key in its environment
+        inbox = f"http://127.0.0.1:{inbox_port}"
+        assert f"inbox        {inbox} (local mode" in dev.output, dev.output
 
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http,
-            http.get(f"http://127.0.0.1:{ui_port}/") as response,
-        ):
-            assert response.status == 200
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+            async with http.get(f"http://127.0.0.1:{ui_port}/") as response:
+                assert response.status == 200
+            # The inbox in local mode: a new browser is asked its name first.
+            async with http.get(inbox + "/", allow_redirects=False) as response:
+                assert (response.status, response.headers["location"]) == (303, "/whoami")
 
         env = process_env(TEMPORAL_ADDRESS=f"127.0.0.1:{port}")
         run_id = f"cli-dev-{os.getpid()}-{int(time.time() * 1000)}"
@@ -259,6 +264,17 @@ async def test_agentloop_dev_serves_runs_and_stops_on_ctrl_c(tmp_path: Path) -> 
             "call_weather": "succeeded",
         }
 
+        # The run in the inbox, for a browser that gave its name.
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http,
+            http.get(
+                f"{inbox}/runs/{run_id}", headers={"cookie": "agentloop_inbox_user=dev-tester"}
+            ) as response,
+        ):
+            assert response.status == 200
+            page = await response.text()
+        assert run_id in page and 'class="status completed"' in page, page
+
         listed = await run_process(
             temporal_binary(),
             "workflow",
@@ -284,6 +300,7 @@ async def test_agentloop_dev_serves_runs_and_stops_on_ctrl_c(tmp_path: Path) -> 
     assert "Traceback" not in dev.output, dev.output
     assert not port_is_listening(port)
     assert port_can_be_bound(port)
+    assert not port_is_listening(inbox_port)
     print(
         f"dev up in {up_seconds:.1f} s, run --follow {ran.seconds:.1f} s, stop {stop_seconds:.1f} s"
     )
@@ -292,12 +309,13 @@ async def test_agentloop_dev_serves_runs_and_stops_on_ctrl_c(tmp_path: Path) -> 
 def dev_argv(state_dir: Path, *extra: str) -> tuple[list[str], int]:
     """`agentloop dev` on free ports, its state in `state_dir`, and `extra` arguments; and the
     port of its Temporal frontend."""
-    port, ui_port, example_port, provider_port = (free_port() for _ in range(4))
+    port, ui_port, example_port, provider_port, inbox_port = (free_port() for _ in range(5))
     argv = [
         str(CONSOLE_SCRIPT),
         "dev",
         *("--port", str(port), "--ui-port", str(ui_port)),
         *("--example-port", str(example_port), "--provider-port", str(provider_port)),
+        *("--inbox-port", str(inbox_port)),
         *("--state-dir", str(state_dir)),
         *extra,
     ]

@@ -17,7 +17,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from pydantic import ValidationError
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -35,6 +35,9 @@ from agentloop.runtime.codec import ENCODING, PayloadDecryptionError
 from agentloop.runtime.config import VARIABLES, ConfigError, Settings, load_config
 from agentloop.search import Unsearchable
 
+if TYPE_CHECKING:  # imported where used: `agentloop dev` only
+    from agentloop.cli.dev import DevStack, DevStackPorts
+
 DEV_REPLACES = frozenset(
     {
         "temporal_address",
@@ -45,6 +48,7 @@ DEV_REPLACES = frozenset(
         "store_url",
         "example_service_url",
         "ui_url",
+        "inbox_url",
         "env",
     }
 )
@@ -360,9 +364,12 @@ async def worker(settings: Settings, args: argparse.Namespace) -> int:
 
 async def dev(args: argparse.Namespace, settings: Settings) -> int:
     """`settings`: the configuration (environment and file) the stack starts from, but for
-    what it replaces with its own (`DEV_REPLACES`)."""
+    what it replaces with its own (`DEV_REPLACES`). Beside the stack, the inbox on
+    127.0.0.1 in local mode (a name typed once per browser); the worker's notices link there."""
     from agentloop.cli.dev import DevStack, DevStackPorts
+    from agentloop.inbox import InboxOptions, InboxServer
     from agentloop.runtime.audit import DEFAULT_REDACT_FIELDS, configure_logging, settings_secrets
+    from agentloop.runtime.dev_server import ensure_port_free
 
     configure_logging(
         level=settings.log_level,
@@ -371,6 +378,10 @@ async def dev(args: argparse.Namespace, settings: Settings) -> int:
         redact_fields=DEFAULT_REDACT_FIELDS,
     )
     ports = DevStackPorts(args.port, args.ui_port, args.example_port, args.provider_port)
+    ensure_port_free(args.inbox_port, "the inbox", "--inbox-port")  # before anything starts
+    inbox_url = f"http://127.0.0.1:{args.inbox_port}"
+    options = InboxOptions(tenants=settings.inbox_tenant_map())
+    settings = settings.model_copy(update={"inbox_url": inbox_url})
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -383,27 +394,34 @@ async def dev(args: argparse.Namespace, settings: Settings) -> int:
         settings=settings,
         scripts_dir=args.scripts,
     ) as stack:
-        settings = stack.settings
-        openai = settings.openai_base_url or "the OpenAI API"
-        anthropic = settings.anthropic_base_url or "the Anthropic API"
-        print(
-            "agentloop dev is up\n"
-            f"  Temporal     127.0.0.1:{ports.temporal} (namespace default)\n"
-            f"  Temporal UI  http://localhost:{ports.ui}\n"
-            f"  example svc  {stack.settings.example_service_url}\n"
-            f"  models       OpenAI: {openai}; Anthropic: {anthropic}"
-            f"{' (scripted provider)' if stack.scripted_provider else ''}\n"
-            f"  worker       task queue {stack.settings.task_queue!r}, tools:\n"
-            + "".join(f"    {line}\n" for line in stack.tool_effects())
-            + "".join(f"  {line}\n" for line in stack.where_things_live())
-            + "In a second shell, before `agentloop run`, `status`, `transcript`, ...:\n"
-            + f"{stack.export_line()}\n"
-            + "Ctrl-C stops everything.",
-            flush=True,
-        )
-        await stop.wait()
+        assert stack.client is not None
+        async with InboxServer(stack.client, options, "127.0.0.1", args.inbox_port):
+            print(dev_banner(stack, ports, inbox_url), flush=True)
+            await stop.wait()
     print("agentloop dev stopped", flush=True)
     return ExitCode.OK
+
+
+def dev_banner(stack: DevStack, ports: DevStackPorts, inbox_url: str) -> str:
+    """Where each part of `agentloop dev` is, and what a second shell needs."""
+    settings = stack.settings
+    openai = settings.openai_base_url or "the OpenAI API"
+    anthropic = settings.anthropic_base_url or "the Anthropic API"
+    return (
+        "agentloop dev is up\n"
+        f"  Temporal     127.0.0.1:{ports.temporal} (namespace default)\n"
+        f"  Temporal UI  http://localhost:{ports.ui}\n"
+        f"  inbox        {inbox_url} (local mode: a name typed once per browser)\n"
+        f"  example svc  {settings.example_service_url}\n"
+        f"  models       OpenAI: {openai}; Anthropic: {anthropic}"
+        f"{' (scripted provider)' if stack.scripted_provider else ''}\n"
+        f"  worker       task queue {settings.task_queue!r}, tools:\n"
+        + "".join(f"    {line}\n" for line in stack.tool_effects())
+        + "".join(f"  {line}\n" for line in stack.where_things_live())
+        + "In a second shell, before `agentloop run`, `status`, `transcript`, ...:\n"
+        + f"{stack.export_line()}\n"
+        + "Ctrl-C stops everything."
+    )
 
 
 if __name__ == "__main__":

@@ -28,6 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--ui-port", type=port_number, default=8233)
     dev.add_argument("--example-port", type=port_number, default=8787)
     dev.add_argument("--provider-port", type=port_number, default=8788)
+    dev.add_argument(
+        "--inbox-port",
+        type=port_number,
+        default=8300,
+        help="the inbox's port (on 127.0.0.1, local mode)",
+    )
     dev.add_argument("--state-dir", type=Path, default=Path(".agentloop"))
     dev.add_argument(
         "--persist",
