@@ -23,6 +23,7 @@ import pytest
 import yaml
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload
+from temporalio.client import Client
 
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.codec import EncryptionCodec, new_key
@@ -44,6 +45,7 @@ SERVICES = {
     "example-service",
     "worker",
     "codec-server",
+    "inbox",
 }
 LONG_RUNNING_RESTART = {"always", "unless-stopped", "on-failure"}
 PROVIDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
@@ -552,6 +554,55 @@ async def test_the_codec_server_decrypts_history_for_the_ui(tmp_path: Path) -> N
             assert response.headers["Access-Control-Allow-Origin"] == ui_url
             (decoded,) = (await response.json())["payloads"]
     assert base64.b64decode(decoded["data"]) == b'"secret"'
+
+
+async def test_the_inbox_runs_behind_a_proxy_taking_the_user_from_its_header(
+    tmp_path: Path, client: Client
+) -> None:
+    """The inbox service as compose would run it (its command, its environment, the workers'
+    codec keys), on this test's Temporal: the user is the proxy's header's, a request without
+    it is refused, and its healthcheck asks a route it serves to anyone."""
+    all_services = services()
+    one_time_step(tmp_path)
+    inbox = all_services["inbox"]
+    command = [interpolate(str(word), {}) for word in inbox["command"]]
+    assert command[:2] == ["agentloop", "inbox"]
+    header = command[command.index("--auth-header") + 1]
+    assert header == "X-Forwarded-User"
+    assert command[command.index("--host") + 1] == "0.0.0.0"  # allowed: a proxy names users
+    port = int(command[command.index("--port") + 1])
+    assert published_host_ports(inbox) == {port: "127.0.0.1"}, "only a proxy may reach it"
+    assert "codec_keys" in inbox["secrets"]  # it reads what the workers encrypt
+    assert dependencies(inbox).get("temporal") == "service_healthy"
+    found = re.search(r"http://[^'\" ]+", healthcheck_text(inbox))
+    assert found, "no URL in the inbox's healthcheck"
+    check = urlsplit(found.group(0))
+    assert check.port == port
+
+    env = with_secrets(inbox, container_env(inbox, host_env={}), tmp_path)
+    env["TEMPORAL_ADDRESS"] = client.service_client.config.target_host
+    env["AGENTLOOP_INBOX_TENANTS"] = '{"alice": ["default"]}'
+    settings = Settings.load(env)
+    assert settings.codec_key_ring() is not None
+    worker_env = container_env(all_services["worker"], host_env={})
+    assert urlsplit(worker_env["AGENTLOOP_INBOX_URL"]).port == port  # the notices' links
+
+    command[command.index("--port") + 1] = str(free_port())
+    command[command.index("--host") + 1] = "127.0.0.1"
+    ready = "agentloop inbox on "
+    async with banner_process([*AGENTLOOP, *command[1:]], ready, env={**process_env(), **env}) as (
+        _,
+        banner,
+    ):
+        url = banner.split(ready)[1].split()[0]
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{url}/") as response:
+                assert response.status == 401
+            async with session.get(f"{url}/", headers={header: "alice"}) as response:
+                assert response.status == 200
+                assert "alice · default" in await response.text()
+            async with session.get(f"{url}{check.path}") as response:
+                assert response.status == 200
 
 
 def published_host_ports(service: Mapping[str, Any]) -> dict[int, str]:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from temporalio.client import Client
 
 from agentloop.inbox import live as live_module
 from agentloop.inbox.live import BROWSER_QUEUE, Browser, LiveRuns, last_event_id
@@ -30,7 +31,8 @@ class Upstream:
         self.offset = 0
 
     def put(self, kind: str = "text", **fields: Any) -> None:
-        self.items.put_nowait(RunEvent(kind=kind, offset=self.offset, turn=1, **fields))  # type: ignore[arg-type]
+        event = RunEvent.model_validate({"kind": kind, "offset": self.offset, "turn": 1, **fields})
+        self.items.put_nowait(event)
         self.offset += 1
 
     async def watch(
@@ -72,7 +74,7 @@ def upstream() -> Upstream:
 
 @pytest.fixture
 async def live(upstream: Upstream) -> AsyncIterator[LiveRuns]:
-    runs = LiveRuns(client=None, watch=upstream.watch, linger=0)  # type: ignore[arg-type]
+    runs = LiveRuns(client=cast(Client, None), watch=upstream.watch, linger=0)  # never called
     yield runs
     await runs.close()
 
