@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint unit dev bench fuzz docs constraints clean
+.PHONY: demo test lint unit dev bench fuzz docs screenshots constraints clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ dev: $(VENV)/.installed
 	$(VENV)/bin/agentloop dev
 
 lint: $(VENV)/.installed-dev
-	$(VENV)/bin/ruff check agentloop tests bench worker.py examples
+	$(VENV)/bin/ruff check agentloop tests bench worker.py examples scripts
 	$(VENV)/bin/mypy
 
 test: lint
@@ -47,6 +47,10 @@ unit: $(VENV)/.installed-dev
 # The documentation site from docs/ into site/ (`.venv/bin/mkdocs serve` to read it locally).
 docs: $(VENV)/.installed-dev
 	$(VENV)/bin/mkdocs build --strict
+
+# docs/images/inbox.png and run.png, from scripted runs (Playwright, Chromium at /usr/bin/chromium).
+screenshots: $(VENV)/.installed-dev
+	$(PY) scripts/inbox_screenshots.py
 
 # A fresh venv takes the newest versions pyproject.toml's ranges allow; its freeze is the new pin.
 constraints:
