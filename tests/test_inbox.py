@@ -6,6 +6,7 @@ worker and scripted provider; each refused request is checked to have changed no
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 import socket
@@ -150,6 +151,77 @@ async def test_a_user_sees_and_acts_on_their_tenants_runs_only(
     async with http.get(f"{inbox.url}/runs", headers=as_user("bea")) as response:
         runs = await response.text()
     assert re.search(rf"{re.escape(run_id)}</a></td><td class=\"status rejected\">", runs)
+
+
+async def sse_frames(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, str]]:
+    """Each server-sent event of `response` as its fields (`id`, `event`, `data`); comments
+    and the `retry` line skipped."""
+    while True:
+        block = await asyncio.wait_for(response.content.readuntil(b"\n\n"), 30)
+        if not block:
+            return
+        fields = dict(
+            line.split(": ", 1)
+            for line in block.decode().strip().split("\n")
+            if ": " in line and not line.startswith(":")
+        )
+        if "data" in fields:
+            yield fields
+
+
+async def frames_until(response: aiohttp.ClientResponse, kind: str) -> list[dict[str, str]]:
+    seen = []
+    async for frame in sse_frames(response):
+        seen.append(frame)
+        if json.loads(frame["data"]).get("kind") == kind:
+            return seen
+    raise AssertionError(f"the stream ended before a {kind!r} item: {seen}")
+
+
+async def test_a_run_s_live_events_are_one_subscription_resumed_from_the_last_offset(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    inbox: InboxServer,
+    http: aiohttp.ClientSession,
+    run_id: str,
+) -> None:
+    """The run page's server-sent events over plain HTTP: only for a user of the run's
+    tenant; a second connection resuming after an offset gets the items after it only, from
+    the same subscription; the run's end ends both streams; an ended run's is only its end."""
+    handle = await waiting_booking(client, worker, scripted_provider, run_id)
+    events = f"{inbox.url}/api/runs/{run_id}/events"
+    async with http.get(events, headers=as_user("ann")) as response:
+        assert response.status == 403  # tenant-b's run
+    async with http.get(
+        f"{inbox.url}/api/runs/no-such-run/events", headers=as_user("bea")
+    ) as response:
+        assert response.status == 404
+
+    async with http.get(events, headers=as_user("bea")) as first:
+        assert first.status == 200
+        assert first.headers["content-type"].startswith("text/event-stream")
+        assert "script-src 'self'" in first.headers["content-security-policy"]
+        seen = await frames_until(first, "waiting")
+        assert [int(f["id"]) for f in seen] == list(range(len(seen)))  # id = stream offset
+        waiting = seen[-1]
+        resume = {**as_user("bea"), "Last-Event-ID": str(int(waiting["id"]) - 1)}
+        async with http.get(events, headers=resume) as second:
+            [again] = await frames_until(second, "waiting")
+            assert again == waiting  # what came after the offset it had, nothing before
+            assert inbox.live.watching()[run_id] == 2
+            assert inbox.live.subscriptions[run_id] == 1
+
+            await handle.cancel()  # the run ends: both streams say so, and end
+            for response in (first, second):
+                done = await frames_until(response, "done")
+                assert json.loads(done[-1]["data"])["status"] == "cancelled"
+                [end] = [frame async for frame in sse_frames(response)]
+                assert end["event"] == "end" and "id" not in end
+    async with http.get(events, headers=as_user("bea")) as ended:
+        [end] = [frame async for frame in sse_frames(ended)]
+        assert (end["event"], json.loads(end["data"])) == ("end", {"text": "the run has ended"})
+    assert inbox.live.subscriptions[run_id] == 1
 
 
 async def test_a_state_changing_request_without_its_sessions_token_is_refused(
