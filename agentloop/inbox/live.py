@@ -17,7 +17,6 @@ person decides on comes from `status`, never from here.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections import Counter, deque
@@ -47,6 +46,7 @@ LINGER_SECONDS = 5.0
 """How long a feed outlives its last browser: an answer page or a reload comes back to it
 instead of subscribing again."""
 RECONNECT_MS = 2_000
+CLOSE_SECONDS = 5.0
 MAX_LAST_EVENT_ID = 10**15
 MEDIA_TYPE = "text/event-stream"
 STREAM_HEADERS = {"x-accel-buffering": "no"}  # nginx: pass each item on as it comes
@@ -234,9 +234,9 @@ class LiveRuns:
             feed.task.cancel()
             for browser in feed.browsers:
                 browser.close()
-        for feed in feeds:
-            with contextlib.suppress(asyncio.CancelledError):
-                await feed.task
+        tasks = [feed.task for feed in feeds]
+        if tasks:  # bounded: a subscription slow to hear its cancel must not hold the inbox
+            await asyncio.wait(tasks, timeout=CLOSE_SECONDS)
 
     def stream(self, workflow_id: str, after: int | None) -> EventStream:
         return EventStream(self, workflow_id, after)
