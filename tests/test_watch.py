@@ -20,7 +20,7 @@ from temporalio.worker import Replayer
 
 import agentloop
 from agentloop.cli.parser import build_parser
-from agentloop.cli.runs import build_run_input
+from agentloop.cli.starting import build_run_input
 from agentloop.contract import (
     WORKFLOW_NAME,
     AgentRunInput,

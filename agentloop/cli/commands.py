@@ -26,7 +26,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from agentloop.cli.keys import approver_keys
 from agentloop.cli.output import CommandError, ExitCode, ReplayedHistory, print_json
 from agentloop.cli.parser import build_parser
-from agentloop.cli.runs import build_request, build_run_input, client_command, run
+from agentloop.cli.runs import build_request, client_command
+from agentloop.cli.starting import build_run_input, run
 from agentloop.cli.stats import with_learned_limits
 from agentloop.client import StartupError, connect_checked
 from agentloop.contract import describe_validation_error

@@ -18,7 +18,7 @@ from agentloop import search
 from agentloop.cli.commands import exit_now
 from agentloop.cli.dev import DevStack, DevStackPorts
 from agentloop.cli.progress import format_result
-from agentloop.cli.runs import REAL_MODELS
+from agentloop.cli.starting import REAL_MODELS
 from agentloop.contract import (
     WORKFLOW_NAME,
     AgentRunInput,

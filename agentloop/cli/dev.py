@@ -16,7 +16,7 @@ from types import TracebackType
 from temporalio.client import Client
 
 from agentloop import search
-from agentloop.cli.runs import SCRIPTED_KEY
+from agentloop.cli.starting import SCRIPTED_KEY
 from agentloop.client import connect
 from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.demo.services import ExampleService

@@ -1,0 +1,168 @@
+"""Client-side: driving a run (`approve`, `reject`, `resolve`, `message`, `cancel`): decisions
+signed with the person's key, bound to what the run shows, refused plainly once it ended."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Awaitable
+from typing import Any, Literal, TypeVar
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from temporalio.service import RPCError, RPCStatusCode
+
+from agentloop.cli.output import (
+    CommandError,
+    Decision,
+    ExitCode,
+    RunSnapshot,
+    SignalSent,
+    print_json,
+)
+from agentloop.cli.reading import Handle, read_snapshot
+from agentloop.contract import (
+    ApprovalDecision,
+    ApprovalVerdict,
+    CancelRequest,
+    ResolveRequest,
+    UserMessage,
+)
+from agentloop.runtime.signing import SigningError, load_private_key, sign_decision, sign_resolution
+
+
+def private_key(args: argparse.Namespace, variable: str) -> Ed25519PrivateKey | None:
+    """The key of `--key`, or of the file `variable` names (None: neither is given)."""
+    key_file = args.key or os.environ.get(variable) or None
+    try:
+        return load_private_key(key_file) if key_file else None
+    except SigningError as exc:
+        raise CommandError(f"agentloop {args.command}: {exc}", ExitCode.USAGE) from None
+
+
+async def decide(handle: Handle, args: argparse.Namespace, request: ApprovalDecision) -> int:
+    """Send a decision through the `decide_approval` update, which says whether it counted;
+    the decision is bound to the args digest shown here, and signed with `--key` (or
+    $AGENTLOOP_APPROVER_KEY) for this run chain."""
+    shown: dict[str, Any] | None = None
+    approved = request.approved
+    digest = args.digest
+    key = private_key(args, "AGENTLOOP_APPROVER_KEY")
+    view = None
+    if digest is None or key is not None:
+        found = await read_snapshot(handle)
+        if found.status is None:
+            raise run_ended(found, "decision")
+        view = found.status
+    if digest is None:
+        assert view is not None
+        shown = next((p for p in view.pending_approvals if p["call_id"] == args.call_id), None)
+        if shown is None:
+            reason = f"no call {args.call_id!r} is waiting for approval"
+            unknown = Decision(
+                workflow_id=handle.id,
+                call_id=args.call_id,
+                approved=approved,
+                accepted=False,
+                reason=reason,
+            )
+            return report_decision(unknown, as_json=args.json)
+        digest = shown["args_digest"]
+        if not args.json:
+            print(f"{shown['tool']} {json.dumps(shown['arguments'])}  [{digest}]")
+        request = request.model_copy(update={"args_digest": digest})
+    if key is not None:
+        assert view is not None
+        run = view.run_chain[0] if view.run_chain else ""
+        request = sign_decision(request, key, workflow_id=handle.id, run=run)
+    verdict = await unless_ended(
+        handle,
+        "decision",
+        handle.execute_update("decide_approval", request, result_type=ApprovalVerdict),
+    )
+    decision = Decision(
+        workflow_id=handle.id,
+        call_id=args.call_id,
+        approved=approved,
+        accepted=verdict.accepted,
+        reason=verdict.reason,
+        args_digest=digest,
+        tool=shown["tool"] if shown else None,
+        arguments=shown["arguments"] if shown else None,
+    )
+    return report_decision(decision, as_json=args.json)
+
+
+async def resolve(handle: Handle, args: argparse.Namespace, request: ResolveRequest) -> int:
+    """The `resolve` signal, signed with `--key` (or $AGENTLOOP_APPROVER_KEY) for this run
+    chain: a worker with approver keys takes only a signed word."""
+    key = private_key(args, "AGENTLOOP_APPROVER_KEY")
+    if key is not None:
+        found = await read_snapshot(handle)
+        if found.status is None:
+            raise run_ended(found, SIGNAL_NOUNS["resolve"])
+        chain = found.status.run_chain
+        run = chain[0] if chain else ""
+        request = sign_resolution(request, key, workflow_id=handle.id, run=run)
+    done = f"resolution sent for {args.call_id}: {args.outcome}"
+    return await send_signal(handle, "resolve", request, done, as_json=args.json)
+
+
+def report_decision(decision: Decision, as_json: bool) -> int:
+    if as_json:
+        print_json(decision)
+    if not decision.accepted:
+        print(f"decision refused: {decision.reason}", file=sys.stderr)
+        return ExitCode.FAILED
+    if not as_json:
+        print(f"{'approved' if decision.approved else 'rejected'}: {decision.call_id}")
+    return ExitCode.OK
+
+
+async def send_signal(
+    handle: Handle,
+    name: Literal["resolve", "cancel", "message"],
+    request: ResolveRequest | CancelRequest | UserMessage,
+    done: str,
+    as_json: bool,
+) -> int:
+    """`resolve`, `cancel` and `message`: delivered is all a signal can tell; the run acts in
+    its own time."""
+    await unless_ended(handle, SIGNAL_NOUNS[name], handle.signal(name, request))
+    if as_json:
+        print_json(SignalSent(workflow_id=handle.id, signal=name, request=request))
+    else:
+        print(done)
+    return ExitCode.OK
+
+
+T = TypeVar("T")
+SIGNAL_NOUNS = {"resolve": "resolution", "cancel": "cancel request", "message": "message"}
+
+
+async def unless_ended(handle: Handle, what: str, sending: Awaitable[T]) -> T:
+    """`sending` (a signal or update to the run); when the server says the run is not there
+    because it has ended, a `CommandError` saying so, with how it ended."""
+    try:
+        return await sending
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise
+        try:
+            found = await read_snapshot(handle)
+        except RPCError:
+            raise exc from None  # no such run at all: "not found" it is
+        if found.status is not None:
+            raise
+        raise run_ended(found, what) from None
+
+
+def run_ended(found: RunSnapshot, what: str) -> CommandError:
+    """A run that ended takes no `what` (decision, message, ...) any more: exit 1."""
+    status = found.result.status if found.result is not None else found.execution.lower()
+    return CommandError(
+        f"run {found.workflow_id!r} has ended ({status}): it takes no {what} any more;"
+        f" `agentloop status {found.workflow_id}` shows how it ended",
+        ExitCode.FAILED,
+    )

@@ -1,0 +1,208 @@
+"""Client-side: reading a run (`status`, `transcript`, `list`, `history`).
+
+A run is read the cheapest way that is true: a running run through its `status` query, a
+finished one through its result, which its history holds (no worker needed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Awaitable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeAlias
+
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+from agentloop import search
+from agentloop.cli.output import (
+    PAUSED_PHASES,
+    RESULT_EXIT_CODES,
+    CommandError,
+    ExitCode,
+    HistoryWritten,
+    ListedRun,
+    RunSnapshot,
+    print_json,
+)
+from agentloop.cli.progress import format_snapshot
+from agentloop.cli.transcript import format_transcript, open_transcript_store, read_transcript
+from agentloop.contract import AgentRunResult, RunStatusView
+from agentloop.runtime.audit import mask_url
+from agentloop.runtime.codec import KeyRing
+from agentloop.runtime.indexing import missing_attributes, unregistered
+from agentloop.store import StoreError, StoreUnavailable
+
+Handle: TypeAlias = WorkflowHandle[Any, AgentRunResult]
+
+
+async def query_status(handle: Handle, timeout: timedelta | None = None) -> RunStatusView:
+    view: RunStatusView = await handle.query(
+        "status", result_type=RunStatusView, rpc_timeout=timeout
+    )
+    return view
+
+
+async def execution_status(handle: Handle) -> str:
+    """Temporal's word for where the run is: RUNNING, COMPLETED, FAILED, TERMINATED, ..."""
+    description = await handle.describe()
+    return description.status.name if description.status else "UNKNOWN"
+
+
+async def read_snapshot(handle: Handle) -> RunSnapshot:
+    """A running run's `status` query, or a finished run's result (a finished run needs no
+    worker: its result is in the history)."""
+    execution = await execution_status(handle)
+    if execution == "RUNNING":
+        return snapshot_of_view(handle.id, await query_status(handle))
+    return await ended_snapshot(handle.id, execution, handle.result())
+
+
+def snapshot_of_view(workflow_id: str, view: RunStatusView) -> RunSnapshot:
+    code = ExitCode.PAUSED if view.phase in PAUSED_PHASES else ExitCode.RUNNING
+    return snapshot(workflow_id, "RUNNING", code, status=view)
+
+
+async def ended_snapshot(
+    workflow_id: str, execution: str, result: Awaitable[AgentRunResult]
+) -> RunSnapshot:
+    try:
+        ended = await result
+    except WorkflowFailureError as exc:
+        return snapshot(workflow_id, execution, ExitCode.FAILED, failure=str(exc.cause))
+    return snapshot(workflow_id, execution, RESULT_EXIT_CODES[ended.status], result=ended)
+
+
+def snapshot(
+    workflow_id: str,
+    execution: str,
+    code: ExitCode,
+    *,
+    status: RunStatusView | None = None,
+    result: AgentRunResult | None = None,
+    failure: str | None = None,
+) -> RunSnapshot:
+    """The snapshot, its outcome named after its exit code."""
+    return RunSnapshot(
+        workflow_id=workflow_id,
+        execution=execution,
+        outcome=code.name.lower(),
+        exit_code=code,
+        status=status,
+        result=result,
+        failure=failure,
+    )
+
+
+def report_snapshot(found: RunSnapshot, as_json: bool) -> int:
+    if as_json:
+        print_json(found)
+    else:
+        print(format_snapshot(found), flush=True)
+    return found.exit_code
+
+
+async def show_transcript(
+    handle: Handle, store_url: str, keys: KeyRing | None, as_json: bool
+) -> int:
+    """The run's conversation from the store (decrypted with `keys`, the codec's), walked
+    back from the run's transcript head. A store that cannot be opened or reached exits 2
+    before the run is read; one that lacks the run's transcript, or holds it under a key not
+    in `keys`, 1."""
+    where = f"the store at {mask_url(store_url)} (AGENTLOOP_STORE_URL: where workers write)"
+    print(f"reading {where}", file=sys.stderr, flush=True)
+    try:
+        store = open_transcript_store(store_url, keys)
+    except StoreUnavailable as exc:
+        raise CommandError(f"cannot open {where}: {exc}", ExitCode.USAGE) from None
+    try:
+        found = await read_snapshot(handle)
+        head = await transcript_head(handle, found)
+        events = await read_transcript(store, head)
+    except StoreUnavailable as exc:
+        raise CommandError(f"cannot reach {where}: {exc}", ExitCode.USAGE) from None
+    except StoreError as exc:
+        raise CommandError(
+            f"cannot read the transcript of {handle.id} from {where}: {exc}", ExitCode.FAILED
+        ) from None
+    finally:
+        await store.close()
+    if as_json:
+        print_json(events)
+    elif events:
+        ledger = found.result or found.status
+        print(format_transcript(events, ledger.calls if ledger else []))
+    else:
+        print(f"{handle.id} has no transcript yet", file=sys.stderr)
+    return ExitCode.OK
+
+
+async def transcript_head(handle: Handle, found: RunSnapshot) -> str:
+    if found.result is not None:
+        return found.result.transcript_head
+    # A run that failed without a result: its state up to the failure tells the head.
+    view = found.status or await query_status(handle)
+    return view.transcript_head
+
+
+async def list_runs(client: Client, args: argparse.Namespace) -> int:
+    """A visibility query over the runs' search attributes; on a namespace without them, a
+    line saying which are missing and how to register them (not an empty list: no run could
+    be found by them there)."""
+    try:
+        missing = await missing_attributes(client)
+    except RPCError as exc:
+        if exc.status not in (RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNIMPLEMENTED):
+            raise
+        missing = []  # the server does not say: the query itself will tell
+    if missing:
+        server = client.service_client.config.target_host
+        print(f"agentloop list: {unregistered(missing, client.namespace, server)}", file=sys.stderr)
+        return ExitCode.USAGE
+    phase = "awaiting_approval" if args.awaiting_approval else args.phase
+    query = search.list_query(
+        phase=phase, status=args.status, provider=args.provider, tenant=args.tenant
+    )
+    found = []
+    async for execution in client.list_workflows(query, limit=args.limit):
+        attributes = execution.typed_search_attributes
+        found.append(
+            ListedRun(
+                workflow_id=execution.id,
+                run_id=execution.run_id,
+                phase=attributes.get(search.AGENT_PHASE),
+                status=attributes.get(search.AGENT_STATUS),
+                provider=attributes.get(search.AGENT_PROVIDER),
+                tenant=attributes.get(search.AGENT_TENANT),
+                started=execution.start_time.isoformat() if execution.start_time else None,
+            )
+        )
+    if args.json:
+        print_json(found)
+    else:
+        for run in found:
+            print(f"{run.workflow_id}  {run.phase}  {run.status}  {run.provider}  {run.tenant}")
+        print(f"{len(found)} run(s) matching {query}", file=sys.stderr)
+    return ExitCode.OK
+
+
+async def export_history(handle: Handle, output: Path | None, as_json: bool) -> int:
+    """The run's full history (so far, if it still runs) as the JSON `replay` reads."""
+    history = await handle.fetch_history()
+    text = history.to_json() + "\n"
+    if output is None:
+        sys.stdout.write(text)  # one JSON document already, --json or not
+        return ExitCode.OK
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        print(f"cannot write {output}: {exc.strerror or exc}", file=sys.stderr)
+        return ExitCode.FAILED
+    written = HistoryWritten(workflow_id=handle.id, path=output, events=len(history.events))
+    if as_json:
+        print_json(written)
+    else:
+        print(f"wrote {output}: {written.events} events of {handle.id}")
+    return ExitCode.OK
