@@ -16,8 +16,8 @@ from agentloop.runtime.config import (
     ConfigError,
     Settings,
     load_config,
-    mask_secret,
 )
+from agentloop.runtime.config_variables import mask_secret
 from agentloop.runtime.dev_server import free_port
 from tests.test_cli import agentloop, assert_no_traceback, process_env
 

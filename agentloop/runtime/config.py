@@ -3,7 +3,8 @@
 `AGENTLOOP_CONFIG=/path/to/agentloop.toml` names the file; its keys are the settings' field
 names (`temporal_address = "temporal.internal:7233"`). A variable set in the environment wins
 over the file; an empty value counts as unset. `VARIABLES` is the one table of field <->
-variable name.
+variable name (`config_variables.py`); `config_files.py` reads the TOML file and the
+`NAME_FILE` files; `config_checks.py` checks each value.
 
 - `Settings.load(env)`: every value checked; one `ConfigError` lists every problem, each
   naming its variable and what is expected. What the CLI and the worker start from.
@@ -15,11 +16,8 @@ variable name.
 
 from __future__ import annotations
 
-import difflib
-import json
 import os
-import tomllib
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -28,44 +26,23 @@ from pydantic import BaseModel, Field, ValidationError
 from temporalio.service import TLSConfig
 
 from agentloop.contract import DEFAULT_TASK_QUEUE
-from agentloop.runtime.audit import mask_url
 from agentloop.runtime.codec import KeyRing, KeyRingError, mask_key_ring
 from agentloop.runtime.config_checks import (
-    Check,
     OtelMode,
     PublishMode,
     RunMode,
     SandboxMode,
-    check_approver_keys,
-    check_codec_keys,
-    check_count,
-    check_host_port,
-    check_log_level,
-    check_otel,
-    check_pem_file,
-    check_positive_number,
-    check_pricing_file,
-    check_principal_signing,
-    check_publish_mode,
-    check_run_mode,
-    check_sandbox_mode,
-    check_scripts_dir,
-    check_slots,
-    check_store_url,
-    check_tenant_map,
-    check_tool_modules,
-    check_webhooks,
-    http_url_check,
     parse_tenant_map,
-    read_text,
 )
-from agentloop.runtime.mcp_config import (
-    McpConfigError,
-    McpServerConfig,
-    check_servers,
-    mask_servers,
-    parse_servers,
+from agentloop.runtime.config_files import read_config_file, read_value_file
+from agentloop.runtime.config_variables import (
+    CONFIG_FILE_VARIABLE,
+    FILE_SUFFIX,
+    VARIABLES,
+    present,
+    shown_value,
 )
+from agentloop.runtime.mcp_config import McpConfigError, McpServerConfig, parse_servers
 from agentloop.runtime.signing import (
     ApproverKeys,
     PrincipalSignatures,
@@ -75,7 +52,6 @@ from agentloop.runtime.signing import (
 
 DEFAULT_STORE_URL = "sqlite:///.agentloop/store.db"
 DEFAULT_EXAMPLE_SERVICE_URL = "http://127.0.0.1:8787"
-CONFIG_FILE_VARIABLE = "AGENTLOOP_CONFIG"
 
 Source = Literal["env", "file", "default"]
 
@@ -246,7 +222,7 @@ class Settings(BaseModel):
         """The URLs of `notify_webhooks` (none when unset); raises `ConfigError` when they are
         set without `notify_secret` (an unsigned notice could be forged by anyone)."""
         urls = [u.strip() for u in (self.notify_webhooks or "").split(",") if u.strip()]
-        if urls and _present(self.notify_secret) is None:
+        if urls and present(self.notify_secret) is None:
             raise ConfigError(
                 [
                     f"{VARIABLES['notify_webhooks'].name} is set without "
@@ -258,7 +234,7 @@ class Settings(BaseModel):
     def inbox_tenant_map(self) -> dict[str, list[str]]:
         """`inbox_tenants` as user -> tenants (empty when unset); raises `ConfigError` naming
         AGENTLOOP_INBOX_TENANTS when it is malformed."""
-        if _present(self.inbox_tenants) is None:
+        if present(self.inbox_tenants) is None:
             return {}
         assert self.inbox_tenants is not None
         try:
@@ -292,7 +268,7 @@ class Settings(BaseModel):
     def codec_key_ring(self) -> KeyRing | None:
         """The key ring of `codec_keys` (None when unset); raises `ConfigError` naming
         AGENTLOOP_CODEC_KEYS when it is malformed."""
-        if _present(self.codec_keys) is None:
+        if present(self.codec_keys) is None:
             return None
         assert self.codec_keys is not None
         try:
@@ -343,116 +319,10 @@ class Settings(BaseModel):
         )
 
 
-# --- the one table of settings and their variables ---------------------------------------
-
-
-@dataclass(frozen=True)
-class Variable:
-    name: str
-    """The environment variable."""
-    check: Check | None = None
-    secret: bool = False
-    """Shown as `…` and its last 4 characters (or as `mask` shows it)."""
-    mask: Callable[[str], str] | None = None
-    """How a secret is shown instead, when even 4 characters of it are too many."""
-    is_url: bool = False
-    """Shown with any password inside it as `***`."""
-
-
-VARIABLES: dict[str, Variable] = {
-    "temporal_address": Variable("TEMPORAL_ADDRESS", check_host_port),
-    "temporal_namespace": Variable("TEMPORAL_NAMESPACE"),
-    "temporal_api_key": Variable("TEMPORAL_API_KEY", secret=True),
-    "temporal_tls_cert": Variable("TEMPORAL_TLS_CERT", check_pem_file),
-    "temporal_tls_key": Variable("TEMPORAL_TLS_KEY", check_pem_file),
-    "temporal_tls_ca": Variable("TEMPORAL_TLS_CA", check_pem_file),
-    "task_queue": Variable("AGENT_LOOP_TASK_QUEUE"),
-    "store_url": Variable("AGENTLOOP_STORE_URL", check_store_url, is_url=True),
-    "example_service_url": Variable(
-        "AGENTLOOP_EXAMPLE_SERVICE_URL", http_url_check("http://127.0.0.1:8787"), is_url=True
-    ),
-    "openai_api_key": Variable("OPENAI_API_KEY", secret=True),
-    "openai_base_url": Variable(
-        "OPENAI_BASE_URL", http_url_check("https://api.openai.com/v1"), is_url=True
-    ),
-    "anthropic_api_key": Variable("ANTHROPIC_API_KEY", secret=True),
-    "anthropic_base_url": Variable(
-        "ANTHROPIC_BASE_URL", http_url_check("https://api.anthropic.com"), is_url=True
-    ),
-    "ui_url": Variable("AGENTLOOP_UI_URL", http_url_check("http://localhost:8233"), is_url=True),
-    "pricing_file": Variable("AGENTLOOP_PRICING_FILE", check_pricing_file),
-    "tool_http_timeout_seconds": Variable(
-        "AGENTLOOP_TOOL_HTTP_TIMEOUT_SECONDS", check_positive_number
-    ),
-    "max_cached_workflows": Variable("AGENTLOOP_MAX_CACHED_WORKFLOWS", check_count),
-    "sticky_timeout_seconds": Variable("AGENTLOOP_STICKY_TIMEOUT_SECONDS", check_positive_number),
-    "max_concurrent_activities": Variable("AGENTLOOP_MAX_CONCURRENT_ACTIVITIES", check_slots),
-    "max_concurrent_workflow_tasks": Variable(
-        "AGENTLOOP_MAX_CONCURRENT_WORKFLOW_TASKS", check_slots
-    ),
-    "codec_keys": Variable(
-        "AGENTLOOP_CODEC_KEYS", check_codec_keys, secret=True, mask=mask_key_ring
-    ),
-    "otel": Variable("AGENTLOOP_OTEL", check_otel),
-    "publish_events": Variable("AGENTLOOP_PUBLISH_EVENTS", check_publish_mode),
-    "workflow_sandbox": Variable("AGENTLOOP_WORKFLOW_SANDBOX", check_sandbox_mode),
-    "log_level": Variable("AGENTLOOP_LOG_LEVEL", check_log_level),
-    "tools": Variable("AGENTLOOP_TOOLS", check_tool_modules),
-    "approver_keys": Variable("AGENTLOOP_APPROVER_KEYS", check_approver_keys),
-    "scripts_dir": Variable("AGENTLOOP_SCRIPTS_DIR", check_scripts_dir),
-    "mcp_servers": Variable("AGENTLOOP_MCP_SERVERS", check_servers, secret=True, mask=mask_servers),
-    "starter_keys": Variable("AGENTLOOP_STARTER_KEYS", check_approver_keys),
-    "principal_signing": Variable("AGENTLOOP_PRINCIPAL_SIGNING", check_principal_signing),
-    "env": Variable("AGENTLOOP_ENV", check_run_mode),
-    "notify_webhooks": Variable("AGENTLOOP_NOTIFY_WEBHOOKS", check_webhooks, secret=True),
-    "notify_secret": Variable("AGENTLOOP_NOTIFY_SECRET", secret=True),
-    "inbox_url": Variable(
-        "AGENTLOOP_INBOX_URL", http_url_check("http://127.0.0.1:8300"), is_url=True
-    ),
-    "inbox_tenants": Variable("AGENTLOOP_INBOX_TENANTS", check_tenant_map),
-}
-"""Settings field -> its environment variable (and file key: the field name)."""
-FILE_SUFFIX = "_FILE"
-"""`NAME_FILE=PATH`: NAME's value is the text of that file (how compose and Kubernetes hand
-out secrets); for a list setting, one item a line."""
-
-_NUMBER_FIELDS = frozenset(
-    {
-        "tool_http_timeout_seconds",
-        "max_cached_workflows",
-        "sticky_timeout_seconds",
-        "max_concurrent_activities",
-        "max_concurrent_workflow_tasks",
-    }
-)
-_LIST_FIELDS = frozenset({"tools", "approver_keys", "starter_keys", "notify_webhooks"})
-_TABLE_FIELDS = frozenset({"mcp_servers", "inbox_tenants"})
-"""Given in the file as a table, kept as its JSON text (the variable's form)."""
 _TLS_PAIR_PROBLEM = (
     "TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY go together: set both (the client certificate"
     " and its private key, PEM files) or neither"
 )
-
-
-def mask_secret(value: str) -> str:
-    """`…` and the last 4 characters (after an `sk-` marker); `***` for a value too short
-    to show any of it."""
-    if len(value) < 12:
-        return "***"
-    marker = "sk-" if value.startswith("sk-") else ""
-    return f"{marker}…{value[-4:]}"
-
-
-def shown_value(field: str, value: Any) -> Any:
-    """`value` as it may be printed: secrets masked, passwords in URLs as `***`."""
-    if value is None:
-        return None
-    variable = VARIABLES[field]
-    if variable.secret:
-        return (variable.mask or mask_secret)(str(value))
-    if variable.is_url:
-        return mask_url(str(value))
-    return value
 
 
 # --- loading ----------------------------------------------------------------------------
@@ -503,16 +373,16 @@ def load_config(
     """
     env = os.environ if env is None else env
     problems: list[str] = []
-    file = _present(env.get(CONFIG_FILE_VARIABLE))
-    from_file = _read_config_file(file, problems) if file else {}
+    file = present(env.get(CONFIG_FILE_VARIABLE))
+    from_file = read_config_file(file, problems) if file else {}
 
     values: dict[str, Any] = {}
     sources: dict[str, Source] = {}
     for field, variable in VARIABLES.items():
-        from_env = _present(env.get(variable.name))
+        from_env = present(env.get(variable.name))
         if from_env is None:
-            from_env = _read_value_file(field, env, problems)
-        elif _present(env.get(variable.name + FILE_SUFFIX)) is not None:
+            from_env = read_value_file(field, env, problems)
+        elif present(env.get(variable.name + FILE_SUFFIX)) is not None:
             problems.append(
                 f"{variable.name} and {variable.name}{FILE_SUFFIX} are both set: set one of them"
             )
@@ -539,13 +409,6 @@ def load_config(
     return LoadedConfig(settings=settings, sources=sources, file=file)
 
 
-def _present(value: Any) -> Any:
-    """None for an unset or empty (blank) value."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    return value
-
-
 def _signing_without_starters() -> str:
     return (
         f"{VARIABLES['principal_signing'].name}=required: {_or_file('starter_keys')} is not"
@@ -557,113 +420,6 @@ def _or_file(field: str) -> str:
     """`NAME (or NAME_FILE)`: how a setting is named to someone who must set it."""
     name = VARIABLES[field].name
     return f"{name} (or {name}{FILE_SUFFIX})"
-
-
-def _read_value_file(field: str, env: Mapping[str, str], problems: list[str]) -> str | None:
-    """The value `NAME_FILE` gives `field` (None when unset or the file is blank)."""
-    variable = f"{VARIABLES[field].name}{FILE_SUFFIX}"
-    path = _present(env.get(variable))
-    if path is None:
-        return None
-    text, unreadable = read_text(path)
-    if unreadable:
-        problems.append(
-            f"{variable}={path!r}: {unreadable}: point it at the file holding"
-            f" {VARIABLES[field].name}'s value, or unset it"
-        )
-        return None
-    if field in _LIST_FIELDS:
-        text = ",".join(line.strip() for line in text.splitlines())
-    value: str | None = _present(text.strip())
-    return value
-
-
-def _read_config_file(path: str, problems: list[str]) -> dict[str, Any]:
-    where = f"{CONFIG_FILE_VARIABLE}={path!r}"
-    text, unreadable = read_text(path)
-    if unreadable:
-        problems.append(f"{where}: {unreadable}: point it at a TOML file of settings, or unset it")
-        return {}
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        problems.append(f"{path} ({CONFIG_FILE_VARIABLE}): invalid TOML: {exc}")
-        return {}
-    values: dict[str, Any] = {}
-    for key, value in data.items():
-        if key not in VARIABLES:
-            problems.append(f"{path} ({CONFIG_FILE_VARIABLE}): unknown key {key!r}{_hint(key)}")
-            continue
-        if (
-            key in _LIST_FIELDS
-            and isinstance(value, list)
-            and all(isinstance(v, str) for v in value)
-        ):
-            value = ",".join(value)
-        if key in _TABLE_FIELDS and isinstance(value, dict):
-            odd = _not_json(value, key)
-            if odd is not None:
-                problems.append(
-                    f"{path} ({CONFIG_FILE_VARIABLE}): {odd} is a TOML date/time, which no"
-                    " setting takes: write it as a string (in quotes)"
-                )
-                continue
-            value = json.dumps(value)
-        wanted = "a number or a string" if key in _NUMBER_FIELDS else "a string"
-        if key in _LIST_FIELDS:
-            wanted = "a string or an array of strings"
-        if key in _TABLE_FIELDS:
-            wanted = "a table (or its JSON text)"
-        ok = isinstance(value, str) or (
-            key in _NUMBER_FIELDS and isinstance(value, int | float) and not isinstance(value, bool)
-        )
-        if not ok:
-            problems.append(
-                f"{path} ({CONFIG_FILE_VARIABLE}): {key} must be {wanted},"
-                f" not a TOML {_toml_type(value)}"
-            )
-            continue
-        if _present(value) is not None:
-            values[key] = value
-    return values
-
-
-def _not_json(value: Any, where: str) -> str | None:
-    """Where in a table a value is that JSON has no word for (TOML's dates and times), as a
-    dotted key; None when there is none."""
-    if isinstance(value, dict):
-        items: Any = value.items()
-    elif isinstance(value, list):
-        items = enumerate(value)
-    else:
-        return None if value is None or isinstance(value, str | int | float) else where
-    for key, item in items:
-        found = _not_json(item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}")
-        if found is not None:
-            return found
-    return None
-
-
-def _hint(key: str) -> str:
-    by_variable = {v.name: field for field, v in VARIABLES.items()}
-    if key.upper() in by_variable:
-        return f": did you mean {by_variable[key.upper()]!r}? (keys are field names)"
-    close = difflib.get_close_matches(key, list(VARIABLES), n=1)
-    if close:
-        return f": did you mean {close[0]!r}?"
-    return f": the keys are {', '.join(VARIABLES)}"
-
-
-def _toml_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, dict):
-        return "table"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, int | float):
-        return "number"
-    return "date/time"
 
 
 def _check_values(
