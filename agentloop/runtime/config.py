@@ -35,13 +35,12 @@ from agentloop.runtime.config_checks import (
     parse_tenant_map,
 )
 from agentloop.runtime.config_files import read_config_file, read_value_file
-from agentloop.runtime.config_variables import (
-    CONFIG_FILE_VARIABLE,
-    FILE_SUFFIX,
-    VARIABLES,
-    present,
-    shown_value,
-)
+
+# `X as X`: the table's names are read from here too, where the settings are.
+from agentloop.runtime.config_variables import CONFIG_FILE_VARIABLE as CONFIG_FILE_VARIABLE
+from agentloop.runtime.config_variables import FILE_SUFFIX as FILE_SUFFIX
+from agentloop.runtime.config_variables import VARIABLES as VARIABLES
+from agentloop.runtime.config_variables import present, shown_value
 from agentloop.runtime.mcp_config import McpConfigError, McpServerConfig, parse_servers
 from agentloop.runtime.signing import (
     ApproverKeys,
