@@ -17,13 +17,14 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from agentloop.contract import MAX_MEMO_TEXT_CHARS, AgentRunInput, Principal, UserMessage
+from agentloop.contract import AgentRunInput, Principal, UserMessage
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.policies.bounds import clipped
 from agentloop.runtime.config import Settings
 from agentloop.runtime.signing import new_private_key_pem
+from agentloop.waiting import MAX_MEMO_TEXT_CHARS
 from agentloop.worker import running_worker
 from tests.support import start_run, wait_for_phase, wait_until
 

@@ -15,7 +15,6 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 
 from agentloop.contract import (
-    WAITING_MEMO,
     AgentRunInput,
     AgentRunResult,
     ApprovalDecision,
@@ -25,6 +24,7 @@ from agentloop.contract import (
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.inbox.reading import RunInputs, WaitingItem, waiting_items
 from agentloop.runtime.config import Settings
+from agentloop.waiting import WAITING_MEMO
 from agentloop.worker import running_worker
 from agentloop.workflows import loop
 from tests.support import start_run, wait_for_phase, wait_for_status

@@ -43,6 +43,7 @@ VOCABULARY = frozenset(
         "task_families",
         "tool_spec",
         "transcript",
+        "waiting",
     }
 )
 """Top-level modules every layer may import: pure data and pure functions."""

@@ -23,18 +23,15 @@ from temporalio.client import (
 from temporalio.service import RPCError
 
 from agentloop import search
-from agentloop.contract import (
+from agentloop.contract import WORKFLOW_NAME, AgentRunResult, CallRecord, RunStatusView
+from agentloop.tool_spec import ASK_USER
+from agentloop.waiting import (
     MAX_WAITING_MEMO_BYTES,
     WAITING_MEMO,
-    WORKFLOW_NAME,
-    AgentRunResult,
-    CallRecord,
-    RunStatusView,
     WaitingCall,
     WaitingKind,
     WaitingMemo,
 )
-from agentloop.tool_spec import ASK_USER
 
 WAITING_PHASES: dict[str, WaitingKind] = {
     "awaiting_approval": "approval",

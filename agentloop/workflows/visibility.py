@@ -14,8 +14,9 @@ from typing import Any
 from temporalio import workflow
 
 import agentloop.workflows.loop as loop
-from agentloop.contract import WAITING_MEMO, RunStatus
+from agentloop.contract import RunStatus
 from agentloop.search import AGENT_PHASE, AGENT_STATUS, AGENT_TASK_FAMILY, initial
+from agentloop.waiting import WAITING_MEMO
 from agentloop.workflows.loop import Feature, LoopState
 
 

@@ -267,7 +267,7 @@ class Feature(StrEnum):
     wait let the call through however long the wait."""
     INBOX_MEMO = "inbox-memo"
     """An indexed run waiting for a person keeps what it waits for in its memo
-    (`contract.WAITING_MEMO`: each call's kind, tool, id, who may decide and since when, the
+    (`waiting.WAITING_MEMO`: each call's kind, tool, id, who may decide and since when, the
     wait's deadline, the tenant and a clipped task; bounded, see `loop.waiting_memo`),
     current while it waits, and removes it when the wait is over: the inbox lists waiting
     runs from one visibility list. Before it, the inbox asked each waiting run's `status`."""

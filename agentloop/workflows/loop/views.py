@@ -6,19 +6,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from agentloop.contract import (
-    MAX_MEMO_TEXT_CHARS,
-    MAX_WAITING_MEMO_BYTES,
-    CallRecord,
-    RunStatusView,
-    UnresolvedWrite,
-    WaitingCall,
-    WaitingMemo,
-)
+from agentloop.contract import CallRecord, RunStatusView, UnresolvedWrite
 from agentloop.digests import canonical_json
 from agentloop.events import Event
 from agentloop.policies import budgets
 from agentloop.policies.bounds import as_text, clipped
+from agentloop.waiting import MAX_MEMO_TEXT_CHARS, MAX_WAITING_MEMO_BYTES, WaitingCall, WaitingMemo
 from agentloop.workflows.loop import results
 from agentloop.workflows.loop.plan import action_digest
 from agentloop.workflows.loop.state import Batch, LoopState, seconds
