@@ -71,7 +71,7 @@ def workflow_runner(sandbox: SandboxMode) -> WorkflowRunner:
     it is not imported afresh for every run), and the sandbox restricts nothing a
     passed-through module calls: it guarded one thin module, at 4-9 ms of worker CPU a turn
     (mostly code the SDK compiles and runs in the sandbox once per payload). What keeps the
-    workflow deterministic instead: `tests/test_workflow_determinism.py` checks every module
+    workflow deterministic instead: `tests/loop/test_workflow_determinism.py` checks every module
     the workflow runs, statically, and every stored history replays in CI both unsandboxed
     and in the sandbox."""
     inner = SandboxedWorkflowRunner() if sandbox == "on" else UnsandboxedWorkflowRunner()

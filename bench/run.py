@@ -4,7 +4,7 @@ Every figure is printed beside a baseline measured in the same run (or, labelled
 reference measured earlier), as a small table; the same figures go to `bench/results/latest.json`.
 Everything runs offline on a throw-away DevStack (dev server, example service, scripted model
 provider and worker on free ports). These are benchmarks, not tests: nothing here asserts a
-number; `tests/test_bench_smoke.py` only checks that `--short` still runs and prints.
+number; `tests/operations/test_bench_smoke.py` only checks that `--short` still runs and prints.
 """
 
 from __future__ import annotations

@@ -40,14 +40,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     smoke = [item for item in items if item.nodeid.endswith(BENCH_SMOKE_TEST)]
     if not smoke:
         return
-    from tests.test_bench_smoke import SHORT_BENCH, ShortBench
+    from tests.operations.test_bench_smoke import SHORT_BENCH, ShortBench
 
     items[:] = [item for item in items if item not in smoke] + smoke
     config.stash[SHORT_BENCH] = ShortBench(Path(tempfile.mkdtemp(prefix="agentloop-bench-")))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    from tests.test_bench_smoke import SHORT_BENCH
+    from tests.operations.test_bench_smoke import SHORT_BENCH
 
     bench = config.stash.get(SHORT_BENCH, None)
     if bench is not None:

@@ -1,4 +1,4 @@
-"""A team's tool module for the tests of `agentloop.testing` (tests/test_testing.py): an
+"""A team's tool module for the tests of `agentloop.testing` (tests/operations/test_testing.py): an
 in-memory desk, and a tool for each way a run waits for a person. The harness's worker loads
 it by name (`tests.kit_tools`), in the test process, so tests read the same `DESK`."""
 

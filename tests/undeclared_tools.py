@@ -1,5 +1,5 @@
 """Tools written without saying their effect, as a `charge_card` is when nobody thought of
-retries (tests/test_safe_defaults.py): each commits a seat at the example service under the
+retries (tests/loop/test_safe_defaults.py): each commits a seat at the example service under the
 call's idempotency key, then fails as a flaky upstream does, with a transient error. Left
 undeclared on purpose: the default must make them writes (every shipped tool says its
 effect)."""

@@ -90,7 +90,7 @@ Run it with
 `python -m agentloop.demo.mcp_server --state PATH (--stdio | --http PORT) [--tasks]`.
 
 It stays one file, past the 550 lines any other module of agentloop keeps under (the one
-exemption `tests/test_layers.py` names): it is not agentloop's code but a stand-in for a
+exemption `tests/operations/test_layers.py` names): it is not agentloop's code but a stand-in for a
 team's own server, run as a process of its own, sharing nothing with agentloop but the MCP
 wire and the name of the idempotency key in `_meta`. Whole, it reads top to bottom as the one
 server a test steers through the state file above, every knob acting in this file; split

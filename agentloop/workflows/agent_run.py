@@ -2,7 +2,7 @@
 
 Each pass asks `decide` for the next step and makes the Temporal calls it names (`steps.py`,
 `tool_calls.py`). Everything here is deterministic: no I/O, no clock but `workflow.now()`,
-activities referred to by name (`tests/test_workflow_determinism.py` checks it). This module
+activities referred to by name (`tests/loop/test_workflow_determinism.py` checks it). This module
 holds only the class: in Temporal's sandbox (`AGENTLOOP_WORKFLOW_SANDBOX=on`) it is imported
 afresh for every run.
 """

@@ -1,0 +1,371 @@
+"""The store encrypted at rest with the codec's keys (`agentloop.store.sealed`): a real run on
+a worker with `AGENTLOOP_CODEC_KEYS` leaves no plaintext of its task, tool output or answer in
+the SQLite file or the PostgreSQL rows, while `agentloop transcript` still reads it; blobs
+rotate with the ring, are bound to their address, and never read as ciphertext."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from temporalio.client import Client
+
+from agentloop.client import connect
+from agentloop.contract import AgentRunInput
+from agentloop.demo.scripted_provider import ScriptedProvider
+from agentloop.events import ToolResult, UserInput
+from agentloop.policies.bounds import MAX_INLINE_TEXT_CHARS
+from agentloop.runtime.codec import KeyRing
+from agentloop.runtime.config import Settings
+from agentloop.store import (
+    ROOT,
+    SealedBlobError,
+    SealedStore,
+    SqliteStore,
+    Store,
+    StoreError,
+    load_transcript,
+    open_store,
+)
+from agentloop.store.postgres import PostgresStore, with_search_path
+from agentloop.store.sealed import NODE_PREFIX, SEALED_MEDIA_TYPE
+from agentloop.transcript import append
+from agentloop.worker import running_worker
+from tests.operations.test_cli import agentloop, process_env
+from tests.operations.test_codec import (
+    CANARY_CITY,
+    CANARY_TRAIN,
+    RING_K1,
+    RING_K2_K1,
+    travel_script,
+)
+from tests.operations.test_store import postgres_url  # noqa: F401  (the session's PostgreSQL, or a skip)
+from tests.support import start_run
+
+TASK_CANARY = "QZ-SEALED-TASK-7731"
+TASK = (
+    f"{TASK_CANARY}: how late is train {CANARY_TRAIN}, and the weather in {CANARY_CITY}? "
+    + "Background the model reads once. " * (MAX_INLINE_TEXT_CHARS // 20)
+)
+"""Long enough to be stored by reference: it lands in an artifact as well as a node."""
+CANARIES = (TASK_CANARY, CANARY_CITY, CANARY_TRAIN)
+"""In the task, in the tools' output (the service answers with the city and the train), and
+in the answer (made of the tools' output)."""
+
+EVENTS = [
+    UserInput(text=f"secret task {TASK_CANARY}"),
+    ToolResult(call_id="c1", tool="t", content=f"secret output {CANARY_CITY}"),
+]
+
+
+# --- one store, SQLite or PostgreSQL, and what it holds as raw bytes -------------------------
+
+
+@dataclass
+class RawStore:
+    """A fresh store on one backend, seen from below the sealing layer."""
+
+    url: str
+    raw: Callable[[], bytes]
+    """Every byte the store holds: SQLite's files, PostgreSQL's rows."""
+    rows: Callable[[], bytes]
+    """The bytes of every row of its tables (not what a database keeps of rows replaced)."""
+    overwrite: Callable[[str, str, str, object], None]
+    """`(table, column, key, value)`: change a stored row behind the store's back."""
+
+
+def table_bytes(execute: Callable[[str], Iterable[Sequence[object]]]) -> bytes:
+    return b"".join(
+        v if isinstance(v, bytes) else str(v).encode()
+        for table in ("nodes", "artifacts")
+        for row in execute(f"SELECT * FROM {table}")
+        for v in row
+    )
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def raw_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RawStore]:
+    if request.param == "sqlite":
+        path = tmp_path / "store.db"
+
+        def sqlite_rows() -> bytes:
+            with contextlib.closing(sqlite3.connect(path)) as conn:
+                return table_bytes(conn.execute)
+
+        def sqlite_overwrite(table: str, column: str, key: str, value: object) -> None:
+            with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+                conn.execute(f"UPDATE {table} SET {column} = ? WHERE key = ?", (value, key))
+
+        # The database and its write-ahead log: a write may still be in either.
+        yield RawStore(
+            f"sqlite:///{path}",
+            lambda: b"".join(p.read_bytes() for p in sorted(tmp_path.glob("store.db*"))),
+            sqlite_rows,
+            sqlite_overwrite,
+        )
+        return
+    url: str = request.getfixturevalue("postgres_url")
+    schema = f"test_{uuid.uuid4().hex[:16]}"
+    in_schema = with_search_path(url, schema)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+
+    def postgres_rows() -> bytes:
+        with psycopg.connect(in_schema, autocommit=True) as conn:
+            return table_bytes(lambda query: conn.execute(query).fetchall())
+
+    def postgres_overwrite(table: str, column: str, key: str, value: object) -> None:
+        update = sql.SQL("UPDATE {} SET {} = %s WHERE key = %s").format(
+            sql.Identifier(table), sql.Identifier(column)
+        )
+        with psycopg.connect(in_schema, autocommit=True) as conn:
+            conn.execute(update, (value, key))
+
+    try:
+        yield RawStore(in_schema, postgres_rows, postgres_rows, postgres_overwrite)
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+def ring(text: str) -> KeyRing:
+    return KeyRing.parse(text)
+
+
+@pytest.fixture
+async def stores(raw_store: RawStore) -> AsyncIterator[Callable[[KeyRing | None], SealedStore]]:
+    """Opens stores on `raw_store` with the keys given; all closed afterwards."""
+    opened: list[Store] = []
+
+    def open_one(keys: KeyRing | None) -> SealedStore:
+        store = open_store(raw_store.url, keys)
+        opened.append(store)
+        return store
+
+    yield open_one
+    for store in opened:
+        await store.close()
+
+
+# --- a real run ------------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("clean_fakes")
+async def test_a_run_leaves_no_plaintext_in_the_store_and_transcript_still_reads_it(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    raw_store: RawStore,
+    run_id: str,
+    tmp_path: Path,
+) -> None:
+    settings = worker_settings.model_copy(
+        update={
+            "task_queue": f"agent-loop-sealed-{uuid.uuid4().hex[:8]}",
+            "codec_keys": RING_K2_K1,
+            "store_url": raw_store.url,
+            "temporal_address": client.service_client.config.target_host,
+        }
+    )
+    scripted_provider.register(travel_script(run_id))
+    codec_client = await connect(settings)
+    run = AgentRunInput(
+        task=TASK, provider="openai-chat", model=run_id, tools=["get_train_status", "get_weather"]
+    )
+    async with running_worker(codec_client, settings):
+        result = await (await start_run(codec_client, settings, run_id, run)).result()
+    assert result.status == "completed", result.stop_reason
+    assert result.output == f"{CANARY_TRAIN} / {CANARY_CITY}"
+
+    held = raw_store.raw()
+    assert NODE_PREFIX.encode() in held and SEALED_MEDIA_TYPE.encode() in held  # both kinds
+    assert [c for c in CANARIES if c.encode() in held] == []
+
+    env = process_env(
+        TEMPORAL_ADDRESS=settings.temporal_address,
+        AGENT_LOOP_TASK_QUEUE=settings.task_queue,
+        AGENTLOOP_STORE_URL=settings.store_url,
+        AGENTLOOP_CODEC_KEYS=RING_K2_K1,
+    )
+    transcript = await agentloop("transcript", run_id, env=env, cwd=tmp_path)
+    assert transcript.returncode == 0, transcript.explain()
+    assert all(c in transcript.stdout for c in CANARIES), transcript.explain()
+
+    # The run was written under the active key, k2: a reader holding only k1 is refused.
+    without_k2 = open_store(settings.store_url, ring(RING_K1))
+    try:
+        with pytest.raises(SealedBlobError, match="key id 'k2'"):
+            await load_transcript(without_k2, result.transcript_head)
+    finally:
+        await without_k2.close()
+
+
+# --- the sealing layer on each backend -------------------------------------------------------
+
+
+async def test_nodes_and_artifacts_are_sealed_and_read_back(
+    stores: Callable[[KeyRing | None], SealedStore], raw_store: RawStore
+) -> None:
+    store = stores(ring(RING_K1))
+    head, nodes = append(ROOT, EVENTS)
+    await store.put_nodes(nodes)
+    data = f"artifact {TASK_CANARY}".encode()
+    key = await store.put_artifact(data, "text/markdown")
+
+    assert await load_transcript(store, head) == EVENTS
+    assert await store.get_node(nodes[0][0]) == nodes[0][1]
+    assert await store.get_artifact(key) == (data, "text/markdown")
+    held = raw_store.raw()
+    assert [c for c in CANARIES if c.encode() in held] == []
+    assert b"text/markdown" not in held  # the media type is sealed with the bytes
+
+    # Content addresses are the plaintext's: the same content written again is one blob.
+    await store.put_nodes(nodes)
+    assert await store.put_artifact(data, "text/plain") == key
+    assert await store.get_artifact(key) == (data, "text/markdown")
+
+
+async def test_a_blob_written_under_k1_reads_after_rotating_to_k2(
+    stores: Callable[[KeyRing | None], SealedStore],
+) -> None:
+    old = stores(ring(RING_K1))
+    head, nodes = append(ROOT, EVENTS[:1])
+    await old.put_nodes(nodes)
+    old_artifact = await old.put_artifact(b"written under k1", "text/plain")
+
+    rotated = stores(ring(RING_K2_K1))
+    later_head, later_nodes = append(head, EVENTS[1:])
+    await rotated.put_nodes(later_nodes)
+    assert await load_transcript(rotated, later_head) == EVENTS
+    assert await rotated.get_artifact(old_artifact) == (b"written under k1", "text/plain")
+
+    # New writes are under k2: a reader with k1 alone reads the old node, not the new one.
+    assert await load_transcript(old, head) == EVENTS[:1]
+    with pytest.raises(SealedBlobError, match=r"key id 'k2'.*\(k1\).*add k2:KEY"):
+        await load_transcript(old, later_head)
+
+    # Content under k1 written again moves to k2: once k1 is retired, it still reads.
+    k2_only = stores(KeyRing({"k2": ring(RING_K2_K1).keys["k2"]}, "k2"))
+    with pytest.raises(SealedBlobError, match=r"key id 'k1'.*\(k2\)"):
+        await k2_only.get_artifact(old_artifact)
+    await rotated.put_nodes(nodes)
+    await rotated.put_artifact(b"written under k1", "text/plain")
+    assert await load_transcript(k2_only, later_head) == EVENTS
+    assert await k2_only.get_artifact(old_artifact) == (b"written under k1", "text/plain")
+
+
+async def test_without_keys_a_sealed_blob_is_refused_naming_its_key_id(
+    stores: Callable[[KeyRing | None], SealedStore],
+) -> None:
+    sealed = stores(ring(RING_K2_K1))
+    head, nodes = append(ROOT, EVENTS)
+    await sealed.put_nodes(nodes)
+    key = await sealed.put_artifact(b"secret bytes", "text/plain")
+
+    blind = stores(None)
+    for read in (
+        lambda: load_transcript(blind, head),
+        lambda: blind.get_node(nodes[0][0]),
+        lambda: blind.get_artifact(key),
+    ):
+        with pytest.raises(SealedBlobError, match=r"key id 'k2'.*AGENTLOOP_CODEC_KEYS is not set"):
+            await read()
+    # A SealedBlobError is a StoreError: activities fail without retrying, the CLI says it.
+    assert issubclass(SealedBlobError, StoreError)
+
+
+async def test_plaintext_written_before_the_keys_reads_and_is_sealed_when_written_again(
+    stores: Callable[[KeyRing | None], SealedStore], raw_store: RawStore
+) -> None:
+    plain = stores(None)
+    head, nodes = append(ROOT, EVENTS)
+    await plain.put_nodes(nodes)
+    data = f"plain {CANARY_TRAIN}".encode()
+    key = await plain.put_artifact(data, "text/plain")
+    held = raw_store.rows()
+    assert TASK_CANARY.encode() in held and CANARY_TRAIN.encode() in held  # as it was
+    assert TASK_CANARY.encode() in raw_store.raw()  # where the run's test looks, found
+
+    keyed = stores(ring(RING_K1))
+    assert await load_transcript(keyed, head) == EVENTS
+    assert await keyed.get_artifact(key) == (data, "text/plain")
+    # Written again with the keys (a run continuing from that head, the same tool specs):
+    # the same rows, sealed now (a database may keep the bytes it replaced in free space
+    # until it reuses them: SQLite until VACUUM).
+    await keyed.put_nodes(nodes)
+    assert await keyed.put_artifact(data, "text/plain") == key
+    held = raw_store.rows()
+    assert [c for c in CANARIES if c.encode() in held] == []
+    assert await load_transcript(keyed, head) == EVENTS
+    assert await keyed.get_artifact(key) == (data, "text/plain")
+
+    # ... and a worker without keys writing them again does not undo it.
+    await plain.put_nodes(nodes)
+    assert await plain.put_artifact(data, "text/plain") == key
+    assert [c for c in CANARIES if c.encode() in raw_store.rows()] == []
+
+    with pytest.raises(StoreError, match="the store's own media type"):
+        await plain.put_artifact(b"x", f"{SEALED_MEDIA_TYPE}; key=k1")
+
+
+# --- tampering, in the database below the layer ---------------------------------------------
+
+
+def flip(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :]
+
+
+async def test_a_flipped_byte_a_moved_blob_or_a_cut_one_fails_clearly(
+    stores: Callable[[KeyRing | None], SealedStore], raw_store: RawStore
+) -> None:
+    store = stores(ring(RING_K1))
+    head, nodes = append(ROOT, EVENTS[:1])
+    await store.put_nodes(nodes)
+    key = await store.put_artifact(b"artifact one", "text/plain")
+    other = await store.put_artifact(b"artifact two", "text/plain")
+    envelope, _ = await store.backend.get_artifact(key) or (b"", "")
+    assert await store.get_artifact(key) == (b"artifact one", "text/plain")
+
+    raw_store.overwrite("artifacts", "data", key, flip(envelope, len(envelope) - 1))
+    with pytest.raises(SealedBlobError, match=rf"artifact {key} \(key id 'k1'\) failed auth"):
+        await store.get_artifact(key)
+
+    # Another artifact's blob at this address: sealed for another address, it does not open.
+    moved, _ = await store.backend.get_artifact(other) or (b"", "")
+    raw_store.overwrite("artifacts", "data", key, moved)
+    with pytest.raises(SealedBlobError, match="altered or moved from another address"):
+        await store.get_artifact(key)
+
+    raw_store.overwrite("artifacts", "data", key, envelope[:10])
+    with pytest.raises(SealedBlobError, match="too short"):
+        await store.get_artifact(key)
+
+    # A node's body, one byte of its ciphertext flipped inside the base64.
+    node_key = nodes[0][0]
+    body = await store.backend.get_node(node_key) or ""
+    prefix = f"{NODE_PREFIX}k1:"
+    assert body.startswith(prefix)
+    sealed = base64.b64decode(body.removeprefix(prefix), validate=True)
+    altered = prefix + base64.b64encode(flip(sealed, len(sealed) - 20)).decode()
+    raw_store.overwrite("nodes", "body", node_key, altered)
+    with pytest.raises(SealedBlobError, match=rf"node {node_key} .*failed authentication"):
+        await load_transcript(store, head)
+    raw_store.overwrite("nodes", "body", node_key, prefix + "not base64!")
+    with pytest.raises(SealedBlobError, match="not base64"):
+        await store.get_node(node_key)
+
+
+async def test_open_store_gives_the_sealing_layer_over_either_backend(tmp_path: Path) -> None:
+    for url, kind in ((str(tmp_path / "s.db"), SqliteStore), ("postgresql://a@h/x", PostgresStore)):
+        store = open_store(url, ring(RING_K1))
+        assert isinstance(store.backend, kind)
+        await store.close()
