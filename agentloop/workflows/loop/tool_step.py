@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from datetime import datetime
+from typing import assert_never
 
 from agentloop.activity_io import InputReply, PreconditionResult
 from agentloop.events import ToolResult
@@ -222,25 +223,36 @@ def record_outcome(state: LoopState, call_id: str, outcome: Outcome, now: dateti
     record = state.calls[call_id]
     # What the system of record holds comes from outside: kept to the tool's result cap.
     held = bounded_record(outcome.record, spec.max_result_chars)
-    if outcome.state == "applied":
-        settle(state, batch, results.confirmed(call, held, "the system of record has it"))
-    elif outcome.state == "not_applied" and outcome.record is not None:
-        # Refused before commit, and the refusal is on record under the key.
-        settle(state, batch, results.refusal(call, "business", json.dumps(held)))
-    elif outcome.state == "not_applied" and record.attempts < MAX_WRITE_ATTEMPTS:
-        batch.writes.insert(0, call_id)  # definitely absent: send again, same key
-    else:
-        known = (
-            f"still absent after {record.attempts} attempts"
-            if outcome.state == "not_applied"
-            else f"lookup inconclusive: {clipped(str(held or 'no answer'), MAX_KNOWN_CHARS)}"
-        )
-        batch.reconciling[call_id] = Reconciliation(
-            call_id=call_id,
-            tool=spec.name,
-            idempotency_key=record.idempotency_key,
-            known=known,
-            since=now,
-        )
-        state.phase = "awaiting_reconciliation"
+    match outcome.state:
+        case "applied":
+            settle(state, batch, results.confirmed(call, held, "the system of record has it"))
+        case "not_applied" if outcome.record is not None:
+            # Refused before commit, and the refusal is on record under the key.
+            settle(state, batch, results.refusal(call, "business", json.dumps(held)))
+        case "not_applied" if record.attempts < MAX_WRITE_ATTEMPTS:
+            batch.writes.insert(0, call_id)  # definitely absent: send again, same key
+        case "not_applied":
+            absent = f"still absent after {record.attempts} attempts"
+            _await_reconciliation(state, call_id, spec.name, absent, now)
+        case "unknown":
+            inconclusive = clipped(str(held or "no answer"), MAX_KNOWN_CHARS)
+            _await_reconciliation(
+                state, call_id, spec.name, f"lookup inconclusive: {inconclusive}", now
+            )
+        case _:
+            assert_never(outcome.state)
     close_if_answered(state)
+
+
+def _await_reconciliation(
+    state: LoopState, call_id: str, tool: str, known: str, now: datetime
+) -> None:
+    """A write whose outcome the lookup could not settle: a person says (`resolve`)."""
+    state.open_batch().reconciling[call_id] = Reconciliation(
+        call_id=call_id,
+        tool=tool,
+        idempotency_key=state.calls[call_id].idempotency_key,
+        known=known,
+        since=now,
+    )
+    state.phase = "awaiting_reconciliation"
