@@ -1,9 +1,10 @@
 """A run page live while the run runs: one subscription to the run's stream per watched run,
 fanned out to every browser on it by server-sent events.
 
-Every poll of a run's stream is an update in the run's history, so the inbox never subscribes
-per browser: the first browser on a run starts one `agentloop.watch` task (a `Feed`), every
-browser on that run is served from it, and the task ends when the run is done or, shortly
+Every reader of a run's stream costs its worker a query each batch interval, so the inbox
+never subscribes per browser: the first browser on a run starts one `agentloop.watch` task
+(a `Feed`), every browser on that run is served from it, and the task ends when the run is
+done or, shortly
 after the last browser leaves (a reload or a form's answer page comes back meanwhile),
 when nobody watches. Each browser has a bounded queue: one that falls behind is dropped, never
 the subscription; its EventSource comes back with `Last-Event-ID` (the stream offset of the
