@@ -36,7 +36,8 @@ LOOKUP_OUTAGE = 50
 outcome stays unknown until an operator says."""
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)?")
+TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?")
+"""A moment, without its zone: how the zone is written (`Z`, `+00:00`) is part of the JSON."""
 VOLATILE_NUMBERS = {"seconds", "paused_seconds"}
 """Numbers that are durations measured on the clock."""
 STORE_KEYS = {"transcript_head", "output_ref", "tools_ref"}
