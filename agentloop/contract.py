@@ -18,6 +18,7 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     ValidationError,
+    field_serializer,
     model_serializer,
 )
 
@@ -302,6 +303,10 @@ class ResolutionRecord(BaseModel):
         """The operator's word as the model and the ledger are told it."""
         return f"{self.operator} says {self.outcome}" + (f": {self.note}" if self.note else "")
 
+    def in_ledger(self) -> str:
+        """What the ledger's `decision` gains when the operator's word counts."""
+        return f"resolved: {self.said()}"
+
     def described(self) -> str:
         return f"resolved by {self.operator} at {self.at.isoformat()}: {self.outcome}" + (
             f" ({self.note})" if self.note else ""
@@ -335,6 +340,131 @@ class CallRecord(BaseModel):
     resolution: ResolutionRecord | None = None
     """Who said whether the write happened after its outcome stayed unknown, and what."""
 
+    def people_said(self) -> str:
+        """What people decided on the call, in words from the typed fields: the approver's
+        decision, then the operator's word on its unknown outcome (for a call that waited
+        for approval, what `decision` reads; empty when nobody decided)."""
+        said = [self.approval.said()] if self.approval is not None else []
+        if self.resolution is not None:
+            said.append(self.resolution.in_ledger())
+        return "; ".join(said)
+
+
+class SideEffect(BaseModel):
+    """A write that happened (or may have), and how we know (`AgentRunResult.side_effects`)."""
+
+    call_id: str
+    tool: str
+    idempotency_key: str
+    status: str
+    """`succeeded`, `confirmed_after_query` or `unknown`."""
+    confirmed_by: str
+    """How the outcome is known: the system's response, a lookup by idempotency key, an
+    operator's word (`operator (...)`), or not at all."""
+    via: str | None = None
+    """For a write a delegated run made: `CHILD_WORKFLOW_ID (delegate CALL_ID)`; absent from
+    the JSON for this run's own."""
+
+    @model_serializer(mode="wrap")
+    def _own_without_via(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # This run's own writes never carried the field: their JSON stays as it was.
+        fields: dict[str, Any] = handler(self)
+        if self.via is None:
+            fields.pop("via", None)
+        return fields
+
+
+class PendingCall(BaseModel):
+    """A call left undone when the run stopped (`AgentRunResult.pending`)."""
+
+    call_id: str
+    tool: str
+    status: str
+    """`awaiting_approval`, or the call's ledger status (`proposed`, `running`, `unknown`,
+    `awaiting_input`, `pending`)."""
+
+
+class PendingApproval(BaseModel):
+    """A call waiting for a human, with exactly what the approver is shown
+    (`RunStatusView.pending_approvals`)."""
+
+    call_id: str
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    args_digest: str
+    approvers: list[str] = Field(default_factory=list)
+    requested_at: datetime
+
+
+class Reconciliation(BaseModel):
+    """A write whose outcome the lookup could not settle: it waits for an operator."""
+
+    call_id: str
+    tool: str
+    idempotency_key: str
+    known: str
+    """What the runner knows: why the outcome is still unknown."""
+    since: datetime
+
+
+class WriteAwaitingOperator(Reconciliation):
+    """A write waiting for an operator's `resolve` (`RunStatusView.unresolved`), with the
+    arguments it was sent with."""
+
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class _Refused(BaseModel):
+    # Fields a line recorded by older code held beyond these are dropped, not a failure: run
+    # state carried over (continue-as-new) must read back.
+    @field_serializer("at", check_fields=False)
+    def _as_recorded(self, at: datetime) -> str:
+        # Recorded with `isoformat()` from the start (`+00:00`, not pydantic's `Z`).
+        return at.isoformat()
+
+
+class RefusedApproval(_Refused):
+    """An `approve` (or `decide_approval`) that did not count: the decision as signalled,
+    without its signature."""
+
+    signal: Literal["approve"] = "approve"
+    call_id: str
+    args_digest: str
+    approved: bool
+    approver: str
+    reason: str = ""
+    refused_because: str
+    at: AwareDatetime
+
+
+class RefusedResolution(_Refused):
+    """A `resolve` that did not count: the operator's word as signalled, without its
+    signature."""
+
+    signal: Literal["resolve"] = "resolve"
+    call_id: str
+    outcome: Literal["applied", "not_applied"]
+    operator: str
+    note: str = ""
+    refused_because: str
+    at: AwareDatetime
+
+
+class RefusedSignal(_Refused):
+    """A signal refused before anything could act on it (a payload that does not parse, a
+    message that does not fit): `payload` is the start of what was sent."""
+
+    signal: str
+    payload: str
+    refused_because: str
+    at: AwareDatetime
+
+
+RefusedDecision = RefusedApproval | RefusedResolution | RefusedSignal
+"""One line of `RunStatusView.refused_decisions`: what was refused, why (`refused_because`)
+and when (`at`). Each shape requires fields the others lack, so a recorded line reads back as
+the one it was (a line from before lines named their signal, as its approval or resolution)."""
+
 
 class UnresolvedWrite(BaseModel):
     """A write whose outcome stayed unknown when its run stopped: a run that continues that
@@ -367,8 +497,8 @@ class AgentRunResult(BaseModel):
     `Store.get_artifact` reads it)."""
     usage: Usage = Field(default_factory=Usage)
     calls: list[CallRecord] = Field(default_factory=list)
-    side_effects: list[dict[str, Any]] = Field(default_factory=list)
-    pending: list[dict[str, Any]] = Field(default_factory=list)
+    side_effects: list[SideEffect] = Field(default_factory=list)
+    pending: list[PendingCall] = Field(default_factory=list)
     transcript_head: str = ""
     """Key of the last transcript node in the store: `agentloop transcript` starts there."""
     unsent: list[Event] = Field(default_factory=list)
@@ -422,8 +552,8 @@ class RunStatusView(BaseModel):
 
     phase: Phase
     turn: int
-    pending_approvals: list[dict[str, Any]] = Field(default_factory=list)
-    unresolved: list[dict[str, Any]] = Field(default_factory=list)
+    pending_approvals: list[PendingApproval] = Field(default_factory=list)
+    unresolved: list[WriteAwaitingOperator] = Field(default_factory=list)
     question: str | None = None
     question_asked_at: datetime | None = None
     """Since when `question` waits for an answer (the inbox shows how long)."""
@@ -434,7 +564,7 @@ class RunStatusView(BaseModel):
     """The task's state as the run's tools set it (`agentloop.WithState`)."""
     limits_left: LimitsLeft | None = None
     calls: list[CallRecord] = Field(default_factory=list)
-    refused_decisions: list[dict[str, Any]] = Field(default_factory=list)
+    refused_decisions: list[RefusedDecision] = Field(default_factory=list)
     run_chain: list[str] = Field(default_factory=list)
     """The Temporal run ids the run went through, one more per continue-as-new: the first
     (`run_chain[0]`, which signed decisions name) and at most the latest 19."""

@@ -69,16 +69,15 @@ def stop_report(result: AgentRunResult, workflow_id: str) -> str:
     if result.side_effects:
         lines.append("Side effects:")
         lines += [
-            f"  {e['tool']} {e['call_id']}: {e['status']}, confirmed by {e['confirmed_by']} "
-            f"(idempotency key {e['idempotency_key']})"
+            f"  {e.tool} {e.call_id}: {e.status}, confirmed by {e.confirmed_by} "
+            f"(idempotency key {e.idempotency_key})"
             for e in result.side_effects
         ]
     else:
         lines.append("Side effects: none")
     if result.pending:
         lines.append(
-            "Pending: "
-            + ", ".join(f"{p['tool']} {p['call_id']} ({p['status']})" for p in result.pending)
+            "Pending: " + ", ".join(f"{p.tool} {p.call_id} ({p.status})" for p in result.pending)
         )
     if result.status in CONTINUABLE:
         lines.append(

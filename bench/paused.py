@@ -161,8 +161,8 @@ async def _approve(handle: WorkflowHandle[object, AgentRunResult], view: RunStat
     await handle.signal(
         "approve",
         ApprovalDecision(
-            call_id=pending["call_id"],
-            args_digest=pending["args_digest"],
+            call_id=pending.call_id,
+            args_digest=pending.args_digest,
             approved=True,
             approver="support-lead",
         ),

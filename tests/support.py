@@ -24,6 +24,7 @@ from agentloop.contract import (
     AgentRunInput,
     AgentRunResult,
     ApprovalDecision,
+    PendingApproval,
     RunStatusView,
 )
 from agentloop.runtime.config import Settings
@@ -243,15 +244,15 @@ async def banner_process(
 
 
 async def approve_as_shown(
-    handle: WorkflowHandle[Any, AgentRunResult], pending: dict[str, Any], approver: str
+    handle: WorkflowHandle[Any, AgentRunResult], pending: PendingApproval, approver: str
 ) -> None:
     """Approve one of `status.pending_approvals` under the digest of the exact arguments it
     shows."""
     await handle.signal(
         "approve",
         ApprovalDecision(
-            call_id=pending["call_id"],
-            args_digest=pending["args_digest"],
+            call_id=pending.call_id,
+            args_digest=pending.args_digest,
             approved=True,
             approver=approver,
         ),

@@ -133,7 +133,7 @@ async def test_status_and_result_json_stay_as_stored(
         )
         assert view.phase == "awaiting_approval", view.stop_reason
         [pending] = view.pending_approvals
-        return str(pending["args_digest"])
+        return str(pending.args_digest)
 
     example_service.inject_fault("workshops.reserve", "commit_then_drop")
     example_service.inject_fault("workshops.operation", "unavailable", count=LOOKUP_OUTAGE)

@@ -250,11 +250,12 @@ class ModelActivities:
         cap = budgets.output_token_cap(
             input_bound, budget.tokens_left, budget.cost_left, price, requested
         )
-        if isinstance(cap, str):
+        if isinstance(cap, budgets.OverCap):
             _audit_failure(request, "over_budget", retryable=False)
-            if budget.input_tokens is not None:
-                cap += " (its input as the provider counted it)"
-            raise ApplicationError(cap, type=OVER_BUDGET, non_retryable=True)
+            counted = (
+                " (its input as the provider counted it)" if budget.input_tokens is not None else ""
+            )
+            raise ApplicationError(cap.sentence + counted, type=OVER_BUDGET, non_retryable=True)
         return settings.model_copy(update={"max_output_tokens": cap})
 
     async def _slim(self, output: ModelOutput) -> ModelOutput:

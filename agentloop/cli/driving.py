@@ -8,7 +8,7 @@ import json
 import os
 import sys
 from collections.abc import Awaitable
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.service import RPCError, RPCStatusCode
@@ -26,6 +26,7 @@ from agentloop.contract import (
     ApprovalDecision,
     ApprovalVerdict,
     CancelRequest,
+    PendingApproval,
     ResolveRequest,
     UserMessage,
 )
@@ -45,7 +46,7 @@ async def decide(handle: Handle, args: argparse.Namespace, request: ApprovalDeci
     """Send a decision through the `decide_approval` update, which says whether it counted;
     the decision is bound to the args digest shown here, and signed with `--key` (or
     $AGENTLOOP_APPROVER_KEY) for this run chain."""
-    shown: dict[str, Any] | None = None
+    shown: PendingApproval | None = None
     approved = request.approved
     digest = args.digest
     key = private_key(args, "AGENTLOOP_APPROVER_KEY")
@@ -57,7 +58,7 @@ async def decide(handle: Handle, args: argparse.Namespace, request: ApprovalDeci
         view = found.status
     if digest is None:
         assert view is not None
-        shown = next((p for p in view.pending_approvals if p["call_id"] == args.call_id), None)
+        shown = next((p for p in view.pending_approvals if p.call_id == args.call_id), None)
         if shown is None:
             reason = f"no call {args.call_id!r} is waiting for approval"
             unknown = Decision(
@@ -68,9 +69,9 @@ async def decide(handle: Handle, args: argparse.Namespace, request: ApprovalDeci
                 reason=reason,
             )
             return report_decision(unknown, as_json=args.json)
-        digest = shown["args_digest"]
+        digest = shown.args_digest
         if not args.json:
-            print(f"{shown['tool']} {json.dumps(shown['arguments'])}  [{digest}]")
+            print(f"{shown.tool} {json.dumps(shown.arguments)}  [{digest}]")
         request = request.model_copy(update={"args_digest": digest})
     if key is not None:
         assert view is not None
@@ -88,8 +89,8 @@ async def decide(handle: Handle, args: argparse.Namespace, request: ApprovalDeci
         accepted=verdict.accepted,
         reason=verdict.reason,
         args_digest=digest,
-        tool=shown["tool"] if shown else None,
-        arguments=shown["arguments"] if shown else None,
+        tool=shown.tool if shown else None,
+        arguments=shown.arguments if shown else None,
     )
     return report_decision(decision, as_json=args.json)
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TextIO
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -21,7 +21,15 @@ from rich.panel import Panel
 from rich.text import Text
 
 from agentloop.cli.output import PAUSED_PHASES, RunSnapshot
-from agentloop.contract import AgentRunResult, CallRecord, LimitsLeft, RunStatusView, Usage
+from agentloop.contract import (
+    AgentRunResult,
+    CallRecord,
+    LimitsLeft,
+    PendingApproval,
+    RunStatusView,
+    Usage,
+    WriteAwaitingOperator,
+)
 from agentloop.reporting import counted
 from agentloop.run_events import RunEvent
 
@@ -311,17 +319,16 @@ def _call_lines(calls: Sequence[CallRecord], recent: int | None) -> list[Line]:
     return lines
 
 
-def _approval_line(run_id: str, pending: dict[str, Any]) -> Line:
+def _approval_line(run_id: str, pending: PendingApproval) -> Line:
     """The call exactly as the approver decides it, and the commands that decide it bound to
     the digest shown (a decision for other arguments would be refused)."""
-    call_id, digest = pending["call_id"], pending["args_digest"]
-    approvers = pending.get("approvers") or []
+    call_id, digest, approvers = pending.call_id, pending.args_digest, pending.approvers
     who = f" (approvers: {', '.join(approvers)})" if approvers else ""
     approver = approvers[0] if len(approvers) == 1 else "NAME"
     decide = f"{run_id} {call_id} --approver {approver} --digest {digest}"
     text = (
-        f"waiting for approval: {call_id} {pending['tool']} "
-        f"{json.dumps(pending.get('arguments', {}))} [{digest}]{who}\n"
+        f"waiting for approval: {call_id} {pending.tool} "
+        f"{json.dumps(pending.arguments)} [{digest}]{who}\n"
         f"  approve: agentloop approve {decide}\n"
         f"  reject:  agentloop reject {decide} --reason WHY"
     )
@@ -338,11 +345,11 @@ def _question_lines(run_id: str, question: str | None) -> list[Line]:
     return [Line("question", text, "yellow", actionable=True)]
 
 
-def _unresolved_line(run_id: str, write: dict[str, Any]) -> Line:
-    call_id = write["call_id"]
+def _unresolved_line(run_id: str, write: WriteAwaitingOperator) -> Line:
+    call_id = write.call_id
     text = (
-        f"outcome unknown: {call_id} {write['tool']} (key {write.get('idempotency_key', '')}): "
-        f"{write.get('known', '')}\n"
+        f"outcome unknown: {call_id} {write.tool} (key {write.idempotency_key}): "
+        f"{write.known}\n"
         f"  settle: agentloop resolve {run_id} {call_id} --outcome applied|not_applied "
         "--operator NAME"
     )

@@ -301,10 +301,8 @@ def inbox_app(client: Client, options: InboxOptions) -> Starlette:
     def check_approver(viewer: Viewer, story: RunStory, call_id: str) -> None:
         """Refused before the run is asked: the tool names its approvers, and not this user."""
         assert story.view is not None
-        pending = next(
-            (p for p in story.view.pending_approvals if p.get("call_id") == call_id), None
-        )
-        approvers = [str(a) for a in (pending or {}).get("approvers", [])]
+        pending = next((p for p in story.view.pending_approvals if p.call_id == call_id), None)
+        approvers = pending.approvers if pending is not None else []
         if approvers and viewer.user not in approvers:
             raise Refused(403, f"only {', '.join(approvers)} may decide {call_id}")
 

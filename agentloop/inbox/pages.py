@@ -244,13 +244,13 @@ def waiting_forms(viewer: Viewer, workflow_id: str, view: RunStatusView, now: da
         parts.append(signing_key_section(viewer))
     sign = f' data-sign="{action}/signing-message"' if signed else ""
     for pending in view.pending_approvals:
-        approvers = [str(a) for a in pending.get("approvers", [])]
+        approvers = pending.approvers
         may = not approvers or viewer.user in approvers
-        call_id, digest = str(pending.get("call_id", "")), str(pending.get("args_digest", ""))
+        call_id, digest = pending.call_id, pending.args_digest
         parts.append(
             f'<div class="approval" data-call="{esc(call_id)}">'
-            f"<h3>Approve {esc(pending.get('tool', ''))} ({esc(call_id)})?</h3>"
-            f'<pre class="arguments">{esc(pretty(pending.get("arguments", {})))}</pre>'
+            f"<h3>Approve {esc(pending.tool)} ({esc(call_id)})?</h3>"
+            f'<pre class="arguments">{esc(pretty(pending.arguments))}</pre>'
             f"<p>arguments digest <code>{esc(digest)}</code> · who may decide: "
             f"{esc(', '.join(approvers) or 'anyone')} · signing: "
             f"{esc(view.approval_signing or 'unsigned')}</p>"
@@ -276,13 +276,13 @@ def waiting_forms(viewer: Viewer, workflow_id: str, view: RunStatusView, now: da
             '</label> <button type="submit">Answer</button></form></div>'
         )
     for unknown in view.unresolved:
-        call_id = str(unknown.get("call_id", ""))
+        call_id = unknown.call_id
         parts.append(
             f'<div class="unresolved" data-call="{esc(call_id)}">'
-            f"<h3>Did {esc(unknown.get('tool', ''))} ({esc(call_id)}) happen?</h3>"
-            f'<pre class="arguments">{esc(pretty(unknown.get("arguments", {})))}</pre>'
-            f"<p>{esc(unknown.get('known', ''))} · idempotency key "
-            f"<code>{esc(unknown.get('idempotency_key', ''))}</code></p>"
+            f"<h3>Did {esc(unknown.tool)} ({esc(call_id)}) happen?</h3>"
+            f'<pre class="arguments">{esc(pretty(unknown.arguments))}</pre>'
+            f"<p>{esc(unknown.known)} · idempotency key "
+            f"<code>{esc(unknown.idempotency_key)}</code></p>"
             f'<form method="post" action="{action}/resolve">{csrf_field(viewer)}'
             f'<input type="hidden" name="call_id" value="{esc(call_id)}">'
             '<label>note <input name="note" maxlength="4000"></label> '

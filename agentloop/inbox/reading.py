@@ -291,10 +291,10 @@ def calls_of(view: RunStatusView) -> list[WaitingCall]:
     found = [
         WaitingCall(
             kind="approval",
-            call_id=str(p.get("call_id", "")),
-            tool=str(p.get("tool", "")),
-            approvers=[str(a) for a in p.get("approvers", [])],
-            since=instant(p.get("requested_at")),
+            call_id=p.call_id,
+            tool=p.tool,
+            approvers=list(p.approvers),
+            since=p.requested_at,
         )
         for p in view.pending_approvals
     ]
@@ -312,10 +312,10 @@ def calls_of(view: RunStatusView) -> list[WaitingCall]:
     found += [
         WaitingCall(
             kind="unknown_write",
-            call_id=str(u.get("call_id", "")),
-            tool=str(u.get("tool", "")),
-            since=instant(u.get("since")),
-            text=str(u.get("known", "")),
+            call_id=u.call_id,
+            tool=u.tool,
+            since=u.since,
+            text=u.known,
         )
         for u in view.unresolved
     ]
@@ -327,16 +327,6 @@ def asking(call: CallRecord) -> bool:
     return call.status == "awaiting_input" or (
         call.tool == ASK_USER and call.status in ("pending", "proposed")
     )
-
-
-def instant(value: Any) -> datetime | None:
-    """A time the status gave (as JSON), or None when it is none (or names no time zone)."""
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError:
-            return None
-    return value if isinstance(value, datetime) and value.tzinfo is not None else None
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,9 @@ approver was shown; a decision for anything else changes nothing (and is recorde
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
-
-from agentloop.contract import ApprovalDecision, Principal
+from agentloop.contract import ApprovalDecision, PendingApproval, Principal
 from agentloop.tool_spec import ToolSpec
 
 ApprovalRule = Callable[[Mapping[str, Any], Principal], bool]
@@ -37,17 +34,6 @@ def needs_approval(spec: ToolSpec, arguments: Mapping[str, Any], principal: Prin
     predicate = APPROVAL_RULES.get(rule)
     # A rule this code does not know must not silently let a call through.
     return True if predicate is None else predicate(arguments, principal)
-
-
-class PendingApproval(BaseModel):
-    """A call waiting for a human, with exactly what the approver is shown."""
-
-    call_id: str
-    tool: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
-    args_digest: str
-    approvers: list[str] = Field(default_factory=list)
-    requested_at: datetime
 
 
 def judge(

@@ -1,16 +1,35 @@
 """The budget ledger: capacity is checked *before* an operation starts, never after.
 
-Pure: the workflow passes `now` (workflow time). Each check returns the stop reason that
-applies, or None when the operation may start.
+Pure: the workflow passes `now` (workflow time). Each check returns the cap the operation
+would pass (`OverCap`), or None when it may start.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from agentloop.contract import Limits, LimitsLeft, Usage
+
+Cap = Literal["max_model_calls", "max_tool_calls", "max_total_tokens", "max_cost_usd", "per_tool"]
+"""The field of `Limits` a check found would be passed (the deadline is checked apart)."""
+
+
+@dataclass(frozen=True)
+class OverCap:
+    """Why an operation may not start: the cap it would pass, and by how much in words."""
+
+    cap: Cap
+    detail: str
+
+    @property
+    def sentence(self) -> str:
+        """The stop reason: `CAP: DETAIL` (the run's `stop_reason`, the activity's error)."""
+        return f"{self.cap}: {self.detail}"
+
 
 MIN_OUTPUT_TOKENS = 16
 """The fewest output tokens a model call is started with: a call that cannot be given them
@@ -25,14 +44,15 @@ def deadline_passed(limits: Limits, started_at: datetime, now: datetime) -> bool
     return (now - started_at).total_seconds() >= limits.deadline_seconds
 
 
-def model_call_blocked(limits: Limits, usage: Usage) -> str | None:
+def model_call_blocked(limits: Limits, usage: Usage) -> OverCap | None:
     if usage.model_calls >= limits.max_model_calls:
-        return f"max_model_calls: {limits.max_model_calls} model calls used"
+        return OverCap("max_model_calls", f"{limits.max_model_calls} model calls used")
     tokens = usage.input_tokens + usage.output_tokens
     if limits.max_total_tokens is not None and tokens >= limits.max_total_tokens:
-        return f"max_total_tokens: {tokens} of {limits.max_total_tokens} tokens used"
+        return OverCap("max_total_tokens", f"{tokens} of {limits.max_total_tokens} tokens used")
     if limits.max_cost_usd is not None and usage.cost_usd >= limits.max_cost_usd:
-        return f"max_cost_usd: ${usage.cost_usd:.4f} of ${limits.max_cost_usd:.4f} spent"
+        spent = f"${usage.cost_usd:.4f} of ${limits.max_cost_usd:.4f} spent"
+        return OverCap("max_cost_usd", spent)
     return None
 
 
@@ -42,7 +62,7 @@ def output_token_cap(
     cost_left: float | None,
     price: tuple[float, float] | None,
     requested: int | None,
-) -> int | str | None:
+) -> int | OverCap | None:
     """What a model call's output may be, reserved before it starts (seed 003): its input can
     take at most `input_bound` tokens, so what is left of `max_total_tokens` and of
     `max_cost_usd` (at `price`, USD per million input and output tokens) after that input is
@@ -52,10 +72,11 @@ def output_token_cap(
     if tokens_left is not None:
         room = tokens_left - input_bound
         if room < MIN_OUTPUT_TOKENS:
-            return (
-                f"max_total_tokens: the next model call needs up to {input_bound} input and"
+            return OverCap(
+                "max_total_tokens",
+                f"the next model call needs up to {input_bound} input and"
                 f" {MIN_OUTPUT_TOKENS} output tokens, {max(tokens_left, 0)} left"
-                f" ({input_bound + MIN_OUTPUT_TOKENS - tokens_left} short)"
+                f" ({input_bound + MIN_OUTPUT_TOKENS - tokens_left} short)",
             )
         caps.append(room)
     if cost_left is not None and price is not None:
@@ -63,10 +84,11 @@ def output_token_cap(
         per_output = price[1] / 1_000_000
         floor = input_cost + MIN_OUTPUT_TOKENS * per_output
         if floor > cost_left:
-            return (
-                f"max_cost_usd: the next model call could cost ${floor:.4f} (up to {input_bound}"
+            return OverCap(
+                "max_cost_usd",
+                f"the next model call could cost ${floor:.4f} (up to {input_bound}"
                 f" input tokens and {MIN_OUTPUT_TOKENS} output), ${max(cost_left, 0.0):.4f}"
-                f" left (${floor - cost_left:.4f} short)"
+                f" left (${floor - cost_left:.4f} short)",
             )
         affordable = (cost_left - input_cost) / per_output if per_output > 0 else None
         if affordable is not None and affordable < MAX_OUTPUT_LIMIT:
@@ -80,19 +102,21 @@ def tool_batch_blocked(
     used_per_tool: Counter[str],
     batch: Sequence[str],
     tool_caps: Mapping[str, int | None] | None = None,
-) -> str | None:
+) -> OverCap | None:
     """A batch starts whole or not at all: it reserves all of its calls first. `tool_caps`
     are the tools' own per-run caps; the run's `per_tool` limits apply as well."""
     if usage.tool_calls + len(batch) > limits.max_tool_calls:
-        return (
-            f"max_tool_calls: {usage.tool_calls} used, the next batch needs {len(batch)}, "
-            f"limit {limits.max_tool_calls}"
+        return OverCap(
+            "max_tool_calls",
+            f"{usage.tool_calls} used, the next batch needs {len(batch)}, "
+            f"limit {limits.max_tool_calls}",
         )
     wanted = Counter(batch)
     for tool, count in sorted(wanted.items()):
         cap = tool_cap(limits, tool, (tool_caps or {}).get(tool))
         if cap is not None and used_per_tool[tool] + count > cap:
-            return f"per_tool: {tool} used {used_per_tool[tool]} of {cap}, the batch needs {count}"
+            used = f"{tool} used {used_per_tool[tool]} of {cap}, the batch needs {count}"
+            return OverCap("per_tool", used)
     return None
 
 
@@ -122,14 +146,15 @@ def limits_left(limits: Limits, usage: Usage, started_at: datetime, now: datetim
     )
 
 
-def children_blocked(limits: Limits, usage: Usage, children: int) -> str | None:
+def children_blocked(limits: Limits, usage: Usage, children: int) -> OverCap | None:
     """Each child run needs a model call of its own, and this run one more to read their
     answers: otherwise none of the batch starts."""
     left = limits.max_model_calls - usage.model_calls
     if children and (left - 1) // children < 1:
-        return (
-            f"max_model_calls: {left} left; {children} delegated run(s) need at least one "
-            "model call each, and this run one to read their answers"
+        return OverCap(
+            "max_model_calls",
+            f"{left} left; {children} delegated run(s) need at least one "
+            "model call each, and this run one to read their answers",
         )
     return None
 

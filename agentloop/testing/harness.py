@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
@@ -26,11 +26,13 @@ from agentloop.contract import (
     AgentRunResult,
     ApprovalDecision,
     ApprovalVerdict,
+    PendingApproval,
     Phase,
     Provider,
     ResolveRequest,
     RunStatusView,
     UserMessage,
+    WriteAwaitingOperator,
 )
 from agentloop.demo.scripted_provider import RecordedRequest, Script, ScriptedProvider
 from agentloop.demo.scripted_provider.playback import Violation
@@ -43,6 +45,9 @@ from agentloop.workflows.agent_run import AgentRun
 
 Run = str | WorkflowHandle[Any, AgentRunResult]
 """A run, by its id (`run_id=`) or by the handle `harness.start` returned."""
+
+Shown = TypeVar("Shown", PendingApproval, WriteAwaitingOperator)
+"""What `status` lists of a call waiting for a person."""
 
 
 class Harness:
@@ -242,7 +247,7 @@ class Harness:
 
     async def pending_approval(
         self, run: Run, call_id: str | None = None, *, timeout: float = 30.0
-    ) -> dict[str, Any]:
+    ) -> PendingApproval:
         """A call waiting for approval (`call_id`'s, or the first), as an approver is shown it
         in `status.pending_approvals`: `call_id`, `tool`, `arguments`, `args_digest`, ..."""
         return await self._shown(
@@ -261,7 +266,7 @@ class Harness:
         approver: str = "approver",
         reason: str = "",
         timeout: float = 30.0,
-    ) -> dict[str, Any]:
+    ) -> PendingApproval:
         """Approve `call_id` once it waits, bound to the arguments shown (their digest from
         `status`); returns what was shown. Fails when the run does not count the decision
         (an approver the tool does not accept, a worker requiring signed decisions)."""
@@ -275,17 +280,17 @@ class Harness:
         approver: str = "approver",
         reason: str = "",
         timeout: float = 30.0,
-    ) -> dict[str, Any]:
+    ) -> PendingApproval:
         """Reject `call_id` once it waits, as `approve` approves it."""
         return await self._decide(run, call_id, False, approver, reason, timeout)
 
     async def _decide(
         self, run: Run, call_id: str, approved: bool, approver: str, reason: str, timeout: float
-    ) -> dict[str, Any]:
+    ) -> PendingApproval:
         shown = await self.pending_approval(run, call_id, timeout=timeout)
         decision = ApprovalDecision(
             call_id=call_id,
-            args_digest=shown["args_digest"],
+            args_digest=shown.args_digest,
             approved=approved,
             approver=approver,
             reason=reason,
@@ -317,7 +322,7 @@ class Harness:
 
     async def unresolved(
         self, run: Run, call_id: str | None = None, *, timeout: float = 30.0
-    ) -> dict[str, Any]:
+    ) -> WriteAwaitingOperator:
         """A write whose outcome stayed unknown (`call_id`'s, or the first), waiting for an
         operator (`awaiting_reconciliation`), as `status.unresolved` shows it."""
         return await self._shown(
@@ -331,11 +336,11 @@ class Harness:
     async def _shown(
         self,
         run: Run,
-        listed: Callable[[RunStatusView], list[dict[str, Any]]],
+        listed: Callable[[RunStatusView], Sequence[Shown]],
         call_id: str | None,
         what: str,
         timeout: float,
-    ) -> dict[str, Any]:
+    ) -> Shown:
         """The entry for `call_id` (or the first) of what `status` lists, once it is there."""
         view = await self.wait_for(
             run,
@@ -359,7 +364,7 @@ class Harness:
         operator: str = "operator",
         note: str = "",
         timeout: float = 30.0,
-    ) -> dict[str, Any]:
+    ) -> WriteAwaitingOperator:
         """Say whether the unknown write `call_id` happened, once the run waits for it (the
         `resolve` signal); returns what the run showed of it."""
         shown = await self.unresolved(run, call_id, timeout=timeout)
@@ -412,8 +417,8 @@ class Harness:
 def waiting_for(view: RunStatusView) -> str:
     """What a run waits for, in words: the calls waiting for approval or an operator (id and
     tool), its question, or its phase when nobody is asked anything."""
-    waits = [f"approval of {p['call_id']} ({p['tool']})" for p in view.pending_approvals]
-    waits += [f"an operator to resolve {u['call_id']} ({u['tool']})" for u in view.unresolved]
+    waits = [f"approval of {p.call_id} ({p.tool})" for p in view.pending_approvals]
+    waits += [f"an operator to resolve {u.call_id} ({u.tool})" for u in view.unresolved]
     if view.question is not None:
         waits.append(f"an answer to {view.question!r}")
     if not waits:
@@ -421,5 +426,5 @@ def waiting_for(view: RunStatusView) -> str:
     return f"it is {view.phase}, waiting for " + ", ".join(waits)
 
 
-def _find(entries: list[dict[str, Any]], call_id: str | None) -> dict[str, Any] | None:
-    return next((e for e in entries if call_id is None or e.get("call_id") == call_id), None)
+def _find(entries: Sequence[Shown], call_id: str | None) -> Shown | None:
+    return next((e for e in entries if call_id is None or e.call_id == call_id), None)

@@ -100,7 +100,7 @@ async def run_with_children(
             child_workflow_id=delegation.child_workflow_id,
             status=delegation.status,
             charged=delegation.usage.model_dump(mode="json"),
-            side_effects=[e["call_id"] for e in delegation.side_effects],
+            side_effects=[e.call_id for e in delegation.side_effects],
         )
 
 

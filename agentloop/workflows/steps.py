@@ -301,13 +301,13 @@ def notify_waiting(state: LoopState, step: AwaitHumans, phase: Phase) -> None:
         return
     state.notified.extend(new)
     kind = NOTICE_KINDS[phase]
-    pending = {a["call_id"]: a for a in loop.pending_approvals(state)}
+    pending = {a.call_id: a for a in loop.pending_approvals(state)}
     calls = [
         NoticeCall(
             call_id=c,
             tool=state.call(c).name,
             args_digest=state.call(c).args_digest,
-            approvers=list(pending.get(c, {}).get("approvers", [])),
+            approvers=list(pending[c].approvers) if c in pending else [],
         )
         for c in new
     ]
@@ -439,7 +439,7 @@ def finish(state: LoopState, step: Finish) -> AgentRunResult:
         model_calls=state.usage.model_calls,
         tool_calls=state.usage.tool_calls,
         cost_usd=state.usage.cost_usd,
-        side_effects=[e["call_id"] for e in result.side_effects],
-        pending=[p["call_id"] for p in result.pending],
+        side_effects=[e.call_id for e in result.side_effects],
+        pending=[p.call_id for p in result.pending],
     )
     return result

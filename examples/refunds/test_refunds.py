@@ -101,10 +101,10 @@ async def test_a_large_refund_waits_for_finance(harness: Harness, service: Refun
     )
 
     waiting = await harness.wait_for_phase(handle, "awaiting_approval")
-    assert [p["call_id"] for p in waiting.pending_approvals] == ["c1"]
+    assert [p.call_id for p in waiting.pending_approvals] == ["c1"]
     assert service.created == 0
     shown = await harness.approve(handle, "c1", approver="finance")  # as status shows it
-    assert shown["arguments"] == {"order_id": "A-18", "amount": 200.0}
+    assert shown.arguments == {"order_id": "A-18", "amount": 200.0}
     result = await harness.result(handle)
 
     assert result.status == "completed"

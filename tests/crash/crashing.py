@@ -194,8 +194,8 @@ async def approve_pending(
 ) -> None:
     view = await wait_for_phase(handle, "awaiting_approval", seconds=RESULT_SECONDS)
     [pending] = view.pending_approvals
-    assert pending["call_id"] == call_id
-    await approve(handle, call_id, approver, pending["args_digest"])
+    assert pending.call_id == call_id
+    await approve(handle, call_id, approver, pending.args_digest)
 
 
 async def result_of(

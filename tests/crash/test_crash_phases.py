@@ -215,7 +215,7 @@ class AfterTheCommit(Phase):
             run.key,
         )
         [effect] = result.side_effects
-        assert (effect["call_id"], effect["status"]) == ("call_reserve", "confirmed_after_query")
+        assert (effect.call_id, effect.status) == ("call_reserve", "confirmed_after_query")
         found = counts(run.service)
         assert found["workshops.reserve"] == 1
         assert found["workshops.operation"] == 1
@@ -250,7 +250,7 @@ class WhileAReplyAwaitsApproval(Phase):
 
     async def until_killed(self, run: Crash) -> None:
         view = await wait_for_phase(run.handle, "awaiting_approval")
-        run.kept["digest"] = view.pending_approvals[0]["args_digest"]
+        run.kept["digest"] = view.pending_approvals[0].args_digest
 
     async def before_second(self, run: Crash) -> None:
         assert run.service.records()["replies"] == 0
@@ -287,7 +287,7 @@ class WhileAwaitingReconciliation(Phase):
         view = await query_when_served(
             run.handle, lambda v: v.phase == "awaiting_reconciliation", "the rebuilt wait"
         )
-        assert [(u["call_id"], u["idempotency_key"]) for u in view.unresolved] == [
+        assert [(u.call_id, u.idempotency_key) for u in view.unresolved] == [
             ("call_reserve", run.key)
         ]
         await run.handle.signal(
@@ -336,7 +336,7 @@ class DuringAnOutcomeLookup(Phase):
             run.key,
         )
         [effect] = result.side_effects
-        assert (effect["call_id"], effect["status"]) == ("call_reserve", "confirmed_after_query")
+        assert (effect.call_id, effect.status) == ("call_reserve", "confirmed_after_query")
         found = counts(run.service)
         assert found["workshops.reserve"] == 1  # never resent
         statuses = [r["status"] for r in requests_to(run.service, "workshops.operation")]
@@ -453,7 +453,7 @@ class WhileAChildRunWrites(Phase):
     async def until_killed(self, run: Crash) -> None:
         child, waiting = await child_waiting_for_approval(run.client, run.run_id, "call_d")
         [pending] = waiting.pending_approvals
-        await approve(child, "call_r", "workshop-lead", pending["args_digest"])
+        await approve(child, "call_r", "workshop-lead", pending.args_digest)
         await wait_until(lambda: reservations(run.service) == 1, "the child's write to commit")
         run.kept["child"] = child
 
@@ -478,8 +478,8 @@ class WhileAChildRunWrites(Phase):
         assert report["output"] == child_result.output
         assert [(c.call_id, c.child_run) for c in result.calls] == [("call_d", child.id)]
         [effect] = result.side_effects
-        assert (effect["call_id"], effect["status"]) == ("call_r", "confirmed_after_query")
-        assert effect["via"] == f"{child.id} (delegate call_d)"
+        assert (effect.call_id, effect.status) == ("call_r", "confirmed_after_query")
+        assert effect.via == f"{child.id} (delegate call_d)"
         assert result.usage.model_calls == 4  # 2 of the parent's, 2 of the child's
         for handle in (run.handle, child):
             assert set(lost_workflow_tasks(await history(handle), run.killed)) <= {STICKY_TIMEOUT}
@@ -601,7 +601,7 @@ class ServerRestartedMidRun(ServerRestart):
 
     async def before_restart(self, run: Crash) -> None:
         view = await wait_for_phase(run.handle, "awaiting_approval")
-        run.kept["digest"] = view.pending_approvals[0]["args_digest"]
+        run.kept["digest"] = view.pending_approvals[0].args_digest
 
     async def after_restart(self, run: Crash) -> None:
         await approve(run.handle, "call_reserve", "workshop-lead", run.kept["digest"])

@@ -23,9 +23,11 @@ from agentloop.contract import (
     AgentRunResult,
     ApprovalDecision,
     CallRecord,
+    PendingCall,
     Principal,
     ResolveRequest,
     RunStatusView,
+    SideEffect,
 )
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
@@ -122,13 +124,13 @@ async def start_and_approve(
     handle = await start_run(client, settings, run_id, run_input(run_id, case, **overrides))
     view = await wait_for_phase(handle, "awaiting_approval")
     [pending] = view.pending_approvals
-    assert (pending["call_id"], pending["tool"]) == (CALL_ID, case.tool)
+    assert (pending.call_id, pending.tool) == (CALL_ID, case.tool)
     assert records(example_service, case) == 0
     await handle.signal(
         "approve",
         ApprovalDecision(
             call_id=CALL_ID,
-            args_digest=pending["args_digest"],
+            args_digest=pending.args_digest,
             approved=True,
             approver=case.approver,
         ),
@@ -162,13 +164,13 @@ def check_effect(
     """The write is in `side_effects` exactly once, under its key, with `status`, and the
     report says how it was confirmed."""
     [effect] = result.side_effects
-    assert effect == {
-        "call_id": CALL_ID,
-        "tool": case.tool,
-        "idempotency_key": key,
-        "status": status,
-        "confirmed_by": confirmed_by or CONFIRMED_BY[status],
-    }
+    assert effect == SideEffect(
+        call_id=CALL_ID,
+        tool=case.tool,
+        idempotency_key=key,
+        status=status,
+        confirmed_by=confirmed_by or CONFIRMED_BY[status],
+    )
     assert f"{case.tool} {CALL_ID}: {status}" in result.report
 
 
@@ -306,13 +308,13 @@ async def test_an_inconclusive_lookup_waits_for_the_operator_and_never_resends(
     key = write_key(handle, CALL_ID)
     view = await wait_for_phase(handle, "awaiting_reconciliation")
     [waiting] = view.unresolved
-    assert (waiting["call_id"], waiting["tool"], waiting["idempotency_key"]) == (
+    assert (waiting.call_id, waiting.tool, waiting.idempotency_key) == (
         CALL_ID,
         case.tool,
         key,
     )
-    assert waiting["arguments"] == case.arguments
-    assert "inconclusive" in waiting["known"]
+    assert waiting.arguments == case.arguments
+    assert "inconclusive" in waiting.known
     assert the_call(view.calls).status == "unknown"
     # The write did commit; nothing was resent while the lookup failed.
     assert records(example_service, case) == 1
@@ -358,7 +360,7 @@ async def test_no_operator_before_the_reconciliation_timeout_stops_the_run_unres
 
     assert result.status == "unresolved", result.stop_reason
     assert CALL_ID in result.stop_reason
-    assert result.pending == [{"call_id": CALL_ID, "tool": case.tool, "status": "unknown"}]
+    assert result.pending == [PendingCall(call_id=CALL_ID, tool=case.tool, status="unknown")]
     call = the_call(result.calls)
     assert (call.status, call.attempts, call.idempotency_key) == ("unknown", 1, key)
     check_effect(result, key, case, "unknown")

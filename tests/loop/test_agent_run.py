@@ -303,7 +303,7 @@ async def test_stream_cut_inside_tool_arguments_is_incomplete_and_runs_nothing(
     assert "truncated" in result.stop_reason
     assert result.usage.tool_calls == 0
     assert sum(example_service.stats()["counts"].values()) == 0
-    assert result.pending == [] or all(p["status"] != "succeeded" for p in result.pending)
+    assert result.pending == [] or all(p.status != "succeeded" for p in result.pending)
 
 
 async def test_length_stop_inside_tool_arguments_is_incomplete(
@@ -450,7 +450,7 @@ async def test_cancel_signal_stops_a_run_waiting_on_a_tool(
     assert result.status == "cancelled"
     assert "user gave up" in result.stop_reason
     assert result.usage.model_calls == 1
-    assert [p["call_id"] for p in result.pending] == ["call_slow"]
+    assert [p.call_id for p in result.pending] == ["call_slow"]
 
 
 @pytest.mark.parametrize(
@@ -504,7 +504,7 @@ async def test_the_deadline_stops_a_run_waiting_on_a_slow_tool(
         example_service.set_delay("trains", 0)
     assert result.status == "limit_reached"
     assert result.stop_reason.startswith("deadline")
-    assert [(p["call_id"], p["status"]) for p in result.pending] == [("call_slow", "running")]
+    assert [(p.call_id, p.status) for p in result.pending] == [("call_slow", "running")]
     assert len(scripted_provider.requests) == 1
 
 

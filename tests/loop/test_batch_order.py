@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from agentloop.contract import AgentRunInput, AgentRunResult, Principal
+from agentloop.contract import AgentRunInput, AgentRunResult, Principal, Reconciliation
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
-from agentloop.workflows.loop.state import Batch, Reconciliation
+from agentloop.workflows.loop.state import Batch
 from tests.support import approve_as_shown, start_run, wait_for_phase
 
 PRINCIPAL = Principal(subject="p-alice", scopes=["workshops:read", "workshops:write"])

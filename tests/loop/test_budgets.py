@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
@@ -50,7 +51,8 @@ def test_cost_blocks_the_next_model_call_once_spent() -> None:
 
     assert budgets.model_call_blocked(limits, RunUsage(cost_usd=0.2)) is None
     blocked = budgets.model_call_blocked(limits, RunUsage(cost_usd=0.25))
-    assert blocked is not None and blocked.startswith("max_cost_usd")
+    assert blocked == budgets.OverCap("max_cost_usd", "$0.2500 of $0.2500 spent")
+    assert blocked.sentence == "max_cost_usd: $0.2500 of $0.2500 spent"
     left = budgets.limits_left(limits, RunUsage(cost_usd=0.2), T0, T0)
     assert left.cost_usd == pytest.approx(0.05)
 
@@ -163,6 +165,20 @@ def test_children_starting_together_share_what_is_left_fairly() -> None:
     assert (modest.max_model_calls, modest.max_tool_calls) == (1, 0)
 
 
+def test_each_check_names_the_cap_as_a_code_beside_its_sentence() -> None:
+    """The cap is a field, not a prefix to read back: the stop reason is `CAP: DETAIL`."""
+    limits = Limits(max_model_calls=2, max_tool_calls=3, per_tool={"t": 1})
+    over = budgets.model_call_blocked(limits, RunUsage(model_calls=2))
+    assert over == budgets.OverCap("max_model_calls", "2 model calls used")
+    assert over.sentence == "max_model_calls: 2 model calls used"
+    batch = budgets.tool_batch_blocked(limits, RunUsage(tool_calls=2), Counter(), ["a", "b"])
+    assert batch is not None and batch.cap == "max_tool_calls"
+    per_tool = budgets.tool_batch_blocked(limits, RunUsage(), Counter({"t": 1}), ["t"])
+    assert per_tool == budgets.OverCap("per_tool", "t used 1 of 1, the batch needs 1")
+    children = budgets.children_blocked(Limits(max_model_calls=4), RunUsage(model_calls=3), 1)
+    assert children is not None and children.cap == "max_model_calls"
+
+
 def test_a_child_needs_a_model_call_of_its_own_and_one_left_for_the_parent() -> None:
     limits = Limits(max_model_calls=4)
     assert budgets.children_blocked(limits, RunUsage(model_calls=2), 1) is None
@@ -187,8 +203,8 @@ def test_a_reserved_call_fits_every_cap_or_is_not_started(
     requested: int | None,
 ) -> None:
     cap = budgets.output_token_cap(input_bound, tokens_left, cost_left, price, requested)
-    if isinstance(cap, str):
-        assert cap.startswith(("max_total_tokens: ", "max_cost_usd: ")) and "short)" in cap
+    if isinstance(cap, budgets.OverCap):
+        assert cap.cap in ("max_total_tokens", "max_cost_usd") and cap.detail.endswith("short)")
         return
     if cap is None:
         assert requested is None and tokens_left is None  # a cost cap alone may not bind

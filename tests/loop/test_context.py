@@ -226,7 +226,7 @@ async def test_a_long_run_is_sent_within_its_budget_with_the_facts_restated(
         "approve",
         ApprovalDecision(
             call_id="call_reply",
-            args_digest=view.pending_approvals[0]["args_digest"],
+            args_digest=view.pending_approvals[0].args_digest,
             approved=True,
             approver="support-lead",
         ),

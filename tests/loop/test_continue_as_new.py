@@ -14,6 +14,7 @@ from agentloop.contract import (
     AgentRunResult,
     ApprovalDecision,
     Principal,
+    RefusedApproval,
     RunStatusView,
 )
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
@@ -84,7 +85,7 @@ async def test_two_boundaries_with_an_approval_pending_across_one(
         "approve",
         ApprovalDecision(
             call_id="c4",
-            args_digest=pending["args_digest"],
+            args_digest=pending.args_digest,
             approved=True,
             approver="workshop-lead",
         ),
@@ -162,7 +163,7 @@ async def test_a_flood_of_signals_while_waiting_continues_as_new_and_the_chain_s
         await asyncio.sleep(0.05)
     # Each boundary was taken while the run waited: the call still waits, nothing ran.
     assert view.phase == "awaiting_approval"
-    assert [p["call_id"] for p in view.pending_approvals] == ["c1"]
+    assert [p.call_id for p in view.pending_approvals] == ["c1"]
     assert example_service.records()["reservations"] == 0
     assert len(view.run_chain) == loop.MAX_RUN_CHAIN_IDS
     assert view.run_chain[0] == started.first_execution_run_id
@@ -177,7 +178,8 @@ async def test_a_flood_of_signals_while_waiting_continues_as_new_and_the_chain_s
     assert set(view.run_chain) <= set(runs)
     # The refusals were recorded, as many as the record keeps, across the boundaries.
     assert len(view.refused_decisions) == MAX_REFUSED_RECORDS
-    assert {r["call_id"] for r in view.refused_decisions} == {"c1"}
+    assert {r.call_id for r in view.refused_decisions if isinstance(r, RefusedApproval)} == {"c1"}
+    assert all(isinstance(r, RefusedApproval) for r in view.refused_decisions)
 
     await approve_as_shown(latest, pending, "workshop-lead")
     result = await latest.result()

@@ -188,9 +188,7 @@ async def test_working_time_after_the_wait_still_counts(
     assert waited + DEADLINE <= await run_seconds(handle) < waited + 2 * RETRY_AFTER
     assert requests(scripted_provider, run_id) == 1 + 2
     assert reservations(example_service) == 1
-    assert [(e["call_id"], e["status"]) for e in result.side_effects] == [
-        ("call_reserve", "succeeded")
-    ]
+    assert [(e.call_id, e.status) for e in result.side_effects] == [("call_reserve", "succeeded")]
     # The deadline's timer fired during the wait, which did not count: it started again
     # for what was left when the wait ended, and fired at the deadline.
     assert await deadline_timers(handle) == {"started": 2, "fired": 2, "cancelled": 0}

@@ -5,21 +5,28 @@ the ledger's `decision` sentence back."""
 
 from __future__ import annotations
 
+import ast
 import json
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.client import Client
 
+import agentloop
 from agentloop.cli.transcript import format_transcript
 from agentloop.contract import (
     AgentRunInput,
     ApprovalDecision,
     ApprovalRecord,
     Principal,
+    RefusedApproval,
+    RefusedResolution,
+    RefusedSignal,
     ResolutionRecord,
     ResolveRequest,
+    SideEffect,
 )
 from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.events import UserInput
@@ -27,6 +34,7 @@ from agentloop.runtime.config import Settings
 from agentloop.tool_spec import Outcome
 from agentloop.workflows import loop
 from agentloop.workflows.loop import Finish, LookupOutcome, RunTools
+from agentloop.workflows.loop.state import LoopState
 from agentloop.workflows.loop.views import facts, side_effects
 from tests.loop.test_blocked_runs import booking
 from tests.loop.test_governance import decision, new_state, pass_preconditions, reserve
@@ -118,7 +126,11 @@ def test_an_operators_word_on_an_unknown_write_is_recorded_as_fields() -> None:
     )
     assert record.approval is not None and record.approval.approver == "lead"
     [effect] = side_effects(state)
-    assert effect["confirmed_by"] == "operator (ops says applied: seen in db)"
+    assert effect.confirmed_by == "operator (ops says applied: seen in db)"
+    # The facts restated to the model say it from the fields, in the ledger's words.
+    assert record.people_said() == record.decision
+    assert record.decision == "approved by lead; resolved: ops says applied: seen in db"
+    assert f"reserve_seat w1 was {record.decision}" in facts(state)
 
 
 def test_no_decision_or_resolution_sentence_is_parsed_back() -> None:
@@ -129,7 +141,87 @@ def test_no_decision_or_resolution_sentence_is_parsed_back() -> None:
     assert facts(state) == []
     state.calls["w1"].status = "confirmed_after_query"
     [effect] = side_effects(state)
-    assert effect["confirmed_by"] == "lookup by idempotency key"
+    assert effect.confirmed_by == "lookup by idempotency key"
+
+
+OLD_REFUSALS: list[dict[str, Any]] = [
+    {
+        "signal": "message",
+        "payload": "hi",
+        "refused_because": "too long",
+        "at": "2026-01-01T00:00:00+00:00",
+    },
+    {
+        "signal": "approve",
+        "call_id": "w1",
+        "args_digest": "sha256:ab",
+        "approved": True,
+        "approver": "mallory",
+        "reason": "",
+        "refused_because": "'mallory' may not decide",
+        "at": "2026-01-01T00:00:01.500000+00:00",
+    },
+    {
+        "signal": "resolve",
+        "call_id": "w2",
+        "outcome": "applied",
+        "operator": "ops",
+        "note": "",
+        "refused_because": "no write 'w2' is awaiting reconciliation",
+        "at": "2026-01-01T00:00:02+00:00",
+    },
+]
+"""Refused decisions as run state has held them since they named their signal."""
+OLD_SIDE_EFFECTS: list[dict[str, Any]] = [
+    {
+        "call_id": "c1",
+        "tool": "reserve_seat",
+        "idempotency_key": "k1",
+        "status": "succeeded",
+        "confirmed_by": "the system's response",
+    },
+    {
+        "call_id": "c2",
+        "tool": "send_reply",
+        "idempotency_key": "k2",
+        "status": "unknown",
+        "confirmed_by": "not confirmed: outcome unknown",
+        "via": "grandchild (delegate d9)",
+    },
+]
+"""A child's side effects as a delegation held them (its own, and one it had delegated)."""
+
+
+def test_run_state_from_before_the_typed_lists_reads_back_and_shows_the_same() -> None:
+    """Run state carried over by continue-as-new holds these lists as plain JSON: it reads
+    back into the typed lines, and `status` and the result show them as before."""
+    state = new_state().model_dump(mode="json")
+    state["refused_decisions"] = [
+        *OLD_REFUSALS,
+        # From before refusals named their signal: read as the approval or resolution it was.
+        {k: v for k, v in OLD_REFUSALS[1].items() if k != "signal"},
+        {k: v for k, v in OLD_REFUSALS[2].items() if k != "signal"},
+    ]
+    state["delegations"] = {
+        "d1": {"child_workflow_id": "child-1", "limits": {}, "side_effects": OLD_SIDE_EFFECTS}
+    }
+    loaded = LoopState.model_validate_json(json.dumps(state))
+
+    shown = loaded.model_dump(mode="json")["refused_decisions"]
+    assert shown == [*OLD_REFUSALS, OLD_REFUSALS[1], OLD_REFUSALS[2]]
+    assert [type(r) for r in loaded.refused_decisions] == [
+        RefusedSignal,
+        RefusedApproval,
+        RefusedResolution,
+        RefusedApproval,
+        RefusedResolution,
+    ]
+    via = "child-1 (delegate d1)"
+    assert [e.model_dump(mode="json") for e in side_effects(loaded)] == [
+        {**effect, "via": via} for effect in OLD_SIDE_EFFECTS
+    ]
+    # This run's own writes carry no `via`, as before.
+    assert "via" not in SideEffect(**{**OLD_SIDE_EFFECTS[0]}).model_dump(mode="json")
 
 
 @pytest.mark.integration
@@ -157,7 +249,7 @@ async def test_status_json_shows_who_approved_as_fields(
         "approve",
         ApprovalDecision(
             call_id="call_r",
-            args_digest=pending["args_digest"],
+            args_digest=pending.args_digest,
             approved=True,
             approver="workshop-lead",
             reason="the seat is free",
@@ -184,3 +276,105 @@ async def test_status_json_shows_who_approved_as_fields(
     assert "Decisions:\n  reserve_seat call_r: approved by workshop-lead at " in result.report
     shown = await agentloop_cli("status", run_id, env=env, cwd=tmp_path)
     assert "    approved by workshop-lead at " in shown.stdout, shown.explain()
+
+
+# --- nothing reads a decision or a stop back out of its sentence ---------------------------
+
+SENTENCE_MARKERS = ("approved by", "rejected by", "resolved:", "resolved by", "says applied")
+"""What the sentences of decisions hold (`ApprovalRecord.said`, `ResolutionRecord.in_ledger`)."""
+SENTENCE_FIELDS = {"decision", "stop_reason", "refused_because", "confirmed_by"}
+"""Fields that hold a sentence for people; each has a typed field beside it to read instead."""
+STRING_READERS = {
+    "startswith",
+    "endswith",
+    "split",
+    "rsplit",
+    "partition",
+    "rpartition",
+    "removeprefix",
+    "removesuffix",
+    "index",
+    "find",
+    "rfind",
+}
+PATTERN_READERS = {"match", "search", "fullmatch", "findall", "finditer", "compile", "sub", "split"}
+
+
+def sentence_parsing(source: str) -> list[str]:
+    """Where `source` reads a decision's or a stop's sentence back: a string method or a
+    pattern given a decision's words, a sentence field taken apart by a string method, or
+    words looked for in a sentence field."""
+
+    def marked(node: ast.AST) -> bool:
+        return any(
+            isinstance(n, ast.Constant)
+            and isinstance(n.value, str)
+            and any(m in n.value for m in SENTENCE_MARKERS)
+            for n in ast.walk(node)
+        )
+
+    def sentence_field(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr in SENTENCE_FIELDS
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        where = f"line {getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            method, owner = node.func.attr, node.func.value
+            arguments = [*node.args, *(k.value for k in node.keywords)]
+            if method in STRING_READERS and (
+                sentence_field(owner) or any(marked(a) for a in arguments)
+            ):
+                found.append(f"{where}: .{method}() on a decision's sentence")
+            if (
+                isinstance(owner, ast.Name)
+                and owner.id == "re"
+                and method in PATTERN_READERS
+                and any(marked(a) or sentence_field(a) for a in arguments)
+            ):
+                found.append(f"{where}: re.{method}() on a decision's sentence")
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            contains = any(isinstance(op, ast.In | ast.NotIn) for op in node.ops)
+            if any(marked(side) for side in sides) or (
+                contains and any(sentence_field(side) for side in node.comparators)
+            ):
+                found.append(f"{where}: a decision's sentence compared or searched")
+    return found
+
+
+def test_the_sentence_checker_finds_each_way_of_parsing_it() -> None:
+    """The check below can fail: each of these reads a sentence back."""
+    parsing = [
+        'record.decision.startswith("approved by")',
+        'approver = record.decision.split("approved by ")[1]',
+        'said = decision.partition("; resolved: ")[2]',
+        'rejected = "rejected by" in text',
+        'cause = result.stop_reason.split(":")[0]',
+        'budget = "max_cost_usd" in result.stop_reason',
+        're.search(r"approved by (\\w+)", record.decision)',
+        'confirmed = effect.confirmed_by.removeprefix("operator (")',
+    ]
+    for line in parsing:
+        assert sentence_parsing(line), line
+    writing = [
+        "record.decision = record.approval.said()",
+        'record.decision += f"; {resolution.in_ledger()}"',
+        'return f"{self.operator} says {self.outcome}"',
+        "refused = r.decision in REFUSAL_DECISIONS",
+    ]
+    for line in writing:
+        assert not sentence_parsing(line), line
+
+
+def test_no_code_parses_a_decision_or_a_stop_sentence_back() -> None:
+    """Who decided, how a write was resolved and why a run stopped are typed fields
+    (`approval`, `resolution`, `stop_cause`, `OverCap.cap`): the sentences beside them are
+    written for people and never read back."""
+    package = Path(agentloop.__file__).parent
+    found = [
+        f"{path.relative_to(package.parent)} {problem}"
+        for path in sorted(package.rglob("*.py"))
+        for problem in sentence_parsing(path.read_text())
+    ]
+    assert found == []

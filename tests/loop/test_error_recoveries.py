@@ -165,13 +165,13 @@ def side_effect(status: str, confirmed_by: str) -> Check:
 
     async def check(result: AgentRunResult, ctx: Ctx) -> None:
         [effect] = result.side_effects
-        key = effect.pop("idempotency_key")
-        assert effect == {
-            "call_id": "call_w",
-            "tool": "reserve_seat",
-            "status": status,
-            "confirmed_by": confirmed_by,
-        }
+        key = effect.idempotency_key
+        assert (effect.call_id, effect.tool, effect.status, effect.confirmed_by) == (
+            "call_w",
+            "reserve_seat",
+            status,
+            confirmed_by,
+        )
         assert key.startswith(f"{ctx.run_id}/") and key.endswith("/call_w")  # one per run chain
         assert f"reserve_seat call_w: {status}, confirmed by {confirmed_by}" in result.report
 

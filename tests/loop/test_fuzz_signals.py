@@ -143,7 +143,7 @@ async def test_generated_payloads_at_every_signal_and_the_update_never_wedge_a_r
     assert all(len(json.dumps(r)) < 6_000 for r in view.refused_decisions)
     [pending] = view.pending_approvals
     decision = ApprovalDecision(
-        call_id="c_res", args_digest=pending["args_digest"], approved=True, approver="workshop-lead"
+        call_id="c_res", args_digest=pending.args_digest, approved=True, approver="workshop-lead"
     )
     assert (await latest.execute_update("decide_approval", decision))["accepted"] is True
     result = await asyncio.wait_for(latest.result(), 60)

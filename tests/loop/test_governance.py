@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from agentloop.activity_io import PreconditionResult
-from agentloop.contract import AgentRunInput, ApprovalDecision, Principal
+from agentloop.contract import AgentRunInput, ApprovalDecision, PendingCall, Principal
 from agentloop.events import ToolResult
 from agentloop.policies import approval
 from agentloop.tool_spec import ToolSpec
@@ -103,12 +103,12 @@ def test_a_read_and_a_gated_write_the_read_runs_the_write_waits() -> None:
     assert step.deadline == T0 + timedelta(seconds=86400)
     assert state.calls["w1"].status == "proposed"
     [shown] = loop.pending_approvals(state)
-    assert (shown["call_id"], shown["tool"], shown["args_digest"]) == (
+    assert (shown.call_id, shown.tool, shown.args_digest) == (
         "w1",
         "reserve_seat",
         state.calls["w1"].args_digest,
     )
-    assert shown["arguments"] == {"workshop_id": "ws-101", "participant_id": "p-bob"}
+    assert shown.arguments == {"workshop_id": "ws-101", "participant_id": "p-bob"}
 
 
 def test_an_approved_write_runs_once_then_the_model_sees_all_results() -> None:
@@ -137,7 +137,7 @@ def test_decisions_that_do_not_count_change_nothing_and_are_recorded(make, why) 
     pass_preconditions(state)
     verdict = loop.receive_decision(state, make(state), T0)
     assert not verdict.accepted and why in verdict.reason
-    assert why in state.refused_decisions[0]["refused_because"]
+    assert why in state.refused_decisions[0].refused_because
     assert isinstance(loop.decide(state, T0), AwaitApproval)
 
 
@@ -207,7 +207,7 @@ def test_approval_timeout() -> None:
     step = loop.decide(state, T0 + timedelta(seconds=60))
     assert isinstance(step, Finish) and step.status == "approval_timeout"
     assert loop.pending_at_stop(state) == [
-        {"call_id": "w1", "tool": "reserve_seat", "status": "awaiting_approval"}
+        PendingCall(call_id="w1", tool="reserve_seat", status="awaiting_approval")
     ]
 
 

@@ -8,7 +8,7 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from agentloop.contract import AgentRunInput, Principal, RunStatusView, UserMessage
+from agentloop.contract import AgentRunInput, Principal, RefusedSignal, RunStatusView, UserMessage
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
@@ -211,7 +211,7 @@ async def test_a_final_answer_confirmed_by_the_system_of_record_completes(
         "approve",
         {
             "call_id": "call_r",
-            "args_digest": view.pending_approvals[0]["args_digest"],
+            "args_digest": view.pending_approvals[0].args_digest,
             "approved": True,
             "approver": "workshop-lead",
         },
@@ -282,8 +282,9 @@ async def test_an_answer_past_its_share_of_the_step_is_refused_and_the_question_
     await handle.signal("message", UserMessage(text="x" * (share + 1), sender="dana"))
     view = await wait_for_status(handle, lambda v: bool(v.refused_decisions), "the refusal")
     [refused] = view.refused_decisions
-    assert refused["signal"] == "message" and refused["payload"] == "x" * 200
-    assert f"an answer may hold {share} characters now (3 questions" in refused["refused_because"]
+    assert isinstance(refused, RefusedSignal)
+    assert refused.signal == "message" and refused.payload == "x" * 200
+    assert f"an answer may hold {share} characters now (3 questions" in refused.refused_because
     assert view.phase == "awaiting_input" and view.question == questions[0]
     answers = ["a" * share, "b" * share, "Short."]  # each within its share: all are taken
     for question, answer in zip(questions, answers, strict=True):

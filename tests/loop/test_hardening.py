@@ -30,7 +30,9 @@ from agentloop.contract import (
     AgentRunInput,
     AgentRunResult,
     ApprovalDecision,
+    PendingCall,
     Principal,
+    RefusedDecision,
     RunStatusView,
 )
 from agentloop.demo.mcp_server import fanning_schema
@@ -112,7 +114,7 @@ async def paused_for_approval(
     return handle
 
 
-async def refusals(handle: WorkflowHandle[Any, Any], count: int) -> list[dict[str, Any]]:
+async def refusals(handle: WorkflowHandle[Any, Any], count: int) -> list[RefusedDecision]:
     view = await wait_for_status(
         handle, lambda v: len(v.refused_decisions) >= count, f"{count} refusals"
     )
@@ -128,7 +130,7 @@ async def test_signals_without_a_payload_are_refused_and_recorded_and_a_bare_can
     await handle.signal("resolve", None)
     await handle.signal("message")
     refused = await refusals(handle, 4)
-    assert [(r["signal"], r["refused_because"]) for r in refused] == [
+    assert [(r.signal, r.refused_because) for r in refused] == [
         (
             "approve",
             "approve: a payload is required: {call_id, args_digest, approved, approver, ...}",
@@ -198,13 +200,13 @@ async def test_malformed_signals_and_updates_are_refused_naming_the_field(
         await handle.signal(name, payload)
     refused = await refusals(handle, len(MALFORMED))
     for record, (name, _, reason) in zip(refused, MALFORMED, strict=True):
-        assert record["signal"] == name and reason in record["refused_because"], record
+        assert record.signal == name and reason in record.refused_because, record
     # Deeply nested JSON and a payload over the limit: refused unparsed.
     await handle.signal("approve", json.loads("[" * 30 + "]" * 30))
     await handle.signal("message", {"text": "y" * 300_000, "sender": "dana"})
     deep, big = (await refusals(handle, len(MALFORMED) + 2))[-2:]
-    assert "approve: input: Input should be a valid dictionary" in deep["refused_because"]
-    assert "over the limit of 256000" in big["refused_because"]
+    assert "approve: input: Input should be a valid dictionary" in deep.refused_because
+    assert "over the limit of 256000" in big.refused_because
 
     with pytest.raises(WorkflowUpdateFailedError) as rejected:
         await handle.execute_update("decide_approval", {"call_id": "c_res", "approved": True})
@@ -434,13 +436,13 @@ async def test_a_failed_precondition_in_a_batch_of_writes_leaves_the_batch(
     )
     handle = await start_run(client, worker, run_id, run_input(run_id, ["reserve_seat"]))
     view = await wait_for_phase(handle, "awaiting_approval")
-    assert [p["call_id"] for p in view.pending_approvals] == ["c_ok"]  # the refused one is out
+    assert [p.call_id for p in view.pending_approvals] == ["c_ok"]  # the refused one is out
     [pending] = view.pending_approvals
     await handle.signal(
         "approve",
         ApprovalDecision(
             call_id="c_ok",
-            args_digest=pending["args_digest"],
+            args_digest=pending.args_digest,
             approved=True,
             approver="workshop-lead",
         ),
@@ -488,7 +490,7 @@ async def test_a_reused_workflow_id_never_shares_a_write_key_with_the_earlier_ru
             "approve",
             ApprovalDecision(
                 call_id="c_reply",
-                args_digest=view.pending_approvals[0]["args_digest"],
+                args_digest=view.pending_approvals[0].args_digest,
                 approved=True,
                 approver="support-lead",
             ),
@@ -532,7 +534,7 @@ async def test_temporals_own_cancel_stops_the_run_with_its_result_and_report(
     assert result.status == "cancelled"
     assert result.stop_reason == "cancelled: cancel requested through Temporal"
     assert result.pending == [
-        {"call_id": "c_res", "tool": "reserve_seat", "status": "awaiting_approval"}
+        PendingCall(call_id="c_res", tool="reserve_seat", status="awaiting_approval")
     ]
     assert "cancelled" in result.report
     assert (await handle.describe()).status.name == "COMPLETED"
@@ -564,7 +566,7 @@ async def test_temporals_cancel_lets_a_write_in_flight_finish(
     [write] = result.calls
     assert (write.status, write.attempts) == ("succeeded", 1)  # finished, not cut short
     [effect] = result.side_effects
-    assert (effect["call_id"], effect["status"]) == ("c_res", "succeeded")
+    assert (effect.call_id, effect.status) == ("c_res", "succeeded")
     assert example_service.records()["reservations"] == 1
     await assert_never_wedged(handle)
 
@@ -621,8 +623,8 @@ async def test_continuing_an_unresolved_run_holds_the_same_write_instead_of_send
     )
     view = await wait_for_phase(handle, "awaiting_reconciliation")
     [held] = view.unresolved
-    assert held["call_id"] == "c_again" and held["idempotency_key"] == unknown.idempotency_key
-    assert "unknown outcome" in held["known"]
+    assert held.call_id == "c_again" and held.idempotency_key == unknown.idempotency_key
+    assert "unknown outcome" in held.known
     assert example_service.records()["replies"] == 1  # held, not sent
     await handle.signal("resolve", {"call_id": "c_again", "outcome": "applied", "operator": "ops"})
     result = await asyncio.wait_for(handle.result(), 30)
@@ -877,7 +879,7 @@ async def test_lone_surrogates_from_outside_never_reach_a_payload(
     handle = await paused_for_approval(client, worker, scripted_provider, f"{run_id}-a")
     await handle.signal("message", escaped({"text": f"hi{LONE}", "sender": "p-alice"}))
     [refused] = await refusals(handle, 1)
-    assert refused["signal"] == "message" and "lone surrogate" in refused["refused_because"]
+    assert refused.signal == "message" and "lone surrogate" in refused.refused_because
     await handle.signal("cancel")
     await asyncio.wait_for(handle.result(), 30)
     await assert_never_wedged(handle)

@@ -14,6 +14,7 @@ from agentloop.contract import (
     AgentRunResult,
     ApprovalDecision,
     Limits,
+    PendingCall,
     Usage,
     UserMessage,
 )
@@ -357,7 +358,7 @@ def test_a_batch_over_budget_is_in_the_ledger_as_left_undone(ledgered: bool) -> 
         ("c_t", "over_budget", "proposed", {}),
     ]
     assert result.calls[0].args_digest == weather.args_digest
-    assert [(p["call_id"], p["status"]) for p in result.pending] == [
+    assert [(p.call_id, p.status) for p in result.pending] == [
         ("c_w", "proposed"),
         ("c_t", "proposed"),
     ]
@@ -640,8 +641,8 @@ def test_calls_waiting_on_a_person_a_tool_asked_are_left_undone_at_the_stop() ->
     state.calls["w1"].status = "awaiting_input"
     state.calls["r1"].status = "pending"
     assert loop.pending_at_stop(state) == [
-        {"call_id": "w1", "tool": "reserve_seat", "status": "awaiting_input"},
-        {"call_id": "r1", "tool": "get_train_status", "status": "pending"},
+        PendingCall(call_id="w1", tool="reserve_seat", status="awaiting_input"),
+        PendingCall(call_id="r1", tool="get_train_status", status="pending"),
     ]
 
 

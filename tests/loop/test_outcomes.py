@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from agentloop.contract import AgentRunInput, ResolveRequest
+from agentloop.contract import (
+    AgentRunInput,
+    PendingCall,
+    RefusedResolution,
+    ResolveRequest,
+    SideEffect,
+)
 from agentloop.events import ToolResult
 from agentloop.tool_spec import Outcome, ToolSpec
 from agentloop.workflows import loop
@@ -68,13 +74,13 @@ def test_found_after_the_fact_is_confirmed_and_the_run_goes_on() -> None:
     assert "R-1" in result.content
     assert state.calls["w1"].attempts == 1
     assert loop.side_effects(state) == [
-        {
-            "call_id": "w1",
-            "tool": "send_reply",
-            "idempotency_key": "wf-7/w1",
-            "status": "confirmed_after_query",
-            "confirmed_by": "lookup by idempotency key",
-        }
+        SideEffect(
+            call_id="w1",
+            tool="send_reply",
+            idempotency_key="wf-7/w1",
+            status="confirmed_after_query",
+            confirmed_by="lookup by idempotency key",
+        )
     ]
 
 
@@ -96,7 +102,7 @@ def test_absent_after_the_last_attempt_waits_for_an_operator() -> None:
     lookup(state, Outcome(state="not_applied"))
     step = loop.decide(state, T0)
     assert isinstance(step, AwaitReconciliation) and step.call_ids == ["w1"]
-    assert "still absent after 2 attempts" in loop.unresolved(state)[0]["known"]
+    assert "still absent after 2 attempts" in loop.unresolved(state)[0].known
 
 
 def test_a_refusal_on_record_is_a_definite_failure() -> None:
@@ -117,14 +123,15 @@ def test_an_inconclusive_lookup_waits_then_resolve_applied_continues_without_a_r
     assert isinstance(step, AwaitReconciliation)
     assert step.deadline == T0 + timedelta(seconds=600)
     [shown] = loop.unresolved(state)
-    assert shown["idempotency_key"] == "wf-7/w1" and "503" in shown["known"]
-    assert shown["arguments"] == {"ticket_id": "T-1", "body": "hi"}
+    assert shown.idempotency_key == "wf-7/w1" and "503" in shown.known
+    assert shown.arguments == {"ticket_id": "T-1", "body": "hi"}
     refused = loop.record_resolution(
         state, ResolveRequest(call_id="nope", outcome="applied", operator="op"), T0
     )
     assert refused is not None
     [record] = state.refused_decisions
-    assert (record["signal"], record["call_id"]) == ("resolve", "nope")
+    assert isinstance(record, RefusedResolution)
+    assert (record.signal, record.call_id) == ("resolve", "nope")
     assert (
         loop.record_resolution(
             state, ResolveRequest(call_id="w1", outcome="applied", operator="op", note="seen"), T0
@@ -156,7 +163,7 @@ def test_no_resolution_before_the_timeout_stops_the_run_unresolved() -> None:
     assert isinstance(step, Finish) and step.status == "unresolved"
     assert "w1" in step.stop_reason
     assert loop.pending_at_stop(state) == [
-        {"call_id": "w1", "tool": "send_reply", "status": "unknown"}
+        PendingCall(call_id="w1", tool="send_reply", status="unknown")
     ]
 
 
@@ -178,12 +185,13 @@ def test_with_resolutions_checked_a_resolve_waits_for_the_workers_word() -> None
     refused = loop.record_checked_resolution(state, held, "unsigned: ...", "signed", T0)
     assert refused == "unsigned: ..."
     [record] = state.refused_decisions
-    assert (record["signal"], record["operator"], record["refused_because"]) == (
+    assert isinstance(record, RefusedResolution)
+    assert (record.signal, record.operator, record.refused_because) == (
         "resolve",
         "mallory",
         "unsigned: ...",
     )
-    assert "signature" not in record
+    assert "signature" not in record.model_dump(mode="json")
     assert isinstance(loop.decide(state, T0), AwaitReconciliation)
 
     ops = ResolveRequest(call_id="w1", outcome="applied", operator="ops", signature="c2ln")

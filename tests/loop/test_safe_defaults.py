@@ -84,7 +84,7 @@ async def test_an_undeclared_tool_failing_after_its_commit_is_looked_up_never_re
     key = write_key(handle, CALL_ID)
     assert (call.status, call.attempts, call.idempotency_key) == ("confirmed_after_query", 1, key)
     [effect] = result.side_effects
-    assert (effect["idempotency_key"], effect["status"]) == (key, "confirmed_after_query")
+    assert (effect.idempotency_key, effect.status) == (key, "confirmed_after_query")
 
 
 async def test_an_undeclared_tool_without_a_lookup_waits_for_an_operator(
@@ -100,7 +100,7 @@ async def test_an_undeclared_tool_without_a_lookup_waits_for_an_operator(
 
     [waiting] = view.unresolved
     key = write_key(handle, CALL_ID)
-    assert (waiting["call_id"], waiting["idempotency_key"]) == (CALL_ID, key)
+    assert (waiting.call_id, waiting.idempotency_key) == (CALL_ID, key)
     assert bookings(example_service) == (1, held + 1)
     assert len(scripted_provider.requests) == 1  # the model is not asked while it waits
 

@@ -78,7 +78,7 @@ async def test_the_support_tools_set_the_task_state_and_the_verifier_reads_it(
         "approve",
         ApprovalDecision(
             call_id="c_reply",
-            args_digest=pending["args_digest"],
+            args_digest=pending.args_digest,
             approved=True,
             approver="support-lead",
         ),
@@ -226,7 +226,7 @@ async def test_questions_in_a_row_are_not_a_stall_and_a_batch_over_budget_is_lef
     # The over-budget calls are in the ledger, not run, and left pending at the stop.
     ledger = {c.call_id: (c.decision, c.status) for c in result.calls}
     assert ledger["c_weather"] == ledger["c_train"] == ("over_budget", "proposed")
-    assert [p["call_id"] for p in result.pending] == ["c_weather", "c_train"]
+    assert [p.call_id for p in result.pending] == ["c_weather", "c_train"]
     assert result.usage.tool_calls == 1
     counts = example_service.stats()["counts"]
     assert counts["weather"] == counts["trains"] == 0

@@ -12,7 +12,13 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from agentloop.contract import AgentRunInput, AgentRunResult, ApprovalDecision, Principal
+from agentloop.contract import (
+    AgentRunInput,
+    AgentRunResult,
+    ApprovalDecision,
+    Principal,
+    RefusedSignal,
+)
 from agentloop.demo.scripted_provider import (
     Script,
     ScriptedError,
@@ -83,7 +89,7 @@ async def approve(handle: WorkflowHandle[Any, Any], call_id: str) -> None:
     view = await wait_for_phase(handle, "awaiting_approval")
     [pending] = view.pending_approvals
     decision = ApprovalDecision(
-        call_id=call_id, args_digest=pending["args_digest"], approved=True, approver="workshop-lead"
+        call_id=call_id, args_digest=pending.args_digest, approved=True, approver="workshop-lead"
     )
     await handle.signal("approve", decision)
 
@@ -200,8 +206,9 @@ async def test_at_most_so_many_messages_wait_for_the_model(
         await handle.signal("message", {"text": f"note {n}", "sender": "p-alice"})
     view = await wait_for_status(handle, lambda v: len(v.refused_decisions) == 1, "a refusal")
     [refused] = view.refused_decisions
-    assert refused["signal"] == "message" and refused["payload"] == f"note {MAX_WAITING_MESSAGES}"
-    assert f"{MAX_WAITING_MESSAGES} messages already wait" in refused["refused_because"]
+    assert isinstance(refused, RefusedSignal)
+    assert refused.signal == "message" and refused.payload == f"note {MAX_WAITING_MESSAGES}"
+    assert f"{MAX_WAITING_MESSAGES} messages already wait" in refused.refused_because
     await approve(handle, "c_res")
     result = await asyncio.wait_for(handle.result(), 30)
     assert result.status == "completed", result.stop_reason
@@ -245,7 +252,7 @@ async def test_a_run_whose_calls_would_hold_too_many_argument_bytes_stops_before
         "c_b0": ("over_budget", "proposed", 0),
         "c_b1": ("over_budget", "proposed", 0),
     }
-    assert [p["call_id"] for p in result.pending] == ["c_b0", "c_b1"]
+    assert [p.call_id for p in result.pending] == ["c_b0", "c_b1"]
     assert len(scripted_provider.requests) == 2
     await assert_never_wedged(handle)
 

@@ -37,6 +37,7 @@ from agentloop.contract import (
     AgentRunResult,
     CallRecord,
     LimitsLeft,
+    PendingApproval,
     Phase,
     RunStatus,
     RunStatusView,
@@ -164,13 +165,14 @@ def waiting_view() -> RunStatusView:
         ("call_reserve", "reserve_seat", "proposed"),
     )
     waiting.pending_approvals = [
-        {
-            "call_id": "call_reserve",
-            "tool": "reserve_seat",
-            "arguments": RESERVE,
-            "args_digest": DIGEST,
-            "approvers": ["workshop-lead"],
-        }
+        PendingApproval(
+            call_id="call_reserve",
+            tool="reserve_seat",
+            arguments=RESERVE,
+            args_digest=DIGEST,
+            approvers=["workshop-lead"],
+            requested_at=datetime(2026, 12, 1, tzinfo=UTC),
+        )
     ]
     return waiting
 

@@ -191,7 +191,7 @@ async def test_a_dropped_answer_is_resolved_by_the_teams_own_lookup(
     assert len(requests_to(example_service, "workshops.operation")) >= 1
     assert reservations(example_service) == 1
     [effect] = result.side_effects
-    assert (effect["call_id"], effect["status"]) == ("c_book", "confirmed_after_query")
+    assert (effect.call_id, effect.status) == ("c_book", "confirmed_after_query")
 
 
 async def test_another_tenants_object_is_refused_by_the_teams_check_and_never_touched(
@@ -258,9 +258,9 @@ async def test_the_teams_approval_rule_gates_only_the_long_reply_and_its_history
         tools=["team_reply"],
     )
     view = await wait_for_phase(handle, "awaiting_approval")
-    assert [p["call_id"] for p in view.pending_approvals] == ["c_long"]
+    assert [p.call_id for p in view.pending_approvals] == ["c_long"]
     assert example_service.records()["replies"] == 0  # no write of the batch runs before it
-    digest = view.pending_approvals[0]["args_digest"]
+    digest = view.pending_approvals[0].args_digest
     await handle.signal(
         "approve",
         ApprovalDecision(call_id="c_long", args_digest=digest, approved=True, approver="lead"),
@@ -443,7 +443,7 @@ async def test_a_write_returning_a_model_succeeded_once_and_the_model_reads_it_a
     assert result.status == "completed", result.stop_reason
     [filed] = result.calls
     assert (filed.status, filed.activity_attempts) == ("succeeded", 1)
-    assert [e["status"] for e in result.side_effects] == ["succeeded"]
+    assert [e.status for e in result.side_effects] == ["succeeded"]
     assert len(FILED) == 1 and LOOKED_UP == []
     assert sent_result(scripted_provider, run_id, "c_1") == {
         "claim_id": "cl-7",
@@ -467,7 +467,7 @@ async def test_what_cannot_be_written_fails_a_read_once_and_leaves_a_write_succe
     assert result.status == "completed", result.stop_reason
     by_call = by_id(result.calls)
     assert (by_call["c_write"].status, by_call["c_write"].activity_attempts) == ("succeeded", 1)
-    assert [e["status"] for e in result.side_effects] == ["succeeded"] and len(FILED) == 1
+    assert [e.status for e in result.side_effects] == ["succeeded"] and len(FILED) == 1
     told = sent_result(scripted_provider, run_id, "c_write")
     assert told["done"] is True and "stamp_order returned a dict" in told["not_shown"]
     assert "Opaque" in told["not_shown"], told

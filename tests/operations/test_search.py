@@ -265,7 +265,7 @@ async def test_a_run_started_without_search_attributes_is_found_in_its_phase_and
         "approve",
         ApprovalDecision(
             call_id="call_r",
-            args_digest=pending["args_digest"],
+            args_digest=pending.args_digest,
             approved=True,
             approver="workshop-lead",
         ),

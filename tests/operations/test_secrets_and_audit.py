@@ -172,7 +172,7 @@ async def _run_with_an_approved_write(
         "approve",
         ApprovalDecision(
             call_id="call_reply",
-            args_digest=view.pending_approvals[0]["args_digest"],
+            args_digest=view.pending_approvals[0].args_digest,
             approved=True,
             approver="support-lead",
         ),

@@ -94,7 +94,7 @@ async def test_a_call_is_approved_as_shown(harness: Harness) -> None:
 
     shown = await harness.approve(run, "call_1", approver="boss")
 
-    assert (shown["tool"], shown["arguments"]) == ("send", {"body": "hi"})
+    assert (shown.tool, shown.arguments) == ("send", {"body": "hi"})
     result = await harness.result(run)
     assert (result.status, result.calls[0].decision) == ("completed", "approved by boss")
     assert list(DESK.sent.values()) == ["hi"]
@@ -142,11 +142,11 @@ async def test_a_write_of_unknown_outcome_is_resolved(harness: Harness) -> None:
         "Post it", tools=TOOLS, turns=[[call("post", body="hi")], reply("Posted.")]
     )
     waiting = await harness.wait_for_phase(run, "awaiting_reconciliation")
-    assert [u["call_id"] for u in waiting.unresolved] == ["call_1"]
+    assert [u.call_id for u in waiting.unresolved] == ["call_1"]
 
     shown = await harness.resolve(run, "call_1", "applied", operator="ops")
 
-    assert shown["tool"] == "post"
+    assert shown.tool == "post"
     result = await harness.result(run)
     assert result.status == "completed"
     assert "resolved: ops says applied" in result.calls[0].decision

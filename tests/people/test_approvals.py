@@ -121,12 +121,12 @@ async def test_a_read_runs_while_the_gated_write_waits_then_approve_runs_it_once
         "call_reserve": "proposed",
     }
     [pending] = view.pending_approvals
-    assert (pending["call_id"], pending["tool"], pending["arguments"]) == (
+    assert (pending.call_id, pending.tool, pending.arguments) == (
         "call_reserve",
         "reserve_seat",
         RESERVE,
     )
-    assert pending["args_digest"] == next(
+    assert pending.args_digest == next(
         c.args_digest for c in view.calls if c.call_id == "call_reserve"
     )
     assert reservations(example_service) == 0
@@ -137,9 +137,9 @@ async def test_a_read_runs_while_the_gated_write_waits_then_approve_runs_it_once
     assert reservations(example_service) == 1
     assert example_service.stats()["counts"]["workshops.reserve"] == 1
     [effect] = result.side_effects
-    assert (effect["call_id"], effect["status"]) == ("call_reserve", "succeeded")
-    assert effect["confirmed_by"] == "the system's response"
-    assert effect["idempotency_key"] == write_key(handle, "call_reserve")
+    assert (effect.call_id, effect.status) == ("call_reserve", "succeeded")
+    assert effect.confirmed_by == "the system's response"
+    assert effect.idempotency_key == write_key(handle, "call_reserve")
     assert (
         "approved by workshop-lead" in {c.call_id: c for c in result.calls}["call_reserve"].decision
     )
@@ -233,7 +233,7 @@ async def test_decisions_for_other_calls_digests_or_approvers_change_nothing(
     scripted_provider.register(reserve_script(run_id))
     handle = await start_run(client, worker, run_id, run_input(run_id))
     view = await wait_for_phase(handle, "awaiting_approval")
-    digest = view.pending_approvals[0]["args_digest"]
+    digest = view.pending_approvals[0].args_digest
     await decide(handle, "call_unknown", digest=digest)
     await decide(handle, "call_reserve", digest="sha256:" + "0" * 64)
     await decide(handle, "call_reserve", approver="mallory")
@@ -299,12 +299,12 @@ async def test_a_changed_recipient_needs_a_new_approval(
     await decide(handle, "call_r1")
     second = await wait_for_status(
         handle,
-        lambda v: any(p["call_id"] == "call_r2" for p in v.pending_approvals),
+        lambda v: any(p.call_id == "call_r2" for p in v.pending_approvals),
         "call_r2 to wait for approval",
     )
-    assert second.pending_approvals[0]["arguments"]["recipient"] == "mallory@evil.test"
-    first_digest = first.pending_approvals[0]["args_digest"]
-    assert second.pending_approvals[0]["args_digest"] != first_digest
+    assert second.pending_approvals[0].arguments["recipient"] == "mallory@evil.test"
+    first_digest = first.pending_approvals[0].args_digest
+    assert second.pending_approvals[0].args_digest != first_digest
     assert example_service.records()["replies"] == 1
     # Re-using the first approval's digest for the new call counts for nothing.
     await decide(handle, "call_r2", digest=first_digest)
@@ -356,7 +356,7 @@ async def test_the_pending_approval_survives_a_killed_worker(
         first.send_signal(signal.SIGKILL)
         await first.wait()
     # No worker is polling now (a query would fail); the signal waits in history.
-    await decide(handle, "call_reserve", digest=view.pending_approvals[0]["args_digest"])
+    await decide(handle, "call_reserve", digest=view.pending_approvals[0].args_digest)
     async with worker_process(env):
         result = await handle.result()
     assert result.status == "completed", result.stop_reason
@@ -397,7 +397,7 @@ async def test_approval_timeout_on_the_time_skipping_server(
     result = await handle.result()  # the test server skips the week
     assert result.status == "approval_timeout"
     assert "call_reserve" in result.stop_reason
-    assert [(p["call_id"], p["status"]) for p in result.pending] == [
+    assert [(p.call_id, p.status) for p in result.pending] == [
         ("call_reserve", "awaiting_approval")
     ]
     assert reservations(example_service) == 0

@@ -129,7 +129,7 @@ async def test_a_user_sees_and_acts_on_their_tenants_runs_only(
         assert "tenant-b" in await response.text()
     # A direct POST with a good token of ann's own session is refused all the same.
     token = await csrf_token(http, f"{inbox.url}/runs", "ann")
-    digest = (await wait_for_phase(handle, "awaiting_approval")).pending_approvals[0]["args_digest"]
+    digest = (await wait_for_phase(handle, "awaiting_approval")).pending_approvals[0].args_digest
     status, _ = await decide(http, inbox, run_id, "ann", csrf=token, args_digest=digest)
     assert status == 403
     # bea sees the run, but the tool names its approvers and she is not one of them.
@@ -138,7 +138,7 @@ async def test_a_user_sees_and_acts_on_their_tenants_runs_only(
     assert status == 403 and "only workshop-lead may decide c_res" in page
 
     view = await wait_for_phase(handle, "awaiting_approval")
-    assert [p["call_id"] for p in view.pending_approvals] == ["c_res"]
+    assert [p.call_id for p in view.pending_approvals] == ["c_res"]
     assert view.refused_decisions == []  # nothing reached the run
 
     token = await csrf_token(http, f"{inbox.url}/runs/{run_id}", "workshop-lead")
@@ -233,7 +233,7 @@ async def test_a_state_changing_request_without_its_sessions_token_is_refused(
     run_id: str,
 ) -> None:
     handle = await waiting_booking(client, worker, scripted_provider, run_id)
-    digest = (await wait_for_phase(handle, "awaiting_approval")).pending_approvals[0]["args_digest"]
+    digest = (await wait_for_phase(handle, "awaiting_approval")).pending_approvals[0].args_digest
     user = "workshop-lead"
     token = await csrf_token(http, f"{inbox.url}/runs/{run_id}", user)
 

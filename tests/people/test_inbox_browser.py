@@ -187,7 +187,7 @@ async def test_reject_with_a_reason_and_a_stale_digest_is_refused_saying_why(
     await approval.get_by_role("button", name="Approve").click()
     await expect(page.page.locator("#notice.refused")).to_contain_text("stale decision")
     view = await wait_for_phase(handle, "awaiting_approval")
-    assert [p["call_id"] for p in view.pending_approvals] == ["c_res"]
+    assert [p.call_id for p in view.pending_approvals] == ["c_res"]
 
     approval = page.page.locator(".approval")  # the page as it is now, its digest current
     await approval.get_by_label("reason").fill("ws-101 is for staff only")
@@ -328,7 +328,7 @@ async def test_hostile_text_from_the_task_the_model_and_the_tool_arguments_runs_
     )
     handle = await start_run(client, worker, run_id, run_input)
     view = await wait_for_phase(handle, "awaiting_approval")
-    assert view.pending_approvals[0]["arguments"] == arguments
+    assert view.pending_approvals[0].arguments == arguments
 
     await page.page.goto(inbox.url + "/")
     row = page.page.locator("#items tr", has_text=run_id)
@@ -386,7 +386,7 @@ async def test_signed_mode_the_browser_signs_with_a_key_the_inbox_never_holds(
 
         # Unsigned, a decision does not count: the run refuses it, and the page says why.
         token = await page.page.locator("meta[name=csrf-token]").get_attribute("content")
-        digest = view.pending_approvals[0]["args_digest"]
+        digest = view.pending_approvals[0].args_digest
         unsigned = await page.page.request.post(
             f"{inbox.url}/runs/{run_id}/decide",
             form={"csrf": token, "call_id": "c_res", "args_digest": digest, "verdict": "approve"},

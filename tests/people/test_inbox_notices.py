@@ -121,7 +121,7 @@ async def test_a_run_waiting_for_approval_sends_one_signed_notice(
         expected = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
         assert hmac.compare_digest(headers[SIGNATURE_HEADER], expected)
         notice = json.loads(body)
-        digest = view.pending_approvals[0]["args_digest"]
+        digest = view.pending_approvals[0].args_digest
         assert notice["run"] == run_id and notice["kind"] == "approval"
         assert notice["calls"] == [
             {
@@ -161,7 +161,7 @@ async def test_a_failing_webhook_neither_fails_nor_delays_the_run_and_status_say
         assert len(bad.received) == 4  # the notice's attempts, with backoff
         assert len(good.received) == 4  # each attempt tells every webhook (dedupe by id)
         assert len({json.loads(body)["id"] for _, body in good.received}) == 1
-        await approve(handle, view.pending_approvals[0]["args_digest"])
+        await approve(handle, view.pending_approvals[0].args_digest)
         result = await handle.result()
     assert result.status == "completed", result.stop_reason
 
@@ -181,7 +181,7 @@ async def test_a_run_without_the_feature_sends_no_notice(
     async with running_worker(client, settings):
         handle = await start_run(client, settings, run_id, booking(scripted_provider, run_id))
         view = await wait_for_phase(handle, "awaiting_approval")
-        await approve(handle, view.pending_approvals[0]["args_digest"])
+        await approve(handle, view.pending_approvals[0].args_digest)
         result = await handle.result()
     assert result.status == "completed", result.stop_reason
     scheduled = [

@@ -25,6 +25,7 @@ from agentloop.contract import (
     AgentRunResult,
     ApprovalDecision,
     ApprovalVerdict,
+    RefusedResolution,
     ResolveRequest,
     RunStatusView,
 )
@@ -283,12 +284,13 @@ async def test_with_keys_only_the_approvers_signature_lets_the_write_run(
     # The signal path is checked the same way.
     await handle.signal("approve", forged)
     records = await refusals(handle, 4)
-    reasons = [r["refused_because"] for r in records]
+    reasons = [r.refused_because for r in records]
     assert reasons[0].startswith("unsigned: this worker takes only signed approvals")
     assert all("the signature is not workshop-lead's" in r for r in reasons[1:])
     view = await handle.query("status", result_type=RunStatusView)
     assert view.phase == "awaiting_approval" and view.pending_approvals
-    assert "signature" not in records[1]  # what status shows leaves the signature out
+    # What status shows leaves the signature out.
+    assert "signature" not in records[1].model_dump(mode="json")
     assert reservations(example_service) == 0
 
     good = sign_decision(unsigned, LEAD, workflow_id=handle.id, run=run)
@@ -423,16 +425,16 @@ async def test_with_keys_only_a_signed_resolve_by_an_approver_settles_a_write(
     ):
         await handle.signal("resolve", refused)
     records = await refusals(handle, 3)
-    assert [(r["signal"], r["operator"]) for r in records] == [
+    assert [(r.signal, r.operator) for r in records if isinstance(r, RefusedResolution)] == [
         ("resolve", "mallory"),
         ("resolve", "workshop-lead"),
         ("resolve", "workshop-lead"),
     ]
-    reasons = [r["refused_because"] for r in records]
+    reasons = [r.refused_because for r in records]
     assert reasons[0] == "'mallory' may not settle this write; approvers: workshop-lead"
     assert reasons[1].startswith("unsigned: this worker takes only signed resolutions")
     assert "the signature is not workshop-lead's" in reasons[2]
-    assert "signature" not in records[2]
+    assert "signature" not in records[2].model_dump(mode="json")
     view = await handle.query("status", result_type=RunStatusView)
     assert view.phase == "awaiting_reconciliation" and the_call(view.calls).status == "unknown"
 

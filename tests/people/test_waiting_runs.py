@@ -92,7 +92,7 @@ async def test_a_run_evicted_while_awaiting_approval_resumes_without_running_any
             done = await start_run(client, settings, other, run_input(other, []))
             assert (await done.result()).status == "completed"
         [pending] = view.pending_approvals
-        assert pending["call_id"] == "c_res"
+        assert pending.call_id == "c_res"
         await approve_as_shown(waiting, pending, "workshop-lead")
         result = await asyncio.wait_for(waiting.result(), 30)
     assert result.status == "completed", result.stop_reason

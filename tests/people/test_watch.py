@@ -171,7 +171,7 @@ async def test_an_approval_wait_is_published_and_its_end_before_the_write_result
         "approve",
         ApprovalDecision(
             call_id="call_res",
-            args_digest=pending["args_digest"],
+            args_digest=pending.args_digest,
             approved=True,
             approver="workshop-lead",
         ),
@@ -513,7 +513,7 @@ async def test_many_subscribers_leave_the_run_and_each_other_whole(
         "approve",
         ApprovalDecision(
             call_id="call_res",
-            args_digest=pending["args_digest"],
+            args_digest=pending.args_digest,
             approved=True,
             approver="workshop-lead",
         ),

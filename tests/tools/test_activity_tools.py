@@ -200,7 +200,7 @@ async def test_the_plain_worker_killed_mid_write_its_lookup_decides_and_the_writ
     [booked] = result.calls
     assert (booked.status, booked.attempts) == ("confirmed_after_query", 1)
     [effect] = result.side_effects
-    assert (effect["call_id"], effect["status"]) == ("c_book", "confirmed_after_query")
+    assert (effect.call_id, effect.status) == ("c_book", "confirmed_after_query")
     assert len(requests_to(example_service, "workshops.reserve")) == 1
     assert len(requests_to(example_service, "workshops.operation")) == 1
     assert reservations(example_service) == 1
@@ -467,7 +467,7 @@ async def test_a_write_answering_bytes_or_protobuf_succeeds_once_and_is_never_lo
     )
     [record] = result.calls
     assert (record.call_id, record.status, record.activity_attempts) == ("c_1", "succeeded", 1)
-    assert [e["call_id"] for e in result.side_effects] == ["c_1"]
+    assert [e.call_id for e in result.side_effects] == ["c_1"]
     assert list(ANSWERED) == [name]  # sent once, never looked up
     if answering is send_note_protobuf:
         assert json.loads(told) == {"workflowId": "note-1", "runId": "r-1"}

@@ -299,7 +299,7 @@ async def test_a_childs_write_is_a_side_effect_of_the_parent(
         "approve",
         ApprovalDecision(
             call_id="call_r",
-            args_digest=pending[0]["args_digest"],
+            args_digest=pending[0].args_digest,
             approved=True,
             approver="workshop-lead",
         ),
@@ -309,9 +309,9 @@ async def test_a_childs_write_is_a_side_effect_of_the_parent(
     assert result.status == "completed", result.stop_reason
     assert int(example_service.records()["reservations"]) == 1
     [effect] = result.side_effects
-    assert effect["call_id"] == "call_r" and effect["status"] == "succeeded"
-    assert effect["via"] == f"{child.id} (delegate call_d)"
-    key = effect["idempotency_key"]  # the child's own chain: WORKFLOW_ID/FIRST_RUN_ID/CALL_ID
+    assert effect.call_id == "call_r" and effect.status == "succeeded"
+    assert effect.via == f"{child.id} (delegate call_d)"
+    key = effect.idempotency_key  # the child's own chain: WORKFLOW_ID/FIRST_RUN_ID/CALL_ID
     assert key.startswith(f"{child.id}/") and key.endswith("/call_r") and key.count("/") >= 3
     assert "reserve_seat call_r" in result.report
 
@@ -370,7 +370,7 @@ async def test_temporals_cancel_of_the_parent_lets_the_childs_write_finish_and_r
     assert "the parent run was cancelled" in child_result.stop_reason
     assert int(example_service.records()["reservations"]) == 1
     [effect] = result.side_effects
-    assert effect["call_id"] == "call_r" and effect["via"] == f"{child.id} (delegate call_d)"
+    assert effect.call_id == "call_r" and effect.via == f"{child.id} (delegate call_d)"
 
 
 async def test_a_child_whose_id_is_taken_fails_its_delegate_call_not_the_parent(

@@ -289,7 +289,7 @@ async def test_generated_activity_tool_writes_each_succeed_once_never_looked_up(
             SEED,
             result.calls,
         )
-        assert [e["call_id"] for e in result.side_effects] == [c.call_id for c in result.calls]
+        assert [e.call_id for e in result.side_effects] == [c.call_id for c in result.calls]
         assert set(EXECUTED) == {f"fuzz_write/{c.call_id}" for c in result.calls}, SEED
         assert set(EXECUTED.values()) == {1}, (SEED, EXECUTED)
     assert scripted_provider.violations == []

@@ -202,7 +202,7 @@ async def test_a_run_keeps_the_tools_it_started_with_when_the_server_changes_the
         handle = await start(client, scripted_provider, s, run_id, turns)
         view = await wait_for_phase(handle, "awaiting_approval")
         [pending] = view.pending_approvals
-        assert pending["call_id"] == "c_note" and pending["arguments"] == NOTE_ARGS
+        assert pending.call_id == "c_note" and pending.arguments == NOTE_ARGS
         assert not state.exists()  # nothing reached the server before the approval
         steer(state, tool_set="v2")
         await approve_as_shown(handle, pending, "support-lead")
@@ -256,7 +256,7 @@ async def test_a_write_cut_off_after_the_server_committed_it_is_never_sent_again
         assert write.status == "confirmed_after_query", write
     else:
         assert "lookup_note" not in at_server["calls"]
-        assert [c["call_id"] for c in view.unresolved] == ["c_note"]
+        assert [c.call_id for c in view.unresolved] == ["c_note"]
 
 
 async def test_large_and_image_results_are_kept_as_artifacts(

@@ -72,8 +72,8 @@ def decide(state: LoopState, now: datetime) -> NextStep:
     output = state.last_output
     if output is None:
         blocked = budgets.model_call_blocked(limits, state.usage)
-        if blocked:
-            return Finish("limit_reached", blocked, cause="budget")
+        if blocked is not None:
+            return Finish("limit_reached", blocked.sentence, cause="budget")
         return CallModel(turn=state.turn + 1)
     match output.stop:
         case "final":

@@ -141,8 +141,14 @@ def child_result(
         "status": delegation.status,
         "stop_reason": delegation.stop_reason,
         "output": _bounded(result.output if result else None, state.tools[DELEGATE]),
+        # In the order the model was always told them (the text is hashed into the transcript).
         "side_effects": [
-            {k: e[k] for k in ("tool", "call_id", "status", "confirmed_by")}
+            {
+                "tool": e.tool,
+                "call_id": e.call_id,
+                "status": e.status,
+                "confirmed_by": e.confirmed_by,
+            }
             for e in delegation.side_effects
         ],
         # What the budget counts, as it always read: the model-facing text is hashed into the

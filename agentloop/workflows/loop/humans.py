@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
 
 from agentloop.activity_io import InputReply
 from agentloop.contract import (
     ApprovalDecision,
     ApprovalRecord,
     ApprovalVerdict,
+    RefusedApproval,
+    RefusedDecision,
+    RefusedResolution,
+    RefusedSignal,
     ResolutionRecord,
     ResolveRequest,
     UserMessage,
@@ -42,9 +45,9 @@ MAX_WAITING_MESSAGES = 64
 past it, a message is refused."""
 
 
-def _refuse(state: LoopState, what: dict[str, Any], reason: str, now: datetime) -> None:
-    """Record in `status.refused_decisions` what was refused (`what`), why and when."""
-    state.refused_decisions.append({**what, "refused_because": reason, "at": now.isoformat()})
+def _refuse(state: LoopState, refused: RefusedDecision) -> None:
+    """Record in `status.refused_decisions` what was refused, why and when."""
+    state.refused_decisions.append(refused)
     del state.refused_decisions[:-MAX_REFUSED_RECORDS]
 
 
@@ -52,7 +55,7 @@ def record_refused_input(
     state: LoopState, signal: str, shown: str, reason: str, now: datetime
 ) -> None:
     """A signal whose payload was refused before anything could act on it."""
-    _refuse(state, {"signal": signal, "payload": shown}, reason, now)
+    _refuse(state, RefusedSignal(signal=signal, payload=shown, refused_because=reason, at=now))
 
 
 MAX_DECISIONS_TO_CHECK = 16
@@ -125,8 +128,16 @@ def _judged(state: LoopState, decision: ApprovalDecision) -> str | None:
 def _refused_decision(
     state: LoopState, decision: ApprovalDecision, reason: str, now: datetime
 ) -> ApprovalVerdict:
-    shown = decision.model_dump(mode="json", exclude={"signature", "expires_at"})
-    _refuse(state, {"signal": "approve", **shown}, reason, now)
+    refused = RefusedApproval(
+        call_id=decision.call_id,
+        args_digest=decision.args_digest,
+        approved=decision.approved,
+        approver=decision.approver,
+        reason=decision.reason,
+        refused_because=reason,
+        at=now,
+    )
+    _refuse(state, refused)
     return ApprovalVerdict(accepted=False, reason=reason)
 
 
@@ -267,8 +278,15 @@ def _resolution_problem(state: LoopState, request: ResolveRequest) -> str | None
 def _refused_resolution(
     state: LoopState, request: ResolveRequest, reason: str, now: datetime
 ) -> None:
-    shown = request.model_dump(mode="json", exclude={"signature", "expires_at"})
-    _refuse(state, {"signal": "resolve", **shown}, reason, now)
+    refused = RefusedResolution(
+        call_id=request.call_id,
+        outcome=request.outcome,
+        operator=request.operator,
+        note=request.note,
+        refused_because=reason,
+        at=now,
+    )
+    _refuse(state, refused)
 
 
 def _apply_resolution(state: LoopState, request: ResolveRequest, now: datetime) -> None:
@@ -282,8 +300,10 @@ def _apply_resolution(state: LoopState, request: ResolveRequest, now: datetime) 
         outcome=request.outcome, operator=request.operator, at=now, note=request.note
     )
     said = resolution.said()
-    state.calls[request.call_id].resolution = resolution
-    state.calls[request.call_id].decision += f"; resolved: {said}"
+    record = state.calls[request.call_id]
+    record.resolution = resolution
+    # The ledger's sentence, for people: what reads the word reads `resolution`.
+    record.decision += f"; {resolution.in_ledger()}"
     if request.outcome == "applied":
         result = results.confirmed(call, None, said)
     else:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from agentloop.contract import UnresolvedWrite
+from agentloop.contract import PendingApproval, Reconciliation, UnresolvedWrite
 from agentloop.digests import args_digest, canonical_json
 from agentloop.events import ModelOutput, ToolCall, ToolResult
 from agentloop.policies import approval, authorization, budgets
@@ -21,7 +21,7 @@ from agentloop.policies.validation import MAX_CHECK_STEPS, Allowed, Refused, val
 from agentloop.tool_spec import ASK_USER, DELEGATE, GIVE_UP, READ_ARTIFACT, ToolSpec
 from agentloop.workflows.loop import results
 from agentloop.workflows.loop.features import Feature
-from agentloop.workflows.loop.state import Batch, LoopState, Reconciliation
+from agentloop.workflows.loop.state import Batch, LoopState
 
 
 @dataclass
@@ -140,8 +140,8 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutc
     blocked = blocked or budgets.children_blocked(
         state.run_input.limits, state.usage, sum(1 for c, _ in allowed if c.name == DELEGATE)
     )
-    if blocked:
-        return OverBudget(blocked)
+    if blocked is not None:
+        return OverBudget(blocked.sentence)
     batch = planned.batch
     batch.questions = [call.call_id for call in questions]
     batch.asked_at = now if questions else None
@@ -170,8 +170,8 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutc
     return planned
 
 
-def pending_approval(call: ToolCall, spec: ToolSpec, now: datetime) -> approval.PendingApproval:
-    return approval.PendingApproval(
+def pending_approval(call: ToolCall, spec: ToolSpec, now: datetime) -> PendingApproval:
+    return PendingApproval(
         call_id=call.call_id,
         tool=call.name,
         arguments=call.arguments,

@@ -21,8 +21,12 @@ from agentloop.contract import (
     ApprovalDecision,
     CallRecord,
     Limits,
+    PendingApproval,
     Phase,
+    Reconciliation,
+    RefusedDecision,
     ResolveRequest,
+    SideEffect,
     StopCause,
     UnresolvedWrite,
     Usage,
@@ -36,7 +40,6 @@ from agentloop.events import (
     ToolResult,
     UserInput,
 )
-from agentloop.policies.approval import PendingApproval
 from agentloop.policies.progress import TurnFingerprint
 from agentloop.tool_spec import BUILTIN_TOOLS, ToolSpec
 from agentloop.transcript import ROOT
@@ -65,15 +68,6 @@ SUMMARY_CHARS = 200
 """How much of a result the call ledger keeps."""
 
 
-class Reconciliation(BaseModel):
-    call_id: str
-    tool: str
-    idempotency_key: str
-    known: str
-    """What the runner knows: why the outcome is still unknown."""
-    since: datetime
-
-
 class Delegation(BaseModel):
     """A sub-task handed to a child run: what it was given, and what it reported."""
 
@@ -85,7 +79,7 @@ class Delegation(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     """What the child used, charged to this run (its whole slice when it did not say)."""
     tools_used: dict[str, int] = Field(default_factory=dict)
-    side_effects: list[dict[str, Any]] = Field(default_factory=list)
+    side_effects: list[SideEffect] = Field(default_factory=list)
 
     def whole_slice(self) -> Usage:
         """The child's slice spent to the last unit: what it may still use while it runs,
@@ -219,7 +213,7 @@ class LoopState(BaseModel):
     """The size of the arguments `calls` holds (feature `texts-by-reference`)."""
     batch: Batch | None = None
     """The tool calls of `last_output` on their way through the pipeline."""
-    refused_decisions: list[dict[str, Any]] = Field(default_factory=list)
+    refused_decisions: list[RefusedDecision] = Field(default_factory=list)
     """Approval decisions that changed nothing, and why (shown in `status`)."""
     decisions_received: int = 0
     """Approval decisions sent to the worker to check so far (each one's ticket)."""

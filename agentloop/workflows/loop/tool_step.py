@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import assert_never
 
 from agentloop.activity_io import InputReply, PreconditionResult
+from agentloop.contract import Reconciliation
 from agentloop.events import ToolResult
 from agentloop.policies.bounds import clipped
 from agentloop.tool_spec import Outcome, ToolSpec, bounded_record
@@ -28,7 +29,6 @@ from agentloop.workflows.loop.state import (
     MAX_WRITE_ATTEMPTS,
     SUMMARY_CHARS,
     LoopState,
-    Reconciliation,
 )
 
 

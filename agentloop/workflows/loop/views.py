@@ -4,9 +4,16 @@ what the result and the stop report list, and the facts restated when context is
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
-from agentloop.contract import CallRecord, RunStatusView, UnresolvedWrite
+from agentloop.contract import (
+    CallRecord,
+    PendingApproval,
+    PendingCall,
+    RunStatusView,
+    SideEffect,
+    UnresolvedWrite,
+    WriteAwaitingOperator,
+)
 from agentloop.digests import canonical_json
 from agentloop.events import Event
 from agentloop.policies import budgets
@@ -54,29 +61,29 @@ def refused_calls(state: LoopState) -> int:
     return sum(1 for r in state.calls.values() if r.decision in results.REFUSAL_DECISIONS)
 
 
-def pending_approvals(state: LoopState) -> list[dict[str, Any]]:
+def pending_approvals(state: LoopState) -> list[PendingApproval]:
     """What an approver is shown: each call waiting for a decision with its exact arguments."""
     batch = state.batch
     if batch is None:
         return []
-    return [batch.approvals[c].model_dump(mode="json") for c in batch.undecided()]
+    return [batch.approvals[c] for c in batch.undecided()]
 
 
-def side_effects(state: LoopState) -> list[dict[str, Any]]:
+def side_effects(state: LoopState) -> list[SideEffect]:
     """Writes that happened (or may have), and how we know; the child runs' included."""
     delegated = [
-        {**effect, "via": f"{d.child_workflow_id} (delegate {call_id})"}
+        effect.model_copy(update={"via": f"{d.child_workflow_id} (delegate {call_id})"})
         for call_id, d in state.delegations.items()
         for effect in d.side_effects
     ]
     return [
-        {
-            "call_id": r.call_id,
-            "tool": r.tool,
-            "idempotency_key": r.idempotency_key,
-            "status": r.status,
-            "confirmed_by": _confirmation(r),
-        }
+        SideEffect(
+            call_id=r.call_id,
+            tool=r.tool,
+            idempotency_key=r.idempotency_key,
+            status=r.status,
+            confirmed_by=_confirmation(r),
+        )
         for r in state.calls.values()
         if r.tool in state.tools
         and state.tools[r.tool].effect == "write"
@@ -94,13 +101,13 @@ def _confirmation(record: CallRecord) -> str:
     return "lookup by idempotency key"
 
 
-def unresolved(state: LoopState) -> list[dict[str, Any]]:
+def unresolved(state: LoopState) -> list[WriteAwaitingOperator]:
     """Writes waiting for an operator's `resolve`, with what is known about each."""
     batch = state.batch
     if batch is None:
         return []
     return [
-        {**r.model_dump(mode="json"), "arguments": state.calls[c].arguments}
+        WriteAwaitingOperator(**dict(r), arguments=state.calls[c].arguments)
         for c, r in batch.reconciling.items()
     ]
 
@@ -182,12 +189,12 @@ def facts(state: LoopState) -> list[str]:
     """What must stay true for the model however its context is shortened: human decisions
     and the writes that happened, from run state."""
     decided = [
-        f"{r.tool} {r.call_id} was {r.decision}"
+        f"{r.tool} {r.call_id} was {r.people_said()}"
         for r in state.calls.values()
         if r.approval is not None
     ]
     written = [
-        f"{e['tool']} {e['call_id']} is {e['status']} (confirmed by {e['confirmed_by']})"
+        f"{e.tool} {e.call_id} is {e.status} (confirmed by {e.confirmed_by})"
         for e in side_effects(state)
     ]
     known = [f"task state: {canonical_json(state.task_state)}"] if state.task_state else []
@@ -205,15 +212,14 @@ def answers(state: LoopState) -> list[str]:
     run = state.workflow_id
     lines = []
     for pending in pending_approvals(state):
-        call_id, digest = pending["call_id"], pending["args_digest"]
-        approvers = pending.get("approvers") or []
+        call_id, digest, approvers = pending.call_id, pending.args_digest, pending.approvers
         who = ", ".join(approvers) if approvers else "any approver"
         approver = approvers[0] if len(approvers) == 1 else "NAME"
         signal = canonical_json(
             {"call_id": call_id, "args_digest": digest, "approved": True, "approver": approver}
         )
         lines.append(
-            f"approval of {pending['tool']} {call_id} by {who}: `agentloop approve {run}"
+            f"approval of {pending.tool} {call_id} by {who}: `agentloop approve {run}"
             f" {call_id} --approver {approver} --digest {digest}` (signal `approve` or update"
             f" `decide_approval`: {signal})"
         )
@@ -225,10 +231,10 @@ def answers(state: LoopState) -> list[str]:
             f" (signal `message`: {signal})"
         )
     for write in unresolved(state):
-        call_id = write["call_id"]
+        call_id = write.call_id
         signal = canonical_json({"call_id": call_id, "outcome": "applied", "operator": "NAME"})
         lines.append(
-            f"an operator to settle {write['tool']} {call_id}: `agentloop resolve {run} {call_id}"
+            f"an operator to settle {write.tool} {call_id}: `agentloop resolve {run} {call_id}"
             f" --outcome applied|not_applied --operator NAME` (signal `resolve`: {signal})"
         )
     return lines
@@ -253,13 +259,13 @@ def details(state: LoopState, now: datetime, until: datetime | None = None) -> s
         f"**{state.phase}** · turn {state.turn}",
         f"calls left: model {left.model_calls}, tools {left.tool_calls}",
     ]
-    waiting = [f"{a['tool']} ({a['call_id']})" for a in pending_approvals(state)]
+    waiting = [f"{a.tool} ({a.call_id})" for a in pending_approvals(state)]
     if waiting:
         parts.append("awaiting approval: " + ", ".join(waiting))
     asked = question(state)
     if asked:
         parts.append(f"question: {asked}")
-    unsettled = [u["call_id"] for u in unresolved(state)]
+    unsettled = [u.call_id for u in unresolved(state)]
     if unsettled:
         parts.append("unresolved writes: " + ", ".join(unsettled))
     children = [d.child_workflow_id for d in state.delegations.values() if d.status == "running"]
@@ -319,15 +325,15 @@ def unresolved_writes(state: LoopState) -> list[UnresolvedWrite]:
     return [*state.inherited_unresolved.values(), *own]
 
 
-def pending_at_stop(state: LoopState) -> list[dict[str, Any]]:
+def pending_at_stop(state: LoopState) -> list[PendingCall]:
     """What was left undone when the run stopped."""
-    waiting = {c["call_id"] for c in pending_approvals(state)}
+    waiting = {c.call_id for c in pending_approvals(state)}
     return [
-        {
-            "call_id": r.call_id,
-            "tool": r.tool,
-            "status": "awaiting_approval" if r.call_id in waiting else r.status,
-        }
+        PendingCall(
+            call_id=r.call_id,
+            tool=r.tool,
+            status="awaiting_approval" if r.call_id in waiting else r.status,
+        )
         for r in state.calls.values()
         if r.status in ("proposed", "running", "unknown", "awaiting_input", "pending")
     ]
