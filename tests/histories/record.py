@@ -705,8 +705,8 @@ async def approve_when_waiting(handle: WorkflowHandle[Any, Any]) -> None:
         if view.pending_approvals:
             [pending] = view.pending_approvals
             decision = ApprovalDecision(
-                call_id=pending["call_id"],
-                args_digest=pending["args_digest"],
+                call_id=pending.call_id,
+                args_digest=pending.args_digest,
                 approved=True,
                 approver="workshop-lead",
             )
@@ -724,7 +724,7 @@ async def resolve_when_waiting(handle: WorkflowHandle[Any, Any]) -> None:
         view = await handle.query("status", result_type=RunStatusView)
         if view.unresolved:
             [waiting] = view.unresolved
-            word = ResolveRequest(call_id=waiting["call_id"], outcome="applied", operator="ops")
+            word = ResolveRequest(call_id=waiting.call_id, outcome="applied", operator="ops")
             await handle.signal("resolve", word)
             return
         await asyncio.sleep(0.05)

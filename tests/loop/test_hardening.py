@@ -215,7 +215,7 @@ async def test_malformed_signals_and_updates_are_refused_naming_the_field(
     view = await handle.query("status", result_type=RunStatusView)
     [pending] = view.pending_approvals
     decision = ApprovalDecision(
-        call_id="c_res", args_digest=pending["args_digest"], approved=True, approver="workshop-lead"
+        call_id="c_res", args_digest=pending.args_digest, approved=True, approver="workshop-lead"
     )
     verdict = await handle.execute_update("decide_approval", decision)
     assert verdict["accepted"] is True
@@ -245,7 +245,7 @@ async def test_an_update_too_large_to_answer_is_rejected_and_the_run_goes_on(
     view = await handle.query("status", result_type=RunStatusView)
     [pending] = view.pending_approvals
     decision = ApprovalDecision(
-        call_id="c_res", args_digest=pending["args_digest"], approved=True, approver="workshop-lead"
+        call_id="c_res", args_digest=pending.args_digest, approved=True, approver="workshop-lead"
     )
     assert (await handle.execute_update("decide_approval", decision))["accepted"] is True
     result = await asyncio.wait_for(handle.result(), 30)
@@ -553,7 +553,7 @@ async def test_temporals_cancel_lets_a_write_in_flight_finish(
     view = await handle.query("status", result_type=RunStatusView)
     decision = ApprovalDecision(
         call_id="c_res",
-        args_digest=view.pending_approvals[0]["args_digest"],
+        args_digest=view.pending_approvals[0].args_digest,
         approved=True,
         approver="workshop-lead",
     )

@@ -25,6 +25,7 @@ from agentloop.contract import (
     ApprovalDecision,
     ApprovalVerdict,
     Principal,
+    RefusedApproval,
     RunStatusView,
 )
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
@@ -90,7 +91,7 @@ async def decide(
 ) -> None:
     if digest is None:
         view = await handle.query("status", result_type=RunStatusView)
-        digest = next(p["args_digest"] for p in view.pending_approvals if p["call_id"] == call_id)
+        digest = next(p.args_digest for p in view.pending_approvals if p.call_id == call_id)
     await handle.signal(
         "approve",
         ApprovalDecision(
@@ -249,7 +250,7 @@ async def test_decisions_for_other_calls_digests_or_approvers_change_nothing(
 
     view = await handle.query("status", result_type=RunStatusView)
     assert view.phase == "awaiting_approval"
-    reasons = [d["refused_because"] for d in view.refused_decisions]
+    reasons = [d.refused_because for d in view.refused_decisions]
     assert len(reasons) == 4
     assert "no call 'call_unknown'" in reasons[0]
     assert "stale" in reasons[1]
@@ -310,8 +311,7 @@ async def test_a_changed_recipient_needs_a_new_approval(
     await decide(handle, "call_r2", digest=first_digest)
     view = await handle.query("status", result_type=RunStatusView)
     assert (
-        view.phase == "awaiting_approval"
-        and "stale" in view.refused_decisions[-1]["refused_because"]
+        view.phase == "awaiting_approval" and "stale" in view.refused_decisions[-1].refused_because
     )
     await decide(handle, "call_r2", approved=False, approver="support-lead")
     result = await handle.result()
@@ -433,6 +433,7 @@ async def test_a_decision_sent_with_the_start_is_answered_with_the_verdict_the_r
     handle = await start.workflow_handle()
     view = await handle.query("status", result_type=RunStatusView)
     [refused] = view.refused_decisions
-    assert refused["refused_because"] == verdict.reason
-    assert (refused["signal"], refused["call_id"]) == ("approve", "call_early")
+    assert isinstance(refused, RefusedApproval)
+    assert refused.refused_because == verdict.reason
+    assert (refused.signal, refused.call_id) == ("approve", "call_early")
     assert (await handle.result()).status == "completed"

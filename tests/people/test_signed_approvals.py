@@ -251,7 +251,7 @@ def reservations(example_service: ExampleService) -> int:
 async def pending_decision(handle: WorkflowHandle[Any, Any], **fields: Any) -> ApprovalDecision:
     view = await handle.query("status", result_type=RunStatusView)
     [pending] = view.pending_approvals
-    return decision(call_id=pending["call_id"], args_digest=pending["args_digest"], **fields)
+    return decision(call_id=pending.call_id, args_digest=pending.args_digest, **fields)
 
 
 async def run_of(handle: WorkflowHandle[Any, Any]) -> str:
