@@ -140,7 +140,7 @@ async def test_generated_payloads_at_every_signal_and_the_update_never_wedge_a_r
     )
     view = await wait_for_status(latest, lambda v: bool(v.refused_decisions), "refusals")
     assert view.phase == "awaiting_approval"
-    assert all(len(json.dumps(r)) < 6_000 for r in view.refused_decisions)
+    assert all(len(r.model_dump_json()) < 6_000 for r in view.refused_decisions)
     [pending] = view.pending_approvals
     decision = ApprovalDecision(
         call_id="c_res", args_digest=pending.args_digest, approved=True, approver="workshop-lead"
