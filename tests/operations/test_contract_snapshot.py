@@ -27,7 +27,7 @@ from tests.test_cli import Finished, agentloop, assert_no_traceback, process_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
-SNAPSHOT = Path(__file__).parent / "snapshots" / "contract_run.json"
+SNAPSHOT = Path(__file__).parents[1] / "snapshots" / "contract_run.json"
 UPDATE = os.environ.get("AGENTLOOP_UPDATE_SNAPSHOTS") == "1"
 PARTICIPANTS = ("p-carol", "p-alice")
 """One a run: a participant already booked would be refused by the write's precondition."""
