@@ -163,7 +163,7 @@ async def waiting_runs(stack: DevStack) -> None:
     handle = await start(stack, UNKNOWN, booking("shot-bob", "ws-101", "p-bob"), "acme")
     [pending] = (await phase(handle, "awaiting_approval")).pending_approvals
     decision = ApprovalDecision(
-        call_id=pending["call_id"], args_digest=pending["args_digest"], approved=True, approver=USER
+        call_id=pending.call_id, args_digest=pending.args_digest, approved=True, approver=USER
     )
     await handle.signal("approve", decision)
     await phase(handle, "awaiting_reconciliation")

@@ -111,7 +111,7 @@ async def test_the_inbox_lists_waiting_runs_from_their_memo_with_no_worker_to_as
     assert approval.tenant == TENANT
     assert approval.task.startswith("Book p-carol into ws-101.") and approval.task.endswith("…")
     assert len(approval.task) == 120  # the memo holds the task's start
-    assert approval.since == datetime.fromisoformat(booked.pending_approvals[0]["requested_at"])
+    assert approval.since == booked.pending_approvals[0].requested_at
     assert approval.until == booked.wait_until
     assert (question.workflow_id, question.kind, question.tool) == (ask_id, "question", "ask_user")
     assert (question.call_id, question.text) == ("c_q2", "Question 2?")
@@ -121,7 +121,7 @@ async def test_the_inbox_lists_waiting_runs_from_their_memo_with_no_worker_to_as
 
     # Served again, the runs go on; once the wait is over, the memo no longer says it waits.
     async with running_worker(client, settings):
-        digest = booked.pending_approvals[0]["args_digest"]
+        digest = booked.pending_approvals[0].args_digest
         decision = ApprovalDecision(
             call_id="c_res", args_digest=digest, approved=True, approver="workshop-lead"
         )
