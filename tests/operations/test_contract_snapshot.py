@@ -22,8 +22,8 @@ from temporalio.client import Client
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from tests.operations.test_cli import Finished, agentloop, assert_no_traceback, process_env
 from tests.support import wait_for_phase, wait_for_status
-from tests.test_cli import Finished, agentloop, assert_no_traceback, process_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
