@@ -35,6 +35,7 @@ VOCABULARY = frozenset(
         "context",
         "contract",
         "digests",
+        "ledger",
         "events",
         "pricing",
         "reporting",
