@@ -493,10 +493,6 @@ class RightAfterAContinueAsNew(Phase):
 
     tools = ("reserve_seat", "check_workshop")
     slow_http = True
-    # The boundary is an event count: on a busy machine a status query can split a workflow
-    # task (three more events), and the run continued before its write, between the
-    # approval's recheck and the write (a safe point too, but not the one this case is for).
-    alone = True
 
     def scripts(self, run_id: str) -> list[Script]:
         return [
