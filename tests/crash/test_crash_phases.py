@@ -68,7 +68,7 @@ pytestmark = pytest.mark.integration
 
 REPLY = {"ticket_id": "T-1001", "recipient": "dana@example.com", "body": "Refund issued."}
 DATE = "2026-12-01"
-CONTINUE_AFTER_EVENTS = 43
+CONTINUE_AFTER_EVENTS = 45
 
 
 def final_turn_requests(model: ScriptedProvider) -> int:
@@ -519,8 +519,9 @@ class RightAfterAContinueAsNew(Phase):
         ]
 
     def run_input(self, run_id: str) -> AgentRunInput:
-        # The first run reaches about 42 events with the write (the write's precondition
-        # checked before its approval and again after it), give or take a workflow task: it
+        # The first run reaches about 44 events with the write (the write's precondition
+        # checked before its approval and again after it, the approval wait's memo written
+        # and removed), give or take a workflow task: it
         # continues as new right after the write, or after the next model call, never before.
         return run_input(
             run_id, list(self.tools), continue_as_new_after_events=CONTINUE_AFTER_EVENTS
