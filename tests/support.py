@@ -13,9 +13,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from google.protobuf.duration_pb2 import Duration
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
+from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 
 from agentloop import search
 from agentloop.activities.tools import ToolActivities
@@ -262,3 +265,23 @@ async def approve_as_shown(
 async def _drain(stream: asyncio.StreamReader) -> None:
     while await stream.read(65536):
         pass
+
+
+async def register_bare_namespace(client: Client, run_id: str) -> str:
+    """A namespace of the test server without agentloop's search attributes. The dev server
+    has answered the registration "operation was canceled" once under load: asked again."""
+    name = f"bare-{run_id[-8:]}"
+    request = RegisterNamespaceRequest(
+        namespace=name, workflow_execution_retention_period=Duration(seconds=86400)
+    )
+    for attempt in range(3):
+        try:
+            await client.workflow_service.register_namespace(request)
+            return name
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.ALREADY_EXISTS and attempt:
+                return name  # the canceled call registered it after all
+            if exc.status != RPCStatusCode.CANCELLED or attempt == 2:
+                raise
+            await asyncio.sleep(0.5)
+    raise AssertionError("unreachable")

@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from google.protobuf.duration_pb2 import Duration
-from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
 from agentloop.contract import AgentRunInput, AgentRunResult
@@ -42,7 +40,7 @@ from tests.operations.test_cli import (
     assert_no_traceback,
     process_env,
 )
-from tests.support import start_run, wait_for_phase
+from tests.support import register_bare_namespace, start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -631,13 +629,7 @@ async def test_transcript_pointed_at_no_store_says_so_and_creates_none(
 @pytest.fixture
 async def bare_namespace(client: Client, run_id: str) -> str:
     """A namespace of the test server without agentloop's search attributes."""
-    name = f"bare-{run_id[-8:]}"
-    await client.workflow_service.register_namespace(
-        RegisterNamespaceRequest(
-            namespace=name, workflow_execution_retention_period=Duration(seconds=86400)
-        )
-    )
-    return name
+    return await register_bare_namespace(client, run_id)
 
 
 async def test_run_on_a_namespace_without_the_search_attributes_starts_it_unindexed(

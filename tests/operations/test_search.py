@@ -9,10 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-from google.protobuf.duration_pb2 import Duration
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
@@ -31,7 +29,7 @@ from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import temporal_binary
 from agentloop.worker import running_worker
 from tests.operations.test_cli import agentloop, assert_no_traceback, process_env, run_process
-from tests.support import local_activity_type, start_run, wait_for_phase
+from tests.support import local_activity_type, register_bare_namespace, start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -351,13 +349,7 @@ async def test_a_run_that_indexed_itself_stays_indexed_across_continue_as_new(
 @pytest.fixture
 async def bare_namespace(client: Client, run_id: str) -> str:
     """A namespace of the test server without agentloop's search attributes."""
-    name = f"bare-{run_id[-8:]}"
-    await client.workflow_service.register_namespace(
-        RegisterNamespaceRequest(
-            namespace=name, workflow_execution_retention_period=Duration(seconds=86400)
-        )
-    )
-    return name
+    return await register_bare_namespace(client, run_id)
 
 
 async def test_on_a_namespace_without_the_attributes_a_run_is_left_unindexed_and_runs(
