@@ -8,9 +8,17 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, Field
 
+from agentloop.contract import Phase
+
 WAITING_MEMO = "agentloop_waiting"
 """The memo key under which a run waiting for a person says what for (`WaitingMemo`)."""
 WaitingKind = Literal["approval", "question", "unknown_write"]
+WAITING_PHASES: dict[Phase, WaitingKind] = {
+    "awaiting_approval": "approval",
+    "awaiting_input": "question",
+    "awaiting_reconciliation": "unknown_write",
+}
+"""The phases in which a run waits for a person, and what for; in any other it is working."""
 
 
 class WaitingCall(BaseModel):

@@ -26,6 +26,7 @@ from agentloop.contract import (
     RunStatusView,
     UserMessage,
 )
+from agentloop.waiting import WAITING_PHASES
 
 if TYPE_CHECKING:  # replay pulls in the workflow code: only `agentloop replay` needs it
     from agentloop.cli.replay import ReplayReport
@@ -74,9 +75,7 @@ RESULT_EXIT_CODES: dict[RunStatus, ExitCode] = {
     "input_timeout": ExitCode.STOPPED,
     "cancelled": ExitCode.STOPPED,
 }
-PAUSED_PHASES: frozenset[Phase] = frozenset(
-    {"awaiting_approval", "awaiting_input", "awaiting_reconciliation"}
-)
+PAUSED_PHASES: frozenset[Phase] = frozenset(WAITING_PHASES)
 """A running run in one of these phases waits for a human; in any other it is working."""
 
 

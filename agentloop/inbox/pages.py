@@ -15,11 +15,11 @@ from urllib.parse import quote, urlencode
 from agentloop.contract import CallRecord, RunStatusView, Usage
 from agentloop.inbox.reading import (
     KIND_NAMES,
-    WAITING_PHASES,
     RecentRun,
     RunStory,
     WaitingItem,
 )
+from agentloop.waiting import WAITING_PHASES
 
 
 def esc(value: Any) -> str:

@@ -28,16 +28,12 @@ from agentloop.tool_spec import ASK_USER
 from agentloop.waiting import (
     MAX_WAITING_MEMO_BYTES,
     WAITING_MEMO,
+    WAITING_PHASES,
     WaitingCall,
     WaitingKind,
     WaitingMemo,
 )
 
-WAITING_PHASES: dict[str, WaitingKind] = {
-    "awaiting_approval": "approval",
-    "awaiting_input": "question",
-    "awaiting_reconciliation": "unknown_write",
-}
 KIND_NAMES: dict[WaitingKind, str] = {
     "approval": "approval",
     "question": "question",

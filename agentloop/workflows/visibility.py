@@ -16,7 +16,7 @@ from temporalio import workflow
 import agentloop.workflows.loop as loop
 from agentloop.contract import RunStatus
 from agentloop.search import AGENT_PHASE, AGENT_STATUS, AGENT_TASK_FAMILY, initial
-from agentloop.waiting import WAITING_MEMO
+from agentloop.waiting import WAITING_MEMO, WAITING_PHASES
 from agentloop.workflows.loop import Feature, LoopState
 
 
@@ -74,9 +74,6 @@ def _index_phase(state: LoopState) -> None:
         workflow.upsert_search_attributes([AGENT_PHASE.value_set(state.phase)])
         if state.phase not in WAITING_PHASES:
             _forget_waiting(state)
-
-
-WAITING_PHASES = ("awaiting_approval", "awaiting_input", "awaiting_reconciliation")
 
 
 def show_waiting(state: LoopState, until: datetime) -> None:
