@@ -130,6 +130,10 @@ async def with_settings(args: argparse.Namespace, settings: Settings) -> int:
         return await worker(settings, args)
     if args.command == "inbox":
         return await inbox(args, settings)
+    if args.command == "store":  # the store alone, not Temporal
+        from agentloop.cli.store import store_command
+
+        return await store_command(settings, args)
     if args.command == "mcp":  # talks to the MCP servers, not to Temporal
         from agentloop.cli.mcp import mcp_command
 

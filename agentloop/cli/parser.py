@@ -60,6 +60,15 @@ def build_parser() -> argparse.ArgumentParser:
     mcp_list.add_argument("server", nargs="?", help="one server (default: every one)")
     add_json_flag(mcp_list)
 
+    store = commands.add_parser("store", help="the transcript and artifact store")
+    store_commands = store.add_subparsers(dest="store_command", required=True)
+    seal = store_commands.add_parser(
+        "seal",
+        help="seal every row written before AGENTLOOP_CODEC_KEYS was set under its active key"
+        " (once; safe to run again, and while workers run)",
+    )
+    add_json_flag(seal, "print the counts as a JSON object")
+
     config = commands.add_parser(
         "config",
         help="check the configuration and print each setting, where it came from "

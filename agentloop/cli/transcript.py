@@ -29,6 +29,7 @@ from agentloop.reporting import decisions
 from agentloop.runtime.codec import KeyRing
 from agentloop.store import (
     UNUSABLE,
+    SealedStore,
     Store,
     StoreUnavailable,
     load_transcript,
@@ -39,7 +40,7 @@ from agentloop.store import (
 INDENT = "    "
 
 
-def open_transcript_store(store_url: str, keys: KeyRing | None) -> Store:
+def open_transcript_store(store_url: str, keys: KeyRing | None) -> SealedStore:
     """The store at `store_url`, read with the codec's `keys`; raises `StoreUnavailable`
     saying why it cannot be opened (no such file, a folder that cannot be made, a file that
     is not a database). A reader never creates a store: an empty one would only hide that it

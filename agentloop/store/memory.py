@@ -4,6 +4,7 @@ nothing survives the process."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -59,6 +60,26 @@ class MemoryStore:
 
     async def get_artifact(self, key: str) -> tuple[bytes, str] | None:
         return self._artifacts.get(key)
+
+    async def unsealed_nodes(
+        self, marker: str, after: str, limit: int
+    ) -> list[tuple[str, str | None, str]]:
+        found = (
+            (key, parent, body)
+            for key, (parent, body) in sorted(self._nodes.items())
+            if key > after and not body.startswith(marker)
+        )
+        return list(itertools.islice(found, limit))
+
+    async def unsealed_artifacts(
+        self, marker: str, after: str, limit: int
+    ) -> list[tuple[str, bytes, str]]:
+        found = (
+            (key, data, media_type)
+            for key, (data, media_type) in sorted(self._artifacts.items())
+            if key > after and not media_type.startswith(marker)
+        )
+        return list(itertools.islice(found, limit))
 
     async def close(self) -> None:
         return None

@@ -208,6 +208,31 @@ class PostgresStore:
             row = await cur.fetchone()
         return None if row is None else (bytes(row[0]), str(row[1]))
 
+    async def unsealed_nodes(
+        self, marker: str, after: str, limit: int
+    ) -> list[tuple[str, str | None, str]]:
+        query = (
+            "SELECT key, parent, body FROM nodes WHERE key > %s"
+            " AND left(body, length(%s)) <> %s ORDER BY key LIMIT %s"
+        )
+        rows = await self._select(query, (after, marker, marker, limit))
+        return [(str(k), p, str(b)) for k, p, b in rows]
+
+    async def unsealed_artifacts(
+        self, marker: str, after: str, limit: int
+    ) -> list[tuple[str, bytes, str]]:
+        query = (
+            "SELECT key, data, media_type FROM artifacts WHERE key > %s"
+            " AND left(media_type, length(%s)) <> %s ORDER BY key LIMIT %s"
+        )
+        rows = await self._select(query, (after, marker, marker, limit))
+        return [(str(k), bytes(d), str(m)) for k, d, m in rows]
+
+    async def _select(self, query: str, parameters: tuple[object, ...]) -> list[tuple[Any, ...]]:
+        async with self._connection() as conn:
+            cur = await conn.execute(query, parameters)
+            return await cur.fetchall()
+
     async def close(self) -> None:
         self._closed = True
         pool, self._pool = self._pool, None

@@ -22,9 +22,11 @@ plaintext node, and an artifact's is the SHA-256 of its bytes), so writing the s
 twice still stores it once. What an address reveals: someone who can read the store and
 guesses a node or an artifact exactly can confirm the guess.
 
-Blobs written before the keys were set read as they are, as the codec passes payloads that
-were never encrypted. A sealed blob read without the key it names fails with `SealedBlobError`
-naming the key id: ciphertext is never returned as content.
+With keys, the store fails closed: a blob that is not sealed is refused (`SealedBlobError`),
+never served, for whoever can write the database without the keys could put any plaintext
+there. A store written before the keys were set is sealed once by `agentloop store seal`
+(`agentloop.store.sealing`). A sealed blob read without the key it names fails naming the key
+id: ciphertext is never returned as content.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import binascii
 import os
 import struct
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -53,6 +55,7 @@ SEALED_MEDIA_TYPE = "application/vnd.agentloop.sealed"
 refused as a media type to store."""
 
 Kind = Literal["node", "artifact"]
+T = TypeVar("T")
 
 
 class SealedBlobError(StoreError):
@@ -76,6 +79,19 @@ class Backend(Store, Protocol):
     ) -> None:
         """Insert an artifact under `key`. A key present is left as it is, unless `reseal` and
         its media type is another: then the new row replaces it."""
+
+    async def unsealed_nodes(
+        self, marker: str, after: str, limit: int
+    ) -> list[tuple[str, str | None, str]]:
+        """Up to `limit` `(key, parent, body)` rows whose body does not start with `marker`
+        (`NODE_PREFIX`: not sealed), their keys after `after`, in key order."""
+
+    async def unsealed_artifacts(
+        self, marker: str, after: str, limit: int
+    ) -> list[tuple[str, bytes, str]]:
+        """Up to `limit` `(key, data, media_type)` artifacts whose media type does not start
+        with `marker` (`SEALED_MEDIA_TYPE`: not sealed), their keys after `after`, in key
+        order."""
 
 
 class Sealer:
@@ -144,7 +160,8 @@ def _node_prefix(key_id: str) -> str:
 
 class SealedStore:
     """A `Store` over a backend: seals what it writes when it has a key ring, opens what it
-    reads (refusing sealed blobs it has no key for), passes plaintext written before."""
+    reads (refusing sealed blobs it has no key for); with keys it refuses plaintext, without
+    it passes it."""
 
     def __init__(self, backend: Backend, ring: KeyRing | None = None) -> None:
         self.backend = backend
@@ -154,12 +171,17 @@ class SealedStore:
         sealed = "sealed" if self._sealer is not None else "plaintext"
         return f"{self.backend!r} ({sealed})"
 
+    @property
+    def active_key(self) -> str | None:
+        """The id of the key new blobs are sealed under; None without keys."""
+        return None if self._sealer is None else self._sealer.ring.active
+
     async def put_nodes(self, nodes: Sequence[tuple[str, str]]) -> None:
         rows = node_rows(nodes)  # the parent column, read from the plaintext
         if self._sealer is None:
             await self.backend.put_node_rows(rows)
             return
-        sealed = [(key, parent, self._seal_node(key, body)) for key, parent, body in rows]
+        sealed = [(key, parent, self.sealed_node(key, body)) for key, parent, body in rows]
         # A node already there in plaintext or under an older key is sealed anew: content
         # written again is then under the active key (the same address, the same plaintext).
         await self.backend.put_node_rows(sealed, reseal=_node_prefix(self._sealer.ring.active))
@@ -177,20 +199,35 @@ class SealedStore:
             raise StoreError(f"{SEALED_MEDIA_TYPE} is the store's own media type: use another")
         if self._sealer is None:
             return await self.backend.put_artifact(data, media_type)
-        named = media_type.encode()
-        if len(named) > 0xFFFF:  # its length is kept in two bytes
-            raise StoreError(f"a media type of {len(named)} bytes is not one")
         key = artifact_key(data)
-        plain = struct.pack(">H", len(named)) + named + bytes(data)
-        sealed = self._sealer.seal("artifact", key, plain)
-        marked = f"{SEALED_MEDIA_TYPE}; key={self._sealer.ring.active}"
+        sealed, marked = self.sealed_artifact(key, data, media_type)
+        # An artifact already there in plaintext or under an older key is sealed anew.
         await self.backend.put_artifact_row(key, sealed, marked, reseal=True)
         return key
 
+    def sealed_node(self, key: str, body: str) -> str:
+        """The body to store for the node `(key, body)`, sealed under the active key."""
+        assert self._sealer is not None, "sealing needs keys"
+        envelope = self._sealer.seal("node", key, body.encode())
+        return _node_prefix(self._sealer.ring.active) + base64.b64encode(envelope).decode()
+
+    def sealed_artifact(self, key: str, data: bytes, media_type: str) -> tuple[bytes, str]:
+        """What to store for the artifact `(data, media_type)` at `key`, sealed under the
+        active key: its bytes and its media type column."""
+        assert self._sealer is not None, "sealing needs keys"
+        named = media_type.encode()
+        if len(named) > 0xFFFF:  # its length is kept in two bytes
+            raise StoreError(f"a media type of {len(named)} bytes is not one")
+        plain = struct.pack(">H", len(named)) + named + bytes(data)
+        marked = f"{SEALED_MEDIA_TYPE}; key={self._sealer.ring.active}"
+        return self._sealer.seal("artifact", key, plain), marked
+
     async def get_artifact(self, key: str) -> tuple[bytes, str] | None:
         found = await self.backend.get_artifact(key)
-        if found is None or not found[1].startswith(SEALED_MEDIA_TYPE):
-            return found
+        if found is None:
+            return None
+        if not found[1].startswith(SEALED_MEDIA_TYPE):
+            return self._plaintext("artifact", key, found)
         plain = self._open("artifact", key, found[0])
         (length,) = struct.unpack(">H", plain[:2])
         return plain[2 + length :], plain[2 : 2 + length].decode()
@@ -198,20 +235,27 @@ class SealedStore:
     async def close(self) -> None:
         await self.backend.close()
 
-    def _seal_node(self, key: str, body: str) -> str:
-        assert self._sealer is not None
-        envelope = self._sealer.seal("node", key, body.encode())
-        return _node_prefix(self._sealer.ring.active) + base64.b64encode(envelope).decode()
-
     def _open_node(self, key: str, body: str) -> str:
         if not body.startswith(NODE_PREFIX):
-            return body  # written before the keys were set
+            return self._plaintext("node", key, body)
         _, _, encoded = body.removeprefix(NODE_PREFIX).partition(":")
         try:
             envelope = base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError):
             raise SealedBlobError(f"node {key} is a sealed blob that is not base64") from None
         return self._open("node", key, envelope).decode()
+
+    def _plaintext(self, kind: Kind, address: str, found: T) -> T:
+        """A blob stored in plaintext: as it is without keys; with keys, refused (fail
+        closed), whoever can write the database without the keys could have put it there."""
+        if self._sealer is None:
+            return found
+        raise SealedBlobError(
+            f"{kind} {address} is stored in plaintext in a sealed store ({CODEC_KEYS_VARIABLE}"
+            " is set): refused. If the store was written before the keys were set, run"
+            " `agentloop store seal` once to seal it; otherwise someone without the keys wrote"
+            " it there"
+        )
 
     def _open(self, kind: Kind, address: str, envelope: bytes) -> bytes:
         if not envelope.startswith(MAGIC):

@@ -137,6 +137,29 @@ class SqliteStore:
         ).fetchone()
         return None if row is None else (bytes(row[0]), str(row[1]))
 
+    async def unsealed_nodes(
+        self, marker: str, after: str, limit: int
+    ) -> list[tuple[str, str | None, str]]:
+        query = (
+            "SELECT key, parent, body FROM nodes WHERE key > ?"
+            " AND substr(body, 1, length(?)) <> ? ORDER BY key LIMIT ?"
+        )
+        rows = await self._run(self._select, query, (after, marker, marker, limit))
+        return [(str(k), p, str(b)) for k, p, b in rows]
+
+    async def unsealed_artifacts(
+        self, marker: str, after: str, limit: int
+    ) -> list[tuple[str, bytes, str]]:
+        query = (
+            "SELECT key, data, media_type FROM artifacts WHERE key > ?"
+            " AND substr(media_type, 1, length(?)) <> ? ORDER BY key LIMIT ?"
+        )
+        rows = await self._run(self._select, query, (after, marker, marker, limit))
+        return [(str(k), bytes(d), str(m)) for k, d, m in rows]
+
+    def _select(self, query: str, parameters: tuple[object, ...]) -> list[tuple[Any, ...]]:
+        return self._conn.execute(query, parameters).fetchall()
+
     async def close(self) -> None:
         await self._run(self._conn.close)
         self._executor.shutdown(wait=True)

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import psycopg
 import pytest
@@ -45,9 +46,11 @@ from agentloop.store import (
     read_artifact_text,
 )
 from agentloop.store import _walk_chain as walk_chain
+from agentloop.store.base import node_rows
 from agentloop.store.chains import TranscriptCache
 from agentloop.store.memory import MemoryContents, MemoryStore
 from agentloop.store.postgres import PostgresStore, with_search_path
+from agentloop.store.sealed import Backend as SealingBackend
 from agentloop.store.sealed import SealedStore
 from agentloop.transcript import append, parse_node
 
@@ -496,3 +499,30 @@ async def test_a_workers_transcript_cache_parses_only_what_is_new(tmp_path: Path
         assert (await cache.load(store, "sha256:b")).events == [UserInput(text="b")]
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("name", ["sqlite", "postgres", "memory"])
+async def test_a_backend_lists_the_rows_not_sealed_in_key_order_a_page_at_a_time(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """What `agentloop store seal` reads below the sealing layer, on every backend."""
+    with raw_backend(name, request, tmp_path) as backend:
+        store = cast(SealingBackend, backend.open())
+        try:
+            _, nodes = append(ROOT, [UserInput(text=f"turn {i}") for i in range(5)])
+            await store.put_nodes(nodes)
+            await store.put_node_rows([("sha256:0", None, "SEALED:k1:...")])
+            plain = [await store.put_artifact(f"a{i}".encode(), "text/plain") for i in range(3)]
+            await store.put_artifact_row("sha256:1", b"...", "SEALED; key=k1")
+
+            listed, after = [], ""
+            while page := await store.unsealed_nodes("SEALED", after, 2):
+                assert len(page) <= 2
+                listed += page
+                after = page[-1][0]
+            assert listed == sorted(node_rows(nodes))
+            artifacts = await store.unsealed_artifacts("SEALED", "", 10)
+            assert [key for key, _, _ in artifacts] == sorted(plain)
+            assert await store.unsealed_artifacts("SEALED", max(plain), 10) == []
+        finally:
+            await store.close()
