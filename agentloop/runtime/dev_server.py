@@ -52,8 +52,18 @@ def free_port() -> int:
 
 
 def ensure_port_free(port: int, what: str, flag: str) -> None:
+    """Refuse `port` when something listens on it, as the server about to listen there would
+    refuse it, and no more: with address reuse (uvicorn, aiohttp and Temporal's server all set
+    SO_REUSEADDR), so the connections a stack just stopped leaves behind on its ports (a
+    browser's, closing or in TIME_WAIT) do not keep it from starting again at once."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
+            sock.listen()
         except OSError:
-            raise DevStackError(f"port {port} for {what} is in use: pass {flag} PORT") from None
+            raise DevStackError(
+                f"port {port} for {what} is in use: something listens on 127.0.0.1:{port}"
+                f" (another `agentloop dev`? `ss -ltnp 'sport = :{port}'` names the process):"
+                f" stop it, or pass {flag} PORT"
+            ) from None

@@ -322,6 +322,48 @@ def dev_argv(state_dir: Path, *extra: str) -> tuple[list[str], int]:
     return argv, port
 
 
+async def held_http_connection(port: int) -> asyncio.StreamWriter:
+    """A browser's keep-alive connection to the server on `port`, once it answered a request;
+    open until the caller closes it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+    assert head.startswith(b"HTTP/1.1 "), (port, head)
+    return writer
+
+
+async def test_dev_stopped_with_browser_connections_open_starts_again_at_once(
+    tmp_path: Path,
+) -> None:
+    """The most common thing a newcomer does: Ctrl-C, then `agentloop dev` again, a browser
+    still connected to the inbox, the UI and the example service. The stopped servers closed
+    their side; the connections linger on the ports, which the servers (reusing the address)
+    do not mind, and neither does the check before them."""
+    argv, _ = dev_argv(tmp_path / "state")
+    browsed = [
+        int(argv[argv.index(flag) + 1]) for flag in ("--ui-port", "--example-port", "--inbox-port")
+    ]
+    held: list[asyncio.StreamWriter] = []
+    try:
+        async with dev_process(argv, process_env(), cwd=tmp_path) as first:
+            held += [await held_http_connection(port) for port in browsed]
+            first.process.send_signal(signal.SIGINT)
+            assert await asyncio.wait_for(first.process.wait(), 30) == 0, first.output
+        assert DEV_STOPPED in first.output, first.output
+
+        async with dev_process(argv, process_env(), cwd=tmp_path) as again:  # on the same ports
+            assert DEV_READY in again.output
+            async with (
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http,
+                http.get(f"http://127.0.0.1:{browsed[-1]}/", allow_redirects=False) as inbox,
+            ):
+                assert (inbox.status, inbox.headers["location"]) == (303, "/whoami")
+    finally:
+        for writer in held:
+            writer.close()
+
+
 async def test_dev_takes_provider_keys_and_the_log_level_from_the_config_file(
     tmp_path: Path,
 ) -> None:
