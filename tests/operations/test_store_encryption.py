@@ -337,6 +337,35 @@ async def test_plaintext_written_before_the_keys_is_refused_until_sealed_once(
         await seal_plaintext_rows(plain)
 
 
+async def test_sealing_leaves_a_row_a_worker_sealed_meanwhile_as_the_worker_wrote_it(
+    stores: Callable[[KeyRing | None], SealedStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`agentloop store seal` while workers run: between its read of a page and its write, a
+    worker writes the same nodes (sealing them); the migration does not write over them."""
+    head, nodes = append(ROOT, EVENTS)
+    await stores(None).put_nodes(nodes)
+    sealing, worker = stores(ring(RING_K1)), stores(ring(RING_K1))
+    listed = sealing.backend.unsealed_nodes
+    written: dict[str, str | None] = {}
+
+    async def listed_then_a_worker_writes(
+        marker: str, after: str, limit: int
+    ) -> list[tuple[str, str | None, str]]:
+        page = await listed(marker, after, limit)
+        if page:
+            await worker.put_nodes(nodes)
+            written.update({key: await worker.backend.get_node(key) for key, _ in nodes})
+        return page
+
+    monkeypatch.setattr(sealing.backend, "unsealed_nodes", listed_then_a_worker_writes)
+    await seal_plaintext_rows(sealing)
+    assert written and all(
+        body and body.startswith(f"{NODE_PREFIX}k1:") for body in written.values()
+    )
+    assert {key: await worker.backend.get_node(key) for key, _ in nodes} == written
+    assert await load_transcript(sealing, head) == EVENTS
+
+
 async def test_plaintext_written_again_with_the_keys_is_sealed(
     stores: Callable[[KeyRing | None], SealedStore], raw_store: RawStore
 ) -> None:
