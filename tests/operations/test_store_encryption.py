@@ -1,7 +1,9 @@
 """The store encrypted at rest with the codec's keys (`agentloop.store.sealed`): a real run on
 a worker with `AGENTLOOP_CODEC_KEYS` leaves no plaintext of its task, tool output or answer in
 the SQLite file or the PostgreSQL rows, while `agentloop transcript` still reads it; blobs
-rotate with the ring, are bound to their address, and never read as ciphertext."""
+rotate with the ring, are bound to their address, and never read as ciphertext; with keys,
+plaintext is refused, never served, until `agentloop store seal` seals what was written
+before the keys."""
 
 from __future__ import annotations
 
@@ -286,16 +288,34 @@ async def test_without_keys_a_sealed_blob_is_refused_naming_its_key_id(
 
 
 PLAINTEXT_REFUSED = r"stored in plaintext in a sealed store .*run `agentloop store seal`"
+PLAIN_ARTIFACT = f"plain {CANARY_TRAIN}".encode()
+
+
+@dataclass
+class WrittenWithoutKeys:
+    """EVENTS and `PLAIN_ARTIFACT`, written by a store without keys: in plaintext."""
+
+    store: SealedStore
+    head: str
+    nodes: list[tuple[str, str]]
+    artifact: str
+
+
+async def written_without_keys(
+    stores: Callable[[KeyRing | None], SealedStore],
+) -> WrittenWithoutKeys:
+    plain = stores(None)
+    head, nodes = append(ROOT, EVENTS)
+    await plain.put_nodes(nodes)
+    return WrittenWithoutKeys(
+        plain, head, nodes, await plain.put_artifact(PLAIN_ARTIFACT, "text/plain")
+    )
 
 
 async def test_plaintext_written_before_the_keys_is_refused_until_sealed_once(
     stores: Callable[[KeyRing | None], SealedStore], raw_store: RawStore
 ) -> None:
-    plain = stores(None)
-    head, nodes = append(ROOT, EVENTS)
-    await plain.put_nodes(nodes)
-    data = f"plain {CANARY_TRAIN}".encode()
-    key = await plain.put_artifact(data, "text/plain")
+    written = await written_without_keys(stores)
     held = raw_store.rows()
     assert TASK_CANARY.encode() in held and CANARY_TRAIN.encode() in held  # as it was
     assert TASK_CANARY.encode() in raw_store.raw()  # where the run's test looks, found
@@ -303,9 +323,9 @@ async def test_plaintext_written_before_the_keys_is_refused_until_sealed_once(
     # With keys the store fails closed: plaintext is refused, saying what to do.
     keyed = stores(ring(RING_K1))
     for read in (
-        lambda: load_transcript(keyed, head),
-        lambda: keyed.get_node(nodes[0][0]),
-        lambda: keyed.get_artifact(key),
+        lambda: load_transcript(keyed, written.head),
+        lambda: keyed.get_node(written.nodes[0][0]),
+        lambda: keyed.get_artifact(written.artifact),
     ):
         with pytest.raises(SealedBlobError, match=PLAINTEXT_REFUSED):
             await read()
@@ -314,11 +334,13 @@ async def test_plaintext_written_before_the_keys_is_refused_until_sealed_once(
     assert (sealed.key_id, sealed.nodes, sealed.artifacts, sealed.mismatched) == ("k1", 2, 1, [])
     held = raw_store.rows()
     assert [c for c in CANARIES if c.encode() in held] == []
-    assert await load_transcript(keyed, head) == EVENTS
-    assert await keyed.get_artifact(key) == (data, "text/plain")
+    assert await load_transcript(keyed, written.head) == EVENTS
+    assert await keyed.get_artifact(written.artifact) == (PLAIN_ARTIFACT, "text/plain")
     # Content-addressed: the rows are where they were, nothing added.
     assert await keyed.backend.unsealed_nodes(NODE_PREFIX, "", 10) == []
-    assert [k for k, _ in await keyed.backend.load_chain(head)] == [k for k, _ in nodes]
+    assert [k for k, _ in await keyed.backend.load_chain(written.head)] == [
+        k for k, _ in written.nodes
+    ]
 
     # Again: nothing left to seal, nothing changed.
     before = raw_store.rows()
@@ -327,14 +349,14 @@ async def test_plaintext_written_before_the_keys_is_refused_until_sealed_once(
     assert raw_store.rows() == before
 
     # ... and a worker without keys writing the same content again does not undo it.
-    await plain.put_nodes(nodes)
-    assert await plain.put_artifact(data, "text/plain") == key
+    await written.store.put_nodes(written.nodes)
+    assert await written.store.put_artifact(PLAIN_ARTIFACT, "text/plain") == written.artifact
     assert [c for c in CANARIES if c.encode() in raw_store.rows()] == []
 
     with pytest.raises(StoreError, match="the store's own media type"):
-        await plain.put_artifact(b"x", f"{SEALED_MEDIA_TYPE}; key=k1")
+        await written.store.put_artifact(b"x", f"{SEALED_MEDIA_TYPE}; key=k1")
     with pytest.raises(StoreError, match="needs AGENTLOOP_CODEC_KEYS"):
-        await seal_plaintext_rows(plain)
+        await seal_plaintext_rows(written.store)
 
 
 async def test_sealing_leaves_a_row_a_worker_sealed_meanwhile_as_the_worker_wrote_it(
@@ -369,21 +391,17 @@ async def test_sealing_leaves_a_row_a_worker_sealed_meanwhile_as_the_worker_wrot
 async def test_plaintext_written_again_with_the_keys_is_sealed(
     stores: Callable[[KeyRing | None], SealedStore], raw_store: RawStore
 ) -> None:
-    plain = stores(None)
-    head, nodes = append(ROOT, EVENTS)
-    await plain.put_nodes(nodes)
-    data = f"plain {CANARY_TRAIN}".encode()
-    key = await plain.put_artifact(data, "text/plain")
+    written = await written_without_keys(stores)
 
     # Written again with the keys (a run continuing from that head, the same tool specs):
     # the same rows, sealed now (a database may keep the bytes it replaced in free space
     # until it reuses them: SQLite until VACUUM).
     keyed = stores(ring(RING_K1))
-    await keyed.put_nodes(nodes)
-    assert await keyed.put_artifact(data, "text/plain") == key
+    await keyed.put_nodes(written.nodes)
+    assert await keyed.put_artifact(PLAIN_ARTIFACT, "text/plain") == written.artifact
     assert [c for c in CANARIES if c.encode() in raw_store.rows()] == []
-    assert await load_transcript(keyed, head) == EVENTS
-    assert await keyed.get_artifact(key) == (data, "text/plain")
+    assert await load_transcript(keyed, written.head) == EVENTS
+    assert await keyed.get_artifact(written.artifact) == (PLAIN_ARTIFACT, "text/plain")
 
 
 # --- tampering, in the database below the layer ---------------------------------------------
@@ -474,10 +492,7 @@ async def test_a_sealed_row_replaced_by_plaintext_is_refused_never_served(
 async def test_store_seal_seals_a_store_from_before_the_keys_and_says_how_many(
     stores: Callable[[KeyRing | None], SealedStore], raw_store: RawStore, tmp_path: Path
 ) -> None:
-    plain = stores(None)
-    head, nodes = append(ROOT, EVENTS)
-    await plain.put_nodes(nodes)
-    key = await plain.put_artifact(f"plain {CANARY_TRAIN}".encode(), "text/plain")
+    written = await written_without_keys(stores)
     env = process_env(AGENTLOOP_STORE_URL=raw_store.url)
 
     unkeyed = await agentloop("store", "seal", env=env, cwd=tmp_path)
@@ -490,8 +505,8 @@ async def test_store_seal_seals_a_store_from_before_the_keys_and_says_how_many(
     assert "sealed 2 nodes and 1 artifacts under key 'k1'" in first.stdout, first.explain()
     assert [c for c in CANARIES if c.encode() in raw_store.rows()] == []
     keyed = stores(ring(RING_K1))
-    assert await load_transcript(keyed, head) == EVENTS
-    assert await keyed.get_artifact(key) == (f"plain {CANARY_TRAIN}".encode(), "text/plain")
+    assert await load_transcript(keyed, written.head) == EVENTS
+    assert await keyed.get_artifact(written.artifact) == (PLAIN_ARTIFACT, "text/plain")
 
     again = await agentloop("store", "seal", "--json", env=env, cwd=tmp_path)
     assert again.returncode == 0, again.explain()
