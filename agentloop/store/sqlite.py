@@ -135,7 +135,7 @@ class SqliteStore:
         row = self._conn.execute(
             "SELECT data, media_type FROM artifacts WHERE key = ?", (key,)
         ).fetchone()
-        return None if row is None else (bytes(row[0]), str(row[1]))
+        return None if row is None else (_blob(row[0]), str(row[1]))
 
     async def unsealed_nodes(
         self, marker: str, after: str, limit: int
@@ -155,7 +155,7 @@ class SqliteStore:
             " AND substr(media_type, 1, length(?)) <> ? ORDER BY key LIMIT ?"
         )
         rows = await self._run(self._select, query, (after, marker, marker, limit))
-        return [(str(k), bytes(d), str(m)) for k, d, m in rows]
+        return [(str(k), _blob(d), str(m)) for k, d, m in rows]
 
     def _select(self, query: str, parameters: tuple[object, ...]) -> list[tuple[Any, ...]]:
         return self._conn.execute(query, parameters).fetchall()
@@ -163,6 +163,12 @@ class SqliteStore:
     async def close(self) -> None:
         await self._run(self._conn.close)
         self._executor.shutdown(wait=True)
+
+
+def _blob(value: bytes | str) -> bytes:
+    """An artifact's data as bytes: SQLite keeps whatever type was written to a column, and
+    whoever writes the file behind the store's back may have written text."""
+    return value.encode() if isinstance(value, str) else bytes(value)
 
 
 @contextmanager
