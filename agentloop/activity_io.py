@@ -352,3 +352,31 @@ class WaitingNotice(BaseModel):
     task: str = ""
     calls: list[NoticeCall] = Field(default_factory=list)
     question: str | None = None
+
+
+@dataclass(frozen=True)
+class DeliveryPolicy:
+    """How `notify_waiting` delivers to each webhook, each on its own: every attempt within
+    `timeout_seconds`, up to `attempts`, the Nth retry after `first_backoff_seconds *
+    backoff_coefficient ** (N - 1)`. The workflow sizes the activity's timeout by it."""
+
+    timeout_seconds: float = 10
+    attempts: int = 4
+    first_backoff_seconds: float = 1
+    backoff_coefficient: float = 2
+
+    def backoff_seconds(self, attempts_made: int) -> float:
+        """The wait before the attempt after `attempts_made` (1 or more) failed ones."""
+        return float(self.first_backoff_seconds * self.backoff_coefficient ** (attempts_made - 1))
+
+    @property
+    def longest_seconds(self) -> float:
+        """One webhook's delivery at its longest: every attempt timing out, every backoff."""
+        waits = sum(self.backoff_seconds(n) for n in range(1, self.attempts))
+        return self.attempts * self.timeout_seconds + waits
+
+
+NOTICE_DELIVERY = DeliveryPolicy()
+NOTICE_NOT_DELIVERED = "NoticeNotDelivered"
+"""The failure type of a `notify_waiting` some webhook did not take after its attempts (its
+message names each such webhook by its host only, and why)."""

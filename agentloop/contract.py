@@ -417,7 +417,8 @@ class RunStatusView(BaseModel):
     `input_timeout`, `unresolved`)."""
     notice_failures: list[str] = Field(default_factory=list)
     """Notices of this run waiting for a person that could not be delivered to the webhooks
-    (`AGENTLOOP_NOTIFY_WEBHOOKS`), each saying of what and why."""
+    (`AGENTLOOP_NOTIFY_WEBHOOKS`), each saying of what, which
+    webhooks (by name and host only: a webhook URL is a secret) and why."""
 
 
 class CancelRequest(BaseModel):

@@ -4,8 +4,9 @@ timeout instead of the (much longer) start-to-close timeout."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 from temporalio import activity
 
@@ -13,7 +14,13 @@ HEARTBEAT_EVERY_SECONDS = 1.0
 
 
 @asynccontextmanager
-async def keep_heartbeating(every: float = HEARTBEAT_EVERY_SECONDS) -> AsyncIterator[None]:
+async def keep_heartbeating(
+    every: float = HEARTBEAT_EVERY_SECONDS,
+    details: Callable[[], Sequence[Any]] = tuple,
+) -> AsyncIterator[None]:
+    """Heartbeat every `every` seconds while the body runs, each beat carrying what
+    `details()` says then (the progress a retry of the activity resumes from: Temporal
+    hands the last details to the next attempt)."""
     if activity.info().is_local:
         # A local activity has no heartbeat: the workflow task it runs in is its lease.
         yield
@@ -24,7 +31,7 @@ async def keep_heartbeating(every: float = HEARTBEAT_EVERY_SECONDS) -> AsyncIter
         # do) costs no heartbeat call at all.
         while True:
             await asyncio.sleep(every)
-            activity.heartbeat()
+            activity.heartbeat(*details())
 
     task = asyncio.create_task(beat())
     try:

@@ -42,6 +42,7 @@ from agentloop.runtime.config_variables import FILE_SUFFIX as FILE_SUFFIX
 from agentloop.runtime.config_variables import VARIABLES as VARIABLES
 from agentloop.runtime.config_variables import present, shown_value
 from agentloop.runtime.mcp_config import McpConfigError, McpServerConfig, parse_servers
+from agentloop.runtime.notice_routes import Webhook, listed_webhooks
 from agentloop.runtime.signing import (
     ApproverKeys,
     PrincipalSignatures,
@@ -173,7 +174,8 @@ class Settings(BaseModel):
     notify_webhooks: str | None = Field(default=None, repr=False)
     """`URL[,URL...]`: where a run's worker POSTs a JSON notice when the run starts waiting
     for a person, signed with `notify_secret` (`agentloop.activities.notices`); in the TOML
-    file also an array."""
+    file also an array. Each is told of every notice. A secret: only each URL's scheme,
+    host and port are ever shown."""
     notify_secret: str | None = Field(default=None, repr=False)
     """The HMAC-SHA256 key of the notices' `X-Agentloop-Signature` header (needed with
     `notify_webhooks`)."""
@@ -217,18 +219,18 @@ class Settings(BaseModel):
             anthropic_base_url=self.anthropic_base_url,
         )
 
-    def notice_webhooks(self) -> list[str]:
-        """The URLs of `notify_webhooks` (none when unset); raises `ConfigError` when they are
-        set without `notify_secret` (an unsigned notice could be forged by anyone)."""
-        urls = [u.strip() for u in (self.notify_webhooks or "").split(",") if u.strip()]
-        if urls and present(self.notify_secret) is None:
+    def notice_webhooks(self) -> list[Webhook]:
+        """The webhooks of `notify_webhooks` (none when unset); raises `ConfigError` when they
+        are set without `notify_secret` (an unsigned notice could be forged by anyone)."""
+        webhooks = listed_webhooks(self.notify_webhooks)
+        if webhooks and present(self.notify_secret) is None:
             raise ConfigError(
                 [
                     f"{VARIABLES['notify_webhooks'].name} is set without "
                     f"{VARIABLES['notify_secret'].name}: set the key the notices are signed with"
                 ]
             )
-        return urls
+        return webhooks
 
     def inbox_tenant_map(self) -> dict[str, list[str]]:
         """`inbox_tenants` as user -> tenants (empty when unset); raises `ConfigError` naming

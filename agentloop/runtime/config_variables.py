@@ -34,6 +34,7 @@ from agentloop.runtime.config_checks import (
     http_url_check,
 )
 from agentloop.runtime.mcp_config import check_servers, mask_servers
+from agentloop.runtime.notice_routes import mask_webhooks
 
 CONFIG_FILE_VARIABLE = "AGENTLOOP_CONFIG"
 
@@ -96,7 +97,9 @@ VARIABLES: dict[str, Variable] = {
     "starter_keys": Variable("AGENTLOOP_STARTER_KEYS", check_approver_keys),
     "principal_signing": Variable("AGENTLOOP_PRINCIPAL_SIGNING", check_principal_signing),
     "env": Variable("AGENTLOOP_ENV", check_run_mode),
-    "notify_webhooks": Variable("AGENTLOOP_NOTIFY_WEBHOOKS", check_webhooks, secret=True),
+    "notify_webhooks": Variable(
+        "AGENTLOOP_NOTIFY_WEBHOOKS", check_webhooks, secret=True, mask=mask_webhooks
+    ),
     "notify_secret": Variable("AGENTLOOP_NOTIFY_SECRET", secret=True),
     "inbox_url": Variable(
         "AGENTLOOP_INBOX_URL", http_url_check("http://127.0.0.1:8300"), is_url=True

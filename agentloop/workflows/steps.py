@@ -25,6 +25,7 @@ from agentloop.activity_io import (
     LOOKUP_OUTCOME,
     MODEL_CALL,
     MODEL_CALL_BY_REF,
+    NOTICE_DELIVERY,
     NOTIFY_WAITING,
     OVER_BUDGET,
     READ_TEAM_OUTCOME,
@@ -281,10 +282,13 @@ async def await_humans(state: LoopState, step: AwaitHumans, phase: Phase) -> Non
     loop.record_pause(state, (workflow.now() - since).total_seconds())
 
 
+# Each webhook's own attempts run inside the activity (`NOTICE_DELIVERY`); the activity is
+# tried again only when its worker is lost, and resumes from its heartbeats.
 NOTICE_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), backoff_coefficient=2, maximum_attempts=4
+    initial_interval=timedelta(seconds=1), backoff_coefficient=2, maximum_attempts=3
 )
-NOTICE_START_TO_CLOSE = timedelta(seconds=15)
+NOTICE_START_TO_CLOSE = timedelta(seconds=NOTICE_DELIVERY.longest_seconds + 15)
+NOTICE_HEARTBEAT = timedelta(seconds=10)
 NOTICE_KINDS: dict[Phase, Literal["approval", "question", "unknown_write"]] = {
     "awaiting_approval": "approval",
     "awaiting_input": "question",
@@ -322,6 +326,7 @@ def notify_waiting(state: LoopState, step: AwaitHumans, phase: Phase) -> None:
         NOTIFY_WAITING,
         notice,
         start_to_close_timeout=NOTICE_START_TO_CLOSE,
+        heartbeat_timeout=NOTICE_HEARTBEAT,
         retry_policy=NOTICE_RETRY,
         summary=f"notify: {kind} {', '.join(new)}",
     )

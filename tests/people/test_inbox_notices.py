@@ -19,7 +19,7 @@ from temporalio.client import Client
 
 import agentloop.workflows.loop as loop
 from agentloop.activities.notices import SIGNATURE_HEADER
-from agentloop.contract import AgentRunInput, ApprovalDecision, Principal
+from agentloop.contract import AgentRunInput, ApprovalDecision, Principal, RunStatusView
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.runtime.config import ConfigError, Settings
 from agentloop.worker import running_worker
@@ -104,6 +104,22 @@ async def approve(handle: Any, digest: str) -> None:
     )
 
 
+async def approved_to_completion(handle: Any, view: RunStatusView) -> None:
+    """Approve the call the run waits on as `view` shows it: the run then completes."""
+    await approve(handle, view.pending_approvals[0].args_digest)
+    result = await handle.result()
+    assert result.status == "completed", result.stop_reason
+
+
+async def notice_failure(handle: Any) -> tuple[RunStatusView, str]:
+    """The run's status once it says its one notice was not delivered, and what it says."""
+    view = await wait_for_status(
+        handle, lambda v: bool(v.notice_failures), "the notice's failure", seconds=60
+    )
+    [failure] = view.notice_failures
+    return view, failure
+
+
 async def test_a_run_waiting_for_approval_sends_one_signed_notice(
     client: Client,
     worker_settings: Settings,
@@ -133,9 +149,7 @@ async def test_a_run_waiting_for_approval_sends_one_signed_notice(
         ]
         assert notice["link"] == f"{INBOX_URL}/runs/{run_id}"
         assert "reserve_seat (c_res)" in notice["text"] and notice["link"] in notice["text"]
-        await approve(handle, digest)
-        result = await handle.result()
-    assert result.status == "completed", result.stop_reason
+        await approved_to_completion(handle, view)
     assert len(good.received) == 1  # told once
     assert view.notice_failures == []
 
@@ -153,17 +167,12 @@ async def test_a_failing_webhook_neither_fails_nor_delays_the_run_and_status_say
         handle = await start_run(client, settings, run_id, booking(scripted_provider, run_id))
         view = await wait_for_phase(handle, "awaiting_approval")
         assert view.notice_failures == []  # waiting already, the notice still being retried
-        view = await wait_for_status(
-            handle, lambda v: bool(v.notice_failures), "the notice's failure", seconds=60
-        )
-        [failure] = view.notice_failures
-        assert "approval c_res" in failure and "/bad" not in failure and "answered 500" in failure
-        assert len(bad.received) == 4  # the notice's attempts, with backoff
-        assert len(good.received) == 4  # each attempt tells every webhook (dedupe by id)
-        assert len({json.loads(body)["id"] for _, body in good.received}) == 1
-        await approve(handle, view.pending_approvals[0].args_digest)
-        result = await handle.result()
-    assert result.status == "completed", result.stop_reason
+        view, failure = await notice_failure(handle)
+        assert "approval c_res" in failure and "/bad" not in failure
+        assert f"webhook 1 ({bad.url.removesuffix('/bad')}) answered 500 (4 attempts)" in failure
+        assert len(bad.received) == 4  # its own attempts, with backoff
+        assert len(good.received) == 1  # its own delivery: told once
+        await approved_to_completion(handle, view)
 
 
 async def test_a_run_without_the_feature_sends_no_notice(
@@ -181,9 +190,7 @@ async def test_a_run_without_the_feature_sends_no_notice(
     async with running_worker(client, settings):
         handle = await start_run(client, settings, run_id, booking(scripted_provider, run_id))
         view = await wait_for_phase(handle, "awaiting_approval")
-        await approve(handle, view.pending_approvals[0].args_digest)
-        result = await handle.result()
-    assert result.status == "completed", result.stop_reason
+        await approved_to_completion(handle, view)
     scheduled = [
         event.activity_task_scheduled_event_attributes.activity_type.name
         async for event in handle.fetch_history_events()
