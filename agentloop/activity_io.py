@@ -352,6 +352,9 @@ class WaitingNotice(BaseModel):
     task: str = ""
     calls: list[NoticeCall] = Field(default_factory=list)
     question: str | None = None
+    tenant: str | None = None
+    """The run's tenant, which notices are routed by (None: a notice from before routing,
+    told only to the webhooks of every tenant)."""
 
 
 @dataclass(frozen=True)

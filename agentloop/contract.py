@@ -417,7 +417,7 @@ class RunStatusView(BaseModel):
     `input_timeout`, `unresolved`)."""
     notice_failures: list[str] = Field(default_factory=list)
     """Notices of this run waiting for a person that could not be delivered to the webhooks
-    (`AGENTLOOP_NOTIFY_WEBHOOKS`), each saying of what, which
+    (`AGENTLOOP_NOTIFY_WEBHOOKS`, `AGENTLOOP_NOTIFY_ROUTES`), each saying of what, which
     webhooks (by name and host only: a webhook URL is a secret) and why."""
 
 

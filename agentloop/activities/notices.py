@@ -1,9 +1,10 @@
-"""`notify_waiting`: tell the configured webhooks that a run waits for a person.
+"""`notify_waiting`: tell the webhooks a notice is routed to that a run waits for a person.
 
-Each webhook (`agentloop.runtime.notice_routes`) gets one JSON POST: the run, what it waits
-on (`kind`: approval, question, unknown_write), each call with its tool, args digest and who
-may decide, the inbox link, and a `text` line for chat tools; signed with HMAC-SHA256 over the
-exact body under `AGENTLOOP_NOTIFY_SECRET`, in `X-Agentloop-Signature: sha256=HEX`.
+Each webhook (`agentloop.runtime.notice_routes`: every notice, or the calls of some tools in
+the runs of some tenants) gets one JSON POST: the run, what it waits on (`kind`: approval,
+question, unknown_write), each of its calls with its tool, args digest and who may decide,
+the inbox link, and a `text` line for chat tools; signed with HMAC-SHA256 over the exact body
+under `AGENTLOOP_NOTIFY_SECRET`, in `X-Agentloop-Signature: sha256=HEX`.
 
 Every webhook has its own delivery, all of them at once (`NOTICE_DELIVERY`: its own timeout
 per attempt, its own attempts and backoff), so one that hangs never delays another. Only a
@@ -78,6 +79,12 @@ def notice_body(notice: WaitingNotice, inbox_url: str) -> bytes:
         "text": text,
     }
     return json.dumps(document, sort_keys=True).encode()
+
+
+def routed(notice: WaitingNotice, webhook: Webhook) -> WaitingNotice | None:
+    """The notice as `webhook` is told of it: only the calls routed there (None: none is)."""
+    calls = [c for c in notice.calls if webhook.takes(notice.tenant, c.tool)]
+    return notice.model_copy(update={"calls": calls}) if calls else None
 
 
 class WebhookProgress(BaseModel):
@@ -156,10 +163,13 @@ class NoticeActivities:
     @activity.defn(name=NOTIFY_WAITING)
     async def notify_waiting(self, notice: WaitingNotice) -> None:
         progress = resumed_progress()
-        deliveries = [
-            (webhook, progress.setdefault(webhook.name, WebhookProgress()))
-            for webhook in self._webhooks
-        ]
+        deliveries = []
+        for webhook in self._webhooks:
+            told = routed(notice, webhook)
+            if told is not None:
+                deliveries.append(
+                    (webhook, told, progress.setdefault(webhook.name, WebhookProgress()))
+                )
 
         def details() -> tuple[object]:
             return (PROGRESS.dump_python(progress, mode="json"),)
@@ -174,10 +184,10 @@ class NoticeActivities:
             aiohttp.ClientSession(connector=connector) as session,
         ):
             await asyncio.gather(
-                *(self._deliver(session, w, notice, step, beat) for w, step in deliveries)
+                *(self._deliver(session, w, told, step, beat) for w, told, step in deliveries)
             )
         failed = []
-        for webhook, step in deliveries:
+        for webhook, _, step in deliveries:
             audit(
                 "notice.webhook",
                 workflow_id=notice.workflow_id,

@@ -42,7 +42,7 @@ from agentloop.runtime.config_variables import FILE_SUFFIX as FILE_SUFFIX
 from agentloop.runtime.config_variables import VARIABLES as VARIABLES
 from agentloop.runtime.config_variables import present, shown_value
 from agentloop.runtime.mcp_config import McpConfigError, McpServerConfig, parse_servers
-from agentloop.runtime.notice_routes import Webhook, listed_webhooks
+from agentloop.runtime.notice_routes import Webhook, listed_webhooks, parse_routes
 from agentloop.runtime.signing import (
     ApproverKeys,
     PrincipalSignatures,
@@ -176,9 +176,15 @@ class Settings(BaseModel):
     for a person, signed with `notify_secret` (`agentloop.activities.notices`); in the TOML
     file also an array. Each is told of every notice. A secret: only each URL's scheme,
     host and port are ever shown."""
+    notify_routes: str | None = Field(default=None, repr=False)
+    """A JSON object of route name -> `{"url": URL, "tools": [...], "tenants": [...]}`: a
+    webhook told only of the calls of those tools (none: every tool) in the runs of those
+    tenants (none: every tenant), beside `notify_webhooks`; in the TOML file the
+    `[notify_routes.NAME]` tables (`agentloop.runtime.notice_routes`). Shown like
+    `notify_webhooks`."""
     notify_secret: str | None = Field(default=None, repr=False)
     """The HMAC-SHA256 key of the notices' `X-Agentloop-Signature` header (needed with
-    `notify_webhooks`)."""
+    `notify_webhooks` or `notify_routes`)."""
     inbox_url: str = "http://127.0.0.1:8300"
     """Where people open the inbox (`agentloop inbox`): the notices link to the run there."""
     inbox_tenants: str | None = None
@@ -220,14 +226,20 @@ class Settings(BaseModel):
         )
 
     def notice_webhooks(self) -> list[Webhook]:
-        """The webhooks of `notify_webhooks` (none when unset); raises `ConfigError` when they
-        are set without `notify_secret` (an unsigned notice could be forged by anyone)."""
-        webhooks = listed_webhooks(self.notify_webhooks)
+        """The webhooks of `notify_webhooks`, then those of `notify_routes` (none when both
+        are unset); raises `ConfigError` when the routes are malformed, or webhooks are set
+        without `notify_secret` (an unsigned notice could be forged by anyone)."""
+        try:
+            routes = parse_routes(self.notify_routes)
+        except ValueError as exc:
+            raise ConfigError([f"{VARIABLES['notify_routes'].name}: {exc}"]) from None
+        webhooks = [*listed_webhooks(self.notify_webhooks), *routes]
         if webhooks and present(self.notify_secret) is None:
+            name = VARIABLES["notify_webhooks" if self.notify_webhooks else "notify_routes"].name
             raise ConfigError(
                 [
-                    f"{VARIABLES['notify_webhooks'].name} is set without "
-                    f"{VARIABLES['notify_secret'].name}: set the key the notices are signed with"
+                    f"{name} is set without {VARIABLES['notify_secret'].name}: set the key"
+                    " the notices are signed with"
                 ]
             )
         return webhooks

@@ -34,7 +34,7 @@ from agentloop.runtime.config_checks import (
     http_url_check,
 )
 from agentloop.runtime.mcp_config import check_servers, mask_servers
-from agentloop.runtime.notice_routes import mask_webhooks
+from agentloop.runtime.notice_routes import check_routes, mask_routes, mask_webhooks
 
 CONFIG_FILE_VARIABLE = "AGENTLOOP_CONFIG"
 
@@ -100,6 +100,9 @@ VARIABLES: dict[str, Variable] = {
     "notify_webhooks": Variable(
         "AGENTLOOP_NOTIFY_WEBHOOKS", check_webhooks, secret=True, mask=mask_webhooks
     ),
+    "notify_routes": Variable(
+        "AGENTLOOP_NOTIFY_ROUTES", check_routes, secret=True, mask=mask_routes
+    ),
     "notify_secret": Variable("AGENTLOOP_NOTIFY_SECRET", secret=True),
     "inbox_url": Variable(
         "AGENTLOOP_INBOX_URL", http_url_check("http://127.0.0.1:8300"), is_url=True
@@ -121,7 +124,7 @@ NUMBER_FIELDS = frozenset(
     }
 )
 LIST_FIELDS = frozenset({"tools", "approver_keys", "starter_keys", "notify_webhooks"})
-TABLE_FIELDS = frozenset({"mcp_servers", "inbox_tenants"})
+TABLE_FIELDS = frozenset({"mcp_servers", "inbox_tenants", "notify_routes"})
 """Given in the file as a table, kept as its JSON text (the variable's form)."""
 
 

@@ -1,4 +1,12 @@
-"""Where a worker's notices go: the webhooks of `AGENTLOOP_NOTIFY_WEBHOOKS`.
+"""Where a worker's notices go: the webhooks of `AGENTLOOP_NOTIFY_WEBHOOKS` (every notice) and
+the named routes of `AGENTLOOP_NOTIFY_ROUTES` (the notices of some tools, of some tenants).
+
+```toml
+[notify_routes.workshops]
+url = "https://hooks.example.com/services/T000/B000/XXXX"
+tools = ["reserve_seat"]          # only the calls of these tools (none: every tool)
+tenants = ["tenant-b"]            # only the runs of these tenants (none: every tenant)
+```
 
 A webhook URL is a secret: chat incoming webhooks carry their token in the path. Whatever
 names a webhook (a failure, a log line, `status`, the inbox, `agentloop config`) names it by
@@ -8,11 +16,21 @@ echo a URL back.
 
 from __future__ import annotations
 
+import json
+import re
+from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentloop.runtime.config_checks import check_webhooks
+from agentloop.runtime.config_checks import check_webhooks, http_url_check
+
+ROUTE_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
+"""A route's name: lower case, no space (so it is never taken for a listed `webhook N`)."""
+ROUTES_SHAPE = (
+    'expected a JSON object of route name -> {"url": URL, "tools": [...], "tenants": [...]}'
+)
+check_webhook_url = http_url_check("https://hooks.example.com/services/T000/B000/XXXX")
 
 
 def site(url: str) -> str:
@@ -33,12 +51,31 @@ class Webhook(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     name: str
-    """`webhook N` for the Nth of `AGENTLOOP_NOTIFY_WEBHOOKS`."""
+    """`webhook N` for the Nth of `AGENTLOOP_NOTIFY_WEBHOOKS`, else the route's name."""
     url: str = Field(repr=False)
+    tools: tuple[str, ...] = ()
+    """The tools whose calls it is told of (empty: every tool's)."""
+    tenants: tuple[str, ...] = ()
+    """The tenants whose runs it is told of (empty: every tenant's)."""
 
     @property
     def label(self) -> str:
         return f"{self.name} ({site(self.url)})"
+
+    def takes(self, tenant: str | None, tool: str) -> bool:
+        """Whether a call of `tool` in a run of `tenant` is routed here (a notice from before
+        notices carried the tenant, None, only to webhooks for every tenant)."""
+        if self.tenants and tenant not in self.tenants:
+            return False
+        return not self.tools or tool in self.tools
+
+
+class _Route(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    url: str
+    tools: list[str] = Field(default_factory=list)
+    tenants: list[str] = Field(default_factory=list)
 
 
 def listed_webhooks(value: str | None) -> list[Webhook]:
@@ -48,8 +85,68 @@ def listed_webhooks(value: str | None) -> list[Webhook]:
     return [Webhook(name=f"webhook {n}", url=url) for n, url in enumerate(urls, start=1)]
 
 
+def parse_routes(value: str | None) -> list[Webhook]:
+    """The routes of `AGENTLOOP_NOTIFY_ROUTES` (JSON text, or the file's tables as JSON);
+    raises ValueError naming the route and what is wrong, never its URL."""
+    if value is None or not value.strip():
+        return []
+    try:
+        data = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg}): {ROUTES_SHAPE}") from None
+    if not isinstance(data, dict):
+        raise ValueError(ROUTES_SHAPE)
+    routes = []
+    for name, route in data.items():
+        if not ROUTE_NAME.match(name):
+            raise ValueError(
+                f"route {name!r}: a name is 1-40 lower-case letters, digits, '-' and '_',"
+                " starting with a letter"
+            )
+        try:
+            parsed = _Route.model_validate(route)
+        except ValidationError as exc:
+            # Not `describe_validation_error`: it quotes the input, which may be the URL.
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'route'}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            )
+            raise ValueError(f"route {name!r}: {problems}: {ROUTES_SHAPE}") from None
+        problem = check_webhook_url(parsed.url)
+        if problem:
+            raise ValueError(f"route {name!r}: url: {problem}")
+        routes.append(
+            Webhook(
+                name=name, url=parsed.url, tools=tuple(parsed.tools), tenants=tuple(parsed.tenants)
+            )
+        )
+    return routes
+
+
+def check_routes(value: str) -> str | None:
+    """A settings check (`agentloop.runtime.config`): None, or what is wrong."""
+    try:
+        parse_routes(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def mask_webhooks(value: str) -> str:
     """`AGENTLOOP_NOTIFY_WEBHOOKS` as it may be printed: each URL's site, its path hidden."""
     if check_webhooks(value) is not None:
         return "***"
     return ",".join(f"{site(w.url)}/…" for w in listed_webhooks(value))
+
+
+def mask_routes(value: str) -> str:
+    """`AGENTLOOP_NOTIFY_ROUTES` as it may be printed: each route's URL as its site."""
+    try:
+        routes = parse_routes(value)
+    except ValueError:
+        return "***"
+    shown: dict[str, Any] = {
+        r.name: {"url": f"{site(r.url)}/…", "tools": list(r.tools), "tenants": list(r.tenants)}
+        for r in routes
+    }
+    return json.dumps(shown, ensure_ascii=False)

@@ -321,6 +321,7 @@ def notify_waiting(state: LoopState, step: AwaitHumans, phase: Phase) -> None:
         task=state.run_input.summary(),
         calls=calls,
         question=loop.question(state) if kind == "question" else None,
+        tenant=state.run_input.principal.tenant,
     )
     sending = workflow.start_activity(
         NOTIFY_WAITING,

@@ -11,6 +11,7 @@ import hmac
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,8 +22,9 @@ import agentloop.workflows.loop as loop
 from agentloop.activities.notices import SIGNATURE_HEADER
 from agentloop.contract import AgentRunInput, ApprovalDecision, Principal, RunStatusView
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
-from agentloop.runtime.config import ConfigError, Settings
+from agentloop.runtime.config import CONFIG_FILE_VARIABLE, ConfigError, Settings, load_config
 from agentloop.worker import running_worker
+from tests.operations.test_config import problems_of
 from tests.support import start_run, wait_for_phase, wait_for_status, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -204,3 +206,53 @@ def test_webhooks_without_a_secret_are_a_configuration_error() -> None:
     settings = Settings(notify_webhooks="https://hooks.example.com/a")
     with pytest.raises(ConfigError, match="AGENTLOOP_NOTIFY_SECRET"):
         settings.notice_webhooks()
+
+
+HOOK_PATH = "/hooks-q7/T0Q7Z/B0X9K/xoxb4f2eTOKEN"
+
+
+def test_routes_come_from_the_file_s_tables_beside_the_listed_webhooks(tmp_path: Path) -> None:
+    config = tmp_path / "agentloop.toml"
+    config.write_text(
+        f'notify_secret = "{SECRET}"\n'
+        f'notify_webhooks = ["https://all.example.com{HOOK_PATH}"]\n'
+        "[notify_routes.workshops]\n"
+        f'url = "https://chat.example.com:8443{HOOK_PATH}"\n'
+        'tools = ["reserve_seat"]\n'
+        'tenants = ["tenant-b"]\n'
+    )
+    loaded = load_config({CONFIG_FILE_VARIABLE: str(config)})
+    first, route = loaded.settings.notice_webhooks()
+    assert (first.name, first.tools, first.tenants) == ("webhook 1", (), ())
+    assert (route.name, route.tools, route.tenants) == (
+        "workshops",
+        ("reserve_seat",),
+        ("tenant-b",),
+    )
+    assert route.label == "workshops (https://chat.example.com:8443)"
+    assert route.takes("tenant-b", "reserve_seat")
+    assert not route.takes("tenant-a", "reserve_seat") and not route.takes("tenant-b", "send_reply")
+    assert not route.takes(None, "reserve_seat")  # a notice from before routing
+    assert first.takes(None, "anything")
+    printed = "\n".join(loaded.lines()) + json.dumps(loaded.as_json()) + repr(loaded.settings)
+    assert "AGENTLOOP_NOTIFY_WEBHOOKS=https://all.example.com/… (file)" in loaded.lines()
+    assert "https://chat.example.com:8443/…" in printed
+    for part in HOOK_PATH.strip("/").split("/"):
+        assert part not in printed
+
+
+@pytest.mark.parametrize(
+    ("routes", "problem"),
+    [
+        ({"chat": {"ulr": f"https://chat.example.com{HOOK_PATH}"}}, "route 'chat': url: Field"),
+        ({"chat": {"url": f"ftp://chat.example.com{HOOK_PATH}"}}, "route 'chat': url: expected"),
+        ({"Chat Room": {"url": f"https://chat.example.com{HOOK_PATH}"}}, "route 'Chat Room': a"),
+        ({"chat": {"url": f"https://chat.example.com{HOOK_PATH}", "tools": "x"}}, "tools:"),
+    ],
+)
+def test_a_bad_route_is_named_without_its_url(routes: dict[str, Any], problem: str) -> None:
+    env = {"AGENTLOOP_NOTIFY_ROUTES": json.dumps(routes), "AGENTLOOP_NOTIFY_SECRET": SECRET}
+    [said] = problems_of(env)
+    assert said.startswith("AGENTLOOP_NOTIFY_ROUTES") and problem in said, said
+    for part in HOOK_PATH.strip("/").split("/"):
+        assert part not in said

@@ -25,13 +25,15 @@ from temporalio.testing import ActivityEnvironment
 
 from agentloop.activities.notices import NoticeActivities
 from agentloop.activity_io import DeliveryPolicy, NoticeCall, WaitingNotice
-from agentloop.demo.scripted_provider import ScriptedProvider
+from agentloop.contract import AgentRunInput, AgentRunResult, CancelRequest, Principal
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.runtime.audit import configure_logging, reset_logging
 from agentloop.runtime.config import Settings
 from agentloop.runtime.notice_routes import Webhook
 from agentloop.worker import running_worker
 from tests.people.test_inbox_notices import (
+    RESERVE,
     SECRET,
     approved_to_completion,
     booking,
@@ -245,6 +247,97 @@ async def test_a_redirect_loop_shows_no_part_of_the_webhooks_path_anywhere(
             assert segment not in text, f"{segment!r} in the {where}"
 
 
+async def test_notices_are_routed_per_tool_and_per_tenant(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    receivers: Receivers,
+    run_id: str,
+) -> None:
+    routes = {
+        "workshops": {"url": receivers.url("ok/workshops"), "tools": ["reserve_seat"]},
+        "desk-b": {
+            "url": receivers.url("ok/desk-b"),
+            "tools": ["send_reply"],
+            "tenants": ["tenant-b"],
+        },
+        "tenant-a": {"url": receivers.url("ok/tenant-a"), "tenants": ["tenant-a"]},
+        "tickets": {"url": receivers.url("ok/tickets"), "tools": ["read_ticket"]},
+    }
+    settings = notifying(worker_settings, run_id, receivers.url("ok/all")).model_copy(
+        update={"notify_routes": json.dumps(routes)}
+    )
+    reply = {"ticket_id": "T-1001", "recipient": "dana@example.com", "body": "Refunded."}
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(id="c_res", name="reserve_seat", arguments=RESERVE),
+                        ScriptedToolCall(id="c_reply", name="send_reply", arguments=reply),
+                    ]
+                ),
+                ScriptTurn(text="Done."),
+            ],
+        )
+    )
+    run_input = AgentRunInput(
+        task="Book p-carol and tell Dana.",
+        provider="openai-chat",
+        model=run_id,
+        tools=["reserve_seat", "send_reply"],
+        principal=Principal(
+            subject="p-alice",
+            tenant="tenant-b",
+            scopes=["workshops:read", "workshops:write", "tickets:read", "tickets:write"],
+        ),
+    )
+    async with running_worker(client, settings):
+        handle = await start_run(client, settings, run_id, run_input)
+        await wait_for_phase(handle, "awaiting_approval")
+        await wait_until(
+            lambda: all(receivers.count(f"ok/{n}") for n in ("all", "workshops", "desk-b")),
+            "the notices of the routes this run's calls go to",
+        )
+        await wait_for_notice_end(handle)
+        await handle.signal("cancel", CancelRequest(reason="routing seen"))
+        result = await handle.result()
+    assert result.status == "cancelled", result.stop_reason
+    called = {path: [c["call_id"] for c in told(receivers, path)] for path in receivers.bodies}
+    assert called == {
+        "ok/all": ["c_res", "c_reply"],
+        "ok/workshops": ["c_res"],
+        "ok/desk-b": ["c_reply"],
+    }
+
+
+def told(receivers: Receivers, path: str) -> list[dict[str, Any]]:
+    [body] = receivers.bodies[path]
+    calls: list[dict[str, Any]] = json.loads(body)["calls"]
+    return calls
+
+
+async def wait_for_notice_end(handle: WorkflowHandle[Any, AgentRunResult]) -> None:
+    """Until the run's history holds the end of its `notify_waiting` (no webhook is told
+    after it)."""
+
+    async def ended() -> bool:
+        notices = set()
+        async for event in handle.fetch_history_events():
+            scheduled = event.activity_task_scheduled_event_attributes
+            if scheduled.activity_type.name == "notify_waiting":
+                notices.add(event.event_id)
+            done = event.activity_task_completed_event_attributes
+            if done.scheduled_event_id in notices:
+                return True
+        return False
+
+    async with asyncio.timeout(60):
+        while not await ended():
+            await asyncio.sleep(0.2)
+
+
 # --- the activity alone: a retry resumes from its heartbeats ---------------------------------
 
 
@@ -253,6 +346,7 @@ def notice() -> WaitingNotice:
         workflow_id="run-1",
         kind="approval",
         calls=[NoticeCall(call_id="c1", tool="reserve_seat")],
+        tenant="default",
     )
 
 
