@@ -110,28 +110,26 @@ def duration(seconds: float) -> str:
     return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
 
 
-def quoted(value: str) -> str:
-    """A value inside a visibility query's single quotes (as `search.list_query` quotes)."""
-    return "'" + value.replace("'", "") + "'"
-
-
-def any_of(key: str, values: Sequence[str]) -> str:
-    return "(" + " OR ".join(f"{key} = {quoted(v)}" for v in values) + ")"
+def any_of(key: str, field: str, values: Sequence[str]) -> str:
+    return "(" + " OR ".join(f"{key} = {search.quoted(field, v)}" for v in values) + ")"
 
 
 def tenant_clause(tenants: Sequence[str] | None) -> str:
-    """`tenants` None: every tenant; empty: a clause no run matches."""
+    """`tenants` None: every tenant; none searchable: a clause no run matches (a run is
+    started only with a tenant it can be found by, `search.run_input_problem`)."""
     if tenants is None:
         return ""
-    if not tenants:
+    searchable = [t for t in tenants if search.unsearchable("tenant", t) is None]
+    if not searchable:
         return " AND WorkflowId = ''"
-    return " AND " + any_of(search.AGENT_TENANT.name, tenants)
+    return " AND " + any_of(search.AGENT_TENANT.name, "tenant", searchable)
 
 
 def waiting_query(tenants: Sequence[str] | None) -> str:
     return (
-        f"WorkflowType = {quoted(WORKFLOW_NAME)} AND ExecutionStatus = 'Running' AND "
-        + any_of(search.AGENT_PHASE.name, list(WAITING_PHASES))
+        f"WorkflowType = {search.quoted('type', WORKFLOW_NAME)} AND ExecutionStatus = 'Running'"
+        + " AND "
+        + any_of(search.AGENT_PHASE.name, "phase", list(WAITING_PHASES))
         + tenant_clause(tenants)
     )
 
@@ -378,7 +376,7 @@ ENDED_WITHOUT_RESULT = ("FAILED", "TERMINATED", "TIMED_OUT", "CANCELED")
 async def recent_runs(
     client: Client, tenants: Sequence[str] | None, limit: int = 50
 ) -> list[RecentRun]:
-    query = f"WorkflowType = {quoted(WORKFLOW_NAME)}" + tenant_clause(tenants)
+    query = f"WorkflowType = {search.quoted('type', WORKFLOW_NAME)}" + tenant_clause(tenants)
     runs = []
     async for execution in client.list_workflows(query, limit=limit):
         attributes = execution.typed_search_attributes

@@ -6,6 +6,7 @@ worker and scripted provider; each refused request is checked to have changed no
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import re
 import signal
@@ -106,9 +107,11 @@ async def decide(
 
 
 async def inbox_items(http: aiohttp.ClientSession, inbox: InboxServer, user: str) -> list[str]:
+    """The runs the inbox's rows (as its page's script polls them) link to."""
     async with http.get(f"{inbox.url}/api/inbox", headers=as_user(user)) as response:
         assert response.status == 200
-        return [item["workflow_id"] for item in (await response.json())["items"]]
+        rows = await response.text()
+    return [html.unescape(run) for run in re.findall(r'<a href="/runs/[^"]*">([^<]*)</a>', rows)]
 
 
 async def test_a_user_sees_and_acts_on_their_tenants_runs_only(
@@ -289,7 +292,7 @@ async def test_every_page_says_what_the_browser_may_run_and_no_user_no_page(
         assert response.status == 403
     async with http.get(inbox.url + "/runs/no-such-run", headers=as_user("bea")) as response:
         assert response.status == 404
-        assert "no run &#x27;no-such-run&#x27;" in await response.text()
+        assert "no run &#39;no-such-run&#39;" in await response.text()  # escaped
 
 
 async def test_local_mode_listens_on_127_0_0_1_only_and_asks_a_name_once(

@@ -335,7 +335,7 @@ async def test_hostile_text_from_the_task_the_model_and_the_tool_arguments_runs_
     listed = clipped(HOSTILE + HOSTILE_LINK, MAX_MEMO_TEXT_CHARS)  # the run's memo holds its start
     await expect(row).to_contain_text(listed)  # the task, as text
     async with page.page.expect_response(lambda r: "/api/inbox" in r.url):
-        pass  # the script's next poll redraws the rows from the JSON
+        pass  # the script's next poll puts in the rows the server rendered again
     await expect(row).to_contain_text(listed)
     await page.page.goto(f"{inbox.url}/runs/{run_id}")
     await expect(page.page.locator("#task")).to_have_text(HOSTILE + HOSTILE_LINK)

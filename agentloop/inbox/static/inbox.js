@@ -1,51 +1,28 @@
-// The inbox's one script: the inbox table follows the runs (its JSON every 2 s), a running
-// run's page shows what the run does as it happens (the inbox's server-sent events, one
-// subscription per run on the server), and, where the workers take only signed decisions,
-// decisions are signed here with the approver's Ed25519 key (WebCrypto; imported
-// non-extractable and kept in IndexedDB, so the inbox server never holds it). Everything from
-// outside goes into the page as text (textContent, text nodes), never as HTML.
+// The inbox's one script: the inbox table follows the runs (its rows every 2 s, as the
+// server's template renders them), a running run's page shows what the run does as it happens
+// (the inbox's server-sent events, one subscription per run on the server), and, where the
+// workers take only signed decisions, decisions are signed here with the approver's Ed25519
+// key (WebCrypto; imported non-extractable and kept in IndexedDB, so the inbox server never
+// holds it). What the script itself shows from outside goes in as text (textContent, text
+// nodes), never as HTML.
 "use strict";
 
 const POLL_MS = 2000;
 
-function cell(row, text) {
-  const td = document.createElement("td");
-  td.textContent = text;
-  row.appendChild(td);
-  return td;
-}
-
-function itemRow(item) {
-  const row = document.createElement("tr");
-  row.className = "item " + item.kind;
-  cell(row, item.waited);
-  cell(row, item.kind_name);
-  const link = document.createElement("a");
-  link.href = item.href; // the inbox's own path, built by the server
-  link.textContent = item.workflow_id;
-  cell(row, "").appendChild(link);
-  cell(row, item.task);
-  cell(row, item.tool);
-  cell(row, item.approvers.join(", ") || (item.kind === "approval" ? "anyone" : ""));
-  cell(row, item.tenant);
-  cell(row, item.text);
-  cell(row, item.times_out);
-  return row;
-}
-
-async function poll(table) {
+async function poll(inbox) {
   try {
-    const response = await fetch(table.dataset.poll, {credentials: "same-origin"});
+    const response = await fetch(inbox.dataset.poll, {credentials: "same-origin"});
     if (response.ok) {
-      const data = await response.json();
-      const body = document.getElementById("items");
-      body.replaceChildren(...data.items.map(itemRow));
-      document.getElementById("counts").textContent = data.counts;
+      // The rows as the server renders them (the page's own template: text is escaped
+      // there); a parsed document runs nothing.
+      const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+      document.getElementById("items").replaceChildren(...fresh.getElementById("items").rows);
+      document.getElementById("counts").textContent = fresh.getElementById("counts").textContent;
     }
   } catch (error) {
     // the inbox is restarting or the network is down: the next poll tries again
   }
-  setTimeout(() => poll(table), POLL_MS);
+  setTimeout(() => poll(inbox), POLL_MS);
 }
 
 // --- a run as it happens ------------------------------------------------------------------
@@ -272,9 +249,9 @@ document.addEventListener("submit", (event) => {
 });
 
 document.addEventListener("DOMContentLoaded", () => {
-  const table = document.getElementById("inbox");
-  if (table) {
-    setTimeout(() => poll(table), POLL_MS);
+  const inbox = document.getElementById("inbox");
+  if (inbox) {
+    setTimeout(() => poll(inbox), POLL_MS);
   }
   const live = document.getElementById("live");
   if (live) {

@@ -1,0 +1,188 @@
+"""Who is asking and what they may see: the inbox's options, its per-process state, the
+session and its CSRF token, and `page`, which every route handler is served through.
+
+Who acts is never typed into a decision: behind an authenticating proxy it is the user the
+proxy names in `auth_header`; without one (local mode, 127.0.0.1 only) it is the name given
+once per browser. A user sees and acts on the runs of their tenants only."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from agentloop.inbox.live import LiveRuns
+from agentloop.inbox.pages import Viewer, error_page
+from agentloop.inbox.reading import RunInputs, RunStory, read_story
+from agentloop.runtime.signing import APPROVER_NAME
+
+SESSION_COOKIE = "agentloop_inbox_session"
+USER_COOKIE = "agentloop_inbox_user"
+LOCAL_HOSTS = ("127.0.0.1", "localhost")
+
+Handler = Callable[[Request, Viewer], Awaitable[Response]]
+
+
+@dataclass(frozen=True)
+class InboxOptions:
+    auth_header: str | None = None
+    """The request header an authenticating proxy names the user in; None: local mode."""
+    tenants: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    """User -> the tenants whose runs they see (`inbox_tenants`)."""
+
+    def tenants_of(self, user: str) -> Sequence[str] | None:
+        """None: every tenant (an unmapped user in local mode); behind a proxy an unmapped
+        user sees none."""
+        if user in self.tenants:
+            return list(self.tenants[user])
+        return None if self.auth_header is None else []
+
+
+class Refused(Exception):
+    """A request the inbox will not serve: its status and the page saying why."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+@dataclass
+class Inbox:
+    """One inbox process's state, as `app.state.inbox`: its Temporal client, its options, the
+    key its CSRF tokens are made with, the run inputs it read, and the live feeds."""
+
+    client: Client
+    options: InboxOptions
+    live: LiveRuns
+    inputs: RunInputs = field(default_factory=RunInputs)
+    secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+
+    def csrf_of(self, session: str) -> str:
+        return hmac.new(self.secret, session.encode(), hashlib.sha256).hexdigest()
+
+    def user_of(self, request: Request) -> str | None:
+        auth_header = self.options.auth_header
+        if auth_header is not None:
+            user = request.headers.get(auth_header)
+            if not user:
+                raise Refused(401, f"no user: the proxy must set {auth_header}")
+        else:
+            user = request.cookies.get(USER_COOKIE)
+            if not user:
+                return None
+        if not APPROVER_NAME.fullmatch(user):
+            raise Refused(403, "a user name is 1-200 letters, digits or _ . @ -")
+        return user
+
+    def hosts_of(self, request: Request) -> set[str]:
+        """The names this request reached the inbox by: its Host and, behind a proxy (which
+        may send the upstream's name as Host), the one the proxy says the browser used."""
+        hosts = {request.headers.get("host", "")}
+        if self.options.auth_header is not None:
+            hosts.add(request.headers.get("x-forwarded-host", ""))
+        return hosts - {""}
+
+    def https(self, request: Request) -> bool:
+        if self.options.auth_header is not None and request.headers.get("x-forwarded-proto"):
+            return request.headers["x-forwarded-proto"] == "https"
+        return request.url.scheme == "https"
+
+    async def check_form(self, request: Request, session: str, new: bool) -> None:
+        """Every state-changing request carries its session's token (and, when the browser
+        says where it comes from, comes from here)."""
+        origin = request.headers.get("origin")
+        if origin and urlsplit(origin).netloc not in self.hosts_of(request):
+            raise Refused(403, "a form from another site: refused")
+        form = await request.form()
+        token = form.get("csrf")
+        if (
+            new
+            or not isinstance(token, str)
+            or not hmac.compare_digest(token, self.csrf_of(session))
+        ):
+            raise Refused(403, "the form's token is missing or stale: reload the page")
+
+    async def story_for(self, viewer: Viewer, workflow_id: str) -> RunStory:
+        """The run, when it exists and the viewer may see it."""
+        try:
+            story = await read_story(self.client, self.inputs, workflow_id)
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                raise Refused(404, f"no run {workflow_id!r}") from None
+            raise
+        check_tenant(viewer, story.tenant)
+        return story
+
+
+def check_tenant(viewer: Viewer, tenant: str) -> None:
+    if viewer.tenants is not None and tenant not in viewer.tenants:
+        raise Refused(403, f"{viewer.user} may not see the runs of tenant {tenant!r}")
+
+
+def inbox_of(request: Request) -> Inbox:
+    inbox: Inbox = request.app.state.inbox
+    return inbox
+
+
+def session_of(request: Request) -> tuple[str, bool]:
+    """This browser's session, and whether it is new (its cookie is set with the answer)."""
+    session = request.cookies.get(SESSION_COOKIE, "")
+    if len(session) >= 32:
+        return session, False
+    return secrets.token_urlsafe(32), True
+
+
+def finish(response: Response, request: Request, session: str, new: bool) -> Response:
+    if new:
+        cookie(response, inbox_of(request).https(request), SESSION_COOKIE, session)
+    return response
+
+
+def cookie(response: Response, secure: bool, name: str, value: str) -> None:
+    response.set_cookie(
+        name,
+        value,
+        httponly=True,
+        samesite="strict",
+        secure=secure,
+        max_age=30 * 86400,
+    )
+
+
+def page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """A route for a known user: a new browser gets its session (and, in local mode, is asked
+    its name first); a POST's token is checked before `handler` runs; a refusal is a page
+    saying why."""
+
+    async def endpoint(request: Request) -> Response:
+        inbox = inbox_of(request)
+        session, new = session_of(request)
+        viewer = None
+        try:
+            user = inbox.user_of(request)
+            if user is None:
+                if request.method != "GET" or request.url.path.startswith("/api/"):
+                    raise Refused(403, "say who you are first: open the inbox's home page")
+                return finish(RedirectResponse("/whoami", 303), request, session, new)
+            viewer = Viewer(user, inbox.csrf_of(session), inbox.options.tenants_of(user))
+            if request.method == "POST":
+                await inbox.check_form(request, session, new)
+            response = await handler(request, viewer)
+        except Refused as refused:
+            response = error_page(request, viewer, "Refused", refused.text, refused.status)
+        except RPCError as exc:  # e.g. a namespace without agentloop's search attributes
+            text = f"Temporal could not answer: {exc.message}"
+            response = error_page(request, viewer, "Temporal", text, 502)
+        return finish(response, request, session, new)
+
+    endpoint.__name__ = handler.__name__
+    return endpoint
