@@ -4,6 +4,7 @@ and every decision read the run's own `status`."""
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, Field
@@ -59,3 +60,39 @@ MAX_MEMO_TEXT_CHARS = 120
 MAX_WAITING_MEMO_BYTES = 1_800
 """How large a `WaitingMemo` grows, as JSON: every waiting run's memo comes with each
 visibility list, and Temporal logs a warning for each memo past 2 KB (`limit.memoSize.warn`)."""
+
+
+# A run's page in the inbox, whatever its workflow id holds (the inbox's links and the
+# notices' alike). The server routes on the path after percent-decoding it, and a browser
+# resolves `.` and `..` segments before it asks: a percent-encoded id with `/` would reach
+# another route, `..` the home page. So an id is written with an escape neither undoes: each
+# byte of its UTF-8 outside letters, digits, `_`, `-` and `.` becomes `~XX` (hex, upper
+# case), and so does a leading `.` (a segment is never `.` or `..`). Plain ids read as they are.
+PLAIN_ID_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
+ENCODED_ID = re.compile(r"(?:[A-Za-z0-9_.\-]|~[0-9A-F]{2})+")
+
+
+def encode_id(workflow_id: str) -> str:
+    return "".join(
+        chr(byte)
+        if byte in PLAIN_ID_BYTES and not (i == 0 and byte == ord("."))
+        else f"~{byte:02X}"
+        for i, byte in enumerate(workflow_id.encode())
+    )
+
+
+def decode_id(segment: str) -> str | None:
+    """The workflow id `segment` spells, or None when no `encode_id` wrote it."""
+    if not ENCODED_ID.fullmatch(segment):
+        return None
+    raw = re.sub(r"~([0-9A-F]{2})", lambda m: chr(int(m.group(1), 16)), segment)
+    try:
+        workflow_id = raw.encode("latin-1").decode()
+    except UnicodeDecodeError:
+        return None
+    return workflow_id if encode_id(workflow_id) == segment else None
+
+
+def run_path(workflow_id: str) -> str:
+    """The run's page in the inbox."""
+    return "/runs/" + encode_id(workflow_id)

@@ -28,7 +28,6 @@ import hashlib
 import hmac
 import json
 from collections.abc import Callable, Sequence
-from urllib.parse import quote
 
 import aiohttp
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -45,6 +44,7 @@ from agentloop.activity_io import (
 )
 from agentloop.runtime.audit import audit
 from agentloop.runtime.notice_routes import Webhook
+from agentloop.waiting import run_path
 
 SIGNATURE_HEADER = "X-Agentloop-Signature"
 RETRIED_STATUSES = frozenset({408, 425, 429})
@@ -63,7 +63,7 @@ def signature(secret: str, body: bytes) -> str:
 
 
 def notice_body(notice: WaitingNotice, inbox_url: str) -> bytes:
-    link = f"{inbox_url.rstrip('/')}/runs/{quote(notice.workflow_id, safe='')}"
+    link = inbox_url.rstrip("/") + run_path(notice.workflow_id)
     tools = ", ".join(f"{c.tool} ({c.call_id})" for c in notice.calls)
     deciders = sorted({a for c in notice.calls for a in c.approvers})
     who = f"; who may decide: {', '.join(deciders)}" if deciders else ""

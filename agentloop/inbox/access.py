@@ -9,22 +9,29 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentloop.inbox.guards import MAX_BODY_BYTES, MAX_FORM_FIELDS
 from agentloop.inbox.live import LiveRuns
 from agentloop.inbox.pages import Viewer, error_page
 from agentloop.inbox.reading import RunInputs, RunStory, read_story
 from agentloop.runtime.signing import APPROVER_NAME
+from agentloop.waiting import decode_id
 
 SESSION_COOKIE = "agentloop_inbox_session"
+SESSION_SHAPE = re.compile(r"[A-Za-z0-9_-]{32,128}")
+"""A session `secrets.token_urlsafe` could have made: anything else is a new browser."""
 USER_COOKIE = "agentloop_inbox_user"
 LOCAL_HOSTS = ("127.0.0.1", "localhost")
 
@@ -98,17 +105,15 @@ class Inbox:
 
     async def check_form(self, request: Request, session: str, new: bool) -> None:
         """Every state-changing request carries its session's token (and, when the browser
-        says where it comes from, comes from here)."""
+        says where it comes from, comes from here). What can be refused without the form is
+        refused before it is parsed."""
         origin = request.headers.get("origin")
         if origin and urlsplit(origin).netloc not in self.hosts_of(request):
             raise Refused(403, "a form from another site: refused")
-        form = await request.form()
-        token = form.get("csrf")
-        if (
-            new
-            or not isinstance(token, str)
-            or not hmac.compare_digest(token, self.csrf_of(session))
-        ):
+        if new:
+            raise Refused(403, "the form's token is missing or stale: reload the page")
+        token = (await form_of(request)).get("csrf")
+        if not isinstance(token, str) or not hmac.compare_digest(token, self.csrf_of(session)):
             raise Refused(403, "the form's token is missing or stale: reload the page")
 
     async def story_for(self, viewer: Viewer, workflow_id: str) -> RunStory:
@@ -128,6 +133,25 @@ def check_tenant(viewer: Viewer, tenant: str) -> None:
         raise Refused(403, f"{viewer.user} may not see the runs of tenant {tenant!r}")
 
 
+async def form_of(request: Request) -> FormData:
+    """The request's form (its body was bounded before, `guards.RequestGuard`), of at most
+    `MAX_FORM_FIELDS` fields and no file. Parsed once: later calls get the same form."""
+    try:
+        return await request.form(
+            max_files=0, max_fields=MAX_FORM_FIELDS, max_part_size=MAX_BODY_BYTES
+        )
+    except HTTPException as exc:  # Starlette's word for a form past these bounds, or broken
+        raise Refused(413 if "Too many" in str(exc.detail) else 400, exc.detail) from None
+
+
+def workflow_id_of(request: Request) -> str:
+    """The workflow id the request's path names (`waiting.encode_id`)."""
+    workflow_id = decode_id(request.path_params["run"])
+    if workflow_id is None:
+        raise Refused(404, "no run at this address")
+    return workflow_id
+
+
 def inbox_of(request: Request) -> Inbox:
     inbox: Inbox = request.app.state.inbox
     return inbox
@@ -136,7 +160,7 @@ def inbox_of(request: Request) -> Inbox:
 def session_of(request: Request) -> tuple[str, bool]:
     """This browser's session, and whether it is new (its cookie is set with the answer)."""
     session = request.cookies.get(SESSION_COOKIE, "")
-    if len(session) >= 32:
+    if SESSION_SHAPE.fullmatch(session):
         return session, False
     return secrets.token_urlsafe(32), True
 

@@ -26,7 +26,7 @@ from agentloop.contract import (
     UserMessage,
     describe_validation_error,
 )
-from agentloop.inbox.access import Handler, Refused, inbox_of
+from agentloop.inbox.access import Handler, Refused, form_of, inbox_of, workflow_id_of
 from agentloop.inbox.pages import Notice, Viewer, render
 from agentloop.inbox.reading import RunStory
 from agentloop.runtime.signing import DEFAULT_LIFETIME, signed_bytes
@@ -54,13 +54,13 @@ def action(act: Act) -> Handler:
 
     async def acting(request: Request, viewer: Viewer) -> Response:
         inbox = inbox_of(request)
-        workflow_id = request.path_params["workflow_id"]
+        workflow_id = workflow_id_of(request)
         story = await inbox.story_for(viewer, workflow_id)
         if story.view is None:
             notice = Notice(False, f"the run has ended ({story.execution.lower()})")
         else:
             try:
-                form = await request.form()
+                form = await form_of(request)
                 notice = await act(Acting(viewer, story, form, handle_of(request, story)))
             except ValidationError as exc:
                 notice = Notice(False, f"not sent: {describe_validation_error(exc)}")
@@ -108,10 +108,10 @@ def decision_of(viewer: Viewer, form: Mapping[str, Any]) -> ApprovalDecision:
 async def signing_message(request: Request, viewer: Viewer) -> Response:
     """Signed mode: the exact bytes `agentloop.runtime.signing` checks, for the decision the
     form describes on the run the page showed, so the browser signs only bytes."""
-    story = await inbox_of(request).story_for(viewer, request.path_params["workflow_id"])
+    story = await inbox_of(request).story_for(viewer, workflow_id_of(request))
     if story.view is None:
         raise Refused(409, "the run has ended")
-    form = await request.form()
+    form = await form_of(request)
     check_approver(viewer, story, str(form.get("call_id", "")))
     expires = datetime.now(UTC) + DEFAULT_LIFETIME
     try:

@@ -15,6 +15,7 @@ from temporalio.client import Client
 
 from agentloop.inbox import actions, views
 from agentloop.inbox.access import LOCAL_HOSTS, Inbox, InboxOptions, page
+from agentloop.inbox.guards import RequestGuard
 from agentloop.inbox.live import LiveRuns
 
 __all__ = ["LOCAL_HOSTS", "InboxOptions", "inbox_app"]
@@ -59,13 +60,13 @@ ROUTES = [
     Route("/", page(views.inbox_page)),
     Route("/api/inbox", page(views.inbox_rows)),
     Route("/runs", page(views.runs_page)),
-    Route("/runs/{workflow_id}", page(views.run_page)),
-    Route("/api/runs/{workflow_id}/events", page(views.run_events)),
-    Route("/runs/{workflow_id}/decide", page(actions.action(actions.decide)), methods=["POST"]),
-    Route("/runs/{workflow_id}/signing-message", page(actions.signing_message), methods=["POST"]),
-    Route("/runs/{workflow_id}/answer", page(actions.action(actions.answer)), methods=["POST"]),
-    Route("/runs/{workflow_id}/resolve", page(actions.action(actions.resolve)), methods=["POST"]),
-    Route("/runs/{workflow_id}/cancel", page(actions.action(actions.cancel)), methods=["POST"]),
+    Route("/runs/{run}", page(views.run_page)),
+    Route("/api/runs/{run}/events", page(views.run_events)),
+    Route("/runs/{run}/decide", page(actions.action(actions.decide)), methods=["POST"]),
+    Route("/runs/{run}/signing-message", page(actions.signing_message), methods=["POST"]),
+    Route("/runs/{run}/answer", page(actions.action(actions.answer)), methods=["POST"]),
+    Route("/runs/{run}/resolve", page(actions.action(actions.resolve)), methods=["POST"]),
+    Route("/runs/{run}/cancel", page(actions.action(actions.cancel)), methods=["POST"]),
     Route("/whoami", views.whoami, methods=["GET", "POST"]),
     Mount("/static", StaticFiles(directory=STATIC), name="static"),
 ]
@@ -79,6 +80,7 @@ def inbox_app(client: Client, options: InboxOptions) -> Starlette:
     middleware = [Middleware(SecurityHeaders)]
     if options.auth_header is None:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(LOCAL_HOSTS)))
+    middleware.append(Middleware(RequestGuard))  # before any route reads a header or a body
     app = Starlette(routes=ROUTES, middleware=middleware)
     app.state.inbox = Inbox(client, options, LiveRuns(client))
     app.state.live = app.state.inbox.live

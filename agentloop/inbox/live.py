@@ -29,6 +29,7 @@ from starlette.types import Receive, Scope, Send
 from temporalio.client import Client
 
 from agentloop.client import watch
+from agentloop.inbox.guards import ascii_number
 from agentloop.run_events import MAX_RETAINED_BYTES, MAX_RETAINED_ITEMS, RunEvent
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,9 @@ Watch = Callable[[Client, str, int], AsyncIterator[RunEvent]]
 MAX_WATCHED_RUNS = 100
 """Runs one inbox process follows at once (each is one subscription on its run)."""
 MAX_BROWSERS_PER_RUN = 100
+MAX_BROWSERS_PER_USER = 8
+"""Live pages one user has open at once, over all runs: a new one lets that user's oldest go
+(its page says so), so one user never holds a run's places, nor the inbox's runs, alone."""
 BROWSER_QUEUE = 256
 """Items a browser may fall behind by before it is dropped (it reconnects and catches up)."""
 KEEPALIVE_SECONDS = 15.0
@@ -68,10 +72,11 @@ def end_frame(text: str) -> bytes:
 
 
 def last_event_id(header: str | None) -> int | None:
-    """The offset a reconnecting browser got last, or None (a new page: from the start)."""
-    if header is None or not header.isdigit() or int(header) > MAX_LAST_EVENT_ID:
+    """The offset a reconnecting browser got last, or None (a new page: from the start).
+    Raises `BadHeader` for anything but ASCII digits up to `MAX_LAST_EVENT_ID`."""
+    if not header:
         return None
-    return int(header)
+    return ascii_number("Last-Event-ID", header, MAX_LAST_EVENT_ID)
 
 
 @dataclass(frozen=True)
@@ -81,10 +86,11 @@ class Frame:
 
 
 class Browser:
-    """One browser's place on a feed: what it has not been sent yet, and from which offset on
-    it wants items."""
+    """One browser's place on a feed: whose it is, what it has not been sent yet, and from
+    which offset on it wants items."""
 
-    def __init__(self, start: int) -> None:
+    def __init__(self, user: str, start: int) -> None:
+        self.user = user
         self.start = start
         self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.open = True
@@ -153,13 +159,13 @@ class Feed:
         while len(self.kept) > MAX_RETAINED_ITEMS or self.kept_bytes > MAX_RETAINED_BYTES:
             self.kept_bytes -= len(self.kept.popleft().data)
 
-    def add(self, start: int) -> Browser:
+    def add(self, user: str, start: int) -> Browser:
         """A browser from offset `start` on: first what the feed kept of it (or a word that
         older items are gone), then each item as it comes."""
         if self.leaving is not None:
             self.leaving.cancel()
             self.leaving = None
-        browser = Browser(start)
+        browser = Browser(user, start)
         if self.kept and start < self.kept[0].offset:
             gone = f"items {start} to {self.kept[0].offset - 1} are no longer kept here"
             browser.offer(
@@ -189,7 +195,7 @@ class Busy(Exception):
 
 
 class LiveRuns:
-    """The feeds of one inbox process, by workflow id."""
+    """The feeds of one inbox process, by workflow id, and each user's browsers on them."""
 
     def __init__(self, client: Client, watch: Watch = watch, linger: float = LINGER_SECONDS):
         self.client = client
@@ -198,25 +204,56 @@ class LiveRuns:
         self.feeds: dict[str, Feed] = {}
         self.subscriptions: Counter[str] = Counter()
         """Subscriptions started, by workflow id (one per feed)."""
+        self.users: dict[str, deque[tuple[Feed, Browser]]] = {}
+        """User -> their browsers, oldest first."""
+        self.let_go: Counter[str] = Counter()
+        """Browsers let go for a newer one of the same user, by user."""
         self.closed = False
 
-    def check(self, workflow_id: str) -> None:
-        """Raises `Busy` when a browser on `workflow_id` could not be served now."""
+    def check(self, workflow_id: str, user: str) -> None:
+        """Raises `Busy` when `user`'s browser on `workflow_id` could not be served now."""
         feed = self.feeds.get(workflow_id)
         if feed is None and len(self.feeds) >= MAX_WATCHED_RUNS:
             raise Busy(f"the inbox follows {MAX_WATCHED_RUNS} runs already")
-        if feed is not None and len(feed.browsers) >= MAX_BROWSERS_PER_RUN:
+        if (
+            feed is not None
+            and len(feed.browsers) >= MAX_BROWSERS_PER_RUN
+            and not any(b.user == user for b in feed.browsers)
+        ):
             raise Busy(f"{MAX_BROWSERS_PER_RUN} browsers watch this run already")
 
-    def join(self, workflow_id: str, after: int | None) -> tuple[Feed, Browser]:
-        """A browser on `workflow_id`'s feed (started if need be), from the item after
-        `after` on (None: from the first). Raises `Busy`."""
-        self.check(workflow_id)
+    def join(self, workflow_id: str, user: str, after: int | None) -> tuple[Feed, Browser]:
+        """`user`'s browser on `workflow_id`'s feed (started if need be), from the item after
+        `after` on (None: from the first). A user at `MAX_BROWSERS_PER_USER`, or on a full
+        run, has their oldest browser (on that run, when full) let go. Raises `Busy`."""
+        self.check(workflow_id, user)
+        mine = self.users.get(user, deque())
+        if len(mine) >= MAX_BROWSERS_PER_USER:
+            self._let_go(*mine[0])
         feed = self.feeds.get(workflow_id)
+        if feed is not None and len(feed.browsers) >= MAX_BROWSERS_PER_RUN:
+            self._let_go(feed, next(b for f, b in mine if f is feed and b in feed.browsers))
         if feed is None:
             feed = self.feeds[workflow_id] = Feed(self, workflow_id)
             self.subscriptions[workflow_id] += 1
-        return feed, feed.add(0 if after is None else after + 1)
+        browser = feed.add(user, 0 if after is None else after + 1)
+        self.users.setdefault(user, deque()).append((feed, browser))  # `mine` may be gone
+        return feed, browser
+
+    def leave(self, feed: Feed, browser: Browser) -> None:
+        """The browser's stream has ended (or it is let go)."""
+        feed.remove(browser)
+        mine = self.users.get(browser.user)
+        if mine is not None and (feed, browser) in mine:
+            mine.remove((feed, browser))
+            if not mine:
+                del self.users[browser.user]
+
+    def _let_go(self, feed: Feed, browser: Browser) -> None:
+        self.let_go[browser.user] += 1
+        self.leave(feed, browser)
+        said = f"live updates moved to a newer page of {browser.user}'s: reload to follow here"
+        browser.close(end_frame(said))
 
     def forget(self, feed: Feed) -> None:
         if self.feeds.get(feed.workflow_id) is feed:
@@ -239,18 +276,19 @@ class LiveRuns:
         if tasks:  # bounded: a subscription slow to hear its cancel must not hold the inbox
             await asyncio.wait(tasks, timeout=CLOSE_SECONDS)
 
-    def stream(self, workflow_id: str, after: int | None) -> EventStream:
-        return EventStream(self, workflow_id, after)
+    def stream(self, workflow_id: str, user: str, after: int | None) -> EventStream:
+        return EventStream(self, workflow_id, user, after)
 
 
 class EventStream(StreamingResponse):
     """A browser's server-sent events on one run: joined when the response starts, left
     when it ends, however it ends (the browser gone, the run done, the inbox stopping)."""
 
-    def __init__(self, live: LiveRuns, workflow_id: str, after: int | None) -> None:
+    def __init__(self, live: LiveRuns, workflow_id: str, user: str, after: int | None) -> None:
         super().__init__(iter(()), media_type=MEDIA_TYPE, headers=STREAM_HEADERS)
         self.live = live
         self.workflow_id = workflow_id
+        self.user = user
         self.after = after
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -259,7 +297,7 @@ class EventStream(StreamingResponse):
             await super().__call__(scope, receive, send)
             return
         try:
-            feed, browser = self.live.join(self.workflow_id, self.after)
+            feed, browser = self.live.join(self.workflow_id, self.user, self.after)
         except Busy as busy:
             self.body_iterator = one(end_frame(f"no live updates: {busy}"))
             await super().__call__(scope, receive, send)
@@ -269,7 +307,7 @@ class EventStream(StreamingResponse):
         try:
             await super().__call__(scope, receive, send)
         finally:
-            feed.remove(browser)
+            self.live.leave(feed, browser)
             await frames.aclose()
 
     async def _frames(self, browser: Browser) -> AsyncGenerator[bytes, None]:

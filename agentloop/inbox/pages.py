@@ -1,7 +1,7 @@
 """The inbox's HTML: Jinja2 templates (templates/), rendered on the server with autoescaping
 on, so every value from outside (task, arguments, model and tool text, names, ids) is text.
 No page holds an inline script or style (the Content-Security-Policy forbids them), and links
-are only ever to the inbox's own paths (`paths.run_path`)."""
+are only ever to the inbox's own paths (`waiting.run_path`)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
-from agentloop.inbox.paths import run_path
 from agentloop.inbox.reading import KIND_NAMES, WaitingItem
-from agentloop.waiting import WAITING_PHASES
+from agentloop.waiting import WAITING_PHASES, run_path
 
 TEMPLATES = Path(__file__).parent / "templates"
 FILTERS = ("kind", "tool", "tenant")

@@ -17,9 +17,12 @@ from agentloop.inbox.access import (
     check_tenant,
     cookie,
     finish,
+    form_of,
     inbox_of,
     session_of,
+    workflow_id_of,
 )
+from agentloop.inbox.guards import BadHeader
 from agentloop.inbox.live import MEDIA_TYPE, Busy, end_frame, last_event_id
 from agentloop.inbox.pages import FILTERS, Viewer, error_page, render, rows_context, templates
 from agentloop.inbox.reading import recent_runs, tenant_of, waiting_items
@@ -62,7 +65,7 @@ async def runs_page(request: Request, viewer: Viewer) -> Response:
 
 
 async def run_page(request: Request, viewer: Viewer) -> Response:
-    story = await inbox_of(request).story_for(viewer, request.path_params["workflow_id"])
+    story = await inbox_of(request).story_for(viewer, workflow_id_of(request))
     return render(request, "run.html", f"Run {story.workflow_id}", viewer, story=story)
 
 
@@ -70,7 +73,11 @@ async def run_events(request: Request, viewer: Viewer) -> Response:
     """The run's stream as server-sent events (`live`), for a run the viewer may see; a run
     that has ended sends only the end (its page shows all of it)."""
     inbox = inbox_of(request)
-    workflow_id = request.path_params["workflow_id"]
+    workflow_id = workflow_id_of(request)
+    try:
+        after = last_event_id(request.headers.get("last-event-id"))
+    except BadHeader as exc:
+        raise Refused(400, str(exc)) from None
     try:
         description = await inbox.client.get_workflow_handle(workflow_id).describe()
     except RPCError as exc:
@@ -82,10 +89,10 @@ async def run_events(request: Request, viewer: Viewer) -> Response:
     if description.status != WorkflowExecutionStatus.RUNNING:
         return Response(end_frame("the run has ended"), media_type=MEDIA_TYPE)
     try:
-        inbox.live.check(workflow_id)
+        inbox.live.check(workflow_id, viewer.user)
     except Busy as busy:
         raise Refused(503, f"no live updates: {busy}") from None
-    return inbox.live.stream(workflow_id, last_event_id(request.headers.get("last-event-id")))
+    return inbox.live.stream(workflow_id, viewer.user, after)
 
 
 async def whoami(request: Request) -> Response:
@@ -103,7 +110,7 @@ async def whoami(request: Request) -> Response:
         await inbox.check_form(request, session, new)
     except Refused as refused:
         return error_page(request, None, "Refused", refused.text, refused.status)
-    name = str((await request.form()).get("name", "")).strip()
+    name = str((await form_of(request)).get("name", "")).strip()
     if not APPROVER_NAME.fullmatch(name):
         problem = "a name is 1-200 letters, digits or _ . @ -"
         return render(request, "name.html", "Who are you?", None, 400, csrf=csrf, problem=problem)

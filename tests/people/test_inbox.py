@@ -6,6 +6,7 @@ worker and scripted provider; each refused request is checked to have changed no
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import html
 import json
 import re
@@ -334,13 +335,22 @@ async def test_the_command_refuses_to_listen_beyond_127_0_0_1_without_a_proxy(
     assert "--auth-header" in capsys.readouterr().err
 
 
-async def test_the_command_serves_the_inbox_until_interrupted(client: Client) -> None:
+@contextlib.asynccontextmanager
+async def inbox_process(
+    client: Client,
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, int, str]]:
+    """`agentloop inbox` (local mode) on a free port: its process, its port, its banner."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = process_env(TEMPORAL_ADDRESS=client.service_client.config.target_host)
     command = [*AGENTLOOP, "inbox", "--port", str(port)]
     async with banner_process(command, "Ctrl-C stops it.", env=env) as (process, banner):
+        yield process, port, banner
+
+
+async def test_the_command_serves_the_inbox_until_interrupted(client: Client) -> None:
+    async with inbox_process(client) as (process, port, banner):
         assert f"agentloop inbox on http://127.0.0.1:{port}" in banner
         assert "local mode" in banner
         async with (

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
-from agentloop.contract import AgentRunInput, Principal, UserMessage
+from agentloop.contract import AgentRunInput, AgentRunResult, Principal, UserMessage
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.inbox import InboxOptions, InboxServer
@@ -122,6 +122,28 @@ def booking_input(model: str, task: str = "Book p-carol into ws-101.") -> AgentR
     )
 
 
+async def waiting_booking(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    workflow_id: str,
+    model: str | None = None,
+) -> WorkflowHandle[Any, AgentRunResult]:
+    """A booking run (its script named `model`, the workflow id by default) waiting for the
+    approval of its reservation."""
+    scripted_provider.register(booking(model or workflow_id))
+    handle = await start_run(client, worker, workflow_id, booking_input(model or workflow_id))
+    await wait_for_phase(handle, "awaiting_approval")
+    return handle
+
+
+async def approve_on_page(page: Watched) -> None:
+    """Approves the call the run page shows, and sees the inbox say so."""
+    await page.page.locator(".approval").get_by_role("button", name="Approve").click()
+    notice = page.page.locator("#notice")
+    await playwright_api.expect(notice).to_have_text(f"approved c_res as {APPROVER}")
+
+
 async def test_a_waiting_approval_is_listed_shown_whole_and_approved_in_the_browser(
     client: Client,
     worker: Settings,
@@ -151,8 +173,7 @@ async def test_a_waiting_approval_is_listed_shown_whole_and_approved_in_the_brow
         await expect(approval.locator("pre.arguments")).to_contain_text(f'"{name}": "{value}"')
     assert example_service.stats()["counts"]["workshops.reserve"] == 0
 
-    await approval.get_by_role("button", name="Approve").click()
-    await expect(page.page.locator("#notice")).to_have_text(f"approved c_res as {APPROVER}")
+    await approve_on_page(page)
     result = await handle.result()
     assert result.status == "completed", result.stop_reason
     assert example_service.stats()["counts"]["workshops.reserve"] == 1
@@ -175,9 +196,7 @@ async def test_reject_with_a_reason_and_a_stale_digest_is_refused_saying_why(
     run_id: str,
 ) -> None:
     expect = playwright_api.expect
-    scripted_provider.register(booking(run_id))
-    handle = await start_run(client, worker, run_id, booking_input(run_id))
-    await wait_for_phase(handle, "awaiting_approval")
+    handle = await waiting_booking(client, worker, scripted_provider, run_id)
     await page.page.goto(f"{inbox.url}/runs/{run_id}")
     approval = page.page.locator(".approval")
 
