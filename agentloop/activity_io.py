@@ -34,9 +34,7 @@ STORE_TEXTS = "store_texts"
 """Long texts put in the store before the model call that first sends them."""
 COUNT_MODEL_INPUT = "count_model_input"
 """The provider's own count of a model call's input tokens: asked when the byte bound on them
-would not let the call start (feature `exact-count-when-bound-binds`)."""
-DESCRIBE_TOOLS = "describe_tools"
-"""The specs of the run's tools in force as it starts (a run from before `describe_run`)."""
+would not let the call start."""
 DESCRIBE_RUN = "describe_run"
 """What the worker tells a run as it starts (`RunDescription`)."""
 CHECK_PRECONDITION = "check_precondition"
@@ -47,11 +45,8 @@ RUN_TOOL = "run_tool"
 LOOKUP_OUTCOME = "lookup_outcome"
 """What the system of record holds under a write's idempotency key, when its outcome is
 unknown."""
-FRAME_TOOL_OUTPUT = "frame_tool_output"
-"""An activity tool's output, decoded by the workflow, bounded like any tool's."""
 FRAME_TEAM_ANSWER = "frame_team_answer"
-"""An activity tool's answer, undecoded, read and bounded by agentloop's worker (feature
-`team-answers-read-by-worker`)."""
+"""An activity tool's answer, undecoded, read and bounded by agentloop's worker."""
 READ_TEAM_OUTCOME = "read_team_outcome"
 """An activity tool's lookup answer, undecoded, read by agentloop's worker (the same)."""
 LOAD_PREVIOUS_RUN = "load_previous_run"
@@ -87,9 +82,9 @@ class UnreadableJSON:
 
 
 class ModelCallBudget(BaseModel):
-    """What a model call may use, reserved before it starts (feature `strict-budgets`): the
-    activity bounds the request's input tokens, and sends the provider an output-token limit
-    that keeps the call within both caps, or does not start the call (`OverBudget`)."""
+    """What a model call may use, reserved before it starts: the activity bounds the request's
+    input tokens, and sends the provider an output-token limit that keeps the call within both
+    caps, or does not start the call (`OverBudget`)."""
 
     tokens_left: int | None = None
     """`max_total_tokens` minus what the run used and its child runs hold (None: no cap)."""
@@ -98,10 +93,9 @@ class ModelCallBudget(BaseModel):
     context_tokens: int | None = None
     """The input plus output tokens of the run's last model call, as the provider counted
     them: what the transcript up to now takes (None: not measured yet)."""
-    elided_before: int | None = None
+    elided_before: int = 0
     """The last model call's `elided_through`: the transcript's events before this index
-    hold every result it sent shortened (feature `bound-counts-unshortened`; None: a run from
-    before, whose bound takes none as shortened)."""
+    hold every result it sent shortened."""
     input_tokens: int | None = None
     """The call's input tokens as the provider's counter gave them (`count_model_input`):
     reserved instead of the bound on them (None: not counted, the bound is reserved)."""
@@ -127,11 +121,10 @@ class CallModelInput(BaseModel):
     """What this run's last request measured (see `context.budget_chars`)."""
     facts: list[str] = Field(default_factory=list)
     """What must not be lost if older results are shortened to fit: from run state."""
-    budget: ModelCallBudget | None = None
-    """None: the call is not reserved against the token and cost caps (a run from before)."""
-    slim_output: bool = False
-    """Return the output slim (`slim_output`): the provider's raw items stay in the store, a
-    text over `MAX_INLINE_ANSWER_CHARS` travels by reference, and `sent_head` is set."""
+    budget: ModelCallBudget = Field(default_factory=ModelCallBudget)
+    """What the call is reserved against (the token and cost caps). The output comes back
+    slim: the provider's raw items stay in the store, a text over `MAX_INLINE_ANSWER_CHARS`
+    travels by reference (`CallModelResult.sent_head` says where the output was appended)."""
     publish_text: bool = False
     """Publish the model's visible text on the run's stream as it arrives (`run_events`)."""
 
@@ -154,8 +147,8 @@ class CallModelResult(BaseModel):
     tools_ref: str | None = None
     """Where the tool specs of the call are stored: later calls send this, not the specs."""
     sent_head: str = ""
-    """With `slim_output`: the transcript head after `new_events`, before `output` (what the
-    workflow can check without the output's raw items)."""
+    """The transcript head after `new_events`, before `output` (what the workflow can check
+    without the output's raw items)."""
     elided_through: int = 0
     """Every result the call sent shortened is among the transcript's events before this
     index (`context.Fitted.elided_through`): the next call's budget hands it back."""
@@ -200,7 +193,7 @@ class ActivityToolInput(BaseModel):
 
 
 class ToolOutput(BaseModel):
-    """`frame_tool_output`: what an activity tool returned, to be bounded like any tool's
+    """`frame_team_answer`: what an activity tool returned, to be bounded like any tool's
     output (kept whole as an artifact when large) by agentloop's own worker."""
 
     workflow_id: str
@@ -250,7 +243,7 @@ class Verdict(BaseModel):
 
 
 class CheckPrincipalInput(BaseModel):
-    """A fresh run's principal and the signature it came with (feature `signed-principal`):
+    """A fresh run's principal and the signature it came with:
     what `describe_run` is asked about it."""
 
     principal: Principal
@@ -278,13 +271,13 @@ class DescribeToolsInput(BaseModel):
     agentloop's search attributes is indexed already)."""
     output_schema: dict[str, Any] | None = None
     """`describe_run`: the run's `output_schema`, for the worker to say whether checking an
-    answer against it could cost more than a check may (feature `bounded-schema-work`)."""
+    answer against it could cost more than a check may."""
     priced_model: str | None = None
     """`describe_run`: the run's model, when its `max_cost_usd` needs the worker to have a
-    price for it (feature `priced-cost-caps`)."""
+    price for it."""
     principal: CheckPrincipalInput | None = None
     """`describe_run`: the run's principal, for the worker to say whether it may be taken
-    (feature `signed-principal`)."""
+   ."""
 
 
 class CheckApprovalInput(BaseModel):

@@ -452,7 +452,7 @@ class ResolveRequest(_Strict):
     """Until when a signed word counts (`agentloop.runtime.signing`)."""
     signature: str = Field(default="", max_length=MAX_SIGNATURE_CHARS)
     """The operator's Ed25519 signature (base64) of the word, for a worker configured with
-    approver keys (feature `resolutions-checked-by-worker`); empty when unsigned."""
+    approver keys; empty when unsigned."""
 
     @model_serializer(mode="wrap")
     def _unsigned_as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -7,7 +7,7 @@ server; on a real cluster run once, for each: `temporal operator search-attribut
 `create_commands` spells them out). A run is indexed however it was started: `start_run` and
 the CLI start it with them; a run started without them (a plain `start_workflow`) upserts
 them as it starts, before its first model call, when the worker finds them registered on the
-namespace (feature `indexed-however-started`; `agentloop.runtime.indexing` asks). On a
+namespace (`agentloop.runtime.indexing` asks). On a
 namespace without them no run is indexed, and `agentloop list` says so (naming the missing
 attributes and the commands registering them) instead of listing nothing.
 
@@ -90,7 +90,7 @@ def unsearchable(field: str, value: str) -> str | None:
 
 def run_input_problem(run_input: AgentRunInput) -> str | None:
     """Why a run of `run_input` could never be found by its tenant or task family (it is
-    refused at start, feature `searchable-names`)."""
+    refused at start)."""
     problem = unsearchable("principal.tenant", run_input.principal.tenant)
     if problem is None and run_input.task_family is not None:
         problem = unsearchable("task_family", run_input.task_family)

@@ -1,5 +1,5 @@
 """What a run waiting for a person says of it in its memo, so the inbox lists it from one
-visibility list without asking each run (feature `inbox-memo`). Display only: the run page
+visibility list without asking each run. Display only: the run page
 and every decision read the run's own `status`."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class WaitingCall(BaseModel):
 
 class WaitingMemo(BaseModel):
     """What an indexed run waiting for a person keeps in its memo under `WAITING_MEMO`
-    (feature `inbox-memo`), so the inbox lists it from one visibility list. Display only:
+   , so the inbox lists it from one visibility list. Display only:
     the run page and every decision read the run's own `status`."""
 
     run_id: str

@@ -30,6 +30,7 @@ from temporalio.worker import (
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from agentloop.activities.approvals import ApprovalActivities
+from agentloop.activities.describe import RunDescriptions
 from agentloop.activities.model import ModelActivities
 from agentloop.activities.notices import NoticeActivities
 from agentloop.activities.runs import RunActivities
@@ -257,12 +258,12 @@ async def worker_parts(
             notices = NoticeActivities(
                 settings.notice_webhooks(), settings.notify_secret or "", settings.inbox_url
             )
-            tool_activities = ToolActivities(
+            tool_activities = ToolActivities(opened, store, sources=[mcp])
+            descriptions = RunDescriptions(
                 opened,
-                store,
                 Registration(client),
-                approvals_signed=approver_keys.signing,
                 sources=[mcp],
+                approvals_signed=approver_keys.signing,
                 prices=prices,
                 principals=principals,
                 notify=notices.sends,
@@ -274,12 +275,10 @@ async def worker_parts(
                 workflows=[AgentRun],
                 activities=[
                     *model.activities(),
-                    tool_activities.describe_tools,
-                    tool_activities.describe_run,
+                    descriptions.describe_run,
                     tool_activities.check_precondition,
                     tool_activities.run_tool,
                     tool_activities.lookup_outcome,
-                    tool_activities.frame_tool_output,
                     tool_activities.frame_team_answer,
                     tool_activities.read_team_outcome,
                     runs.load_previous_run,

@@ -183,15 +183,14 @@ class ModelActivities:
         transcript, new_events, sent = prepared.transcript, prepared.new_events, prepared.sent
         model_request = prepared.model_request
         tools = model_request.tools
-        if request.budget is not None:
-            budget = request.budget
-            bound = budget.input_tokens
-            if bound is None:
-                bound = input_token_bound(
-                    sent, new_events, tools, budget.context_tokens, budget.elided_before or 0
-                )
-            settings = self._reserved(request, bound)
-            model_request = model_request.model_copy(update={"settings": settings})
+        budget = request.budget
+        bound = budget.input_tokens
+        if bound is None:
+            bound = input_token_bound(
+                sent, new_events, tools, budget.context_tokens, budget.elided_before
+            )
+        settings = self._reserved(request, bound)
+        model_request = model_request.model_copy(update={"settings": settings})
         async with TextPublisher(
             request.turn, enabled=request.publish_text and self._publish
         ) as publisher:
@@ -223,25 +222,21 @@ class ModelActivities:
             output_tokens=output.usage.output_tokens,
             cost_usd=cost,
         )
-        result = CallModelResult(
+        sent_head, _ = append(request.head, new_events)
+        return CallModelResult(
             head=head,
+            sent_head=sent_head,
             attempt=activity.info().attempt,
-            output=output,
+            output=await self._slim(output),
             cost_usd=cost,
             request_chars=sent.chars,
             elided_through=sent.elided_through,
             tools_ref=request.tools_ref or await self._stored_tools(tools),
         )
-        if request.slim_output:
-            sent_head, _ = append(request.head, new_events)
-            slim = await self._slim(output)
-            result = result.model_copy(update={"output": slim, "sent_head": sent_head})
-        return result
 
     def _reserved(self, request: CallModelInput, input_bound: int) -> ModelSettings:
         """The call's settings with the output-token limit that keeps it within the run's token
         and cost caps; `OverBudget` (the call is not started) when even its input may not fit."""
-        assert request.budget is not None
         budget, settings = request.budget, request.settings
         price = self._prices.price(request.model)
         if budget.tokens_left is None and (budget.cost_left is None or price is None):

@@ -1,5 +1,5 @@
 """Whether a fresh run's principal may be taken, by the worker's starter keys (`describe_run`
-asks it, feature `signed-principal`).
+asks it).
 
 Like an approval's, the signature is checked here, in the worker, never in the workflow: the
 run acts on the verdict recorded in history, so a replay needs neither the keys nor the crypto.

@@ -1,14 +1,13 @@
-"""The tool-side activities: `describe_tools` (and `describe_run`), `check_precondition`,
-`run_tool` and `lookup_outcome`, the only places where tools touch the outside world. The
+"""The tool-side activities: `check_precondition`, `run_tool` and `lookup_outcome` (with the
+reading of a team's answers), the only places where tools touch the outside world. The
 team's code (its tools, preconditions, lookups and approval rules) runs here, never in the
 workflow."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from pydantic_core import to_jsonable_python
 from temporalio import activity
@@ -16,7 +15,6 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from agentloop.activities.heartbeat import keep_heartbeating
-from agentloop.activities.principals import check_principal
 from agentloop.activities.tool_audit import (
     attempt_failed,
     audit_lookup,
@@ -29,16 +27,11 @@ from agentloop.activities.tool_audit import (
 from agentloop.activity_io import (
     APPROVAL_RULE_FAILED,
     CHECK_PRECONDITION,
-    DESCRIBE_RUN,
-    DESCRIBE_TOOLS,
     FRAME_TEAM_ANSWER,
-    FRAME_TOOL_OUTPUT,
     LOOKUP_OUTCOME,
     READ_TEAM_OUTCOME,
     RUN_TOOL,
-    DescribeToolsInput,
     PreconditionResult,
-    RunDescription,
     RunToolInput,
     ToolOutput,
     UnreadableJSON,
@@ -48,11 +41,6 @@ from agentloop.contract import Principal
 from agentloop.events import InputRequest, ToolResult
 from agentloop.policies import task_state
 from agentloop.policies.bounds import as_text
-from agentloop.policies.schema_cost import output_schema_cost_problem
-from agentloop.pricing import PriceTable
-from agentloop.runtime.audit import audit
-from agentloop.runtime.indexing import Registration
-from agentloop.runtime.signing import PrincipalSignatures
 from agentloop.store import Store, stored_by_reference
 from agentloop.tool_spec import Outcome, ToolSpec, bounded, record_within
 from agentloop.tools.activity_results import read_answer
@@ -67,7 +55,7 @@ from agentloop.tools.contract import (
     WithState,
 )
 from agentloop.tools.plugins import OpenedToolbox
-from agentloop.tools.source import ToolSource, ToolSourceError
+from agentloop.tools.source import ToolSource
 
 MAX_QUESTION_CHARS = 2_000
 """The most of a tool's question a run asks (and shows in `status`)."""
@@ -103,118 +91,21 @@ def context_fields(
     }
 
 
-MAX_SPECS_BYTES = 500_000
-"""What the specs of one run's tools may come to: they are recorded in its history as the
-worker's answer to `describe_run` and ride in the state continue-as-new hands on, each a
-payload Temporal refuses past 2 MiB (and a workflow task whose completion it refuses fails
-again on every retry). 256 tools of the largest schemas taken would be 17 MB."""
-
-
 class ToolActivities:
     def __init__(
-        self,
-        toolbox: OpenedToolbox,
-        store: Store,
-        registration: Registration | None = None,
-        *,
-        approvals_signed: bool = False,
-        sources: Sequence[ToolSource] = (),
-        prices: PriceTable | None = None,
-        principals: PrincipalSignatures | None = None,
-        notify: bool = False,
+        self, toolbox: OpenedToolbox, store: Store, *, sources: Sequence[ToolSource] = ()
     ) -> None:
-        """`registration` tells whether a run's namespace has agentloop's search attributes
-        (None: never, as for a worker with no server to ask); `approvals_signed`, whether the
-        worker has approver keys (a run's `status` says so from its start); `sources`, the
-        tool sources of this worker beside its toolbox's (its MCP servers), each tool name
-        routed by the registry; `prices`, what the worker's model calls are charged
-        (default: the built-in table); `principals`, how a run's principal is taken (by
-        default as given); `notify`, whether the worker sends notices of runs waiting for a
-        person."""
-        self._prices = prices or PriceTable()
-        self._principals = principals or PrincipalSignatures()
+        """`sources`: the tool sources of this worker beside its toolbox's (its MCP servers),
+        each tool name routed by the registry."""
         self._toolbox = toolbox
         self._registry = toolbox.registry
         self._tools = toolbox.registry.routing(*sources)
         self._store = store
-        self._registration = registration
-        self._signing: Literal["signed", "unsigned"] = "signed" if approvals_signed else "unsigned"
-        self._notify = notify
-
-    @activity.defn(name=DESCRIBE_TOOLS)
-    async def describe_tools(self, request: DescribeToolsInput) -> list[ToolSpec]:
-        """The specs in force when the run starts; recorded in history, so replay is stable.
-        A run naming a tool or a completion check this worker lacks fails here, at once."""
-        try:
-            offered = await self._tools.offer(request.names)
-        except Exception as exc:
-            # Never retried: `describe_run` has no end to its retries, and a run must not
-            # wait forever on a source's answer it cannot use.
-            why = f"tools: they could not be listed: {type(exc).__name__}: {exc}"
-            if isinstance(exc, ToolSourceError):
-                why = str(exc)
-            raise ApplicationError(why, type="InvalidInput", non_retryable=True) from None
-        for source, absent in offered.absent.items():
-            audit(f"{source}.tools_absent", workflow_id=activity.info().workflow_id, absent=absent)
-        specs = offered.specs
-        # As a payload carries them: JSON with what is not ASCII escaped (6 bytes a character).
-        size = sum(len(json.dumps(spec.model_dump(mode="json"))) for spec in specs)
-        if size > MAX_SPECS_BYTES:
-            raise ApplicationError(
-                f"tools: their specs are {size:,} bytes of JSON, over the {MAX_SPECS_BYTES:,}"
-                " a run carries (in its history and in what continue-as-new hands on); name"
-                " fewer tools",
-                type="InvalidInput",
-                non_retryable=True,
-            )
-        check = request.completion_check
-        if check is not None and f"verifier:{check}" not in self._toolbox.box.origin:
-            known = ", ".join(sorted(self._toolbox.box.verifier_names()))
-            raise ApplicationError(
-                f"completion_check: no verifier {check!r}; this worker has: {known}",
-                type="InvalidInput",
-                non_retryable=True,
-            )
-        return specs
 
     def _tool(self, request: RunToolInput) -> Tool:
         """The tool a call runs, from the source its name is routed to; a write when the
         run's own spec made it one (it then has an idempotency key)."""
         return self._tools.tool(request.tool, write=bool(request.idempotency_key))
-
-    @activity.defn(name=DESCRIBE_RUN)
-    async def describe_run(self, request: DescribeToolsInput) -> RunDescription:
-        """`describe_tools`, and what else a run learns from the worker as it starts: for a
-        run started without agentloop's search attributes, whether its namespace has them
-        registered (only then may it upsert them); how approvals are taken; whether its
-        principal may be taken."""
-        tools = await self.describe_tools(request)
-        registration = self._registration
-        namespace = activity.info().namespace
-        indexable = family = False
-        if request.indexing and registration is not None:
-            indexable = await registration.indexable(namespace)
-            family = await registration.family_indexable(namespace)
-        problem = None
-        if request.output_schema is not None:
-            problem = await asyncio.to_thread(output_schema_cost_problem, request.output_schema)
-        unpriced = None
-        if request.priced_model is not None:
-            unpriced = self._prices.unpriced_problem(request.priced_model)
-        return RunDescription(
-            tools=tools,
-            indexable=indexable,
-            family_indexable=family,
-            approval_signing=self._signing,
-            notify=self._notify,
-            output_schema_problem=problem,
-            unpriced_problem=unpriced,
-            principal=(
-                None
-                if request.principal is None
-                else check_principal(self._principals, request.principal)
-            ),
-        )
 
     @activity.defn(name=CHECK_PRECONDITION)
     async def check_precondition(self, request: RunToolInput) -> PreconditionResult:
@@ -355,8 +246,7 @@ class ToolActivities:
             update={"input_request": InputRequest(question=question, pending_ref=ref)}
         )
 
-    @activity.defn(name=FRAME_TOOL_OUTPUT)
-    async def frame_tool_output(self, request: ToolOutput) -> ToolResult:
+    async def _frame(self, request: ToolOutput) -> ToolResult:
         """An activity tool's output, bounded like any tool's."""
         spec = self._registry.get(request.tool).spec
         as_run = RunToolInput(
@@ -372,7 +262,7 @@ class ToolActivities:
         value = await read_answer(answer.payload, self._store)
         if isinstance(value, UnreadableJSON):
             value = value.told()
-        return await self.frame_tool_output(request.model_copy(update={"output": value}))
+        return await self._frame(request.model_copy(update={"output": value}))
 
     @activity.defn(name=READ_TEAM_OUTCOME)
     async def read_team_outcome(self, request: ToolOutput, answer: RawValue) -> Outcome:

@@ -82,7 +82,7 @@ def answered(tool: str, reply: Reply) -> tuple[types.InputResponses, str | None]
     if not isinstance(schema, dict):
         raise BusinessRefusal(f"{tool}: what the server asked is no longer kept")
     content = _content(text, schema)
-    problems = schema_problems(schema, content, bounded=True, steps=MAX_CHECK_STEPS)
+    problems = schema_problems(schema, content, steps=MAX_CHECK_STEPS)
     if not problems:
         try:
             return {key: types.ElicitResult(action="accept", content=content)}, state

@@ -40,8 +40,8 @@ MAX_LEDGER_ARGUMENT_BYTES = 640_000
 in the state a continue-as-new carries and in the run's result, so what the model may propose
 over a whole run is bounded too (a batch that would pass it stops the run)."""
 MAX_RUN_CALLS = 1_000
-"""`limits.max_model_calls` and `limits.max_tool_calls` at most (checked at start, feature
-`texts-by-reference`): the ledger and the progress record grow with each call."""
+"""`limits.max_model_calls` and `limits.max_tool_calls` at most (checked at start): the ledger
+and the progress record grow with each call."""
 MAX_SCHEMA_CHARS = 64_000
 """An `output_schema` (or a tool's parameters) as JSON text."""
 MAX_ERROR_CHARS = 300

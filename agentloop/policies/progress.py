@@ -60,20 +60,15 @@ def fingerprint(
 def stall(
     history: Sequence[TurnFingerprint],
     specs: Mapping[str, ToolSpec],
-    *,
-    watch_state: bool = False,
-    questions_are_input: bool = False,
 ) -> str | None:
-    """What repeats, if the last turn shows no progress; None otherwise. `watch_state`: the
-    task state and the plan's flips count too (feature `task-state`). `questions_are_input`:
-    a turn that only asked the person (`ask_user`) does not count as leaving the task state
-    unchanged (feature `questions-not-stalls`)."""
+    """What repeats, if the last turn shows no progress; None otherwise: the same calls with
+    the same results, the same error, the task state unchanged for `STATE_STALL_TURNS` tool
+    turns (a turn that only asked the person does not count), the plan's flips."""
     if not history:
         return None
-    if watch_state:
-        found = _state_stall(history, questions_are_input)
-        if found is not None:
-            return found
+    found = _state_stall(history)
+    if found is not None:
+        return found
     last = history[-1]
     earlier = history[:-1]
     repeats = sum(1 for turn in earlier if turn.calls == last.calls)
@@ -93,10 +88,10 @@ def stall(
     return None
 
 
-def _state_stall(history: Sequence[TurnFingerprint], questions_are_input: bool) -> str | None:
+def _state_stall(history: Sequence[TurnFingerprint]) -> str | None:
     # Paging through an artifact or polling is progress of its own kind, and a person's
     # answers are new input the state need not show: such turns are not counted.
-    quiet = {READ_ARTIFACT, ASK_USER} if questions_are_input else {READ_ARTIFACT}
+    quiet = {READ_ARTIFACT, ASK_USER}
     acting = [t for t in history if not t.polling and not _only_calls_to(t, quiet)]
     recent = acting[-STATE_STALL_TURNS - 1 :]
     # The turn before the window shows the state they all left unchanged.

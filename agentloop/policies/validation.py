@@ -3,13 +3,13 @@
 Pure, run inside the workflow. A refused call becomes a structured error result under its own
 call id, so the model can correct itself; nothing is executed for it.
 
-What a check may cost is bounded (`bounded=True`, feature `bounded-validation`): arguments over
+What a check may cost is bounded: arguments over
 `MAX_ARGUMENT_CHARS` or `MAX_DEPTH` are refused before any schema check; patterns run on RE2,
 whose time is linear in the input (Python's `re` backtracks: a 60,000-character recipient
 took it ~10 s against an e-mail pattern, holding the worker's GIL); every problem is told in at
 most `MAX_ERROR_CHARS`; and any exception a check raises is a refusal, never a failed
-workflow task. Runs started before that validate as they did. A check also stops after its
-steps (`MAX_CHECK_STEPS`, feature `bounded-schema-work`); what a schema may cost is counted
+workflow task. A check also stops after its
+steps (`MAX_CHECK_STEPS`); what a schema may cost is counted
 where it arrives (`policies.schema_cost`).
 """
 
@@ -32,11 +32,11 @@ from agentloop.tool_spec import ToolSpec
 MAX_SCHEMA_ERRORS = 5
 
 MAX_CHECK_STEPS = 100_000
-"""How many keyword checks (about 3-8 µs each; `uniqueItems` on n members counts n²/4) a
-model output's checks may take in all, split evenly among its calls (feature
-`bounded-schema-work`): they run inside a workflow task, which the SDK takes for deadlocked
-past 2 s. The arguments' size bounds what a check reads, this what
-it does: a large array checked against a large `items` schema multiplies the two."""
+"""How many keyword checks (about 3-8 µs each; `uniqueItems` on n members counts n²/4) a model
+output's checks may take in all, split evenly among its calls: they run inside a workflow
+task, which the SDK takes for deadlocked past 2 s. The arguments' size bounds what a check
+reads, this what it does: a large array checked against a large `items` schema multiplies the
+two."""
 
 
 @dataclass(frozen=True)
@@ -59,18 +59,16 @@ def validate_call(
     tools: Mapping[str, ToolSpec],
     allowed: Set[str],
     *,
-    bounded: bool = False,
     steps: int | None = None,
 ) -> Verdict:
     spec = tools.get(call.name)
     if spec is None or call.name not in allowed:
         names = ", ".join(sorted(allowed)) or "none"
         return Refused("unknown_tool", f"unknown tool {call.name!r}; tools available: {names}")
-    if bounded:
-        too_big = arguments_too_big(call.arguments)
-        if too_big:
-            return Refused("invalid_arguments", too_big)
-    problems = schema_problems(spec.parameters, call.arguments, bounded=bounded, steps=steps)
+    too_big = arguments_too_big(call.arguments)
+    if too_big:
+        return Refused("invalid_arguments", too_big)
+    problems = schema_problems(spec.parameters, call.arguments, steps=steps)
     if problems:
         message = "arguments do not match the schema: " + "; ".join(problems)
         return Refused("invalid_arguments", message)
@@ -93,15 +91,10 @@ def schema_problems(
     schema: Mapping[str, object],
     instance: object,
     *,
-    bounded: bool = False,
     steps: int | None = None,
 ) -> list[str]:
     """What is wrong with `instance` (nothing: it satisfies `schema`). `steps`: at most that
-    many keyword checks, or the check stops, refusing (with `bounded`)."""
-    if not bounded:
-        validator = Draft202012Validator(schema)
-        errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
-        return [_describe(e.absolute_path, e.message) for e in errors[:MAX_SCHEMA_ERRORS]]
+    many keyword checks, or the check stops, refusing."""
     validator = (
         BoundedValidator(schema)
         if steps is None
@@ -278,7 +271,7 @@ _CountedValidator = validators.extend(  # type: ignore[no-untyped-call]
 )
 _CountedValidator.evolve = _same_class
 """`BoundedValidator` counting each keyword it checks against its `_StepBudget`, every
-subschema checked by it, whatever `$schema` it names (feature `bounded-schema-work`)."""
+subschema checked by it, whatever `$schema` it names."""
 
 
 def _describe(path: object, message: str) -> str:

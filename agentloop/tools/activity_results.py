@@ -8,7 +8,7 @@ Temporal terminates the run. Only the worker that runs the activity can keep the
 the interceptor puts an answer over `INLINE_ANSWER_BYTES` in the store (the one agentloop's
 worker uses) and answers a small reference instead, marked in the payload's metadata.
 
-The run receives the answer undecoded (feature `team-answers-read-by-worker`) and hands it to
+The run receives the answer undecoded and hands it to
 agentloop's worker, where `read_answer` turns any payload into a value a tool result can be
 made of, never raising: JSON (plain or a protobuf message's), bytes, null, a stored answer;
 anything else (an encoding no one here reads, JSON no parser reads, a stored answer the store

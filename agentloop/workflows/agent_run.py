@@ -61,10 +61,6 @@ with workflow.unsafe.imports_passed_through():
     from agentloop.workflows.stream import PUBLISH_SIGNAL, RunStream
 
 
-UPDATE_WAITS_FOR_STATE = "update-waits-for-state"
-"""Patch id: a `decide_approval` that arrives before the run has its state waits for it."""
-
-
 @workflow.defn(name=WORKFLOW_NAME)
 class AgentRun:
     @workflow.init
@@ -114,9 +110,9 @@ class AgentRun:
                 await self._close()
                 carried = loop.state_to_carry(state)
                 stream = self._stream.carried()
-                workflow.continue_as_new(
-                    args=[startup.input_to_carry(raw_input, state), carried, stream]
-                )
+                # The input rides once, inside the state (a large one twice would make the
+                # next run's start payload too large).
+                workflow.continue_as_new(args=[None, carried, stream])
             step = loop.decide(state, workflow.now())
             if watching.streaming(state):
                 self._publish(*watching.changes(state, step, self._told, workflow.now()))
@@ -129,8 +125,6 @@ class AgentRun:
             except asyncio.CancelledError:
                 # Temporal's cancel request: the run stops like after the `cancel` signal
                 # (the step it interrupted is told by the state; a write was shielded).
-                if not state.has(loop.Feature.TEMPORAL_CANCEL_AS_SIGNAL):
-                    raise
                 loop.record_cancel_request(state)
 
     async def _carry_out(self, state: LoopState, step: Work, deadline: RunDeadline) -> None:
@@ -206,9 +200,9 @@ class AgentRun:
         once the decision is applied or refused (after the worker's check, when it has one).
         One that came before the run had its state (with the start, or into a run continued
         as new) waits for it: it was answered "not started yet" and then applied all the
-        same (`UPDATE_WAITS_FOR_STATE`)."""
+        same."""
         decision = self._decision(raw)
-        if self._state is None and workflow.patched(UPDATE_WAITS_FOR_STATE):
+        if self._state is None:
             await workflow.wait_condition(lambda: self._state is not None)
         held = self._decide(decision)
         if isinstance(held, ApprovalVerdict):

@@ -36,7 +36,6 @@ async def run_with_children(
                 state.run_input.principal,
                 "",
                 local=False,
-                answer_undecoded=state.has(loop.Feature.TEAM_ANSWERS_READ_BY_WORKER),
             )
             continue
         started = await _start_child(state, call, child_input)
@@ -60,10 +59,8 @@ async def run_with_children(
         )
     except asyncio.CancelledError:
         # Temporal's cancel request: the children are told as by the `cancel` signal, and
-        # what they did is recorded before this run stops (before `children-told-of-cancel`,
-        # this run ended at once and Temporal terminated them, a write of theirs mid-flight).
-        if not state.has(loop.Feature.CHILDREN_TOLD_OF_CANCEL):
-            raise
+        # what they did is recorded before this run stops (else Temporal would terminate
+        # them, a write of theirs mid-flight).
         loop.record_cancel_request(state)
     stopped = not all(h.done() for h in handles)
     if stopped:
@@ -107,8 +104,8 @@ async def run_with_children(
 async def _start_child(
     state: LoopState, call: ToolCall, child_input: AgentRunInput
 ) -> workflow.ChildWorkflowHandle[Any, AgentRunResult] | str:
-    """The child run, started; or why it could not start (feature `child-start-refused-told`:
-    a workflow already runs under its id, which anyone who may start workflows can take)."""
+    """The child run, started; or why it could not start (a workflow already runs under its
+    id, which anyone who may start workflows can take)."""
     indexed = workflow.info().typed_search_attributes.get(AGENT_PHASE) is not None
     child_id = state.delegations[call.call_id].child_workflow_id
     try:
@@ -121,8 +118,6 @@ async def _start_child(
             search_attributes=initial(child_input) if indexed else None,
         )
     except WorkflowAlreadyStartedError:
-        if not state.has(loop.Feature.CHILD_START_REFUSED_TOLD):
-            raise
         return f"a workflow with id {child_id!r} is already running"
 
 

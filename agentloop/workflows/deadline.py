@@ -3,27 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 from temporalio import workflow
 
 from agentloop.policies import budgets
-from agentloop.workflows.loop import Feature, LoopState
+from agentloop.workflows.loop import LoopState
 
 DEADLINE_TIMER_SUMMARY = "run deadline"
-"""What the UI shows on the run's deadline timer (feature `run-deadline-timer`)."""
+"""What the UI shows on the run's deadline timer."""
 
 
 class RunDeadline:
-    """With the feature `run-deadline-timer` a run has one Temporal timer for its deadline,
-    started at the first wait and left running: when it fires, `passed` turns True if the
-    deadline has passed, and otherwise (waits for humans moved the deadline, and they do not
-    count) the timer starts again for what is left; with `deadline-watch-resumes` also when
-    the deadline moves after it passed (a child's wait for humans, counted when it returns).
-    Runs started before `run-deadline-timer` recorded a timer per wait, started with it and
-    cancelled when the activities came back (two commands and two history events a step);
-    they keep doing that on replay."""
+    """A run has one Temporal timer for its deadline, started at the first wait and left
+    running (not one per wait: two commands and two history events a step): when it fires,
+    `passed` turns True if the deadline has passed, and otherwise (waits for humans moved the
+    deadline, and they do not count) the timer starts again for what is left; so it does when
+    the deadline moves after it passed (a child's wait for humans, counted when it returns)."""
 
     def __init__(self, state: LoopState) -> None:
         self._state = state
@@ -44,7 +40,6 @@ class RunDeadline:
 
     async def _watch(self) -> None:
         state = self._state
-        resumes = state.has(Feature.DEADLINE_WATCH_RESUMES)
         while True:
             await workflow.wait_condition(lambda: state.paused_since is None)
             seconds = self.seconds_left()
@@ -52,8 +47,6 @@ class RunDeadline:
                 return
             if seconds <= 0:
                 self.passed = True
-                if not resumes:
-                    return
                 # A child's wait for humans, added when it comes back, moves the deadline.
                 await workflow.wait_condition(lambda: not self._still_passed())
                 self.passed = False
@@ -67,12 +60,11 @@ class RunDeadline:
         return seconds is not None and seconds <= 0
 
     def _has_passed(self) -> bool:
-        """`passed`, checked again against the deadline as it stands now (feature
-        `deadline-watch-resumes`): in the workflow task where the deadline moved, the watcher
-        has not run yet to clear it."""
+        """`passed`, checked again against the deadline as it stands now: in the workflow
+        task where the deadline moved, the watcher has not run yet to clear it."""
         if not self.passed:
             return False
-        return not self._state.has(Feature.DEADLINE_WATCH_RESUMES) or self._still_passed()
+        return self._still_passed()
 
     async def wait_for(
         self, handles: list[workflow.ActivityHandle[Any]], *, race: bool = True
@@ -87,15 +79,9 @@ class RunDeadline:
 
         if not race:
             await workflow.wait_condition(done_or_cancelled)
-        elif state.has(Feature.RUN_DEADLINE_TIMER):
+        else:
             self._start()
             await workflow.wait_condition(lambda: done_or_cancelled() or self._has_passed())
-        else:
-            seconds = self.seconds_left()
-            with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(
-                    done_or_cancelled, timeout=None if seconds is None else max(seconds, 0.001)
-                )
         if all(h.done() for h in handles):
             return True
         for handle in handles:

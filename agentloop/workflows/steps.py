@@ -38,7 +38,6 @@ from agentloop.activity_io import (
     Verdict,
     VerifyInput,
     WaitingNotice,
-    outcome_from_answer,
 )
 from agentloop.contract import AgentRunResult, Phase
 from agentloop.tool_spec import Outcome
@@ -62,8 +61,8 @@ from agentloop.workflows.startup import time_to_continue_as_new
 from agentloop.workflows.tool_activities import (
     FRAME_TIMEOUT,
     READ_ANSWER_RETRY,
+    TOOL_HEARTBEAT,
     activity_tool_input,
-    checks_heartbeat,
     start_timeout,
     team_answer_of,
     tool_input,
@@ -92,13 +91,13 @@ async def call_model(state: LoopState, step: CallModel, deadline: RunDeadline) -
     turn = loop.start_model_call(state, step)
     visibility.waiting(state)
     answer = await _model_call(state, step, turn.request, deadline)
-    if _over_budget(answer) and state.has(loop.Feature.EXACT_COUNT_WHEN_BOUND_BINDS):
+    if _over_budget(answer):
         # The bound on the input (a token a byte) refused the call: the provider's own count
         # may fit. The call is asked again with it, and the activity reserves it instead.
         counted = await _input_counted(state, step, turn.request, deadline)
         if counted is None:
             return
-        if counted.budget is not None and counted.budget.input_tokens is not None:
+        if counted.budget.input_tokens is not None:
             answer = await _model_call(state, step, counted, deadline)
     if answer is None:
         return
@@ -159,9 +158,9 @@ def _over_budget(answer: CallModelResult | ActivityError | None) -> bool:
 async def _input_counted(
     state: LoopState, step: CallModel, request: CallModelInput, deadline: RunDeadline
 ) -> CallModelInput | None:
-    """`request` with its input tokens as the provider counted them (feature
-    `exact-count-when-bound-binds`); unchanged when the count could not be had (the bound
-    stands, the call is not made); None when a cancel or the deadline came first."""
+    """`request` with its input tokens as the provider counted them; unchanged when the count
+    could not be had (the bound stands, the call is not made); None when a cancel or the
+    deadline came first."""
     handle = workflow.start_activity(
         COUNT_MODEL_INPUT,
         request,
@@ -177,7 +176,6 @@ async def _input_counted(
         tokens = await handle
     except ActivityError:
         return request
-    assert request.budget is not None  # refused by a budget, so it had one
     budget = request.budget.model_copy(update={"input_tokens": tokens})
     return request.model_copy(update={"budget": budget})
 
@@ -234,16 +232,14 @@ def _audit_model_call(state: LoopState, step: CallModel, result: CallModelResult
 
 
 async def await_humans(state: LoopState, step: AwaitHumans, phase: Phase) -> None:
-    """Wait for the decisions (or a cancel, or a decision for the worker to check) until the
-    step's deadline; the next `decide` sees what arrived. The wait does not count against the
-    run's deadline. It ends early when it is time to continue as new (feature
-    `continue-while-waiting`): signals arriving meanwhile grow the history, refused ones too,
-    and the next run waits on where this one stopped."""
-    continues = state.has(loop.Feature.CONTINUE_WHILE_WAITING)
+    """Wait for the decisions (or a cancel, or a decision for the worker to check) until the step's
+    deadline; the next `decide` sees what arrived. The wait does not count against the run's
+    deadline. It ends early when it is time to continue as new: signals arriving meanwhile grow the
+    history, refused ones too, and the next run waits on where this one stopped."""
     state.phase = phase
     visibility.show_phase(state, until=step.deadline)
     visibility.show_waiting(state, step.deadline)
-    if state.notify and state.has(loop.Feature.NOTIFY_WAITING):
+    if state.notify:
         notify_waiting(state, step, phase)
     waiting = set(step.call_ids)
     since = workflow.now()
@@ -254,26 +250,22 @@ async def await_humans(state: LoopState, step: AwaitHumans, phase: Phase) -> Non
             not waiting & loop.awaiting_humans(state)
             or state.cancel_reason is not None
             or bool(loop.decisions_to_check(state))
-            or (continues and time_to_continue_as_new(state))
+            or time_to_continue_as_new(state)
         )
 
     # A change the wait goes on through (one question of several answered) is written to the
-    # memo as it happens (feature `inbox-memo`); before it, the wait watched only its end.
-    watched = state.has(loop.Feature.INBOX_MEMO)
+    # memo as it happens.
     shown = loop.awaiting_humans(state)
 
     def over_or_changed() -> bool:
-        return over() or (watched and loop.awaiting_humans(state) != shown)
+        return over() or loop.awaiting_humans(state) != shown
 
     with contextlib.suppress(TimeoutError):
         while True:
-            summary = None
-            if state.has(loop.Feature.WAIT_SUMMARIES):
-                summary = loop.wait_summary(state, step.deadline)
             await workflow.wait_condition(
                 over_or_changed,
                 timeout=max((step.deadline - workflow.now()).total_seconds(), 0.001),
-                timeout_summary=summary,
+                timeout_summary=loop.wait_summary(state, step.deadline),
             )
             if over():
                 break
@@ -299,7 +291,7 @@ NOTICE_KINDS: dict[Phase, Literal["approval", "question", "unknown_write"]] = {
 def notify_waiting(state: LoopState, step: AwaitHumans, phase: Phase) -> None:
     """Start the notice of the calls this wait is the first to hold, and go on waiting: the
     run never waits on a notice, and one that fails after its retries only says so in
-    `notice_failures` (feature `notify-waiting`)."""
+    `notice_failures`."""
     new = [c for c in step.call_ids if c not in state.notified]
     if not new:
         return
@@ -399,39 +391,36 @@ async def _looked_up(state: LoopState, step: LookupOutcome) -> Outcome:
                 LOOKUP_OUTCOME,
                 tool_input(call, principal, step.idempotency_key),
                 result_type=Outcome,
-                heartbeat_timeout=checks_heartbeat(state),
+                heartbeat_timeout=TOOL_HEARTBEAT,
                 **options,
             )
             return looked_up
         if spec.lookup_activity is None:
             return Outcome(state="unknown", record=f"{call.name} has no outcome lookup")
-        bounded = state.has(loop.Feature.ACTIVITY_TOOL_START_BOUNDED)
         answer = await workflow.execute_activity(
             spec.lookup_activity,
             activity_tool_input(call, principal, step.idempotency_key),
             task_queue=spec.task_queue,
-            schedule_to_start_timeout=start_timeout(spec) if bounded else None,
+            schedule_to_start_timeout=start_timeout(spec),
             # Undecoded: agentloop's worker reads it, whatever it is.
-            result_type=(RawValue if state.has(loop.Feature.TEAM_ANSWERS_READ_BY_WORKER) else None),
+            result_type=RawValue,
             **options,
         )
     except ActivityError as exc:
         return Outcome(state="unknown", record=f"lookup failed: {describe_failure(exc)}")
-    if isinstance(answer, RawValue):
-        try:
-            read: Outcome = await workflow.execute_local_activity(
-                READ_TEAM_OUTCOME,
-                args=[team_answer_of(call), answer],
-                result_type=Outcome,
-                start_to_close_timeout=FRAME_TIMEOUT,
-                retry_policy=READ_ANSWER_RETRY,
-                summary=f"read lookup {call.name} · {call.call_id}",
-            )
-        except LOCAL_FAILURES as caught:
-            failure = describe_failure(local_failure(caught))
-            return Outcome(state="unknown", record=f"lookup answer not read: {failure}")
-        return read
-    return outcome_from_answer(answer)
+    try:
+        read: Outcome = await workflow.execute_local_activity(
+            READ_TEAM_OUTCOME,
+            args=[team_answer_of(call), answer],
+            result_type=Outcome,
+            start_to_close_timeout=FRAME_TIMEOUT,
+            retry_policy=READ_ANSWER_RETRY,
+            summary=f"read lookup {call.name} · {call.call_id}",
+        )
+    except LOCAL_FAILURES as caught:
+        failure = describe_failure(local_failure(caught))
+        return Outcome(state="unknown", record=f"lookup answer not read: {failure}")
+    return read
 
 
 def finish(state: LoopState, step: Finish) -> AgentRunResult:

@@ -11,13 +11,11 @@ from temporalio.common import RawValue, RetryPolicy
 
 from agentloop.activity_io import (
     FRAME_TEAM_ANSWER,
-    FRAME_TOOL_OUTPUT,
     RUN_TOOL,
     ActivityToolInput,
     InputReply,
     RunToolInput,
     ToolOutput,
-    UnreadableJSON,
 )
 from agentloop.contract import Principal
 from agentloop.events import ToolCall, ToolResult
@@ -30,15 +28,12 @@ from agentloop.workflows.failures import (
     never_started,
     tool_failure_class,
 )
-from agentloop.workflows.loop import Feature, LoopState, ToolFailure, ToolOutcome
+from agentloop.workflows.loop import ToolFailure, ToolOutcome
 
 TOOL_HEARTBEAT = timedelta(seconds=5)
-"""A worker that dies mid-tool is noticed this fast (the activity heartbeats every second)."""
-
-
-def checks_heartbeat(state: LoopState) -> timedelta | None:
-    """The heartbeat timeout of agentloop's own precondition check and outcome lookup."""
-    return TOOL_HEARTBEAT if state.has(Feature.CHECKS_HEARTBEAT) else None
+"""A worker that dies mid-tool (or mid-check, mid-lookup: agentloop's precondition check and
+outcome lookup heartbeat like a tool) is noticed this fast (the activity heartbeats every
+second)."""
 
 
 FRAME_TIMEOUT = timedelta(seconds=10)
@@ -55,15 +50,11 @@ def start_tool(
     idempotency_key: str,
     local: bool,
     reply: InputReply | None = None,
-    *,
-    start_bounded: bool = False,
-    answer_undecoded: bool = False,
 ) -> workflow.ActivityHandle[Any]:
     """`reply`: a person's answer to what the call's tool asked when it last ran (agentloop's
-    own `run_tool` only: an activity tool never asks). `start_bounded`: an activity tool's
-    call waits for a worker at most its `start_timeout_seconds` (`start_timeout`).
-    `answer_undecoded`: an activity tool's answer comes as the payload it is (`RawValue`),
-    for agentloop's worker to read (`tool_outcome`)."""
+    own `run_tool` only: an activity tool never asks). An activity tool's call waits for a
+    worker at most its `start_timeout_seconds` (`start_timeout`), and its answer comes as the
+    payload it is (`RawValue`), for agentloop's worker to read (`tool_outcome`)."""
     summary = f"{call.name} · {call.call_id}"
     is_write = spec.effect == "write"
     if spec.activity is not None:
@@ -71,8 +62,8 @@ def start_tool(
             spec.activity,
             activity_tool_input(call, principal, idempotency_key),
             task_queue=spec.task_queue,
-            result_type=RawValue if answer_undecoded else None,
-            schedule_to_start_timeout=start_timeout(spec) if start_bounded else None,
+            result_type=RawValue,
+            schedule_to_start_timeout=start_timeout(spec),
             start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
             heartbeat_timeout=(
                 timedelta(seconds=spec.heartbeat_seconds) if spec.heartbeat_seconds else None
@@ -121,29 +112,17 @@ async def tool_outcome(
         if not remote:
             result: ToolResult = value
             return result
-        if isinstance(value, RawValue):
-            # Read (whatever it is) and bounded by agentloop's worker: a write then always
-            # ends succeeded, even when no one can read what it said it did.
-            read: ToolResult = await workflow.execute_local_activity(
-                FRAME_TEAM_ANSWER,
-                args=[team_answer_of(call), value],
-                result_type=ToolResult,
-                start_to_close_timeout=FRAME_TIMEOUT,
-                retry_policy=READ_ANSWER_RETRY,
-                summary=f"frame {call.name} · {call.call_id}",
-            )
-            return read
-        if isinstance(value, UnreadableJSON):
-            # It ran (a write's effect exists), but no one can read what it said it did.
-            value = value.told()
-        framed: ToolResult = await workflow.execute_local_activity(
-            FRAME_TOOL_OUTPUT,
-            team_answer_of(call).model_copy(update={"output": value}),
+        # Read (whatever it is) and bounded by agentloop's worker: a write then always ends
+        # succeeded, even when no one can read what it said it did.
+        read: ToolResult = await workflow.execute_local_activity(
+            FRAME_TEAM_ANSWER,
+            args=[team_answer_of(call), value],
             result_type=ToolResult,
             start_to_close_timeout=FRAME_TIMEOUT,
+            retry_policy=READ_ANSWER_RETRY,
             summary=f"frame {call.name} · {call.call_id}",
         )
-        return framed
+        return read
     except LOCAL_FAILURES as caught:
         exc = local_failure(caught)
         if never_started(exc):

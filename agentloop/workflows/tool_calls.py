@@ -25,14 +25,13 @@ from agentloop.workflows.deadline import RunDeadline
 from agentloop.workflows.failures import describe_failure
 from agentloop.workflows.loop import (
     CheckPreconditions,
-    Feature,
     LoopState,
     RunTools,
     ToolFailure,
     ToolOutcome,
 )
 from agentloop.workflows.tool_activities import (
-    checks_heartbeat,
+    TOOL_HEARTBEAT,
     start_tool,
     tool_input,
     tool_outcome,
@@ -49,9 +48,8 @@ MAX_ANSWER_BYTES = 2 * 1024 * 1024
 async def check_preconditions(
     state: LoopState, step: CheckPreconditions, deadline: RunDeadline
 ) -> None:
-    if state.has(Feature.RECHECK_AFTER_WAIT):
-        # Checked again after a wait for people: the run no longer waits for them.
-        state.phase = "validating"
+    # Checked again after a wait for people: the run no longer waits for them.
+    state.phase = "validating"
     visibility.waiting(state)
     principal = state.run_input.principal
     handles = [
@@ -60,7 +58,7 @@ async def check_preconditions(
             tool_input(call, principal, approval_rule=step.rules.get(call.call_id)),
             result_type=PreconditionResult,
             start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
-            heartbeat_timeout=checks_heartbeat(state),
+            heartbeat_timeout=TOOL_HEARTBEAT,
             retry_policy=PRECONDITION_RETRY,
             summary=f"precondition {call.name} · {call.call_id}",
         )
@@ -74,19 +72,15 @@ async def check_preconditions(
             checked[call.call_id] = await handle
         except ActivityError as exc:
             # A check that cannot be made does not let the call through.
-            checked[call.call_id] = PreconditionResult(problem=_not_checked(state, exc), made=False)
+            checked[call.call_id] = PreconditionResult(problem=_not_checked(exc), made=False)
     loop.record_preconditions(state, checked, workflow.now())
 
 
-def _not_checked(state: LoopState, exc: ActivityError) -> str:
-    """Why a call's check could not be made: its approval rule broke (feature
-    `rule-failure-named`), or its precondition could not be checked."""
+def _not_checked(exc: ActivityError) -> str:
+    """Why a call's check could not be made: its approval rule broke, or its precondition
+    could not be checked."""
     cause = exc.cause
-    if (
-        isinstance(cause, ApplicationError)
-        and cause.type == APPROVAL_RULE_FAILED
-        and state.has(Feature.RULE_FAILURE_NAMED)
-    ):
+    if isinstance(cause, ApplicationError) and cause.type == APPROVAL_RULE_FAILED:
         return f"approval not assessed: {cause.message}"
     return f"precondition not checked: {describe_failure(exc)}"
 
@@ -107,8 +101,6 @@ async def run_tools(state: LoopState, step: RunTools, deadline: RunDeadline) -> 
             run.idempotency_keys[call.call_id],
             run.local,
             run.replies.get(call.call_id),
-            start_bounded=state.has(Feature.ACTIVITY_TOOL_START_BOUNDED),
-            answer_undecoded=state.has(Feature.TEAM_ANSWERS_READ_BY_WORKER),
         )
 
     # Reads stop for a cancel or the deadline; a write, once started, is never cut short.
@@ -122,10 +114,7 @@ async def run_tools(state: LoopState, step: RunTools, deadline: RunDeadline) -> 
     async def wait(handles: list[workflow.ActivityHandle[Any]]) -> bool:
         return not reads or await deadline.wait_for(handles, race=not run.local)
 
-    if state.has(Feature.TEAM_ANSWERS_WITHIN_HISTORY):
-        started = await _started_within_history(step, start, wait)
-    else:
-        started = {call.call_id: start(call, spec) for call, spec in step.calls}
+    started = await _started_within_history(step, start, wait)
     if started is None or not await wait(list(started.values())):
         return
     outcomes = [
@@ -146,11 +135,10 @@ Wait = Callable[[list[workflow.ActivityHandle[Any]]], Awaitable[bool]]
 async def _started_within_history(
     step: RunTools, start: Start, wait: Wait
 ) -> dict[str, workflow.ActivityHandle[Any]] | None:
-    """The batch's calls, started so that the answers of the team's activities in flight, at
-    their largest, never take the run's history past `HISTORY_BUDGET_BYTES` (feature
-    `team-answers-within-history`): in waves, each as large as the history has room for. A
-    call left when there is no room is not started (`_not_run`). None: a cancel or the
-    deadline came first. The last wave is still running."""
+    """The batch's calls, started so that the answers of the team's activities in flight, at their
+    largest, never take the run's history past `HISTORY_BUDGET_BYTES`: in waves, each as large as
+    the history has room for. A call left when there is no room is not started (`_not_run`). None: a
+    cancel or the deadline came first. The last wave is still running."""
     started: dict[str, workflow.ActivityHandle[Any]] = {}
     waiting: list[tuple[ToolCall, ToolSpec]] = []
     for call, spec in step.calls:
@@ -187,9 +175,7 @@ def _not_run(call: ToolCall) -> ToolFailure:
 
 async def _finished(state: LoopState, outcome: Coroutine[Any, Any, ToolOutcome]) -> ToolOutcome:
     """A write, once started, is never cut short: Temporal's cancel request does not reach
-    it (feature `temporal-cancel-as-signal`); the run stops once its outcome is in."""
-    if not state.has(Feature.TEMPORAL_CANCEL_AS_SIGNAL):
-        return await outcome
+    it; the run stops once its outcome is in."""
     writing = asyncio.ensure_future(outcome)
     try:
         return await asyncio.shield(writing)

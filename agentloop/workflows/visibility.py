@@ -17,25 +17,19 @@ import agentloop.workflows.loop as loop
 from agentloop.contract import RunStatus
 from agentloop.search import AGENT_PHASE, AGENT_STATUS, AGENT_TASK_FAMILY, initial
 from agentloop.waiting import WAITING_MEMO, WAITING_PHASES
-from agentloop.workflows.loop import Feature, LoopState
+from agentloop.workflows.loop import LoopState
 
 
 def show(state: LoopState) -> None:
-    """At the top of each step: the UI's current details and, for runs from before the
-    feature `phase-when-waiting`, the run's phase attribute (then the phase the previous
-    step left)."""
+    """At the top of each step: the UI's current details (the phase attribute changes only
+    when the run waits on Temporal, `waiting`)."""
     workflow.set_current_details(loop.details(state, workflow.now()))
-    if not state.has(Feature.PHASE_WHEN_WAITING):
-        _index_phase(state)
 
 
 def waiting(state: LoopState) -> None:
     """The run is about to wait on Temporal in `state.phase`: that is the phase a list query
-    finds it in meanwhile (feature `phase-when-waiting`). A batch of local reads is no such
-    wait: it starts and ends inside the workflow task, and an upsert there, and the one back,
-    would be two events a turn no list query could see."""
-    if state.has(Feature.PHASE_WHEN_WAITING):
-        show_phase(state)
+    finds it in meanwhile."""
+    show_phase(state)
 
 
 def show_phase(state: LoopState, until: datetime | None = None) -> None:
@@ -73,15 +67,14 @@ def _index_phase(state: LoopState) -> None:
     if indexed is not None and indexed != state.phase:
         workflow.upsert_search_attributes([AGENT_PHASE.value_set(state.phase)])
         if state.phase not in WAITING_PHASES:
-            _forget_waiting(state)
+            _forget_waiting()
 
 
 def show_waiting(state: LoopState, until: datetime) -> None:
-    """What the run waits for people for now, in its memo (feature `inbox-memo`), for the
-    inbox to list it from without asking it: written only when it changed, and only by an
-    indexed run (the inbox finds waiting runs by their phase attribute, in the same
-    visibility record)."""
-    if not (state.has(Feature.INBOX_MEMO) and indexed()):
+    """What the run waits for people for now, in its memo, for the inbox to list it from without
+    asking it: written only when it changed, and only by an indexed run (the inbox finds waiting
+    runs by their phase attribute, in the same visibility record)."""
+    if not indexed():
         return
     memo = loop.waiting_memo(state, workflow.info().run_id, until).model_dump(mode="json")
     # Compared as payloads: a memo under this key that a starter set need not even decode.
@@ -89,10 +82,10 @@ def show_waiting(state: LoopState, until: datetime) -> None:
         workflow.upsert_memo({WAITING_MEMO: memo})
 
 
-def _forget_waiting(state: LoopState) -> None:
+def _forget_waiting() -> None:
     """The wait is over: the memo no longer says it waits (for the Temporal UI's reader; the
     inbox already goes by the phase attribute)."""
-    if state.has(Feature.INBOX_MEMO) and WAITING_MEMO in workflow.info().raw_memo:
+    if WAITING_MEMO in workflow.info().raw_memo:
         workflow.upsert_memo({WAITING_MEMO: None})
 
 
@@ -101,7 +94,7 @@ def show_finished(state: LoopState, status: RunStatus) -> None:
         workflow.upsert_search_attributes(
             [AGENT_PHASE.value_set("finished"), AGENT_STATUS.value_set(status)]
         )
-    _forget_waiting(state)
+    _forget_waiting()
 
 
 def audit(event: str, **fields: Any) -> None:

@@ -25,7 +25,6 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.worker import BoundedUpdatesRunner, running_worker, workflow_runner
-from agentloop.workflows import loop
 from tests.support import deadline_timers, local_activity_type, start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -154,7 +153,7 @@ async def test_a_new_run_marks_its_feature_set_once_and_reads_tool_specs_locally
         for m in markers
         if m.marker_name == "core_patch"
     ]
-    assert patches == [loop.FEATURE_SET]
+    assert patches == []
     local = [local_activity_type(e) for e in events if local_activity_type(e)]
     assert local == ["describe_run", "run_tool"]
     scheduled = [

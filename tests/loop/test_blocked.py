@@ -5,24 +5,19 @@ The loop's rules without a server here; the runs over a real server in `test_blo
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from agentloop.cli.replay import replay_histories
 from agentloop.contract import AgentRunInput
 from agentloop.events import ModelOutput, StateUpdate, ToolResult
-from agentloop.tool_spec import GIVE_UP, ToolSpec
+from agentloop.tool_spec import GIVE_UP
 from agentloop.tools.builtins import give_up
 from agentloop.workflows import loop
-from agentloop.workflows.loop import CallModel, Feature, Finish, LoopState, RunTools, Verify
+from agentloop.workflows.loop import CallModel, Finish, LoopState, RunTools, Verify
 from tests.loop.test_loop import T0, TRAIN, WEATHER, call, model_turn, tool_output
 
-BEFORE = [f for f in loop.FEATURES_OF_SET if f is not Feature.BLOCKED_NOT_COMPLETED]
-"""A run started before the feature: its set without it."""
 
-
-def started(*, features: list[Feature], offered: bool = True, **fields: object) -> LoopState:
+def started(*, offered: bool = True, **fields: object) -> LoopState:
     run_input = AgentRunInput.model_validate(
         {
             "task": "is my train late?",
@@ -34,12 +29,11 @@ def started(*, features: list[Feature], offered: bool = True, **fields: object) 
     )
     builtins = ["read_artifact", "ask_user", *([GIVE_UP] if offered else [])]
     state = LoopState.start(run_input, [WEATHER, TRAIN, give_up.spec], T0, "wf", builtins)
-    state.features = features
     return state
 
 
 def test_give_up_stops_the_run_blocked_with_the_models_reason_and_runs_nothing_else() -> None:
-    state = started(features=list(loop.FEATURES_OF_SET))
+    state = started()
     weather = call("c_w", "get_weather", city="Oslo", date="2026-12-01")
     model_turn(state, tool_output(weather, call("c_g", GIVE_UP, reason="no ticket number given")))
 
@@ -65,31 +59,22 @@ def test_give_up_stops_the_run_blocked_with_the_models_reason_and_runs_nothing_e
 
 
 def test_give_up_without_a_reason_is_refused_and_told_to_the_model() -> None:
-    state = started(features=list(loop.FEATURES_OF_SET))
+    state = started()
     model_turn(state, tool_output(call("c_g", GIVE_UP)))
     assert loop.decide(state, T0) == CallModel(turn=2)
     assert state.calls["c_g"].decision == "invalid_arguments"
 
 
 def test_a_run_whose_input_turns_give_up_off_is_not_offered_it() -> None:
-    state = started(features=list(loop.FEATURES_OF_SET), offered=False, offer_give_up=False)
+    state = started(offered=False, offer_give_up=False)
     model_turn(state, tool_output(call("c_g", GIVE_UP, reason="stuck")))
     assert loop.decide(state, T0) == CallModel(turn=2)
     assert state.calls["c_g"].decision == "unknown_tool"
 
 
-def test_before_the_feature_a_tool_named_give_up_runs_like_any_other() -> None:
-    team_tool = ToolSpec(name=GIVE_UP, parameters={"type": "object"})
-    state = started(features=BEFORE, offered=False, tools=["get_weather", GIVE_UP])
-    state.tools[GIVE_UP] = team_tool
-    model_turn(state, tool_output(call("c_g", GIVE_UP, reason="stuck")))
-    step = loop.decide(state, T0)
-    assert isinstance(step, RunTools) and [c.call_id for c, _ in step.calls] == ["c_g"]
-
-
 @pytest.mark.parametrize("text", ["", "  \n "])
 def test_an_empty_answer_is_sent_back_once_then_the_run_stops_blocked(text: str) -> None:
-    state = started(features=list(loop.FEATURES_OF_SET))
+    state = started()
     model_turn(state, ModelOutput(text=text, stop="final"))
     assert loop.decide(state, T0) == CallModel(turn=2)
     [note] = state.outbox
@@ -105,7 +90,7 @@ def test_an_empty_answer_is_sent_back_once_then_the_run_stops_blocked(text: str)
 
 def test_an_empty_answer_after_a_real_one_was_sent_back_still_stops_blocked() -> None:
     """Told once per run: an empty answer after the note ends it, whatever came between."""
-    state = started(features=list(loop.FEATURES_OF_SET))
+    state = started()
     model_turn(state, ModelOutput(text="", stop="final"))
     model_turn(state, tool_output(call("c_t", "get_train_status")))
     step = loop.decide(state, T0)
@@ -117,15 +102,8 @@ def test_an_empty_answer_after_a_real_one_was_sent_back_still_stops_blocked() ->
     assert isinstance(step, Finish) and step.status == "blocked"
 
 
-def test_before_the_feature_an_empty_answer_completed() -> None:
-    state = started(features=BEFORE)
-    model_turn(state, ModelOutput(text="", stop="final"))
-    step = loop.decide(state, T0)
-    assert isinstance(step, Finish) and step.status == "completed"
-
-
 def test_a_completion_checks_verdict_is_in_the_result_and_the_report() -> None:
-    state = started(features=list(loop.FEATURES_OF_SET), completion_check="writes_applied")
+    state = started(completion_check="writes_applied")
     model_turn(state, ModelOutput(text="Booked.", stop="final"))
     assert isinstance(loop.decide(state, T0), Verify)
     loop.record_verdict(state, True, "every write was applied")
@@ -142,25 +120,9 @@ def test_a_completion_checks_verdict_is_in_the_result_and_the_report() -> None:
 
 
 def test_a_completion_nothing_checked_says_it_is_unverified() -> None:
-    state = started(features=list(loop.FEATURES_OF_SET))
+    state = started()
     model_turn(state, ModelOutput(text="On time.", stop="final"))
     result = loop.record_finish(state, loop.decide(state, T0))  # type: ignore[arg-type]
     assert (result.status, result.verified, result.verified_by) == ("completed", False, None)
     assert "Verified: no (no completion_check configured" in result.report
 
-
-async def test_the_stored_blocked_run_replays_only_with_the_feature(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """`histories/blocked.json` (recorded with `features-2026-12j`): without the feature in its
-    set, the model's `give_up` would be an unknown tool and the run would go on."""
-    history = Path(__file__).parents[1] / "histories" / "blocked.json"
-    [report] = await replay_histories([history], "off")
-    assert report.ok, report.line()
-    without = tuple(
-        (name, tuple(f for f in members if f is not Feature.BLOCKED_NOT_COMPLETED))
-        for name, members in loop.FEATURE_SETS
-    )
-    monkeypatch.setattr(loop, "FEATURE_SETS", without)
-    [report] = await replay_histories([history], "off")
-    assert not report.ok and report.divergence is not None, report.line()

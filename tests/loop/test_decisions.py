@@ -67,7 +67,6 @@ def test_an_approval_is_recorded_as_fields_and_the_sentence_is_only_written() ->
 def test_a_signed_decision_counts_as_signed_only_where_the_worker_checks_signatures() -> None:
     for signing, signed in (("signed", True), ("unsigned", False)):
         state = new_state()
-        state.features = list(loop.FEATURES_OF_SET)
         state.approval_signing = signing
         model_turn(state, tool_output(reserve("w1")))
         pass_preconditions(state)

@@ -32,7 +32,6 @@ from agentloop.tool_spec import Outcome, ToolSpec
 from agentloop.workflows import loop
 from agentloop.workflows.loop import (
     CallModel,
-    Feature,
     Finish,
     LookupOutcome,
     LoopState,
@@ -274,10 +273,10 @@ def test_an_answer_is_checked_against_output_schema_once(monkeypatch: pytest.Mon
     checks: list[str] = []
 
     def counted(
-        schema: dict[str, Any], text: str, *, bounded: bool = False, steps: int | None = None
+        schema: dict[str, Any], text: str, *, steps: int | None = None
     ) -> tuple[Any, list[str]]:
         checks.append(text)
-        return check_output(schema, text, bounded=bounded, steps=steps)
+        return check_output(schema, text, steps=steps)
 
     monkeypatch.setattr(stops, "check_output", counted)
     state = new_state(output_schema={"type": "object"}, completion_check="writes_applied")
@@ -288,21 +287,6 @@ def test_an_answer_is_checked_against_output_schema_once(monkeypatch: pytest.Mon
     step = loop.decide(state, T0)
     assert isinstance(step, Finish) and (step.status, step.output) == ("completed", {"late": False})
     assert checks == ['{"late": false}']
-
-
-@pytest.mark.parametrize("text", ['{"late": true}', "[]"], ids=["accepted", "rejected"])
-def test_a_state_carried_without_the_verdict_is_checked_as_the_run_starts(text: str) -> None:
-    """A run continued as new by a deploy that did not keep the verdict finishes as it would
-    have there."""
-    state = new_state(output_schema={"type": "object"})
-    state.output_corrections = loop.MAX_OUTPUT_CORRECTIONS  # this answer is the last one
-    model_turn(state, ModelOutput(text=text, stop="final"))
-    expected = loop.decide(state, T0)
-    older = state.model_dump(mode="json", exclude={"answer_check"})
-    carried = LoopState.model_validate(older)
-    assert carried.answer_check is None
-    loop.record_run_started(carried, "run-2")
-    assert loop.decide(carried, T0) == expected
 
 
 def test_a_call_id_reused_from_an_earlier_turn_is_a_protocol_failure() -> None:
@@ -338,21 +322,14 @@ def test_a_tools_own_per_run_cap_applies() -> None:
     assert "get_train_status" in step.stop_reason
 
 
-@pytest.mark.parametrize("ledgered", [True, False], ids=["12i", "before"])
-def test_a_batch_over_budget_is_in_the_ledger_as_left_undone(ledgered: bool) -> None:
+def test_a_batch_over_budget_is_in_the_ledger_as_left_undone() -> None:
     state = new_state(limits=Limits(max_tool_calls=1))
-    state.features = [
-        f for f in loop.FEATURES_OF_SET if ledgered or f is not Feature.OVER_BUDGET_CALLS_LEDGERED
-    ]
     weather = call("c_w", "get_weather", city="Oslo", date="2026-12-01")
     model_turn(state, tool_output(weather, call("c_t", "get_train_status")))
     step = loop.decide(state, T0)
     assert isinstance(step, Finish) and step.status == "limit_reached"
     result = loop.record_finish(state, step)
     assert result.usage.tool_calls == 0
-    if not ledgered:  # a run started before it replays as it ran: the stop reason alone
-        assert result.calls == [] and result.pending == []
-        return
     assert [(c.call_id, c.decision, c.status, c.arguments) for c in result.calls] == [
         ("c_w", "over_budget", "proposed", {}),
         ("c_t", "over_budget", "proposed", {}),
@@ -367,23 +344,19 @@ def test_a_batch_over_budget_is_in_the_ledger_as_left_undone(ledgered: bool) -> 
     assert {r.call_id for r in result.unsent if isinstance(r, ToolResult)} == {"c_w", "c_t"}
 
 
-@pytest.mark.parametrize("carried", [True, False], ids=["12i", "before"])
-def test_what_the_last_call_sent_shortened_goes_back_in_the_next_budget(carried: bool) -> None:
+def test_what_the_last_call_sent_shortened_goes_back_in_the_next_budget() -> None:
     state = new_state(limits=Limits(max_total_tokens=100_000))
-    state.features = [
-        f for f in loop.FEATURES_OF_SET if carried or f is not Feature.BOUND_COUNTS_UNSHORTENED
-    ]
     step = loop.decide(state, T0)
     assert isinstance(step, CallModel)
     first = loop.start_model_call(state, step).request.budget
-    assert first is not None and first.elided_before == (0 if carried else None)
+    assert first.elided_before == 0
     output = tool_output(call("c1", "get_train_status"))
     loop.record_model_output(state, CallModelResult(head="h1", output=output, elided_through=7), T0)
     run_step(state)
     step = loop.decide(state, T0)
     assert isinstance(step, CallModel)
     budget = loop.start_model_call(state, step).request.budget
-    assert budget is not None and budget.elided_before == (7 if carried else None)
+    assert budget.elided_before == 7
 
 
 def test_max_total_tokens_is_checked_before_the_next_model_call() -> None:
@@ -446,11 +419,6 @@ def test_a_broken_tool_is_internal_and_not_worth_retrying_in_runs_that_tell_clas
     assert (slow.error_class, slow.retryable) == ("transient", True)
     write = results.failure(call("c3", "reserve_seat"), "boom", "internal", write=True)
     assert (write.status, write.retryable, write.side_effect) == ("unknown", False, True)
-    # A run started before the classes were told apart keeps replaying what it did then.
-    older = new_state()
-    older.features = [Feature.STALL_DETECTION]
-    old = failed(older, "c4", "boom", "internal")
-    assert (old.error_class, old.retryable) == ("transient", True)
 
 
 def test_a_failed_write_is_unknown_and_waits_for_its_lookup() -> None:
@@ -490,27 +458,22 @@ def test_a_childs_long_answer_is_cut_to_the_delegate_tools_cap() -> None:
     assert (report["status"], result.status, result.call_id) == ("completed", "succeeded", "c1")
 
 
-@pytest.mark.parametrize("kept", [True, False])
-def test_a_message_that_arrives_during_a_model_call_waits_for_the_next_one(kept: bool) -> None:
+def test_a_message_that_arrives_during_a_model_call_waits_for_the_next_one() -> None:
     state = new_state(output_schema={"type": "object"})
-    if kept:
-        state.features.append(Feature.MESSAGES_DURING_MODEL_CALL_KEPT)
     step = loop.decide(state, T0)
     assert isinstance(step, CallModel)
     turn = loop.start_model_call(state, step)
     loop.record_message(state, UserMessage(text="Friday, please", sender="p-alice"), T0)
     not_json = ModelOutput(stop="final", text="not JSON")
     loop.record_model_output(state, CallModelResult(head="h1", output=not_json), T0, len(turn.sent))
-    # The answer is sent back for correction; the message goes with it, first (or, before the
-    # feature, was lost).
+    # The answer is sent back for correction; the message goes with it, first.
     kinds = [(type(e).__name__, getattr(e, "kind", "")) for e in state.outbox]
     expected = [("UserInput", ""), ("StateUpdate", "verification")]
-    assert kinds == (expected if kept else expected[1:])
+    assert kinds == expected
 
 
 def test_the_run_chain_keeps_its_first_and_latest_ids_and_counts_the_rest() -> None:
     state = new_state()
-    state.features = list(loop.FEATURES_OF_SET)
     runs = [f"run-{i}" for i in range(50)]
     for run in runs:
         loop.record_run_started(state, run)
@@ -519,15 +482,9 @@ def test_the_run_chain_keeps_its_first_and_latest_ids_and_counts_the_rest() -> N
     assert state.run_chain == [runs[0], *runs[-(loop.MAX_RUN_CHAIN_IDS - 1) :]]
     assert state.run_chain_left_out == len(runs) - loop.MAX_RUN_CHAIN_IDS
     assert loop.status_view(state, T0).run_chain_left_out == state.run_chain_left_out
-    # A run started before the bound keeps every id, as it did.
-    older = new_state()
-    older.features = [f for f in loop.FEATURES_OF_SET if f != Feature.BOUNDED_RUN_CHAIN]
-    for run in runs:
-        loop.record_run_started(older, run)
-    assert (older.run_chain, older.run_chain_left_out) == (runs, 0)
 
 
-def delegating_state(features: list[Feature]) -> LoopState:
+def delegating_state() -> LoopState:
     """A run whose one output delegates twice around a write, with a capped read after the
     write: [d1 delegate, w1 write, r1 read (cap 1), d2 delegate]."""
     from agentloop.tools.builtins import delegate
@@ -550,7 +507,6 @@ def delegating_state(features: list[Feature]) -> LoopState:
         T0,
         workflow_id="wf",
     )
-    state.features = features
     model_turn(
         state,
         tool_output(
@@ -564,7 +520,7 @@ def delegating_state(features: list[Feature]) -> LoopState:
 
 
 def test_a_childs_slice_leaves_the_batchs_later_calls_and_delegates_their_share() -> None:
-    state = delegating_state(list(loop.FEATURES_OF_SET))
+    state = delegating_state()
     step = loop.decide(state, T0)
     assert isinstance(step, RunTools) and [c.call_id for c, _ in step.calls] == ["d1"]
     first = loop.start_tools(state, step, T0).children["d1"].limits
@@ -589,20 +545,9 @@ def test_a_childs_slice_leaves_the_batchs_later_calls_and_delegates_their_share(
     assert state.usage.tool_calls == 1 + 2 + 1 + 2 <= 8
 
 
-def test_a_run_started_before_the_whole_batch_slices_keeps_its_slices() -> None:
-    """Replayed as it ran: this step's delegates share, the batch's writes are set aside."""
-    older = [f for f in loop.FEATURES_OF_SET if f != Feature.DELEGATE_SLICES_WHOLE_BATCH]
-    state = delegating_state(older)
-    step = loop.decide(state, T0)
-    assert isinstance(step, RunTools)
-    first = loop.start_tools(state, step, T0).children["d1"].limits
-    assert (first.max_model_calls, first.max_tool_calls) == (4, 6)
-    assert first.per_tool == {"get_train_status": 1}
-
-
 def test_a_write_sent_again_under_its_key_is_the_call_already_counted() -> None:
     """The lookup says the write is absent: it is sent again with the same key, which is
-    not a second tool call (feature `calls-counted-once`)."""
+    not a second tool call."""
     send = ToolSpec(name="send_reply", effect="write", has_outcome_lookup=True)
     state = LoopState.start(
         AgentRunInput(
@@ -616,7 +561,6 @@ def test_a_write_sent_again_under_its_key_is_the_call_already_counted() -> None:
         T0,
         "wf",
     )
-    state.features = list(loop.FEATURES_OF_SET)
     model_turn(state, tool_output(call("w1", "send_reply", ticket_id="T-1")))
 
     def attempt(status: str) -> None:
@@ -646,7 +590,7 @@ def test_calls_waiting_on_a_person_a_tool_asked_are_left_undone_at_the_stop() ->
     ]
 
 
-def approved_after_a_wait(features: list[Feature]) -> LoopState:
+def approved_after_a_wait() -> LoopState:
     """A write whose precondition passed, approved after a wait."""
     checked = WRITE.model_copy(
         update={"has_precondition": True, "needs_approval": True, "approvers": ["lead"]}
@@ -656,7 +600,6 @@ def approved_after_a_wait(features: list[Feature]) -> LoopState:
         [checked],
         T0,
     )
-    state.features = features
     model_turn(state, tool_output(call("w1", "reserve_seat", seat="12A")))
     assert isinstance(loop.decide(state, T0), loop.CheckPreconditions)
     loop.record_preconditions(state, {"w1": PreconditionResult()}, T0)
@@ -671,17 +614,9 @@ def approved_after_a_wait(features: list[Feature]) -> LoopState:
     return state
 
 
-@pytest.mark.parametrize("again", [True, False], ids=["12j", "before"])
-def test_an_approved_call_is_checked_again_after_the_wait_and_refused_if_it_fails(
-    again: bool,
-) -> None:
-    state = approved_after_a_wait(
-        [f for f in loop.FEATURES_OF_SET if again or f is not Feature.RECHECK_AFTER_WAIT]
-    )
+def test_an_approved_call_is_checked_again_after_the_wait_and_refused_if_it_fails() -> None:
+    state = approved_after_a_wait()
     step = loop.decide(state, T0)
-    if not again:  # a run started before it replays as it ran: the write runs
-        assert isinstance(step, RunTools)
-        return
     assert isinstance(step, loop.CheckPreconditions)
     assert [c.call_id for c, _ in step.calls] == ["w1"] and step.rules == {}
     loop.record_preconditions(state, {"w1": PreconditionResult(problem="seat 12A is taken")}, T0)
@@ -695,7 +630,7 @@ def test_an_approved_call_is_checked_again_after_the_wait_and_refused_if_it_fail
 
 
 def test_an_approved_call_that_still_passes_after_the_wait_runs_once_checked_again() -> None:
-    state = approved_after_a_wait(list(loop.FEATURES_OF_SET))
+    state = approved_after_a_wait()
     assert isinstance(loop.decide(state, T0), loop.CheckPreconditions)
     loop.record_preconditions(state, {"w1": PreconditionResult()}, T0)
     assert run_step(state) == ["w1"]
@@ -705,7 +640,7 @@ def test_an_approved_call_that_still_passes_after_the_wait_runs_once_checked_aga
 
 
 def test_an_approved_call_whose_check_cannot_be_made_again_is_refused_saying_so() -> None:
-    state = approved_after_a_wait(list(loop.FEATURES_OF_SET))
+    state = approved_after_a_wait()
     assert isinstance(loop.decide(state, T0), loop.CheckPreconditions)
     lost = PreconditionResult(problem="precondition not checked: timed out", made=False)
     loop.record_preconditions(state, {"w1": lost}, T0)

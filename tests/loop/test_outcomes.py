@@ -20,7 +20,6 @@ from agentloop.workflows.loop import (
     AwaitReconciliation,
     CallModel,
     CheckApprovals,
-    Feature,
     Finish,
     LookupOutcome,
     LoopState,
@@ -167,12 +166,10 @@ def test_no_resolution_before_the_timeout_stops_the_run_unresolved() -> None:
     ]
 
 
-def test_with_resolutions_checked_a_resolve_waits_for_the_workers_word() -> None:
-    """Feature `resolutions-checked-by-worker`: a `resolve` settles nothing until the worker
-    has checked it (its signature, under approver keys); refused, it is recorded and the write
-    still waits. Before it, the word settled the write as it arrived."""
+def test_a_resolve_waits_for_the_workers_word() -> None:
+    """A `resolve` settles nothing until the worker has checked it (its signature, under
+    approver keys); refused, it is recorded and the write still waits."""
     state = new_state()
-    state.features.append(Feature.RESOLUTIONS_CHECKED_BY_WORKER)
     attempt(state)
     lookup(state, Outcome(state="unknown"))
     mallory = ResolveRequest(call_id="w1", outcome="not_applied", operator="mallory")

@@ -14,7 +14,7 @@ SEARCH = ToolSpec(name="search_policy", parameters={"type": "object"})
 JOB = ToolSpec(name="job_status", parameters={"type": "object"}, poll_limit=4)
 
 
-def new_state(features: list[str] | None = None) -> LoopState:
+def new_state() -> LoopState:
     state = LoopState.start(
         AgentRunInput(
             task="t",
@@ -26,8 +26,6 @@ def new_state(features: list[str] | None = None) -> LoopState:
         [SEARCH, JOB],
         T0,
     )
-    if features is not None:
-        state.features = features
     return state
 
 
@@ -102,9 +100,3 @@ def test_declared_polling_is_not_a_stall_until_its_limit() -> None:
     turn(state, "p9", "job_status", '{"state": "running"}', job="j1")
     assert notes(state), "past its poll limit a polling tool is flagged like any other"
 
-
-def test_runs_started_before_stall_detection_are_not_judged() -> None:
-    state = new_state(features=[])
-    for i in range(4):
-        turn(state, f"s{i}", "search_policy", '{"results": []}', query="refund")
-    assert notes(state) == [] and isinstance(loop.decide(state, T0), CallModel)

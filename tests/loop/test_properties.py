@@ -134,7 +134,7 @@ def test_validation_allows_or_refuses_every_call_at_bounded_cost(
     tool: str, arguments: dict[str, Any]
 ) -> None:
     call = ToolCall(call_id="c1", name=tool, arguments=arguments)
-    verdict = validate_call(call, SPECS, set(SPECS), bounded=True)
+    verdict = validate_call(call, SPECS, set(SPECS))
     assert isinstance(verdict, Allowed | Refused)
     if isinstance(verdict, Refused):
         assert len(verdict.message) < 2_000
@@ -143,7 +143,7 @@ def test_validation_allows_or_refuses_every_call_at_bounded_cost(
 @FAST
 @given(text=st.text(max_size=200) | st.sampled_from([deep(50_000), "[" * 40 + "]" * 40]))
 def test_a_final_answer_is_accepted_or_refused_never_raising(text: str) -> None:
-    parsed, problems = check_output({"type": "array"}, text, bounded=True)
+    parsed, problems = check_output({"type": "array"}, text)
     assert problems or isinstance(parsed, list)
 
 

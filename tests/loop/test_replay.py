@@ -25,7 +25,6 @@ from agentloop.cli.replay import (
     replay_histories,
 )
 from agentloop.runtime.config_checks import SandboxMode
-from agentloop.workflows import loop
 
 HISTORY_DIR = Path(__file__).parents[1] / "histories"
 HISTORIES = sorted(HISTORY_DIR.glob("*.json"))
@@ -182,8 +181,3 @@ async def test_unreadable_files_are_reported_not_raised(tmp_path: Path) -> None:
     ]
     assert not any(r.ok for r in reports)
 
-
-def test_every_behaviour_is_in_the_newest_feature_set() -> None:
-    """A behaviour added to `Feature` but to no set would never run: each set holds every
-    behaviour before it, so the newest must hold them all."""
-    assert [f for f in loop.Feature if f not in loop.FEATURES_OF_SET] == []

@@ -20,7 +20,6 @@ from agentloop.policies.validation import (
 )
 from agentloop.tool_spec import ToolSpec
 from agentloop.workflows import loop
-from agentloop.workflows.loop import Feature
 from tests.loop.test_loop import T0, call, new_state
 
 BINARY_TREE = {
@@ -116,18 +115,16 @@ def test_a_check_stops_after_its_steps_and_refuses() -> None:
     schema = list_of_fanning(9)
     assert schema_cost_problem(schema) is None
     arguments = {"xs": ["a"] * 60}
-    assert schema_problems(schema, arguments, bounded=True) == []
-    [problem] = schema_problems(schema, arguments, bounded=True, steps=MAX_CHECK_STEPS)
+    assert schema_problems(schema, arguments) == []
+    [problem] = schema_problems(schema, arguments, steps=MAX_CHECK_STEPS)
     assert problem.endswith(f"takes more than {MAX_CHECK_STEPS:,} steps")
     # Within its steps, a check finds what it always found.
-    assert schema_problems(schema, {"xs": [1]}, bounded=True, steps=MAX_CHECK_STEPS)
+    assert schema_problems(schema, {"xs": [1]}, steps=MAX_CHECK_STEPS)
 
 
-@pytest.mark.parametrize("costed", [True, False])
-def test_a_model_outputs_calls_share_the_steps_and_the_dear_one_is_refused(costed: bool) -> None:
+def test_a_model_outputs_calls_share_the_steps_and_the_dear_one_is_refused() -> None:
     heavy = ToolSpec(name="get_weather", parameters=list_of_fanning(9))
     state = new_state()
-    state.features = [f for f in loop.FEATURES_OF_SET if costed or f != Feature.BOUNDED_SCHEMA_WORK]
     state.tools["get_weather"] = heavy
     dear = call("c_dear", "get_weather", xs=["a"] * 30)
     cheap = call("c_cheap", "get_weather", xs=["a"])
@@ -138,14 +135,10 @@ def test_a_model_outputs_calls_share_the_steps_and_the_dear_one_is_refused(coste
     assert state.batch is not None
     refused: dict[str, ToolResult] = state.batch.results
     decisions = {call_id: record.decision for call_id, record in state.calls.items()}
-    if costed:
-        # 30 x 2,050 steps is past the half of 100,000 each call has; 1 x 2,050 is not.
-        assert list(refused) == ["c_dear"]
-        assert "takes more than 50,000 steps" in refused["c_dear"].content
-        assert decisions == {"c_dear": "invalid_arguments", "c_cheap": "allowed"}
-    else:
-        assert refused == {}
-        assert decisions == {"c_dear": "allowed", "c_cheap": "allowed"}
+    # 30 x 2,050 steps is past the half of 100,000 each call has; 1 x 2,050 is not.
+    assert list(refused) == ["c_dear"]
+    assert "takes more than 50,000 steps" in refused["c_dear"].content
+    assert decisions == {"c_dear": "invalid_arguments", "c_cheap": "allowed"}
 
 
 def test_a_subschema_naming_another_draft_is_still_checked_on_re2_within_the_steps() -> None:
@@ -157,11 +150,11 @@ def test_a_subschema_naming_another_draft_is_still_checked_on_re2_within_the_ste
         "type": "object",
         "properties": {"p": {"$schema": draft7, "type": "string", "pattern": "(?=a)a"}},
     }
-    [problem] = schema_problems(lookahead, {"p": "a"}, bounded=True, steps=1_000)
+    [problem] = schema_problems(lookahead, {"p": "a"}, steps=1_000)
     assert problem.startswith("the arguments could not be checked") and "(?=" in problem
     items = {"$schema": draft7, "type": "array", "items": {"type": "integer"}}
     listed = {"type": "object", "properties": {"xs": items}}
-    [refused] = schema_problems(listed, {"xs": list(range(5_000))}, bounded=True, steps=10)
+    [refused] = schema_problems(listed, {"xs": list(range(5_000))}, steps=10)
     assert "takes more than 10 steps" in refused
 
 
@@ -169,8 +162,8 @@ def test_unique_items_costs_what_comparing_every_pair_does() -> None:
     schema = {"type": "object", "properties": {"xs": {"type": "array", "uniqueItems": True}}}
     few = {"xs": [{"n": i} for i in range(300)]}
     many = {"xs": [{"n": i} for i in range(8_000)]}  # 16 million comparisons: refused unmade
-    assert schema_problems(schema, few, bounded=True, steps=MAX_CHECK_STEPS) == []
-    [problem] = schema_problems(schema, many, bounded=True, steps=MAX_CHECK_STEPS)
+    assert schema_problems(schema, few, steps=MAX_CHECK_STEPS) == []
+    [problem] = schema_problems(schema, many, steps=MAX_CHECK_STEPS)
     assert "takes more than 100,000 steps" in problem
 
 

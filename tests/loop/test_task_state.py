@@ -239,27 +239,24 @@ def turn(actions: list[str], state: str = "s1", result: str = "") -> TurnFingerp
 def test_a_plan_flipping_between_two_actions_is_a_stall_even_when_results_differ() -> None:
     a, b = ["search|d1"], ["read|d2"]
     history = [turn(a, "x1", "r1"), turn(b, "x2", "r2"), turn(a, "x3", "r3"), turn(b, "x4", "r4")]
-    assert stall(history, {}, watch_state=True) == "the plan flips between the same two actions"
-    assert stall(history, {}) is None  # runs started before task state replay without it
-    assert stall([*history[:3], turn(["other|d3"], "x4")], {}, watch_state=True) is None
+    assert stall(history, {}) == "the plan flips between the same two actions"
+    assert stall([*history[:3], turn(["other|d3"], "x4")], {}) is None
 
 
 def test_paging_and_an_empty_state_are_not_counted_as_standing_still() -> None:
     paging = [turn(["read_artifact|p1"]), turn(["read_artifact|p2"]), turn(["read_artifact|p3"])]
-    assert stall([turn(["read|t"]), *paging], {}, watch_state=True) is None
+    assert stall([turn(["read|t"]), *paging], {}) is None
     empty = [turn([f"w|{n}"], state="") for n in range(5)]
-    assert stall(empty, {}, watch_state=True) is None
+    assert stall(empty, {}) is None
 
 
 def test_questions_to_the_person_are_not_counted_as_standing_still() -> None:
     asking = [turn([f"ask_user|q{n}"], result=f"answer {n}") for n in range(4)]
     history = [turn(["read|t"]), *asking]
-    assert stall(history, {}, watch_state=True, questions_are_input=True) is None
-    # A run started before `questions-not-stalls` replays as it ran: stalled.
-    assert stall(history, {}, watch_state=True) == "the task state did not change in 3 tool turns"
+    assert stall(history, {}) is None
     # Asking beside another tool is a tool turn like any.
     mixed = [turn(["ask_user|q", f"read|{n}"]) for n in range(3)]
-    found = stall([turn(["read|t"]), *mixed], {}, watch_state=True, questions_are_input=True)
+    found = stall([turn(["read|t"]), *mixed], {})
     assert found == "the task state did not change in 3 tool turns"
 
 

@@ -26,7 +26,6 @@ from agentloop.inbox.reading import RunInputs, WaitingItem, waiting_items
 from agentloop.runtime.config import Settings
 from agentloop.waiting import WAITING_MEMO
 from agentloop.worker import running_worker
-from agentloop.workflows import loop
 from tests.support import start_run, wait_for_phase, wait_for_status
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -131,21 +130,3 @@ async def test_the_inbox_lists_waiting_runs_from_their_memo_with_no_worker_to_as
     assert [r.status for r in results] == ["completed", "completed"]
     assert [await memo_of(book), await memo_of(ask)] == [None, None]
 
-
-async def test_a_run_from_before_the_memo_is_asked_its_status(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    older = tuple(s for s in loop.FEATURE_SETS if loop.Feature.INBOX_MEMO not in s[1])
-    monkeypatch.setattr(loop, "FEATURE_SETS", older)
-    handle = await start_run(client, worker, run_id, booking(scripted_provider, run_id))
-    view = await wait_for_phase(handle, "awaiting_approval")
-    assert await memo_of(handle) is None
-    [item] = await listed(client, {run_id}, lambda i: len(i) == 1)
-    assert (item.kind, item.tool, item.approvers) == ("approval", "reserve_seat", ["workshop-lead"])
-    assert item.task.startswith("Book p-carol") and not item.task.endswith("…")  # from its input
-    assert item.until == view.wait_until
-    await handle.terminate("done")

@@ -18,7 +18,6 @@ import pytest
 from aiohttp import web
 from temporalio.client import Client
 
-import agentloop.workflows.loop as loop
 from agentloop.activities.notices import SIGNATURE_HEADER
 from agentloop.contract import AgentRunInput, ApprovalDecision, Principal, RunStatusView
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
@@ -175,31 +174,6 @@ async def test_a_failing_webhook_neither_fails_nor_delays_the_run_and_status_say
         assert len(bad.received) == 4  # its own attempts, with backoff
         assert len(good.received) == 1  # its own delivery: told once
         await approved_to_completion(handle, view)
-
-
-async def test_a_run_without_the_feature_sends_no_notice(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    webhooks: tuple[Webhook, Webhook],
-    run_id: str,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    good, _ = webhooks
-    older = tuple(s for s in loop.FEATURE_SETS if loop.Feature.NOTIFY_WAITING not in s[1])
-    monkeypatch.setattr(loop, "FEATURE_SETS", older)
-    settings = notifying(worker_settings, run_id, good.url)
-    async with running_worker(client, settings):
-        handle = await start_run(client, settings, run_id, booking(scripted_provider, run_id))
-        view = await wait_for_phase(handle, "awaiting_approval")
-        await approved_to_completion(handle, view)
-    scheduled = [
-        event.activity_task_scheduled_event_attributes.activity_type.name
-        async for event in handle.fetch_history_events()
-        if event.HasField("activity_task_scheduled_event_attributes")
-    ]
-    assert "notify_waiting" not in scheduled
-    assert good.received == []
 
 
 def test_webhooks_without_a_secret_are_a_configuration_error() -> None:

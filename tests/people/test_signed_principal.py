@@ -17,7 +17,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-import agentloop.workflows.loop as loop
 from agentloop import start_run
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptTurn
@@ -180,23 +179,6 @@ async def test_a_tampered_principal_or_a_signature_for_another_run_fails_at_star
         assert message.startswith("invalid AgentRunInput: principal 'dana' (tenant 'acme'): ")
         assert said in message, message
     assert not [r for r in scripted_provider.requests if r["script"] == run_id]  # no model call
-
-
-@pytest.mark.integration
-async def test_a_run_from_before_signed_principals_takes_its_principal_as_given(
-    client: Client,
-    signing_worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # The worker's code for a run that recorded the set before `signed-principal`.
-    before = [s for s in loop.FEATURE_SETS if loop.Feature.SIGNED_PRINCIPAL not in s[1]]
-    monkeypatch.setattr(loop, "FEATURE_SETS", tuple(before))
-    run = answering(scripted_provider, run_id)
-    handle = await start_run(client, run, id=run_id, task_queue=signing_worker.task_queue)
-    result = await handle.result()
-    assert result.status == "completed", result.stop_reason
 
 
 @pytest.mark.integration

@@ -38,15 +38,12 @@ def test_only_a_short_read_may_be_local() -> None:
 
 
 def test_a_batch_runs_locally_only_when_every_call_in_it_may() -> None:
-    state = loop.LoopState.model_construct(features=list(loop.FEATURES))
+    state = loop.LoopState.model_construct()
     local = ToolSpec(name="weather", local=True)
     remote = ToolSpec(name="train")
     assert loop.runs_locally(state, [local, local])
     # A mixed batch: the activity would only be scheduled once the local one is done.
     assert not loop.runs_locally(state, [local, remote])
-    # A run started before the feature replays as it ran: every tool an activity.
-    older = loop.LoopState.model_construct(features=["stall-detection", "tool-error-classes"])
-    assert not loop.runs_locally(older, [local])
 
 
 # --- end to end ---------------------------------------------------------------------------------

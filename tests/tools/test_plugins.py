@@ -18,7 +18,7 @@ from temporalio.testing import ActivityEnvironment
 
 import agentloop
 from agentloop import InvalidArguments, Outcome, Principal, ToolContext
-from agentloop.activities.tools import MAX_SPECS_BYTES
+from agentloop.activities.describe import MAX_SPECS_BYTES, RunDescriptions
 from agentloop.activities.verify import VerifierActivities
 from agentloop.activity_io import DescribeToolsInput, Verdict, VerifyInput
 from agentloop.mcp.listing import ListedTool, offer
@@ -39,7 +39,6 @@ from agentloop.tools.plugins import (
     load_toolbox,
 )
 from tests.operations.test_cli import AGENTLOOP, assert_no_traceback, process_env, run_process
-from tests.support import tool_activities
 
 # --- the decorator -------------------------------------------------------------------------
 
@@ -594,7 +593,7 @@ async def test_agentloop_worker_exits_2_before_polling_on_a_bad_module(
 
 async def test_tools_whose_specs_a_run_could_not_carry_are_refused_at_its_start() -> None:
     """A run's specs are recorded in its history and ride in what continue-as-new hands on:
-    past `MAX_SPECS_BYTES` the worker's `describe_tools` refuses them as the run's bad input
+    past `MAX_SPECS_BYTES` the worker's `describe_run` refuses them as the run's bad input
     (it used to hand them over, and a payload past Temporal's 2 MiB fails the workflow task
     on every retry)."""
     wide = {
@@ -607,11 +606,12 @@ async def test_tools_whose_specs_a_run_could_not_carry_are_refused_at_its_start(
         )
         for i in range(10)
     ]
-    activities = tool_activities(tools, MemoryStore())
+    box = build_toolbox([Plugin("tests", Toolset(tools=tuple(tools)))])
+    descriptions = RunDescriptions(OpenedToolbox(box, {"tests": None}))
     names = [t.spec.name for t in tools]
-    assert len(await activities.describe_tools(DescribeToolsInput(names=names[:5]))) == 5
+    assert len(await descriptions.describe_tools(DescribeToolsInput(names=names[:5]))) == 5
     with pytest.raises(ApplicationError) as refused:
-        await activities.describe_tools(DescribeToolsInput(names=names))
+        await descriptions.describe_tools(DescribeToolsInput(names=names))
     assert refused.value.type == "InvalidInput" and refused.value.non_retryable
     assert f"over the {MAX_SPECS_BYTES:,} a run carries" in refused.value.message
 

@@ -18,11 +18,9 @@ from agentloop.mcp.input import MAX_PENDING_BYTES, answered, asking
 from agentloop.tools.contract import BusinessRefusal, InputNeeded, Reply
 from agentloop.workflows import loop
 from agentloop.workflows.loop import (
-    FEATURES_OF_SET,
     AwaitInput,
     CallModel,
     CheckPreconditions,
-    Feature,
     Finish,
     LoopState,
     RunTools,
@@ -35,9 +33,8 @@ QUESTION = "Who should take ticket T-1?"
 FALLBACK = json.dumps({"error": {"class": "business", "message": f"needs an answer: {QUESTION}"}})
 
 
-def started(*calls: Any, features: tuple[Feature, ...] = FEATURES_OF_SET) -> LoopState:
+def started(*calls: Any) -> LoopState:
     state = new_state(input_timeout_seconds=60)
-    state.features = list(features)
     model_turn(state, tool_output(*calls))
     return state
 
@@ -112,15 +109,6 @@ def test_a_tool_that_keeps_asking_is_refused_to_the_model_after_the_last_round()
     assert isinstance(result, ToolResult) and result.input_request is None
     assert (result.call_id, result.status, result.content) == ("c1", "failed", FALLBACK)
     assert state.calls["c1"].attempts == MAX_INPUT_ROUNDS + 1
-
-
-def test_a_run_started_before_tools_could_ask_tells_the_model_what_was_asked() -> None:
-    older = tuple(f for f in FEATURES_OF_SET if f != Feature.TOOLS_ASK)
-    state = started(call("c1", "get_train_status"), features=older)
-    run(state, asked("c1", "get_train_status"))
-    [result] = state.outbox
-    assert isinstance(result, ToolResult) and result.content == FALLBACK
-    assert loop.decide(state, T0) == CallModel(turn=2)
 
 
 def test_no_answer_in_time_stops_the_run_input_timeout() -> None:
@@ -260,7 +248,6 @@ def test_a_checked_call_whose_tool_asked_is_checked_again_before_it_runs_with_th
         [checked],
         T0,
     )  # fmt: skip
-    state.features = list(FEATURES_OF_SET)
     model_turn(state, tool_output(call("c1", "get_train_status", train="ICE 5")))
     loop.record_preconditions(state, {"c1": PreconditionResult()}, T0)
     run(state, asked("c1", "get_train_status"))

@@ -1,11 +1,11 @@
-"""The loop as pure modules, with no Temporal in them: the state (`state`) and the behaviours
-switched on per run (`features`), the steps `decide` can answer (`next_step`), the state table
-(`decide`), what stops a run (`stops`), a model output made a batch (`plan`), the folds that
-record what each step brought back, named by the step they serve (`model_step`, `tool_step`,
+"""The loop as pure modules, with no Temporal in them: the state (`state`), the releases whose
+behaviour sets a run may ask for (`releases`), the steps `decide` can answer (`next_step`), the
+state table (`decide`), what stops a run (`stops`), a model output made a batch (`plan`), the folds
+that record what each step brought back, named by the step they serve (`model_step`, `tool_step`,
 `lifecycle`, with `settle`, `humans` and `delegation`), the results the runner writes itself
-(`results`), long texts by reference (`texts`), what a step exchanges with Temporal
-(`exchange`) and the read-only views (`views`). `decide` reads the state and imports no fold.
-This face hands on the names the workflow shell uses."""
+(`results`), long texts by reference (`texts`), what a step exchanges with Temporal (`exchange`) and
+the read-only views (`views`). `decide` reads the state and imports no fold. This face hands on the
+names the workflow shell uses."""
 
 from agentloop.workflows.loop.decide import decide
 from agentloop.workflows.loop.exchange import (
@@ -14,14 +14,6 @@ from agentloop.workflows.loop.exchange import (
     ToolFailure,
     ToolOutcome,
     ToolsToRun,
-)
-from agentloop.workflows.loop.features import (
-    BUILTIN_TOOL_PATCHES,
-    FEATURE_SET,
-    FEATURE_SETS,
-    FEATURES,
-    FEATURES_OF_SET,
-    Feature,
 )
 from agentloop.workflows.loop.humans import (
     awaiting_humans,
@@ -94,11 +86,6 @@ from agentloop.workflows.loop.views import (
 )
 
 __all__ = [
-    "BUILTIN_TOOL_PATCHES",
-    "FEATURES",
-    "FEATURES_OF_SET",
-    "FEATURE_SET",
-    "FEATURE_SETS",
     "MAX_OUTPUT_CORRECTIONS",
     "MAX_REFUSED_CALLS",
     "MAX_RUN_CHAIN_IDS",
@@ -111,7 +98,6 @@ __all__ = [
     "CheckPreconditions",
     "ChildOutcome",
     "DecisionToCheck",
-    "Feature",
     "Finish",
     "LookupOutcome",
     "LoopState",

@@ -13,7 +13,6 @@ from typing import assert_never
 
 from agentloop.events import ModelOutput
 from agentloop.policies import authorization, budgets
-from agentloop.workflows.loop.features import Feature
 from agentloop.workflows.loop.next_step import (
     AwaitApproval,
     AwaitInput,
@@ -104,7 +103,7 @@ def _failed(state: LoopState, failure: str) -> Finish:
 def _checked_candidate(state: LoopState, output: ModelOutput) -> NextStep:
     """An empty answer is no answer; then the output schema, then the completion check: only
     then is a final answer done."""
-    if state.has(Feature.BLOCKED_NOT_COMPLETED) and empty_answer(output):
+    if empty_answer(output):
         # Only reached once the model was told (see `record_model_output`).
         reason = "empty_answer: the model's final answer was empty again after it was told"
         return Finish("blocked", reason, cause="empty_answer")
@@ -156,7 +155,7 @@ def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
         return CheckApprovals(list(batch.to_check))
     if batch.unchecked:
         return CheckPreconditions(state.with_specs(batch.unchecked), dict(batch.assessing))
-    reads = batch.reads_ready() if state.has(Feature.ORDERED_BATCH) else batch.reads
+    reads = batch.reads_ready()
     if reads:
         return _rechecked_first(state, batch, reads) or RunTools(state.with_specs(reads))
     if batch.questions:
@@ -202,7 +201,7 @@ def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
 
 
 def _rechecked_first(state: LoopState, batch: Batch, call_ids: list[str]) -> NextStep | None:
-    """The calls about to run that waited for people since their check: checked again first
-    (feature `recheck-after-wait`; `Batch.recheck` is empty without it)."""
+    """The calls about to run that waited for people since their check (`Batch.recheck`):
+    checked again first."""
     stale = [call_id for call_id in call_ids if call_id in batch.recheck]
     return CheckPreconditions(state.with_specs(stale)) if stale else None

@@ -14,7 +14,6 @@ from agentloop.contract import BUDGETED, AgentRunInput, AgentRunResult
 from agentloop.events import ErrorClass, ToolCall, ToolResult
 from agentloop.policies import budgets
 from agentloop.tool_spec import DELEGATE, ToolSpec, bounded
-from agentloop.workflows.loop.features import Feature
 from agentloop.workflows.loop.next_step import RunTools
 from agentloop.workflows.loop.state import (
     Batch,
@@ -56,9 +55,7 @@ def start_delegations(state: LoopState, step: RunTools, now: datetime) -> dict[s
     if not calls:
         return {}
     coming = _coming(state, state.open_batch())
-    sharing = len(calls)
-    if state.has(Feature.DELEGATE_SLICES_WHOLE_BATCH):
-        sharing += sum(1 for call_id in coming if state.calls[call_id].tool == DELEGATE)
+    sharing = len(calls) + sum(1 for call_id in coming if state.calls[call_id].tool == DELEGATE)
     parent = state.run_input
     left = budgets.limits_left(parent.limits, state.usage, state.active_since(), now)
     children: dict[str, AgentRunInput] = {}
@@ -94,10 +91,8 @@ def start_delegations(state: LoopState, step: RunTools, now: datetime) -> dict[s
 
 def _coming(state: LoopState, batch: Batch) -> list[str]:
     """The batch's calls reserved but not started yet, which a child's slice must leave to
-    them: every one (feature `delegate-slices-whole-batch`: the reads the model put after a
-    write too, and not a write sent again, already counted), else the writes."""
-    if not state.has(Feature.DELEGATE_SLICES_WHOLE_BATCH):
-        return list(batch.writes)
+    them: every one (the reads the model put after a write too), but not a write sent again
+    (already counted)."""
     return [c for c in [*batch.reads, *batch.writes] if state.calls[c].attempts == 0]
 
 

@@ -22,7 +22,6 @@ from agentloop.contract import (
 from agentloop.events import ToolResult, UserInput
 from agentloop.policies import approval
 from agentloop.workflows.loop import results
-from agentloop.workflows.loop.features import Feature
 from agentloop.workflows.loop.plan import action_digest
 from agentloop.workflows.loop.settle import close_if_answered, settle
 from agentloop.workflows.loop.state import DecisionToCheck, LoopState
@@ -33,7 +32,7 @@ MAX_WAITING_MESSAGE_CHARS = 400_000
 """Text of messages the model has not seen yet that a run holds; past it, a message is
 refused (the next model call would not fit Temporal's payload limit)."""
 MAX_ANSWER_CHARS = 200_000
-"""Text of the answers one batch's questions hold (feature `answers-bounded`): they ride
+"""Text of the answers one batch's questions hold: they ride
 inline in the next model call, or in the tools' next runs, and in what continue-as-new
 carries while the batch waits. Each answer gets an even share of what is left
 (`answer_room`); a longer one is refused, and its question still waits."""
@@ -41,7 +40,7 @@ MIN_ANSWER_ROOM = 2_000
 """The least an answer may hold however many questions share the room (a tool that asks
 again after the room is used is still answered: past `MAX_ANSWER_CHARS` by little)."""
 MAX_WAITING_MESSAGES = 64
-"""Messages the model has not seen yet that a run holds (feature `texts-by-reference`);
+"""Messages the model has not seen yet that a run holds;
 past it, a message is refused."""
 
 
@@ -67,13 +66,10 @@ def receive_decision(
     state: LoopState, decision: ApprovalDecision, now: datetime
 ) -> ApprovalVerdict | DecisionToCheck:
     """A human's decision as it arrives: refused with the reason if it cannot count, applied
-    if it counts as it is, or (feature `approvals-checked-by-worker`) held for the worker's
-    check, which `record_checked_decision` then applies."""
+    held for the worker's check, which `record_checked_decision` then applies."""
     refused = _judged(state, decision)
     if refused is not None:
         return _refused_decision(state, decision, refused, now)
-    if not state.has(Feature.APPROVALS_CHECKED_BY_WORKER):
-        return _apply_decision(state, decision, now)
     held = _held_for_check(state, decision)
     if held is None:
         return _refused_decision(state, decision, TOO_MANY_TO_CHECK, now)
@@ -178,17 +174,16 @@ def record_message(state: LoopState, message: UserMessage, now: datetime) -> Non
             return
         state.outbox.append(UserInput(text=message.text, sender=message.sender))
         return
-    if state.has(Feature.ANSWERS_BOUNDED):
-        allowed = answer_room(batch.answer_chars, len(batch.questions))
-        if len(message.text) > allowed:
-            reason = (
-                f"an answer may hold {allowed} characters now ({len(batch.questions)} questions"
-                f" of this step wait, {MAX_ANSWER_CHARS} for all its answers): the question "
-                "still waits, answer it shorter"
-            )
-            record_refused_input(state, "message", message.text[:200], reason, now)
-            return
-        batch.answer_chars += len(message.text)
+    allowed = answer_room(batch.answer_chars, len(batch.questions))
+    if len(message.text) > allowed:
+        reason = (
+            f"an answer may hold {allowed} characters now ({len(batch.questions)} questions"
+            f" of this step wait, {MAX_ANSWER_CHARS} for all its answers): the question "
+            "still waits, answer it shorter"
+        )
+        record_refused_input(state, "message", message.text[:200], reason, now)
+        return
+    batch.answer_chars += len(message.text)
     call_id = batch.questions.pop(0)
     asked = batch.asking.pop(call_id, None)
     if asked is not None:
@@ -220,7 +215,7 @@ def answer_room(held: int, waiting: int) -> int:
 def _waiting_problem(state: LoopState, message: UserMessage) -> str | None:
     """Why `message` cannot wait for the next model call with those already waiting."""
     waiting = [e for e in state.outbox if isinstance(e, UserInput)]
-    if state.has(Feature.TEXTS_BY_REFERENCE) and len(waiting) >= MAX_WAITING_MESSAGES:
+    if len(waiting) >= MAX_WAITING_MESSAGES:
         return f"{len(waiting)} messages already wait for the model, the most a run holds"
     chars = sum(len(e.text) for e in waiting)
     if chars + len(message.text) > MAX_WAITING_MESSAGE_CHARS:
@@ -233,19 +228,15 @@ def _waiting_problem(state: LoopState, message: UserMessage) -> str | None:
 
 def record_resolution(state: LoopState, request: ResolveRequest, now: datetime) -> str | None:
     """An operator's word on an unresolved write as it arrives: refused with the reason if it
-    cannot count, applied, or (feature `resolutions-checked-by-worker`) held for the worker's
-    check, which `record_checked_resolution` then applies. Returns why it was refused, if it
-    was."""
+    cannot count, or held for the worker's check, which `record_checked_resolution` then
+    applies. Returns why it was refused, if it was."""
     reason = _resolution_problem(state, request)
-    if reason is None and state.has(Feature.RESOLUTIONS_CHECKED_BY_WORKER):
+    if reason is None:
         if _held_for_check(state, request) is not None:
             return None
         reason = TOO_MANY_TO_CHECK
-    if reason is not None:
-        _refused_resolution(state, request, reason, now)
-        return reason
-    _apply_resolution(state, request, now)
-    return None
+    _refused_resolution(state, request, reason, now)
+    return reason
 
 
 def record_checked_resolution(
@@ -331,8 +322,7 @@ def awaiting_humans(state: LoopState) -> set[str]:
 def record_pause_started(state: LoopState, now: datetime) -> None:
     state.paused_since = now
     state.usage.human_waits += 1
-    if state.has(Feature.RECHECK_AFTER_WAIT):
-        _recheck_after_wait(state)
+    _recheck_after_wait(state)
 
 
 def _recheck_after_wait(state: LoopState) -> None:

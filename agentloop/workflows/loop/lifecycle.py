@@ -9,10 +9,8 @@ from agentloop.contract import AgentRunResult, PreviousRun, StopCause
 from agentloop.events import CONTINUED, Event, StateUpdate
 from agentloop.reporting import stop_report
 from agentloop.transcript import by_reference
-from agentloop.workflows.loop.features import Feature
 from agentloop.workflows.loop.next_step import Finish
 from agentloop.workflows.loop.state import MAX_RUN_CHAIN_IDS, LoopState
-from agentloop.workflows.loop.stops import checked_answer
 from agentloop.workflows.loop.views import (
     pending_at_stop,
     side_effects,
@@ -31,14 +29,9 @@ def record_run_started(state: LoopState, run_id: str) -> None:
     and the latest stay in `run_chain`, and what is left out between is counted."""
     state.run_chain.append(run_id)
     over = len(state.run_chain) - MAX_RUN_CHAIN_IDS
-    if over > 0 and state.has(Feature.BOUNDED_RUN_CHAIN):
+    if over > 0:
         del state.run_chain[1 : 1 + over]
         state.run_chain_left_out += over
-    output, schema = state.last_output, state.run_input.output_schema
-    if output is not None and output.stop == "final" and schema is not None:
-        # A state carried from a deploy that checked the answer again as it finished holds
-        # no verdict: the answer is checked here, as it was then.
-        state.answer_check = state.answer_check or checked_answer(state, output, schema)
 
 
 def record_step(state: LoopState) -> None:
@@ -56,8 +49,7 @@ def continue_transcript(state: LoopState, previous: PreviousRun) -> None:
     )
     state.inherited_unresolved = {w.action_digest: w for w in previous.unresolved_writes}
     state.artifacts = list(dict.fromkeys([*previous.artifacts, *state.artifacts]))
-    if state.has(Feature.CONTINUE_CHAIN_USAGE):
-        state.inherited_usage = previous.usage
+    state.inherited_usage = previous.usage
     note = StateUpdate(
         kind=CONTINUED,
         text=f"This run continues run {previous.workflow_id}, which stopped: "
@@ -102,9 +94,6 @@ def record_finish(state: LoopState, step: Finish) -> AgentRunResult:
 
 
 def _unsent(state: LoopState, stop_reason: str) -> list[Event]:
-    """`unsent_events`, the stored texts and contents by reference (`texts-by-reference`): a
-    run continuing this one sends them from the store."""
-    unsent = unsent_events(state, stop_reason)
-    if not state.has(Feature.TEXTS_BY_REFERENCE):
-        return unsent
-    return [by_reference(event) for event in unsent]
+    """`unsent_events`, the stored texts and contents by reference: a run continuing this one
+    sends them from the store."""
+    return [by_reference(event) for event in unsent_events(state, stop_reason)]

@@ -19,7 +19,6 @@ from agentloop.events import ModelOutput, StateUpdate
 from agentloop.tool_spec import GIVE_UP
 from agentloop.transcript import by_reference
 from agentloop.workflows.loop.exchange import ModelTurn
-from agentloop.workflows.loop.features import Feature
 from agentloop.workflows.loop.lifecycle import record_failure
 from agentloop.workflows.loop.next_step import CallModel
 from agentloop.workflows.loop.plan import OverBudget, ProtocolViolation, plan_batch
@@ -52,8 +51,7 @@ def start_model_call(state: LoopState, step: CallModel) -> ModelTurn:
         context_budget_tokens=run_input.context_budget_tokens,
         chars_per_token=state.chars_per_token,
         facts=facts(state),
-        budget=_budget(state) if state.has(Feature.STRICT_BUDGETS) else None,
-        slim_output=state.has(Feature.MODEL_OUTPUT_SLIM),
+        budget=_budget(state),
         publish_text=streaming(state),
     )
     return ModelTurn(request, sent)
@@ -69,9 +67,7 @@ def _budget(state: LoopState) -> ModelCallBudget:
         else limits.max_total_tokens - held.input_tokens - held.output_tokens,
         cost_left=None if limits.max_cost_usd is None else limits.max_cost_usd - held.cost_usd,
         context_tokens=state.context_tokens,
-        elided_before=(
-            state.elided_through if state.has(Feature.BOUND_COUNTS_UNSHORTENED) else None
-        ),
+        elided_before=state.elided_through,
     )
 
 
@@ -92,8 +88,7 @@ def record_model_output(
     state.chars_per_token = (
         chars_per_token(result.request_chars, output.usage.input_tokens) or state.chars_per_token
     )
-    keep = state.has(Feature.MESSAGES_DURING_MODEL_CALL_KEPT) and sent is not None
-    state.outbox = state.outbox[sent:] if keep else []
+    state.outbox = state.outbox[sent:] if sent is not None else []
     state.context_tokens = output.usage.input_tokens + output.usage.output_tokens
     state.elided_through = result.elided_through
     state.usage.model_requests += max(result.attempt, 1)
@@ -105,9 +100,7 @@ def record_model_output(
     state.phase = "validating"
     if output.stop == "tool_calls":
         _open_batch(state, output, now)
-    elif (
-        output.stop == "final" and state.has(Feature.BLOCKED_NOT_COMPLETED) and empty_answer(output)
-    ):
+    elif output.stop == "final" and empty_answer(output):
         _send_back_if_empty(state)
     elif output.stop == "final" and state.run_input.output_schema is not None:
         _send_back_if_rejected(state, output, state.run_input.output_schema)
@@ -117,10 +110,9 @@ def _open_batch(state: LoopState, output: ModelOutput, now: datetime) -> None:
     planned = plan_batch(state, output, now)
     if isinstance(planned, OverBudget):
         state.limit = planned.reason
-        if state.has(Feature.OVER_BUDGET_CALLS_LEDGERED):
-            # Without their arguments: the ledger's own cap may be what they do not fit (the
-            # transcript holds them).
-            _ledger(state, output, {}, "over_budget", with_arguments=False)
+        # Without their arguments: the ledger's own cap may be what they do not fit (the
+        # transcript holds them).
+        _ledger(state, output, {}, "over_budget", with_arguments=False)
         return
     if isinstance(planned, ProtocolViolation):
         record_failure(state, planned.reason + response_named(output), "protocol")
@@ -188,12 +180,8 @@ def _send_back_if_rejected(state: LoopState, output: ModelOutput, schema: dict[s
 
 def _send_back(state: LoopState, note: str) -> None:
     """The answer is not taken: `note` goes to the model's next call as a runner note, after
-    what already waits for it (before `messages-during-model-call-kept`, it replaced that)."""
-    update = StateUpdate(kind="verification", text=note)
-    if state.has(Feature.MESSAGES_DURING_MODEL_CALL_KEPT):
-        state.outbox.append(update)
-    else:
-        state.outbox = [update]
+    what already waits for it."""
+    state.outbox.append(StateUpdate(kind="verification", text=note))
     state.last_output = None
     state.answer_check = None
 

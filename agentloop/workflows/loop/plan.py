@@ -20,7 +20,6 @@ from agentloop.policies.bounds import MAX_LEDGER_ARGUMENT_BYTES
 from agentloop.policies.validation import MAX_CHECK_STEPS, Allowed, Refused, validate_call
 from agentloop.tool_spec import ASK_USER, DELEGATE, GIVE_UP, READ_ARTIFACT, ToolSpec
 from agentloop.workflows.loop import results
-from agentloop.workflows.loop.features import Feature
 from agentloop.workflows.loop.state import Batch, LoopState
 
 
@@ -31,8 +30,7 @@ class Planned:
     """Call id -> why the runner refused it (`unknown_tool`, `permission`, ...); a call not
     named here is `allowed`."""
     argument_bytes: int = 0
-    """What the output's calls add to the ledger's arguments (feature `texts-by-reference`;
-    0 without it)."""
+    """What the output's calls add to the ledger's arguments (0 without it)."""
 
     def refuse(self, call: ToolCall, result: ToolResult, decision: str) -> None:
         self.batch.results[call.call_id] = result
@@ -73,7 +71,7 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutc
     reused = sorted(set(ids) & state.calls.keys())
     if reused:
         return ProtocolViolation(f"protocol: call ids reused from an earlier turn: {reused}")
-    size = argument_bytes(output) if state.has(Feature.TEXTS_BY_REFERENCE) else 0
+    size = argument_bytes(output)
     ledger = state.argument_bytes + size
     if size and ledger > MAX_LEDGER_ARGUMENT_BYTES:
         return OverBudget(
@@ -84,16 +82,11 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutc
     allowed: list[tuple[ToolCall, ToolSpec]] = []
     principal = state.run_input.principal
     whitelist = {*state.run_input.tools, *state.builtin_tools}
-    bounded = state.has(Feature.BOUNDED_VALIDATION)
     # One workflow task checks all of an output's calls: each gets an even share of the steps
     # (what one call may cost does not depend on the calls beside it).
-    steps = (
-        MAX_CHECK_STEPS // len(output.tool_calls)
-        if state.has(Feature.BOUNDED_SCHEMA_WORK) and output.tool_calls
-        else None
-    )
+    steps = MAX_CHECK_STEPS // max(len(output.tool_calls), 1)
     for call in output.tool_calls:
-        verdict = validate_call(call, state.tools, whitelist, bounded=bounded, steps=steps)
+        verdict = validate_call(call, state.tools, whitelist, steps=steps)
         if isinstance(verdict, Allowed) and call.name == READ_ARTIFACT:
             verdict = _own_artifact(state, call) or verdict
         if not isinstance(verdict, Allowed):
@@ -124,10 +117,9 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutc
             )
             continue
         allowed.append((call, spec))
-    if state.has(Feature.BLOCKED_NOT_COMPLETED):
-        gave_up = next((call for call, _ in allowed if call.name == GIVE_UP), None)
-        if gave_up is not None:
-            return _give_up(planned, output, gave_up)
+    gave_up = next((call for call, _ in allowed if call.name == GIVE_UP), None)
+    if gave_up is not None:
+        return _give_up(planned, output, gave_up)
     questions = [call for call, _ in allowed if call.name == ASK_USER]
     allowed = [(call, spec) for call, spec in allowed if call.name != ASK_USER]
     blocked = budgets.tool_batch_blocked(
@@ -145,7 +137,6 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutc
     batch = planned.batch
     batch.questions = [call.call_id for call in questions]
     batch.asked_at = now if questions else None
-    rules_in_worker = state.has(Feature.APPROVAL_RULES_IN_WORKER)
     for call, spec in allowed:
         write = spec.effect == "write"
         held = (
@@ -155,7 +146,7 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutc
             batch.reconciling[call.call_id] = _held(call, held, now)
             continue
         rule = spec.needs_approval if write and isinstance(spec.needs_approval, str) else None
-        if rule is not None and rules_in_worker:
+        if rule is not None:
             # The rule is the team's code: the worker evaluates it, the verdict is recorded.
             batch.assessing[call.call_id] = rule
         if spec.has_precondition or call.call_id in batch.assessing:

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from agentloop.events import StateUpdate, ToolResult
 from agentloop.policies import progress, task_state
-from agentloop.workflows.loop.features import Feature
 from agentloop.workflows.loop.state import SUMMARY_CHARS, Batch, LoopState
 from agentloop.workflows.loop.stops import stopping_rejection
 
 
 def settle(state: LoopState, batch: Batch, result: ToolResult) -> None:
     batch.results[result.call_id] = result
-    if result.state and state.has(Feature.TASK_STATE):
+    if result.state:
         document = task_state.merged(state.task_state, result.state)
         # An update that would pass a bound is not applied: the document stays as it was.
         if not isinstance(document, str):
@@ -44,8 +43,7 @@ def close_if_answered(state: LoopState) -> None:
     if stopping_rejection(state, batch) is not None:
         return  # the run stops `rejected`; nothing more goes to the model
     state.outbox.extend(batch.results[call_id] for call_id in batch.order)
-    if state.has(Feature.STALL_DETECTION):
-        _check_progress(state, batch)
+    _check_progress(state, batch)
     state.batch = None
     state.last_output = None
 
@@ -53,17 +51,10 @@ def close_if_answered(state: LoopState) -> None:
 def _check_progress(state: LoopState, batch: Batch) -> None:
     """One nudge the first time the loop repeats itself; the second time, the run stops."""
     assert state.last_output is not None
-    watched = state.has(Feature.TASK_STATE)
     turn = progress.fingerprint(state.last_output.tool_calls, batch.results, state.tools)
-    if watched:
-        turn = turn.model_copy(update={"state": task_state.state_hash(state.task_state)})
+    turn = turn.model_copy(update={"state": task_state.state_hash(state.task_state)})
     state.progress.append(turn)
-    repeating = progress.stall(
-        state.progress,
-        state.tools,
-        watch_state=watched,
-        questions_are_input=state.has(Feature.QUESTIONS_NOT_STALLS),
-    )
+    repeating = progress.stall(state.progress, state.tools)
     if repeating is None:
         return
     if state.nudged:

@@ -43,21 +43,20 @@ from agentloop.events import (
 from agentloop.policies.progress import TurnFingerprint
 from agentloop.tool_spec import BUILTIN_TOOLS, ToolSpec
 from agentloop.transcript import ROOT
-from agentloop.workflows.loop.features import FEATURES, Feature
 
 MAX_REFUSED_CALLS = 8
 """Calls refused before running (unknown tool, bad arguments, failed precondition, a rejected
 action) go back to the model as errors; past this many in a run, the run stops."""
 
 MAX_RUN_CHAIN_IDS = 20
-"""How many run ids `run_chain` keeps (feature `bounded-run-chain`): the first (it keys the
+"""How many run ids `run_chain` keeps: the first (it keys the
 run's writes and signed decisions) and the latest."""
 
 MAX_OUTPUT_CORRECTIONS = 2
 """How many times a final answer that breaks `output_schema` goes back to the model."""
 
 MAX_INPUT_ROUNDS = 3
-"""How many times one call's tool may ask a person (feature `tools-ask`); asked once more, the
+"""How many times one call's tool may ask a person; asked once more, the
 call goes to the model as a refusal saying what the tool asked."""
 
 MAX_WRITE_ATTEMPTS = 2
@@ -101,10 +100,9 @@ class CheckedAnswer(BaseModel):
 
 
 class DecisionToCheck(BaseModel):
-    """An approval decision (or an operator's `resolve`, feature
-    `resolutions-checked-by-worker`) that passed the workflow's own checks, waiting for the
-    worker's word (`check_approval`, `check_resolution`); `ticket` tells the
-    `decide_approval` update waiting on it."""
+    """An approval decision (or an operator's `resolve`) that passed the workflow's own
+    checks, waiting for the worker's word (`check_approval`, `check_resolution`); `ticket`
+    tells the `decide_approval` update waiting on it."""
 
     ticket: int
     decision: ApprovalDecision | ResolveRequest
@@ -126,7 +124,7 @@ class Batch(BaseModel):
     """Allowed calls whose business precondition (or approval rule) has not been checked yet."""
     recheck: list[str] = Field(default_factory=list)
     """Calls whose precondition was checked before a wait for people: it is checked again
-    just before each runs (feature `recheck-after-wait`)."""
+    just before each runs."""
     assessing: dict[str, str] = Field(default_factory=dict)
     """Writes whose tool names an approval rule -> the rule: the worker evaluates it with the
     precondition check, and the verdict says whether the call waits for approval."""
@@ -137,12 +135,12 @@ class Batch(BaseModel):
     approvals: dict[str, PendingApproval] = Field(default_factory=dict)
     decisions: dict[str, ApprovalDecision] = Field(default_factory=dict)
     to_check: list[DecisionToCheck] = Field(default_factory=list)
-    """Decisions the worker has not checked yet (feature `approvals-checked-by-worker`)."""
+    """Decisions the worker has not checked yet."""
     questions: list[str] = Field(default_factory=list)
     """`ask_user` calls, and calls whose tool asked (`asking`), waiting for the user's
     `message`, in the order asked."""
     answer_chars: int = 0
-    """The text of the answers this batch's questions got (feature `answers-bounded`)."""
+    """The text of the answers this batch's questions got."""
     asked_at: datetime | None = None
     asking: dict[str, InputRequest] = Field(default_factory=dict)
     """Calls whose tool asked a person before it could go on -> what it asked (a write among
@@ -158,7 +156,7 @@ class Batch(BaseModel):
     denied: str | None = None
     """Set when authorization refused a call: the whole batch is answered and the run stops."""
     gave_up: str | None = None
-    """The model's reason when it called `give_up` (feature `blocked-not-completed`): the whole
+    """The model's reason when it called `give_up`: the whole
     batch is answered and the run stops `blocked`."""
 
     def undecided(self) -> list[str]:
@@ -166,7 +164,7 @@ class Batch(BaseModel):
 
     def reads_ready(self) -> list[str]:
         """The reads no unfinished write comes before, in the model's order: a read the model
-        put after a write may depend on it (feature `ordered-batch`)."""
+        put after a write may depend on it."""
         unfinished = {*self.writes, *self.unknown, *self.reconciling}
         ready: list[str] = []
         for call_id in self.order:
@@ -182,7 +180,7 @@ class LoopState(BaseModel):
     model reads."""
 
     run_input: AgentRunInput
-    """As the run was started; in a run continued as new (feature `texts-by-reference`), its
+    """As the run was started; in a run continued as new, its
     task and instructions are only their start (the whole is in the transcript)."""
     workflow_id: str = ""
     """Stable across retries, restarts and continue-as-new: write idempotency keys derive
@@ -190,11 +188,8 @@ class LoopState(BaseModel):
     tools: dict[str, ToolSpec] = Field(default_factory=dict)
     builtin_tools: list[str] = Field(default_factory=list)
     """Tools this run may call without naming them (`read_artifact`)."""
-    features: list[Feature] = Field(default_factory=lambda: list(FEATURES))
-    """Behaviours added after runs already existed, switched on per run (the shell asks
-    `workflow.patched`), so runs started before them replay unchanged; see `has`."""
     task_state: dict[str, Any] = Field(default_factory=dict)
-    """The task's state, apart from the transcript (feature `task-state`)."""
+    """The task's state, apart from the transcript."""
     progress: list[TurnFingerprint] = Field(default_factory=list)
     nudged: bool = False
     stalled: str | None = None
@@ -210,7 +205,7 @@ class LoopState(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     calls: dict[str, CallRecord] = Field(default_factory=dict)
     argument_bytes: int = 0
-    """The size of the arguments `calls` holds (feature `texts-by-reference`)."""
+    """The size of the arguments `calls` holds."""
     batch: Batch | None = None
     """The tool calls of `last_output` on their way through the pipeline."""
     refused_decisions: list[RefusedDecision] = Field(default_factory=list)
@@ -223,7 +218,7 @@ class LoopState(BaseModel):
     notify: bool = False
     """The worker sends notices of runs waiting for a person (it said so at the start)."""
     notified: list[str] = Field(default_factory=list)
-    """Calls a notice was started for (feature `notify-waiting`): each is told of once."""
+    """Calls a notice was started for: each is told of once."""
     notice_failures: list[str] = Field(default_factory=list)
     """Notices that could not be delivered, each saying of what and why."""
     artifacts: list[str] = Field(default_factory=list)
@@ -236,13 +231,12 @@ class LoopState(BaseModel):
     """Writes of the run this one continues whose outcome stayed unknown, by action digest:
     the same action is held for an operator's word, never sent again blindly."""
     inherited_usage: Usage | None = None
-    """What the runs this one continues (`continue_from`) used in all (feature
-    `continue-chain-usage`; None: it continues none)."""
+    """What the runs this one continues (`continue_from`) used in all (None: it continues none)."""
     delegations: dict[str, Delegation] = Field(default_factory=dict)
     """`delegate` calls by call id: the child runs and what they used."""
     run_chain: list[str] = Field(default_factory=list)
     """The Temporal run ids this run went through (one more per continue-as-new): the first
-    and the latest ones (feature `bounded-run-chain`)."""
+    and the latest ones."""
     run_chain_left_out: int = 0
     """Run ids left out of `run_chain` between its first and its latest ones."""
     paused_seconds: float = 0.0
@@ -269,7 +263,7 @@ class LoopState(BaseModel):
     verification: str = ""
     """What the completion check said when it accepted it."""
     empty_answers: int = 0
-    """Empty final answers the model gave (feature `blocked-not-completed`: the first is sent
+    """Empty final answers the model gave (the first is sent
     back, the second stops the run `blocked`)."""
     cancel_reason: str | None = None
     failure: str | None = None
@@ -302,10 +296,6 @@ class LoopState(BaseModel):
             started_at=now,
             outbox=outbox,
         )
-
-    def has(self, feature: Feature) -> bool:
-        """Whether this run was started with `feature` (the one place features are read)."""
-        return feature in self.features
 
     def active_since(self, now: datetime | None = None) -> datetime:
         """The start of the run's working time: waits for humans do not count, the one still

@@ -15,7 +15,6 @@ from agentloop.events import ModelOutput
 from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS
 from agentloop.policies.completion import check_output
 from agentloop.policies.validation import MAX_CHECK_STEPS
-from agentloop.workflows.loop.features import Feature
 from agentloop.workflows.loop.state import Batch, CheckedAnswer, LoopState
 
 
@@ -37,10 +36,7 @@ def checked_answer(state: LoopState, output: ModelOutput, schema: dict[str, Any]
                 " checked against output_schema"
             ]
         )
-    steps = MAX_CHECK_STEPS if state.has(Feature.BOUNDED_SCHEMA_WORK) else None
-    value, problems = check_output(
-        schema, output.text, bounded=state.has(Feature.BOUNDED_VALIDATION), steps=steps
-    )
+    value, problems = check_output(schema, output.text, steps=MAX_CHECK_STEPS)
     return CheckedAnswer(value=value, problems=problems)
 
 

@@ -1,4 +1,4 @@
-"""Long texts by reference (feature `texts-by-reference`): a task, instructions or message
+"""Long texts by reference: a task, instructions or message
 over `MAX_INLINE_TEXT_CHARS` is stored once, before the model call that first sends it; from
 then on what carries it on (a model call's input, the state a continue-as-new carries, a
 result's `unsent`) names it by its store key instead. The workflow keeps the whole text while
@@ -10,15 +10,12 @@ from __future__ import annotations
 from agentloop.events import Instruction, UserInput
 from agentloop.policies.bounds import MAX_INLINE_TEXT_CHARS
 from agentloop.transcript import by_reference
-from agentloop.workflows.loop.features import Feature
 from agentloop.workflows.loop.state import LoopState
 
 
 def texts_to_store(state: LoopState) -> dict[int, str]:
     """The long texts of what the model has not seen that are not stored yet, by their place
     in the outbox (which only grows at its end until the model call)."""
-    if not state.has(Feature.TEXTS_BY_REFERENCE):
-        return {}
     return {
         at: event.text
         for at, event in enumerate(state.outbox)
@@ -38,8 +35,6 @@ def state_to_carry(state: LoopState) -> LoopState:
     """What continue-as-new hands the next run (once `texts_to_store` is empty): the outbox's stored
     texts and contents by reference, and of the input's task and instructions only their
     start (the model has them in the transcript; nothing else reads them)."""
-    if not state.has(Feature.TEXTS_BY_REFERENCE):
-        return state
     run_input = state.run_input.model_copy(
         update={
             "task": state.run_input.task[:MAX_INLINE_TEXT_CHARS],

@@ -19,7 +19,6 @@ from agentloop.tool_spec import Outcome, ToolSpec, bounded_record
 from agentloop.workflows.loop import results
 from agentloop.workflows.loop.delegation import child_result, start_delegations
 from agentloop.workflows.loop.exchange import ChildOutcome, ToolFailure, ToolOutcome, ToolsToRun
-from agentloop.workflows.loop.features import Feature
 from agentloop.workflows.loop.humans import record_pause
 from agentloop.workflows.loop.next_step import RunTools
 from agentloop.workflows.loop.plan import pending_approval
@@ -39,8 +38,7 @@ def record_preconditions(
     write whose tool names an approval rule, whether it waits for a human (a verdict that is
     missing says it does: a rule that could not be asked must not let a call through)."""
     batch = state.open_batch()
-    # The checked calls are the batch's unchecked ones, or (feature `recheck-after-wait`)
-    # those checked again after a wait.
+    # The checked calls are the batch's unchecked ones, or those checked again after a wait.
     for call_id, result in checked.items():
         again = call_id in batch.recheck
         if again:
@@ -51,8 +49,7 @@ def record_preconditions(
             refused = results.refusal(state.call(call_id), reason, problem)
             state.calls[call_id].decision = problem if again else "precondition_failed"
             settle(state, batch, refused)
-            if again or state.has(Feature.REFUSED_WRITES_LEAVE_BATCH):
-                leave_batch(batch, call_id)
+            leave_batch(batch, call_id)
         elif call_id in batch.assessing and result.needs_approval is not False:
             call, spec = state.with_specs([call_id])[0]
             batch.approvals[call_id] = pending_approval(call, spec, now)
@@ -90,14 +87,9 @@ def start_tools(state: LoopState, step: RunTools, now: datetime) -> ToolsToRun:
                 queue.remove(call.call_id)
         if call.call_id in batch.replies:
             replies[call.call_id] = batch.replies.pop(call.call_id)
-    if state.has(Feature.CALLS_COUNTED_ONCE):
-        # A call run again (with a person's reply, or a write sent again under its key) is
-        # the call already reserved, not another one.
-        state.usage.tool_calls += sum(
-            1 for c, _ in step.calls if state.calls[c.call_id].attempts == 1
-        )
-    else:
-        state.usage.tool_calls += len(step.calls) - len(replies)
+    # A call run again (with a person's reply, or a write sent again under its key) is the
+    # call already reserved, not another one.
+    state.usage.tool_calls += sum(1 for c, _ in step.calls if state.calls[c.call_id].attempts == 1)
     children = start_delegations(state, step, now)
     return ToolsToRun(
         idempotency_keys={c.call_id: state.calls[c.call_id].idempotency_key for c, _ in step.calls},
@@ -110,20 +102,18 @@ def start_tools(state: LoopState, step: RunTools, now: datetime) -> ToolsToRun:
 def idempotency_key(state: LoopState, call_id: str) -> str:
     """What a write is sent (and looked up) under: unique per run chain and call. A workflow
     id may be reused by a later run (Temporal allows it once the first closed), so the chain's
-    first run id is part of it (feature `run-chain-keys`)."""
-    if state.has(Feature.RUN_CHAIN_KEYS) and state.run_chain:
+    first run id is part of it."""
+    if state.run_chain:
         return f"{state.workflow_id}/{state.run_chain[0]}/{call_id}"
     return f"{state.workflow_id}/{call_id}"
 
 
 def runs_locally(state: LoopState, specs: Iterable[ToolSpec]) -> bool:
     """A batch made only of reads their tools declare `local` runs as Temporal local
-    activities, inside the workflow task (runs started before that existed keep running every
-    tool as an activity). A mixed batch does not: its activities are only scheduled when the
-    workflow task ends, which waits for the local ones, so nothing would run side by side."""
-    return state.has(Feature.LOCAL_READS) and all(
-        spec.local and spec.effect == "read" for spec in specs
-    )
+    activities, inside the workflow task. A mixed batch does not: its activities are only
+    scheduled when the workflow task ends, which waits for the local ones, so nothing would
+    run side by side."""
+    return all(spec.local and spec.effect == "read" for spec in specs)
 
 
 def record_tool_results(
@@ -160,13 +150,13 @@ def record_tool_results(
 
 
 def _asks(state: LoopState, result: ToolResult, now: datetime) -> bool:
-    """The call waits for a person's answer to what its tool asked (feature `tools-ask`), at
+    """The call waits for a person's answer to what its tool asked, at
     most `MAX_INPUT_ROUNDS` times; otherwise (False) its result, saying what the tool asked,
     goes to the model. Nothing happened: the tool asked before it acted."""
     asked = result.input_request
     batch = state.open_batch()
     rounds = batch.input_rounds.get(result.call_id, 0)
-    if asked is None or not state.has(Feature.TOOLS_ASK) or rounds >= MAX_INPUT_ROUNDS:
+    if asked is None or rounds >= MAX_INPUT_ROUNDS:
         return False
     batch.input_rounds[result.call_id] = rounds + 1
     batch.asking[result.call_id] = asked
@@ -203,12 +193,9 @@ def _as_result(state: LoopState, outcome: ToolOutcome) -> ToolResult:
         return child_result(state, call, outcome.result, outcome.not_started)
     # A read that kept failing is reported to the model; a write whose attempt failed may
     # or may not have happened, so it is `unknown`.
-    error_class = outcome.error_class
-    if not state.has(Feature.TOOL_ERROR_CLASSES):
-        error_class = "transient"  # runs started before the classes were told apart
     # A write no worker ever took did not happen: told as a failure, never looked up.
     write = state.spec_of(outcome.call_id).effect == "write" and outcome.started
-    return results.failure(call, outcome.message, error_class, write=write)
+    return results.failure(call, outcome.message, outcome.error_class, write=write)
 
 
 MAX_KNOWN_CHARS = 1_000

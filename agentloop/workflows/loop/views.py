@@ -160,7 +160,7 @@ def waiting_calls(state: LoopState) -> list[WaitingCall]:
 
 
 def waiting_memo(state: LoopState, run_id: str, until: datetime) -> WaitingMemo:
-    """What the run keeps in its memo while it waits for people (feature `inbox-memo`):
+    """What the run keeps in its memo while it waits for people:
     `waiting_calls` with their texts and the task clipped, as many calls as fit in
     `MAX_WAITING_MEMO_BYTES` (the others counted in `left_out`)."""
     memo = WaitingMemo(

@@ -12,7 +12,6 @@ from datetime import datetime
 
 from agentloop.digests import canonical_json
 from agentloop.run_events import MAX_PREVIEW_CHARS, RunEvent, WaitReason
-from agentloop.workflows.loop.features import Feature
 from agentloop.workflows.loop.next_step import (
     AwaitApproval,
     AwaitInput,
@@ -44,7 +43,7 @@ class Told:
 
 def streaming(state: LoopState) -> bool:
     """Whether the run publishes on its stream."""
-    return state.has(Feature.RUN_STREAM) and state.run_input.publish_events
+    return state.run_input.publish_events
 
 
 def changes(state: LoopState, step: NextStep | None, told: Told, now: datetime) -> list[RunEvent]:

@@ -1,0 +1,129 @@
+"""`describe_run`: what the worker tells a run as it starts, recorded in its history so that
+replay never asks again: its tools' specs (a tool or completion check this worker lacks fails
+the run at once), whether it may index itself, how approvals are taken, whether notices are
+sent, what checks against its `output_schema` would cost, whether its model is priced, and
+whether its principal may be taken."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from typing import Literal
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from agentloop.activities.principals import check_principal
+from agentloop.activity_io import DESCRIBE_RUN, DescribeToolsInput, RunDescription
+from agentloop.policies.schema_cost import output_schema_cost_problem
+from agentloop.pricing import PriceTable
+from agentloop.runtime.audit import audit
+from agentloop.runtime.indexing import Registration
+from agentloop.runtime.signing import PrincipalSignatures
+from agentloop.tool_spec import ToolSpec
+from agentloop.tools.plugins import OpenedToolbox
+from agentloop.tools.source import ToolSource, ToolSourceError
+
+MAX_SPECS_BYTES = 500_000
+"""What the specs of one run's tools may come to: they are recorded in its history as the
+worker's answer to `describe_run` and ride in the state continue-as-new hands on, each a
+payload Temporal refuses past 2 MiB (and a workflow task whose completion it refuses fails
+again on every retry). 256 tools of the largest schemas taken would be 17 MB."""
+
+
+class RunDescriptions:
+    def __init__(
+        self,
+        toolbox: OpenedToolbox,
+        registration: Registration | None = None,
+        *,
+        sources: Sequence[ToolSource] = (),
+        approvals_signed: bool = False,
+        prices: PriceTable | None = None,
+        principals: PrincipalSignatures | None = None,
+        notify: bool = False,
+    ) -> None:
+        """`registration` tells whether a run's namespace has agentloop's search attributes
+        (None: never, as for a worker with no server to ask); `sources`, the tool sources of
+        this worker beside its toolbox's (its MCP servers); `approvals_signed`, whether the
+        worker has approver keys (a run's `status` says so from its start); `prices`, what the
+        worker's model calls are charged (default: the built-in table); `principals`, how a
+        run's principal is taken (by default as given); `notify`, whether the worker sends
+        notices of runs waiting for a person."""
+        self._toolbox = toolbox
+        self._tools = toolbox.registry.routing(*sources)
+        self._registration = registration
+        self._signing: Literal["signed", "unsigned"] = "signed" if approvals_signed else "unsigned"
+        self._prices = prices or PriceTable()
+        self._principals = principals or PrincipalSignatures()
+        self._notify = notify
+
+    @activity.defn(name=DESCRIBE_RUN)
+    async def describe_run(self, request: DescribeToolsInput) -> RunDescription:
+        """Its tools' specs (`describe_tools`), and what else a run learns from the worker as it
+        starts: for a run started without agentloop's search attributes, whether its namespace has
+        them registered (only then may it upsert them); how approvals are taken; whether its
+        principal may be taken."""
+        tools = await self.describe_tools(request)
+        registration = self._registration
+        namespace = activity.info().namespace
+        indexable = family = False
+        if request.indexing and registration is not None:
+            indexable = await registration.indexable(namespace)
+            family = await registration.family_indexable(namespace)
+        problem = None
+        if request.output_schema is not None:
+            problem = await asyncio.to_thread(output_schema_cost_problem, request.output_schema)
+        unpriced = None
+        if request.priced_model is not None:
+            unpriced = self._prices.unpriced_problem(request.priced_model)
+        return RunDescription(
+            tools=tools,
+            indexable=indexable,
+            family_indexable=family,
+            approval_signing=self._signing,
+            notify=self._notify,
+            output_schema_problem=problem,
+            unpriced_problem=unpriced,
+            principal=(
+                None
+                if request.principal is None
+                else check_principal(self._principals, request.principal)
+            ),
+        )
+
+    async def describe_tools(self, request: DescribeToolsInput) -> list[ToolSpec]:
+        """The specs in force when the run starts; recorded in history, so replay is stable.
+        A run naming a tool or a completion check this worker lacks fails here, at once."""
+        try:
+            offered = await self._tools.offer(request.names)
+        except Exception as exc:
+            # Never retried: `describe_run` has no end to its retries, and a run must not
+            # wait forever on a source's answer it cannot use.
+            why = f"tools: they could not be listed: {type(exc).__name__}: {exc}"
+            if isinstance(exc, ToolSourceError):
+                why = str(exc)
+            raise ApplicationError(why, type="InvalidInput", non_retryable=True) from None
+        for source, absent in offered.absent.items():
+            audit(f"{source}.tools_absent", workflow_id=activity.info().workflow_id, absent=absent)
+        specs = offered.specs
+        # As a payload carries them: JSON with what is not ASCII escaped (6 bytes a character).
+        size = sum(len(json.dumps(spec.model_dump(mode="json"))) for spec in specs)
+        if size > MAX_SPECS_BYTES:
+            raise ApplicationError(
+                f"tools: their specs are {size:,} bytes of JSON, over the {MAX_SPECS_BYTES:,}"
+                " a run carries (in its history and in what continue-as-new hands on); name"
+                " fewer tools",
+                type="InvalidInput",
+                non_retryable=True,
+            )
+        check = request.completion_check
+        if check is not None and f"verifier:{check}" not in self._toolbox.box.origin:
+            known = ", ".join(sorted(self._toolbox.box.verifier_names()))
+            raise ApplicationError(
+                f"completion_check: no verifier {check!r}; this worker has: {known}",
+                type="InvalidInput",
+                non_retryable=True,
+            )
+        return specs
