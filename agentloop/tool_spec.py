@@ -47,12 +47,6 @@ and workflow code cannot make a `timedelta` of any float."""
 DEFAULT_START_TIMEOUT_SECONDS = 300.0
 """Longer than a backlog on a busy queue or a worker's restart should last."""
 
-LOCAL_MAX_TIMEOUT_SECONDS = 10.0
-"""A local read runs inside a workflow task: it must be over well before the task's own 10 s
-timeout, or Temporal has to keep the task alive around it."""
-LOCAL_DEFAULT_TIMEOUT_SECONDS = 5.0
-"""A local read's timeout when its tool names none."""
-
 DELEGATE = "delegate"
 """The tool a run delegates a sub-task with (a child run; see `tools.delegate`)."""
 
@@ -92,11 +86,6 @@ class ToolSpec(BaseModel):
     answer this many times before the runner calls it a stall."""
     has_outcome_lookup: bool = False
     """Writes: the system of record can say, by idempotency key, whether the write happened."""
-    local: bool = False
-    """A sub-second read run as a Temporal local activity: inside the workflow task, on the
-    worker that runs the workflow, with no activity task round trip through the server (a few
-    ms instead of ~10). Its attempts are recorded as a marker, not as activity events; a lost
-    worker's attempt is simply run again, which only a read can afford."""
     activity: str | None = None
     """A tool that is an existing Temporal activity of this type, on `task_queue`, served by
     any worker in any SDK language (`agentloop.activity_tool`); None: agentloop's `run_tool`."""
@@ -114,33 +103,12 @@ class ToolSpec(BaseModel):
     applied: a queue no worker polls (a typo, a worker not deployed) is told, not waited on
     for ever."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _local_default_timeout(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("local") and "timeout_seconds" not in data:
-            return {**data, "timeout_seconds": LOCAL_DEFAULT_TIMEOUT_SECONDS}
-        return data
-
     @model_validator(mode="after")
     def _activity_tools_are_complete(self) -> ToolSpec:
         if self.activity is not None and not self.task_queue:
             raise ValueError(f"tool {self.name}: an activity tool names its task queue")
-        if self.activity is not None and (self.local or self.has_precondition):
-            raise ValueError(f"tool {self.name}: an activity tool is neither local nor checked")
-        return self
-
-    @model_validator(mode="after")
-    def _local_is_a_short_read(self) -> ToolSpec:
-        if self.local and self.effect != "read":
-            raise ValueError(
-                f"tool {self.name}: only a read may be local, never a write"
-                ' (a tool is a write unless it says effect="read")'
-            )
-        if self.local and self.timeout_seconds > LOCAL_MAX_TIMEOUT_SECONDS:
-            raise ValueError(
-                f"tool {self.name}: a local read must finish within "
-                f"{LOCAL_MAX_TIMEOUT_SECONDS:.0f} s (timeout_seconds={self.timeout_seconds})"
-            )
+        if self.activity is not None and self.has_precondition:
+            raise ValueError(f"tool {self.name}: an activity tool has no precondition")
         return self
 
     @property

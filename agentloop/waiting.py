@@ -38,8 +38,8 @@ class WaitingCall(BaseModel):
 
 class WaitingMemo(BaseModel):
     """What an indexed run waiting for a person keeps in its memo under `WAITING_MEMO`
-   , so the inbox lists it from one visibility list. Display only:
-    the run page and every decision read the run's own `status`."""
+    , so the inbox lists it from one visibility list. Display only:
+     the run page and every decision read the run's own `status`."""
 
     run_id: str
     """The Temporal run that wrote it: a memo a starter set, or one carried over a

@@ -102,12 +102,29 @@ async def deadline_timers(handle: WorkflowHandle[Any, Any]) -> dict[str, int]:
     }
 
 
-def local_activity_type(event: HistoryEvent) -> str | None:
-    """The activity type a local activity's marker names (None: not such a marker)."""
-    marker = event.marker_recorded_event_attributes
-    if marker.marker_name != "core_local_activity":
-        return None
-    return str(json.loads(marker.details["data"].payloads[0].data)["activity_type"])
+def scheduled_activity_types(events: Sequence[HistoryEvent]) -> list[str]:
+    """The types of the activities a history scheduled, in order."""
+    return [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+
+
+def activity_result(events: Sequence[HistoryEvent], activity_type: str) -> Any:
+    """The JSON result of the one completed activity of `activity_type` in a history."""
+    scheduled = {
+        e.event_id
+        for e in events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == activity_type
+    }
+    (completed,) = [
+        e.activity_task_completed_event_attributes
+        for e in events
+        if e.HasField("activity_task_completed_event_attributes")
+        and e.activity_task_completed_event_attributes.scheduled_event_id in scheduled
+    ]
+    return json.loads(completed.result.payloads[0].data)
 
 
 async def wait_until(predicate: Callable[[], bool], what: str, seconds: float = 30) -> None:

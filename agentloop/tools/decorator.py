@@ -152,7 +152,6 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    local: bool = False,
     precondition: Callable[..., Awaitable[None]] | None = None,
     lookup_outcome: Callable[..., Awaitable[Outcome]] | None = None,
     **options: Unpack[ToolOptions],
@@ -165,7 +164,6 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    local: bool = False,
     precondition: Callable[..., Awaitable[None]] | None = None,
     lookup_outcome: Callable[..., Awaitable[Outcome]] | None = None,
     **options: Unpack[ToolOptions],
@@ -186,8 +184,7 @@ def tool(
         action: what the call does in the world (default: the name): a rejected action
             never runs again in the run, under any tool.
         on_reject: `stop` the run, or `tell_model` and go on.
-        local: a sub-second read run as a Temporal local activity.
-        timeout_seconds: one attempt's limit (default 30 s; a local read's 5 s).
+        timeout_seconds: one attempt's limit (default 30 s).
         max_attempts: a read's attempts (a write always gets one).
         max_calls_per_run: a cap on this tool's calls in one run.
         max_result_chars: what the model is sent of a result; the rest goes to the store as
@@ -213,7 +210,6 @@ def tool(
             has_outcome_lookup=lookup_outcome is not None,
             options=options,
             has_precondition=precondition is not None,
-            local=local,
         )
         check = _same_arguments(precondition, arguments, "precondition", tool_name)
         lookup = _same_arguments(lookup_outcome, arguments, "lookup_outcome", tool_name)

@@ -32,7 +32,7 @@ class ToolOptions(TypedDict, total=False):
     action: str
     on_reject: Literal["stop", "tell_model"]
     timeout_seconds: float | None
-    """None: the default (30 s; a local read's 5 s)."""
+    """None: the default (30 s)."""
     max_attempts: int
     max_calls_per_run: int | None
     max_result_chars: int

@@ -1,6 +1,6 @@
 """The Temporal side of approval decisions and operators' `resolve`: the worker's check of each
-one (`check_approval`, `check_resolution`, local activities: the signature against the
-worker's approver keys), and its audit record.
+one (`check_approval`, `check_resolution`: the signature against the worker's approver
+keys), and its audit record.
 
 Workflow code (deterministic). The workflow never verifies a signature: it acts on the
 verdict the activity recorded, so replay needs neither keys nor crypto.
@@ -13,6 +13,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
 
 import agentloop.workflows.loop as loop
 from agentloop.activity_io import (
@@ -23,7 +24,7 @@ from agentloop.activity_io import (
     CheckResolutionInput,
 )
 from agentloop.contract import ApprovalDecision, ApprovalVerdict, ResolveRequest
-from agentloop.workflows.failures import LOCAL_FAILURES, describe_failure, local_failure
+from agentloop.workflows.failures import describe_failure
 from agentloop.workflows.loop import CheckApprovals, DecisionToCheck, LoopState
 from agentloop.workflows.visibility import audit
 
@@ -56,7 +57,7 @@ async def _check(state: LoopState, held: DecisionToCheck) -> ApprovalCheck:
     try:
         check: ApprovalCheck
         if isinstance(asked, ResolveRequest):
-            check = await workflow.execute_local_activity(
+            check = await workflow.execute_activity(
                 CHECK_RESOLUTION,
                 CheckResolutionInput(
                     resolution=asked,
@@ -70,7 +71,7 @@ async def _check(state: LoopState, held: DecisionToCheck) -> ApprovalCheck:
                 summary=f"check resolve of {asked.call_id} by {asked.operator}",
             )
         else:
-            check = await workflow.execute_local_activity(
+            check = await workflow.execute_activity(
                 CHECK_APPROVAL,
                 CheckApprovalInput(decision=asked, workflow_id=info.workflow_id, run=run),
                 result_type=ApprovalCheck,
@@ -78,8 +79,7 @@ async def _check(state: LoopState, held: DecisionToCheck) -> ApprovalCheck:
                 retry_policy=CHECK_RETRY,
                 summary=f"check approval of {asked.call_id} by {asked.approver}",
             )
-    except LOCAL_FAILURES as caught:
-        exc = local_failure(caught)
+    except ActivityError as exc:
         # A decision nobody could check does not count; the approver may send it again.
         return ApprovalCheck(problem=f"the worker could not check it: {describe_failure(exc)}")
     return check

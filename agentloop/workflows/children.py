@@ -35,7 +35,6 @@ async def run_with_children(
                 spec,
                 state.run_input.principal,
                 "",
-                local=False,
             )
             continue
         started = await _start_child(state, call, child_input)

@@ -44,10 +44,8 @@ from agentloop.tool_spec import Outcome
 from agentloop.workflows import visibility
 from agentloop.workflows.deadline import RunDeadline
 from agentloop.workflows.failures import (
-    LOCAL_FAILURES,
     attempts_made,
     describe_failure,
-    local_failure,
 )
 from agentloop.workflows.loop import (
     AwaitHumans,
@@ -186,7 +184,7 @@ async def store_long_texts(state: LoopState) -> bool:
     which stops the run (no model call could read them either)."""
     while pending := loop.texts_to_store(state):
         try:
-            refs: list[str] = await workflow.execute_local_activity(
+            refs: list[str] = await workflow.execute_activity(
                 STORE_TEXTS,
                 StoreTextsInput(texts=list(pending.values())),
                 result_type=list[str],
@@ -194,8 +192,7 @@ async def store_long_texts(state: LoopState) -> bool:
                 retry_policy=MODEL_RETRY,
                 summary=f"store {len(pending)} long texts",
             )
-        except LOCAL_FAILURES as caught:
-            exc = local_failure(caught)
+        except ActivityError as exc:
             loop.record_failure(state, f"store_error: {describe_failure(exc)}", "store_error")
             return False
         loop.record_texts_stored(state, dict(zip(pending, refs, strict=True)))
@@ -409,7 +406,7 @@ async def _looked_up(state: LoopState, step: LookupOutcome) -> Outcome:
     except ActivityError as exc:
         return Outcome(state="unknown", record=f"lookup failed: {describe_failure(exc)}")
     try:
-        read: Outcome = await workflow.execute_local_activity(
+        read: Outcome = await workflow.execute_activity(
             READ_TEAM_OUTCOME,
             args=[team_answer_of(call), answer],
             result_type=Outcome,
@@ -417,9 +414,8 @@ async def _looked_up(state: LoopState, step: LookupOutcome) -> Outcome:
             retry_policy=READ_ANSWER_RETRY,
             summary=f"read lookup {call.name} · {call.call_id}",
         )
-    except LOCAL_FAILURES as caught:
-        failure = describe_failure(local_failure(caught))
-        return Outcome(state="unknown", record=f"lookup answer not read: {failure}")
+    except ActivityError as exc:
+        return Outcome(state="unknown", record=f"lookup answer not read: {describe_failure(exc)}")
     return read
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
+from temporalio.exceptions import ActivityError
 
 from agentloop.activity_io import (
     FRAME_TEAM_ANSWER,
@@ -21,10 +22,8 @@ from agentloop.contract import Principal
 from agentloop.events import ToolCall, ToolResult
 from agentloop.tool_spec import ToolSpec
 from agentloop.workflows.failures import (
-    LOCAL_FAILURES,
     attempts_made,
     describe_failure,
-    local_failure,
     never_started,
     tool_failure_class,
 )
@@ -48,7 +47,6 @@ def start_tool(
     spec: ToolSpec,
     principal: Principal,
     idempotency_key: str,
-    local: bool,
     reply: InputReply | None = None,
 ) -> workflow.ActivityHandle[Any]:
     """`reply`: a person's answer to what the call's tool asked when it last ran (agentloop's
@@ -72,15 +70,6 @@ def start_tool(
                 maximum_attempts=1 if is_write else spec.max_attempts,
                 non_retryable_error_types=DEFINITIVE_REMOTE_ERRORS,
             ),
-            summary=summary,
-        )
-    if local:
-        return workflow.start_local_activity(
-            RUN_TOOL,
-            tool_input(call, principal, idempotency_key, reply=reply),
-            result_type=ToolResult,
-            start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
-            retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts),
             summary=summary,
         )
     return workflow.start_activity(
@@ -114,7 +103,7 @@ async def tool_outcome(
             return result
         # Read (whatever it is) and bounded by agentloop's worker: a write then always ends
         # succeeded, even when no one can read what it said it did.
-        read: ToolResult = await workflow.execute_local_activity(
+        read: ToolResult = await workflow.execute_activity(
             FRAME_TEAM_ANSWER,
             args=[team_answer_of(call), value],
             result_type=ToolResult,
@@ -123,8 +112,7 @@ async def tool_outcome(
             summary=f"frame {call.name} · {call.call_id}",
         )
         return read
-    except LOCAL_FAILURES as caught:
-        exc = local_failure(caught)
+    except ActivityError as exc:
         if never_started(exc):
             return ToolFailure(
                 call.call_id,

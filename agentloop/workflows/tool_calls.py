@@ -87,8 +87,7 @@ def _not_checked(exc: ActivityError) -> str:
 
 async def run_tools(state: LoopState, step: RunTools, deadline: RunDeadline) -> None:
     run = loop.start_tools(state, step, workflow.now())
-    if not run.local:
-        visibility.waiting(state)
+    visibility.waiting(state)
     if run.children:
         await run_with_children(state, step, run.children)
         return
@@ -99,20 +98,14 @@ async def run_tools(state: LoopState, step: RunTools, deadline: RunDeadline) -> 
             spec,
             state.run_input.principal,
             run.idempotency_keys[call.call_id],
-            run.local,
             run.replies.get(call.call_id),
         )
 
     # Reads stop for a cancel or the deadline; a write, once started, is never cut short.
-    # Local reads are bounded by their own short timeout, not raced against a deadline
-    # timer: a timer started beside them and cancelled by their result may or may not reach
-    # history, depending on whether Temporal hands the result back in the same workflow task,
-    # and a replay that decides otherwise diverges (seen under load: TimerStarted in history,
-    # none on replay).
     reads = all(spec.effect == "read" for _, spec in step.calls)
 
     async def wait(handles: list[workflow.ActivityHandle[Any]]) -> bool:
-        return not reads or await deadline.wait_for(handles, race=not run.local)
+        return not reads or await deadline.wait_for(handles)
 
     started = await _started_within_history(step, start, wait)
     if started is None or not await wait(list(started.values())):

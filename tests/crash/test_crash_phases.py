@@ -61,7 +61,7 @@ from tests.crash.crashing import (
     run_input,
     task_identities,
 )
-from tests.support import local_activity_type, wait_for_phase, wait_for_status, wait_until
+from tests.support import wait_for_phase, wait_for_status, wait_until
 from tests.tools.test_delegate import child_waiting_for_approval, delegation_result, parent_input
 
 pytestmark = pytest.mark.integration
@@ -352,68 +352,6 @@ class DuringAnOutcomeLookup(Phase):
         assert lookup == (2, run.second)
 
 
-# --- (h) during a batch of local reads -----------------------------------------------------
-
-
-class DuringABatchOfLocalReads(Phase):
-    """The batch runs again, each read once more and under its own id."""
-
-    tools = ("get_weather",)
-    slow_http = True
-
-    def scripts(self, run_id: str) -> list[Script]:
-        return [
-            Script(
-                name=run_id,
-                turns=[
-                    ScriptTurn(
-                        tool_calls=[
-                            call("call_sh", "get_weather", {"city": "Shanghai", "date": DATE}),
-                            call("call_bj", "get_weather", {"city": "Beijing", "date": DATE}),
-                        ],
-                        expect_tool_results={"call_sh": "Shanghai", "call_bj": "Beijing"},
-                    ),
-                    ScriptTurn(text="{{call_sh.city}} and {{call_bj.city}}"),
-                ],
-            )
-        ]
-
-    def prepare(self, service: ExampleService) -> None:
-        # Local reads run inside the workflow task: the worker dies holding it, both reads in
-        # flight (within the local reads' 5 s timeout).
-        service.set_delay("weather", 4_000)
-
-    async def until_killed(self, run: Crash) -> None:
-        await wait_until(
-            lambda: counts(run.service)["weather"] == 2, "both reads to reach the service"
-        )
-
-    async def check(self, run: Crash, result: AgentRunResult) -> None:
-        assert result.status == "completed", result.stop_reason
-        assert result.output == "Shanghai and Beijing"
-        assert {c.call_id: c.status for c in result.calls} == {
-            "call_sh": "succeeded",
-            "call_bj": "succeeded",
-        }
-        assert (result.usage.model_calls, result.usage.tool_calls) == (2, 2)
-        # The lost attempts were abandoned unanswered; the batch ran again, each read once.
-        statuses = [r["status"] for r in requests_to(run.service, "weather")]
-        assert statuses == [None, None, 200, 200]
-        # Each result went back under its own call id.
-        last = run.model.requests[-1]["body"]["messages"]
-        tool_messages = {m["tool_call_id"]: m["content"] for m in last if m["role"] == "tool"}
-        assert set(tool_messages) == {"call_sh", "call_bj"}
-        assert "Shanghai" in tool_messages["call_sh"] and "Beijing" in tool_messages["call_bj"]
-        assert "Beijing" not in tool_messages["call_sh"]
-        assert "Shanghai" not in tool_messages["call_bj"]
-        events = await history(run.handle)
-        # The workflow task the reads ran in was lost with the worker (that is how a local
-        # activity's attempt is lost); the batch was recorded once, still local, by the new one.
-        assert lost_workflow_tasks(events, run.killed) == ["TIMEOUT_TYPE_START_TO_CLOSE"]
-        assert sum(local_activity_type(e) == "run_tool" for e in events) == 2
-        assert activity_attempts(events, "run_tool") == []
-
-
 # --- (i) while a delegated child run writes ------------------------------------------------
 
 
@@ -668,7 +606,6 @@ PHASES = [
     pytest.param(WhileAReplyAwaitsApproval(), id="killed-while-awaiting-approval"),
     pytest.param(WhileAwaitingReconciliation(), id="killed-while-awaiting-reconciliation"),
     pytest.param(DuringAnOutcomeLookup(), id="killed-during-an-outcome-lookup"),
-    pytest.param(DuringABatchOfLocalReads(), id="killed-during-a-batch-of-local-reads"),
     pytest.param(WhileAChildRunWrites(), id="killed-while-a-child-run-writes"),
     pytest.param(RightAfterAContinueAsNew(), id="killed-right-after-a-continue-as-new"),
     pytest.param(ServerRestartedMidRun(), id="server-restarted-mid-run"),

@@ -87,55 +87,6 @@ async def test_sigkill_while_a_read_is_in_flight(
     ]
 
 
-async def test_sigkill_while_a_local_read_is_in_flight(
-    temporal_env: WorkflowEnvironment,
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    tmp_path: Path,
-    run_id: str,
-) -> None:
-    """A local read runs inside the workflow task: the lost worker's task times out, the next
-    worker replays the run and runs the read again (a read may be redone), once."""
-    task_queue = f"crash-local-{uuid.uuid4().hex[:8]}"
-    settings = worker_settings.model_copy(update={"task_queue": task_queue})
-    env = worker_env(client, settings, tmp_path / "store.db")
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(
-                            id="call_weather",
-                            name="get_weather",
-                            arguments={"city": "Shanghai", "date": "2026-12-01"},
-                        ),
-                    ],
-                    expect_tool_results={"call_weather": "Shanghai"},
-                ),
-                ScriptTurn(text="{{call_weather.city}}"),
-            ],
-        )
-    )
-    run_input = AgentRunInput(
-        task="weather", provider="openai-chat", model=run_id, tools=["get_weather"]
-    )
-    result = await killed_mid_read(
-        client, settings, env, run_id, run_input, scripted_provider, example_service, "weather"
-    )
-
-    assert result.status == "completed", result.stop_reason
-    assert result.output == "Shanghai"
-    assert [(c.call_id, c.status) for c in result.calls] == [("call_weather", "succeeded")]
-    # The lost attempt ran again on the new worker; nothing ran a third time.
-    assert example_service.stats()["counts"]["weather"] == 2
-    assert scripted_provider.violations == []
-    last = scripted_provider.requests[-1]["body"]["messages"]
-    assert [m["tool_call_id"] for m in last if m["role"] == "tool"] == ["call_weather"]
-
-
 async def killed_mid_read(
     client: Client,
     settings: Settings,

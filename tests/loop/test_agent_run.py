@@ -25,7 +25,7 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.worker import BoundedUpdatesRunner, running_worker, workflow_runner
-from tests.support import deadline_timers, local_activity_type, start_run, wait_for_phase
+from tests.support import deadline_timers, scheduled_activity_types, start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -121,14 +121,14 @@ async def test_one_tool_call_result_comes_back_under_its_id(
     assert [e.event_type for e in history.events].count(EventType.EVENT_TYPE_TIMER_STARTED) == 1
 
 
-async def test_a_new_run_marks_its_feature_set_once_and_reads_tool_specs_locally(
+async def test_a_new_run_records_no_marker_and_runs_each_step_as_an_activity(
     client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
 ) -> None:
-    """One patch marker (and one `TemporalChangeVersion` upsert) stands for every behaviour of
-    the feature set, and the tool specs come from a local activity: no activity task, no
-    extra workflow task. What a run with one tool turn costs in history is counted, with its
-    stream off: the shape it had before streams (a publish from the model activity is a
-    signal, and a workflow task)."""
+    """No patch marker (the first release is the baseline) and no local activity (a query
+    answered while one ran could split its workflow task, and replay then diverges): the
+    start, each model call and each tool call are ordinary activities. What a run with one
+    tool turn costs in history is counted, with its stream off: the shape it had before
+    streams (a publish from the model activity is a signal, and a workflow task)."""
     scripted_provider.register(
         Script(
             name=run_id,
@@ -148,29 +148,19 @@ async def test_a_new_run_marks_its_feature_set_once_and_reads_tool_specs_locally
         for e in events
         if e.HasField("marker_recorded_event_attributes")
     ]
-    patches = [
-        json.loads(m.details["patch-data"].payloads[0].data)["id"]
-        for m in markers
-        if m.marker_name == "core_patch"
-    ]
-    assert patches == []
-    local = [local_activity_type(e) for e in events if local_activity_type(e)]
-    assert local == ["describe_run", "run_tool"]
-    scheduled = [
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    ]
-    assert scheduled == ["call_model", "call_model_by_ref"]
+    assert markers == []
+    scheduled = scheduled_activity_types(events)
+    assert scheduled == ["describe_run", "call_model", "run_tool", "call_model_by_ref"]
     kinds = [EventType.Name(e.event_type) for e in events]
-    assert kinds.count("EVENT_TYPE_WORKFLOW_TASK_COMPLETED") == 3
+    # One workflow task to start, then one as each activity comes back.
+    assert kinds.count("EVENT_TYPE_WORKFLOW_TASK_COMPLETED") == 5
     versions = [
         e
         for e in events
         if "TemporalChangeVersion"
         in e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
     ]
-    assert len(versions) == 1
+    assert versions == []
     assert len(events) == 23, kinds
 
 

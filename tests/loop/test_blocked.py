@@ -125,4 +125,3 @@ def test_a_completion_nothing_checked_says_it_is_unverified() -> None:
     result = loop.record_finish(state, loop.decide(state, T0))  # type: ignore[arg-type]
     assert (result.status, result.verified, result.verified_by) == ("completed", False, None)
     assert "Verified: no (no completion_check configured" in result.report
-

@@ -37,7 +37,14 @@ from agentloop.workflows.loop import Finish, LookupOutcome, RunTools
 from agentloop.workflows.loop.state import LoopState
 from agentloop.workflows.loop.views import facts, side_effects
 from tests.loop.test_blocked_runs import booking
-from tests.loop.test_governance import decision, new_state, pass_preconditions, reserve
+from tests.loop.test_governance import (
+    decide,
+    decision,
+    new_state,
+    pass_preconditions,
+    reserve,
+    resolve,
+)
 from tests.loop.test_loop import T0, model_turn, run_step, tool_output
 from tests.operations.test_cli import agentloop as agentloop_cli
 from tests.operations.test_cli import process_env
@@ -52,7 +59,7 @@ def test_an_approval_is_recorded_as_fields_and_the_sentence_is_only_written() ->
     pass_preconditions(state)
     decided = decision(state, "w1").model_copy(update={"reason": "seat is free"})
 
-    assert loop.receive_decision(state, decided, LATER).accepted
+    assert decide(state, decided, LATER).accepted
 
     record = state.calls["w1"]
     assert record.approval == ApprovalRecord(
@@ -83,7 +90,7 @@ def test_a_rejection_is_in_the_result_and_the_stop_report_as_fields() -> None:
     model_turn(state, tool_output(reserve("w1")))
     pass_preconditions(state)
     rejected = decision(state, "w1", approved=False).model_copy(update={"reason": "full"})
-    loop.receive_decision(state, rejected, LATER)
+    decide(state, rejected, LATER)
 
     step = loop.decide(state, T0)
     assert isinstance(step, Finish) and (step.status, step.cause) == ("rejected", "rejected")
@@ -108,7 +115,7 @@ def test_an_operators_word_on_an_unknown_write_is_recorded_as_fields() -> None:
     state = new_state()
     model_turn(state, tool_output(reserve("w1")))
     pass_preconditions(state)
-    loop.receive_decision(state, decision(state, "w1"), T0)
+    decide(state, decision(state, "w1"), T0)
     step = loop.decide(state, T0)
     assert isinstance(step, RunTools)
     loop.start_tools(state, step, T0)
@@ -117,7 +124,7 @@ def test_an_operators_word_on_an_unknown_write_is_recorded_as_fields() -> None:
     loop.record_outcome(state, "w1", Outcome(state="unknown"), T0)
 
     request = ResolveRequest(call_id="w1", outcome="applied", operator="ops", note="seen in db")
-    assert loop.record_resolution(state, request, LATER) is None
+    assert resolve(state, request, LATER) is None
 
     record = state.calls["w1"]
     assert record.resolution == ResolutionRecord(

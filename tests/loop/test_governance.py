@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
 from agentloop.activity_io import PreconditionResult
-from agentloop.contract import AgentRunInput, ApprovalDecision, PendingCall, Principal
+from agentloop.contract import (
+    AgentRunInput,
+    ApprovalDecision,
+    ApprovalVerdict,
+    PendingCall,
+    Principal,
+    ResolveRequest,
+)
 from agentloop.events import ToolResult
 from agentloop.policies import approval
 from agentloop.tool_spec import ToolSpec
@@ -75,6 +82,24 @@ def decision(
     )
 
 
+def decide(state: LoopState, asked: ApprovalDecision, at: datetime) -> ApprovalVerdict:
+    """A decision as the run takes it: received, then (held for the worker's check) checked
+    by a worker that accepts it."""
+    held = loop.receive_decision(state, asked, at)
+    if isinstance(held, ApprovalVerdict):
+        return held
+    return loop.record_checked_decision(state, held, "", None, at)
+
+
+def resolve(state: LoopState, request: ResolveRequest, at: datetime) -> str | None:
+    """An operator's `resolve` as the run takes it: received, then checked by a worker that
+    accepts it; why it was refused, if it was."""
+    refused = loop.record_resolution(state, request, at)
+    for held in loop.decisions_to_check(state):
+        refused = loop.record_checked_resolution(state, held, "", None, at)
+    return refused
+
+
 def pass_preconditions(state: LoopState) -> None:
     step = loop.decide(state, T0)
     assert isinstance(step, CheckPreconditions)
@@ -95,7 +120,7 @@ def test_missing_scope_denies_the_whole_batch_and_answers_every_call_id() -> Non
 
 def test_a_read_and_a_gated_write_the_read_runs_the_write_waits() -> None:
     state = new_state()
-    model_turn(state, tool_output(reserve("w1"), call("r1", "check_workshop", workshop_id="x")))
+    model_turn(state, tool_output(call("r1", "check_workshop", workshop_id="x"), reserve("w1")))
     pass_preconditions(state)
     assert run_step(state) == ["r1"]
     step = loop.decide(state, T0)
@@ -115,7 +140,7 @@ def test_an_approved_write_runs_once_then_the_model_sees_all_results() -> None:
     state = new_state()
     model_turn(state, tool_output(reserve("w1")))
     pass_preconditions(state)
-    assert loop.receive_decision(state, decision(state, "w1"), T0).accepted
+    assert decide(state, decision(state, "w1"), T0).accepted
     assert state.calls["w1"].decision == "approved by lead"
     assert run_step(state) == ["w1"]
     assert loop.decide(state, T0) == CallModel(turn=2)
@@ -135,7 +160,7 @@ def test_decisions_that_do_not_count_change_nothing_and_are_recorded(make, why) 
     state = new_state()
     model_turn(state, tool_output(reserve("w1")))
     pass_preconditions(state)
-    verdict = loop.receive_decision(state, make(state), T0)
+    verdict = decide(state, make(state), T0)
     assert not verdict.accepted and why in verdict.reason
     assert why in state.refused_decisions[0].refused_because
     assert isinstance(loop.decide(state, T0), AwaitApproval)
@@ -145,8 +170,8 @@ def test_a_second_decision_on_the_same_call_is_refused() -> None:
     state = new_state()
     model_turn(state, tool_output(reserve("w1")))
     pass_preconditions(state)
-    loop.receive_decision(state, decision(state, "w1", approved=False), T0)
-    later = loop.receive_decision(state, decision(state, "w1", approved=True), T0)
+    decide(state, decision(state, "w1", approved=False), T0)
+    later = decide(state, decision(state, "w1", approved=True), T0)
     assert not later.accepted and "already decided" in later.reason
 
 
@@ -154,7 +179,7 @@ def test_rejection_stops_the_run_and_the_write_never_runs() -> None:
     state = new_state()
     model_turn(state, tool_output(reserve("w1")))
     pass_preconditions(state)
-    loop.receive_decision(state, decision(state, "w1", approved=False), T0)
+    decide(state, decision(state, "w1", approved=False), T0)
     step = loop.decide(state, T0)
     assert isinstance(step, Finish) and step.status == "rejected"
     assert "w1" in step.stop_reason and "lead" in step.stop_reason
@@ -166,13 +191,13 @@ def test_a_rejected_action_is_never_run_again_under_another_name() -> None:
     model_turn(
         state, tool_output(call("s1", "send_reply", ticket_id="T-1", recipient="a@x", body="hi"))
     )
-    loop.receive_decision(state, decision(state, "s1", approved=False, approver="ops"), T0)
+    decide(state, decision(state, "s1", approved=False, approver="ops"), T0)
     # send_reply says tell_model: the rejection goes back to the model and the run goes on.
     assert loop.decide(state, T0) == CallModel(turn=2)
     assert state.outbox[0].status == "rejected"  # type: ignore[union-attr]
     model_turn(state, tool_output(reserve("w1")))
     pass_preconditions(state)
-    loop.receive_decision(state, decision(state, "w1", approved=False), T0)
+    decide(state, decision(state, "w1", approved=False), T0)
     assert isinstance(loop.decide(state, T0), Finish)
     # The same reservation under another tool name for the same action is refused outright.
     state = new_state()
@@ -188,7 +213,7 @@ def test_changed_arguments_need_a_new_approval() -> None:
     state = new_state()
     first = call("s1", "send_reply", ticket_id="T-1", recipient="dana@example.com", body="hi")
     model_turn(state, tool_output(first))
-    loop.receive_decision(state, decision(state, "s1"), T0)
+    decide(state, decision(state, "s1"), T0)
     run_step(state)
     changed = call("s2", "send_reply", ticket_id="T-1", recipient="eve@evil.test", body="hi")
     model_turn(state, tool_output(changed))
@@ -196,7 +221,7 @@ def test_changed_arguments_need_a_new_approval() -> None:
     assert isinstance(step, AwaitApproval) and step.call_ids == ["s2"]
     # The approval of s1 cannot be replayed for s2: the digest it names is s1's.
     stale = decision(state, "s2", digest=state.calls["s1"].args_digest)
-    assert not loop.receive_decision(state, stale, T0).accepted
+    assert not decide(state, stale, T0).accepted
 
 
 def test_approval_timeout() -> None:
@@ -215,7 +240,7 @@ def test_time_waiting_for_a_human_does_not_count_against_the_deadline() -> None:
     state = new_state(limits={"deadline_seconds": 100})
     model_turn(state, tool_output(reserve("w1")))
     pass_preconditions(state)
-    loop.receive_decision(state, decision(state, "w1"), T0 + timedelta(seconds=3600))
+    decide(state, decision(state, "w1"), T0 + timedelta(seconds=3600))
     loop.record_pause(state, 3600)
     assert run_step(state) == ["w1"]
     assert loop.decide(state, T0 + timedelta(seconds=3650)) == CallModel(turn=2)

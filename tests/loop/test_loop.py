@@ -155,18 +155,6 @@ def test_a_tool_not_whitelisted_for_the_run_is_unknown() -> None:
     assert isinstance(result, ToolResult) and result.error_class == "unknown_tool"
 
 
-def test_reads_run_first_then_writes_one_at_a_time_in_model_order() -> None:
-    state = new_state()
-    calls = [call("w2", "reserve_seat"), call("r1", "get_train_status"), call("w1", "reserve_seat")]
-    model_turn(state, tool_output(*calls))
-    assert run_step(state) == ["r1"]
-    assert run_step(state) == ["w2"]
-    assert run_step(state) == ["w1"]
-    assert [r.call_id for r in state.outbox] == ["w2", "r1", "w1"]
-    assert state.calls["w1"].idempotency_key.endswith("/w1")
-    assert state.calls["r1"].idempotency_key == ""
-
-
 def test_results_are_recorded_by_call_id_not_position() -> None:
     state = new_state()
     a, b = call("call_a", "get_train_status"), call("call_b", "get_weather", city="X", date="d")

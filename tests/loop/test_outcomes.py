@@ -25,6 +25,7 @@ from agentloop.workflows.loop import (
     LoopState,
     RunTools,
 )
+from tests.loop.test_governance import resolve
 from tests.loop.test_loop import T0, call, model_turn, tool_output
 
 SEND = ToolSpec(name="send_reply", effect="write", has_outcome_lookup=True)
@@ -124,15 +125,13 @@ def test_an_inconclusive_lookup_waits_then_resolve_applied_continues_without_a_r
     [shown] = loop.unresolved(state)
     assert shown.idempotency_key == "wf-7/w1" and "503" in shown.known
     assert shown.arguments == {"ticket_id": "T-1", "body": "hi"}
-    refused = loop.record_resolution(
-        state, ResolveRequest(call_id="nope", outcome="applied", operator="op"), T0
-    )
+    refused = resolve(state, ResolveRequest(call_id="nope", outcome="applied", operator="op"), T0)
     assert refused is not None
     [record] = state.refused_decisions
     assert isinstance(record, RefusedResolution)
     assert (record.signal, record.call_id) == ("resolve", "nope")
     assert (
-        loop.record_resolution(
+        resolve(
             state, ResolveRequest(call_id="w1", outcome="applied", operator="op", note="seen"), T0
         )
         is None
@@ -146,9 +145,7 @@ def test_resolve_not_applied_tells_the_model_it_failed() -> None:
     state = new_state()
     attempt(state)
     lookup(state, Outcome(state="unknown"))
-    loop.record_resolution(
-        state, ResolveRequest(call_id="w1", outcome="not_applied", operator="op"), T0
-    )
+    resolve(state, ResolveRequest(call_id="w1", outcome="not_applied", operator="op"), T0)
     assert loop.decide(state, T0) == CallModel(turn=2)
     assert state.calls["w1"].status == "failed"
 

@@ -99,4 +99,3 @@ def test_declared_polling_is_not_a_stall_until_its_limit() -> None:
     assert notes(state) == [] and isinstance(loop.decide(state, T0), CallModel)
     turn(state, "p9", "job_status", '{"state": "running"}', job="j1")
     assert notes(state), "past its poll limit a polling tool is flagged like any other"
-

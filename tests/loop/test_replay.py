@@ -180,4 +180,3 @@ async def test_unreadable_files_are_reported_not_raised(tmp_path: Path) -> None:
         f"ERROR  {missing}: cannot read it: No such file or directory",
     ]
     assert not any(r.ok for r in reports)
-

@@ -395,14 +395,14 @@ def test_the_name_check_finds_a_spelled_name() -> None:
 async def run_tool(request): ...
 @activity.defn(name=RUN_TOOL)
 async def run(request):
-    await workflow.execute_local_activity("frame_tool_output", request)
+    await workflow.execute_activity("frame_team_answer", request)
     await workflow.execute_activity(MODEL_CALL, request)
     await workflow.defn(name="AgentRun")
     await _ask_worker(execute, "describe_run", request)
     return helper("describe_run_later", request.note)
 """
     found = sorted(spelled_activity_names(ast.parse(source), frozenset({"describe_run"})))
-    assert found == [(2, "run_tool"), (6, "frame_tool_output"), (9, "describe_run")]
+    assert found == [(2, "run_tool"), (6, "frame_team_answer"), (9, "describe_run")]
 
 
 BUILTIN_TOOL_NAMES = frozenset(

@@ -129,4 +129,3 @@ async def test_the_inbox_lists_waiting_runs_from_their_memo_with_no_worker_to_as
         results = [await book.result(), await ask.result()]
     assert [r.status for r in results] == ["completed", "completed"]
     assert [await memo_of(book), await memo_of(ask)] == [None, None]
-

@@ -6,7 +6,6 @@ run as they did."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -29,7 +28,7 @@ from agentloop.runtime.signing import (
 )
 from agentloop.worker import running_worker
 from tests.operations.test_cli import agentloop, assert_no_traceback, process_env
-from tests.support import local_activity_type
+from tests.support import activity_result
 from tests.tools.test_delegate import call
 
 DANA = Principal(subject="dana", tenant="acme", scopes=["orders:read"])
@@ -145,11 +144,10 @@ async def test_a_run_with_its_principal_signed_for_it_starts(
     )
     result = await handle.result()
     assert result.status == "completed", result.stop_reason
-    # The worker's verdict is in history (a marker of the local activity), for replay.
+    # The worker's verdict is in history (the describe_run activity's result), for replay.
     events = [e async for e in handle.fetch_history_events()]
-    (described,) = [e for e in events if local_activity_type(e) == "describe_run"]
-    result_payload = described.marker_recorded_event_attributes.details["result"].payloads[0]
-    assert json.loads(result_payload.data)["principal"] == {"problem": "", "signer": "front"}
+    described = activity_result(events, "describe_run")
+    assert described["principal"] == {"problem": "", "signer": "front"}
 
 
 @pytest.mark.integration

@@ -126,9 +126,6 @@ def test_a_tool_that_does_not_say_its_effect_is_a_write() -> None:
         "charge", activity="charge", task_queue="team", parameters={}, description="Charge."
     )
     assert activity.spec.effect == "write"
-    # A local tool runs again when its worker is lost: only a read, said so, may be one.
-    with pytest.raises(ToolDefinitionError, match=r'only a read may be local.*effect="read"'):
-        agentloop.tool(local=True)(charge_card)
 
 
 async def test_the_handler_precondition_and_lookup_take_the_same_arguments() -> None:
@@ -181,7 +178,6 @@ def test_what_cannot_be_a_tool_is_refused_with_the_function_named() -> None:
             lambda: agentloop.tool(effect="read", lookup_outcome=_refunded)(forecast.function),
             "only a write",
         ),
-        (lambda: agentloop.tool(local=True, effect="write")(forecast.function), "only a read"),
     ]
     for declare, problem in cases:
         with pytest.raises(ToolDefinitionError, match=problem.replace("*", r"\*")) as caught:

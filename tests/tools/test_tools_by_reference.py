@@ -25,7 +25,10 @@ WEATHER = {"city": "Shanghai", "date": "2026-12-01"}
 async def test_specs_stored_once_are_found_by_any_worker(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "store.db")
     try:
-        specs = [ToolSpec(name="get_weather", local=True), ToolSpec(name="reserve", effect="write")]
+        specs = [
+            ToolSpec(name="get_weather", effect="read"),
+            ToolSpec(name="reserve", effect="write"),
+        ]
         ref = await ToolSpecCache().put(store, specs)
         assert ref == await ToolSpecCache().put(store, list(specs))  # content-addressed
         # A worker that did not store them reads them from the store.

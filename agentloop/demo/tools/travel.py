@@ -33,7 +33,7 @@ async def get_train_status(ctx: ToolContext[ExampleDeps], args: TrainStatusArgs)
     return await ctx.deps.example.get_json(f"/travel/trains/{number}", {"date": args.date})
 
 
-@tool(effect="read", local=True)
+@tool(effect="read")
 async def get_weather(ctx: ToolContext[ExampleDeps], args: WeatherArgs) -> Any:
     """Weather forecast for a city on a date."""
     city = quote(args.city, safe="")

@@ -70,7 +70,6 @@ from agentloop.workflows.loop.tool_step import (
     record_outcome,
     record_preconditions,
     record_tool_results,
-    runs_locally,
     start_tools,
 )
 from agentloop.workflows.loop.views import (
@@ -139,7 +138,6 @@ __all__ = [
     "record_texts_stored",
     "record_tool_results",
     "record_verdict",
-    "runs_locally",
     "side_effects",
     "start_model_call",
     "start_tools",

@@ -45,8 +45,6 @@ class ToolsToRun:
     """Call id -> the key a write carries ("" for a read)."""
     children: dict[str, AgentRunInput]
     """`delegate` calls -> the input of the child run each starts."""
-    local: bool
-    """Every call is a read its tool declares `local`: they run as local activities."""
     replies: dict[str, InputReply] = field(default_factory=dict)
     """Calls going on with a person's reply to what their tool asked -> the reply."""
 

@@ -7,7 +7,6 @@ of a write whose outcome was unknown.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from datetime import datetime
 from typing import assert_never
 
@@ -15,7 +14,7 @@ from agentloop.activity_io import InputReply, PreconditionResult
 from agentloop.contract import Reconciliation
 from agentloop.events import ToolResult
 from agentloop.policies.bounds import clipped
-from agentloop.tool_spec import Outcome, ToolSpec, bounded_record
+from agentloop.tool_spec import Outcome, bounded_record
 from agentloop.workflows.loop import results
 from agentloop.workflows.loop.delegation import child_result, start_delegations
 from agentloop.workflows.loop.exchange import ChildOutcome, ToolFailure, ToolOutcome, ToolsToRun
@@ -94,7 +93,6 @@ def start_tools(state: LoopState, step: RunTools, now: datetime) -> ToolsToRun:
     return ToolsToRun(
         idempotency_keys={c.call_id: state.calls[c.call_id].idempotency_key for c, _ in step.calls},
         children=children,
-        local=not children and runs_locally(state, [spec for _, spec in step.calls]),
         replies=replies,
     )
 
@@ -106,14 +104,6 @@ def idempotency_key(state: LoopState, call_id: str) -> str:
     if state.run_chain:
         return f"{state.workflow_id}/{state.run_chain[0]}/{call_id}"
     return f"{state.workflow_id}/{call_id}"
-
-
-def runs_locally(state: LoopState, specs: Iterable[ToolSpec]) -> bool:
-    """A batch made only of reads their tools declare `local` runs as Temporal local
-    activities, inside the workflow task. A mixed batch does not: its activities are only
-    scheduled when the workflow task ends, which waits for the local ones, so nothing would
-    run side by side."""
-    return all(spec.local and spec.effect == "read" for spec in specs)
 
 
 def record_tool_results(
