@@ -2,7 +2,7 @@
 
 Each scenario runs on a throw-away dev stack with the scripted provider and is saved as the
 JSON Temporal exports. Never edit the files by hand: record them again after an intended change
-of workflow commands (and guard that change with `workflow.patched`, see README).
+of workflow commands (for a change to runs already in flight, see docs/guides/upgrading.md).
 """
 
 from __future__ import annotations
@@ -100,16 +100,16 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
             ScriptTurn(text="{{call_w.condition}} in Shanghai."),
         ],
     )
-    local = Script(
-        name="replay-local-reads",
+    reads = Script(
+        name="replay-reads",
         turns=[
-            ScriptTurn(  # only local reads: local activities
+            ScriptTurn(  # only reads: one batch
                 tool_calls=[
                     ScriptedToolCall(id="call_w1", name="get_weather", arguments=WEATHER),
                     ScriptedToolCall(id="call_w2", name="get_weather", arguments=BEIJING),
                 ]
             ),
-            ScriptTurn(  # mixed with an activity: all of them activities
+            ScriptTurn(  # a read of another tool beside them
                 tool_calls=[
                     ScriptedToolCall(id="call_t", name="get_train_status", arguments=TRAIN),
                     ScriptedToolCall(id="call_w3", name="get_weather", arguments=WEATHER),
@@ -357,8 +357,6 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
         "travel_unstreamed": ([], {"model": "travel", "stream": False}),
         "travel_responses": ([], {"model": "travel", "provider": "openai-responses"}),
         "travel_anthropic": ([], {"model": "travel", "provider": "anthropic"}),
-        # Recorded after the `builtin-tools` patch: carries its marker.
-        "travel_builtin_tools": ([], {"model": "travel", "provider": "openai-responses"}),
         "invalid_calls": ([invalid], {"model": invalid.name}),
         "limit_reached": ([looping], {"model": looping.name, "limits": Limits(max_model_calls=2)}),
         "delegate": (
@@ -369,26 +367,20 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
                 "tools": ["delegate", "get_weather"],
             },
         ),
-        # Recorded after the `local-reads` patch.
-        "local_reads": ([local], {"model": local.name}),
-        # Recorded after tool specs went by reference (`call_model_by_ref` from turn 2).
+        # Tool specs by reference (`call_model_by_ref` from turn 2).
         "tools_by_reference": ([], {"model": "travel"}),
-        # Recorded after the `run-deadline-timer` patch: one timer for the run's deadline.
+        # One timer for the run's deadline.
         "run_deadline_timer": ([], {"model": "travel"}),
-        # Recorded after the `phase-when-waiting` patch, started with search attributes
+        # Started with search attributes
         # (`INDEXED`): the phase upserts are commands too.
-        "phase_when_waiting": ([local], {"model": local.name}),
-        # Recorded after the `features-2026-11` set: one patch marker for every behaviour,
-        # tool specs from a local activity.
-        "feature_set": ([local], {"model": local.name}),
-        # Recorded after the `features-2026-12` set: the tool's approval rule is evaluated by
+        "phase_when_waiting": ([reads], {"model": reads.name}),
+        # the tool's approval rule is evaluated by
         # the worker (with the precondition check) and the verdict recorded.
         "approval_rule_in_worker": ([noting], {"model": noting.name, "tools": ["note_for"]}),
-        # Recorded with the `features-2026-12b` set (after `indexed-however-started`: tools
-        # from `describe_run`): arguments nested past the bound are refused unparsed, so the
+        # Arguments nested past the bound are refused unparsed, so the
         # output is incomplete and neither of its calls runs.
         "bounded_arguments": ([bounded], {"model": bounded.name}),
-        # Recorded after `approvals-checked-by-worker`: the decision (sent by the update,
+        # The decision (sent by the update,
         # see `APPROVED`) is checked by the worker's `check_approval` before it counts.
         "approval_checked": (
             [reserving],
@@ -398,7 +390,7 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
                 "principal": {"subject": "p-alice", "scopes": ["workshops:write"]},
             },
         ),
-        # Recorded with the `features-2026-12j` set: the reservation is approved, commits and
+        # the reservation is approved, commits and
         # drops its answer, the lookup cannot say (see `SERVICE_TROUBLE`), and the operator's
         # `resolve` (see `RESOLVED`) is checked by the worker's `check_resolution` before it
         # settles the write.
@@ -410,39 +402,32 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
                 "principal": {"subject": "p-alice", "scopes": ["workshops:write"]},
             },
         ),
-        # Recorded after `indexed-however-started` joined `features-2026-12b`, started
-        # WITHOUT search attributes (not in `INDEXED`) on a server that has them: the run
+        # Started WITHOUT search attributes (not in `INDEXED`) on a server that has them: the run
         # reads its tools with `describe_run` and upserts them itself before its first
         # model call.
-        "indexed_however_started": ([local], {"model": local.name}),
-        # A local read failing on every attempt (see `SERVICE_TROUBLE`): timed out (the live
-        # run gets the timeout wrapped, its replay the bare timeout), or answered 503 until its
-        # retries ran out (the patch `local-activity-failures-handled`; before it, the run
-        # failed). Either way the model is told under the call's id and the run completes.
-        "local_read_timed_out": (
+        "indexed_however_started": ([reads], {"model": reads.name}),
+        # A read failing on every attempt (answered 503 until its retries ran out, see
+        # `SERVICE_TROUBLE`): the model is told under the call's id and the run completes.
+        "read_failed": (
             [weather_only],
             {"model": weather_only.name, "tools": ["get_weather"]},
         ),
-        "local_read_failed": (
-            [weather_only],
-            {"model": weather_only.name, "tools": ["get_weather"]},
-        ),
-        # Recorded with the `features-2026-12c` set (`texts-by-reference`): the long task is
-        # stored (`store_texts`, a local activity) before the first model call, which names
+        # the long task is
+        # stored (`store_texts`) before the first model call, which names
         # it; past 20 events the run continues as new, carrying it by reference.
         "texts_by_reference": (
-            [local],
+            [reads],
             {
-                "model": local.name,
+                "model": reads.name,
                 "task": "Is train G1234 late, and the weather in Shanghai? " + "Context. " * 600,
                 "continue_as_new_after_events": 20,
             },
         ),
-        # Recorded with the `features-2026-12d` set (`tools-ask`): the tool asks a person
+        # the tool asks a person
         # first; the run waits `awaiting_input` (see `ANSWERED`), and the call runs again with
         # the person's message.
         "tools_ask": ([seating], {"model": seating.name, "tools": ["pick_seat"]}),
-        # Recorded with the `features-2026-12j` set (`notify-waiting`) on a worker with a
+        # On a worker with a
         # webhook (`notice_receiver`): the run starts the notice as it waits for approval,
         # without waiting on it, and is approved.
         "notify_waiting": (
@@ -453,17 +438,13 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
                 "principal": {"subject": "p-alice", "scopes": ["workshops:write"]},
             },
         ),
-        # Recorded with the `features-2026-12i` set (before `priced-cost-caps`): a cost cap on
-        # a model the worker has no price for. The run completes, every call costing 0; a run
-        # of a later set fails at start instead.
-        "unpriced_cost_cap": ([local], {"model": local.name, "limits": Limits(max_cost_usd=1.0)}),
-        # Recorded with the `features-2026-12e` set (`bounded-principal`): the principal's
+        # the principal's
         # size is checked at start, and the calls carry it as before.
         "bounded_principal": (
-            [local],
-            {"model": local.name, "principal": {"subject": "p-alice", "scopes": ["trains:read"]}},
+            [reads],
+            {"model": reads.name, "principal": {"subject": "p-alice", "scopes": ["trains:read"]}},
         ),
-        # Recorded with the `features-2026-12f` set (`continue-while-waiting`): refused
+        # refused
         # decisions arrive while the write waits for approval (see `FLOODED`), and past 30
         # events the run continues as new while it waits; the next run is approved.
         "continue_while_waiting": (
@@ -475,14 +456,14 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
                 "continue_as_new_after_events": 30,
             },
         ),
-        # Recorded with the `features-2026-12g` set (`bounded-schema-work`): the worker
+        # the worker
         # counts what checking against the output schema may cost (`describe_run`), and the
         # answer's check has its steps.
         "bounded_schema_work": (
             [answering],
             {"model": answering.name, "tools": [], "output_schema": {"type": "object"}},
         ),
-        # Recorded with the `features-2026-12h` set (`deadline-watch-resumes`): the child's
+        # the child's
         # write waits for its approver (see `CHILD_APPROVED_LATE`) past the parent's 3 s
         # deadline; the parent's deadline timer fires meanwhile, and starts again once the
         # child's wait is counted, before the parent's next read and model call.
@@ -496,7 +477,7 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
                 "limits": Limits(deadline_seconds=3),
             },
         ),
-        # Recorded with the `features-2026-12i` set: the ticket read sets the task state, four
+        # the ticket read sets the task state, four
         # questions in a row (see `ANSWERED`) leave it unchanged and are no stall
         # (`questions-not-stalls`: before it, the run stopped `stalled` after the fourth), then
         # two reads past `max_tool_calls` stop the run with both in the ledger
@@ -510,14 +491,14 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
                 "limits": Limits(max_tool_calls=2),
             },
         ),
-        # Recorded with the `features-2026-12i` set (`activity-tool-start-bounded`): a team's
+        # a team's
         # write on a queue no worker polls fails after its 1 s start timeout as never started,
         # is not looked up, and the model is told (before it, the run waited for ever).
         "activity_tool_start_bounded": (
             [posting],
             {"model": posting.name, "tools": ["post_notice"]},
         ),
-        # The card's own paths (recorded with `features-2026-12i`): an approved write whose
+        # The card's own paths: an approved write whose
         # answer was lost after the commit, found by its lookup (`confirmed_after_query`); one
         # refused before the commit, looked up absent and sent again under its key; one whose
         # lookup stays inconclusive until an operator resolves it (see `RESOLVED`); one its
@@ -543,7 +524,7 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
                 "principal": {"subject": "agent-7", "scopes": ["tickets:read", "tickets:write"]},
             },
         ),
-        # Recorded with `run-stream` in `features-2026-12j`: the travel case with its stream
+        # the travel case with its stream
         # on (the model activity's publish signals are in the history; the workflow's own
         # items issue no command).
         "run_stream": ([], {"model": "travel"}),
@@ -553,16 +534,16 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
             [booking_remote],
             {"model": booking_remote.name, "tools": ["book_seat_remote"]},
         ),
-        # Recorded with the `features-2026-12j` set (`blocked-not-completed`): after a read, the
+        # after a read, the
         # model calls `give_up` beside another read, which does not run, and the run stops
         # `blocked` with its reason (before it, `give_up` was an unknown tool: the model was
         # told so and called again).
         "blocked": ([giving_up], {"model": giving_up.name}),
-        # Recorded with the `features-2026-12j` set (`recheck-after-wait`): ws-101 has one
+        # ws-101 has one
         # seat left when the write is checked; someone else takes it while the write waits
         # for approval (see `TAKEN_WHILE_WAITING`), and once approved the write's precondition
         # is checked again, fails, and the model is told; the write never runs.
-        # Recorded with the `features-2026-12j` set (`exact-count-when-bound-binds`): a
+        # a
         # 1,500-token cap and a 2.1 KB task; the bound on the first call's input (a token a
         # byte) does not fit, the provider's count does, and the call is made again with it.
         "exact_count": (
@@ -574,7 +555,7 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
                 "limits": Limits(max_total_tokens=1500),
             },
         ),
-        # Recorded with the `features-2026-12k` set (`inbox-memo`), started with search
+        # Started with search
         # attributes: the run writes what it waits for in its memo as it waits for approval,
         # removes it once approved, writes it again for its two questions, again once the
         # first is answered (the wait goes on), and removes it when the second is.
@@ -604,9 +585,7 @@ def unknown_write(service: ExampleService) -> None:
 
 
 SERVICE_TROUBLE: dict[str, Callable[[ExampleService], None]] = {
-    # Past the local read's 5 s timeout (the dev stack's HTTP timeout is 30 s).
-    "local_read_timed_out": lambda service: service.set_delay("weather", 6_000),
-    "local_read_failed": lambda service: service.inject_fault("weather", "unavailable", 10),
+    "read_failed": lambda service: service.inject_fault("weather", "unavailable", 10),
     "write_confirmed_after_query": lambda service: service.inject_fault(
         "workshops.reserve", "commit_then_drop"
     ),
@@ -624,7 +603,6 @@ SERVICE_TROUBLE: dict[str, Callable[[ExampleService], None]] = {
 
 INDEXED = {
     "phase_when_waiting",
-    "feature_set",
     "approval_rule_in_worker",
     "bounded_arguments",
     "approval_checked",
