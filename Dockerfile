@@ -3,9 +3,9 @@
 # the container needs no network beyond Temporal, PostgreSQL, the example service and the model
 # APIs, and downloads nothing.
 #
-#   docker build -t agentloop:0.1.0 .
+#   docker build -t agentloop:1.0.0 .
 #   docker run --rm -e TEMPORAL_ADDRESS=host:7233 -e AGENTLOOP_CODEC_KEYS=k1:... \
-#       -e AGENTLOOP_APPROVER_KEYS=NAME=ed25519:... agentloop:0.1.0        # a worker
+#       -e AGENTLOOP_APPROVER_KEYS=NAME=ed25519:... agentloop:1.0.0        # a worker
 
 # The interpreter CI tests on (pyproject: requires-python >= 3.11); the slim Debian image keeps
 # the runtime small, and the psycopg/temporalio wheels bring their own native libraries.

@@ -247,14 +247,10 @@ async def _stream_items(
     every batch interval, never with its poll update.
 
     Why not the update (the SDK's `WorkflowStreamClient.subscribe`): an update is accepted in
-    history, and sdk-core orders it wrongly on replay when a query splits a workflow task
-    that has a local activity in flight (the query is answered and the task completed before
-    the activity's result reaches the workflow; live, the next task's update is accepted
-    before the commands that result leads to, on replay after them: TMPRL1100). A watched run
-    is also queried (`status`), and the run takes local activities in most tasks, so a watch
-    by update made some watched runs impossible to replay. A query writes nothing to history
-    (history also grows less) and follows continue-as-new by itself: it goes to the
-    workflow's newest run, which carries the stream."""
+    history, one per long poll, and a watch would grow the run's history with them. A query
+    writes nothing to history and follows continue-as-new by itself: it goes to the
+    workflow's newest run, which carries the stream. (A query can no longer split a run's
+    workflow task: the run takes no local activity, see docs/concepts/activities.md.)"""
     handle = client.get_workflow_handle(workflow_id)
     payloads = client.data_converter.payload_converter
     offset, idle = from_offset, 0

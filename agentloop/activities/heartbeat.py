@@ -21,10 +21,6 @@ async def keep_heartbeating(
     """Heartbeat every `every` seconds while the body runs, each beat carrying what
     `details()` says then (the progress a retry of the activity resumes from: Temporal
     hands the last details to the next attempt)."""
-    if activity.info().is_local:
-        # A local activity has no heartbeat: the workflow task it runs in is its lease.
-        yield
-        return
 
     async def beat() -> None:
         # The heartbeat timeout runs from the start: a body that ends within `every` (most

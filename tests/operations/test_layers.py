@@ -39,6 +39,7 @@ VOCABULARY = frozenset(
         "events",
         "pricing",
         "reporting",
+        "releases",
         "run_events",
         "search",
         "task_families",

@@ -1,11 +1,10 @@
-"""The loop as pure modules, with no Temporal in them: the state (`state`), the releases whose
-behaviour sets a run may ask for (`releases`), the steps `decide` can answer (`next_step`), the
-state table (`decide`), what stops a run (`stops`), a model output made a batch (`plan`), the folds
-that record what each step brought back, named by the step they serve (`model_step`, `tool_step`,
-`lifecycle`, with `settle`, `humans` and `delegation`), the results the runner writes itself
-(`results`), long texts by reference (`texts`), what a step exchanges with Temporal (`exchange`) and
-the read-only views (`views`). `decide` reads the state and imports no fold. This face hands on the
-names the workflow shell uses."""
+"""The loop as pure modules, with no Temporal in them: the state (`state`), the steps `decide`
+can answer (`next_step`), the state table (`decide`), what stops a run (`stops`), a model output
+made a batch (`plan`), the folds that record what each step brought back, named by the step
+they serve (`model_step`, `tool_step`, `lifecycle`, with `settle`, `humans` and `delegation`),
+the results the runner writes itself (`results`), long texts by reference (`texts`), what a
+step exchanges with Temporal (`exchange`) and the read-only views (`views`). `decide` reads the
+state and imports no fold. This face hands on the names the workflow shell uses."""
 
 from agentloop.workflows.loop.decide import decide
 from agentloop.workflows.loop.exchange import (

@@ -1,5 +1,5 @@
 """The behaviour sets of releases still in flight, for `workflow.patched` (see
-docs/guides/upgrading.md, "When a release changes what runs do").
+docs/guides/upgrading.md, "Changing workflow code safely").
 
 Release 1.0.0 is the baseline: every behaviour is simply the code, and no run asks
 `workflow.patched` for anything. A later release whose workflow code changes what runs already
