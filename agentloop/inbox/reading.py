@@ -177,9 +177,8 @@ async def waiting_items(
     client: Client, inputs: RunInputs, tenants: Sequence[str] | None
 ) -> list[WaitingItem]:
     """Everything waiting for a person in the runs of `tenants` (None: all), oldest first,
-    from one visibility list: each run as its memo says. A run that
-    keeps none (started before the feature), or whose memo left calls out, is asked its
-    `status`, at most `CONCURRENT_QUERIES` at a time."""
+    from one visibility list: each run as its memo says. A run whose memo is not there, or
+    left calls out, is asked its `status`, at most `CONCURRENT_QUERIES` at a time."""
     asking = asyncio.Semaphore(CONCURRENT_QUERIES)
 
     async def items(info: WorkflowExecutionInfo) -> list[WaitingItem]:

@@ -57,12 +57,10 @@ from agentloop.workflows.loop import (
 )
 from agentloop.workflows.startup import time_to_continue_as_new
 from agentloop.workflows.tool_activities import (
-    FRAME_TIMEOUT,
-    READ_ANSWER_RETRY,
     TOOL_HEARTBEAT,
     activity_tool_input,
+    read_team_answer,
     start_timeout,
-    team_answer_of,
     tool_input,
 )
 from agentloop.workflows.visibility import audit
@@ -406,13 +404,8 @@ async def _looked_up(state: LoopState, step: LookupOutcome) -> Outcome:
     except ActivityError as exc:
         return Outcome(state="unknown", record=f"lookup failed: {describe_failure(exc)}")
     try:
-        read: Outcome = await workflow.execute_activity(
-            READ_TEAM_OUTCOME,
-            args=[team_answer_of(call), answer],
-            result_type=Outcome,
-            start_to_close_timeout=FRAME_TIMEOUT,
-            retry_policy=READ_ANSWER_RETRY,
-            summary=f"read lookup {call.name} · {call.call_id}",
+        read: Outcome = await read_team_answer(
+            READ_TEAM_OUTCOME, call, answer, Outcome, "read lookup"
         )
     except ActivityError as exc:
         return Outcome(state="unknown", record=f"lookup answer not read: {describe_failure(exc)}")

@@ -103,13 +103,8 @@ async def tool_outcome(
             return result
         # Read (whatever it is) and bounded by agentloop's worker: a write then always ends
         # succeeded, even when no one can read what it said it did.
-        read: ToolResult = await workflow.execute_activity(
-            FRAME_TEAM_ANSWER,
-            args=[team_answer_of(call), value],
-            result_type=ToolResult,
-            start_to_close_timeout=FRAME_TIMEOUT,
-            retry_policy=READ_ANSWER_RETRY,
-            summary=f"frame {call.name} · {call.call_id}",
+        read: ToolResult = await read_team_answer(
+            FRAME_TEAM_ANSWER, call, value, ToolResult, "frame"
         )
         return read
     except ActivityError as exc:
@@ -129,6 +124,21 @@ async def tool_outcome(
             tool_failure_class(exc, remote=remote),
             attempts_made(exc, allowed),
         )
+
+
+async def read_team_answer(
+    activity: str, call: ToolCall, answer: RawValue, result_type: type[Any], what: str
+) -> Any:
+    """What a team's activity answered (`answer`, undecoded), read by agentloop's worker with
+    `activity` (`frame_team_answer`, `read_team_outcome`); `what` the UI says it does."""
+    return await workflow.execute_activity(
+        activity,
+        args=[team_answer_of(call), answer],
+        result_type=result_type,
+        start_to_close_timeout=FRAME_TIMEOUT,
+        retry_policy=READ_ANSWER_RETRY,
+        summary=f"{what} {call.name} · {call.call_id}",
+    )
 
 
 def team_answer_of(call: ToolCall) -> ToolOutput:

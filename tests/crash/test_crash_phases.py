@@ -68,7 +68,12 @@ pytestmark = pytest.mark.integration
 
 REPLY = {"ticket_id": "T-1001", "recipient": "dana@example.com", "body": "Refund issued."}
 DATE = "2026-12-01"
-CONTINUE_AFTER_EVENTS = 45
+CONTINUE_AFTER_EVENTS = 55
+"""The history length past which the continue-as-new case's first run continues: its write's
+workflow task starts at about 54 events (run start 4; describe_run 6; each model call, precondition
+check, approval check and tool call 3 and a workflow task of 3; the phase upserts; the approval
+wait's timer, update and memo written and removed), so the run continues right after the write
+or after the next model call, never before the write."""
 
 
 def final_turn_requests(model: ScriptedProvider) -> int:
@@ -457,10 +462,7 @@ class RightAfterAContinueAsNew(Phase):
         ]
 
     def run_input(self, run_id: str) -> AgentRunInput:
-        # The first run reaches about 44 events with the write (the write's precondition
-        # checked before its approval and again after it, the approval wait's memo written
-        # and removed), give or take a workflow task: it
-        # continues as new right after the write, or after the next model call, never before.
+        # See CONTINUE_AFTER_EVENTS.
         return run_input(
             run_id, list(self.tools), continue_as_new_after_events=CONTINUE_AFTER_EVENTS
         )
