@@ -23,8 +23,7 @@ from agentloop.tool_spec import Outcome, ToolSpec
 # that calls it. Never renamed: a stored history calls activities by these names.
 
 MODEL_CALL = "call_model"
-"""The model call with the tool specs inline: a run's first one (and every one of a run that
-started before specs went by reference)."""
+"""The model call with the tool specs inline: a run's first one (it stores them)."""
 MODEL_CALL_BY_REF = "call_model_by_ref"
 """The model call naming the specs by reference. Its own activity type, so that a worker still
 on older code, which would ignore the reference and call the model without tools, never takes

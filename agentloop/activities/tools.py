@@ -225,8 +225,8 @@ class ToolActivities:
         self, request: RunToolInput, spec: ToolSpec, asked: InputNeeded
     ) -> ToolResult:
         """What the tool asks, for the run to ask a person; what it kept goes to the store.
-        Its result is what the model is told when the run does not ask (a run started before
-        tools could ask, or a call that asked `MAX_INPUT_ROUNDS` times already)."""
+        Its result is what the model is told when the run does not ask (a call that asked
+        `MAX_INPUT_ROUNDS` times already)."""
         try:
             pending = _to_text(asked.pending).encode("utf-8")
         except Exception as exc:

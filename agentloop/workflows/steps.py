@@ -123,8 +123,8 @@ async def _model_call(
     """The model call's result, or how it failed; None when a cancel or the deadline came
     first."""
     run_input = state.run_input
-    # The specs go inline until a call has stored them: a run from before that keeps them
-    # inline, as its history says (the reference comes back in a recorded result).
+    # The specs go inline until a call has stored them (the reference comes back in its
+    # result).
     handle = workflow.start_activity(
         MODEL_CALL_BY_REF if request.tools_ref is not None else MODEL_CALL,
         request,

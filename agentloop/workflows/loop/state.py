@@ -252,7 +252,7 @@ class LoopState(BaseModel):
     budget in tokens is turned into characters with it)."""
     tools_ref: str | None = None
     """Where a model call stored the tool specs: later calls name them instead of carrying
-    them (None: not stored yet, or a run from before specs went by reference)."""
+    them (None: not stored yet)."""
     output_corrections: int = 0
     answer_check: CheckedAnswer | None = None
     """`last_output`'s final answer as checked against `output_schema` when it was recorded:
