@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 import agentloop.workflows.loop as loop
 import agentloop.workflows.visibility as visibility
@@ -150,6 +150,10 @@ async def _describe_run(run_input: AgentRunInput, names: list[str]) -> RunDescri
             summary=f"tools: {', '.join(asked.names) or 'none'}",
         )
     except ActivityError as exc:
+        cause = exc.cause
+        if isinstance(cause, ApplicationError) and cause.type == "InvalidInput":
+            # The worker's refusal, in its words, is the run's own failure.
+            raise ApplicationError(cause.message, type="InvalidInput", non_retryable=True) from None
         raise invalid_input(describe_failure(exc)) from None
     return described
 

@@ -130,8 +130,10 @@ async def _started_within_history(
 ) -> dict[str, workflow.ActivityHandle[Any]] | None:
     """The batch's calls, started so that the answers of the team's activities in flight, at their
     largest, never take the run's history past `HISTORY_BUDGET_BYTES`: in waves, each as large as
-    the history has room for. A call left when there is no room is not started (`_not_run`). None: a
-    cancel or the deadline came first. The last wave is still running."""
+    the history has room for. Each answer is in history twice: as the team activity's result, and
+    as the input of the `frame_team_answer` that reads it once the batch is in (counted for every
+    call started, until then). A call left when there is no room is not started (`_not_run`).
+    None: a cancel or the deadline came first. The last wave is still running."""
     started: dict[str, workflow.ActivityHandle[Any]] = {}
     waiting: list[tuple[ToolCall, ToolSpec]] = []
     for call, spec in step.calls:
@@ -139,11 +141,12 @@ async def _started_within_history(
             started[call.call_id] = start(call, spec)  # agentloop's own: bounded by its worker
         else:
             waiting.append((call, spec))
+    framed = 0  # the team's answers started, whose reading is still to come
     while True:
-        room = (HISTORY_BUDGET_BYTES - workflow.info().get_current_history_size()) // (
-            MAX_ANSWER_BYTES
-        )
-        wave, waiting = waiting[: max(room, 0)], waiting[max(room, 0) :]
+        left = HISTORY_BUDGET_BYTES - workflow.info().get_current_history_size()
+        room = max((left - framed * MAX_ANSWER_BYTES) // (2 * MAX_ANSWER_BYTES), 0)
+        wave, waiting = waiting[:room], waiting[room:]
+        framed += len(wave)
         for call, spec in wave:
             started[call.call_id] = start(call, spec)
         if not wave or not waiting:

@@ -174,8 +174,8 @@ async def test_a_worker_with_the_sandbox_on_runs_the_loop_in_it(
     example_service: ExampleService,
     run_id: str,
 ) -> None:
-    """`AGENTLOOP_WORKFLOW_SANDBOX=on`: the same loop, a local read and an ordinary tool
-    activity included, runs inside Temporal's sandbox (which fails a workflow task on any
+    """`AGENTLOOP_WORKFLOW_SANDBOX=on`: the same loop, its tool activities included, runs
+    inside Temporal's sandbox (which fails a workflow task on any
     access it restricts)."""
     sandboxed = worker_settings.model_copy(
         update={"workflow_sandbox": "on", "task_queue": f"{worker_settings.task_queue}-sandbox"}
@@ -580,7 +580,7 @@ async def test_the_temporal_ui_reads_well(
     assert "approval of send_reply call_w by any approver: " + command in details, details
     assert 'update `decide_approval`: {"approved":true,"approver":"NAME","args_digest":' in details
     assert "waiting until 20" in details
-    # The wait's timer says the same (feature `wait-summaries`).
+    # The wait's timer says the same.
     [timer] = [s for s in summaries if s.startswith("awaiting_approval until ")]
     assert "approval of send_reply call_w by any approver: " + command in timer, timer
     await handle.cancel()

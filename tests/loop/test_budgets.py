@@ -117,7 +117,7 @@ async def test_max_cost_stops_the_run_before_the_call_that_would_exceed_it(
 async def test_a_cost_cap_on_a_model_without_a_price_fails_the_run_at_start(
     client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
 ) -> None:
-    """Before (feature `priced-cost-caps`), each of its calls cost 0 and the cap never bound.
+    """Before, each of its calls cost 0 and the cap never bound.
     The worker knows its prices (its pricing file); the run refuses on what it says."""
     scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="Done.")]))
     capped = AgentRunInput(

@@ -203,7 +203,7 @@ async def test_a_childs_wait_for_its_approver_does_not_cut_the_parents_next_call
     """A delegated child waits two hours for its approver, past the parent's 600 s deadline.
     The parent's deadline timer fires meanwhile: the child's wait is added to the parent's
     paused time only when the child comes back. Then the deadline has moved, the timer starts
-    again (feature `deadline-watch-resumes`), and the parent's next read and model calls run
+    again, and the parent's next read and model calls run
     whole. Before it the deadline stayed passed: every later call was cancelled as it
     started, and the run stopped on its model calls having asked nothing."""
     env, settings = time_skipping

@@ -1,6 +1,6 @@
 """What checking a value against a JSON Schema may cost is bounded before and while it runs:
 a schema whose `$ref`/`allOf` fan out is refused where it arrives (`schema_work`), and a check
-under way stops after its share of steps (feature `bounded-schema-work`)."""
+under way stops after its share of steps."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Long texts travel by reference (issue #18 item 5, feature `texts-by-reference`): a long
+"""Long texts travel by reference (issue #18 item 5): a long
 task, instructions or message rides in history once, where it came in, and is stored before
 the model call that first sends it; model call inputs, the state continue-as-new carries and
 the result's `unsent` name it instead. The model still sees every text whole, once."""

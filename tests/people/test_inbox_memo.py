@@ -1,4 +1,4 @@
-"""The inbox lists waiting runs from the memo each keeps (feature `inbox-memo`), not by asking
+"""The inbox lists waiting runs from the memo each keeps, not by asking
 each its `status`: with the worker stopped (a `status` query then has nobody to answer it),
 the list still holds every waiting call with its tool, who may decide, the task and when the
 wait times out. A run from before the feature keeps no memo and is asked, as before. Against

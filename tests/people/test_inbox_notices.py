@@ -1,4 +1,4 @@
-"""Notices (feature `notify-waiting`): when a run starts waiting for a person, its worker
+"""Notices: when a run starts waiting for a person, its worker
 POSTs a signed JSON notice to the configured webhooks, without the run waiting on it; a
 webhook that keeps failing never fails or delays the run, and `status` says the notice was
 not delivered. Real dev server, worker, scripted provider; the webhooks are small HTTP

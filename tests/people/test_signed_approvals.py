@@ -52,7 +52,7 @@ from tests.crash.test_exactly_once import (
 )
 from tests.loop.test_hardening import assert_never_wedged, paused_for_approval, refusals
 from tests.operations.test_cli import agentloop, assert_no_traceback, process_env
-from tests.support import start_run, wait_for_phase
+from tests.support import scheduled_activity_types, start_run, wait_for_phase
 
 LEAD = Ed25519PrivateKey.generate()
 INTRUDER = Ed25519PrivateKey.generate()
@@ -306,12 +306,8 @@ async def test_with_keys_only_the_approvers_signature_lets_the_write_run(
     )
     assert reservations(example_service) == 1
     await assert_never_wedged(handle)
-    checks = [
-        e
-        async for e in handle.fetch_history_events()
-        if e.HasField("marker_recorded_event_attributes")
-        and b"check_approval" in e.marker_recorded_event_attributes.SerializeToString()
-    ]
+    events = [e async for e in handle.fetch_history_events()]
+    checks = [t for t in scheduled_activity_types(events) if t == "check_approval"]
     assert len(checks) == 5  # four refused, one accepted: each checked by the worker once
 
 
@@ -459,10 +455,6 @@ async def test_with_keys_only_a_signed_resolve_by_an_approver_settles_a_write(
     assert "resolved: workshop-lead says applied: seen in the register" in call.decision
     assert reservations(example_service) == 1
     await assert_never_wedged(handle)
-    checks = [
-        e
-        async for e in handle.fetch_history_events()
-        if e.HasField("marker_recorded_event_attributes")
-        and b"check_resolution" in e.marker_recorded_event_attributes.SerializeToString()
-    ]
+    events = [e async for e in handle.fetch_history_events()]
+    checks = [t for t in scheduled_activity_types(events) if t == "check_resolution"]
     assert len(checks) == 4  # three refused, one accepted: each checked by the worker once

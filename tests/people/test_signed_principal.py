@@ -1,8 +1,7 @@
 """Signed principals: a front end that starts runs for its users signs each run's principal
 for its workflow id; workers with starter keys take a run only with a valid signature (checked
-by the `check_principal` local activity, never in the workflow), else it fails at start with
-`InvalidInput` naming the principal. Runs started before feature `signed-principal` replay and
-run as they did."""
+by the worker in `describe_run`, never in the workflow), else it fails at start with
+`InvalidInput` naming the principal."""
 
 from __future__ import annotations
 

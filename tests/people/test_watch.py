@@ -136,9 +136,9 @@ async def test_an_approval_wait_is_published_and_its_end_before_the_write_result
 ) -> None:
     """Watched and asked for its status all the while (as `run --follow` and the inbox do),
     the run publishes its wait and its end, and its history replays: a watcher writes nothing
-    to it. (A watch by the stream's poll update did: a status query that split a workflow
-    task with a local activity in flight let the next task accept a poll before commands
-    that replay then put first, TMPRL1100, in about one run of four.)"""
+    to it. (A watch by the stream's poll update did, one update a poll; and while runs took
+    local activities, a status query that split a workflow task with one in flight let the
+    next task accept a poll before commands that replay then put first, TMPRL1100.)"""
     book = {"workshop_id": "ws-101", "participant_id": "p-carol"}
     scripted_provider.register(
         Script(
