@@ -97,8 +97,8 @@ async def test_a_run_evicted_while_awaiting_approval_resumes_without_running_any
         result = await asyncio.wait_for(waiting.result(), 30)
     assert result.status == "completed", result.stop_reason
     after = example_service.stats()["counts"]
-    # The read ran once, before the wait; after it, the write's precondition is checked again
-    #, then the write.
+    # The read ran once, before the wait; after it, the write's precondition is checked again,
+    # then the write.
     changed = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
     assert changed == {"workshops.eligibility": 1, "workshops.reserve": 1}, changed
     assert example_service.records()["reservations"] == 1
