@@ -87,7 +87,8 @@ the 2026-07-28 lifecycle of SEP-2663), built on the SDK's server `Extension` API
   creation has passed (checked when a new task is created). One server per state file.
 
 Run it with
-`python -m agentloop.demo.mcp_server --state PATH (--stdio | --http PORT) [--tasks]`.
+`python -m agentloop.demo.mcp_server --state PATH (--stdio | --http PORT) [--tasks]`
+(`--start-delay SECONDS`: a server slow to start, answering nothing meanwhile).
 
 It stays one file, past the 550 lines any other module of agentloop keeps under (the one
 exemption `tests/operations/test_layers.py` names): it is not agentloop's code but a stand-in for a
@@ -108,6 +109,7 @@ import re
 import struct
 import sys
 import tempfile
+import time
 import uuid
 import zlib
 from collections.abc import Mapping, Sequence
@@ -762,6 +764,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="TEXT",
         help="with --stdio, print TEXT on stdout first, as careless servers do (not JSON-RPC)",
     )
+    parser.add_argument(
+        "--start-delay",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait SECONDS before serving, as a server run through a package runner does on"
+        " its first start (fetching it): nothing sent to it is answered meanwhile",
+    )
     return parser.parse_args(argv)
 
 
@@ -770,6 +780,7 @@ def main(argv: list[str] | None = None) -> None:
     # Python writes no int of over 4,300 digits unless told: this server writes any ("huge_number").
     sys.set_int_max_str_digits(0)
     server = TicketServer(args.name, StateFile(args.state), tasks=args.tasks)
+    time.sleep(args.start_delay)
     if args.stdio:
         if args.banner:
             print(args.banner, flush=True)
