@@ -14,6 +14,7 @@ from typing import Literal
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from agentloop.activities.heartbeat import keep_heartbeating
 from agentloop.activities.principals import check_principal
 from agentloop.activity_io import DESCRIBE_RUN, DescribeToolsInput, RunDescription
 from agentloop.policies.schema_cost import output_schema_cost_problem
@@ -64,8 +65,10 @@ class RunDescriptions:
         """Its tools' specs (`describe_tools`), and what else a run learns from the worker as it
         starts: for a run started without agentloop's search attributes, whether its namespace has
         them registered (only then may it upsert them); how approvals are taken; whether its
-        principal may be taken."""
-        tools = await self.describe_tools(request)
+        principal may be taken. It heartbeats: an MCP server's listing may be waited for
+        for as long as the server's start budget."""
+        async with keep_heartbeating():
+            tools = await self.describe_tools(request)
         registration = self._registration
         namespace = activity.info().namespace
         indexable = family = False

@@ -64,6 +64,11 @@ class ServerUnreachable(Exception):
     """No connection to the server could be made: nothing was sent."""
 
 
+class TokenNotSet(ServerUnreachable):
+    """The variable the server's bearer token is read from is not set on the worker: no wait
+    for the server mends that."""
+
+
 class McpConnection:
     def __init__(
         self, name: str, config: McpServerConfig, env: Mapping[str, str] | None = None
@@ -107,8 +112,9 @@ class McpConnection:
             return False
         return self.in_flight == 0 or self.answered_at < sent_at
 
-    async def client(self) -> Client:
-        """The open connection, opened now if there is none (or the last one broke); raises
+    async def client(self, wait: float | None = None) -> Client:
+        """The open connection, opened now if there is none (or the last one broke), waiting
+        `wait` seconds for the server's answer (default: `connect_timeout_seconds`); raises
         `ServerUnreachable`."""
         if self._open_and_alive():
             assert self._client is not None
@@ -117,7 +123,7 @@ class McpConnection:
             self._lock = asyncio.Lock()
         async with self._lock:
             if not self._open_and_alive():
-                await self._open()
+                await self._open(self.config.connect_timeout_seconds if wait is None else wait)
             assert self._client is not None
             return self._client
 
@@ -150,25 +156,24 @@ class McpConnection:
             with contextlib.suppress(BaseException):
                 await holder
 
-    async def _open(self) -> None:
+    async def _open(self, wait: float) -> None:
         await self.close()
         ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
         stop = asyncio.Event()
         holder = asyncio.create_task(self._hold(ready, stop), name=f"mcp:{self.name}")
         try:
-            client = await asyncio.wait_for(
-                asyncio.shield(ready), self.config.connect_timeout_seconds
-            )
+            client = await asyncio.wait_for(asyncio.shield(ready), wait)
         except TimeoutError:
+            ready.cancel()  # no one waits for it now: what the holder ends with is not news
             holder.cancel()
             with contextlib.suppress(BaseException):
                 await holder
-            raise ServerUnreachable(
-                f"no answer in {self.config.connect_timeout_seconds:g} s"
-            ) from None
+            raise ServerUnreachable(f"no answer in {wait:g} s") from None
         except Exception as exc:
             with contextlib.suppress(BaseException):
                 await holder
+            if isinstance(exc, TokenNotSet):
+                raise exc from None
             raise ServerUnreachable(reason_of(exc)) from None
         except BaseException:
             # Cancelled while connecting (a listing's deadline): the holder must not outlive
@@ -241,7 +246,11 @@ class McpConnection:
             stop.set()
 
         return {
-            "read_timeout_seconds": self.config.timeout_seconds,
+            # A call gives each request its own timeout; those that give none (the handshake,
+            # a listing) may take a start budget, ended by the deadline of whoever waits.
+            "read_timeout_seconds": max(
+                self.config.timeout_seconds, self.config.start_budget_seconds
+            ),
             "extensions": [TasksExtension()],
             "elicitation_callback": _declined_mid_call,
             "message_handler": on_message,
@@ -253,7 +262,7 @@ class McpConnection:
         if variable:
             token = self._env.get(variable, "")
             if not token:
-                raise ServerUnreachable(f"{variable} (its bearer token) is not set")
+                raise TokenNotSet(f"{variable} (its bearer token) is not set")
             headers["Authorization"] = f"Bearer {token}"
         return headers
 

@@ -22,8 +22,9 @@ from pydantic import ValidationError
 
 from agentloop.mcp.calls import McpCall
 from agentloop.mcp.listing import ListedTool, McpToolsError, OfferedTool, offered, server_of
-from agentloop.mcp.pool import McpPool, ServerUnreachable, session_terminated
+from agentloop.mcp.pool import McpPool, ServerUnreachable, TokenNotSet, session_terminated
 from agentloop.policies.bounds import clipped
+from agentloop.runtime.mcp_config import McpServerConfig
 from agentloop.store import Store
 from agentloop.tool_spec import DEFAULT_MAX_RESULT_CHARS, ToolSpec
 from agentloop.tools.contract import (
@@ -32,11 +33,9 @@ from agentloop.tools.contract import (
 
 LISTING_MAX_AGE_SECONDS = 2.0
 """Runs starting together share one listing of a server; a change shows within this."""
-LISTING_TIMEOUT_SECONDS = 10.0
-LISTING_DEADLINE_SECONDS = 20.0
-"""Connecting and listing together, so a stalling server fails a run's `describe_run` (30 s
-in all, a close after a timeout taking up to 5 s more) instead of timing it out again and
-again: at start, connecting gets what is left of this."""
+FIRST_RETRY_PAUSE_SECONDS = 0.5
+MAX_RETRY_PAUSE_SECONDS = 5.0
+"""Between tries at a server's listing, within its start budget: doubling from the first."""
 FAILED_LISTING_SECONDS = 5.0
 """How long runs starting meanwhile are told a server's failed listing instead of each
 waiting out one of their own, one after the other."""
@@ -157,23 +156,51 @@ class McpTools:
         return Tool(spec=spec, handler=call.run, lookup_outcome=call.lookup if write else None)
 
     async def _list(self, server: str) -> list[OfferedTool]:
+        """The server's listing, waited for within its `start_budget_seconds`: a server that
+        is not up yet, or still starting (a package runner fetching it), is asked again until
+        the budget is spent; one that answers what cannot be used fails at once. An optional
+        server is asked once (a run goes on without it), though that once within its budget."""
+        config = self._pool.servers[server]
+        clock = asyncio.get_running_loop()
+        deadline = clock.time() + config.start_budget_seconds
+        pause, tries = FIRST_RETRY_PAUSE_SECONDS, 0
+        while True:
+            tries += 1
+            try:
+                listed = await self._list_once(server, deadline)
+                break
+            except _NotYet as exc:
+                left = deadline - clock.time()
+                if config.optional or left <= 0:
+                    raise McpToolsError(
+                        f"MCP server {server!r} {exc}" + _spent(config, left, tries)
+                    ) from None
+                await asyncio.sleep(min(pause, left))
+                pause = min(pause * 2, MAX_RETRY_PAUSE_SECONDS)
+        # Off the event loop: checking each schema (its cost counted) is work that depends
+        # on what the server listed, and every call on the worker waits on the loop.
+        return await asyncio.to_thread(offered, server, config, listed)
+
+    async def _list_once(self, server: str, deadline: float) -> list[ListedTool]:
+        """One try at connecting (if need be) and listing, both by `deadline`; raises
+        `_NotYet` for what another try may mend, `McpToolsError` for an answer that is wrong."""
         connection = self._pool.connection(server)
-        deadline = asyncio.get_running_loop().time() + LISTING_DEADLINE_SECONDS
         try:
             async with asyncio.timeout_at(deadline):
-                client = await connection.client()
-        except ServerUnreachable as exc:
+                # A server still starting is waited for, not started again: this one wait
+                # may take the whole budget (it ends at the deadline all the same).
+                client = await connection.client(wait=connection.config.start_budget_seconds)
+        except TokenNotSet as exc:
             raise McpToolsError(f"MCP server {server!r} is unreachable: {exc}") from None
+        except ServerUnreachable as exc:
+            raise _NotYet(f"is unreachable: {exc}") from None
         except TimeoutError:
-            raise McpToolsError(
-                f"MCP server {server!r} is unreachable: no answer in {LISTING_DEADLINE_SECONDS:g} s"
-            ) from None
+            raise _NotYet("is unreachable: no answer") from None
         listed: list[ListedTool] = []
         cursor: str | None = None
         try:
             with connection.sending() as sent_at:
-                pages_by = min(deadline, sent_at + LISTING_TIMEOUT_SECONDS)
-                async with asyncio.timeout_at(pages_by):
+                async with asyncio.timeout_at(deadline):
                     for _ in range(MAX_LISTING_PAGES):
                         page = await client.list_tools(cursor=cursor, cache_mode="refresh")
                         listed += [_listed(t) for t in page.tools]
@@ -183,10 +210,7 @@ class McpTools:
         except TimeoutError:
             if connection.restart_on_timeout(sent_at):
                 await connection.broken(client)
-            took = pages_by - sent_at
-            raise McpToolsError(
-                f"MCP server {server!r} did not list its tools in {took:.3g} s"
-            ) from None
+            raise _NotYet("did not list its tools") from None
         except ValidationError as exc:
             # An answer that is no tools/list result: the connection itself is fine.
             raise McpToolsError(
@@ -194,19 +218,34 @@ class McpTools:
                 f" result ({exc.error_count()} problems; the first: {_first(exc)})"
             ) from None
         except MCPError as exc:
-            if session_terminated(exc) or exc.code == CONNECTION_CLOSED:
-                await connection.broken(client)
-            raise McpToolsError(
-                f"MCP server {server!r} could not list its tools: {connection.lost(exc)}"
-            ) from None
+            if not (session_terminated(exc) or exc.code == CONNECTION_CLOSED):
+                # An error answer is the server's word on its listing: asking again won't change it.
+                raise McpToolsError(
+                    f"MCP server {server!r} could not list its tools: {connection.lost(exc)}"
+                ) from None
+            await connection.broken(client)
+            raise _NotYet(f"could not list its tools: {connection.lost(exc)}") from None
         except Exception as exc:  # whatever the server or its transport did: it is named
             await connection.broken(client)
-            raise McpToolsError(
-                f"MCP server {server!r} could not list its tools: {connection.lost(exc)}"
-            ) from None
-        # Off the event loop: checking each schema (its cost counted) is work that depends
-        # on what the server listed, and every call on the worker waits on the loop.
-        return await asyncio.to_thread(offered, server, self._pool.servers[server], listed)
+            raise _NotYet(f"could not list its tools: {connection.lost(exc)}") from None
+        return listed
+
+
+class _NotYet(Exception):
+    """A listing that failed the way a server not up yet, or still starting, fails: what
+    another try may mend (its message says what, after the server's name)."""
+
+
+def _spent(config: McpServerConfig, left: float, tries: int) -> str:
+    """What a failed listing says of the budget: that it was spent, when it was (an optional
+    server is not waited for past its first failure)."""
+    if left > 0:
+        return ""
+    counted = "1 try" if tries == 1 else f"{tries} tries"
+    return (
+        f"; its start budget of {config.start_budget_seconds:g} s is spent"
+        f" (start_budget_seconds; {counted})"
+    )
 
 
 def _first(exc: ValidationError) -> str:

@@ -37,6 +37,9 @@ SERVER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
 IDEMPOTENCY_META_KEY = "io.agentloop/idempotency-key"
 """Where a write's idempotency key travels in the request's `_meta`."""
 MAX_TIMEOUT_SECONDS = 600.0
+MAX_START_BUDGET_SECONDS = 300.0
+"""The most a run's start may wait for a server's listing: the worker's `describe_run`
+activity, which waits for it, has a timeout past this (`agentloop.workflows.startup`)."""
 
 
 class McpConfigError(ValueError):
@@ -82,6 +85,13 @@ class McpServerConfig(BaseModel):
     timeout_seconds: float = Field(default=30.0, gt=0, le=MAX_TIMEOUT_SECONDS)
     """A call's timeout; a write that gets no answer in time has an unknown outcome."""
     connect_timeout_seconds: float = Field(default=5.0, gt=0, le=30)
+    """How long a call waits for a connection opened for it (the last one broke)."""
+    start_budget_seconds: float = Field(default=60.0, gt=0, le=MAX_START_BUDGET_SECONDS)
+    """How long a run's start waits for the server to list its tools (connecting first if
+    need be): a server not up yet, or still starting (a command run through a package runner
+    fetches it on its first start), is asked again until it answers or this is spent; then
+    the run fails naming the server and this budget. An optional server is asked once, that
+    once within this budget, and its tools are left out when it fails."""
     tools: dict[str, ToolOverride] = Field(default_factory=dict)
 
     @model_validator(mode="after")

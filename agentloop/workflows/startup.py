@@ -31,7 +31,14 @@ from agentloop.tool_spec import BUILTIN_TOOLS, GIVE_UP
 from agentloop.workflows.failures import describe_failure, invalid_input
 from agentloop.workflows.loop import LoopState
 
-DESCRIBE_RUN_TIMEOUT = timedelta(seconds=30)
+DESCRIBE_RUN_TIMEOUT = timedelta(minutes=6)
+"""Past the longest a worker waits for an MCP server's listing (`MAX_START_BUDGET_SECONDS`,
+5 min): it ends the wait itself, naming the server and its budget, and the run fails once;
+timed out before, it would be retried, and a server that never answers would hold the run."""
+DESCRIBE_RUN_HEARTBEAT = timedelta(seconds=30)
+"""A worker lost while it describes the run (waiting on a slow MCP server) is noticed this
+fast, not after `DESCRIBE_RUN_TIMEOUT`."""
+CONTINUE_FROM_TIMEOUT = timedelta(seconds=30)
 CONTINUE_FROM_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10))
 
 
@@ -147,6 +154,7 @@ async def _describe_run(run_input: AgentRunInput, names: list[str]) -> RunDescri
             asked,
             result_type=RunDescription,
             start_to_close_timeout=DESCRIBE_RUN_TIMEOUT,
+            heartbeat_timeout=DESCRIBE_RUN_HEARTBEAT,
             summary=f"tools: {', '.join(asked.names) or 'none'}",
         )
     except ActivityError as exc:
@@ -167,7 +175,7 @@ async def _continue_from(state: LoopState, workflow_id: str) -> None:
             LOAD_PREVIOUS_RUN,
             workflow_id,
             result_type=PreviousRun,
-            start_to_close_timeout=DESCRIBE_RUN_TIMEOUT,
+            start_to_close_timeout=CONTINUE_FROM_TIMEOUT,
             # Bounded: the run has no deadline yet, so an error that never clears (the
             # server refusing to describe that run) must end in a failure, not a wait.
             retry_policy=CONTINUE_FROM_RETRY,

@@ -6,6 +6,7 @@ untrusted input."""
 from __future__ import annotations
 
 import base64
+import re
 from typing import Any
 
 import mcp_types as types
@@ -126,8 +127,9 @@ async def test_a_writes_task_handle_is_kept_under_its_idempotency_key_once() -> 
 
 async def test_a_listing_that_fails_in_any_way_names_the_server_and_is_never_retried() -> None:
     """`describe_run` has no end to its retries: whatever breaks a listing (here a transport
-    raising what no one expected) must come back as a clear, final refusal."""
-    config = McpServerConfig(url="http://127.0.0.1:9/mcp")
+    raising what no one expected) must come back as a clear, final refusal, once the
+    server's start budget is spent (asked again meanwhile: it may be a server going away)."""
+    config = McpServerConfig(url="http://127.0.0.1:9/mcp", start_budget_seconds=1)
     tools = McpTools(McpPool({"tickets": config}))
 
     class Broken:
@@ -137,12 +139,17 @@ async def test_a_listing_that_fails_in_any_way_names_the_server_and_is_never_ret
     connection = tools._pool.connection("tickets")  # a transport that breaks oddly
     broken = Broken()
 
-    async def client() -> Any:
+    async def client(wait: float | None = None) -> Any:
         return broken
 
     connection.client = client  # type: ignore[method-assign]
-    with pytest.raises(McpToolsError, match="MCP server 'tickets' could not list its tools"):
+    with pytest.raises(McpToolsError) as refused:
         await tools.listing("tickets")
+    assert re.fullmatch(
+        r"MCP server 'tickets' could not list its tools: RuntimeError: the transport fell over;"
+        r" its start budget of 1 s is spent \(start_budget_seconds; \d+ tries\)",
+        str(refused.value),
+    ), str(refused.value)
 
 
 def test_a_servers_error_text_is_cut_and_an_unreadable_message_told_in_one_line() -> None:

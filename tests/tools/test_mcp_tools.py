@@ -305,7 +305,7 @@ async def test_a_server_down_at_start_fails_the_run_naming_it_unless_it_is_optio
     state = tmp_path / "state.json"
     async with http_server(state) as url:
         servers = {
-            "tickets": down,
+            "tickets": {**down, "start_budget_seconds": 1},
             "archive": {**down, "optional": True},
             "notes": http_config(url),
         }
@@ -316,7 +316,8 @@ async def test_a_server_down_at_start_fails_the_run_naming_it_unless_it_is_optio
                 await handle.result()
             message = str(failed.value.cause)
             assert "MCP server 'tickets' is unreachable" in message, message
-            # An optional server that is down leaves its tools out; the run goes on.
+            assert "its start budget of 1 s is spent (start_budget_seconds;" in message, message
+            # An optional server that is down leaves its tools out at once; the run goes on.
             find = ScriptedToolCall(
                 id="c_find", name="notes_find_ticket", arguments={"ticket_id": "T-1001"}
             )
@@ -701,5 +702,6 @@ async def test_mcp_list_shows_each_tool_with_its_effect_and_why(tmp_path: Path) 
         assert "      arguments: ticket_id (string, required), text (string, required)" in out
     code, _, err = await mcp_list(servers, "other")
     assert code == 2 and "no MCP server 'other'" in err, err
-    code, out, _ = await mcp_list(servers)  # the server is gone
+    gone = {"tickets": {**servers["tickets"], "start_budget_seconds": 1}}
+    code, out, _ = await mcp_list(gone)  # the server is gone: listed within its budget
     assert code == 1 and "MCP server 'tickets' is unreachable" in out, out
