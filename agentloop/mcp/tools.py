@@ -14,15 +14,23 @@ import asyncio
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NoReturn
 
 import mcp_types as types
+from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 from pydantic import ValidationError
 
 from agentloop.mcp.calls import McpCall
 from agentloop.mcp.listing import ListedTool, McpToolsError, OfferedTool, offered, server_of
-from agentloop.mcp.pool import McpPool, ServerUnreachable, TokenNotSet, session_terminated
+from agentloop.mcp.pool import (
+    McpConnection,
+    McpPool,
+    ServerUnreachable,
+    TokenNotSet,
+    session_terminated,
+)
 from agentloop.policies.bounds import clipped
 from agentloop.runtime.mcp_config import McpServerConfig
 from agentloop.store import Store
@@ -223,12 +231,24 @@ class McpTools:
                 raise McpToolsError(
                     f"MCP server {server!r} could not list its tools: {connection.lost(exc)}"
                 ) from None
-            await connection.broken(client)
-            raise _NotYet(f"could not list its tools: {connection.lost(exc)}") from None
+            await self._listing_lost(connection, client, exc)
         except Exception as exc:  # whatever the server or its transport did: it is named
-            await connection.broken(client)
-            raise _NotYet(f"could not list its tools: {connection.lost(exc)}") from None
+            await self._listing_lost(connection, client, exc)
         return listed
+
+    @staticmethod
+    async def _listing_lost(connection: McpConnection, client: Client, exc: Exception) -> NoReturn:
+        """The connection went during the listing: a server that answered what cannot be read
+        (its unreadable line closed the connection) fails at once, as a wrong answer does;
+        any other loss is what another try may mend."""
+        unreadable = connection.unreadable
+        lost = connection.lost(exc)
+        await connection.broken(client)
+        if unreadable is not None:
+            raise McpToolsError(
+                f"MCP server {connection.name!r} could not list its tools: {unreadable}"
+            ) from None
+        raise _NotYet(f"could not list its tools: {lost}") from None
 
 
 class _NotYet(Exception):
