@@ -40,6 +40,7 @@ __all__ = [
     "load_history",
     "parse_history",
     "replay_each",
+    "replay_fetched",
     "replay_histories",
 ]
 
@@ -212,6 +213,21 @@ async def _replay_file(replayer: Replayer, path: Path) -> ReplayReport:
         history = load_history(path)
     except HistoryFileError as exc:
         return ReplayReport(path, problem=str(exc), readable=False)
+    return await _replay_history(replayer, path, history)
+
+
+async def replay_fetched(
+    histories: Iterable[WorkflowHistory], sandbox: SandboxMode | None = None
+) -> list[ReplayReport]:
+    """Replay histories fetched from a server (`WorkflowHandle.fetch_history`), each reported
+    under its workflow id as its `path`. A run still running replays as far as it went."""
+    replayer = _replayer(sandbox)
+    return [
+        await _replay_history(replayer, Path(history.workflow_id), history) for history in histories
+    ]
+
+
+async def _replay_history(replayer: Replayer, path: Path, history: WorkflowHistory) -> ReplayReport:
     report = ReplayReport(path, workflow_id=history.workflow_id, events=len(history.events))
     started = history.events[0].workflow_execution_started_event_attributes
     if started.workflow_type.name != WORKFLOW_NAME:
