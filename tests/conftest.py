@@ -21,6 +21,7 @@ from agentloop.runtime.config import Settings
 from agentloop.runtime.converter import data_converter as agentloop_data_converter
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, temporal_binary
 from agentloop.worker import running_worker
+from tests import replay_audit
 
 BENCH_SMOKE_TEST = "test_bench_smoke.py::test_the_short_benchmark_prints_every_figure"
 
@@ -46,6 +47,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[SHORT_BENCH] = ShortBench(Path(tempfile.mkdtemp(prefix="agentloop-bench-")))
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A history the suite's servers held that does not replay fails the session
+    (`replay_audit`), whatever the tests said."""
+    if replay_audit.SUITE.failures and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    suite = replay_audit.SUITE
+    if not suite.servers:
+        return
+    terminalreporter.write_line(suite.line(), red=bool(suite.failures))
+    for failure in suite.failures:
+        terminalreporter.write_line(f"  {failure}", red=True)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     from tests.operations.test_bench_smoke import SHORT_BENCH
 
@@ -64,6 +81,7 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     )
     async with env:
         yield env
+        await replay_audit.replay_before_stop(env.client)
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
+from temporalio.converter import DataConverter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
@@ -217,11 +218,14 @@ async def _replay_file(replayer: Replayer, path: Path) -> ReplayReport:
 
 
 async def replay_fetched(
-    histories: Iterable[WorkflowHistory], sandbox: SandboxMode | None = None
+    histories: Iterable[WorkflowHistory],
+    sandbox: SandboxMode | None = None,
+    data_converter: DataConverter | None = None,
 ) -> list[ReplayReport]:
     """Replay histories fetched from a server (`WorkflowHandle.fetch_history`), each reported
-    under its workflow id as its `path`. A run still running replays as far as it went."""
-    replayer = _replayer(sandbox)
+    under its workflow id as its `path`. A run still running replays as far as it went.
+    `data_converter`: the one the server's client reads payloads with (default: the workers')."""
+    replayer = _replayer(sandbox, data_converter)
     return [
         await _replay_history(replayer, Path(history.workflow_id), history) for history in histories
     ]
@@ -246,7 +250,7 @@ async def _replay_history(replayer: Replayer, path: Path, history: WorkflowHisto
     return dataclasses.replace(report, problem=divergence.describe(), divergence=divergence)
 
 
-def _replayer(sandbox: SandboxMode | None) -> Replayer:
+def _replayer(sandbox: SandboxMode | None, converter: DataConverter | None = None) -> Replayer:
     """Today's AgentRun, run as workers run it and decoding payloads as they do (encrypted
     ones too, when the environment holds the codec keys)."""
     from agentloop.client import data_converter
@@ -256,7 +260,7 @@ def _replayer(sandbox: SandboxMode | None) -> Replayer:
     settings = Settings.from_env()
     return Replayer(
         workflows=[AgentRun],
-        data_converter=data_converter(settings),
+        data_converter=converter or data_converter(settings),
         workflow_runner=workflow_runner(sandbox or settings.workflow_sandbox),
         runtime=_quiet_runtime(),
     )

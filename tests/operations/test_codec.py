@@ -64,6 +64,7 @@ from tests.operations.test_cli import (
     process_env,
     run_process,
 )
+from tests.replay_audit import replay_before_stop
 from tests.support import banner_process, start_run
 
 K1 = base64.b64encode(bytes(range(32))).decode()
@@ -334,6 +335,7 @@ async def encrypted_env() -> AsyncIterator[WorkflowEnvironment]:
     )
     async with env:
         yield env
+        await replay_before_stop(env.client)
 
 
 @pytest.fixture(scope="module")

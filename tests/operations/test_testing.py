@@ -22,6 +22,7 @@ from agentloop.contract import AgentRunInput, CallRecord, Limits
 from agentloop.testing import Harness, Turn, call, reply
 from tests import kit_tools
 from tests.kit_tools import DESK
+from tests.replay_audit import replay_before_stop
 
 pytestmark = pytest.mark.integration
 
@@ -34,6 +35,7 @@ TOOLS = ["read_note", "send", "close", "post"]
 async def harness() -> AsyncIterator[Harness]:
     async with Harness(tools=["tests.kit_tools"]) as harness:
         yield harness
+        await replay_before_stop(harness.client)
 
 
 @pytest.fixture(autouse=True)
