@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint unit dev bench fuzz docs screenshots constraints clean
+.PHONY: demo test lint unit dev bench fuzz soak docs screenshots constraints clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ bench: $(VENV)/.installed-dev
 
 fuzz: $(VENV)/.installed-dev
 	AGENTLOOP_FUZZ=long $(VENV)/bin/pytest -m fuzz
+
+# Runs decided by people while read, every history replayed (issue 42): over a thousand runs.
+soak: $(VENV)/.installed-dev
+	AGENTLOOP_FUZZ=long $(VENV)/bin/pytest -m soak
 
 unit: $(VENV)/.installed-dev
 	$(VENV)/bin/pytest -m "not integration"
