@@ -30,6 +30,7 @@ from bench import (
     counted,
     history,
     inbox,
+    local_activities,
     mcp_clients,
     outputs,
     paused,
@@ -208,6 +209,15 @@ async def measure(p: Plan) -> tuple[list[Section], int]:
                 client, settings, provider, p.stream_turns, p.stream_runs
             )
             inbox_section = await inbox.measure(client, settings, provider, work, p.inbox_runs)
+            issue_42_section = await local_activities.measure(
+                client,
+                settings,
+                provider,
+                work,
+                p.overhead_turns,
+                p.overhead_repeats,
+                settings.task_queue,
+            )
             long = await replay.record_long(client, settings, provider, p.replay_turns)
             requests = await adapters.record_requests(client, settings, provider, p.adapter_turns)
         # Timed with the stack stopped: no worker, server or provider competes for the CPU.
@@ -224,6 +234,7 @@ async def measure(p: Plan) -> tuple[list[Section], int]:
         done(counter_section)
         done(streaming_section)
         done(inbox_section)
+        done(issue_42_section)
     return sections, one.failures
 
 

@@ -1,8 +1,9 @@
 """[2] Turn overhead: a K-turn run (zero-latency scripted model, one weather read per turn),
 wall time and worker CPU per turn, against the Temporal floor, on the same dev server, in the
-same run: a trivial workflow running the same steps as no-ops (the weather read is a local
-activity in both), and one running them all as ordinary activities, whose wall per activity is
-the per-activity floor of issue #7's target. The floor's workflows run as AgentRun does (outside
+same run: a trivial workflow running the same steps as no-ops (the weather read is an ordinary
+activity in both since issue 42: the floor takes its steps from the run's history), and one
+running them all as ordinary activities, whose wall per activity is the per-activity floor of
+issue #7's target. The floor's workflows run as AgentRun does (outside
 Temporal's sandbox by default); the per-activity floor is also shown with its workflow in the
 sandbox, the SDK's default. The same run is also timed on a worker with
 `AGENTLOOP_WORKFLOW_SANDBOX=on`: what the sandbox would cost; and the same run on the OpenAI

@@ -136,6 +136,10 @@ SECTIONS = {
             "median of 5 views: time to whole page (ms)",
         ],
     ),
+    15: (
+        "issue 42",
+        ["per-turn wall (ms), after vs before", "per-turn worker CPU (ms), after vs before"],
+    ),
 }
 NUMBER = re.compile(r"\d")
 
@@ -215,5 +219,6 @@ def test_the_short_benchmark_prints_every_figure(request: pytest.FixtureRequest)
         "token_counter",
         "streaming",
         "inbox",
+        "issue_42_local_activities",
     ]
     assert all(section["figures"] for section in document["sections"])
