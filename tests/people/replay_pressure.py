@@ -25,7 +25,7 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from agentloop.cli.replay import ReplayReport, replay_fetched
 from agentloop.contract import (
@@ -43,7 +43,7 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.demo.services import ExampleService
 from agentloop.policies.bounds import MAX_INLINE_TEXT_CHARS
 from agentloop.runtime.config import Settings
-from tests.support import start_run, write_key
+from tests.support import start_run, wait_for_status, write_key
 
 TICKET = "T-1001"
 RECIPIENT = "dana@example.com"
@@ -174,31 +174,6 @@ async def reading(handle: WorkflowHandle[Any, Any], count: int = 4) -> AsyncIter
         await asyncio.gather(*tasks)
 
 
-async def status_when(
-    handle: WorkflowHandle[Any, Any],
-    predicate: Callable[[RunStatusView], bool],
-    what: str,
-    seconds: float = 90,
-) -> RunStatusView:
-    """`tests.support.wait_for_status` for a run read this hard: a query the server turns
-    away because the run's query buffer is full (its readers' doing) is asked again."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    phase = "no answer yet"
-    while loop.time() < deadline:
-        try:
-            view = await handle.query("status", result_type=RunStatusView)
-        except RPCError as exc:
-            if exc.status != RPCStatusCode.RESOURCE_EXHAUSTED:
-                raise
-        else:
-            if predicate(view):
-                return view
-            phase = view.phase
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}; last phase: {phase}")
-
-
 async def send_inputs(
     handle: WorkflowHandle[Any, AgentRunResult], case: Case, view: RunStatusView
 ) -> None:
@@ -247,7 +222,7 @@ def one_input(
 
 async def approve_all(handle: WorkflowHandle[Any, AgentRunResult]) -> None:
     """The unknown-write phase: its write is approved first, as any write."""
-    view = await status_when(handle, lambda v: bool(v.pending_approvals), "the approval wait")
+    view = await wait_for_status(handle, lambda v: bool(v.pending_approvals), "the approval wait")
     for pending in view.pending_approvals:
         decision = ApprovalDecision(
             call_id=pending.call_id, args_digest=pending.args_digest, approved=True, approver="lead"
@@ -311,7 +286,7 @@ async def decide(handle: WorkflowHandle[Any, AgentRunResult], case: Case, reads:
     """Once the run waits for them, the case's inputs (none when its worker cannot answer
     queries any more: `reads` says why)."""
     try:
-        view = await status_when(handle, waiting(case), f"{case.label} to wait")
+        view = await wait_for_status(handle, waiting(case), f"{case.label} to wait", 90)
         await send_inputs(handle, case, view)
     except WorkflowQueryFailedError as exc:
         reads.saw(exc)
