@@ -26,6 +26,7 @@ from agentloop.contract import (
     RunStatusView,
     UserMessage,
 )
+from agentloop.operations.failing_tasks import FailingTask
 from agentloop.waiting import WAITING_PHASES
 
 if TYPE_CHECKING:  # replay pulls in the workflow code: only `agentloop replay` needs it
@@ -46,6 +47,9 @@ class ExitCode(IntEnum):
     STOPPED = 3
     PAUSED = 4
     RUNNING = 5
+    WEDGED = 6
+    """The run's workflow task keeps failing: it makes no progress until its workers are
+    fixed or it is reset (`agentloop reset`)."""
     INTERRUPTED = 130
     BROKEN_PIPE = 141
     """The reader of stdout went away (128 + SIGPIPE, as a shell reports it)."""
@@ -91,6 +95,8 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.STOPPED: f"the run stopped on a limit or policy: {_statuses(ExitCode.STOPPED)}",
     ExitCode.PAUSED: f"the run waits for a human: {', '.join(sorted(PAUSED_PHASES))}",
     ExitCode.RUNNING: "the run is still working",
+    ExitCode.WEDGED: "the run is wedged: its workflow task keeps failing (status shows the "
+    "error); fix the workers or `agentloop reset` it",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C); Ctrl-C while following a run stops "
     "following and exits with the run's code (4 or 5): the run goes on",
 }
@@ -137,6 +143,9 @@ class RunSnapshot(BaseModel):
     """The run's result, once it finished with one."""
     failure: str | None = None
     """Why the run ended without a result (its workflow failed, was terminated or timed out)."""
+    task_failure: FailingTask | None = None
+    """A running run's workflow task that keeps failing, with the worker's error (then there
+    is no `status`: the run answers no query)."""
 
 
 class Decision(BaseModel):
@@ -186,6 +195,11 @@ class ListedRun(BaseModel):
     tenant: str | None
     started: str | None
     """ISO 8601."""
+    task_failure: FailingTask | None = None
+    """A running run whose workflow task keeps failing: the worker's error."""
+    task_checked: bool = True
+    """False for a running run whose workflow task could not be checked in time (then
+    `task_failure` says nothing)."""
 
 
 class ApproverKey(BaseModel):

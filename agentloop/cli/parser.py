@@ -117,7 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--limit", type=int, default=1_000, help="read at most this many runs")
     add_json_flag(stats)
 
-    lister = commands.add_parser("list", help="find runs by phase, status, provider, tenant")
+    lister = commands.add_parser(
+        "list",
+        help="find runs by phase, status, provider, tenant; a running run whose workflow task "
+        "keeps failing is marked WEDGED with the error",
+    )
     lister.add_argument("--awaiting-approval", action="store_true")
     lister.add_argument("--phase")
     lister.add_argument("--status", help="completed, limit_reached, ... or running")
@@ -240,6 +244,22 @@ def build_parser() -> argparse.ArgumentParser:
         "-o", "--output", type=Path, metavar="FILE", help="write it here (default: stdout)"
     )
     add_json_flag(history, "with -o: say where it went as a JSON object")
+
+    resetter = commands.add_parser(
+        "reset",
+        help="take a wedged run (its workflow task keeps failing) back to its last good "
+        "workflow task: a new run of the same id goes on from there on today's workers",
+    )
+    resetter.add_argument("run_id")
+    resetter.add_argument(
+        "--to",
+        type=int,
+        metavar="EVENT_ID",
+        help="reset to this WorkflowTaskCompleted event instead (see `history`); needed for "
+        "a run that is not wedged",
+    )
+    resetter.add_argument("--reason", default="", help="recorded with the reset in history")
+    add_json_flag(resetter)
 
     replay = commands.add_parser(
         "replay",

@@ -30,6 +30,7 @@ from agentloop.contract import (
     Usage,
     WriteAwaitingOperator,
 )
+from agentloop.operations.failing_tasks import FailingTask
 from agentloop.reporting import counted
 from agentloop.run_events import RunEvent
 
@@ -128,7 +129,23 @@ def format_snapshot(found: RunSnapshot) -> str:
         lines += [line.text for line in shown]
     if found.failure is not None:
         lines.append(f"failed: {found.failure}")
+    if found.task_failure is not None:
+        lines += wedged_lines(found.workflow_id, found.task_failure)
     return "\n".join(lines)
+
+
+def wedged_lines(workflow_id: str, failing: FailingTask) -> list[str]:
+    """A wedged run for a person: the error its worker reports, and what to do."""
+    lines = [failing.describe()]
+    lines += [f"  {line}" for line in failing.error.splitlines()[1:12]]
+    if failing.reset_event_id is not None:
+        lines.append(
+            f"fix the workers, or reset the run to its last good task (event "
+            f"{failing.reset_event_id}): agentloop reset {workflow_id}"
+        )
+    else:
+        lines.append("fix the workers: no task of this run completed, there is nothing to reset to")
+    return lines
 
 
 def format_result(result: AgentRunResult) -> str:

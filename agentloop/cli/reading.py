@@ -13,7 +13,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentloop import search
@@ -30,6 +35,12 @@ from agentloop.cli.output import (
 from agentloop.cli.progress import format_snapshot
 from agentloop.cli.transcript import format_transcript, open_transcript_store, read_transcript
 from agentloop.contract import AgentRunResult, RunStatusView
+from agentloop.operations.failing_tasks import (
+    FailingTask,
+    failing_attempt,
+    failing_task,
+    failing_tasks,
+)
 from agentloop.runtime.audit import mask_url
 from agentloop.runtime.codec import KeyRing
 from agentloop.runtime.indexing import missing_attributes, unregistered
@@ -51,11 +62,18 @@ async def execution_status(handle: Handle) -> str:
     return description.status.name if description.status else "UNKNOWN"
 
 
-async def read_snapshot(handle: Handle) -> RunSnapshot:
+async def read_snapshot(handle: Handle, client: Client | None = None) -> RunSnapshot:
     """A running run's `status` query, or a finished run's result (a finished run needs no
-    worker: its result is in the history)."""
-    execution = await execution_status(handle)
+    worker: its result is in the history). With `client`, a running run whose workflow task
+    keeps failing is reported as such, with the worker's error, instead of queried (it
+    answers no query)."""
+    description = await handle.describe()
+    execution = description.status.name if description.status else "UNKNOWN"
     if execution == "RUNNING":
+        if client is not None and failing_attempt(description):
+            failing = await failing_task(client, handle.id, description=description)
+            if failing is not None:
+                return snapshot(handle.id, execution, ExitCode.WEDGED, task_failure=failing)
         return snapshot_of_view(handle.id, await query_status(handle))
     return await ended_snapshot(handle.id, execution, handle.result())
 
@@ -83,6 +101,7 @@ def snapshot(
     status: RunStatusView | None = None,
     result: AgentRunResult | None = None,
     failure: str | None = None,
+    task_failure: FailingTask | None = None,
 ) -> RunSnapshot:
     """The snapshot, its outcome named after its exit code."""
     return RunSnapshot(
@@ -93,6 +112,7 @@ def snapshot(
         status=status,
         result=result,
         failure=failure,
+        task_failure=task_failure,
     )
 
 
@@ -177,15 +197,42 @@ async def list_runs(client: Client, args: argparse.Namespace) -> int:
                 provider=attributes.get(search.AGENT_PROVIDER),
                 tenant=attributes.get(search.AGENT_TENANT),
                 started=execution.start_time.isoformat() if execution.start_time else None,
+                task_checked=execution.status != WorkflowExecutionStatus.RUNNING,
             )
         )
+    await mark_wedged(client, found)
     if args.json:
         print_json(found)
     else:
         for run in found:
-            print(f"{run.workflow_id}  {run.phase}  {run.status}  {run.provider}  {run.tenant}")
+            print(listed_line(run))
         print(f"{len(found)} run(s) matching {query}", file=sys.stderr)
+        unchecked = sum(not run.task_checked for run in found)
+        if unchecked:
+            print(
+                f"{unchecked} running run(s) not checked for a failing task in time",
+                file=sys.stderr,
+            )
     return ExitCode.OK
+
+
+async def mark_wedged(client: Client, runs: list[ListedRun]) -> None:
+    """Check the running runs of the page for a workflow task that keeps failing (bounded:
+    a few at a time, each given a few seconds), and say so on each."""
+    running = [(run.workflow_id, run.run_id) for run in runs if not run.task_checked]
+    checked = await failing_tasks(client, running)
+    for run in runs:
+        key = (run.workflow_id, run.run_id)
+        if key in checked:
+            run.task_checked = True
+            run.task_failure = checked[key]
+
+
+def listed_line(run: ListedRun) -> str:
+    line = f"{run.workflow_id}  {run.phase}  {run.status}  {run.provider}  {run.tenant}"
+    if run.task_failure is not None:
+        line += f"  WEDGED: {run.task_failure.describe()}"
+    return line
 
 
 async def export_history(handle: Handle, output: Path | None, as_json: bool) -> int:

@@ -1,6 +1,7 @@
 """Client-side: the commands about runs, from the command line to the module doing each:
 start and follow (`starting.py`), read: status, transcript, list, history (`reading.py`),
-and drive: approve, reject, resolve, message, cancel (`driving.py`).
+drive: approve, reject, resolve, message, cancel (`driving.py`), and reset a wedged run
+(`resetting.py`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from agentloop.cli.reading import (
     report_snapshot,
     show_transcript,
 )
+from agentloop.cli.resetting import reset
 from agentloop.cli.starting import continue_run
 from agentloop.cli.stats import show_stats
 from agentloop.cli.watching import watch_run
@@ -69,11 +71,13 @@ async def client_command(
         return await show_stats(client, args)
     if args.command == "continue":
         return await continue_run(client, settings, args)
+    if args.command == "reset":
+        return await reset(client, args)
     if args.command == "watch":
         return await watch_run(client, args.run_id, args.from_offset, as_json=args.json)
     handle = client.get_workflow_handle(args.run_id, result_type=AgentRunResult)
     if args.command == "status":
-        return report_snapshot(await read_snapshot(handle), as_json=args.json)
+        return report_snapshot(await read_snapshot(handle, client), as_json=args.json)
     if args.command == "transcript":
         return await show_transcript(
             handle, settings.store_url, settings.codec_key_ring(), as_json=args.json

@@ -168,7 +168,7 @@ async def follow(client: Client, handle: Handle, stream: TextIO) -> RunSnapshot:
         f"stopped following {handle.id}; the run goes on: agentloop status {handle.id}",
         file=sys.stderr,
     )
-    return snapshot_of_view(handle.id, view) if view else await read_snapshot(handle)
+    return snapshot_of_view(handle.id, view) if view else await read_snapshot(handle, client)
 
 
 async def read_stream(client: Client, workflow_id: str, streamed: StreamedText) -> None:

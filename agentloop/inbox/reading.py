@@ -24,6 +24,7 @@ from temporalio.service import RPCError
 
 from agentloop import search
 from agentloop.contract import WORKFLOW_NAME, AgentRunResult, CallRecord, RunStatusView
+from agentloop.inbox.wedged import wedged_text
 from agentloop.tool_spec import ASK_USER
 from agentloop.waiting import (
     MAX_WAITING_MEMO_BYTES,
@@ -346,6 +347,9 @@ async def read_story(client: Client, inputs: RunInputs, workflow_id: str) -> Run
     execution = description.status.name if description.status else "UNKNOWN"
     run_input = await inputs.of(client, workflow_id, description.run_id)
     if execution == "RUNNING":
+        wedged = await wedged_text(client, workflow_id, description)
+        if wedged is not None:
+            return RunStory(workflow_id, execution, run_input, failure=wedged)
         try:
             view = await query_status(handle)
         except (RPCError, WorkflowQueryFailedError) as exc:

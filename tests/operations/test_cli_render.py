@@ -70,7 +70,7 @@ def test_every_result_status_has_one_exit_code_and_paused_phases_are_phases() ->
     assert stopped == set(get_args(RunStatus)) - {"completed", "failed", "unresolved"}
     assert PAUSED_PHASES.issubset(get_args(Phase))
     codes = [int(code) for code in EXIT_CODE_MEANINGS]
-    assert codes == [0, 1, 2, 3, 4, 5, 130]  # distinct, and argparse's 2 for usage errors
+    assert codes == [0, 1, 2, 3, 4, 5, 6, 130]  # distinct, and argparse's 2 for usage errors
 
 
 @pytest.mark.parametrize("command", [[], ["status"], ["run"], ["continue"]])

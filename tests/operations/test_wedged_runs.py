@@ -1,0 +1,187 @@
+"""A wedged run (its workflow task keeps failing) is visible and can be taken back: a run paused
+on a real worker is handed, by a message, to a worker whose `AgentRun` raises in every task (a
+broken deploy); `list`, `status` and the inbox's run page show it with the worker's error, and
+`agentloop reset` takes it back to its last good task, where a good worker finishes it with
+the message applied again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio import workflow
+from temporalio.client import Client
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+from agentloop.contract import WORKFLOW_NAME, AgentRunResult
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.inbox.reading import RunInputs, read_story
+from agentloop.operations.failing_tasks import FailureFound, failing_attempt
+from agentloop.runtime.config import Settings
+from agentloop.worker import running_worker
+from tests.operations.test_cli import agentloop, assert_no_traceback, process_env
+from tests.support import wait_for_phase
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
+
+BROKEN = "a broken deploy: this worker's AgentRun raises in every task"
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class BrokenAgentRun:
+    """What a worker with a broken deploy runs under agentloop's workflow name: every task it
+    is given fails (a RuntimeError is not a workflow failure: the task is retried for ever)."""
+
+    @workflow.run
+    async def run(self, run_input: Any) -> None:
+        raise RuntimeError(BROKEN)
+
+
+def one_document(text: str) -> Any:
+    return json.loads(text)
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], what: str, seconds: float = 60) -> None:
+    """Poll an async condition until it holds (bounded)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not await check():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+async def test_a_wedged_run_is_listed_with_its_error_and_reset_to_its_last_good_task(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+    tmp_path: Path,
+) -> None:
+    # The run's own queue: its workers here are the good one, then the broken one, then a
+    # good one again.
+    settings = worker_settings.model_copy(update={"task_queue": f"wedged-{run_id}"})
+    env = process_env(
+        TEMPORAL_ADDRESS=client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=settings.task_queue,
+        AGENTLOOP_STORE_URL=settings.store_url,
+    )
+    question = {"question": "Which date do you travel?"}
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(id="call_ask", name="ask_user", arguments=question)
+                    ],
+                    expect_tool_results={"call_ask": "2026-12-01"},
+                ),
+                ScriptTurn(text="Noted: {{call_ask.answer}}"),
+            ],
+        )
+    )
+    handle = client.get_workflow_handle(run_id, result_type=AgentRunResult)
+    async with running_worker(client, settings):
+        started = await agentloop(
+            "run", "When?", "--model", run_id, "--id", run_id, "--tenant", run_id, env=env
+        )
+        assert started.returncode == 0, started.explain()
+        await wait_for_phase(handle, "awaiting_input", seconds=60)
+        healthy = await agentloop("reset", run_id, env=env)
+        assert healthy.returncode == 1, healthy.explain()
+        assert "is not failing: nothing to reset" in healthy.stderr, healthy.explain()
+        assert_no_traceback(healthy)
+
+    broken = Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=[BrokenAgentRun],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    )
+    async with broken:
+        sent = await agentloop(
+            "message", run_id, "--sender", "traveller", "--text", "2026-12-01", env=env
+        )
+        assert sent.returncode == 0, sent.explain()
+
+        async def failing_again() -> bool:
+            return failing_attempt(await handle.describe()) >= 2
+
+        await eventually(failing_again, "the broken worker's task to fail twice")
+
+        listed = await agentloop("list", "--tenant", run_id, "--json", env=env)
+        assert listed.returncode == 0, listed.explain()
+        [row] = one_document(listed.stdout)
+        assert row["workflow_id"] == run_id and row["task_checked"] is True, row
+        failing = row["task_failure"]
+        assert failing["cause"] == "WORKFLOW_WORKER_UNHANDLED_FAILURE", failing
+        assert BROKEN in failing["error"] and failing["attempt"] >= 2, failing
+        # Reset runs the failing task again in a new run: the last good task (which asked the
+        # question) and the answer that came after it stay where they were.
+        assert failing["reset_event_id"] == failing["failed_event_id"], failing
+        assert failing["last_good_event_id"] < failing["failed_event_id"], failing
+        assert failing["diverged_event_id"] is None, failing
+        as_text = await agentloop("list", "--tenant", run_id, env=env)
+        assert "WEDGED: workflow task failing (attempt" in as_text.stdout, as_text.explain()
+        assert BROKEN in as_text.stdout, as_text.explain()
+
+        status = await agentloop("status", run_id, "--json", env=env)
+        assert status.returncode == 6, status.explain()
+        snapshot = one_document(status.stdout)
+        assert snapshot["outcome"] == "wedged" and snapshot["status"] is None, snapshot
+        assert snapshot["task_failure"]["reset_event_id"] == failing["reset_event_id"], snapshot
+        assert BROKEN in snapshot["task_failure"]["error"], snapshot
+        shown = await agentloop("status", run_id, env=env)
+        assert shown.returncode == 6, shown.explain()
+        assert BROKEN in shown.stdout and f"agentloop reset {run_id}" in shown.stdout
+
+        story = await read_story(client, RunInputs(), run_id)
+        assert story.execution == "RUNNING" and story.view is None, story
+        assert story.failure is not None and story.failure.startswith("Wedged:"), story
+        assert BROKEN in story.failure and f"agentloop reset {run_id}" in story.failure
+
+    first_run = (await handle.describe()).run_id
+    async with running_worker(client, settings):
+        reset = await agentloop("reset", run_id, "--json", env=env)
+        assert reset.returncode == 0, reset.explain()
+        done = one_document(reset.stdout)
+        assert done["old_run_id"] == first_run and done["new_run_id"] != first_run, done
+        assert done["reset_event_id"] == failing["reset_event_id"], done
+        assert done["failing"]["cause"] == "WORKFLOW_WORKER_UNHANDLED_FAILURE", done
+        new_run = client.get_workflow_handle(
+            run_id, run_id=done["new_run_id"], result_type=AgentRunResult
+        )
+        # The answer sent before the run wedged is read after the question, as it came.
+        result = await asyncio.wait_for(new_run.result(), 60)
+        assert result.status == "completed" and result.output == "Noted: 2026-12-01", result
+
+
+@pytest.mark.parametrize(
+    ("found", "reset_to"),
+    [
+        # A task that fails on its own: it runs again, every completed task is kept.
+        (FailureFound(failed_event_id=30, last_good_event_id=24), 30),
+        # History diverges after the last good task: the same.
+        (FailureFound(failed_event_id=30, last_good_event_id=24, diverged_event_id=27), 30),
+        # History diverges before it: back to the last task completed before the divergence.
+        (
+            FailureFound(
+                failed_event_id=80,
+                last_good_event_id=74,
+                diverged_event_id=40,
+                before_divergence_event_id=36,
+            ),
+            36,
+        ),
+        # No task ever completed (or none before the divergence): nowhere to go back to.
+        (FailureFound(failed_event_id=4), None),
+        (FailureFound(failed_event_id=80, last_good_event_id=74, diverged_event_id=3), None),
+    ],
+)
+def test_where_a_wedged_run_is_reset_to(found: FailureFound, reset_to: int | None) -> None:
+    assert found.reset_event_id() == reset_to
