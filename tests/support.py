@@ -8,7 +8,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -135,6 +135,16 @@ async def wait_until(predicate: Callable[[], bool], what: str, seconds: float = 
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], what: str, seconds: float = 60) -> None:
+    """Poll an async condition until it holds (bounded): never a bare sleep."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not await check():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.2)
 
 
 async def wait_for_status(

@@ -107,6 +107,22 @@ def workshop_script(name: str) -> Script:
     )
 
 
+def question_script(name: str) -> Script:
+    """The model asks which date (`ask_user`), and its answer must be 2026-12-01; then it says
+    `Noted: ANSWER`."""
+    question = {"question": "Which date do you travel?"}
+    return Script(
+        name=name,
+        turns=[
+            ScriptTurn(
+                tool_calls=[ScriptedToolCall(id="call_ask", name="ask_user", arguments=question)],
+                expect_tool_results={"call_ask": "2026-12-01"},
+            ),
+            ScriptTurn(text="Noted: {{call_ask.answer}}"),
+        ],
+    )
+
+
 def one_document(finished: Finished) -> Any:
     """The single JSON document a `--json` command printed on stdout."""
     assert_no_traceback(finished)
@@ -528,21 +544,7 @@ async def test_a_question_shows_the_message_command_which_answers_it(
     run_id: str,
     tmp_path: Path,
 ) -> None:
-    question = {"question": "Which date do you travel?"}
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(id="call_ask", name="ask_user", arguments=question)
-                    ],
-                    expect_tool_results={"call_ask": "2026-12-01"},
-                ),
-                ScriptTurn(text="Noted: {{call_ask.answer}}"),
-            ],
-        )
-    )
+    scripted_provider.register(question_script(run_id))
     started = await agentloop(
         "run", "When?", "--model", run_id, "--id", run_id, env=env, cwd=tmp_path
     )

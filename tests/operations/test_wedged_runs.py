@@ -7,9 +7,6 @@ the message applied again."""
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,13 +15,14 @@ from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from agentloop.contract import WORKFLOW_NAME, AgentRunResult
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.inbox.reading import RunInputs, read_story
 from agentloop.operations.failing_tasks import FailureFound, failing_attempt
 from agentloop.runtime.config import Settings
 from agentloop.worker import running_worker
 from tests.operations.test_cli import agentloop, assert_no_traceback, process_env
-from tests.support import wait_for_phase
+from tests.operations.test_cli_runs import one_document, question_script
+from tests.support import eventually, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -41,26 +39,11 @@ class BrokenAgentRun:
         raise RuntimeError(BROKEN)
 
 
-def one_document(text: str) -> Any:
-    return json.loads(text)
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str, seconds: float = 60) -> None:
-    """Poll an async condition until it holds (bounded)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    while not await check():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.2)
-
-
 async def test_a_wedged_run_is_listed_with_its_error_and_reset_to_its_last_good_task(
     client: Client,
     worker_settings: Settings,
     scripted_provider: ScriptedProvider,
     run_id: str,
-    tmp_path: Path,
 ) -> None:
     # The run's own queue: its workers here are the good one, then the broken one, then a
     # good one again.
@@ -70,21 +53,7 @@ async def test_a_wedged_run_is_listed_with_its_error_and_reset_to_its_last_good_
         AGENT_LOOP_TASK_QUEUE=settings.task_queue,
         AGENTLOOP_STORE_URL=settings.store_url,
     )
-    question = {"question": "Which date do you travel?"}
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(id="call_ask", name="ask_user", arguments=question)
-                    ],
-                    expect_tool_results={"call_ask": "2026-12-01"},
-                ),
-                ScriptTurn(text="Noted: {{call_ask.answer}}"),
-            ],
-        )
-    )
+    scripted_provider.register(question_script(run_id))
     handle = client.get_workflow_handle(run_id, result_type=AgentRunResult)
     async with running_worker(client, settings):
         started = await agentloop(
@@ -114,9 +83,17 @@ async def test_a_wedged_run_is_listed_with_its_error_and_reset_to_its_last_good_
 
         await eventually(failing_again, "the broken worker's task to fail twice")
 
-        listed = await agentloop("list", "--tenant", run_id, "--json", env=env)
-        assert listed.returncode == 0, listed.explain()
-        [row] = one_document(listed.stdout)
+        rows: list[Any] = []
+
+        async def listed_by_tenant() -> bool:
+            listed = await agentloop("list", "--tenant", run_id, "--json", env=env)
+            assert listed.returncode == 0, listed.explain()
+            rows[:] = one_document(listed)
+            return bool(rows)
+
+        # Visibility is eventually consistent: the run may take a moment to be found.
+        await eventually(listed_by_tenant, "list to find the run by its tenant")
+        [row] = rows
         assert row["workflow_id"] == run_id and row["task_checked"] is True, row
         failing = row["task_failure"]
         assert failing["cause"] == "WORKFLOW_WORKER_UNHANDLED_FAILURE", failing
@@ -132,7 +109,7 @@ async def test_a_wedged_run_is_listed_with_its_error_and_reset_to_its_last_good_
 
         status = await agentloop("status", run_id, "--json", env=env)
         assert status.returncode == 6, status.explain()
-        snapshot = one_document(status.stdout)
+        snapshot = one_document(status)
         assert snapshot["outcome"] == "wedged" and snapshot["status"] is None, snapshot
         assert snapshot["task_failure"]["reset_event_id"] == failing["reset_event_id"], snapshot
         assert BROKEN in snapshot["task_failure"]["error"], snapshot
@@ -149,7 +126,7 @@ async def test_a_wedged_run_is_listed_with_its_error_and_reset_to_its_last_good_
     async with running_worker(client, settings):
         reset = await agentloop("reset", run_id, "--json", env=env)
         assert reset.returncode == 0, reset.explain()
-        done = one_document(reset.stdout)
+        done = one_document(reset)
         assert done["old_run_id"] == first_run and done["new_run_id"] != first_run, done
         assert done["reset_event_id"] == failing["reset_event_id"], done
         assert done["failing"]["cause"] == "WORKFLOW_WORKER_UNHANDLED_FAILURE", done
