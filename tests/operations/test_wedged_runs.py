@@ -7,15 +7,20 @@ the message applied again."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
+import aiohttp
 import pytest
 from temporalio import workflow
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.service import RPCError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from agentloop.contract import WORKFLOW_NAME, AgentRunResult
 from agentloop.demo.scripted_provider import ScriptedProvider
+from agentloop.inbox import InboxOptions, InboxServer
+from agentloop.inbox.pages import run_path
 from agentloop.inbox.reading import RunInputs, read_story
 from agentloop.operations.failing_tasks import FailureFound, failing_attempt
 from agentloop.runtime.config import Settings
@@ -117,10 +122,24 @@ async def test_a_wedged_run_is_listed_with_its_error_and_reset_to_its_last_good_
         assert shown.returncode == 6, shown.explain()
         assert BROKEN in shown.stdout and f"agentloop reset {run_id}" in shown.stdout
 
+        # What the run cannot answer: the reason status and the inbox look elsewhere.
+        with pytest.raises((RPCError, WorkflowQueryFailedError)) as unanswered:
+            await handle.query("status", rpc_timeout=timedelta(seconds=30))
+        assert "failed state" in str(unanswered.value), unanswered.value
+
         story = await read_story(client, RunInputs(), run_id)
         assert story.execution == "RUNNING" and story.view is None, story
         assert story.failure is not None and story.failure.startswith("Wedged:"), story
         assert BROKEN in story.failure and f"agentloop reset {run_id}" in story.failure
+        options = InboxOptions(auth_header="X-Inbox-User", tenants={"ops": [run_id]})
+        async with (
+            InboxServer(client, options, "127.0.0.1", 0) as inbox,
+            aiohttp.ClientSession() as http,
+            http.get(inbox.url + run_path(run_id), headers={"X-Inbox-User": "ops"}) as page,
+        ):
+            assert page.status == 200, await page.text()
+            assert "Wedged: workflow task failing (attempt" in await page.text()
+            assert BROKEN.split("'")[0] in await page.text()
 
     first_run = (await handle.describe()).run_id
     async with running_worker(client, settings):
