@@ -138,6 +138,12 @@ def wedged_lines(workflow_id: str, failing: FailingTask) -> list[str]:
     """A wedged run for a person: the error its worker reports, and what to do."""
     lines = [failing.describe()]
     lines += [f"  {line}" for line in failing.error.splitlines()[1:12]]
+    if failing.cause == "NON_DETERMINISTIC_ERROR":
+        where = f" at event {failing.diverged_event_id}" if failing.diverged_event_id else ""
+        lines.append(
+            f"today's workers cannot replay this run's history (it diverges{where}): roll them "
+            "back, or reset the run to a task before the divergence (--to EVENT_ID)"
+        )
     if failing.reset_event_id is not None:
         lines.append(
             f"fix the workers, or reset the run to its last good task (event "

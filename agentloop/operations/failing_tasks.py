@@ -171,7 +171,14 @@ class FailureFound:
 
 
 DIVERGED_AT = re.compile(r"HistoryEvent\(id: (\d+)")
-"""How sdk-core's nondeterminism errors name the event they disagree with."""
+"""How sdk-core's nondeterminism errors name the event they disagree with (not all do: "Missing
+associated machine for LocalActivity(1)" names none)."""
+
+
+def diverged_event(cause: str, error: str) -> int | None:
+    """The event a nondeterminism error says today's code disagrees with, when it says."""
+    named = DIVERGED_AT.search(error)
+    return int(named.group(1)) if cause == "NON_DETERMINISTIC_ERROR" and named else None
 
 
 async def read_failure(client: Client, workflow_id: str, run_id: str) -> FailureFound:
@@ -185,9 +192,7 @@ async def read_failure(client: Client, workflow_id: str, run_id: str) -> Failure
             if event.event_type in (_FAILED, _TIMED_OUT):
                 found.failed_event_id = event.event_id
                 found.cause, found.error = await failure_of(client, event)
-                named = DIVERGED_AT.search(found.error)
-                if found.cause == "NON_DETERMINISTIC_ERROR" and named:
-                    found.diverged_event_id = int(named.group(1))
+                found.diverged_event_id = diverged_event(found.cause, found.error)
         elif event.event_type == _COMPLETED:
             if found.last_good_event_id is None:
                 found.last_good_event_id = event.event_id

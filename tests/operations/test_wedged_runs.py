@@ -7,13 +7,17 @@ the message applied again."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import aiohttp
 import pytest
 from temporalio import workflow
-from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.service import RPCError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
@@ -22,9 +26,10 @@ from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.inbox.pages import run_path
 from agentloop.inbox.reading import RunInputs, read_story
-from agentloop.operations.failing_tasks import FailureFound, failing_attempt
+from agentloop.operations.failing_tasks import FailureFound, diverged_event, failing_attempt
 from agentloop.runtime.config import Settings
 from agentloop.worker import running_worker
+from agentloop.workflows.loop.features import FEATURE_SET
 from tests.operations.test_cli import agentloop, assert_no_traceback, process_env
 from tests.operations.test_cli_runs import one_document, question_script
 from tests.support import eventually, wait_for_phase
@@ -44,14 +49,36 @@ class BrokenAgentRun:
         raise RuntimeError(BROKEN)
 
 
-async def test_a_wedged_run_is_listed_with_its_error_and_reset_to_its_last_good_task(
+@workflow.defn(name=WORKFLOW_NAME)
+class ReorderedAgentRun:
+    """A deploy that changed what `AgentRun` does first: after asking for its feature set,
+    it waits an hour before anything; replaying any history of the real one fails with a
+    nondeterminism error naming the first event it disagrees with."""
+
+    @workflow.run
+    async def run(self, run_input: Any) -> None:
+        workflow.patched(FEATURE_SET)
+        await workflow.sleep(timedelta(hours=1))
+
+
+@dataclass
+class Wedged:
+    handle: WorkflowHandle[Any, AgentRunResult]
+    settings: Settings
+    env: dict[str, str]
+
+
+@asynccontextmanager
+async def wedged_run(
     client: Client,
     worker_settings: Settings,
     scripted_provider: ScriptedProvider,
     run_id: str,
-) -> None:
-    # The run's own queue: its workers here are the good one, then the broken one, then a
-    # good one again.
+    broken: type,
+) -> AsyncIterator[Wedged]:
+    """A run that asked its question on a good worker, answered while a worker running
+    `broken` as `AgentRun` has the run's queue: open while that worker fails the run's task
+    (twice at least). The run has its own queue and its tenant is `run_id`."""
     settings = worker_settings.model_copy(update={"task_queue": f"wedged-{run_id}"})
     env = process_env(
         TEMPORAL_ADDRESS=client.service_client.config.target_host,
@@ -66,28 +93,47 @@ async def test_a_wedged_run_is_listed_with_its_error_and_reset_to_its_last_good_
         )
         assert started.returncode == 0, started.explain()
         await wait_for_phase(handle, "awaiting_input", seconds=60)
-        healthy = await agentloop("reset", run_id, env=env)
-        assert healthy.returncode == 1, healthy.explain()
-        assert "is not failing: nothing to reset" in healthy.stderr, healthy.explain()
-        assert_no_traceback(healthy)
-
-    broken = Worker(
+    worker = Worker(
         client,
         task_queue=settings.task_queue,
-        workflows=[BrokenAgentRun],
+        workflows=[broken],
         workflow_runner=UnsandboxedWorkflowRunner(),
     )
-    async with broken:
-        sent = await agentloop(
-            "message", run_id, "--sender", "traveller", "--text", "2026-12-01", env=env
-        )
-        assert sent.returncode == 0, sent.explain()
+    async with worker:
+        await answer(handle.id, env)
 
         async def failing_again() -> bool:
             return failing_attempt(await handle.describe()) >= 2
 
         await eventually(failing_again, "the broken worker's task to fail twice")
+        yield Wedged(handle, settings, env)
 
+
+async def answer(run_id: str, env: dict[str, str]) -> None:
+    sent = await agentloop(
+        "message", run_id, "--sender", "traveller", "--text", "2026-12-01", env=env
+    )
+    assert sent.returncode == 0, sent.explain()
+
+
+async def reset_run(run_id: str, env: dict[str, str], *args: str) -> dict[str, Any]:
+    reset = await agentloop("reset", run_id, "--json", *args, env=env)
+    assert reset.returncode == 0, reset.explain()
+    done: dict[str, Any] = one_document(reset)
+    assert done["new_run_id"] != done["old_run_id"], done
+    return done
+
+
+async def test_a_wedged_run_is_listed_with_its_error_and_reset_to_its_last_good_task(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+) -> None:
+    async with wedged_run(
+        client, worker_settings, scripted_provider, run_id, BrokenAgentRun
+    ) as wedged:
+        handle, env = wedged.handle, wedged.env
         rows: list[Any] = []
 
         async def listed_by_tenant() -> bool:
@@ -122,10 +168,11 @@ async def test_a_wedged_run_is_listed_with_its_error_and_reset_to_its_last_good_
         assert shown.returncode == 6, shown.explain()
         assert BROKEN in shown.stdout and f"agentloop reset {run_id}" in shown.stdout
 
-        # What the run cannot answer: the reason status and the inbox look elsewhere.
-        with pytest.raises((RPCError, WorkflowQueryFailedError)) as unanswered:
-            await handle.query("status", rpc_timeout=timedelta(seconds=30))
-        assert "failed state" in str(unanswered.value), unanswered.value
+        # What the run cannot answer, the reason status and the inbox look elsewhere: the
+        # query fails ("Workflow Task in failed state") or, sent on to the broken worker,
+        # never comes back.
+        with pytest.raises((RPCError, WorkflowQueryFailedError)):
+            await handle.query("status", rpc_timeout=timedelta(seconds=10))
 
         story = await read_story(client, RunInputs(), run_id)
         assert story.execution == "RUNNING" and story.view is None, story
@@ -142,11 +189,9 @@ async def test_a_wedged_run_is_listed_with_its_error_and_reset_to_its_last_good_
             assert BROKEN.split("'")[0] in await page.text()
 
     first_run = (await handle.describe()).run_id
-    async with running_worker(client, settings):
-        reset = await agentloop("reset", run_id, "--json", env=env)
-        assert reset.returncode == 0, reset.explain()
-        done = one_document(reset)
-        assert done["old_run_id"] == first_run and done["new_run_id"] != first_run, done
+    async with running_worker(client, wedged.settings):
+        done = await reset_run(run_id, env)
+        assert done["old_run_id"] == first_run, done
         assert done["reset_event_id"] == failing["reset_event_id"], done
         assert done["failing"]["cause"] == "WORKFLOW_WORKER_UNHANDLED_FAILURE", done
         new_run = client.get_workflow_handle(
@@ -155,6 +200,73 @@ async def test_a_wedged_run_is_listed_with_its_error_and_reset_to_its_last_good_
         # The answer sent before the run wedged is read after the question, as it came.
         result = await asyncio.wait_for(new_run.result(), 60)
         assert result.status == "completed" and result.output == "Noted: 2026-12-01", result
+    # A run that is not wedged (this one has completed) is not reset without --to.
+    healthy = await agentloop("reset", run_id, env=env)
+    assert healthy.returncode == 1, healthy.explain()
+    assert "is not failing: nothing to reset" in healthy.stderr, healthy.explain()
+    assert_no_traceback(healthy)
+
+
+async def test_a_run_whose_history_today_s_code_cannot_replay_is_reset_to_an_event_given(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+) -> None:
+    async with wedged_run(
+        client, worker_settings, scripted_provider, run_id, ReorderedAgentRun
+    ) as wedged:
+        handle, env = wedged.handle, wedged.env
+        status = await agentloop("status", run_id, "--json", env=env)
+        assert status.returncode == 6, status.explain()
+        failing = one_document(status)["task_failure"]
+        assert failing["cause"] == "NON_DETERMINISTIC_ERROR", failing
+        assert "[TMPRL1100]" in failing["error"], failing
+        # The code disagrees with the run's first task already: the operator takes it back to
+        # that task, the first WorkflowTaskCompleted (what `agentloop history` shows).
+        first_task = min(
+            [
+                e.event_id
+                async for e in handle.fetch_history_events()
+                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+            ]
+        )
+
+    async with running_worker(client, wedged.settings):
+        done = await reset_run(run_id, env, "--to", str(first_task))
+        assert done["reset_event_id"] == first_task, done
+        new_run = client.get_workflow_handle(
+            run_id, run_id=done["new_run_id"], result_type=AgentRunResult
+        )
+        # The run works from its start again and asks again: the answer given before the reset
+        # is applied again after the reset point, before the question, so it is asked for again.
+        await wait_for_phase(new_run, "awaiting_input", seconds=60)
+        await answer(run_id, env)
+        result = await asyncio.wait_for(new_run.result(), 60)
+        assert result.status == "completed" and result.output == "Noted: 2026-12-01", result
+
+
+@pytest.mark.parametrize(
+    ("cause", "error", "event_id"),
+    [
+        (
+            "NON_DETERMINISTIC_ERROR",
+            "[TMPRL1100] Nondeterminism error: ModifyWorkflowPropertiesMachine does not handle "
+            "HistoryEvent(id: 40, WorkflowExecutionUpdateAccepted)",
+            40,
+        ),
+        (
+            "NON_DETERMINISTIC_ERROR",
+            "[TMPRL1100] Missing associated machine for LocalActivity(1)",
+            None,
+        ),
+        ("WORKFLOW_WORKER_UNHANDLED_FAILURE", "printed HistoryEvent(id: 7, ...) in a log", None),
+    ],
+)
+def test_a_nondeterminism_error_names_the_event_it_diverged_at_when_it_does(
+    cause: str, error: str, event_id: int | None
+) -> None:
+    assert diverged_event(cause, error) == event_id
 
 
 @pytest.mark.parametrize(
