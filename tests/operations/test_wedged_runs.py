@@ -7,11 +7,12 @@ the message applied again."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import functools
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeAlias
 
 import aiohttp
 import pytest
@@ -109,6 +110,17 @@ async def wedged_run(
         yield Wedged(handle, settings, env)
 
 
+Wedging: TypeAlias = Callable[[type], AbstractAsyncContextManager[Wedged]]
+
+
+@pytest.fixture
+def wedging(
+    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> Wedging:
+    """`wedged_run` for this test's run, given the broken workflow class."""
+    return functools.partial(wedged_run, client, worker_settings, scripted_provider, run_id)
+
+
 async def answer(run_id: str, env: dict[str, str]) -> None:
     sent = await agentloop(
         "message", run_id, "--sender", "traveller", "--text", "2026-12-01", env=env
@@ -125,14 +137,9 @@ async def reset_run(run_id: str, env: dict[str, str], *args: str) -> dict[str, A
 
 
 async def test_a_wedged_run_is_listed_with_its_error_and_reset_to_its_last_good_task(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
+    client: Client, wedging: Wedging, run_id: str
 ) -> None:
-    async with wedged_run(
-        client, worker_settings, scripted_provider, run_id, BrokenAgentRun
-    ) as wedged:
+    async with wedging(BrokenAgentRun) as wedged:
         handle, env = wedged.handle, wedged.env
         rows: list[Any] = []
 
@@ -208,14 +215,9 @@ async def test_a_wedged_run_is_listed_with_its_error_and_reset_to_its_last_good_
 
 
 async def test_a_run_whose_history_today_s_code_cannot_replay_is_reset_to_an_event_given(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
+    client: Client, wedging: Wedging, run_id: str
 ) -> None:
-    async with wedged_run(
-        client, worker_settings, scripted_provider, run_id, ReorderedAgentRun
-    ) as wedged:
+    async with wedging(ReorderedAgentRun) as wedged:
         handle, env = wedged.handle, wedged.env
         status = await agentloop("status", run_id, "--json", env=env)
         assert status.returncode == 6, status.explain()
