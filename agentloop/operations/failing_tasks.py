@@ -20,7 +20,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from pydantic import BaseModel
 from temporalio.api.common.v1 import WorkflowExecution
@@ -137,7 +137,7 @@ async def failing_task(
         last_good_event_id=found.last_good_event_id,
         diverged_event_id=found.diverged_event_id,
         reset_event_id=found.reset_event_id(),
-        failing_since=pending.original_scheduled_time.ToDatetime()
+        failing_since=pending.original_scheduled_time.ToDatetime(tzinfo=UTC)
         if pending.HasField("original_scheduled_time")
         else None,
     )

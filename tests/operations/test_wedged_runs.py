@@ -195,12 +195,15 @@ async def test_a_wedged_run_is_listed_with_its_error_and_reset_to_its_last_good_
             assert "Wedged: workflow task failing (attempt" in await page.text()
             assert BROKEN.split("'")[0] in await page.text()
 
+    # Reset while no worker polls the run's queue: a good worker polling it would take the
+    # failing task's next attempt, succeed, and leave nothing to reset (fixing the workers
+    # alone heals such a run).
     first_run = (await handle.describe()).run_id
+    done = await reset_run(run_id, env)
+    assert done["old_run_id"] == first_run, done
+    assert done["reset_event_id"] == failing["reset_event_id"], done
+    assert done["failing"]["cause"] == "WORKFLOW_WORKER_UNHANDLED_FAILURE", done
     async with running_worker(client, wedged.settings):
-        done = await reset_run(run_id, env)
-        assert done["old_run_id"] == first_run, done
-        assert done["reset_event_id"] == failing["reset_event_id"], done
-        assert done["failing"]["cause"] == "WORKFLOW_WORKER_UNHANDLED_FAILURE", done
         new_run = client.get_workflow_handle(
             run_id, run_id=done["new_run_id"], result_type=AgentRunResult
         )
@@ -234,9 +237,9 @@ async def test_a_run_whose_history_today_s_code_cannot_replay_is_reset_to_an_eve
             ]
         )
 
+    done = await reset_run(run_id, env, "--to", str(first_task))
+    assert done["reset_event_id"] == first_task, done
     async with running_worker(client, wedged.settings):
-        done = await reset_run(run_id, env, "--to", str(first_task))
-        assert done["reset_event_id"] == first_task, done
         new_run = client.get_workflow_handle(
             run_id, run_id=done["new_run_id"], result_type=AgentRunResult
         )
