@@ -3,13 +3,15 @@
 A workflow task fails when the worker cannot run the workflow's code over its history: a
 deploy that changed what the code does (a nondeterminism error), a bug that raises, a payload
 over the server's limit. Temporal then retries the task for ever: the run stays Running, makes
-no progress, and answers no query ("Workflow Task in failed state"). Only the first failure is
-written to history (the retries are not); the pending task's attempt counts them.
+no progress, and answers no query (it fails "Workflow Task in failed state", or waits until its
+timeout). Only the first failure is written to history (the retries are not); the pending
+task's attempt counts them.
 
-`failing_task` tells such a run, with the error its worker reported and the last workflow task
-completed before the failures began; `reset_run` resets the run there (Temporal's
-ResetWorkflowExecution: a new run of the same workflow id replays history up to that task on
-today's workers, and the signals and updates received after it are applied again).
+`failing_task` tells such a run, with the error its worker reported, the last workflow task
+completed before the failures began and where a reset should go; `reset_run` resets the run
+(Temporal's ResetWorkflowExecution: a new run of the same workflow id replays history up to the
+chosen task on today's workers, runs that task again, and the signals and updates received
+after it are applied again).
 """
 
 from __future__ import annotations
@@ -91,7 +93,8 @@ class ResetDone(BaseModel):
     old_run_id: str
     new_run_id: str
     reset_event_id: int
-    """The WorkflowTaskCompleted event the new run continues after."""
+    """The event that ended the workflow task the new run runs again (see
+    `FailingTask.reset_event_id`, or `--to`)."""
     failing: FailingTask | None
     """What was failing, when the run was wedged."""
 
