@@ -30,7 +30,6 @@ from agentloop.inbox.reading import RunInputs, read_story
 from agentloop.operations.failing_tasks import FailureFound, diverged_event, failing_attempt
 from agentloop.runtime.config import Settings
 from agentloop.worker import running_worker
-from agentloop.workflows.loop.features import FEATURE_SET
 from tests.operations.test_cli import agentloop, assert_no_traceback, process_env
 from tests.operations.test_cli_runs import one_document, question_script
 from tests.support import eventually, wait_for_phase
@@ -52,13 +51,12 @@ class BrokenAgentRun:
 
 @workflow.defn(name=WORKFLOW_NAME)
 class ReorderedAgentRun:
-    """A deploy that changed what `AgentRun` does first: after asking for its feature set,
-    it waits an hour before anything; replaying any history of the real one fails with a
-    nondeterminism error naming the first event it disagrees with."""
+    """A deploy that changed what `AgentRun` does first: it waits an hour before anything;
+    replaying any history of the real one fails with a nondeterminism error naming the first
+    event it disagrees with."""
 
     @workflow.run
     async def run(self, run_input: Any) -> None:
-        workflow.patched(FEATURE_SET)
         await workflow.sleep(timedelta(hours=1))
 
 
