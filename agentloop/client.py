@@ -7,14 +7,12 @@ payloads the same way (encrypted when `AGENTLOOP_CODEC_KEYS` is set) and trace t
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
-from temporalio.api.common.v1 import Payload
 from temporalio.client import (
     Client,
     WorkflowExecution,
@@ -34,7 +32,7 @@ from agentloop.contract import (
     AgentRunResult,
     Limits,
 )
-from agentloop.run_events import TEXT_BATCH_SECONDS, TOPIC, RunEvent
+from agentloop.run_events import TEXT_BATCH_SECONDS, TOPIC, RunEvent, wire_payload
 from agentloop.runtime import converter, tracing
 from agentloop.runtime.codec import EncryptionCodec, encrypting_data_converter
 from agentloop.runtime.config import Settings
@@ -206,10 +204,12 @@ async def limits_from(client: Client, family: str) -> tuple[Limits, str]:
 
 async def watch(client: Client, workflow_id: str, from_offset: int = 0) -> AsyncIterator[RunEvent]:
     """What the run publishes, as it happens (`agentloop.run_events`): the model's text as it
-    streams, each call, result and wait, ending after `done`, across continue-as-new without a
-    gap; for a run that already ended, what it kept. Items are read from `from_offset`; when
-    the run no longer keeps some of them, a `truncated` event says from where it goes on. An
-    item that is not a `RunEvent` (anyone who may signal a run may publish) is skipped.
+    streams, each call, result and wait, ending after the run's `done` (or once the run has
+    closed without one), across continue-as-new without a gap; for a run that already ended,
+    what it kept. Items are read from `from_offset`; when the run no longer keeps some of
+    them, a `truncated` event says from where it goes on. Only the run's own items are
+    yielded: what anyone else published to the stream (`FOREIGN_TOPIC`, kept apart by the
+    run) is skipped, a `done` among it too.
 
         async for event in agentloop.watch(client, "my-run"):
             if event.kind == "text":
@@ -217,10 +217,7 @@ async def watch(client: Client, workflow_id: str, from_offset: int = 0) -> Async
     """
     expected = from_offset
     async for offset, data in _stream_items(client, workflow_id, from_offset):
-        try:
-            event = RunEvent.model_validate({**data, "offset": offset})
-        except (ValidationError, TypeError):
-            continue
+        event = _own_event(offset, data)
         if offset > expected:
             yield RunEvent(
                 kind="truncated",
@@ -228,9 +225,21 @@ async def watch(client: Client, workflow_id: str, from_offset: int = 0) -> Async
                 stop_reason=f"items {expected} to {offset - 1} are no longer kept",
             )
         expected = offset + 1
+        if event is None:
+            continue
         yield event
         if event.kind == "done":
             return
+
+
+def _own_event(offset: int, data: Any) -> RunEvent | None:
+    """The run's own item at `offset` (`data` None: a foreign one), or None."""
+    if data is None:
+        return None
+    try:
+        return RunEvent.model_validate({**data, "offset": offset})
+    except (ValidationError, TypeError):
+        return None
 
 
 STREAM_POLL = "__temporal_workflow_stream_poll"
@@ -243,8 +252,8 @@ that ended without `done`, terminated say, publishes nothing more)."""
 async def _stream_items(
     client: Client, workflow_id: str, from_offset: int
 ) -> AsyncIterator[tuple[int, Any]]:
-    """The run's stream items on our topic, by offset, read with the stream's poll *query*
-    every batch interval, never with its poll update.
+    """The run's stream items by offset, its own as published and foreign ones as None, read
+    with the stream's poll *query* every batch interval, never with its poll update.
 
     Why not the update (the SDK's `WorkflowStreamClient.subscribe`): an update is accepted in
     history, one per long poll, and a watch would grow the run's history with them. A query
@@ -256,11 +265,11 @@ async def _stream_items(
     offset, idle = from_offset, 0
     while True:
         result = await handle.query(
-            STREAM_POLL, PollInput(topics=[TOPIC], from_offset=offset), result_type=PollResult
+            STREAM_POLL, PollInput(topics=[], from_offset=offset), result_type=PollResult
         )
         for item in result.items:
-            if item.topic == TOPIC:
-                yield item.offset, payloads.from_payload(_wire_payload(item.data))
+            own = item.topic == TOPIC
+            yield item.offset, payloads.from_payload(wire_payload(item.data)) if own else None
         offset = result.next_offset
         if result.more_ready:
             continue
@@ -274,11 +283,3 @@ async def _closed(handle: WorkflowHandle[Any, Any]) -> bool:
     """Whether the workflow's newest run has closed (a run continued as new has not)."""
     status = (await handle.describe()).status
     return status is not None and status != WorkflowExecutionStatus.RUNNING
-
-
-def _wire_payload(wire: str) -> Payload:
-    """A stream item as the poll returns it: base64 of the serialized payload (the Workflow
-    Streams wire format)."""
-    payload = Payload()
-    payload.ParseFromString(base64.b64decode(wire))
-    return payload

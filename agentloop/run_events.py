@@ -1,27 +1,39 @@
 """What a run publishes while it works (docs/concepts/design.md §8): the items of its Workflow
 Stream.
 
-One topic, `TOPIC`; each item one `RunEvent` as a JSON object with `kind`, `turn` and `at`, and
-`offset` once read back (the item's place in the stream, contiguous across continue-as-new).
-The model activity publishes `text` (the model's visible text, one item per batch interval)
-and `retry`; the workflow publishes what only it knows. The stream is display: anyone who may
-signal a run may publish to it, so nothing decides, and no page shows a call's arguments,
-from it (those come from `status` and history).
+The run's own items are on `TOPIC`; each one `RunEvent` as a JSON object with `kind`, `turn`
+and `at`, and `offset` once read back (the item's place in the stream, contiguous across
+continue-as-new). The model activity publishes `text` (the model's visible text, one item per
+batch interval) and `retry`, sealed by its worker (`agentloop.stream_seals`); the workflow
+publishes what only it knows, itself. Anyone else who may signal a run may publish to it too:
+what they send is kept apart, on `FOREIGN_TOPIC`, within bounds of its own, and agentloop's
+readers never show it. The stream is display all the same: nothing decides, and no page shows
+a call's arguments, from it (those come from `status` and history).
 """
 
 from __future__ import annotations
 
+import base64
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
+from temporalio.api.common.v1 import Payload
 
 TOPIC = "agentloop.events"
+"""The run's own items: what its workflow publishes and what its worker's activities seal."""
+PUBLISH_SIGNAL = "__temporal_workflow_stream_publish"
+"""The stream's publish signal (its name in `temporalio.contrib.workflow_streams`)."""
+FOREIGN_TOPIC = "agentloop.foreign"
+"""What anyone else published to the run's stream, as they sent it (never read as the run's)."""
 
 EventKind = Literal[
     "text", "call", "result", "waiting", "resumed", "retry", "continued", "done", "truncated"
 ]
 """`truncated` is never published: a reader says so when the items it asked for are gone."""
+ACTIVITY_KINDS = frozenset({"text", "retry"})
+"""What a sealed publish may say; every other kind is the workflow's own, and never comes by
+the publish signal."""
 
 WaitReason = Literal["approval", "input", "reconciliation"]
 
@@ -35,9 +47,21 @@ MAX_PREVIEW_CHARS = 500
 hold the whole)."""
 MAX_RETAINED_ITEMS = 500
 MAX_RETAINED_BYTES = 256_000
-"""What a run keeps of its stream (the oldest items go first): a subscriber asking for an
-older offset starts at the oldest kept and is told (`truncated`). The bound holds whoever
-publishes, and is what a run carries across continue-as-new."""
+"""What a run keeps of its own items (the oldest go first): a subscriber asking for an older
+offset starts at the oldest kept and is told (`truncated`). What others publish counts
+against bounds of its own (`MAX_FOREIGN_ITEMS`), never against these; both are what a run
+carries across continue-as-new."""
+MAX_PUBLISH_BYTES = 128_000
+"""A publish signal larger than this is dropped whole, by its size, before it is read (a
+model call sends one text batch per signal: `TEXT_BATCH_CHARS` of text, under 70 KB however
+it is escaped)."""
+MAX_ITEMS_PER_PUBLISH = 64
+"""Items read of one publish signal (the rest are dropped)."""
+MAX_FOREIGN_ITEMS = 50
+MAX_FOREIGN_BYTES = 16_000
+"""What the stream keeps of what others published, apart from the run's own bounds: a foreign
+item that would pass either is dropped (the newest go, so no flood ever evicts anything),
+until the run's own items push the oldest out."""
 
 
 class RunEvent(BaseModel):
@@ -72,3 +96,11 @@ class RunEvent(BaseModel):
     def published(self) -> dict[str, Any]:
         """The item as it travels: only the fields its kind uses."""
         return self.model_dump(mode="json", exclude_none=True)
+
+
+def wire_payload(wire: str) -> Payload:
+    """A stream item as it travels (a publish, a poll's answer, a carried stream): base64 of
+    the serialized payload (the Workflow Streams wire format). Raises on anything else."""
+    payload = Payload()
+    payload.ParseFromString(base64.b64decode(wire, validate=True))
+    return payload

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -29,6 +30,7 @@ from temporalio.worker import (
 )
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from agentloop import stream_seals
 from agentloop.activities.approvals import ApprovalActivities
 from agentloop.activities.describe import RunDescriptions
 from agentloop.activities.model import ModelActivities
@@ -237,6 +239,7 @@ async def worker_parts(
     `ConfigError` when production settings lack what production needs
     (`Settings.production_problems`)."""
     settings.check_production()
+    install_stream_key(settings)
     principals = settings.principal_signatures()
     toolbox = tools if isinstance(tools, Toolbox) else load_toolbox(tool_modules(settings, tools))
     servers = settings.mcp_server_configs()
@@ -298,6 +301,16 @@ async def worker_parts(
         await mcp.close()
         await adapters.close()
         await store.close()
+
+
+def install_stream_key(settings: Settings) -> None:
+    """The key this process's model calls seal their stream items with and its runs check
+    them with: `AGENTLOOP_STREAM_KEY`, or, when unset, one drawn once per process (so every
+    worker of one process agrees)."""
+    if settings.stream_key:
+        stream_seals.use_key(stream_seals.derived_key(settings.stream_key))
+    elif stream_seals.worker_key() is None:
+        stream_seals.use_key(secrets.token_bytes(32))
 
 
 @asynccontextmanager

@@ -180,6 +180,9 @@ async def wait_for_phase(
     return await wait_for_status(handle, lambda v: v.phase == phase, f"phase {phase}", seconds)
 
 
+STREAM_KEY = "tests: the stream key every worker process shares"
+
+
 def worker_env(client: Client, settings: Settings, store: Path) -> dict[str, str]:
     """The environment of a worker process serving `settings` on `client`'s server."""
     env = {
@@ -190,6 +193,9 @@ def worker_env(client: Client, settings: Settings, store: Path) -> dict[str, str
         "AGENTLOOP_TOOL_HTTP_TIMEOUT_SECONDS": str(settings.tool_http_timeout_seconds),
         "AGENTLOOP_TOOLS": settings.tools or "",
         "AGENTLOOP_STICKY_TIMEOUT_SECONDS": str(settings.sticky_timeout_seconds),
+        # One key for every worker process of a test: a run moved to another worker reads
+        # the text its first worker sealed as its own.
+        "AGENTLOOP_STREAM_KEY": STREAM_KEY,
     }
     for name, value in (
         ("OPENAI_API_KEY", settings.openai_api_key),

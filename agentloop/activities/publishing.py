@@ -1,24 +1,37 @@
 """The model's text to the run's stream as the provider streams it (`run_events`).
 
 One `text` item per batch interval (`TEXT_BATCH_SECONDS`, sooner past `TEXT_BATCH_CHARS`),
-never one per token: each item is a signal in the run's history. A retried call first says
-`retry` (the text of its turn so far is superseded). Publishing is display only: it never
-fails, nor holds up, the model call (a publish that cannot be sent is given up after
-`GIVE_UP_SECONDS`).
+never one per token, each sent as a publish signal of its own (a signal in the run's history,
+within `MAX_PUBLISH_BYTES`). A retried call first says `retry` (the text of its turn so far is
+superseded). Each item is sealed with the worker's key (`agentloop.stream_seals`): that is what
+makes it the run's own. Publishing is display only: it never fails, nor holds up, the model
+call (a publish that cannot be sent is given up after `GIVE_UP_SECONDS`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
-from datetime import UTC, datetime, timedelta
+import secrets
+from datetime import UTC, datetime
 from types import TracebackType
+from typing import Any
 
 from temporalio import activity
-from temporalio.contrib.workflow_streams import TopicHandle, WorkflowStreamClient
+from temporalio.client import WorkflowHandle
+from temporalio.contrib.workflow_streams import PublishEntry, PublishInput
+from temporalio.converter import PayloadConverter
 
-from agentloop.run_events import TEXT_BATCH_CHARS, TEXT_BATCH_SECONDS, TOPIC, RunEvent
+from agentloop import stream_seals
+from agentloop.run_events import (
+    PUBLISH_SIGNAL,
+    TEXT_BATCH_CHARS,
+    TEXT_BATCH_SECONDS,
+    TOPIC,
+    RunEvent,
+)
 
 GIVE_UP_SECONDS = 5.0
 
@@ -29,10 +42,10 @@ class TextPublisher:
     """Collects the text `on_text` is given and publishes it in batches while the call runs.
     `enabled=False` makes every method a no-op (a run that publishes nothing).
 
-    The stream client's own background flusher is not used: it is stopped by cancelling a
-    task waiting in `asyncio.wait_for`, which before Python 3.12 can swallow the cancel when
-    a flush was asked at that moment, and the call would then wait out `GIVE_UP_SECONDS`.
-    A ticker of ours sends each batch (`flush`), and the rest goes when the call ends."""
+    Not the Workflow Streams client: it sends everything buffered as one signal, which a
+    long answer given whole would take past `MAX_PUBLISH_BYTES`, and it cannot seal. A ticker
+    of ours sends what is batched (its own cancel is never lost in an `asyncio.wait_for`,
+    which before Python 3.12 could swallow it), and the rest goes when the call ends."""
 
     def __init__(self, turn: int, *, enabled: bool) -> None:
         self._turn = turn
@@ -40,22 +53,23 @@ class TextPublisher:
         self._pending: list[str] = []
         self._pending_chars = 0
         self._text_seen = False
-        self._client: WorkflowStreamClient | None = None
-        self._topic: TopicHandle[object] | None = None
+        self._outbox: list[dict[str, Any]] = []
+        self._run: WorkflowHandle[Any, Any] | None = None
+        self._converter: PayloadConverter | None = None
+        self._publisher = secrets.token_hex(8)
+        self._published = 0
         self._ticker: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> TextPublisher:
         if not self._enabled:
             return self
-        try:
-            self._client = WorkflowStreamClient.from_within_activity(
-                max_retry_duration=timedelta(seconds=GIVE_UP_SECONDS)
-            )
-        except Exception as exc:  # no stream today: the call goes on unwatched
-            logger.warning("model text not published: %s", exc)
+        info = activity.info()
+        if not info.workflow_id:  # no run to publish to: the call goes on unwatched
             return self
-        self._topic = self._client.topic(TOPIC)
-        attempt = activity.info().attempt
+        client = activity.client()
+        self._run = client.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
+        self._converter = client.data_converter.payload_converter
+        attempt = info.attempt
         if attempt > 1:
             self._publish(RunEvent(kind="retry", turn=self._turn, at=_now(), attempt=attempt))
         self._ticker = asyncio.create_task(self._tick())
@@ -63,7 +77,7 @@ class TextPublisher:
 
     def on_text(self, text: str) -> None:
         """A piece of the model's visible text (the adapter's `TextSink`)."""
-        if self._topic is None or not text:
+        if self._run is None or not text:
             return
         self._text_seen = True
         self._pending.append(text)
@@ -91,34 +105,52 @@ class TextPublisher:
         await self._send(GIVE_UP_SECONDS)
 
     async def _tick(self) -> None:
-        while self._topic is not None:
+        while self._run is not None:
             await asyncio.sleep(TEXT_BATCH_SECONDS)
             self._batch_text()
             await self._send(None)
 
     async def _send(self, timeout: float | None) -> None:
-        """What is batched, to the run (display only: a failure stops publishing, never the
-        model call)."""
-        if self._client is None or self._topic is None:
-            return
+        """What is batched, to the run, an item a signal (display only: a failure stops
+        publishing, never the model call)."""
         try:
             if timeout is None:  # the ticker's: no `wait_for`, whose cancel could be lost
-                await self._client.flush()
+                await self._signal_outbox()
             else:
-                await asyncio.wait_for(self._client.flush(), timeout)
+                await asyncio.wait_for(self._signal_outbox(), timeout)
         except Exception as problem:  # the run ended, or Temporal is away
             logger.warning("model text not published: %s", problem)
-            self._topic = None
+            self._run = None
+
+    async def _signal_outbox(self) -> None:
+        while self._run is not None and self._converter is not None and self._outbox:
+            [payload] = self._converter.to_payloads([self._outbox[0]])
+            data = base64.b64encode(payload.SerializeToString()).decode("ascii")
+            await self._run.signal(
+                PUBLISH_SIGNAL, PublishInput(items=[PublishEntry(topic=TOPIC, data=data)])
+            )
+            self._outbox.pop(0)
 
     def _batch_text(self) -> None:
         if not self._pending:
             return
-        delta, self._pending, self._pending_chars = "".join(self._pending), [], 0
-        self._publish(RunEvent(kind="text", turn=self._turn, at=_now(), delta=delta))
+        text, self._pending, self._pending_chars = "".join(self._pending), [], 0
+        for start in range(0, len(text), TEXT_BATCH_CHARS):  # an item within its signal
+            delta = text[start : start + TEXT_BATCH_CHARS]
+            self._publish(RunEvent(kind="text", turn=self._turn, at=_now(), delta=delta))
 
     def _publish(self, event: RunEvent) -> None:
-        if self._topic is not None:
-            self._topic.publish(event.published())
+        """`event`, sealed for this run with the worker's key, to the outbox."""
+        if self._run is None:
+            return
+        info, key = activity.info(), stream_seals.worker_key()
+        item = event.published()
+        if key is not None and info.workflow_id and info.workflow_run_id:
+            self._published += 1
+            item = stream_seals.sealed(
+                key, info.workflow_id, info.workflow_run_id, self._publisher, self._published, item
+            )
+        self._outbox.append(item)
 
 
 def _now() -> datetime:

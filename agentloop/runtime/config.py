@@ -138,6 +138,11 @@ class Settings(BaseModel):
     otel: OtelMode = "off"
     """OpenTelemetry tracing of runs through Temporal's TracingInterceptor
     (`agentloop.runtime.tracing`)."""
+    stream_key: str | None = Field(default=None, repr=False)
+    """A secret the worker seals its model calls' stream items with (`agentloop.stream_seals`):
+    what makes them the run's own on its stream. Unset: one drawn per worker process; give
+    every worker of a task queue the same one, or the text a run's earlier worker published
+    reads as foreign once another worker replays the run."""
     publish_events: PublishMode = "on"
     """`off`: this worker's model calls publish no text on their run's stream, and the runs
     `agentloop run` starts publish nothing (`publish_events: false`); `on`: what each run's

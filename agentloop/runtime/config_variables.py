@@ -87,6 +87,7 @@ VARIABLES: dict[str, Variable] = {
         "AGENTLOOP_CODEC_KEYS", check_codec_keys, secret=True, mask=mask_key_ring
     ),
     "otel": Variable("AGENTLOOP_OTEL", check_otel),
+    "stream_key": Variable("AGENTLOOP_STREAM_KEY", secret=True),
     "publish_events": Variable("AGENTLOOP_PUBLISH_EVENTS", check_publish_mode),
     "workflow_sandbox": Variable("AGENTLOOP_WORKFLOW_SANDBOX", check_sandbox_mode),
     "log_level": Variable("AGENTLOOP_LOG_LEVEL", check_log_level),

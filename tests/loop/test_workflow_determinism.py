@@ -39,6 +39,7 @@ ALLOWED_IMPORTS = frozenset(
         "enum",
         "functools",
         "hashlib",
+        "hmac",  # the stream's seals (`agentloop.stream_seals`): pure, keyed by the caller
         "itertools",
         "json",
         "jsonschema",  # argument validation: pure

@@ -42,6 +42,7 @@ VOCABULARY = frozenset(
         "releases",
         "run_events",
         "search",
+        "stream_seals",
         "task_families",
         "tool_spec",
         "transcript",
