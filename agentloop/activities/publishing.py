@@ -43,7 +43,7 @@ class TextPublisher:
     `enabled=False` makes every method a no-op (a run that publishes nothing).
 
     Not the Workflow Streams client: it sends everything buffered as one signal, which a
-    long answer given whole would take past `MAX_PUBLISH_BYTES`, and it cannot seal. A ticker
+    long answer given whole would take past `MAX_PUBLISH_BYTES`. A ticker
     of ours sends what is batched (its own cancel is never lost in an `asyncio.wait_for`,
     which before Python 3.12 could swallow it), and the rest goes when the call ends."""
 
@@ -64,9 +64,13 @@ class TextPublisher:
         if not self._enabled:
             return self
         info = activity.info()
-        if not info.workflow_id:  # no run to publish to: the call goes on unwatched
+        try:
+            if not info.workflow_id:
+                raise RuntimeError("the activity has no run")
+            client = activity.client()
+        except RuntimeError as exc:  # no run to publish to: the call goes on unwatched
+            logger.warning("model text not published: %s", exc)
             return self
-        client = activity.client()
         self._run = client.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
         self._converter = client.data_converter.payload_converter
         attempt = info.attempt

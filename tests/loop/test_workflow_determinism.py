@@ -30,6 +30,7 @@ PACKAGE_DIR = Path(agentloop.__file__).parent
 ALLOWED_IMPORTS = frozenset(
     {
         "__future__",
+        "base64",  # the stream's wire format (`run_events.wire_payload`)
         "asyncio",  # in a workflow, Temporal's own event loop: sleep is a durable timer
         "collections",
         "collections.abc",

@@ -20,7 +20,6 @@ from temporalio.api.workflowservice.v1 import SignalWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStreamClient
 
-import agentloop
 from agentloop import stream_seals
 from agentloop.cli.output import RESULT_EXIT_CODES
 from agentloop.contract import AgentRunInput, AgentRunResult, ApprovalDecision
@@ -35,6 +34,7 @@ from agentloop.run_events import (
 from agentloop.runtime.config import Settings
 from tests.operations.test_cli import process_env
 from tests.operations.test_cli_runs import cli_process, read_until
+from tests.people.test_watch import collect, failed_workflow_tasks
 from tests.support import start_run, wait_for_status
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -105,10 +105,6 @@ async def decide(handle: WorkflowHandle[Any, AgentRunResult], digest: str, appro
         call_id="call_res", args_digest=digest, approved=approved, approver="workshop-lead"
     )
     await handle.signal("approve", decision)
-
-
-async def collect(client: Client, run_id: str) -> list[RunEvent]:
-    return [event async for event in agentloop.watch(client, run_id)]
 
 
 def forged_shown(events: list[RunEvent]) -> list[RunEvent]:
@@ -229,16 +225,6 @@ def published_data(event: Any) -> str:
     [payload] = event.workflow_execution_signaled_event_attributes.input.payloads
     publish: dict[str, Any] = json.loads(payload.data)
     return str(publish["items"][0]["data"])
-
-
-async def failed_workflow_tasks(handle: WorkflowHandle[Any, Any]) -> int:
-    return len(
-        [
-            e
-            async for e in handle.fetch_history_events()
-            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
-        ]
-    )
 
 
 # --- the seal itself ------------------------------------------------------------------------
