@@ -2,7 +2,9 @@
 
 The model's text is printed as it streams; calls, results, waits and the end a line each.
 With `--json`, one JSON object per event (a line each), as `agentloop.RunEvent` writes it.
-The command exits with the run's code once its `done` arrives (see `agentloop --help`).
+The command exits with the run's code once the run's own `done` arrives (see `agentloop
+--help`); what anyone else publishes to the stream, a `done` too, is never read as the run's
+(`agentloop.watch`).
 """
 
 from __future__ import annotations
