@@ -39,6 +39,7 @@ from agentloop.demo.scripted_provider.playback import Violation
 from agentloop.runtime.config import Settings
 from agentloop.runtime.converter import data_converter as agentloop_data_converter
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, temporal_binary
+from agentloop.testing.patience import CEILING_SECONDS
 from agentloop.testing.turns import Turn, script_turns
 from agentloop.worker import running_worker, workflow_runner
 from agentloop.workflows.agent_run import AgentRun
@@ -184,9 +185,9 @@ class Harness:
         run_id: str | None = None,
         **fields: Any,
     ) -> AgentRunResult:
-        """Start a run and wait for its result (see `start`)."""
+        """Start a run and wait for its result (see `start`, `result`)."""
         handle = await self.start(task, turns=turns, run_id=run_id, **fields)
-        return await handle.result()
+        return await self.result(handle)
 
     # --- the people a run waits for ---------------------------------------------------------
 
@@ -196,9 +197,17 @@ class Harness:
             return self.client.get_workflow_handle(run, result_type=AgentRunResult)
         return run
 
-    async def result(self, run: Run) -> AgentRunResult:
-        """The run's result, once it has finished."""
-        return await self.handle(run).result()
+    async def result(self, run: Run, *, timeout: float = CEILING_SECONDS) -> AgentRunResult:
+        """The run's result, once it has finished. Fails (an `AssertionError` naming what the
+        run waits for) when it has not finished after `timeout` seconds."""
+        handle = self.handle(run)
+        try:
+            return await asyncio.wait_for(handle.result(), timeout)
+        except TimeoutError:
+            view = await self.status(run)
+            raise AssertionError(
+                f"run {handle.id} has not finished after {timeout:g} s: {waiting_for(view)}"
+            ) from None
 
     async def status(self, run: Run) -> RunStatusView:
         """The run's `status` query, as an operator sees it."""
@@ -211,7 +220,7 @@ class Harness:
         predicate: Callable[[RunStatusView], bool],
         what: str = "the condition",
         *,
-        timeout: float = 30.0,
+        timeout: float = CEILING_SECONDS,
         never: Callable[[RunStatusView], bool] | None = None,
     ) -> RunStatusView:
         """Poll the run's status until `predicate` holds; returns that status. Fails (an
@@ -231,13 +240,13 @@ class Harness:
                 raise AssertionError(f"run {run_id} will not get to {what}: {waiting_for(view)}")
             if loop.time() > deadline:
                 raise AssertionError(
-                    f"run {run_id} is still {view.phase} after {timeout} s, "
+                    f"run {run_id} is still {view.phase} after {timeout:g} s, "
                     f"waiting for {what}: {waiting_for(view)}"
                 )
             await asyncio.sleep(0.05)
 
     async def wait_for_phase(
-        self, run: Run, phase: Phase, *, timeout: float = 30.0
+        self, run: Run, phase: Phase, *, timeout: float = CEILING_SECONDS
     ) -> RunStatusView:
         """The run's status once it is in `phase` (`awaiting_approval`, `awaiting_input`,
         `awaiting_reconciliation`, `finished`, ...)."""
@@ -246,7 +255,7 @@ class Harness:
         )
 
     async def pending_approval(
-        self, run: Run, call_id: str | None = None, *, timeout: float = 30.0
+        self, run: Run, call_id: str | None = None, *, timeout: float = CEILING_SECONDS
     ) -> PendingApproval:
         """A call waiting for approval (`call_id`'s, or the first), as an approver is shown it
         in `status.pending_approvals`: `call_id`, `tool`, `arguments`, `args_digest`, ..."""
@@ -265,7 +274,7 @@ class Harness:
         *,
         approver: str = "approver",
         reason: str = "",
-        timeout: float = 30.0,
+        timeout: float = CEILING_SECONDS,
     ) -> PendingApproval:
         """Approve `call_id` once it waits, bound to the arguments shown (their digest from
         `status`); returns what was shown. Fails when the run does not count the decision
@@ -279,7 +288,7 @@ class Harness:
         *,
         approver: str = "approver",
         reason: str = "",
-        timeout: float = 30.0,
+        timeout: float = CEILING_SECONDS,
     ) -> PendingApproval:
         """Reject `call_id` once it waits, as `approve` approves it."""
         return await self._decide(run, call_id, False, approver, reason, timeout)
@@ -302,7 +311,7 @@ class Harness:
             raise AssertionError(f"the decision on {call_id} did not count: {verdict.reason}")
         return shown
 
-    async def question(self, run: Run, *, timeout: float = 30.0) -> str:
+    async def question(self, run: Run, *, timeout: float = CEILING_SECONDS) -> str:
         """The question the run waits on a person to answer (`awaiting_input`): the model's
         `ask_user`, or `"TOOL asks: ..."` for a tool's `InputNeeded`."""
         view = await self.wait_for(
@@ -312,7 +321,7 @@ class Harness:
         return view.question
 
     async def answer(
-        self, run: Run, text: str, *, sender: str = "user", timeout: float = 30.0
+        self, run: Run, text: str, *, sender: str = "user", timeout: float = CEILING_SECONDS
     ) -> str:
         """Answer the run's question once it asks one (the `message` signal); returns the
         question answered."""
@@ -321,7 +330,7 @@ class Harness:
         return asked
 
     async def unresolved(
-        self, run: Run, call_id: str | None = None, *, timeout: float = 30.0
+        self, run: Run, call_id: str | None = None, *, timeout: float = CEILING_SECONDS
     ) -> WriteAwaitingOperator:
         """A write whose outcome stayed unknown (`call_id`'s, or the first), waiting for an
         operator (`awaiting_reconciliation`), as `status.unresolved` shows it."""
@@ -363,7 +372,7 @@ class Harness:
         *,
         operator: str = "operator",
         note: str = "",
-        timeout: float = 30.0,
+        timeout: float = CEILING_SECONDS,
     ) -> WriteAwaitingOperator:
         """Say whether the unknown write `call_id` happened, once the run waits for it (the
         `resolve` signal); returns what the run showed of it."""
