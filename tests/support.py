@@ -11,7 +11,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf.duration_pb2 import Duration
 from temporalio.api.enums.v1 import EventType
@@ -32,11 +32,17 @@ from agentloop.contract import (
 )
 from agentloop.runtime.config import Settings
 from agentloop.store import Store
+from agentloop.testing.harness import waiting_for
+from agentloop.testing.patience import CEILING_SECONDS
 from agentloop.tools.contract import Tool
 from agentloop.tools.plugins import OpenedToolbox, Plugin, Toolset, build_toolbox
 from agentloop.workflows.deadline import DEADLINE_TIMER_SUMMARY
 
 WORKER_READY_LINE = "agentloop worker polling"
+STOP_SECONDS = 10
+"""How long a process asked to stop (SIGTERM) has before it is killed: cleanup, asserting
+nothing."""
+T = TypeVar("T")
 
 
 def write_key(handle: WorkflowHandle[Any, Any], call_id: str) -> str:
@@ -127,17 +133,21 @@ def activity_result(events: Sequence[HistoryEvent], activity_type: str) -> Any:
     return json.loads(completed.result.payloads[0].data)
 
 
-async def wait_until(predicate: Callable[[], bool], what: str, seconds: float = 30) -> None:
+async def wait_until(
+    predicate: Callable[[], bool], what: str, seconds: float = CEILING_SECONDS
+) -> None:
     """Poll a cheap condition until it holds (bounded): never a bare sleep."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     while not predicate():
         if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"gave up after {seconds:g} s waiting for {what}")
         await asyncio.sleep(0.05)
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], what: str, seconds: float = 60) -> None:
+async def eventually(
+    check: Callable[[], Awaitable[bool]], what: str, seconds: float = CEILING_SECONDS
+) -> None:
     """Poll an async condition until it holds (bounded): never a bare sleep."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
@@ -147,11 +157,44 @@ async def eventually(check: Callable[[], Awaitable[bool]], what: str, seconds: f
         await asyncio.sleep(0.2)
 
 
+async def waited_for(awaitable: Awaitable[T], what: str, seconds: float = CEILING_SECONDS) -> T:
+    """What `awaitable` gives (a process's exit, a task's end, a read), waited for at most
+    `seconds`: past that, fails saying what it waited for."""
+    try:
+        return await asyncio.wait_for(awaitable, seconds)
+    except TimeoutError:
+        raise AssertionError(f"gave up after {seconds:g} s waiting for {what}") from None
+
+
+async def result_of(
+    handle: WorkflowHandle[Any, AgentRunResult], seconds: float = CEILING_SECONDS
+) -> AgentRunResult:
+    """The run's result, waited for at most `seconds`: past that, fails saying what the run
+    waits for instead."""
+    try:
+        return await asyncio.wait_for(handle.result(), seconds)
+    except TimeoutError:
+        raise AssertionError(
+            f"gave up after {seconds:g} s waiting for the result of run {handle.id}: "
+            f"{await _what_it_waits_for(handle)}"
+        ) from None
+
+
+async def _what_it_waits_for(handle: WorkflowHandle[Any, AgentRunResult]) -> str:
+    """`waiting_for` of the run's status, for a failure's message; the status query itself
+    is not answered while no worker serves the run."""
+    try:
+        view = await asyncio.wait_for(handle.query("status", result_type=RunStatusView), 10)
+    except (RPCError, TimeoutError) as exc:
+        return f"its status query was not answered ({exc!r})"
+    return waiting_for(view)
+
+
 async def wait_for_status(
     handle: WorkflowHandle[Any, AgentRunResult],
     predicate: Callable[[RunStatusView], bool],
     what: str,
-    seconds: float = 30,
+    seconds: float = CEILING_SECONDS,
 ) -> RunStatusView:
     """Poll the `status` query until `predicate` holds (bounded); returns that view. A query
     the server turns away because the run's query buffer is full (a run read hard by others,
@@ -171,16 +214,45 @@ async def wait_for_status(
             phase = view.phase
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for {what}; last phase: {phase}")
+
+
+            raise AssertionError(
+                f"gave up after {seconds:g} s waiting for {what}; last phase: {view.phase}"
+            )
         await asyncio.sleep(0.05)
 
 
 async def wait_for_phase(
-    handle: WorkflowHandle[Any, AgentRunResult], phase: str, seconds: float = 30
+    handle: WorkflowHandle[Any, AgentRunResult], phase: str, seconds: float = CEILING_SECONDS
 ) -> RunStatusView:
     return await wait_for_status(handle, lambda v: v.phase == phase, f"phase {phase}", seconds)
 
 
 STREAM_KEY = "tests: the stream key every worker process shares"
+
+
+async def read_until(
+    stream: asyncio.StreamReader | None,
+    seen: list[str],
+    done: Callable[[str], bool],
+    what: str,
+    seconds: float = CEILING_SECONDS,
+) -> str:
+    """Read lines into `seen` until their text satisfies `done` (bounded); that text."""
+    assert stream is not None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not done(text := "".join(seen)):
+        try:
+            line = await asyncio.wait_for(stream.readline(), deadline - loop.time())
+        except TimeoutError:
+            raise AssertionError(
+                f"gave up after {seconds:g} s waiting for {what}; output so far:\n{text}"
+            ) from None
+        if not line:
+            raise AssertionError(f"the output ended before {what}:\n{text}")
+        seen.append(line.decode())
+    return text
 
 
 def worker_env(client: Client, settings: Settings, store: Path) -> dict[str, str]:
@@ -230,12 +302,8 @@ async def worker_process(
     drain: asyncio.Task[None] | None = None
     try:
         assert process.stdout is not None
-        while True:
-            line = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
-            if not line:
-                raise AssertionError("worker process exited before it was ready")
-            if ready in line:
-                break
+        what = f"{' '.join(command)} to print {ready!r}"
+        await read_until(process.stdout, [], lambda text: ready in text, what)
         if drained:
             drain = asyncio.create_task(_drain(process.stdout))
         yield process
@@ -254,7 +322,6 @@ async def banner_process(
     *,
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
-    seconds: float = 20,
     with_stderr: bool = True,
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
     """A server process, yielded with its output up to the line holding `ready` (its
@@ -269,20 +336,15 @@ async def banner_process(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT if with_stderr else None,
     )
-    assert process.stdout is not None
-    banner = ""
     try:
-        while ready not in banner:
-            line = (await asyncio.wait_for(process.stdout.readline(), seconds)).decode()
-            if not line:
-                raise AssertionError(f"{' '.join(command)} exited before it was up:\n{banner}")
-            banner += line
+        what = f"{' '.join(command)} to print {ready!r}"
+        banner = await read_until(process.stdout, [], lambda text: ready in text, what)
         yield process, banner
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)
             try:
-                await asyncio.wait_for(process.wait(), 10)
+                await asyncio.wait_for(process.wait(), STOP_SECONDS)
             except TimeoutError:
                 process.kill()
                 await process.wait()

@@ -38,12 +38,19 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, free_port, temporal_binary
-from tests.support import start_run, wait_for_phase, worker_env, worker_process, write_key
+from agentloop.testing.patience import CEILING_SECONDS
+from tests.support import (
+    STOP_SECONDS,
+    result_of,
+    start_run,
+    wait_for_phase,
+    worker_env,
+    worker_process,
+    write_key,
+)
 
 ALL_SCOPES = ["workshops:read", "workshops:write", "tickets:read", "tickets:write"]
 RESERVE = {"workshop_id": "ws-101", "participant_id": "p-carol"}
-RESULT_SECONDS = 60
-"""Bound on a run's end once the second worker is up (heartbeat + sticky timeouts included)."""
 SLOW_HTTP = 30.0
 """The tool HTTP timeout of workers that must still be waiting when they are killed."""
 STICKY_TIMEOUT = "TIMEOUT_TYPE_SCHEDULE_TO_START"
@@ -192,16 +199,10 @@ async def approve(
 async def approve_pending(
     handle: WorkflowHandle[Any, AgentRunResult], call_id: str, approver: str = "workshop-lead"
 ) -> None:
-    view = await wait_for_phase(handle, "awaiting_approval", seconds=RESULT_SECONDS)
+    view = await wait_for_phase(handle, "awaiting_approval")
     [pending] = view.pending_approvals
     assert pending.call_id == call_id
     await approve(handle, call_id, approver, pending.args_digest)
-
-
-async def result_of(
-    handle: WorkflowHandle[Any, AgentRunResult], seconds: float = RESULT_SECONDS
-) -> AgentRunResult:
-    return await asyncio.wait_for(handle.result(), seconds)
 
 
 def counts(example_service: ExampleService) -> dict[str, int]:
@@ -233,7 +234,7 @@ async def query_when_served(
     handle: WorkflowHandle[Any, AgentRunResult],
     predicate: Callable[[RunStatusView], bool],
     what: str,
-    seconds: float = RESULT_SECONDS,
+    seconds: float = CEILING_SECONDS,
 ) -> RunStatusView:
     """Like `wait_for_status`, but a query the server cannot deliver yet (the workflow's
     sticky worker is dead and the new one has not taken over) is asked again."""
@@ -252,7 +253,7 @@ async def query_when_served(
                 return view
             last = view.phase
         if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last: {last}")
+            raise AssertionError(f"gave up after {seconds:g} s waiting for {what}; last: {last}")
         await asyncio.sleep(0.1)
 
 
@@ -403,7 +404,9 @@ async def lost_only_while_waiting(run: Crash) -> None:
     assert set(lost_workflow_tasks(await history(run.handle), run.killed)) <= {STICKY_TIMEOUT}
 
 
-async def heartbeat_recorded(handle: WorkflowHandle[Any, Any], seconds: float = 10) -> None:
+async def heartbeat_recorded(
+    handle: WorkflowHandle[Any, Any], seconds: float = CEILING_SECONDS
+) -> None:
     """Until the server holds a heartbeat of the run's activity in flight (bounded)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
@@ -412,7 +415,9 @@ async def heartbeat_recorded(handle: WorkflowHandle[Any, Any], seconds: float = 
         if any(p.HasField("last_heartbeat_time") for p in pending):
             return
         if loop.time() > deadline:
-            raise AssertionError("timed out waiting for a heartbeat of the activity in flight")
+            raise AssertionError(
+                f"gave up after {seconds:g} s waiting for a heartbeat of the activity in flight"
+            )
         await asyncio.sleep(0.05)
 
 
@@ -456,7 +461,7 @@ class DevServer:
 
     async def _connect(self) -> Client:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + 30
+        deadline = loop.time() + CEILING_SECONDS
         while True:
             assert self.process is not None
             if self.process.returncode is not None:
@@ -465,7 +470,10 @@ class DevServer:
                 return await Client.connect(self.address, data_converter=pydantic_data_converter)
             except RuntimeError:
                 if loop.time() > deadline:
-                    raise AssertionError("the Temporal dev server did not start in time") from None
+                    raise AssertionError(
+                        f"gave up after {CEILING_SECONDS:g} s waiting for the Temporal dev "
+                        f"server at {self.address} to answer"
+                    ) from None
                 await asyncio.sleep(0.2)
 
     async def stop(self) -> None:
@@ -474,7 +482,7 @@ class DevServer:
             return
         process.terminate()
         try:
-            await asyncio.wait_for(process.wait(), 10)
+            await asyncio.wait_for(process.wait(), STOP_SECONDS)
         except TimeoutError:
             process.kill()
             await process.wait()

@@ -93,7 +93,7 @@ class DuringAModelCall(Phase):
 
     async def until_killed(self, run: Crash) -> None:
         await approve_pending(run.handle, "call_reserve")
-        await wait_until(lambda: final_turn_requests(run.model) == 1, "the second model call", 30)
+        await wait_until(lambda: final_turn_requests(run.model) == 1, "the second model call")
 
     async def before_second(self, run: Crash) -> None:
         assert reservations(run.service) == 1
@@ -171,7 +171,6 @@ class WhileAWriteIsHeldBeforeItsCommit(Phase):
         await wait_until(
             lambda: requests_to(run.service, "workshops.reserve")[0]["finished_seq"] is not None,
             "the service to drop the abandoned write",
-            10,
         )
         assert requests_to(run.service, "workshops.reserve")[0]["status"] is None
         assert reservations(run.service) == 0

@@ -33,7 +33,15 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import free_port, temporal_binary
-from tests.support import wait_for_phase, wait_until
+from agentloop.testing.patience import CEILING_SECONDS
+from tests.support import (
+    STOP_SECONDS,
+    read_until,
+    result_of,
+    wait_for_phase,
+    wait_until,
+    waited_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -80,7 +88,10 @@ class Finished:
 
 
 async def run_process(
-    *argv: str | Path, env: Mapping[str, str], cwd: Path | None = None, timeout: float = 30
+    *argv: str | Path,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    timeout: float = CEILING_SECONDS,
 ) -> Finished:
     """Run a command to its exit (bounded) and collect its output."""
     started = time.monotonic()
@@ -97,7 +108,7 @@ async def run_process(
     except TimeoutError:
         process.kill()
         await process.wait()
-        raise AssertionError(f"{argv} did not exit within {timeout} s") from None
+        raise AssertionError(f"gave up after {timeout:g} s waiting for {argv} to exit") from None
     assert process.returncode is not None
     return Finished(
         process.returncode, stdout.decode(), stderr.decode(), time.monotonic() - started
@@ -163,11 +174,8 @@ async def dev_process(
     assert process.stdout is not None
     stdout = process.stdout
     try:
-        while DEV_BANNER_END not in dev.output:
-            line = (await asyncio.wait_for(stdout.readline(), 30)).decode()
-            if not line:
-                raise AssertionError(f"agentloop dev exited before it was up:\n{dev.output}")
-            dev.lines.append(line)
+        banner = "agentloop dev's banner"
+        await read_until(stdout, dev.lines, lambda text: DEV_BANNER_END in text, banner)
 
         async def drain() -> None:
             # Keep reading so the pipe never fills; ends at EOF, when every writer is gone.
@@ -180,7 +188,7 @@ async def dev_process(
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)  # handled like Ctrl-C: the stack stops in order
             try:
-                await asyncio.wait_for(process.wait(), 20)
+                await asyncio.wait_for(process.wait(), STOP_SECONDS)
             except TimeoutError:
                 process.kill()
                 await process.wait()
@@ -289,11 +297,11 @@ async def test_agentloop_dev_serves_runs_and_stops_on_ctrl_c(tmp_path: Path) -> 
 
         stop_started = time.monotonic()
         dev.process.send_signal(signal.SIGINT)
-        returncode = await asyncio.wait_for(dev.process.wait(), 15)
+        returncode = await waited_for(dev.process.wait(), "agentloop dev to stop on Ctrl-C")
         stop_seconds = time.monotonic() - stop_started
         assert dev.reader is not None
         # EOF on the shared stdout: the temporal server child, which wrote there too, is gone.
-        await asyncio.wait_for(dev.reader, 5)
+        await waited_for(dev.reader, "the end of agentloop dev's output")
 
     assert returncode == 0, dev.output
     assert DEV_STOPPED in dev.output
@@ -379,9 +387,10 @@ async def test_dev_takes_provider_keys_and_the_log_level_from_the_config_file(
         assert "OpenAI: the OpenAI API; Anthropic: the Anthropic API" in dev.output, dev.output
         assert "(scripted provider)" not in dev.output
         dev.process.send_signal(signal.SIGINT)
-        assert await asyncio.wait_for(dev.process.wait(), 15) == 0, dev.output
+        stopped = await waited_for(dev.process.wait(), "agentloop dev to stop on Ctrl-C")
+        assert stopped == 0, dev.output
         assert dev.reader is not None
-        await asyncio.wait_for(dev.reader, 5)
+        await waited_for(dev.reader, "the end of agentloop dev's output")
     assert DEV_STOPPED in dev.output
     # At WARNING the worker's shutdown, logged at INFO, is not shown.
     assert "Beginning worker shutdown" not in dev.output, dev.output
@@ -446,7 +455,7 @@ async def test_the_first_tool_of_getting_started_runs_as_written(tmp_path: Path)
         stderr=asyncio.subprocess.DEVNULL,
     )
     try:
-        await wait_until(lambda: port_is_listening(orders_port), "the orders service", 15)
+        await wait_until(lambda: port_is_listening(orders_port), "the orders service")
         argv, port = dev_argv(tmp_path / "state", *dev_words[2:])
         async with dev_process(argv, process_env(**dev_env), cwd=tmp_path) as dev:
             # Each tool with its effect, and whether a write's lost answer can be looked up.
@@ -524,7 +533,7 @@ async def test_the_write_walkthrough_of_getting_started_runs_as_written_from_a_s
         stderr=asyncio.subprocess.DEVNULL,
     )
     try:
-        await wait_until(lambda: port_is_listening(orders_port), "the orders service", 15)
+        await wait_until(lambda: port_is_listening(orders_port), "the orders service")
         argv, port = dev_argv(tmp_path / "state", *dev_words[2:])
         async with dev_process(argv, process_env(**dev_env), cwd=tmp_path) as dev:
             assert re.search(r"^ +refund +write +looked up$", dev.output, re.MULTILINE)
@@ -550,7 +559,7 @@ async def test_the_write_walkthrough_of_getting_started_runs_as_written_from_a_s
             assert started.returncode == 0 and approved.returncode == 0, approved.explain()
             status_words = client_commands[-1][1][1:]
             ended = finished[-1]
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + CEILING_SECONDS
             while ended.returncode == 5 and time.monotonic() < deadline:  # still running
                 ended = await agentloop(*status_words, env=env, cwd=elsewhere)
             transcript = await agentloop("transcript", "refund-a17", env=env, cwd=elsewhere)
@@ -658,7 +667,7 @@ async def test_cancel_stops_a_run_started_from_the_command_line(
         assert cancelled.stdout == f"cancel requested for {run_id}\n", cancelled.explain()
 
         handle = client.get_workflow_handle(run_id, result_type=AgentRunResult)
-        result = await asyncio.wait_for(handle.result(), 20)
+        result = await result_of(handle)
     finally:
         example_service.set_delay("trains", 0)
     assert result.status == "cancelled", result.stop_reason
@@ -756,7 +765,7 @@ async def test_approve_and_resolve_from_the_command_line(
             "note": "seen in the desk",
         },
     }
-    result = await asyncio.wait_for(handle.result(), 20)
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert {c.call_id: c.status for c in result.calls} == {"call_a": "confirmed_after_query"}
     assert example_service.records()["replies"] == 1
@@ -798,14 +807,16 @@ async def test_bad_run_input_is_a_one_paragraph_message(tmp_path: Path) -> None:
     assert "\n\n" not in message and "Temporal" not in message, finished.explain()
 
 
-async def test_unreachable_temporal_is_reported_quickly(tmp_path: Path) -> None:
+async def test_unreachable_temporal_is_reported_at_the_refused_connection(tmp_path: Path) -> None:
     env = process_env(TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}")
     finished = await run_process(CONSOLE_SCRIPT, "status", "some-id", env=env, cwd=tmp_path)
     assert finished.returncode != 0, finished.explain()
     assert_no_traceback(finished)
     assert "cannot reach Temporal" in finished.stderr, finished.explain()
     assert env["TEMPORAL_ADDRESS"] in finished.stderr
-    assert finished.seconds < 10, f"took {finished.seconds:.1f} s"
+    # Reported at the refusal, not after waiting out the connect budget ("no answer within").
+    assert "Connection refused" in finished.stderr, finished.explain()
+    assert "no answer within" not in finished.stderr, finished.explain()
 
 
 async def test_status_of_an_unknown_run_says_not_found(

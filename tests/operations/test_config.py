@@ -461,7 +461,6 @@ async def test_worker_with_a_bad_address_exits_2_naming_the_variable(tmp_path: P
     assert_no_traceback(finished)
     assert "TEMPORAL_ADDRESS='nonsense'" in finished.stderr, finished.explain()
     assert "host:port" in finished.stderr
-    assert finished.seconds < 10
     assert not (tmp_path / ".agentloop").exists()  # nothing was started, no store opened
 
 

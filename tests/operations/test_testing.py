@@ -20,9 +20,11 @@ import agentloop
 from agentloop import testing
 from agentloop.contract import AgentRunInput, CallRecord, Limits
 from agentloop.testing import Harness, Turn, call, reply
+from agentloop.testing.patience import CEILING_SECONDS, PATIENCE_VARIABLE, patience
 from tests import kit_tools
 from tests.kit_tools import DESK
 from tests.replay_audit import replay_before_stop
+from tests.support import waited_for
 
 pytestmark = pytest.mark.integration
 
@@ -290,7 +292,10 @@ async def test_the_documented_test_runs_as_written(tmp_path: Path) -> None:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )
-        output, _ = await asyncio.wait_for(process.communicate(), 120)
+        # A pytest session of its own, not one wait: a dev server and a worker start before
+        # its test runs.
+        session = process.communicate()
+        output, _ = await waited_for(session, "the documented test's session", 2 * CEILING_SECONDS)
     finally:
         await service.stop()
     assert process.returncode == 0, output.decode()
@@ -301,14 +306,23 @@ async def test_approving_another_call_names_the_call_that_waits(harness: Harness
     run = await harness.start(
         "Say hi", tools=TOOLS, turns=[[call("send", body="hi")], reply("Sent.")]
     )
-    started = asyncio.get_running_loop().time()
-
-    with pytest.raises(AssertionError, match=r"waiting for approval of call_1 \(send\)"):
+    # At once, not at the ceiling: it "will not get to" call_9 ("is still ... after" else).
+    will_not = r"will not get to call_9 to wait for approval: .*approval of call_1 \(send\)"
+    with pytest.raises(AssertionError, match=will_not):
         await harness.approve(run, "call_9", approver="boss")
 
-    assert asyncio.get_running_loop().time() - started < 10  # not the 30 s timeout
+    with pytest.raises(AssertionError, match=r"has not finished after 0.5 s: .*approval of call_1"):
+        await harness.result(run, timeout=0.5)
     await harness.approve(run, "call_1", approver="boss")
     assert (await harness.result(run)).status == "completed"
+
+
+def test_the_patience_variable_stretches_the_ceiling_and_refuses_what_is_no_factor() -> None:
+    assert patience({}) == 1.0
+    assert patience({PATIENCE_VARIABLE: " 2.5 "}) == 2.5
+    for bad in ("0", "-1", "slow", "inf", "nan"):
+        with pytest.raises(ValueError, match=f"{PATIENCE_VARIABLE}='{bad}': expected a positive"):
+            patience({PATIENCE_VARIABLE: bad})
 
 
 async def test_a_harness_reads_the_workers_configuration_and_plays_script_files(
