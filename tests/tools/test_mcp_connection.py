@@ -27,7 +27,13 @@ from agentloop.store.memory import MemoryStore
 from agentloop.tools.contract import TransientError
 from tests.support import wait_until
 from tests.tools.test_mcp_results import context
-from tests.tools.test_mcp_server import ROOT, http_server_process, read_state, steer
+from tests.tools.test_mcp_server import (
+    ROOT,
+    STDIO_START_SECONDS,
+    http_server_process,
+    read_state,
+    steer,
+)
 
 FIND = "tickets_find_ticket"
 NOTE = "tickets_add_note"
@@ -188,7 +194,11 @@ async def test_an_answer_past_the_bound_is_not_read_and_the_connection_goes_on(
 
 def stdio_tickets(state: Path, *extra: str) -> McpServerConfig:
     command = [sys.executable, "-m", "agentloop.demo.mcp_server", "--stdio", "--state"]
-    return McpServerConfig(command=[*command, str(state), *extra], cwd=str(ROOT))
+    return McpServerConfig(
+        command=[*command, str(state), *extra],
+        cwd=str(ROOT),
+        connect_timeout_seconds=STDIO_START_SECONDS,
+    )
 
 
 async def test_a_stdio_server_that_prints_a_banner_first_is_still_used(tmp_path: Path) -> None:

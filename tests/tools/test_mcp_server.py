@@ -46,11 +46,15 @@ from agentloop.mcp.tasks import (
 )
 from agentloop.runtime.dev_server import free_port
 from agentloop.runtime.mcp_config import IDEMPOTENCY_META_KEY
-from tests.support import banner_process
+from agentloop.testing.patience import CEILING_SECONDS
+from tests.support import banner_process, waited_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = [sys.executable, "-m", "agentloop.demo.mcp_server"]
 READS = ["find_ticket", "lookup_note", "ticket_report", "ticket_chart"]
+STDIO_START_SECONDS = 30.0
+"""The `connect_timeout_seconds` of the demo server over stdio in tests (the most it takes): its
+start is a Python process importing the MCP SDK, seconds on a busy machine, not the default 5."""
 
 
 # The client side of the Tasks extension is agentloop's own (`agentloop.mcp.tasks`). The SDK
@@ -60,7 +64,7 @@ READS = ["find_ticket", "lookup_note", "ticket_report", "ticket_chart"]
 
 
 async def await_task(session: ClientSession, task_id: str) -> TaskState:
-    return await until_over(session, task_id, time.monotonic() + 10)
+    return await until_over(session, task_id, time.monotonic() + CEILING_SECONDS)
 
 
 def read_state(path: Path) -> dict[str, Any]:
@@ -173,7 +177,7 @@ async def test_exit_after_commit_leaves_the_write_and_disarms(tmp_path: Path) ->
                 "add_note",
                 {"ticket_id": "T-0002", "text": "refund issued"},
                 meta={IDEMPOTENCY_META_KEY: "key-x"},
-                read_timeout_seconds=10,
+                read_timeout_seconds=CEILING_SECONDS,
             )
     written = read_state(state)
     assert written["notes"]["key-x"]["text"] == "refund issued"
@@ -267,7 +271,7 @@ async def test_a_task_outlives_its_server(tmp_path: Path) -> None:
             "add_note", args, meta=task_meta("k3"), allow_claimed=True
         )
         assert isinstance(created, CreatedTask)
-        assert await asyncio.wait_for(process.wait(), 10) == 3
+        assert await waited_for(process.wait(), "the server to exit") == 3
     written = read_state(state)
     assert written["notes"]["k3"]["text"] == "escalated"
     assert written["tasks"][created.task_id]["status"] == "completed"

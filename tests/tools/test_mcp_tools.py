@@ -32,15 +32,18 @@ from agentloop.worker import running_worker
 from agentloop.workflows.agent_run import AgentRun
 from tests.support import (
     approve_as_shown,
+    result_of,
     wait_for_phase,
     wait_for_status,
     wait_until,
+    waited_for,
     worker_env,
     worker_process,
     write_key,
 )
 from tests.tools.test_mcp_server import (
     SERVER,
+    STDIO_START_SECONDS,
     free_port,
     http_server,
     http_server_process,
@@ -64,7 +67,13 @@ def http_config(url: str, **fields: Any) -> dict[str, Any]:
 
 def stdio_config(state: Path, **fields: Any) -> dict[str, Any]:
     command = [sys.executable, *SERVER[1:], "--stdio", "--state", str(state)]
-    return {"command": command, "reads_from_hints": True, "lookup_tool": "lookup_note", **fields}
+    return {
+        "command": command,
+        "reads_from_hints": True,
+        "lookup_tool": "lookup_note",
+        "connect_timeout_seconds": STDIO_START_SECONDS,
+        **fields,
+    }
 
 
 def transport_config(transport: str, state: Path, url: str, **fields: Any) -> dict[str, Any]:
@@ -128,7 +137,7 @@ async def failure_at_start(
     turns = [ScriptTurn(tool_calls=[FIND]), ScriptTurn(text="?")]
     handle = await start(client, provider, settings, run_id, turns)
     with pytest.raises(WorkflowFailureError) as failed:
-        await handle.result()
+        await result_of(handle)
     return str(failed.value.cause)
 
 
@@ -161,7 +170,7 @@ async def test_a_run_reads_and_writes_through_an_mcp_server_each_call_once(
         config = transport_config(transport, state, url)
         async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
             handle = await start(client, scripted_provider, s, run_id, turns)
-            result = await handle.result()
+            result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert {c.call_id: (c.tool, c.status) for c in result.calls} == {
         "c_find": ("tickets_find_ticket", "succeeded"),
@@ -206,7 +215,7 @@ async def test_a_run_keeps_the_tools_it_started_with_when_the_server_changes_the
         assert not state.exists()  # nothing reached the server before the approval
         steer(state, tool_set="v2")
         await approve_as_shown(handle, pending, "support-lead")
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert read_state(state)["calls"] == {"add_note": 1, "find_ticket": 1}
     requests = [r["body"] for r in scripted_provider.requests if r["script"] == run_id]
@@ -242,7 +251,7 @@ async def test_a_write_cut_off_after_the_server_committed_it_is_never_sent_again
         async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
             handle = await start(client, scripted_provider, s, run_id, turns, ["tickets_add_note"])
             if with_lookup:
-                result = await handle.result()
+                result = await result_of(handle)
             else:
                 view = await wait_for_phase(handle, "awaiting_reconciliation")
                 await handle.terminate("the test is done")
@@ -276,7 +285,7 @@ async def test_large_and_image_results_are_kept_as_artifacts(
     tools = ["tickets_ticket_report", "tickets_ticket_chart"]
     async with tickets_worker(client, worker_settings, tmp_path) as s:
         handle = await start(client, scripted_provider, s, run_id, turns, tools)
-        result = await handle.result()
+        result = await result_of(handle)
         results = await answered(s, result)
         store = open_store(s.store_url)
         try:
@@ -313,7 +322,7 @@ async def test_a_server_down_at_start_fails_the_run_naming_it_unless_it_is_optio
             turns = [ScriptTurn(tool_calls=[FIND]), ScriptTurn(text="?")]
             handle = await start(client, scripted_provider, s, run_id, turns)
             with pytest.raises(WorkflowFailureError) as failed:
-                await handle.result()
+                await result_of(handle)
             message = str(failed.value.cause)
             assert "MCP server 'tickets' is unreachable" in message, message
             assert "its start budget of 1 s is spent (start_budget_seconds;" in message, message
@@ -330,7 +339,7 @@ async def test_a_server_down_at_start_fails_the_run_naming_it_unless_it_is_optio
                 turns,
                 ["archive_find_ticket", "notes_find_ticket"],
             )
-            result = await handle.result()
+            result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert read_state(state)["calls"] == {"find_ticket": 1}
     [first, _] = [
@@ -411,7 +420,7 @@ async def test_a_tool_nested_deeper_than_a_parser_reads_is_left_out_alone(
             handle = await start(
                 client, scripted_provider, s, f"{run_id}-note", turns, ["tickets_add_note"]
             )
-            result = await asyncio.wait_for(handle.result(), 30)
+            result = await result_of(handle)
     said = "tickets_find_ticket of MCP server 'tickets' cannot be used: its inputSchema nests"
     assert said in message and "deeper than 32 levels" in message, message
     assert result.status == "completed", result.stop_reason
@@ -438,7 +447,8 @@ async def test_a_write_whose_answer_cannot_be_read_is_looked_up_at_once_and_runs
         config = transport_config(transport, state, url, timeout_seconds=60)
         async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
             handle = await start(client, scripted_provider, s, run_id, turns, ["tickets_add_note"])
-            result = await asyncio.wait_for(handle.result(), 45)  # well within the 60 s
+            # Its 60 s timeout is not what ended the call: the history says why (below).
+            result = await result_of(handle)
             results = await answered(s, result)
     assert result.status == "completed", result.stop_reason
     at_server = read_state(state)
@@ -509,7 +519,7 @@ async def test_a_worker_killed_mid_read_and_mid_write_leaves_one_effect(
             assert calls("find_ticket") == 2  # the lost read ran again
             second.send_signal(signal.SIGKILL)
         async with worker_process(env):
-            result = await handle.result()
+            result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     at_server = read_state(state)
     assert at_server["calls"] == {"find_ticket": 2, "add_note": 1, "lookup_note": 1}
@@ -531,7 +541,7 @@ async def test_a_tool_error_from_the_server_is_told_to_the_model_under_its_call_
     turns = [ScriptTurn(tool_calls=[FIND]), ScriptTurn(text="The ticket system is down.")]
     async with tickets_worker(client, worker_settings, tmp_path) as s:
         handle = await start(client, scripted_provider, s, run_id, turns)
-        result = await handle.result()
+        result = await result_of(handle)
         results = await answered(s, result)
     assert result.status == "completed", result.stop_reason
     told = results["c_find"]
@@ -559,7 +569,7 @@ async def test_a_result_is_not_checked_against_an_output_schema_that_fans_out(
     try:
         async with tickets_worker(client, worker_settings, tmp_path) as s:
             handle = await start(client, scripted_provider, s, run_id, turns)
-            result = await asyncio.wait_for(handle.result(), 60)
+            result = await result_of(handle)
             results = await answered(s, result)
     finally:
         faulthandler.cancel_dump_traceback_later()
@@ -588,12 +598,12 @@ async def test_a_write_whose_task_finished_as_the_server_died_is_resolved_by_its
         config = {**http_config(url, timeout_seconds=2), "lookup_tool": None}
         async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
             handle = await start(client, scripted_provider, s, run_id, turns, ["tickets_add_note"])
-            assert await asyncio.wait_for(first.wait(), 30) == 3  # done, then gone
+            assert await waited_for(first.wait(), "the server to exit") == 3  # done, then gone
             await wait_for_status(
                 handle, lambda v: [c.status for c in v.calls] == ["unknown"], "the call cut off"
             )
             async with http_server_process(state, ["--tasks"], port):
-                result = await handle.result()
+                result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     [write] = result.calls
     assert write.status == "confirmed_after_query", write
@@ -630,7 +640,7 @@ async def test_a_write_whose_server_asks_a_person_waits_for_the_answer_and_runs_
         assert view.question == "tickets_reassign_ticket asks: Who should take ticket T-1001?"
         assert read_state(state)["reassignments"] == {}  # asked before it acted
         await handle.signal("message", UserMessage(text=reply, sender="support-lead"))
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     at_server = read_state(state)
     assert at_server["calls"] == {"reassign_ticket": 2}  # the question, then the answer
@@ -673,7 +683,7 @@ async def test_mcp_list_shows_each_tool_with_its_effect_and_why(tmp_path: Path) 
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
-        out, err = await asyncio.wait_for(process.communicate(), 60)
+        out, err = await waited_for(process.communicate(), f"agentloop mcp list {' '.join(args)}")
         assert process.returncode is not None
         return process.returncode, out.decode(), err.decode()
 
