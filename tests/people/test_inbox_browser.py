@@ -24,9 +24,10 @@ from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.policies.bounds import clipped
 from agentloop.runtime.config import Settings
 from agentloop.runtime.signing import new_private_key_pem
+from agentloop.testing.patience import CEILING_SECONDS
 from agentloop.waiting import MAX_MEMO_TEXT_CHARS
 from agentloop.worker import running_worker
-from tests.support import start_run, wait_for_phase, wait_until
+from tests.support import result_of, start_run, wait_for_phase, wait_until
 
 playwright_api = pytest.importorskip("playwright.async_api")
 
@@ -47,7 +48,6 @@ USER_HEADER = "X-Inbox-User"
 APPROVER = "workshop-lead"
 RESERVE = {"workshop_id": "ws-101", "participant_id": "p-carol"}
 PRINCIPAL = Principal(subject="p-alice", scopes=["workshops:read", "workshops:write"])
-POLL_SECONDS = 2.0
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +71,10 @@ async def browser() -> AsyncIterator[Any]:
                 args=CHROMIUM_ARGS,
                 extra_http_headers={USER_HEADER: APPROVER},
             )
+            # Playwright's own waits (5 s for an `expect`, 30 s for an action) made the ceiling
+            # every other wait has: a page on a busy machine is slow, not wrong.
+            context.set_default_timeout(CEILING_SECONDS * 1000)
+            playwright_api.expect.set_options(timeout=CEILING_SECONDS * 1000)
             yield context
             await context.close()
 
@@ -161,7 +165,7 @@ async def test_a_waiting_approval_is_listed_shown_whole_and_approved_in_the_brow
 
     # The open inbox lists it at its next poll (every 2 s), without a reload.
     row = page.page.locator("#items tr", has_text=run_id)
-    await expect(row).to_have_count(1, timeout=POLL_SECONDS * 1000 + 1500)
+    await expect(row).to_have_count(1)
     await expect(row).to_contain_text("reserve_seat")
     await expect(row).to_contain_text(APPROVER)
     await expect(row).to_contain_text("Book p-carol into ws-101.")
@@ -174,7 +178,7 @@ async def test_a_waiting_approval_is_listed_shown_whole_and_approved_in_the_brow
     assert example_service.stats()["counts"]["workshops.reserve"] == 0
 
     await approve_on_page(page)
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert example_service.stats()["counts"]["workshops.reserve"] == 1
     [record] = [c for c in result.calls if c.call_id == "c_res"]
@@ -212,7 +216,7 @@ async def test_reject_with_a_reason_and_a_stale_digest_is_refused_saying_why(
     await approval.get_by_label("reason").fill("ws-101 is for staff only")
     await approval.get_by_role("button", name="Reject").click()
     await expect(page.page.locator("#notice.ok")).to_have_text(f"rejected c_res as {APPROVER}")
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "rejected", result.stop_reason
     assert example_service.stats()["counts"]["workshops.reserve"] == 0
     [record] = [c for c in result.calls if c.call_id == "c_res"]
@@ -262,7 +266,7 @@ async def test_a_question_is_answered_in_the_browser(
     await question.get_by_label("answer").fill("row 7 please")
     await question.get_by_role("button", name="Answer").click()
     await expect(page.page.locator("#notice.ok")).to_have_text(f"answer sent as {APPROVER}")
-    result = await handle.result()  # the scripted model checks it was given the answer
+    result = await result_of(handle)  # the scripted model checks it was given the answer
     assert result.status == "completed", result.stop_reason
     assert result.output == "Row 7 it is."
 
@@ -298,7 +302,7 @@ async def test_an_unknown_write_is_resolved_as_applied_in_the_browser(
     await unresolved.get_by_role("button", name="Applied", exact=True).click()
     await expect(page.page.locator("#notice.ok")).to_contain_text("c_res: applied")
 
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert int(example_service.records()["reservations"]) == 1
     assert example_service.stats()["counts"]["workshops.reserve"] == 1  # never sent again
@@ -365,7 +369,7 @@ async def test_hostile_text_from_the_task_the_model_and_the_tool_arguments_runs_
     # Rejected, the model is told and answers with more of the same: the run's answer.
     await page.page.locator(".approval").get_by_role("button", name="Reject").click()
     await expect(page.page.locator("#notice.ok")).to_contain_text("rejected c_reply")
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.output == HOSTILE + HOSTILE_LINK
     await page.page.goto(f"{inbox.url}/runs/{run_id}")
     await expect(page.page.locator("#output")).to_have_text(HOSTILE + HOSTILE_LINK)
@@ -421,7 +425,7 @@ async def test_signed_mode_the_browser_signs_with_a_key_the_inbox_never_holds(
 
         await approval.get_by_role("button", name="Approve").click()
         await expect(page.page.locator("#notice.ok")).to_have_text(f"approved c_res as {APPROVER}")
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert example_service.stats()["counts"]["workshops.reserve"] == 1
     [record] = [c for c in result.calls if c.call_id == "c_res"]
@@ -524,7 +528,7 @@ async def test_a_run_page_shows_the_run_as_it_happens_from_one_subscription_per_
     await handle.signal("message", UserMessage(text="window please", sender=APPROVER))
     await expect(log.locator("li.done")).to_contain_text("ended: completed")
     await expect(first.page.locator("#live-status")).to_have_text("the run has ended")
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert await log.locator("li.text pre").last.text_content() == result.output == LIVE_ANSWER
     assert await first.page.evaluate("() => window.__samePage") is True  # never reloaded
