@@ -215,7 +215,6 @@ async def wait_for_status(
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for {what}; last phase: {phase}")
 
-
             raise AssertionError(
                 f"gave up after {seconds:g} s waiting for {what}; last phase: {view.phase}"
             )

@@ -6,7 +6,6 @@ the model still gets exactly one result per call id."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import uuid
 from pathlib import Path
@@ -19,7 +18,7 @@ from agentloop.contract import AgentRunInput, AgentRunResult
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
-from tests.support import start_run, wait_until, worker_env, worker_process
+from tests.support import result_of, start_run, wait_until, worker_env, worker_process
 
 pytestmark = pytest.mark.integration
 
@@ -113,6 +112,6 @@ async def killed_mid_read(
             await first.wait()
         example_service.set_delay(endpoint, 0)
         async with worker_process(env):
-            return await asyncio.wait_for(handle.result(), 60)
+            return await result_of(handle)
     finally:
         example_service.set_delay(endpoint, 0)

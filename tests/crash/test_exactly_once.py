@@ -33,7 +33,7 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.workflows.steps import LOOKUP_RETRY
-from tests.support import start_run, wait_for_phase, wait_until, write_key
+from tests.support import result_of, start_run, wait_for_phase, wait_until, write_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -192,7 +192,7 @@ async def test_an_answer_lost_after_the_commit_is_confirmed_by_lookup_not_resent
 
     handle = await start_and_approve(client, worker, example_service, run_id, case)
     key = write_key(handle, CALL_ID)
-    result = await handle.result()
+    result = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
     assert result.output == "Done."
@@ -209,7 +209,6 @@ async def test_an_answer_lost_after_the_commit_is_confirmed_by_lookup_not_resent
     await wait_until(
         lambda: all(r["finished_seq"] is not None for r in example_service.stats()["requests"]),
         "the abandoned write to be logged as finished",
-        seconds=10,
     )
     [write] = [
         r for r in example_service.stats()["requests"] if r["endpoint"] == case.write_endpoint
@@ -231,7 +230,7 @@ async def test_a_write_refused_before_the_commit_is_sent_again_with_the_same_key
 
     handle = await start_and_approve(client, worker, example_service, run_id, case)
     key = write_key(handle, CALL_ID)
-    result = await handle.result()
+    result = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
     assert records(example_service, case) == 1
@@ -281,7 +280,7 @@ async def test_a_brief_lookup_outage_is_ridden_out_by_the_lookups_retries(
     example_service.inject_fault(case.lookup_endpoint, "unavailable", count=1)
 
     handle = await start_and_approve(client, worker, example_service, run_id, case)
-    result = await handle.result()
+    result = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
     assert records(example_service, case) == 1
@@ -326,7 +325,7 @@ async def test_an_inconclusive_lookup_waits_for_the_operator_and_never_resends(
     await handle.signal(
         "resolve", ResolveRequest(call_id=CALL_ID, outcome="applied", operator="ops")
     )
-    result = await handle.result()
+    result = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
     assert records(example_service, case) == 1
@@ -356,7 +355,7 @@ async def test_no_operator_before_the_reconciliation_timeout_stops_the_run_unres
         client, worker, example_service, run_id, case, reconciliation_timeout_seconds=2
     )
     key = write_key(handle, CALL_ID)
-    result = await handle.result()
+    result = await result_of(handle)
 
     assert result.status == "unresolved", result.stop_reason
     assert CALL_ID in result.stop_reason

@@ -25,7 +25,13 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.worker import BoundedUpdatesRunner, running_worker, workflow_runner
-from tests.support import deadline_timers, scheduled_activity_types, start_run, wait_for_phase
+from tests.support import (
+    deadline_timers,
+    result_of,
+    scheduled_activity_types,
+    start_run,
+    wait_for_phase,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -74,7 +80,7 @@ async def test_final_answer_without_tools(
 ) -> None:
     scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="All on time.")]))
     handle = await start_run(client, worker, run_id, run_input(run_id))
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed"
     assert result.output == "All on time."
     assert (result.usage.model_calls, result.usage.tool_calls) == (1, 0)
@@ -105,7 +111,7 @@ async def test_one_tool_call_result_comes_back_under_its_id(
         )
     )
     handle = await start_run(client, worker, run_id, run_input(run_id, stream=stream))
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert example_service.stats()["counts"]["trains"] == 1
     assert [(c.call_id, c.tool, c.status) for c in result.calls] == [
@@ -141,7 +147,7 @@ async def test_a_new_run_records_no_marker_and_runs_each_step_as_an_activity(
     handle = await start_run(
         client, worker, run_id, run_input(run_id).model_copy(update={"publish_events": False})
     )
-    assert (await handle.result()).status == "completed"
+    assert (await result_of(handle)).status == "completed"
     events = (await handle.fetch_history()).events
     markers = [
         e.marker_recorded_event_attributes
@@ -197,7 +203,7 @@ async def test_a_worker_with_the_sandbox_on_runs_the_loop_in_it(
         )
     )
     async with running_worker(client, sandboxed):
-        result = await (await start_run(client, sandboxed, run_id, run_input(run_id))).result()
+        result = await result_of(await start_run(client, sandboxed, run_id, run_input(run_id)))
     assert result.status == "completed", result.stop_reason
     assert result.output == "G1234 / Shanghai"
     assert [(c.call_id, c.status) for c in result.calls] == [
@@ -249,7 +255,7 @@ async def test_parallel_reads_finishing_out_of_order_pair_by_call_id(
     example_service.set_delay("trains", 300)
     try:
         handle = await start_run(client, worker, run_id, run_input(run_id, stream=stream))
-        result = await handle.result()
+        result = await result_of(handle)
     finally:
         example_service.set_delay("trains", 0)
     assert result.status == "completed", result.stop_reason
@@ -290,7 +296,7 @@ async def test_stream_cut_inside_tool_arguments_is_incomplete_and_runs_nothing(
             ],
         )
     )
-    result = await (await start_run(client, worker, run_id, run_input(run_id))).result()
+    result = await result_of(await start_run(client, worker, run_id, run_input(run_id)))
     assert result.status == "incomplete"
     assert "truncated" in result.stop_reason
     assert result.usage.tool_calls == 0
@@ -316,7 +322,7 @@ async def test_length_stop_inside_tool_arguments_is_incomplete(
             ],
         )
     )
-    result = await (await start_run(client, worker, run_id, run_input(run_id))).result()
+    result = await result_of(await start_run(client, worker, run_id, run_input(run_id)))
     assert result.status == "incomplete"
     assert sum(example_service.stats()["counts"].values()) == 0
 
@@ -353,7 +359,7 @@ async def test_unknown_tool_and_bad_arguments_go_back_to_the_model_under_their_i
             ],
         )
     )
-    result = await (await start_run(client, worker, run_id, run_input(run_id))).result()
+    result = await result_of(await start_run(client, worker, run_id, run_input(run_id)))
     assert result.status == "completed", result.stop_reason
     calls = {c.call_id: c for c in result.calls}
     assert (calls["call_unknown"].status, calls["call_unknown"].decision) == (
@@ -384,7 +390,7 @@ async def test_max_model_calls_stops_with_the_calls_so_far(
     ]
     scripted_provider.register(Script(name=run_id, turns=turns))
     run = run_input(run_id, limits=Limits(max_model_calls=2))
-    result = await (await start_run(client, worker, run_id, run)).result()
+    result = await result_of(await start_run(client, worker, run_id, run))
     assert result.status == "limit_reached"
     assert "max_model_calls" in result.stop_reason
     assert result.usage.model_calls == 2
@@ -414,7 +420,7 @@ async def test_bad_input_fails_the_run_at_once_naming_the_field(
     raw = run_input("unused").model_dump(mode="json") | bad_input
     handle = await start_run(client, worker, run_id, raw)
     with pytest.raises(WorkflowFailureError) as failure:
-        await handle.result()
+        await result_of(handle)
     cause = failure.value.cause
     assert isinstance(cause, ApplicationError)
     assert cause.type == "InvalidInput" and cause.non_retryable
@@ -436,7 +442,7 @@ async def test_cancel_signal_stops_a_run_waiting_on_a_tool(
         handle = await start_run(client, worker, run_id, run_input(run_id))
         await wait_for_phase(handle, "executing_tools")
         await handle.signal("cancel", {"reason": "user gave up"})
-        result = await handle.result()
+        result = await result_of(handle)
     finally:
         example_service.set_delay("trains", 0)
     assert result.status == "cancelled"
@@ -461,7 +467,7 @@ async def test_refusal_and_content_filter_stop_the_run_refused(
     stop_word: str,
 ) -> None:
     scripted_provider.register(Script(name=run_id, turns=[turn]))
-    result = await (await start_run(client, worker, run_id, run_input(run_id))).result()
+    result = await result_of(await start_run(client, worker, run_id, run_input(run_id)))
     assert result.status == "refused"
     assert stop_word in result.stop_reason
     assert result.output is None
@@ -471,7 +477,7 @@ async def test_a_non_retryable_provider_error_fails_the_run_after_one_attempt(
     client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
 ) -> None:
     # No script by this name: the provider answers 404 model_not_found.
-    result = await (await start_run(client, worker, run_id, run_input(run_id))).result()
+    result = await result_of(await start_run(client, worker, run_id, run_input(run_id)))
     assert result.status == "failed"
     assert result.stop_reason.startswith("model_error: Provider:not_found")
     assert "no such script; no script folder (`agentloop dev --scripts DIR`)" in result.report
@@ -491,7 +497,7 @@ async def test_the_deadline_stops_a_run_waiting_on_a_slow_tool(
         handle = await start_run(
             client, worker, run_id, run_input(run_id, limits=Limits(deadline_seconds=1))
         )
-        result = await handle.result()
+        result = await result_of(handle)
     finally:
         example_service.set_delay("trains", 0)
     assert result.status == "limit_reached"
@@ -515,7 +521,7 @@ async def test_status_query_reports_phase_usage_and_limits_left(
         )
         await wait_for_phase(handle, "executing_tools")
         view = await handle.query("status", result_type=RunStatusView)
-        result = await handle.result()
+        result = await result_of(handle)
     finally:
         example_service.set_delay("trains", 0)
     assert (view.turn, view.usage.model_calls, view.usage.tool_calls) == (1, 1, 1)

@@ -5,7 +5,6 @@ example service's request log."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,7 +16,7 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.workflows.loop.state import Batch
-from tests.support import approve_as_shown, start_run, wait_for_phase
+from tests.support import approve_as_shown, result_of, start_run, wait_for_phase
 
 PRINCIPAL = Principal(subject="p-alice", scopes=["workshops:read", "workshops:write"])
 
@@ -47,7 +46,7 @@ async def run_batch(
     view = await wait_for_phase(handle, "awaiting_approval")
     [pending] = view.pending_approvals
     await approve_as_shown(handle, pending, "workshop-lead")
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert {c.call_id: c.status for c in result.calls} == {c.id: "succeeded" for c in calls}
     assert result.usage.human_waits == 1  # the one approval

@@ -17,7 +17,7 @@ from agentloop.runtime.config import Settings
 from tests.operations.test_cli import agentloop as agentloop_cli
 from tests.operations.test_cli import process_env
 from tests.operations.test_family_stats import listed_stats
-from tests.support import approve_as_shown, start_run, wait_for_phase
+from tests.support import approve_as_shown, result_of, start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -78,7 +78,7 @@ async def test_a_run_the_model_gives_up_on_stops_blocked_and_status_exits_3(
 ) -> None:
     scripted_provider.register(giving_up(run_id))
     handle = await start_run(client, worker, run_id, run_input(run_id))
-    result = await handle.result()
+    result = await result_of(handle)
 
     assert (result.status, result.stop_cause) == ("blocked", "give_up")
     assert result.stop_reason == f"give_up: {REASON}"
@@ -110,7 +110,7 @@ async def test_an_empty_answer_is_told_once_then_the_run_stops_blocked(
     client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
 ) -> None:
     scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="")] * 3))
-    result = await (await start_run(client, worker, run_id, run_input(run_id))).result()
+    result = await result_of(await start_run(client, worker, run_id, run_input(run_id)))
 
     assert (result.status, result.stop_cause) == ("blocked", "empty_answer")
     assert result.usage.model_calls == 2
@@ -152,10 +152,10 @@ async def test_stats_count_verified_unverified_and_blocked_runs_apart(
     )
     view = await wait_for_phase(handle, "awaiting_approval")
     await approve_as_shown(handle, view.pending_approvals[0], "workshop-lead")
-    results.append(await handle.result())
+    results.append(await result_of(handle))
     for name in (unverified, blocked):
         started = await start_run(client, worker, name, run_input(name, task_family=family))
-        results.append(await started.result())
+        results.append(await result_of(started))
     assert [(r.status, r.verified) for r in results] == [
         ("completed", True),
         ("completed", False),

@@ -22,7 +22,7 @@ from agentloop.policies import budgets
 from agentloop.pricing import DEFAULT_PRICES, PriceTable
 from agentloop.runtime.config import Settings
 from tests.loop.test_properties import examples
-from tests.support import start_run
+from tests.support import result_of, start_run
 
 T0 = datetime(2026, 1, 1)
 
@@ -93,7 +93,7 @@ async def test_max_cost_stops_the_run_before_the_call_that_would_exceed_it(
         limits=Limits(max_cost_usd=5.0),
     )
     handle = await start_run(client, worker, run_id, run_input)
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "limit_reached"
     # Stopped before a call whose input alone might pass the cap, saying by how much.
     assert result.stop_reason.startswith("max_cost_usd: the next model call could cost")
@@ -125,7 +125,7 @@ async def test_a_cost_cap_on_a_model_without_a_price_fails_the_run_at_start(
     )
     handle = await start_run(client, worker, run_id, capped)
     with pytest.raises(WorkflowFailureError) as failure:
-        await handle.result()
+        await result_of(handle)
     cause = failure.value.cause
     assert isinstance(cause, ApplicationError)
     assert cause.type == "InvalidInput" and cause.non_retryable
@@ -134,7 +134,7 @@ async def test_a_cost_cap_on_a_model_without_a_price_fails_the_run_at_start(
     assert not [r for r in scripted_provider.requests if r["script"] == run_id]
     # Without a cap, the same model runs (its calls cost 0, as nothing binds them).
     uncapped = capped.model_copy(update={"limits": Limits()})
-    result = await (await start_run(client, worker, f"{run_id}-uncapped", uncapped)).result()
+    result = await result_of(await start_run(client, worker, f"{run_id}-uncapped", uncapped))
     assert result.status == "completed" and result.usage.cost_usd == 0.0
 
 
@@ -263,7 +263,7 @@ async def test_generated_runs_end_at_or_under_their_token_cap(
             tools=["get_weather"],
             limits=Limits(max_total_tokens=cap, max_model_calls=10, max_tool_calls=10),
         )
-        result = await (await start_run(client, worker, name, run_input)).result()
+        result = await result_of(await start_run(client, worker, name, run_input))
         used = result.usage.input_tokens + result.usage.output_tokens
         assert used <= cap, (cap, used, result.stop_reason)
         requests = [r for r in scripted_provider.requests if r["script"] == name]
@@ -310,7 +310,7 @@ async def test_a_small_cap_asks_the_providers_count_when_the_bound_would_refuse(
     run_input = AgentRunInput.model_validate(
         {"task": LONG_TASK, "provider": provider, "model": model, "tools": [], "limits": limits}
     )
-    result = await (await start_run(client, worker, run_id, run_input)).result()
+    result = await result_of(await start_run(client, worker, run_id, run_input))
     assert result.status == "completed", result.stop_reason
     [tokens] = counted(scripted_provider, model)  # the counter was asked once
     requests = [r for r in scripted_provider.requests if r["script"] == model]
@@ -343,7 +343,7 @@ async def test_a_call_whose_counted_input_does_not_fit_is_still_refused(
         tools=[],
         limits=Limits(max_total_tokens=500),
     )
-    result = await (await start_run(client, worker, run_id, run_input)).result()
+    result = await result_of(await start_run(client, worker, run_id, run_input))
     assert result.status == "limit_reached"
     [tokens] = counted(scripted_provider, run_id)
     assert result.stop_reason.startswith(

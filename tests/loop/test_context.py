@@ -24,7 +24,7 @@ from agentloop.demo.scripted_provider.scripts import ScriptUsage
 from agentloop.events import ModelOutput, StateUpdate, ToolCall, ToolResult, UserInput
 from agentloop.runtime.config import Settings
 from agentloop.store import load_transcript, open_store
-from tests.support import start_run, wait_for_phase
+from tests.support import result_of, start_run, wait_for_phase
 
 
 def turn(i: int, chars: int) -> list[Any]:
@@ -168,7 +168,7 @@ async def test_a_token_budget_follows_the_providers_own_count(
             context_budget_tokens=1_500,
             principal=Principal(subject="agent", scopes=["tickets:read"]),
         )
-        result = await (await start_run(client, worker, f"{run_id}-{name}", run_input)).result()
+        result = await result_of(await start_run(client, worker, f"{run_id}-{name}", run_input))
         assert result.status == "completed", result.stop_reason
         last = scripted_provider.requests[-1]["body"]["messages"]
         tools = {m["tool_call_id"]: m["content"] for m in last if m["role"] == "tool"}
@@ -231,7 +231,7 @@ async def test_a_long_run_is_sent_within_its_budget_with_the_facts_restated(
             approver="support-lead",
         ),
     )
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
 
     last = scripted_provider.requests[-1]["body"]["messages"]

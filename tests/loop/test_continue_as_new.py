@@ -22,7 +22,7 @@ from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.workflows import loop
 from agentloop.workflows.loop.humans import MAX_REFUSED_RECORDS
-from tests.support import approve_as_shown, start_run, wait_for_phase
+from tests.support import approve_as_shown, result_of, start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -90,7 +90,7 @@ async def test_two_boundaries_with_an_approval_pending_across_one(
             approver="workshop-lead",
         ),
     )
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert isinstance(result.output, str) and "Intro to Temporal" in result.output
     assert result.usage.model_calls == 5 and result.usage.tool_calls == 4
@@ -182,7 +182,7 @@ async def test_a_flood_of_signals_while_waiting_continues_as_new_and_the_chain_s
     assert all(isinstance(r, RefusedApproval) for r in view.refused_decisions)
 
     await approve_as_shown(latest, pending, "workshop-lead")
-    result = await latest.result()
+    result = await result_of(latest)
     assert result.status == "completed", result.stop_reason
     assert [(c.call_id, c.status) for c in result.calls] == [("c1", "succeeded")]
     assert example_service.records()["reservations"] == 1

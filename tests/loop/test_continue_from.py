@@ -4,7 +4,6 @@ send it."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from agentloop.demo.services import ExampleService
 from agentloop.policies.checks import continue_from_problem
 from agentloop.runtime.config import Settings
 from tests.operations.test_cli import agentloop, process_env
-from tests.support import start_run
+from tests.support import result_of, start_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -70,7 +69,7 @@ async def test_continue_from_a_run_that_ran_out_of_model_calls(
         tools=["get_weather"],
         limits=Limits(max_model_calls=1),
     )
-    first = await (await start_run(client, worker, run_id, first_input)).result()
+    first = await result_of(await start_run(client, worker, run_id, first_input))
     assert first.status == "limit_reached"
     assert [e.call_id for e in first.unsent] == ["call_w"]  # type: ignore[union-attr]
     assert example_service.stats()["counts"]["weather"] == 1
@@ -140,7 +139,7 @@ async def test_continue_from_a_run_stopped_on_repeated_call_ids(
         # and two items under one name make a stream its final response disagrees with.
         stream=False,
     )
-    first = await (await start_run(client, worker, run_id, first_input)).result()
+    first = await result_of(await start_run(client, worker, run_id, first_input))
     assert first.status == "failed", first.stop_reason
     assert "protocol: tool calls without unique call ids" in first.stop_reason
     # The provider plays a script by model: the continuing run's starts with the first run's
@@ -160,7 +159,7 @@ async def test_continue_from_a_run_stopped_on_repeated_call_ids(
         continue_from=run_id,
         limits=Limits(max_model_calls=1),
     )
-    second = await (await start_run(client, worker, continued_id, second_input)).result()
+    second = await result_of(await start_run(client, worker, continued_id, second_input))
     assert second.status == "completed", second.stop_reason
     assert second.output == "Asking again."
     assert not any(example_service.stats()["counts"].values())  # nothing ran, in either run
@@ -179,7 +178,7 @@ async def test_continuing_an_unknown_run_is_refused_naming_the_field(
     )
     handle = await start_run(client, worker, run_id, run_input)
     with pytest.raises(WorkflowFailureError) as failure:
-        await handle.result()
+        await result_of(handle)
     cause = failure.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
     assert "continue_from" in cause.message and "no-such-run" in cause.message
@@ -200,7 +199,7 @@ async def test_a_continuation_is_given_its_budget_and_shows_the_whole_chains_usa
         tools=["get_weather"],
         limits=Limits(max_model_calls=1),
     )
-    first = await (await start_run(client, worker, run_id, first_input)).result()
+    first = await result_of(await start_run(client, worker, run_id, first_input))
     assert first.status == "limit_reached" and first.chain_usage is None
     following = AgentRunInput(
         task="Go on.", provider="openai-chat", model=run_id, continue_from=run_id
@@ -212,7 +211,7 @@ async def test_a_continuation_is_given_its_budget_and_shows_the_whole_chains_usa
     raw = following.model_dump(mode="json", exclude_unset=True)
     refused = await start_run(client, worker, f"{run_id}-raw", raw)
     with pytest.raises(WorkflowFailureError) as failure:
-        await refused.result()
+        await result_of(refused)
     cause = failure.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
     assert "limits: a run with continue_from must be given" in cause.message
@@ -221,7 +220,7 @@ async def test_a_continuation_is_given_its_budget_and_shows_the_whole_chains_usa
     handle = await agentloop_start_run(
         client, granted, id=f"{run_id}-2", task_queue=worker.task_queue
     )
-    second = await handle.result()
+    second = await result_of(handle)
     assert second.status == "completed", second.stop_reason
     assert second.usage.model_calls == 1 and second.usage.tool_calls == 0
     chain = second.chain_usage
@@ -265,7 +264,7 @@ async def test_continuing_a_workflow_that_is_not_an_agentloop_run_is_refused_at_
     )
     handle = await start_run(client, worker, run_id, run_input)
     with pytest.raises(WorkflowFailureError) as failure:
-        await asyncio.wait_for(handle.result(), 30)
+        await result_of(handle)
     cause = failure.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
     assert "is not an agentloop run" in cause.message, cause.message
@@ -288,13 +287,13 @@ async def test_a_run_started_under_the_same_id_between_reads_cannot_cross_tenant
         )
 
     victim = await start_run(client, worker, run_id, started(run_id, "globex"))
-    theirs = await asyncio.wait_for(victim.result(), 30)
+    theirs = await result_of(victim)
     interleaved: list[AgentRunResult] = []
 
     class Interleaved(RunActivities):
         async def read_run(self, handle: WorkflowHandle[Any, AgentRunResult]) -> PreviousRun:
             other = await start_run(client, worker, run_id, started(f"{run_id}-b", "default"))
-            interleaved.append(await asyncio.wait_for(other.result(), 30))
+            interleaved.append(await result_of(other))
             return await super().read_run(handle)
 
     previous = await Interleaved(client).load_previous_run(run_id)

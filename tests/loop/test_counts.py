@@ -12,7 +12,7 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.demo.scripted_provider.scripts import ScriptedError
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
-from tests.support import start_run
+from tests.support import result_of, start_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -44,7 +44,7 @@ async def test_retries_are_counted_where_they_happen_and_agree_with_the_systems(
         task="Weather in Oslo?", provider="openai-chat", model=run_id, tools=["get_weather"]
     )
     handle = await start_run(client, worker, run_id, run_input)
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     usage = result.usage
     requests = [r for r in scripted_provider.requests if r["script"] == run_id]

@@ -48,7 +48,7 @@ from tests.loop.test_governance import (
 from tests.loop.test_loop import T0, model_turn, run_step, tool_output
 from tests.operations.test_cli import agentloop as agentloop_cli
 from tests.operations.test_cli import process_env
-from tests.support import start_run, wait_for_phase
+from tests.support import result_of, start_run, wait_for_phase
 
 LATER = T0 + timedelta(minutes=5)
 
@@ -261,7 +261,7 @@ async def test_status_json_shows_who_approved_as_fields(
             reason="the seat is free",
         ),
     )
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
 
     env = process_env(

@@ -51,7 +51,7 @@ from agentloop.store import load_transcript, open_store
 from agentloop.workflows.loop import MAX_REFUSED_CALLS
 from agentloop.workflows.steps import LOOKUP_RETRY, MODEL_RETRY
 from tests.people.test_approvals import decide
-from tests.support import start_run, wait_for_phase
+from tests.support import result_of, start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -637,7 +637,7 @@ async def test_each_error_class_takes_its_recovery(
     handle = await start_run(client, worker, run_id, run_input)
     if row.drive is not None:
         await row.drive(handle)
-    result = await handle.result()
+    result = await result_of(handle)
 
     assert result.status == row.status, result.stop_reason
     assert row.stop in result.stop_reason
@@ -690,7 +690,7 @@ async def test_a_protocol_stop_names_the_provider_response(
     run_input = AgentRunInput(
         task="Is my train late?", provider="openai-chat", model=run_id, tools=TOOLS
     )
-    result = await (await start_run(client, worker, run_id, run_input)).result()
+    result = await result_of(await start_run(client, worker, run_id, run_input))
     assert result.status == row.status
     assert f"chatcmpl-{run_id}-0" in result.stop_reason
     assert f"chatcmpl-{run_id}-0" in result.report

@@ -10,7 +10,6 @@ and depths beside them: a short slice in CI, thousands under `make fuzz`."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 from typing import Any
@@ -28,7 +27,7 @@ from agentloop.workflows.inbound import InboundRefused, parse
 from tests.fuzzing import cases
 from tests.loop.test_hardening import paused_for_approval, raw_json
 from tests.loop.test_properties import deep, examples, payloads
-from tests.support import wait_for_status
+from tests.support import result_of, wait_for_status, waited_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.fuzz, pytest.mark.usefixtures("clean_fakes")]
 
@@ -91,9 +90,9 @@ async def send(handle: WorkflowHandle[Any, Any], name: str, data: bytes) -> str:
     payload = raw_json(data)
     try:
         if name == "decide_approval":
-            await asyncio.wait_for(handle.execute_update(name, payload), 60)
+            await waited_for(handle.execute_update(name, payload), f"update {name} to be answered")
             return "answered"
-        await asyncio.wait_for(handle.signal(name, payload), 60)
+        await waited_for(handle.signal(name, payload), f"signal {name} to be taken")
         return "sent"
     except WorkflowUpdateFailedError as rejected:
         reason = str(rejected.cause)
@@ -146,7 +145,7 @@ async def test_generated_payloads_at_every_signal_and_the_update_never_wedge_a_r
         call_id="c_res", args_digest=pending.args_digest, approved=True, approver="workshop-lead"
     )
     assert (await latest.execute_update("decide_approval", decision))["accepted"] is True
-    result = await asyncio.wait_for(latest.result(), 60)
+    result = await result_of(latest)
     assert result.status == "completed", result.stop_reason
     first = handle.result_run_id or handle.run_id
     assert first is not None

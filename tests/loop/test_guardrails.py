@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
@@ -13,7 +11,7 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.workflows.loop.humans import MAX_ANSWER_CHARS, MIN_ANSWER_ROOM, answer_room
-from tests.support import start_run, wait_for_phase, wait_for_status
+from tests.support import result_of, start_run, wait_for_phase, wait_for_status
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -46,7 +44,7 @@ async def test_the_same_empty_search_is_nudged_once_then_stalled(
         tools=["search_policy"],
         principal=Principal(subject="agent", scopes=["tickets:read"]),
     )
-    result = await (await start_run(client, worker, run_id, run_input)).result()
+    result = await result_of(await start_run(client, worker, run_id, run_input))
 
     assert result.status == "stalled"
     assert "search_policy" in result.stop_reason
@@ -108,7 +106,7 @@ async def test_ask_user_pauses_for_input_and_the_message_continues_the_run(
     assert view.usage.tool_calls == 0  # asking is not a tool execution
 
     await handle.signal("message", UserMessage(text="On 2026-12-01.", sender="traveller"))
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert {c.call_id: c.status for c in result.calls} == {
         "call_ask": "succeeded",
@@ -144,7 +142,7 @@ async def test_an_unanswered_question_stops_the_run_input_timeout(
         tools=[],
         input_timeout_seconds=1,
     )
-    result = await (await start_run(client, worker, run_id, run_input)).result()
+    result = await result_of(await start_run(client, worker, run_id, run_input))
     assert result.status == "input_timeout"
     assert "call_ask" in result.stop_reason
 
@@ -165,7 +163,7 @@ async def test_a_final_answer_without_evidence_is_never_completed(
         completion_check="writes_applied",
         principal=Principal(subject="agent", scopes=["workshops:write"]),
     )
-    result = await (await start_run(client, worker, run_id, run_input)).result()
+    result = await result_of(await start_run(client, worker, run_id, run_input))
     assert result.status == "failed"
     assert "completion_check writes_applied failed: no write was made" in result.stop_reason
     assert result.usage.model_calls == 3  # the candidate went back twice, on the same budget
@@ -216,7 +214,7 @@ async def test_a_final_answer_confirmed_by_the_system_of_record_completes(
             "approver": "workshop-lead",
         },
     )
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert "completion_check writes_applied passed" in result.stop_reason
     assert result.usage.model_calls == 3
@@ -240,7 +238,7 @@ async def test_an_unknown_completion_check_fails_the_run_at_start_naming_it(
         completion_check="telepathy",
     )
     with pytest.raises(WorkflowFailureError) as failed:
-        await (await start_run(client, worker, run_id, run_input)).result()
+        await result_of(await start_run(client, worker, run_id, run_input))
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
     assert "completion_check: no verifier 'telepathy'" in cause.message
@@ -290,7 +288,7 @@ async def test_an_answer_past_its_share_of_the_step_is_refused_and_the_question_
     for question, answer in zip(questions, answers, strict=True):
         await wait_for_status(handle, lambda v, q=question: v.question == q, question)
         await handle.signal("message", UserMessage(text=answer, sender="dana"))
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     [*_, last] = [r for r in scripted_provider.requests if r["script"] == run_id]
     told = {
@@ -317,7 +315,7 @@ async def test_an_mcp_tool_of_a_server_the_worker_lacks_fails_the_run_saying_so(
         task="x", provider="openai-chat", model=run_id, tools=["notes_search"]
     )
     with pytest.raises(WorkflowFailureError) as failed:
-        await (await start_run(client, worker, run_id, run_input)).result()
+        await result_of(await start_run(client, worker, run_id, run_input))
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
     assert "unknown tool 'notes_search'" in cause.message, cause.message

@@ -4,7 +4,6 @@ naming the field. No history here may hold a failed or timed-out workflow task."
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -58,10 +57,12 @@ from tests.loop.test_large_output import history_sizes
 from tests.operations.test_cli import process_env, run_process
 from tests.support import (
     approve_as_shown,
+    result_of,
     start_run,
     wait_for_phase,
     wait_for_status,
     wait_until,
+    waited_for,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -163,7 +164,7 @@ async def test_signals_without_a_payload_are_refused_and_recorded_and_a_bare_can
         env=process_env(),
     )
     assert sent.returncode == 0, sent.explain()
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "cancelled", result.stop_reason
     await assert_never_wedged(handle)
 
@@ -219,7 +220,7 @@ async def test_malformed_signals_and_updates_are_refused_naming_the_field(
     )
     verdict = await handle.execute_update("decide_approval", decision)
     assert verdict["accepted"] is True
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     await assert_never_wedged(handle)
 
@@ -233,7 +234,9 @@ async def test_an_update_too_large_to_answer_is_rejected_and_the_run_goes_on(
     handle = await paused_for_approval(client, worker, scripted_provider, run_id)
     huge = {"call_id": "c_res", "args_digest": "x" * 3_000_000, "approved": True, "approver": "m"}
     with pytest.raises(WorkflowUpdateFailedError) as rejected:
-        await asyncio.wait_for(handle.execute_update("decide_approval", huge), 30)
+        await waited_for(
+            handle.execute_update("decide_approval", huge), "the oversized update's answer"
+        )
     cause = rejected.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "UnprocessedUpdate", cause
     assert len(str(cause)) < 300 and "xxx" not in str(cause)
@@ -248,7 +251,7 @@ async def test_an_update_too_large_to_answer_is_rejected_and_the_run_goes_on(
         call_id="c_res", args_digest=pending.args_digest, approved=True, approver="workshop-lead"
     )
     assert (await handle.execute_update("decide_approval", decision))["accepted"] is True
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     await assert_never_wedged(handle)
 
@@ -282,7 +285,7 @@ async def test_a_recipient_that_would_backtrack_is_refused_at_once(
         )
     )
     handle = await start_run(client, worker, run_id, run_input(run_id, ["send_reply"]))
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     [reply] = result.calls
     assert (reply.decision, reply.status) == ("invalid_arguments", "rejected")
@@ -303,7 +306,7 @@ async def test_an_answer_nested_fifty_thousand_deep_is_refused_not_parsed(
     handle = await start_run(
         client, worker, run_id, run_input(run_id, [], output_schema={"type": "array"})
     )
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "failed"
     assert "over the limit" in result.stop_reason or "nested deeper" in result.stop_reason
     assert result.usage.model_calls == 3  # two corrections, then the stop
@@ -333,7 +336,7 @@ async def test_inputs_that_would_wedge_later_fail_the_run_at_start_naming_the_fi
     raw = {"task": "x", "provider": "openai-chat", "model": "m", **fields}
     handle = await start_run(client, worker, run_id, raw)
     with pytest.raises(WorkflowFailureError) as failed:
-        await asyncio.wait_for(handle.result(), 30)
+        await result_of(handle)
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
     assert named in cause.message, cause.message
@@ -345,7 +348,7 @@ async def test_a_run_started_without_any_input_fails_at_once(
 ) -> None:
     handle = await client.start_workflow(WORKFLOW_NAME, id=run_id, task_queue=worker.task_queue)
     with pytest.raises(WorkflowFailureError) as failed:
-        await asyncio.wait_for(handle.result(), 30)
+        await result_of(handle)
     cause = failed.value.cause
     assert (
         isinstance(cause, ApplicationError) and "started without an AgentRunInput" in cause.message
@@ -380,7 +383,7 @@ async def test_input_no_json_parser_reads_fails_the_run_at_once_saying_why(
         WORKFLOW_NAME, raw_json(data), id=run_id, task_queue=worker.task_queue
     )
     with pytest.raises(WorkflowFailureError) as failed:
-        await asyncio.wait_for(handle.result(), 30)
+        await result_of(handle)
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
     assert "input: not JSON agentloop can read" in cause.message and named in cause.message
@@ -404,7 +407,7 @@ async def test_a_second_start_argument_is_refused_never_taken_as_carried_state(
         WORKFLOW_NAME, args=[first, second], id=run_id, task_queue=worker.task_queue
     )
     with pytest.raises(WorkflowFailureError) as failed:
-        await asyncio.wait_for(handle.result(), 30)
+        await result_of(handle)
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
     assert "only continue-as-new hands a run its state" in cause.message
@@ -447,7 +450,7 @@ async def test_a_failed_precondition_in_a_batch_of_writes_leaves_the_batch(
             approver="workshop-lead",
         ),
     )
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     calls = {c.call_id: c for c in result.calls}
     assert (calls["c_full"].decision, calls["c_full"].attempts) == ("precondition_failed", 0)
@@ -495,7 +498,7 @@ async def test_a_reused_workflow_id_never_shares_a_write_key_with_the_earlier_ru
                 approver="support-lead",
             ),
         )
-        results.append(await asyncio.wait_for(handle.result(), 30))
+        results.append(await result_of(handle))
     first, second = (r.calls[0] for r in results)
     assert first.status == second.status == "succeeded"
     assert first.idempotency_key != second.idempotency_key
@@ -515,7 +518,7 @@ async def test_a_provider_error_echoing_the_api_key_is_masked_in_the_stop_and_hi
         )
     )
     handle = await start_run(client, worker, run_id, run_input(run_id, []))
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
 
     assert result.status == "failed"
     assert "Incorrect API key provided: ***" in result.stop_reason, result.stop_reason
@@ -530,7 +533,7 @@ async def test_temporals_own_cancel_stops_the_run_with_its_result_and_report(
 ) -> None:
     handle = await paused_for_approval(client, worker, scripted_provider, run_id)
     await handle.cancel()  # what the UI's Cancel button and `temporal workflow cancel` send
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "cancelled"
     assert result.stop_reason == "cancelled: cancel requested through Temporal"
     assert result.pending == [
@@ -560,7 +563,7 @@ async def test_temporals_cancel_lets_a_write_in_flight_finish(
     await handle.signal("approve", decision)
     await wait_for_status(handle, lambda v: v.phase == "executing_tools", "the write to start")
     await handle.cancel()
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
 
     assert result.status == "cancelled", result.stop_reason
     [write] = result.calls
@@ -610,7 +613,7 @@ async def test_continuing_an_unresolved_run_holds_the_same_write_instead_of_send
         run_input(run_id, ["send_reply"], reconciliation_timeout_seconds=1),
     )
     await approve_the_pending(first)
-    stopped = await asyncio.wait_for(first.result(), 30)
+    stopped = await result_of(first)
     assert stopped.status == "unresolved", stopped.stop_reason
     [unknown] = stopped.unresolved_writes
     assert (unknown.call_id, unknown.tool) == ("c_first", "send_reply")
@@ -627,7 +630,7 @@ async def test_continuing_an_unresolved_run_holds_the_same_write_instead_of_send
     assert "unknown outcome" in held.known
     assert example_service.records()["replies"] == 1  # held, not sent
     await handle.signal("resolve", {"call_id": "c_again", "outcome": "applied", "operator": "ops"})
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert {c.call_id: c.status for c in result.calls} == {"c_again": "confirmed_after_query"}
     assert result.unresolved_writes == []  # settled by the operator's word
@@ -642,7 +645,7 @@ async def test_a_run_of_another_tenant_or_subject_is_not_continued(
         Script(name=run_id, turns=[ScriptTurn(text="Secret plans."), ScriptTurn(text="Go on.")])
     )
     first = await start_run(client, worker, run_id, run_input(run_id, []))
-    assert (await first.result()).status == "completed"
+    assert (await result_of(first)).status == "completed"
 
     cases = [
         (Principal(subject="p-alice", tenant="globex"), False, "belongs to tenant 'default'"),
@@ -662,7 +665,7 @@ async def test_a_run_of_another_tenant_or_subject_is_not_continued(
             ),
         )
         with pytest.raises(WorkflowFailureError) as failed:
-            await asyncio.wait_for(handle.result(), 30)
+            await result_of(handle)
         cause = failed.value.cause
         assert isinstance(cause, ApplicationError) and refused in cause.message, cause.message
     # Within the tenant, another subject may continue it when the input says so.
@@ -678,7 +681,7 @@ async def test_a_run_of_another_tenant_or_subject_is_not_continued(
             continue_as_other_subject=True,
         ),
     )
-    assert (await allowed.result()).status == "completed"
+    assert (await result_of(allowed)).status == "completed"
 
 
 async def test_a_continued_run_reads_the_artifacts_its_inherited_transcript_refers_to(
@@ -713,7 +716,7 @@ async def test_a_continued_run_reads_the_artifacts_its_inherited_transcript_refe
             run_id,
             run_input(run_id, ["get_weather"], limits=Limits(max_model_calls=1)),
         )
-        stopped = await asyncio.wait_for(first.result(), 30)
+        stopped = await result_of(first)
         assert stopped.status == "limit_reached" and stopped.artifacts == [ref]
 
         handle = await start_run(
@@ -722,7 +725,7 @@ async def test_a_continued_run_reads_the_artifacts_its_inherited_transcript_refe
             f"{run_id}-2",
             run_input(run_id, ["get_weather"], continue_from=run_id),
         )
-        result = await asyncio.wait_for(handle.result(), 30)
+        result = await result_of(handle)
     finally:
         example_service.set_padding(None, 0)
     assert result.status == "completed", result.stop_reason
@@ -748,7 +751,7 @@ async def test_a_message_sent_while_the_model_answers_reaches_the_next_model_cal
     handle = await start_run(client, worker, run_id, run_input(run_id, ["get_weather"]))
     await wait_until(lambda: len(scripted_provider.requests) == 1, "the first model call")
     await handle.signal("message", {"text": "Also: I travel on Friday.", "sender": "p-alice"})
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     first, second = (r["body"]["messages"] for r in scripted_provider.requests)
     said = [m for m in second if m["role"] == "user" and "Friday" in str(m["content"])]
@@ -777,7 +780,7 @@ async def test_a_very_long_answer_travels_by_reference_and_the_result_names_it(
         Script(name=run_id, turns=[ScriptTurn(text=LONG_ANSWER, usage=usage)])
     )
     handle = await start_run(client, worker, run_id, run_input(run_id, [], provider=provider))
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert result.output == LONG_ANSWER[:MAX_INLINE_ANSWER_CHARS]
     assert result.output_ref and f"{len(LONG_ANSWER)} characters" in result.stop_reason
@@ -805,7 +808,7 @@ async def test_a_very_long_answer_cannot_be_checked_against_output_schema_and_is
     )
     schema = {"type": "object", "required": ["ok"]}
     handle = await start_run(client, worker, run_id, run_input(run_id, [], output_schema=schema))
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert (result.status, result.output, result.output_ref) == ("completed", {"ok": 1}, None)
     second = scripted_provider.requests[1]["body"]["messages"]
     told = [m["content"] for m in second if "can be checked against output_schema" in str(m)]
@@ -829,7 +832,7 @@ async def test_tool_calls_whose_arguments_pass_the_output_bound_do_not_run(
     turn = ScriptTurn(tool_calls=calls, fragment_chars=4096)
     scripted_provider.register(Script(name=run_id, turns=[turn]))
     handle = await start_run(client, worker, run_id, run_input(run_id, ["send_reply"]))
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "incomplete"
     assert "call c_2: the output's tool calls pass 512000 bytes" in result.stop_reason
     assert example_service.records()["replies"] == 0 and result.calls == []
@@ -881,7 +884,7 @@ async def test_lone_surrogates_from_outside_never_reach_a_payload(
     [refused] = await refusals(handle, 1)
     assert refused.signal == "message" and "lone surrogate" in refused.refused_because
     await handle.signal("cancel")
-    await asyncio.wait_for(handle.result(), 30)
+    await result_of(handle)
     await assert_never_wedged(handle)
 
     bad_input = run_input(run_id, []).model_dump(mode="json") | {"task": f"go{LONE}"}
@@ -889,12 +892,12 @@ async def test_lone_surrogates_from_outside_never_reach_a_payload(
         WORKFLOW_NAME, escaped(bad_input), id=f"{run_id}-b", task_queue=worker.task_queue
     )
     with pytest.raises(WorkflowFailureError) as failed:
-        await asyncio.wait_for(started.result(), 30)
+        await result_of(started)
     assert "lone surrogate" in str(failed.value.cause)
     await assert_never_wedged(started)
 
     answered = await start_run(client, worker, run_id, run_input(run_id, []))
-    result = await asyncio.wait_for(answered.result(), 30)
+    result = await result_of(answered)
     assert (result.status, result.output) == ("completed", "Sunny?.")
     await assert_never_wedged(answered)
 
@@ -959,7 +962,7 @@ async def test_calls_with_enormous_tool_names_end_the_run_incomplete_with_a_smal
         )
     )
     handle = await start_run(client, worker, run_id, run_input(run_id, ["get_weather"]))
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "incomplete", result.stop_reason
     assert "over 200 characters" in result.stop_reason
     assert len(result.model_dump_json()) < 100_000
@@ -996,7 +999,7 @@ async def test_a_principal_too_large_to_travel_with_each_call_fails_the_run_at_s
     raw = {"task": "x", "provider": "openai-chat", "model": "m", "principal": principal}
     handle = await start_run(client, worker, run_id, raw)
     with pytest.raises(WorkflowFailureError) as failed:
-        await asyncio.wait_for(handle.result(), 30)
+        await result_of(handle)
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
     assert "principal:" in cause.message and "travels with every tool call" in cause.message

@@ -12,7 +12,7 @@ from agentloop.contract import AgentRunInput, Limits, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.runtime.config import Settings
 from agentloop.store.artifacts import BY_REFERENCE_MIN_CHARS
-from tests.support import start_run
+from tests.support import result_of, start_run
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +46,7 @@ async def test_history_bytes_per_turn_do_not_grow(
         limits=Limits(max_model_calls=TURNS + 1, max_tool_calls=TURNS),
     )
     handle = await start_run(client, worker, run_id, run_input)
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert result.usage.model_calls == TURNS + 1
     assert [c.status for c in result.calls] == ["succeeded"] * TURNS
@@ -84,7 +84,7 @@ async def test_a_tool_results_content_is_in_history_once(
         principal=Principal(subject="agent", scopes=["tickets:read"]),
     )
     handle = await start_run(client, worker, run_id, run_input)
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
 
     phrase = "escalate to billing"

@@ -33,7 +33,7 @@ from agentloop.events import ToolResult
 from agentloop.runtime.config import Settings
 from agentloop.store import artifact_key, open_store
 from agentloop.tools.builtins import PAGE_CHARS
-from tests.support import start_run, tool_activities
+from tests.support import result_of, start_run, tool_activities
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -192,7 +192,7 @@ async def play_paging_run(
     example_service.set_padding("weather", PADDING_CHARS)
     try:
         handle = await start_run(client, worker, run_id, run_input(run_id))
-        result = await handle.result()
+        result = await result_of(handle)
     finally:
         example_service.set_padding(None, 0)
     assert example_service.stats()["counts"]["weather"] == reads_before + 1  # one real read

@@ -6,7 +6,6 @@ workflow task in history."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from typing import Any
@@ -30,6 +29,7 @@ from agentloop.policies.validation import Allowed, Refused, validate_call
 from agentloop.runtime.config import Settings
 from agentloop.workflows.inbound import SIGNAL_SHAPES, InboundRefused, parse
 from tests.loop.test_hardening import assert_never_wedged, paused_for_approval
+from tests.support import result_of
 
 SPECS = {tool.spec.name: tool.spec for tool in EXAMPLE_TOOLS}
 FAST = settings(
@@ -181,7 +181,7 @@ async def test_generated_signals_and_updates_never_wedge_a_run(
     assert view.phase == "awaiting_approval"  # still waiting, still answering
     assert len(view.refused_decisions) >= 50
     await handle.signal("cancel")
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "cancelled"
     await assert_never_wedged(handle)
 
@@ -208,5 +208,5 @@ async def test_generated_run_inputs_never_wedge_a_run(
         )
         # InvalidInput naming the field, or a model that is not there: an ending either way.
         with contextlib.suppress(WorkflowFailureError):
-            await asyncio.wait_for(handle.result(), 30)
+            await result_of(handle)
         await assert_never_wedged(handle)

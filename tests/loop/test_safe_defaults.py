@@ -4,7 +4,6 @@ worker says at start what each of its tools is taken for."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import uuid
@@ -21,7 +20,15 @@ from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.tools.source import NO_LOOKUP
 from agentloop.worker import running_worker
-from tests.support import start_run, wait_for_phase, worker_env, worker_process, write_key
+from tests.support import (
+    result_of,
+    start_run,
+    wait_for_phase,
+    waited_for,
+    worker_env,
+    worker_process,
+    write_key,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -75,7 +82,7 @@ async def test_an_undeclared_tool_failing_after_its_commit_is_looked_up_never_re
     """Before, it was a read: sent again (three attempts, no key) after the commit."""
     held = bookings(example_service)[1]
     handle = await book(client, undeclared, scripted_provider, run_id, "book_seat")
-    result = await handle.result()
+    result = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
     assert bookings(example_service) == (1, held + 1)  # one request, one effect
@@ -107,7 +114,7 @@ async def test_an_undeclared_tool_without_a_lookup_waits_for_an_operator(
     await handle.signal(
         "resolve", ResolveRequest(call_id=CALL_ID, outcome="applied", operator="ops")
     )
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     [call] = result.calls
     assert (call.status, call.attempts) == ("confirmed_after_query", 1)
@@ -131,7 +138,9 @@ async def test_a_worker_says_at_start_each_tools_effect_and_which_writes_wait_fo
     async with worker_process(env, drained=False) as process:
         assert process.stdout is not None
         while "tickets_*" not in lines:
-            line = (await asyncio.wait_for(process.stdout.readline(), 10)).decode()
+            line = (
+                await waited_for(process.stdout.readline(), f"the next tool line after {lines}")
+            ).decode()
             assert line, f"the worker stopped printing: {lines}"
             name, *said = line.split()
             lines[name] = said

@@ -5,7 +5,6 @@ progress (seed 001: an unchanging state, a plan that flips)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ from agentloop.demo.services import ExampleService
 from agentloop.policies import task_state
 from agentloop.policies.progress import TurnFingerprint, stall
 from agentloop.runtime.config import Settings
-from tests.support import start_run, wait_for_phase, wait_for_status
+from tests.support import result_of, start_run, wait_for_phase, wait_for_status
 
 PRINCIPAL = Principal(subject="agent-7", scopes=["tickets:read", "tickets:write"])
 REPLY = {"ticket_id": "T-1001", "recipient": "dana@example.com", "body": "Refund on its way."}
@@ -83,7 +82,7 @@ async def test_the_support_tools_set_the_task_state_and_the_verifier_reads_it(
             approver="support-lead",
         ),
     )
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert "completion_check ticket_answered passed" in result.stop_reason
     final = {"ticket": "T-1001", "policy": policy, "reply_sent_to": "dana@example.com"}
@@ -112,9 +111,7 @@ async def test_a_verifier_refuses_an_answer_the_task_state_does_not_bear_out(
         )
     )
     run_input = support_run(run_id, ["read_ticket"], completion_check="ticket_answered")
-    result = await asyncio.wait_for(
-        (await start_run(client, worker, run_id, run_input)).result(), 30
-    )
+    result = await result_of(await start_run(client, worker, run_id, run_input))
     assert result.status != "completed"
     assert "task state shows no reply sent" in result.stop_reason, result.stop_reason
 
@@ -138,9 +135,7 @@ async def test_a_model_acting_without_changing_the_task_state_is_stopped_after_o
         )
     )
     run_input = support_run(run_id, ["read_ticket", "get_weather"])
-    result = await asyncio.wait_for(
-        (await start_run(client, worker, run_id, run_input)).result(), 30
-    )
+    result = await result_of(await start_run(client, worker, run_id, run_input))
     assert result.status == "stalled", result.stop_reason
     assert "the task state did not change in 3 tool turns" in result.stop_reason
     # Read, three weather turns (the nudge), one more: stopped before the sixth model call.
@@ -166,9 +161,7 @@ async def test_a_model_alternating_two_calls_is_stopped(
         )
     )
     run_input = support_run(run_id, ["read_ticket"])
-    result = await asyncio.wait_for(
-        (await start_run(client, worker, run_id, run_input)).result(), 30
-    )
+    result = await result_of(await start_run(client, worker, run_id, run_input))
     assert result.status == "stalled", result.stop_reason
     assert result.usage.model_calls < len(tickets)
 
@@ -216,7 +209,7 @@ async def test_questions_in_a_row_are_not_a_stall_and_a_batch_over_budget_is_lef
     for n, question in enumerate(QUESTIONS, start=1):
         await wait_for_status(handle, lambda v, q=question: v.question == q, question)
         await handle.signal("message", UserMessage(text=f"Answer {n}.", sender="dana"))
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
 
     assert result.status == "limit_reached", result.stop_reason
     assert result.stop_reason.startswith("max_tool_calls"), result.stop_reason

@@ -5,7 +5,6 @@ the result's `unsent` name it instead. The model still sees every text whole, on
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -33,7 +32,7 @@ from agentloop.store import load_transcript, open_store
 from agentloop.workflows.loop.humans import MAX_WAITING_MESSAGES
 from tests.loop.test_hardening import assert_never_wedged
 from tests.loop.test_large_output import payloads
-from tests.support import start_run, wait_for_phase, wait_for_status
+from tests.support import result_of, start_run, wait_for_phase, wait_for_status
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -104,7 +103,7 @@ async def test_long_texts_ride_in_history_only_where_they_came_in_and_reach_the_
     await wait_for_phase(handle, "awaiting_approval")
     await handle.signal("message", {"text": MESSAGE, "sender": "p-alice"})
     await approve(handle, "c_res")
-    result: AgentRunResult = await asyncio.wait_for(handle.result(), 30)
+    result: AgentRunResult = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert [c.status for c in result.calls] == ["succeeded"]
 
@@ -156,7 +155,7 @@ async def test_a_stopped_runs_unsent_texts_go_by_reference_and_a_continuing_run_
     await handle.signal("message", {"text": MESSAGE, "sender": "p-alice"})
     await wait_for_status(handle, lambda v: v.phase == "awaiting_approval", "the message")
     await approve(handle, "c_res")
-    stopped = await asyncio.wait_for(handle.result(), 30)
+    stopped = await result_of(handle)
     assert stopped.status == "failed", stopped.stop_reason
     # The message was stored for that call: the result names it instead of carrying it.
     [waiting] = [e for e in stopped.unsent if isinstance(e, UserInput)]
@@ -176,7 +175,7 @@ async def test_a_stopped_runs_unsent_texts_go_by_reference_and_a_continuing_run_
             continue_from=run_id,
         ),
     )
-    result = await asyncio.wait_for(continued.result(), 30)
+    result = await result_of(continued)
     assert result.status == "completed", result.stop_reason
     request = scripted_provider.requests[-1]["body"]["messages"]
     users = [m["content"] for m in request if m["role"] == "user"]
@@ -210,7 +209,7 @@ async def test_at_most_so_many_messages_wait_for_the_model(
     assert refused.signal == "message" and refused.payload == f"note {MAX_WAITING_MESSAGES}"
     assert f"{MAX_WAITING_MESSAGES} messages already wait" in refused.refused_because
     await approve(handle, "c_res")
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     notes = [
         m["content"]
@@ -240,7 +239,7 @@ async def test_a_run_whose_calls_would_hold_too_many_argument_bytes_stops_before
     handle = await start_run(
         client, worker, run_id, run_input(run_id, ["get_weather"], task="Weather, please.")
     )
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "limit_reached", result.stop_reason
     assert f"over the {MAX_LEDGER_ARGUMENT_BYTES} a run may hold" in result.stop_reason
     # The first output's calls are in the ledger (refused: the city is not one); the second's

@@ -33,6 +33,7 @@ from agentloop.demo.scripted_provider import (
 )
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import free_port
+from agentloop.testing.patience import CEILING_SECONDS
 from tests.operations.test_cli import (
     AGENTLOOP,
     Finished,
@@ -40,7 +41,14 @@ from tests.operations.test_cli import (
     assert_no_traceback,
     process_env,
 )
-from tests.support import register_bare_namespace, start_run, wait_for_phase
+from tests.support import (
+    read_until,
+    register_bare_namespace,
+    result_of,
+    start_run,
+    wait_for_phase,
+    waited_for,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -155,28 +163,6 @@ async def cli_process(
             await process.wait()
 
 
-async def read_until(
-    stream: asyncio.StreamReader | None,
-    seen: list[str],
-    done: Callable[[str], bool],
-    what: str,
-    seconds: float = 30,
-) -> str:
-    """Read lines into `seen` until their text satisfies `done` (bounded); that text."""
-    assert stream is not None
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    while not done(text := "".join(seen)):
-        try:
-            line = await asyncio.wait_for(stream.readline(), deadline - loop.time())
-        except TimeoutError:
-            raise AssertionError(f"timed out waiting for {what}; output so far:\n{text}") from None
-        if not line:
-            raise AssertionError(f"the output ended before {what}:\n{text}")
-        seen.append(line.decode())
-    return text
-
-
 # --- a completed run, read every way --------------------------------------------------------
 
 
@@ -197,7 +183,7 @@ async def test_a_completed_run_in_json_and_its_transcript_pairs_every_call_with_
     assert document["workflow_id"] == run_id
     assert document["url"].endswith(f"/workflows/{run_id}")
     handle = client.get_workflow_handle(run_id, result_type=AgentRunResult)
-    assert (await asyncio.wait_for(handle.result(), 30)).status == "completed"
+    assert (await result_of(handle)).status == "completed"
 
     status = await agentloop("status", run_id, "--json", env=env, cwd=tmp_path)
     assert status.returncode == 0, status.explain()
@@ -351,7 +337,7 @@ async def test_a_run_whose_workflow_failed_has_no_result_exits_1_naming_why(
     )
     handle = await start_run(client, worker, run_id, run_input)
     with pytest.raises(WorkflowFailureError):
-        await asyncio.wait_for(handle.result(), 30)
+        await result_of(handle)
 
     status = await agentloop("status", run_id, "--json", env=env, cwd=tmp_path)
     assert status.returncode == 1, status.explain()
@@ -433,8 +419,8 @@ async def test_follow_shows_the_pending_approval_and_its_command_which_approves_
         }
 
         assert following.stdout is not None
-        rest = (await asyncio.wait_for(following.stdout.read(), 30)).decode()
-        assert await asyncio.wait_for(following.wait(), 10) == 0, rest
+        rest = (await waited_for(following.stdout.read(), "--follow's output to end")).decode()
+        assert await waited_for(following.wait(), "--follow to exit") == 0, rest
     assert re.search(r"^  call call_reserve: reserve_seat .* -> succeeded", rest, re.M), rest
     assert f"{run_id}: COMPLETED (completed, exit 0)\nstatus: completed" in rest, rest
     assert re.search(r"^answer: Booked: \S+", rest, re.M), rest
@@ -454,7 +440,7 @@ async def test_ctrl_c_stops_following_and_exits_with_the_paused_code_the_run_goe
             following.stderr, [], lambda text: "  approve: " in text, "the approve command"
         )
         following.send_signal(signal.SIGINT)
-        stdout, stderr = await asyncio.wait_for(following.communicate(), 20)
+        stdout, stderr = await waited_for(following.communicate(), "--follow to exit")
     finished = Finished(following.returncode or 0, stdout.decode(), stderr.decode(), 0)
     assert following.returncode == 4, finished.explain()
     snapshot = one_document(finished)
@@ -483,7 +469,7 @@ async def test_ctrl_c_stops_following_and_exits_with_the_paused_code_the_run_goe
     assert rejected.returncode == 0, rejected.explain()
     assert one_document(rejected)["accepted"] is True
     handle = client.get_workflow_handle(run_id, result_type=AgentRunResult)
-    assert (await asyncio.wait_for(handle.result(), 30)).status == "rejected"
+    assert (await result_of(handle)).status == "rejected"
     stopped = await agentloop("status", run_id, env=env, cwd=tmp_path)
     assert stopped.returncode == 3, stopped.explain()
     assert stopped.stdout.startswith(f"{run_id}: COMPLETED (stopped, exit 3)\nstatus: rejected")
@@ -531,7 +517,7 @@ async def test_a_refused_decision_is_a_json_verdict_and_exit_1(
         "signal": "cancel",
         "request": {"reason": "test"},
     }
-    assert (await asyncio.wait_for(handle.result(), 30)).status == "cancelled"
+    assert (await result_of(handle)).status == "cancelled"
     status = await agentloop("status", run_id, "--json", env=env, cwd=tmp_path)
     assert status.returncode == 3, status.explain()
     assert one_document(status)["result"]["stop_reason"].endswith("test")
@@ -573,7 +559,7 @@ async def test_a_question_shows_the_message_command_which_answers_it(
         "signal": "message",
         "request": {"text": "2026-12-01", "sender": "traveller"},
     }
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "completed" and result.output == "Noted: 2026-12-01"
 
 
@@ -667,7 +653,7 @@ async def test_a_command_to_a_run_that_ended_says_it_ended_and_how(
     scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="done")]))
     run_input = AgentRunInput(task="hi", provider="openai-chat", model=run_id)
     handle = await start_run(client, worker, run_id, run_input)
-    assert (await asyncio.wait_for(handle.result(), 30)).status == "completed"
+    assert (await result_of(handle)).status == "completed"
 
     commands = [
         ("approve", run_id, "call_a", "--approver", "lead"),
@@ -745,10 +731,12 @@ async def test_follow_on_a_terminal_prints_the_command_once_whole_and_counts_the
         return ANSI.sub("", received.decode(errors="replace")).replace("\r", "")
 
     async def until(done: Callable[[str], bool], what: str) -> str:
-        deadline = loop.time() + 30
+        deadline = loop.time() + CEILING_SECONDS
         while not done(text()):
             if loop.time() > deadline:
-                raise AssertionError(f"no {what} in:\n{text()}")
+                raise AssertionError(
+                    f"gave up after {CEILING_SECONDS:g} s waiting for {what} in:\n{text()}"
+                )
             changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), 1)
@@ -778,7 +766,7 @@ async def test_follow_on_a_terminal_prints_the_command_once_whole_and_counts_the
         assert re.search(r"approval timeout in \d+ (min|h) ", shown), shown
         approved = await agentloop(*approve_argv, env=env, cwd=tmp_path)
         assert approved.returncode == 0, approved.explain()
-        assert await asyncio.wait_for(process.wait(), 30) == 0, text()
+        assert await waited_for(process.wait(), "the command to exit") == 0, text()
         await until(lambda t: "status: completed" in t, "the result")
     finally:
         loop.remove_reader(main)

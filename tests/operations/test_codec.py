@@ -65,7 +65,7 @@ from tests.operations.test_cli import (
     run_process,
 )
 from tests.replay_audit import replay_before_stop
-from tests.support import banner_process, start_run
+from tests.support import banner_process, result_of, start_run
 
 K1 = base64.b64encode(bytes(range(32))).decode()
 K2 = base64.b64encode(bytes(range(100, 132))).decode()
@@ -399,7 +399,7 @@ async def encrypted_run(
         model=run_id,
         tools=["get_train_status", "get_weather"],
     )
-    result = await (await start_run(client, encrypted_worker, run_id, run)).result()
+    result = await result_of(await start_run(client, encrypted_worker, run_id, run))
     assert result.status == "completed", result.stop_reason
     return run_id, client
 
@@ -437,7 +437,7 @@ async def test_history_without_the_keys_shows_no_plaintext(
 
     # The result and the status query, through the codec client, read as usual.
     handle = codec_client.get_workflow_handle(run_id, result_type=AgentRunResult)
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.output == f"{CANARY_TRAIN} / {CANARY_CITY}"
     assert {c.call_id: c.arguments for c in result.calls} == {
         "call_train": TRAIN_ARGS,

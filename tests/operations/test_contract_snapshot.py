@@ -23,7 +23,7 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from tests.operations.test_cli import Finished, agentloop, assert_no_traceback, process_env
-from tests.support import wait_for_phase, wait_for_status
+from tests.support import result_of, wait_for_phase, wait_for_status
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -163,7 +163,7 @@ async def test_status_and_result_json_stay_as_stored(
         "seen in the ledger",
     )
     resolved = client.get_workflow_handle(run_id, result_type=dict[str, Any])
-    seen["result"] = await resolved.result()
+    seen["result"] = await result_of(resolved)
     seen["finished"] = await cli(0, "status", run_id)
 
     # Run 2: cancelled while its write waits for approval (what stays pending).
@@ -171,7 +171,7 @@ async def test_status_and_result_json_stay_as_stored(
     await start(cancelled_id, PARTICIPANTS[1])
     await cli(0, "cancel", cancelled_id, "--reason", "not this week")
     cancelled = client.get_workflow_handle(cancelled_id, result_type=dict[str, Any])
-    seen["cancelled_result"] = await cancelled.result()
+    seen["cancelled_result"] = await result_of(cancelled)
     seen["cancelled"] = await cli(3, "status", cancelled_id)
 
     # The longer id first: it holds the shorter.

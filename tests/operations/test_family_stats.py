@@ -20,6 +20,7 @@ from agentloop.runtime.config import Settings
 from agentloop.task_families import FamilyStats, FinishedRun, summarize
 from tests.operations.test_cli import agentloop as agentloop_cli
 from tests.operations.test_cli import process_env
+from tests.support import result_of
 
 WEATHER_TOOLS = ["get_weather"]
 
@@ -108,7 +109,7 @@ async def test_stats_over_a_familys_runs_and_a_run_started_from_them(
             limits=Limits(max_model_calls=1 if stopped else 8),
         )
         handle = await agentloop.start_run(client, run_input, id=name, task_queue=worker.task_queue)
-        results.append(await handle.result())
+        results.append(await result_of(handle))
     completed = [r for r in results if r.status == "completed"]
     assert len(completed) == 15 and {r.status for r in results} == {"completed", "limit_reached"}
 
@@ -203,7 +204,7 @@ async def test_a_run_that_continued_as_new_is_timed_from_its_first_runs_start(
         continue_as_new_after_events=20,
     )
     handle = await agentloop.start_run(client, run_input, id=run_id, task_queue=worker.task_queue)
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     last = await client.get_workflow_handle(run_id).describe()
     first_run = last.raw_info.first_run_id

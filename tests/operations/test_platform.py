@@ -5,7 +5,6 @@ never imports it: whatever runs it, runs in the worker."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -38,7 +37,7 @@ from agentloop.tools.plugins import Plugin, Toolset, build_toolbox
 from agentloop.worker import running_worker
 from tests.crash.test_crash_phases import held_under, requests_to, reservations
 from tests.operations.test_cli import AGENTLOOP, run_process
-from tests.support import wait_for_phase, worker_env, worker_process
+from tests.support import result_of, wait_for_phase, worker_env, worker_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -138,7 +137,7 @@ async def test_the_teams_read_and_write_run_with_its_key_and_principal(
         ],
         tools=["team_workshop", "team_book"],
     )
-    result = await handle.result()
+    result = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
     calls = by_id(result.calls)
@@ -180,7 +179,7 @@ async def test_a_dropped_answer_is_resolved_by_the_teams_own_lookup(
         ],
         tools=["team_book"],
     )
-    result = await handle.result()
+    result = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
     booked = by_id(result.calls)["c_book"]
@@ -216,7 +215,7 @@ async def test_another_tenants_object_is_refused_by_the_teams_check_and_never_to
         ],
         tools=["team_book"],
     )
-    result = await handle.result()
+    result = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
     booked = by_id(result.calls)["c_book"]
@@ -265,7 +264,7 @@ async def test_the_teams_approval_rule_gates_only_the_long_reply_and_its_history
         "approve",
         ApprovalDecision(call_id="c_long", args_digest=digest, approved=True, approver="lead"),
     )
-    result = await handle.result()
+    result = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
     calls = by_id(result.calls)
@@ -311,7 +310,7 @@ async def test_the_teams_verifier_rejects_the_first_answer_and_accepts_the_secon
         tools=["team_book"],
         completion_check="seat_booked",
     )
-    result = await asyncio.wait_for(handle.result(), 60)
+    result = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
     assert result.output == "Booked, now it is done."
@@ -439,7 +438,7 @@ async def test_a_write_returning_a_model_succeeded_once_and_the_model_reads_it_a
     handle = await start_returning(
         client, returning, scripted_provider, run_id, [call("c_1", "file_claim", order_id="7")]
     )
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     [filed] = result.calls
     assert (filed.status, filed.activity_attempts) == ("succeeded", 1)
@@ -463,7 +462,7 @@ async def test_what_cannot_be_written_fails_a_read_once_and_leaves_a_write_succe
         call("c_ask", "asks_badly", order_id="7"),
     ]
     handle = await start_returning(client, returning, scripted_provider, run_id, calls)
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     by_call = by_id(result.calls)
     assert (by_call["c_write"].status, by_call["c_write"].activity_attempts) == ("succeeded", 1)
@@ -492,7 +491,7 @@ async def test_a_tool_keeping_a_date_while_it_asks_gets_it_back_as_json(
     view = await wait_for_phase(handle, "awaiting_input")
     assert view.question == "orders_since asks: Since when?"
     await handle.signal("message", UserMessage(text="March", sender="lead"))
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert ASKED_AGAIN == [{"since": "2024-01-01", "of": "7"}]
     assert sent_result(scripted_provider, run_id, "c_1") == {"orders_since": "March"}
@@ -506,7 +505,7 @@ async def test_an_approval_rule_that_raises_is_named_and_the_write_never_runs(
     handle = await start_returning(
         client, returning, scripted_provider, run_id, [call("c_1", "refund_order", order_id="7")]
     )
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     [refused] = result.calls
     assert refused.status == "rejected" and FILED == []

@@ -24,7 +24,14 @@ from agentloop.runtime.config import Settings
 from agentloop.store import load_transcript
 from agentloop.store.postgres import PostgresStore, with_search_path
 from tests.operations.test_store import postgres_url
-from tests.support import approve_as_shown, start_run, wait_for_phase, worker_env, worker_process
+from tests.support import (
+    approve_as_shown,
+    result_of,
+    start_run,
+    wait_for_phase,
+    worker_env,
+    worker_process,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -104,9 +111,7 @@ async def test_two_workers_on_one_postgres_store_survive_a_sigkill_with_every_wr
         # One worker dies while the approved writes run (the other finishes every run).
         first.send_signal(signal.SIGKILL)
         await first.wait()
-        results: list[AgentRunResult] = await asyncio.wait_for(
-            asyncio.gather(*(h.result() for h in handles)), 120
-        )
+        results: list[AgentRunResult] = await asyncio.gather(*(result_of(h) for h in handles))
     assert [r.status for r in results] == ["completed"] * RUNS, [r.stop_reason for r in results]
     for result in results:
         [write] = result.calls

@@ -31,6 +31,7 @@ from agentloop.worker import running_worker
 from tests.operations.test_cli import agentloop, assert_no_traceback, process_env, run_process
 from tests.support import (
     register_bare_namespace,
+    result_of,
     scheduled_activity_types,
     start_run,
     wait_for_phase,
@@ -119,7 +120,7 @@ async def test_list_awaiting_approval_finds_exactly_the_waiting_runs(
     waiting = await start_run(client, worker, f"{run_id}-w", run_input(f"{run_id}-w"))
     done = await start_run(client, worker, f"{run_id}-d", run_input(f"{run_id}-d"))
     await wait_for_phase(waiting, "awaiting_approval")
-    assert (await done.result()).status == "completed"
+    assert (await result_of(done)).status == "completed"
 
     env = process_env(TEMPORAL_ADDRESS=client.service_client.config.target_host)
 
@@ -174,7 +175,7 @@ async def test_a_run_is_indexed_in_the_phase_it_waits_in(
         tools=["get_weather", "get_train_status"],
     )
     handle = await start_run(client, worker, run_id, run_input)
-    assert (await handle.result()).status == "completed"
+    assert (await result_of(handle)).status == "completed"
 
     indexed = "calling_model"  # what the run was started with
     upserted: list[str] = []
@@ -280,7 +281,7 @@ async def test_a_run_started_without_search_attributes_is_found_in_its_phase_and
             approver="workshop-lead",
         ),
     )
-    assert (await handle.result()).status == "completed"
+    assert (await result_of(handle)).status == "completed"
     await wait_until_listed(
         client, search.list_query(phase="finished", status="completed", tenant=run_id), run_id
     )
@@ -391,7 +392,7 @@ async def test_on_a_namespace_without_the_attributes_a_run_is_left_unindexed_and
             task_queue=settings.task_queue,
             result_type=AgentRunResult,
         )
-        result = await asyncio.wait_for(handle.result(), 30)
+        result = await result_of(handle)
     assert result.status == "completed"
     events = [e async for e in handle.fetch_history_events()]
     kinds = [EventType.Name(e.event_type) for e in events]
@@ -482,7 +483,7 @@ async def test_a_run_whose_tenant_or_family_could_never_be_searched_fails_at_sta
         await agentloop_start_run(client, AgentRunInput.model_validate(raw), id=run_id)
     handle = await start_run(client, worker, run_id, raw)
     with pytest.raises(WorkflowFailureError) as failed:
-        await asyncio.wait_for(handle.result(), 30)
+        await result_of(handle)
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
     assert f"invalid AgentRunInput: {said}" in cause.message, cause.message

@@ -20,7 +20,15 @@ from agentloop.contract import AgentRunInput, ApprovalDecision, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
-from tests.support import WORKER_READY_LINE, start_run, wait_for_phase, wait_until, worker_env
+from tests.support import (
+    WORKER_READY_LINE,
+    result_of,
+    start_run,
+    wait_for_phase,
+    wait_until,
+    waited_for,
+    worker_env,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -106,7 +114,7 @@ async def test_no_key_in_history_or_log_and_every_audit_field_present(
             await _run_with_an_approved_write(client, settings, scripted_provider, run_id)
         finally:
             worker.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(worker.wait(), 30)
+            await waited_for(worker.wait(), "the worker to stop on SIGTERM")
 
     history = (await client.get_workflow_handle(run_id).fetch_history()).to_json()
     logged = log_path.read_text()
@@ -177,4 +185,4 @@ async def _run_with_an_approved_write(
             approver="support-lead",
         ),
     )
-    assert (await handle.result()).status == "completed"
+    assert (await result_of(handle)).status == "completed"

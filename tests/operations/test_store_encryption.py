@@ -52,7 +52,7 @@ from tests.operations.test_codec import (
     travel_script,
 )
 from tests.operations.test_store import postgres_url  # noqa: F401  (the session's PostgreSQL, or a skip)
-from tests.support import start_run
+from tests.support import result_of, start_run
 
 TASK_CANARY = "QZ-SEALED-TASK-7731"
 TASK = (
@@ -186,7 +186,7 @@ async def test_a_run_leaves_no_plaintext_in_the_store_and_transcript_still_reads
         task=TASK, provider="openai-chat", model=run_id, tools=["get_train_status", "get_weather"]
     )
     async with running_worker(codec_client, settings):
-        result = await (await start_run(codec_client, settings, run_id, run)).result()
+        result = await result_of(await start_run(codec_client, settings, run_id, run))
     assert result.status == "completed", result.stop_reason
     assert result.output == f"{CANARY_TRAIN} / {CANARY_CITY}"
 

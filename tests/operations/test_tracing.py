@@ -30,7 +30,7 @@ from agentloop.runtime.config_checks import OTEL_MODULES, OtelMode
 from agentloop.worker import running_worker
 from tests.operations.test_cli import agentloop, assert_no_traceback
 from tests.operations.test_config import clean_env, problems_of
-from tests.support import start_run, worker_env, worker_process
+from tests.support import result_of, start_run, waited_for, worker_env, worker_process
 
 TRAIN_ARGS = {"train_number": "G1234", "date": "2026-12-01"}
 WORKER_SPANS = {
@@ -142,7 +142,7 @@ async def test_a_traced_run_is_one_trace_from_start_to_each_tool(
 
     run = one_tool_run(scripted_provider, run_id)
     async with running_worker(traced, settings):  # inherits the client's interceptor
-        result = await (await start_run(traced, settings, run_id, run)).result()
+        result = await result_of(await start_run(traced, settings, run_id, run))
     assert result.status == "completed", result.stop_reason
 
     mine = spans.of_run(run_id)
@@ -191,7 +191,7 @@ async def test_with_tracing_off_no_interceptor_is_added_and_no_span_recorded(
 
     # The process has a TracerProvider, yet nothing reaches it from an untraced run.
     run = one_tool_run(scripted_provider, run_id)
-    result = await (await start_run(plain, settings, run_id, run)).result()
+    result = await result_of(await start_run(plain, settings, run_id, run))
     assert result.status == "completed", result.stop_reason
     assert spans.of_run(run_id) == []
 
@@ -211,7 +211,7 @@ async def test_a_console_worker_process_prints_its_spans_in_the_starters_trace(
     starter = await connect(settings)
     run = one_tool_run(scripted_provider, run_id)
     async with worker_process(env, drained=False) as worker:
-        result = await (await start_run(starter, settings, run_id, run)).result()
+        result = await result_of(await start_run(starter, settings, run_id, run))
         assert result.status == "completed", result.stop_reason
         printed = await printed_spans(worker, run_id, WORKER_SPANS)
 
@@ -231,7 +231,7 @@ async def printed_spans(
     assert worker.stdout is not None
     found: list[dict[str, Any]] = []
     while not names <= {span["name"] for span in found}:
-        line = await asyncio.wait_for(worker.stdout.readline(), 30)
+        line = await waited_for(worker.stdout.readline(), f"spans {names}; seen: {found}")
         if not line:
             raise AssertionError(f"the worker exited; spans seen: {found}")
         try:

@@ -35,6 +35,7 @@ from agentloop.runtime.config import Settings
 from agentloop.worker import running_worker
 from tests.crash.test_crash_phases import requests_to
 from tests.support import (
+    result_of,
     start_run,
     wait_for_phase,
     wait_for_status,
@@ -133,7 +134,7 @@ async def test_a_read_runs_while_the_gated_write_waits_then_approve_runs_it_once
     assert reservations(example_service) == 0
 
     await decide(handle, "call_reserve")
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert reservations(example_service) == 1
     assert example_service.stats()["counts"]["workshops.reserve"] == 1
@@ -157,7 +158,7 @@ async def test_rejection_stops_the_run_and_the_write_never_runs(
     handle = await start_run(client, worker, run_id, run_input(run_id))
     await wait_for_phase(handle, "awaiting_approval")
     await decide(handle, "call_reserve", approved=False)
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "rejected"
     assert "call_reserve" in result.stop_reason
     assert reservations(example_service) == 0
@@ -199,7 +200,7 @@ async def test_a_seat_taken_during_the_approval_wait_refuses_the_approved_call(
     await book_directly(example_service, "ws-101", "p-dave")  # the last seat, meanwhile
 
     await decide(handle, "call_reserve")
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     # Checked once before the wait and once after it; never sent.
     assert len(requests_to(example_service, "workshops.eligibility")) == checks + 1 == 2
@@ -265,7 +266,7 @@ async def test_decisions_for_other_calls_digests_or_approvers_change_nothing(
         result_type=ApprovalVerdict,
     )
     assert verdict.accepted
-    assert (await handle.result()).status == "completed"
+    assert (await result_of(handle)).status == "completed"
     assert reservations(example_service) == 1
 
 
@@ -314,7 +315,7 @@ async def test_a_changed_recipient_needs_a_new_approval(
         view.phase == "awaiting_approval" and "stale" in view.refused_decisions[-1].refused_because
     )
     await decide(handle, "call_r2", approved=False, approver="support-lead")
-    result = await handle.result()
+    result = await result_of(handle)
     # send_reply tells the model about a rejection instead of stopping the run.
     assert result.status == "completed", result.stop_reason
     assert example_service.records()["replies"] == 1
@@ -329,7 +330,7 @@ async def test_a_principal_without_the_scope_is_denied_and_nothing_runs(
 ) -> None:
     scripted_provider.register(reserve_script(run_id))
     handle = await start_run(client, worker, run_id, run_input(run_id, scopes=["workshops:read"]))
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "denied"
     assert "workshops:write" in result.stop_reason
     assert {c.call_id: c.status for c in result.calls} == {
@@ -358,7 +359,7 @@ async def test_the_pending_approval_survives_a_killed_worker(
     # No worker is polling now (a query would fail); the signal waits in history.
     await decide(handle, "call_reserve", digest=view.pending_approvals[0].args_digest)
     async with worker_process(env):
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert reservations(example_service) == 1
     assert example_service.stats()["counts"]["workshops.get"] == 1
@@ -394,7 +395,7 @@ async def test_approval_timeout_on_the_time_skipping_server(
         run_input(run_id, approval_timeout_seconds=7 * 86400),
         indexed=False,  # the time-skipping test server has no custom search attributes
     )
-    result = await handle.result()  # the test server skips the week
+    result = await result_of(handle)  # the test server skips the week
     assert result.status == "approval_timeout"
     assert "call_reserve" in result.stop_reason
     assert [(p.call_id, p.status) for p in result.pending] == [
@@ -436,4 +437,4 @@ async def test_a_decision_sent_with_the_start_is_answered_with_the_verdict_the_r
     assert isinstance(refused, RefusedApproval)
     assert refused.refused_because == verdict.reason
     assert (refused.signal, refused.call_id) == ("approve", "call_early")
-    assert (await handle.result()).status == "completed"
+    assert (await result_of(handle)).status == "completed"

@@ -26,7 +26,7 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.inbox import InboxOptions, InboxServer, InboxUnsafe
 from agentloop.runtime.config import Settings
 from tests.operations.test_cli import AGENTLOOP, process_env
-from tests.support import banner_process, start_run, wait_for_phase
+from tests.support import banner_process, result_of, start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -150,7 +150,7 @@ async def test_a_user_sees_and_acts_on_their_tenants_runs_only(
         http, inbox, run_id, "workshop-lead", csrf=token, args_digest=digest, verdict="reject"
     )
     assert status == 200 and "rejected c_res as workshop-lead" in page
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "rejected"
     async with http.get(f"{inbox.url}/runs", headers=as_user("bea")) as response:
         runs = await response.text()
@@ -272,7 +272,7 @@ async def test_a_state_changing_request_without_its_sessions_token_is_refused(
         f"{inbox.url}/runs/{run_id}/cancel", data={"csrf": token}, headers=as_user(user)
     ) as response:
         assert response.status == 200
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "cancelled"
 
 

@@ -26,6 +26,7 @@ from agentloop.inbox.live import (
     last_event_id,
 )
 from agentloop.run_events import RunEvent
+from tests.support import waited_for
 
 RUN = "run-live"
 
@@ -69,7 +70,7 @@ def frame(data: bytes | None) -> tuple[int | None, str | None, dict[str, Any]]:
 
 
 async def next_frame(browser: Browser) -> tuple[int | None, str | None, dict[str, Any]]:
-    return frame(await asyncio.wait_for(browser.queue.get(), 5))
+    return frame(await waited_for(browser.queue.get(), "the next frame to the browser"))
 
 
 async def offsets(browser: Browser, count: int) -> list[int | None]:
@@ -156,7 +157,7 @@ async def test_the_subscription_ends_when_the_last_browser_leaves(
     feed.remove(first)
     assert not feed.task.done() and live.watching() == {RUN: 1}
     feed.remove(second)
-    await asyncio.wait_for(upstream.closed.wait(), 5)
+    await waited_for(upstream.closed.wait(), "the upstream feed to close")
     assert feed.task.cancelled() and live.watching() == {}
     live.join(RUN, "ann", None)  # a browser coming back subscribes again
     assert live.subscriptions[RUN] == 2

@@ -26,7 +26,7 @@ from agentloop.inbox.reading import RunInputs, WaitingItem, waiting_items
 from agentloop.runtime.config import Settings
 from agentloop.waiting import WAITING_MEMO
 from agentloop.worker import running_worker
-from tests.support import start_run, wait_for_phase, wait_for_status
+from tests.support import result_of, start_run, wait_for_phase, wait_for_status
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -126,6 +126,6 @@ async def test_the_inbox_lists_waiting_runs_from_their_memo_with_no_worker_to_as
         )
         await book.signal("approve", decision)
         await ask.signal("message", UserMessage(text="Two.", sender="traveller"))
-        results = [await book.result(), await ask.result()]
+        results = [await result_of(book), await result_of(ask)]
     assert [r.status for r in results] == ["completed", "completed"]
     assert [await memo_of(book), await memo_of(ask)] == [None, None]

@@ -24,7 +24,7 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.runtime.config import CONFIG_FILE_VARIABLE, ConfigError, Settings, load_config
 from agentloop.worker import running_worker
 from tests.operations.test_config import problems_of
-from tests.support import start_run, wait_for_phase, wait_for_status, wait_until
+from tests.support import result_of, start_run, wait_for_phase, wait_for_status, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -108,7 +108,7 @@ async def approve(handle: Any, digest: str) -> None:
 async def approved_to_completion(handle: Any, view: RunStatusView) -> None:
     """Approve the call the run waits on as `view` shows it: the run then completes."""
     await approve(handle, view.pending_approvals[0].args_digest)
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
 
 

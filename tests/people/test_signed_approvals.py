@@ -6,7 +6,6 @@ and `status` says so."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import stat
 import uuid
@@ -52,7 +51,7 @@ from tests.crash.test_exactly_once import (
 )
 from tests.loop.test_hardening import assert_never_wedged, paused_for_approval, refusals
 from tests.operations.test_cli import agentloop, assert_no_traceback, process_env
-from tests.support import scheduled_activity_types, start_run, wait_for_phase
+from tests.support import result_of, scheduled_activity_types, start_run, wait_for_phase
 
 LEAD = Ed25519PrivateKey.generate()
 INTRUDER = Ed25519PrivateKey.generate()
@@ -296,7 +295,7 @@ async def test_with_keys_only_the_approvers_signature_lets_the_write_run(
     good = sign_decision(unsigned, LEAD, workflow_id=handle.id, run=run)
     verdict = await handle.execute_update("decide_approval", good, result_type=ApprovalVerdict)
     assert verdict.accepted, verdict.reason
-    result: AgentRunResult = await asyncio.wait_for(handle.result(), 30)
+    result: AgentRunResult = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     [call] = result.calls
     assert (call.call_id, call.status, call.decision) == (
@@ -349,7 +348,7 @@ async def test_agentloop_approve_with_key_signs_for_the_run(
     )  # fmt: skip
     assert approved.returncode == 0, approved.explain()
     assert json.loads(approved.stdout)["accepted"] is True
-    result = await asyncio.wait_for(handle.result(), 30)
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert reservations(example_service) == 1
     await assert_never_wedged(handle)
@@ -371,7 +370,7 @@ async def test_without_keys_status_says_approvals_are_unsigned(
         "decide_approval", await pending_decision(handle), result_type=ApprovalVerdict
     )
     assert verdict.accepted, verdict.reason
-    await asyncio.wait_for(handle.result(), 30)
+    await result_of(handle)
     view = await handle.query("status", result_type=RunStatusView)
     assert view.approval_signing == "unsigned"
     assert reservations(example_service) == 1
@@ -448,7 +447,7 @@ async def test_with_keys_only_a_signed_resolve_by_an_approver_settles_a_write(
     )  # fmt: skip
     assert resolved.returncode == 0, resolved.explain()
     assert json.loads(resolved.stdout)["request"]["signature"]
-    result: AgentRunResult = await asyncio.wait_for(handle.result(), 30)
+    result: AgentRunResult = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     call = the_call(result.calls)
     assert call.status == "confirmed_after_query"

@@ -27,7 +27,7 @@ from agentloop.runtime.signing import (
 )
 from agentloop.worker import running_worker
 from tests.operations.test_cli import agentloop, assert_no_traceback, process_env
-from tests.support import activity_result
+from tests.support import activity_result, result_of
 from tests.tools.test_delegate import call
 
 DANA = Principal(subject="dana", tenant="acme", scopes=["orders:read"])
@@ -123,7 +123,7 @@ async def refusal(client: Client, settings: Settings, run_id: str, run: AgentRun
     """The message of the run's failure, which must be `InvalidInput` at its start."""
     handle = await start_run(client, run, id=run_id, task_queue=settings.task_queue)
     with pytest.raises(WorkflowFailureError) as failed:
-        await handle.result()
+        await result_of(handle)
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput", cause
     return cause.message
@@ -141,7 +141,7 @@ async def test_a_run_with_its_principal_signed_for_it_starts(
     handle = await start_run(
         client, run, id=run_id, task_queue=signing_worker.task_queue, principal_key=starter_key
     )
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     # The worker's verdict is in history (the describe_run activity's result), for replay.
     events = [e async for e in handle.fetch_history_events()]
@@ -207,10 +207,10 @@ async def test_a_delegated_child_is_checked_against_its_root_runs_signature(
     handle = await start_run(
         client, run, id=run_id, task_queue=signing_worker.task_queue, principal_key=starter_key
     )
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     child = client.get_workflow_handle(f"{run_id}/delegate/call_d", result_type=AgentRunResult)
-    assert (await child.result()).output == "done"
+    assert (await result_of(child)).output == "done"
     assert result.output == "The helper says: done"
 
 

@@ -23,7 +23,7 @@ from agentloop.runtime.config import Settings
 from agentloop.tools.plugins import Plugin, Toolset, build_toolbox
 from agentloop.worker import running_worker, worker_parts
 from agentloop.workflows.agent_run import AgentRun
-from tests.support import approve_as_shown, start_run, wait_for_phase
+from tests.support import approve_as_shown, result_of, start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -90,11 +90,11 @@ async def test_a_run_evicted_while_awaiting_approval_resumes_without_running_any
             other = f"{run_id}-other-{n}"
             scripted_provider.register(Script(name=other, turns=[ScriptTurn(text="Hello.")]))
             done = await start_run(client, settings, other, run_input(other, []))
-            assert (await done.result()).status == "completed"
+            assert (await result_of(done)).status == "completed"
         [pending] = view.pending_approvals
         assert pending.call_id == "c_res"
         await approve_as_shown(waiting, pending, "workshop-lead")
-        result = await asyncio.wait_for(waiting.result(), 30)
+        result = await result_of(waiting)
     assert result.status == "completed", result.stop_reason
     after = example_service.stats()["counts"]
     # The read ran once, before the wait; after it, the write's precondition is checked again,
@@ -168,7 +168,7 @@ async def test_a_worker_with_two_activity_slots_runs_no_more_than_two_calls_at_o
         )
         async with Worker(client, task_queue=own.task_queue, **given):
             handle = await start_run(client, own, run_id, run_input(run_id, ["count_in_flight"]))
-            result = await asyncio.wait_for(handle.result(), 30)
+            result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert SlotCount.most == 2
     _, second = [r for r in scripted_provider.requests if r["script"] == run_id]

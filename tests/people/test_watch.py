@@ -41,8 +41,16 @@ from agentloop.worker import running_worker
 from agentloop.workflows.agent_run import AgentRun
 from tests.operations.test_cli import agentloop as agentloop_cli
 from tests.operations.test_cli import process_env
-from tests.operations.test_cli_runs import cli_process, read_until
-from tests.support import start_run, wait_for_status, worker_env, worker_process
+from tests.operations.test_cli_runs import cli_process
+from tests.support import (
+    read_until,
+    result_of,
+    start_run,
+    wait_for_status,
+    waited_for,
+    worker_env,
+    worker_process,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -104,7 +112,7 @@ async def test_a_subscriber_sees_the_text_while_it_streams_then_each_call_and_th
         if event.kind == "text" and first_text_while_streaming is None:
             first_text_while_streaming = scripted_provider.streaming > 0
         events.append(event)
-    result = await handle.result()
+    result = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
     assert first_text_while_streaming is True  # the provider had not sent its last chunk
@@ -176,9 +184,9 @@ async def test_an_approval_wait_is_published_and_its_end_before_the_write_result
             approver="workshop-lead",
         ),
     )
-    result = await handle.result()
-    events = await asyncio.wait_for(watching, 30)
-    assert await asyncio.wait_for(asking, 30) >= 1
+    result = await result_of(handle)
+    events = await waited_for(watching, "the watcher's events")
+    assert await waited_for(asking, "the status questions") >= 1
 
     assert result.status == "completed", result.stop_reason
     history = await handle.fetch_history()
@@ -219,7 +227,7 @@ async def test_a_retried_model_call_says_so_and_its_text_is_replaced(
     )
     handle = await start_run(client, worker, run_id, run_input(run_id, tools=[]))
     events = await collect(client, run_id)
-    result = await handle.result()
+    result = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
     [retry] = [e for e in events if e.kind == "retry"]
@@ -234,7 +242,7 @@ async def test_a_run_with_publishing_off_publishes_nothing(
     client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
 ) -> None:
     handle = await start_run(client, worker, run_id, run_input("travel", publish_events=False))
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     offset = await handle.query("__temporal_workflow_stream_offset", result_type=int)
     assert offset == 0
@@ -276,7 +284,7 @@ async def test_a_subscriber_follows_the_run_across_continue_as_new_without_a_gap
         ),
     )
     events = await collect(client, run_id)
-    result = await handle.result()
+    result = await result_of(handle)
     view = await handle.query("status", result_type=RunStatusView)
 
     assert result.status == "completed", result.stop_reason
@@ -310,7 +318,7 @@ async def test_what_others_publish_cannot_fail_the_run_and_what_it_keeps_is_boun
     async with flood:
         for n in range(MAX_RETAINED_ITEMS + 100):
             junk.publish({"kind": "text", "turn": 0, "delta": f"junk {n} "})
-    result = await handle.result()
+    result = await result_of(handle)
     events = await collect(client, run_id, from_offset=0)
 
     assert result.status == "completed", result.stop_reason
@@ -345,7 +353,7 @@ async def test_a_publish_sent_with_the_start_never_wedges_the_run(
         start_signal="__temporal_workflow_stream_publish",
         start_signal_args=[publish],
     )
-    result = await asyncio.wait_for(handle.result(), 60)
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert await failed_workflow_tasks(handle) == 0
     events = await collect(client, run_id)
@@ -388,12 +396,12 @@ async def test_a_worker_killed_mid_stream_the_subscriber_sees_retry_then_the_tex
     async with worker_process(env) as first:
         handle = await start_run(client, settings, run_id, run_input(run_id, tools=[]))
         following = asyncio.create_task(follow())
-        await asyncio.wait_for(first_text.wait(), 30)
+        await waited_for(first_text.wait(), "the first streamed text")
         first.send_signal(signal.SIGKILL)
         await first.wait()
     async with worker_process(env):
-        result = await asyncio.wait_for(handle.result(), 90)
-        await asyncio.wait_for(following, 30)
+        result = await result_of(handle)
+        await waited_for(following, "the follower to end")
 
     assert result.status == "completed", result.stop_reason
     [retry] = [e for e in events if e.kind == "retry"]
@@ -428,13 +436,13 @@ async def test_agentloop_watch_prints_the_text_as_it_streams_and_exits_with_the_
     async with cli_process("watch", run_id, env=env, cwd=Path.cwd()) as watching:
         await read_until(watching.stdout, seen, lambda text: "<- call_w" in text, "the result")
         assert watching.stdout is not None
-        first = await asyncio.wait_for(watching.stdout.read(20), 30)
+        first = await waited_for(watching.stdout.read(20), "the watch's first output")
         # Part of the answer is on the screen while the provider still sends the rest.
         assert scripted_provider.streaming == 1
-        rest = await asyncio.wait_for(watching.stdout.read(), 60)
+        rest = await waited_for(watching.stdout.read(), "the watch's output to end")
         code = await watching.wait()
     printed = "".join(seen) + (first + rest).decode()
-    result = await handle.result()
+    result = await result_of(handle)
     assert code == 0
     assert '-> call_w get_weather {"city": "Shanghai", "date": "2026-12-01"}' in printed
     assert "<- call_w get_weather: succeeded" in printed
@@ -459,7 +467,7 @@ async def test_a_worker_configured_not_to_publish_sends_no_text_and_the_cli_star
     scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text=ANSWER)]))
     async with running_worker(client, quiet):
         handle = await start_run(client, quiet, run_id, run_input(run_id, tools=[]))
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     signals = [
         e
@@ -516,9 +524,9 @@ async def test_many_subscribers_leave_the_run_and_each_other_whole(
             approver="workshop-lead",
         ),
     )
-    result = await asyncio.wait_for(handle.result(), 60)
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
-    seen = await asyncio.wait_for(asyncio.gather(*watchers), 60)
+    seen = await waited_for(asyncio.gather(*watchers), "every watcher to end")
     for events in seen:
         assert [e.offset for e in events] == list(range(offset, offset + len(events)))
         assert events[-1].kind == "done"
@@ -552,7 +560,7 @@ async def test_a_carried_stream_that_does_not_read_starts_empty_never_wedging_th
         task_queue=worker.task_queue,
         result_type=AgentRunResult,
     )
-    result = await asyncio.wait_for(handle.result(), 60)
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert await failed_workflow_tasks(handle) == 0
     events = await collect(client, run_id)
@@ -573,7 +581,7 @@ async def test_a_retried_call_made_without_streaming_still_shows_its_text_once(
     )
     handle = await start_run(client, worker, run_id, run_input(run_id, tools=[], stream=False))
     events = await collect(client, run_id)
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert [(e.kind, e.attempt) for e in events if e.kind == "retry"] == [("retry", 2)]
     assert [e.delta for e in events if e.kind == "text"] == [ANSWER]

@@ -4,7 +4,6 @@ fails the run at start, naming it."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ from temporalio.exceptions import ApplicationError
 from agentloop.contract import AgentRunInput
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptTurn
 from agentloop.runtime.config import Settings
-from tests.support import start_run
+from tests.support import result_of, start_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -74,9 +73,7 @@ async def test_each_model_setting_reaches_the_wire_under_the_providers_name(
             "stream": stream,
         }
     )
-    result = await asyncio.wait_for(
-        (await start_run(client, worker, run_id, run_input)).result(), 30
-    )
+    result = await result_of(await start_run(client, worker, run_id, run_input))
     assert result.status == "completed", result.stop_reason
     [request] = scripted_provider.requests
     body = request["body"]
@@ -111,7 +108,7 @@ async def test_a_setting_the_provider_does_not_take_fails_the_run_at_start_namin
     raw = {"task": "Say it.", "provider": provider, "model": run_id, "model_settings": settings}
     handle = await start_run(client, worker, run_id, raw)
     with pytest.raises(WorkflowFailureError) as failed:
-        await asyncio.wait_for(handle.result(), 30)
+        await result_of(handle)
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
     assert named in cause.message, cause.message

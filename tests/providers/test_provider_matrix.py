@@ -20,7 +20,7 @@ from agentloop.demo.scripted_provider.scripts import ScriptedError
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.workflows.steps import MODEL_RETRY
-from tests.support import start_run
+from tests.support import result_of, start_run
 
 pytestmark = pytest.mark.integration
 
@@ -323,7 +323,7 @@ async def test_regression_matrix(
         tools=["get_train_status", "get_weather"],
         stream=stream,
     )
-    result = await (await start_run(client, worker, run_id, run_input)).result()
+    result = await result_of(await start_run(client, worker, run_id, run_input))
 
     assert result.status == case.status, result.stop_reason
     requests = [r for r in scripted_provider.requests if r["script"] == run_id]
@@ -376,7 +376,7 @@ async def test_the_articles_first_case_the_weather_times_out_and_the_train_answe
         model=run_id,
         tools=["get_train_status", "get_weather"],
     )
-    result = await (await start_run(client, worker, run_id, run_input)).result()
+    result = await result_of(await start_run(client, worker, run_id, run_input))
     assert result.status == "completed", result.stop_reason
     calls = {c.call_id: c for c in result.calls}
     assert {k: c.status for k, c in calls.items()} == {

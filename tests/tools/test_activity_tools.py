@@ -34,13 +34,14 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.store import load_artifact_text
+from agentloop.testing.patience import CEILING_SECONDS
 from agentloop.tools.plugins import Plugin, Toolset, build_toolbox
 from agentloop.worker import running_worker
 from tests.crash.test_crash_phases import requests_to, reservations
 from tests.loop.test_hardening import assert_never_wedged
 from tests.loop.test_large_output import history_sizes
 from tests.operations.test_platform import sent_result
-from tests.support import wait_until, worker_process
+from tests.support import result_of, wait_until, worker_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -134,7 +135,7 @@ async def test_an_activity_tool_runs_on_its_own_queue_with_the_key_and_principal
     queue, team_queue = agentloop_queue
     async with plain_worker(client, team_queue, example_service):
         handle = await start_booking(client, scripted_provider, queue, run_id)
-        result: AgentRunResult = await asyncio.wait_for(handle.result(), 60)
+        result: AgentRunResult = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
     [booked] = result.calls
@@ -168,7 +169,7 @@ async def test_an_activity_tools_refusal_reaches_the_model_and_nothing_is_looked
     full = {"workshop_id": "ws-102", "participant_id": "p-carol"}  # ws-102 has no seats left
     async with plain_worker(client, team_queue, example_service):
         handle = await start_booking(client, scripted_provider, queue, run_id, full)
-        result: AgentRunResult = await asyncio.wait_for(handle.result(), 60)
+        result: AgentRunResult = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
     [booked] = result.calls
@@ -194,7 +195,7 @@ async def test_the_plain_worker_killed_mid_write_its_lookup_decides_and_the_writ
         await first.wait()
     # Its heartbeats stop: the write's outcome is unknown, and the lookup waits for a worker.
     async with plain_worker(client, team_queue, example_service):
-        result: AgentRunResult = await asyncio.wait_for(handle.result(), 90)
+        result: AgentRunResult = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
     [booked] = result.calls
@@ -274,7 +275,7 @@ async def calls_to_a_team_tool(
     )
     async with team_worker, running_worker(client, settings, toolbox):
         handle = await start_run(client, run_input, id=run_id, task_queue=settings.task_queue)
-        result: AgentRunResult = await asyncio.wait_for(handle.result(), 30 + calls * 3)
+        result: AgentRunResult = await result_of(handle, CEILING_SECONDS + calls * 3)
     if run_fields is None:
         assert result.status == "completed", result.stop_reason
     if wedge_free:

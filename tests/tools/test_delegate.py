@@ -23,7 +23,8 @@ from agentloop.contract import (
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
-from tests.support import approve_as_shown, start_run, wait_until
+from agentloop.testing.patience import CEILING_SECONDS
+from tests.support import approve_as_shown, result_of, start_run, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -61,7 +62,7 @@ async def child_waiting_for_approval(
     it, so `not found` is retried, bounded)."""
     handle = child_handle(client, run_id, call_id)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
+    deadline = loop.time() + CEILING_SECONDS
     while True:
         try:
             view = await handle.query("status", result_type=RunStatusView)
@@ -69,7 +70,10 @@ async def child_waiting_for_approval(
             view = None
         if view is not None and view.phase == "awaiting_approval":
             return handle, view
-        assert loop.time() < deadline, f"child {handle.id} never waited for approval"
+        assert loop.time() < deadline, (
+            f"gave up after {CEILING_SECONDS:g} s waiting for child {handle.id} to wait for "
+            f"approval; last phase: {view.phase if view else 'not found'}"
+        )
         await asyncio.sleep(0.05)
 
 
@@ -118,7 +122,7 @@ async def test_a_child_run_does_the_sub_task_and_its_usage_is_charged_to_the_par
             ],
         )
     )
-    result = await (await start_run(client, worker, run_id, parent_input(run_id))).result()
+    result = await result_of(await start_run(client, worker, run_id, parent_input(run_id)))
 
     assert result.status == "completed", result.stop_reason
     child = await child_handle(client, run_id, "call_d").result()
@@ -247,7 +251,7 @@ async def test_tools_outside_the_parents_own_cannot_be_delegated(
             ],
         )
     )
-    result = await (await start_run(client, worker, run_id, parent_input(run_id))).result()
+    result = await result_of(await start_run(client, worker, run_id, parent_input(run_id)))
 
     assert result.status == "completed"
     for call_id, tool in (("call_a", "send_reply"), ("call_b", "delegate")):
@@ -304,7 +308,7 @@ async def test_a_childs_write_is_a_side_effect_of_the_parent(
             approver="workshop-lead",
         ),
     )
-    result = await parent.result()
+    result = await result_of(parent)
 
     assert result.status == "completed", result.stop_reason
     assert int(example_service.records()["reservations"]) == 1
@@ -327,10 +331,10 @@ async def test_cancelling_the_parent_cancels_the_child(
     parent = await start_run(client, worker, run_id, parent_input(run_id))
     child, _ = await child_waiting_for_approval(client, run_id, "call_d")
     await parent.signal("cancel", CancelRequest(reason="the user gave up"))
-    result = await parent.result()
+    result = await result_of(parent)
 
     assert result.status == "cancelled"
-    child_result = await child.result()
+    child_result = await result_of(child)
     assert child_result.status == "cancelled"
     assert "the parent run was cancelled: the user gave up" in child_result.stop_reason
     assert int(example_service.records()["reservations"]) == 0
@@ -362,10 +366,10 @@ async def test_temporals_cancel_of_the_parent_lets_the_childs_write_finish_and_r
 
     await wait_until(writes_arrived, "the child's write at the service")
     await parent.cancel()
-    result = await asyncio.wait_for(parent.result(), 30)
+    result = await result_of(parent)
 
     assert result.status == "cancelled", result.stop_reason
-    child_result = await child.result()  # cancelled as told, not terminated
+    child_result = await result_of(child)  # cancelled as told, not terminated
     assert child_result.status == "cancelled", child_result.stop_reason
     assert "the parent run was cancelled" in child_result.stop_reason
     assert int(example_service.records()["reservations"]) == 1
@@ -392,9 +396,7 @@ async def test_a_child_whose_id_is_taken_fails_its_delegate_call_not_the_parent(
     )
     squat = AgentRunInput(task="Wait.", provider="openai-chat", model=f"{run_id}-squat", tools=[])
     await start_run(client, worker, squatter.id, squat)
-    result = await asyncio.wait_for(
-        (await start_run(client, worker, run_id, parent_input(run_id))).result(), 30
-    )
+    result = await result_of(await start_run(client, worker, run_id, parent_input(run_id)))
 
     assert result.status == "completed", result.stop_reason
     told = delegation_result(scripted_provider, "call_d")
@@ -442,7 +444,7 @@ async def test_a_token_cap_holds_across_the_parent_and_its_child(
     run_input = parent_input(
         run_id, limits={"max_model_calls": 6, "max_tool_calls": 5, "max_total_tokens": cap}
     )
-    result = await (await start_run(client, worker, run_id, run_input)).result()
+    result = await result_of(await start_run(client, worker, run_id, run_input))
     child = await child_handle(client, run_id, "call_d").result()
     child_cap = (await child_input(child_handle(client, run_id, "call_d")))["limits"][
         "max_total_tokens"

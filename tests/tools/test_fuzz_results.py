@@ -7,7 +7,6 @@ thousands of cases under `make fuzz`; a failure names the seed that reproduces i
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import random
@@ -31,6 +30,7 @@ from agentloop.client import start_run
 from agentloop.contract import AgentRunInput, AgentRunResult, Limits, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.runtime.config import Settings
+from agentloop.testing.patience import CEILING_SECONDS
 from agentloop.tool_spec import DEFAULT_MAX_RESULT_CHARS
 from agentloop.tools.activity_results import STORED_ANSWER, STORED_ENCODING
 from agentloop.tools.plugins import Plugin, Toolset, build_toolbox
@@ -38,6 +38,7 @@ from agentloop.worker import running_worker
 from tests import fuzzing
 from tests.fuzzing import cases
 from tests.loop.test_hardening import assert_never_wedged
+from tests.support import result_of
 from tests.tools.test_mcp_server import http_server, read_state, steer
 from tests.tools.test_mcp_tools import http_config, mcp_worker
 
@@ -236,9 +237,10 @@ async def play_batch(
     )
     handle = await start_run(client, run_input, id=run_id, task_queue=queue)
     try:
-        result: AgentRunResult = await asyncio.wait_for(handle.result(), 60 + 3 * len(calls))
-    except TimeoutError:
-        raise AssertionError(f"{run_id} never ended (AGENTLOOP_FUZZ_SEED={SEED})") from None
+        # The ceiling grows with the calls: each one is a round trip to the MCP server.
+        result: AgentRunResult = await result_of(handle, CEILING_SECONDS + 3 * len(calls))
+    except AssertionError as never_ended:
+        raise AssertionError(f"{never_ended} (AGENTLOOP_FUZZ_SEED={SEED})") from None
     await assert_never_wedged(handle)
     assert result.status == "completed", (SEED, result.stop_reason)
     _, second = [r for r in provider.requests if r["script"] == run_id]

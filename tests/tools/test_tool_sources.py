@@ -28,7 +28,7 @@ from agentloop.tools.contract import OutcomeUnknown, Tool, ToolContext
 from agentloop.tools.plugins import build_toolbox
 from agentloop.tools.source import Offer, ToolLine, ToolSource, ToolSourceError
 from agentloop.worker import running_worker, tool_effects
-from tests.support import write_key
+from tests.support import result_of, write_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -170,7 +170,7 @@ async def test_a_run_reads_and_writes_through_a_source_of_its_own_each_call_once
         id=run_id,
         task_queue=settings.task_queue,
     )
-    result: AgentRunResult = await handle.result()
+    result: AgentRunResult = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
     assert {c.call_id: (c.tool, c.status) for c in result.calls} == {
@@ -204,7 +204,7 @@ async def test_a_tool_the_source_does_not_offer_fails_the_run_as_it_starts_in_it
         client, run_input(run_id, ["ledger_debit"]), id=run_id, task_queue=settings.task_queue
     )
     with pytest.raises(WorkflowFailureError) as failed:
-        await handle.result()
+        await result_of(handle)
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
     assert cause.message == "tools: the ledger has no tool 'ledger_debit'"

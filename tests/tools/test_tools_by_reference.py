@@ -17,7 +17,7 @@ from agentloop.runtime.config import Settings
 from agentloop.store import SqliteStore, StoreError
 from agentloop.store.specs import ToolSpecCache
 from agentloop.tool_spec import ToolSpec
-from tests.support import start_run
+from tests.support import result_of, start_run
 
 WEATHER = {"city": "Shanghai", "date": "2026-12-01"}
 
@@ -67,7 +67,7 @@ async def test_only_the_first_model_call_carries_the_specs(
         tools=["get_train_status", "get_weather"],
     )
     handle = await start_run(client, worker, run_id, run_input)
-    result = await handle.result()
+    result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
 
     calls = []
