@@ -988,7 +988,7 @@ def test_output_cut_off_by_its_reader_ends_quietly_not_in_a_traceback(tmp_path: 
             stderr=subprocess.PIPE,
             env=process_env(),
             cwd=tmp_path,
-            timeout=60,
+            timeout=CEILING_SECONDS,
             check=False,
         )
     finally:
@@ -1007,7 +1007,7 @@ async def test_demo_runs_offline_and_the_slow_read_finishes_last(tmp_path: Path)
         "agentloop.cli.demo",
         env=process_env(),
         cwd=tmp_path,
-        timeout=60,
+        timeout=2 * CEILING_SECONDS,  # a whole stack started, run and stopped: not one wait
     )
     assert finished.returncode == 0, finished.explain()
     assert_no_traceback(finished)

@@ -590,7 +590,7 @@ async def test_codec_server_without_good_keys_exits_2(
 ) -> None:
     env = codec_env(**({"AGENTLOOP_CODEC_KEYS": keys} if keys else {}))
     finished: Finished = await run_process(
-        *AGENTLOOP, "codec-server", "--port", str(free_port()), env=env, cwd=tmp_path, timeout=20
+        *AGENTLOOP, "codec-server", "--port", str(free_port()), env=env, cwd=tmp_path
     )
     assert finished.returncode == 2, finished.explain()
     assert_no_traceback(finished)
@@ -611,7 +611,6 @@ async def test_codec_server_on_a_taken_port_exits_2(tmp_path: Path) -> None:
             str(port),
             env=codec_env(AGENTLOOP_CODEC_KEYS=RING_K1),
             cwd=tmp_path,
-            timeout=20,
         )
     assert finished.returncode == 2, finished.explain()
     assert_no_traceback(finished)

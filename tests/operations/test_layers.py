@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from agentloop import activity_io, tool_spec
+from agentloop.testing.patience import CEILING_SECONDS
 from tests.loop.test_workflow_determinism import PACKAGE_DIR, imported_modules
 
 VOCABULARY = frozenset(
@@ -327,7 +328,11 @@ def test_a_worker_starts_without_importing_a_provider_sdk_or_mcp() -> None:
         "print(sorted({'openai', 'anthropic', 'mcp'} & set(sys.modules)))"
     )
     loaded = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=CEILING_SECONDS,
     ).stdout.strip()
     assert loaded == "[]"
 

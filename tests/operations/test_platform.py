@@ -278,9 +278,7 @@ async def test_the_teams_approval_rule_gates_only_the_long_reply_and_its_history
     env = {k: v for k, v in team.env.items() if k != "PYTHONPATH"}
     env = {**os.environ, **env, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     env.pop("AGENTLOOP_TOOLS", None)
-    probe = await run_process(
-        sys.executable, "-c", "import team_tools", env=env, cwd=tmp_path, timeout=30
-    )
+    probe = await run_process(sys.executable, "-c", "import team_tools", env=env, cwd=tmp_path)
     assert probe.returncode != 0 and "No module named 'team_tools'" in probe.stderr
     replayed = await run_process(*AGENTLOOP, "replay", str(exported), env=env, cwd=tmp_path)
     assert replayed.returncode == 0, replayed.explain()

@@ -28,6 +28,7 @@ from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedT
 from agentloop.events import ToolResult
 from agentloop.runtime.config import Settings
 from agentloop.store import load_transcript, open_store
+from agentloop.testing.patience import CEILING_SECONDS
 from agentloop.worker import running_worker
 from agentloop.workflows.agent_run import AgentRun
 from tests.support import (
@@ -480,7 +481,9 @@ def test_a_worker_with_a_bad_mcp_configuration_exits_2_before_polling(tmp_path: 
             if command[0] == "-m"
             else [sys.executable, "-m", "agentloop.cli", "worker"]
         )
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            argv, env=env, capture_output=True, text=True, timeout=CEILING_SECONDS
+        )
         assert done.returncode == 2, done.stderr
         assert "AGENTLOOP_MCP_SERVERS" in done.stderr and "'tickets'" in done.stderr, done.stderr
         assert "not an http(s) URL" in done.stderr, done.stderr
