@@ -33,7 +33,7 @@ from agentloop.contract import (
 from agentloop.runtime.config import Settings
 from agentloop.store import Store
 from agentloop.testing.harness import waiting_for
-from agentloop.testing.patience import CEILING_SECONDS
+from agentloop.testing.patience import CEILING_SECONDS, status_or_why_not
 from agentloop.tools.contract import Tool
 from agentloop.tools.plugins import OpenedToolbox, Plugin, Toolset, build_toolbox
 from agentloop.workflows.deadline import DEADLINE_TIMER_SUMMARY
@@ -181,13 +181,9 @@ async def result_of(
 
 
 async def _what_it_waits_for(handle: WorkflowHandle[Any, AgentRunResult]) -> str:
-    """`waiting_for` of the run's status, for a failure's message; the status query itself
-    is not answered while no worker serves the run."""
-    try:
-        view = await asyncio.wait_for(handle.query("status", result_type=RunStatusView), 10)
-    except (RPCError, TimeoutError) as exc:
-        return f"its status query was not answered ({exc!r})"
-    return waiting_for(view)
+    """`waiting_for` of the run's status, for a failure's message."""
+    view = await status_or_why_not(handle)
+    return view if isinstance(view, str) else waiting_for(view)
 
 
 async def wait_for_status(
@@ -197,27 +193,19 @@ async def wait_for_status(
     seconds: float = CEILING_SECONDS,
 ) -> RunStatusView:
     """Poll the `status` query until `predicate` holds (bounded); returns that view. A query
-    the server turns away because the run's query buffer is full (a run read hard by others,
-    as in tests/people/test_replay_under_people.py) is asked again."""
+    not answered this time (a busy worker, a query buffer full) is asked again
+    (`status_or_why_not`)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
-    phase = "no answer yet"
     while True:
-        try:
-            view = await handle.query("status", result_type=RunStatusView)
-        except RPCError as exc:
-            if exc.status != RPCStatusCode.RESOURCE_EXHAUSTED:
-                raise
-        else:
-            if predicate(view):
-                return view
-            phase = view.phase
+        view = await status_or_why_not(handle)
+        if not isinstance(view, str) and predicate(view):
+            return view
         if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last phase: {phase}")
-
-            raise AssertionError(
-                f"gave up after {seconds:g} s waiting for {what}; last phase: {view.phase}"
-            )
+            last = view if isinstance(view, str) else f"last phase: {view.phase}"
+            if not isinstance(view, str) and view.phase == "finished":
+                last += f" ({view.stop_reason})"
+            raise AssertionError(f"gave up after {seconds:g} s waiting for {what}; {last}")
         await asyncio.sleep(0.05)
 
 

@@ -39,7 +39,7 @@ from agentloop.demo.scripted_provider.playback import Violation
 from agentloop.runtime.config import Settings
 from agentloop.runtime.converter import data_converter as agentloop_data_converter
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, temporal_binary
-from agentloop.testing.patience import CEILING_SECONDS
+from agentloop.testing.patience import CEILING_SECONDS, status_or_why_not
 from agentloop.testing.turns import Turn, script_turns
 from agentloop.worker import running_worker, workflow_runner
 from agentloop.workflows.agent_run import AgentRun
@@ -204,9 +204,10 @@ class Harness:
         try:
             return await asyncio.wait_for(handle.result(), timeout)
         except TimeoutError:
-            view = await self.status(run)
+            view = await status_or_why_not(handle)
+            now = view if isinstance(view, str) else waiting_for(view)
             raise AssertionError(
-                f"run {handle.id} has not finished after {timeout:g} s: {waiting_for(view)}"
+                f"run {handle.id} has not finished after {timeout:g} s: {now}"
             ) from None
 
     async def status(self, run: Run) -> RunStatusView:
@@ -229,19 +230,25 @@ class Harness:
         seconds."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        run_id = self.handle(run).id
         while True:
-            view = await self.status(run)
-            if predicate(view):
-                return view
-            run_id = self.handle(run).id
-            if view.phase == "finished":
-                raise AssertionError(f"run {run_id} finished ({view.stop_reason}) before {what}")
-            if never is not None and never(view):
-                raise AssertionError(f"run {run_id} will not get to {what}: {waiting_for(view)}")
+            # A query a busy worker did not answer in the server's time is asked again.
+            view = await status_or_why_not(self.handle(run))
+            if not isinstance(view, str):
+                if predicate(view):
+                    return view
+                if view.phase == "finished":
+                    raise AssertionError(
+                        f"run {run_id} finished ({view.stop_reason}) before {what}"
+                    )
+                if never is not None and never(view):
+                    raise AssertionError(
+                        f"run {run_id} will not get to {what}: {waiting_for(view)}"
+                    )
             if loop.time() > deadline:
+                now = view if isinstance(view, str) else waiting_for(view)
                 raise AssertionError(
-                    f"run {run_id} is still {view.phase} after {timeout:g} s, "
-                    f"waiting for {what}: {waiting_for(view)}"
+                    f"run {run_id} is still not at {what} after {timeout:g} s: {now}"
                 )
             await asyncio.sleep(0.05)
 

@@ -9,7 +9,14 @@ out. `AGENTLOOP_TEST_PATIENCE` multiplies it for slower machines still (`2`: twi
 
 from __future__ import annotations
 
+import asyncio
 import os
+from typing import Any
+
+from temporalio.client import WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+from agentloop.contract import RunStatusView
 
 PATIENCE_VARIABLE = "AGENTLOOP_TEST_PATIENCE"
 BASE_CEILING_SECONDS = 120.0
@@ -34,3 +41,38 @@ def patience(environ: dict[str, str] | None = None) -> float:
 
 CEILING_SECONDS = BASE_CEILING_SECONDS * patience()
 """How long a test waits for anything before it gives up, saying what it waited for."""
+
+
+QUERY_SECONDS = 15.0
+"""How long one `status` query may take before it is asked again (the server gives up on a
+query sooner, and says so: `NOT_ANSWERED`)."""
+NOT_ANSWERED = frozenset(
+    {
+        RPCStatusCode.CANCELLED,
+        RPCStatusCode.DEADLINE_EXCEEDED,
+        RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.FAILED_PRECONDITION,
+        RPCStatusCode.RESOURCE_EXHAUSTED,
+    }
+)
+"""How the server says a query was not answered this time (what the dev server calls "Timeout
+expired" is CANCELLED): a worker too busy to answer in the server's time, a sticky worker that
+died and whose replacement has not taken the run over yet, a first workflow task not done, a
+run's query buffer full (a run read hard by others)."""
+
+
+async def status_or_why_not(handle: WorkflowHandle[Any, Any]) -> RunStatusView | str:
+    """The run's `status` query, or why it was not answered this time (`NOT_ANSWERED`, or no
+    answer within `QUERY_SECONDS`): a wait asks again. Any other refusal (no such run, a query
+    the workflow rejects) raises."""
+    try:
+        view: RunStatusView = await asyncio.wait_for(
+            handle.query("status", result_type=RunStatusView), QUERY_SECONDS
+        )
+    except TimeoutError:
+        return f"its status query was not answered in {QUERY_SECONDS:g} s"
+    except RPCError as exc:
+        if exc.status not in NOT_ANSWERED:
+            raise
+        return f"its status query was not answered ({exc.status.name}: {exc.message})"
+    return view

@@ -11,7 +11,7 @@ import asyncio
 import signal
 import socket
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +23,6 @@ from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import RPCError
 
 from agentloop import search
 from agentloop.contract import (
@@ -32,7 +31,6 @@ from agentloop.contract import (
     ApprovalDecision,
     CallRecord,
     Principal,
-    RunStatusView,
 )
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
@@ -132,14 +130,14 @@ def task_identities(events: list[HistoryEvent]) -> list[str]:
     ]
 
 
-def activity_attempts(events: list[HistoryEvent], activity_type: str) -> list[tuple[int, str]]:
-    """For each activity of that type in a run's history: the attempt that ended it and the
-    worker that ran that attempt (history keeps only the last attempt's start)."""
+def activity_attempts(events: list[HistoryEvent], *activity_types: str) -> list[tuple[int, str]]:
+    """For each activity of those types in a run's history, in order: the attempt that ended
+    it and the worker that ran that attempt (history keeps only the last attempt's start)."""
     scheduled = {
         e.event_id
         for e in events
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-        and e.activity_task_scheduled_event_attributes.activity_type.name == activity_type
+        and e.activity_task_scheduled_event_attributes.activity_type.name in activity_types
     }
     return [
         (
@@ -228,33 +226,6 @@ async def held_under(example_service: ExampleService, domain: str, key: str) -> 
     async with aiohttp.ClientSession() as session, session.get(url) as resp:
         assert resp.status == 200, await resp.text()
         return await resp.json()
-
-
-async def query_when_served(
-    handle: WorkflowHandle[Any, AgentRunResult],
-    predicate: Callable[[RunStatusView], bool],
-    what: str,
-    seconds: float = CEILING_SECONDS,
-) -> RunStatusView:
-    """Like `wait_for_status`, but a query the server cannot deliver yet (the workflow's
-    sticky worker is dead and the new one has not taken over) is asked again."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    last = "no answer"
-    while True:
-        try:
-            view: RunStatusView = await asyncio.wait_for(
-                handle.query("status", result_type=RunStatusView), timeout=15
-            )
-        except (RPCError, TimeoutError) as exc:
-            last = repr(exc)
-        else:
-            if predicate(view):
-                return view
-            last = view.phase
-        if loop.time() > deadline:
-            raise AssertionError(f"gave up after {seconds:g} s waiting for {what}; last: {last}")
-        await asyncio.sleep(0.1)
 
 
 # --- the setup every phase shares ----------------------------------------------------------

@@ -30,6 +30,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
+from agentloop.activity_io import MODEL_CALLS
 from agentloop.contract import AgentRunInput, AgentRunResult, ResolveRequest, RunStatusView
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptTurn
 from agentloop.demo.services import ExampleService
@@ -53,7 +54,6 @@ from tests.crash.crashing import (
     history,
     lost_only_while_waiting,
     lost_workflow_tasks,
-    query_when_served,
     requests_to,
     reservations,
     reserve_script,
@@ -101,7 +101,11 @@ class DuringAModelCall(Phase):
     async def check(self, run: Crash, result: AgentRunResult) -> None:
         assert result.status == "completed", result.stop_reason
         assert result.output == "Booked."
-        assert final_turn_requests(run.model) == 2  # the lost model call was made again, once
+        # The lost model call was made again on the new worker, and the model was asked at
+        # most once per attempt history records: a busy machine may time one more attempt out
+        # (its heartbeat), never ask the model unrecorded.
+        *_, (attempts, worker) = activity_attempts(await history(run.handle), *MODEL_CALLS)
+        assert 2 <= final_turn_requests(run.model) <= attempts and worker == run.second
         assert result.usage.model_calls == 2  # one budgeted call, whatever its attempts
         assert by_id(result.calls)["call_reserve"].status == "succeeded"
         assert reservations(run.service) == 1
@@ -288,7 +292,7 @@ class WhileAwaitingReconciliation(Phase):
 
     async def with_second(self, run: Crash) -> None:
         # The new worker rebuilt the wait from history: the same call, the same key.
-        view = await query_when_served(
+        view = await wait_for_status(
             run.handle, lambda v: v.phase == "awaiting_reconciliation", "the rebuilt wait"
         )
         assert [(u.call_id, u.idempotency_key) for u in view.unresolved] == [

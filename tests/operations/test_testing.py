@@ -306,7 +306,7 @@ async def test_approving_another_call_names_the_call_that_waits(harness: Harness
     run = await harness.start(
         "Say hi", tools=TOOLS, turns=[[call("send", body="hi")], reply("Sent.")]
     )
-    # At once, not at the ceiling: it "will not get to" call_9 ("is still ... after" else).
+    # At once, not at the ceiling: it "will not get to" call_9 ("still not at" at the ceiling).
     will_not = r"will not get to call_9 to wait for approval: .*approval of call_1 \(send\)"
     with pytest.raises(AssertionError, match=will_not):
         await harness.approve(run, "call_9", approver="boss")
