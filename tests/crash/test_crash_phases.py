@@ -93,7 +93,8 @@ class DuringAModelCall(Phase):
 
     async def until_killed(self, run: Crash) -> None:
         await approve_pending(run.handle, "call_reserve")
-        await wait_until(lambda: final_turn_requests(run.model) == 1, "the second model call")
+        # At least: under load an attempt may already have been timed out and retried.
+        await wait_until(lambda: final_turn_requests(run.model) >= 1, "the second model call")
 
     async def before_second(self, run: Crash) -> None:
         assert reservations(run.service) == 1
@@ -478,9 +479,9 @@ class RightAfterAContinueAsNew(Phase):
     async def until_killed(self, run: Crash) -> None:
         first_step = {
             # The model call of turn 2 (the continued run started right after the write) ...
-            "calling_model": lambda: len(run.model.requests) == 2,
+            "calling_model": lambda: any(r["turn"] == 1 for r in run.model.requests),
             # ... or the read it asked for (the run continued after that model call).
-            "executing_tools": lambda: counts(run.service)["workshops.get"] == 1,
+            "executing_tools": lambda: counts(run.service)["workshops.get"] >= 1,
         }
         await approve_pending(run.handle, "call_reserve")
         view = await wait_for_status(
