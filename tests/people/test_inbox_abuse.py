@@ -37,7 +37,7 @@ from tests.people.test_inbox_browser import (
     playwright_api,
     waiting_booking,
 )
-from tests.support import wait_for_phase, wait_until
+from tests.support import result_of, wait_for_phase, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -130,7 +130,7 @@ async def test_a_user_s_never_reading_live_connections_leave_another_user_s_page
         assert verdict.accepted, verdict.reason
         await expect(log.locator("li.done")).to_contain_text("ended: completed")
         await expect(page.page.locator("#live-status")).to_have_text("the run has ended")
-        assert (await handle.result()).status == "completed"
+        assert (await result_of(handle)).status == "completed"
         assert page.errors == [] and page.dialogs == []
     finally:
         for _, writer in hogs:
@@ -268,6 +268,6 @@ async def test_runs_with_any_workflow_id_are_listed_opened_and_approved_from_the
         assert page.page.url == inbox.url + run_path(workflow_id)
         await expect(page.page.locator("#live-status")).to_have_text("live")
         await approve_on_page(page)
-        result = await handle.result()
+        result = await result_of(handle)
         assert result.status == "completed", (workflow_id, result.stop_reason)
     assert page.errors == [] and page.dialogs == []

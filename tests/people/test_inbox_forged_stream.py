@@ -23,6 +23,7 @@ from tests.people.test_stream_authorship import (
     stream_offset,
     wait_for_offset,
 )
+from tests.support import result_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -50,7 +51,7 @@ async def test_a_forged_done_ends_no_run_page_and_nothing_forged_is_shown(
     await after.page.goto(f"{inbox.url}/runs/{run_id}")
     await expect(after.page.locator("#live-log li.waiting")).to_contain_text("approval")
     await decide(handle, digest, approved=False)  # the run's own end, after the forgery
-    result = await handle.result()
+    result = await result_of(handle)
 
     assert result.status == "rejected", result.stop_reason
     for watched in (before, after):

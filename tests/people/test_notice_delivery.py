@@ -40,7 +40,7 @@ from tests.people.test_inbox_notices import (
     notice_failure,
     notifying,
 )
-from tests.support import start_run, wait_for_phase, wait_until
+from tests.support import result_of, start_run, wait_for_phase, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -302,7 +302,7 @@ async def test_notices_are_routed_per_tool_and_per_tenant(
         )
         await wait_for_notice_end(handle)
         await handle.signal("cancel", CancelRequest(reason="routing seen"))
-        result = await handle.result()
+        result = await result_of(handle)
     assert result.status == "cancelled", result.stop_reason
     called = {path: [c["call_id"] for c in told(receivers, path)] for path in receivers.bodies}
     assert called == {

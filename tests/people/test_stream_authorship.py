@@ -35,7 +35,7 @@ from agentloop.runtime.config import Settings
 from tests.operations.test_cli import process_env
 from tests.operations.test_cli_runs import cli_process, read_until
 from tests.people.test_watch import collect, failed_workflow_tasks
-from tests.support import start_run, wait_for_status
+from tests.support import result_of, start_run, wait_for_status
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -152,7 +152,7 @@ async def test_a_forged_done_call_and_wait_end_no_watcher_and_show_as_nothing_of
         assert cli.stdout is not None
         rest = await asyncio.wait_for(cli.stdout.read(), 60)
         code = await asyncio.wait_for(cli.wait(), 30)
-    result = await handle.result()
+    result = await result_of(handle)
     events = await asyncio.wait_for(watching, 30)
 
     assert result.status == "rejected", result.stop_reason

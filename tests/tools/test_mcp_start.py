@@ -24,7 +24,7 @@ from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import free_port
 from agentloop.runtime.mcp_config import MAX_START_BUDGET_SECONDS, McpServerConfig
 from agentloop.workflows.startup import DESCRIBE_RUN_TIMEOUT
-from tests.support import wait_until
+from tests.support import result_of, wait_until
 from tests.tools.test_mcp_connection import server_pids
 from tests.tools.test_mcp_server import http_server_process, read_state
 from tests.tools.test_mcp_tools import FIND, mcp_worker, start, stdio_config
@@ -145,10 +145,10 @@ async def test_a_run_waits_for_a_slow_server_and_stops_naming_one_that_never_ans
     stopped = f"{run_id}-silent"
     async with mcp_worker(client, worker_settings, tmp_path, servers) as own:
         handle = await start(client, scripted_provider, own, run_id, turns, [find.name])
-        result = await handle.result()
+        result = await result_of(handle)
         handle = await start(client, scripted_provider, own, stopped, turns, ["silent_find_ticket"])
         with pytest.raises(WorkflowFailureError) as failed:
-            await handle.result()
+            await result_of(handle)
         # The process waited for is not left behind once the budget is spent.
         await wait_until(lambda: not server_pids(silent), "the silent server to be stopped")
     assert result.status == "completed", result.stop_reason
