@@ -32,8 +32,9 @@ FROM ${PYTHON_IMAGE} AS runtime
 LABEL org.opencontainers.image.title="agentloop" \
       org.opencontainers.image.description="A durable AI-agent tool-calling loop that runs as a Temporal service"
 
-# Production unless told otherwise: a worker refuses to start without approver keys and codec
-# keys (AGENTLOOP_APPROVER_KEYS, AGENTLOOP_CODEC_KEYS, or their *_FILE secrets).
+# Production unless told otherwise: a worker refuses to start without approver keys, codec keys
+# and the workers' stream key (AGENTLOOP_APPROVER_KEYS, AGENTLOOP_CODEC_KEYS,
+# AGENTLOOP_STREAM_KEY, or their *_FILE secrets).
 ENV PATH=/opt/agentloop/bin:$PATH \
     AGENTLOOP_ENV=production \
     PYTHONUNBUFFERED=1 \

@@ -13,8 +13,10 @@ one drawn per process when that is unset), its model activity seals with it and 
 in the same process, checks with it. The check issues no command, so a process without the key
 (`agentloop replay`, a worker with another key) reads every sealed item as foreign: the stream
 it holds is then different, and no replay is. With several workers on a task queue, give them
-one `AGENTLOOP_STREAM_KEY`, or the text a run's earlier worker published reads as foreign on the
-next worker that replays the run.
+one `AGENTLOOP_STREAM_KEY`: a run's model call may run on another worker than the run's next
+workflow task, and the text it sealed with another key reads as foreign there. A production
+worker refuses to start without it (`Settings.production_problems`); the per-process key is
+for a single worker process (development, `agentloop dev`).
 """
 
 from __future__ import annotations

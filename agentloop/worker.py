@@ -63,7 +63,7 @@ from agentloop.workflows.agent_run import AgentRun
 log = logging.getLogger(__name__)
 
 
-PRODUCTION_BANNER = "; production: signed approvals, encrypted history"
+PRODUCTION_BANNER = "; production: signed approvals, encrypted history, shared stream key"
 """What a production worker's ready line adds (`Settings.production_problems` held)."""
 
 
@@ -306,7 +306,8 @@ async def worker_parts(
 def install_stream_key(settings: Settings) -> None:
     """The key this process's model calls seal their stream items with and its runs check
     them with: `AGENTLOOP_STREAM_KEY`, or, when unset, one drawn once per process (so every
-    worker of one process agrees)."""
+    worker of one process agrees: enough for development's single worker process; a
+    production worker has the key, `Settings.production_problems`)."""
     if settings.stream_key:
         stream_seals.use_key(stream_seals.derived_key(settings.stream_key))
     elif stream_seals.worker_key() is None:

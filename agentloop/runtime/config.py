@@ -140,9 +140,11 @@ class Settings(BaseModel):
     (`agentloop.runtime.tracing`)."""
     stream_key: str | None = Field(default=None, repr=False)
     """A secret the worker seals its model calls' stream items with (`agentloop.stream_seals`):
-    what makes them the run's own on its stream. Unset: one drawn per worker process; give
-    every worker of a task queue the same one, or the text a run's earlier worker published
-    reads as foreign once another worker replays the run."""
+    what makes them the run's own on its stream. Give every worker of a task queue the same
+    one, and no client (whoever holds it can forge the model's text): a run's model call may
+    run on another worker than the run, whose seal then reads as foreign. Unset: one drawn per
+    worker process, right for a single worker (development, `agentloop dev`); a production
+    worker refuses to start without it."""
     publish_events: PublishMode = "on"
     """`off`: this worker's model calls publish no text on their run's stream, and the runs
     `agentloop run` starts publish nothing (`publish_events: false`); `on`: what each run's
@@ -174,8 +176,8 @@ class Settings(BaseModel):
     """`required`: every run needs a starter's signature of its principal; `optional`: only a
     signature that is given is checked. Unset: required when `starter_keys` is set."""
     env: RunMode = "development"
-    """`production`: a worker refuses to start without `approver_keys` and `codec_keys`
-    (`production_problems`). `agentloop dev` always runs as development."""
+    """`production`: a worker refuses to start without `approver_keys`, `codec_keys` and
+    `stream_key` (`production_problems`). `agentloop dev` always runs as development."""
     notify_webhooks: str | None = Field(default=None, repr=False)
     """`URL[,URL...]`: where a run's worker POSTs a JSON notice when the run starts waiting
     for a person, signed with `notify_secret` (`agentloop.activities.notices`); in the TOML
@@ -313,6 +315,14 @@ class Settings(BaseModel):
                 f"{mode}: {_or_file('codec_keys')} is not set: a production worker encrypts"
                 " what it writes to history: set it to ID:BASE64KEY (e.g."
                 ' "k1:$(openssl rand -base64 32)"), the same keys on every worker and client'
+            )
+        if present(self.stream_key) is None:
+            problems.append(
+                f"{mode}: {_or_file('stream_key')} is not set: a production worker's model text"
+                " shows on its run's stream only when sealed with the key every worker of the"
+                " task queue holds: set it to a secret (e.g. $(openssl rand -base64 32)), the"
+                " same on every worker and on no client (whoever holds it can forge the model's"
+                " text)"
             )
         return problems
 

@@ -22,8 +22,9 @@ OtelMode = Literal["off", "console", "global"]
 """`AGENTLOOP_OTEL`: no tracing; spans printed on stderr; spans into the process's own
 OpenTelemetry TracerProvider (see `agentloop.runtime.tracing`)."""
 RunMode = Literal["development", "production"]
-"""`AGENTLOOP_ENV`: a production worker refuses to start without approval signing and payload
-encryption (`Settings.production_problems`); `agentloop dev` is always development."""
+"""`AGENTLOOP_ENV`: a production worker refuses to start without approval signing, payload
+encryption and the workers' shared stream key (`Settings.production_problems`); `agentloop
+dev` is always development."""
 SandboxMode = Literal["off", "on"]
 """`AGENTLOOP_WORKFLOW_SANDBOX`: whether workers (and `agentloop replay`) run AgentRun inside
 Temporal's workflow sandbox (see "Changing workflow code safely" in docs/guides/upgrading.md for
@@ -238,7 +239,7 @@ def check_run_mode(value: str) -> str | None:
     if value not in get_args(RunMode):
         return (
             "expected development (the default) or production (workers refuse to start"
-            " without approver keys and codec keys)"
+            " without approver keys, codec keys and the stream key)"
         )
     return None
 

@@ -11,6 +11,7 @@ import base64
 import os
 import re
 import shutil
+import signal
 import subprocess
 from collections.abc import Mapping
 from fnmatch import fnmatch
@@ -29,8 +30,9 @@ from agentloop.demo.services import ExampleService
 from agentloop.runtime.codec import EncryptionCodec, new_key
 from agentloop.runtime.config import ConfigError, Settings
 from agentloop.runtime.dev_server import free_port
+from agentloop.worker import PRODUCTION_BANNER
 from tests.operations.test_cli import AGENTLOOP, process_env
-from tests.support import banner_process
+from tests.support import banner_process, worker_process
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -117,10 +119,12 @@ def container_env(service: Mapping[str, Any], host_env: Mapping[str, str]) -> di
 
 def one_time_step(project: Path) -> Path:
     """The deploying guide's one-time step, in `project` (where the compose file would be): the
-    codec key and an approver's public line (from the real `agentloop keys new`) in ./secrets."""
+    codec key, an approver's public line (from the real `agentloop keys new`) and the workers'
+    stream key in ./secrets."""
     secrets = project / "secrets"
     secrets.mkdir(mode=0o700)
     (secrets / "codec_keys").write_text(f"k1:{new_key()}\n")
+    (secrets / "stream_key").write_text(f"{base64.b64encode(os.urandom(32)).decode()}\n")
     made = subprocess.run(
         [*AGENTLOOP, "keys", "new", "ops", "--dir", str(project)],
         capture_output=True,
@@ -478,23 +482,30 @@ def test_workers_run_in_production_mode_with_the_keys_as_secrets(tmp_path: Path)
     worker = data["services"]["worker"]
     env = container_env(worker, host_env={})
     assert env["AGENTLOOP_ENV"] == "production"
-    assert {"codec_keys", "approver_keys"} <= set(worker["secrets"])
+    assert {"codec_keys", "approver_keys", "stream_key"} <= set(worker["secrets"])
     assert env["AGENTLOOP_CODEC_KEYS_FILE"] == "/run/secrets/codec_keys"
     assert env["AGENTLOOP_APPROVER_KEYS_FILE"] == "/run/secrets/approver_keys"
+    assert env["AGENTLOOP_STREAM_KEY_FILE"] == "/run/secrets/stream_key"
+    for name, service in data["services"].items():
+        if name != "worker":
+            # Whoever holds the stream key can seal text as the model's: workers only.
+            assert "stream_key" not in (service.get("secrets") or []), name
+            assert not any("STREAM_KEY" in variable for variable in environment(service)), name
     for name, spec in data["secrets"].items():
         # Made by the one-time step, in a folder the image never holds.
         assert PurePosixPath(spec["file"]).parent == PurePosixPath("secrets"), (name, spec)
 
-    # Before the one-time step (blank files) the workers refuse to start, naming both keys.
+    # Before the one-time step (blank files) the workers refuse to start, naming each key.
     secrets = tmp_path / "secrets"
     secrets.mkdir()
     for file in secret_files(tmp_path).values():
         file.write_text("\n")
     with pytest.raises(ConfigError) as refused:
         Settings.load(with_secrets(worker, env, tmp_path)).check_production()
-    assert len(refused.value.problems) == 2
+    assert len(refused.value.problems) == 3
     assert "AGENTLOOP_APPROVER_KEYS" in refused.value.problems[0]
     assert "AGENTLOOP_CODEC_KEYS" in refused.value.problems[1]
+    assert "AGENTLOOP_STREAM_KEY" in refused.value.problems[2]
 
     for file in secret_files(tmp_path).values():
         file.unlink()
@@ -503,6 +514,29 @@ def test_workers_run_in_production_mode_with_the_keys_as_secrets(tmp_path: Path)
     settings = Settings.load(with_secrets(worker, env, tmp_path))
     assert settings.production_problems() == []
     assert list(settings.approvers().keys) == ["ops"]
+    assert settings.stream_key == (secrets / "stream_key").read_text().strip()
+
+
+async def test_the_worker_starts_as_compose_runs_it_in_production(
+    tmp_path: Path, client: Client, example_service: ExampleService
+) -> None:
+    """The worker service's command with its environment and the one-time step's secrets, on
+    this test's Temporal (a SQLite store: no PostgreSQL here): it serves as a production
+    worker, the three keys read from the mounted files."""
+    worker = services()["worker"]
+    command = [interpolate(str(word), {}) for word in worker["command"]]
+    assert command == ["agentloop", "worker"]
+    one_time_step(tmp_path)
+    env = with_secrets(worker, container_env(worker, host_env={}), tmp_path)
+    env.update(
+        TEMPORAL_ADDRESS=client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=f"compose-worker-{tmp_path.name}",
+        AGENTLOOP_STORE_URL=f"sqlite:///{tmp_path / 'store.db'}",
+        AGENTLOOP_EXAMPLE_SERVICE_URL=example_service.base_url,
+    )
+    async with worker_process(env, (*AGENTLOOP, *command[1:]), PRODUCTION_BANNER) as process:
+        process.send_signal(signal.SIGTERM)
+        assert await process.wait() == 0
 
 
 async def test_the_codec_server_decrypts_history_for_the_ui(tmp_path: Path) -> None:

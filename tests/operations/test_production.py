@@ -1,6 +1,7 @@
 """Production mode (`AGENTLOOP_ENV=production`): a worker refuses to start without signed
-approvals and payload encryption, saying which setting to set; with both it serves. Secrets
-come from files (`NAME_FILE`), as compose and Kubernetes mount them."""
+approvals, payload encryption and the workers' shared stream key, saying which setting to set;
+with all three it serves. Secrets come from files (`NAME_FILE`), as compose and Kubernetes
+mount them. Development keeps one stream key drawn per process."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from agentloop import stream_seals
 from agentloop.runtime.codec import new_key
 from agentloop.runtime.config import FILE_SUFFIX, VARIABLES, ConfigError, Settings, load_config
 from agentloop.runtime.signing import new_private_key_pem
-from agentloop.worker import PRODUCTION_BANNER, worker_parts
+from agentloop.worker import PRODUCTION_BANNER, install_stream_key, worker_parts
 from tests.operations.test_cli import AGENTLOOP, agentloop, assert_no_traceback
 from tests.operations.test_config import clean_env, problems_of, write
-from tests.support import worker_env, worker_process
+from tests.support import STREAM_KEY, worker_env, worker_process
 
 
 def approver_line(name: str) -> str:
@@ -56,10 +58,10 @@ def test_a_file_variable_that_cannot_be_used_is_named(tmp_path: Path) -> None:
     assert problem.startswith("AGENTLOOP_CODEC_KEYS='k1:***': key 'k1' is")
 
 
-def test_production_needs_approver_keys_and_codec_keys() -> None:
+def test_production_needs_approver_keys_codec_keys_and_the_stream_key() -> None:
     assert Settings().production_problems() == []  # development: nothing demanded
     problems = Settings(env="production").production_problems()
-    assert len(problems) == 2
+    assert len(problems) == 3
     assert problems[0].startswith(
         "AGENTLOOP_ENV=production: AGENTLOOP_APPROVER_KEYS (or AGENTLOOP_APPROVER_KEYS_FILE)"
         " is not set: a production worker takes only signed approvals"
@@ -68,12 +70,18 @@ def test_production_needs_approver_keys_and_codec_keys() -> None:
         "AGENTLOOP_ENV=production: AGENTLOOP_CODEC_KEYS (or AGENTLOOP_CODEC_KEYS_FILE) is not"
         " set: a production worker encrypts"
     )
-    (only,) = Settings(env="production", codec_keys=f"k1:{new_key()}").production_problems()
-    assert "AGENTLOOP_APPROVER_KEYS" in only
-    ready = Settings(
-        env="production", codec_keys=f"k1:{new_key()}", approver_keys=approver_line("a")
+    assert problems[2].startswith(
+        "AGENTLOOP_ENV=production: AGENTLOOP_STREAM_KEY (or AGENTLOOP_STREAM_KEY_FILE) is not"
+        " set: a production worker's model text shows on its run's stream only when sealed"
     )
-    assert ready.production_problems() == []
+    assert "openssl rand -base64 32" in problems[2] and "no client" in problems[2]
+    keys = {"codec_keys": f"k1:{new_key()}", "stream_key": STREAM_KEY}
+    (only,) = Settings(env="production", **keys).production_problems()
+    assert "AGENTLOOP_APPROVER_KEYS" in only
+    keys["approver_keys"] = approver_line("a")
+    assert Settings(env="production", **keys).production_problems() == []
+    (only,) = Settings(env="production", **{**keys, "stream_key": " "}).production_problems()
+    assert only.startswith("AGENTLOOP_ENV=production: AGENTLOOP_STREAM_KEY")  # blank: unset
     (problem,) = problems_of({"AGENTLOOP_ENV": "prod"})
     assert problem.startswith("AGENTLOOP_ENV='prod': expected development (the default) or")
 
@@ -100,23 +108,31 @@ async def test_a_production_worker_without_keys_refuses_to_start_saying_which(
         finished = await agentloop("worker", env=env, cwd=tmp_path)
         assert finished.returncode == 2, finished.explain()
         assert_no_traceback(finished)
-        assert finished.stderr.startswith("invalid configuration (2 problems):")
-        assert "AGENTLOOP_APPROVER_KEYS (or AGENTLOOP_APPROVER_KEYS_FILE) is not set" in (
-            finished.stderr
-        )
-        assert "AGENTLOOP_CODEC_KEYS (or AGENTLOOP_CODEC_KEYS_FILE) is not set" in finished.stderr
+        assert finished.stderr.startswith("invalid configuration (3 problems):")
+        for name in ("AGENTLOOP_APPROVER_KEYS", "AGENTLOOP_CODEC_KEYS", "AGENTLOOP_STREAM_KEY"):
+            assert f"{name} (or {name}_FILE) is not set" in finished.stderr
         assert not (tmp_path / ".agentloop").exists()  # no store opened, nothing started
 
-    only_codec = clean_env(AGENTLOOP_ENV="production", AGENTLOOP_CODEC_KEYS=f"k1:{new_key()}")
-    finished = await agentloop("worker", env=only_codec, cwd=tmp_path)
+    # With the other two keys, the stream key alone is named.
+    without_stream_key = clean_env(
+        AGENTLOOP_ENV="production",
+        AGENTLOOP_CODEC_KEYS=f"k1:{new_key()}",
+        AGENTLOOP_APPROVER_KEYS=approver_line("ops"),
+    )
+    finished = await agentloop("worker", env=without_stream_key, cwd=tmp_path)
     assert finished.returncode == 2, finished.explain()
-    assert finished.stderr.startswith("invalid configuration: AGENTLOOP_ENV=production:")
-    assert "AGENTLOOP_APPROVER_KEYS" in finished.stderr
+    assert_no_traceback(finished)
+    assert finished.stderr.startswith(
+        "invalid configuration: AGENTLOOP_ENV=production: AGENTLOOP_STREAM_KEY"
+        " (or AGENTLOOP_STREAM_KEY_FILE) is not set"
+    ), finished.explain()
+    assert "openssl rand -base64 32" in finished.stderr
     assert "AGENTLOOP_CODEC_KEYS" not in finished.stderr
+    assert "AGENTLOOP_APPROVER_KEYS" not in finished.stderr
 
 
 @pytest.mark.integration
-async def test_a_production_worker_with_both_keys_serves(
+async def test_a_production_worker_with_the_three_keys_serves(
     client: Client, worker_settings: Settings, tmp_path: Path
 ) -> None:
     secrets = tmp_path / "secrets"
@@ -127,7 +143,29 @@ async def test_a_production_worker_with_both_keys_serves(
         "AGENTLOOP_CODEC_KEYS_FILE": write(secrets / "codec_keys", f"k1:{new_key()}\n"),
         "AGENTLOOP_APPROVER_KEYS_FILE": write(secrets / "approver_keys", approver_line("ops")),
     }
+    # The stream key from its file too, as compose mounts it.
+    env["AGENTLOOP_STREAM_KEY_FILE"] = write(
+        secrets / "stream_key", env.pop("AGENTLOOP_STREAM_KEY")
+    )
     # Ready once its polling line says it is a production worker.
     async with worker_process(env, (*AGENTLOOP, "worker"), PRODUCTION_BANNER) as worker:
         worker.send_signal(signal.SIGTERM)
         assert await worker.wait() == 0
+
+
+def test_development_keeps_one_stream_key_drawn_per_process() -> None:
+    """Without `AGENTLOOP_STREAM_KEY` (development, `agentloop dev`: one worker process) every
+    worker of the process seals and checks with the one key drawn first; a configured key is
+    the one every worker holding it derives."""
+    before = stream_seals.worker_key()
+    try:
+        stream_seals._installed.clear()  # as if no worker had started: the first one draws
+        install_stream_key(Settings())
+        drawn = stream_seals.worker_key()
+        assert drawn is not None and len(drawn) == 32
+        install_stream_key(Settings())  # another worker of the same process
+        assert stream_seals.worker_key() == drawn
+        install_stream_key(Settings(stream_key=STREAM_KEY))
+        assert stream_seals.worker_key() == stream_seals.derived_key(STREAM_KEY) != drawn
+    finally:
+        stream_seals._installed[:] = [] if before is None else [before]
