@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentloop.activity_io import Verdict
-    from agentloop.client import connect, start_run, watch
+    from agentloop.client import connect, start_run
     from agentloop.contract import (
         AgentRunInput,
         AgentRunResult,
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         RunStatusView,
         UserMessage,
     )
+    from agentloop.run_client import RunClient, watch
     from agentloop.run_events import RunEvent
     from agentloop.runtime.config import Settings
     from agentloop.runtime.signing import (
@@ -66,7 +67,8 @@ _EXPORTS = {
     "Verdict": "agentloop.activity_io",
     "connect": "agentloop.client",
     "start_run": "agentloop.client",
-    "watch": "agentloop.client",
+    "watch": "agentloop.run_client",
+    "RunClient": "agentloop.run_client",
     "RunEvent": "agentloop.run_events",
     "family_stats": "agentloop.client",
     "limits_from": "agentloop.client",
@@ -125,6 +127,7 @@ __all__ = [
     "Principal",
     "Reply",
     "ResolveRequest",
+    "RunClient",
     "RunEvent",
     "RunStatusView",
     "Settings",

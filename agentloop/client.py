@@ -8,19 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from pydantic import ValidationError
 from temporalio.client import (
     Client,
     WorkflowExecution,
-    WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
 )
-from temporalio.contrib.workflow_streams import PollInput, PollResult
 from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -32,7 +28,6 @@ from agentloop.contract import (
     AgentRunResult,
     Limits,
 )
-from agentloop.run_events import TEXT_BATCH_SECONDS, TOPIC, RunEvent, wire_payload
 from agentloop.runtime import converter, tracing
 from agentloop.runtime.codec import EncryptionCodec, encrypting_data_converter
 from agentloop.runtime.config import Settings
@@ -200,86 +195,3 @@ async def limits_from(client: Client, family: str) -> tuple[Limits, str]:
             f"task family {family!r}: no completed run to learn limits from ({stats.runs} runs)"
         )
     return stats.suggested, stats.source()
-
-
-async def watch(client: Client, workflow_id: str, from_offset: int = 0) -> AsyncIterator[RunEvent]:
-    """What the run publishes, as it happens (`agentloop.run_events`): the model's text as it
-    streams, each call, result and wait, ending after the run's `done` (or once the run has
-    closed without one), across continue-as-new without a gap; for a run that already ended,
-    what it kept. Items are read from `from_offset`; when the run no longer keeps some of
-    them, a `truncated` event says from where it goes on. Only the run's own items are
-    yielded: what anyone else published to the stream (`FOREIGN_TOPIC`, kept apart by the
-    run) is skipped, a `done` among it too.
-
-        async for event in agentloop.watch(client, "my-run"):
-            if event.kind == "text":
-                print(event.delta, end="")
-    """
-    expected = from_offset
-    async for offset, data in _stream_items(client, workflow_id, from_offset):
-        event = _own_event(offset, data)
-        if offset > expected:
-            yield RunEvent(
-                kind="truncated",
-                offset=offset,
-                stop_reason=f"items {expected} to {offset - 1} are no longer kept",
-            )
-        expected = offset + 1
-        if event is None:
-            continue
-        yield event
-        if event.kind == "done":
-            return
-
-
-def _own_event(offset: int, data: Any) -> RunEvent | None:
-    """The run's own item at `offset` (`data` None: a foreign one), or None."""
-    if data is None:
-        return None
-    try:
-        return RunEvent.model_validate({**data, "offset": offset})
-    except (ValidationError, TypeError):
-        return None
-
-
-STREAM_POLL = "__temporal_workflow_stream_poll"
-"""The run's Workflow Stream read as a query: what it holds from an offset, at once."""
-IDLE_POLLS_PER_DESCRIBE = 8
-"""A watcher that read nothing this many times asks Temporal whether the run has closed (a run
-that ended without `done`, terminated say, publishes nothing more)."""
-
-
-async def _stream_items(
-    client: Client, workflow_id: str, from_offset: int
-) -> AsyncIterator[tuple[int, Any]]:
-    """The run's stream items by offset, its own as published and foreign ones as None, read
-    with the stream's poll *query* every batch interval, never with its poll update.
-
-    Why not the update (the SDK's `WorkflowStreamClient.subscribe`): an update is accepted in
-    history, one per long poll, and a watch would grow the run's history with them. A query
-    writes nothing to history and follows continue-as-new by itself: it goes to the
-    workflow's newest run, which carries the stream. (A query can no longer split a run's
-    workflow task: the run takes no local activity, see docs/concepts/activities.md.)"""
-    handle = client.get_workflow_handle(workflow_id)
-    payloads = client.data_converter.payload_converter
-    offset, idle = from_offset, 0
-    while True:
-        result = await handle.query(
-            STREAM_POLL, PollInput(topics=[], from_offset=offset), result_type=PollResult
-        )
-        for item in result.items:
-            own = item.topic == TOPIC
-            yield item.offset, payloads.from_payload(wire_payload(item.data)) if own else None
-        offset = result.next_offset
-        if result.more_ready:
-            continue
-        idle = 0 if result.items else idle + 1
-        if idle and idle % IDLE_POLLS_PER_DESCRIBE == 0 and await _closed(handle):
-            return
-        await asyncio.sleep(TEXT_BATCH_SECONDS)
-
-
-async def _closed(handle: WorkflowHandle[Any, Any]) -> bool:
-    """Whether the workflow's newest run has closed (a run continued as new has not)."""
-    status = (await handle.describe()).status
-    return status is not None and status != WorkflowExecutionStatus.RUNNING

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     AwareDatetime,
@@ -63,6 +63,15 @@ from agentloop.ledger import (
 )
 
 WORKFLOW_NAME = "AgentRun"
+# The names the run's messages go by: one set, which the workflow takes them by
+# (`agentloop.workflows.inbound`) and `agentloop.run_client.RunClient`, the one sender, sends.
+APPROVE_SIGNAL: Final = "approve"
+RESOLVE_SIGNAL: Final = "resolve"
+MESSAGE_SIGNAL: Final = "message"
+CANCEL_SIGNAL: Final = "cancel"
+DECIDE_UPDATE: Final = "decide_approval"
+"""The `approve` signal's twin, which answers whether the decision counted."""
+STATUS_QUERY: Final = "status"
 DEFAULT_TASK_QUEUE = "agent-loop"
 
 Provider = Literal["openai-chat", "openai-responses", "anthropic"]

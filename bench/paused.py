@@ -11,7 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 from temporalio.service import RPCError
 
 from agentloop.contract import (
@@ -24,6 +24,7 @@ from agentloop.contract import (
 from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
 from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.demo.services import ExampleService
+from agentloop.run_client import RunClient
 from agentloop.runtime.config import Settings
 from bench.memory import ProcessMemory
 from bench.processes import agentloop_worker
@@ -58,7 +59,7 @@ async def measure(
         idle = memory.rss_mib()
         memory.reset_peak()
         gate = asyncio.Semaphore(QUERIES_AT_ONCE)
-        handles: list[WorkflowHandle[object, AgentRunResult]] = []
+        handles: list[RunClient] = []
         views: list[RunStatusView] = []
         # In waves of the cache's size: all at once, the worker evicts runs before they reach
         # their pause and spends its time replaying them (the thrash a deployment avoids by
@@ -103,9 +104,7 @@ async def measure(
     return section
 
 
-async def _start(
-    client: Client, provider: ScriptedProvider, queue: str, n: int
-) -> WorkflowHandle[object, AgentRunResult]:
+async def _start(client: Client, provider: ScriptedProvider, queue: str, n: int) -> RunClient:
     name = f"{queue}-{n}"
     call = ScriptedToolCall(
         id=f"c_reply_{n}",
@@ -122,14 +121,11 @@ async def _start(
         tools=["send_reply"],
         principal=PRINCIPAL,
     )
-    return await client.start_workflow(
-        "AgentRun", run_input, id=name, task_queue=queue, result_type=AgentRunResult
-    )
+    await client.start_workflow("AgentRun", run_input, id=name, task_queue=queue)
+    return RunClient(client, name)
 
 
-async def _paused(
-    handle: WorkflowHandle[object, AgentRunResult], gate: asyncio.Semaphore
-) -> RunStatusView:
+async def _paused(run: RunClient, gate: asyncio.Semaphore) -> RunStatusView:
     """The run's status once it waits for its approval. A query is answered by the worker
     (replaying the run first when it is not cached), so at most `gate` are asked at once,
     and one that times out under the load is asked again."""
@@ -137,29 +133,26 @@ async def _paused(
     while True:
         try:
             async with gate:
-                view = await handle.query("status", result_type=RunStatusView)
+                view = await run.status()
         except RPCError:
             view = None
         if view is not None and view.phase == "awaiting_approval" and view.pending_approvals:
             return view
         if time.monotonic() > deadline:
             phase = view.phase if view is not None else "unknown"
-            raise TimeoutError(f"{handle.id} never paused for approval ({phase})")
+            raise TimeoutError(f"{run.id} never paused for approval ({phase})")
         await asyncio.sleep(0.5)
 
 
-async def _result(
-    handle: WorkflowHandle[object, AgentRunResult], gate: asyncio.Semaphore
-) -> AgentRunResult:
+async def _result(run: RunClient, gate: asyncio.Semaphore) -> AgentRunResult:
     """A result is a long poll of the server; the dev server takes so many at once."""
     async with gate:
-        return await handle.result()
+        return await run.result()
 
 
-async def _approve(handle: WorkflowHandle[object, AgentRunResult], view: RunStatusView) -> None:
+async def _approve(run: RunClient, view: RunStatusView) -> None:
     [pending] = view.pending_approvals
-    await handle.signal(
-        "approve",
+    await run.send_decision(
         ApprovalDecision(
             call_id=pending.call_id,
             args_digest=pending.args_digest,

@@ -31,15 +31,15 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 
 from agentloop import search
 from agentloop.cli.dev import DevStack, DevStackPorts
-from agentloop.contract import WORKFLOW_NAME, AgentRunResult, RunStatusView, UserMessage
+from agentloop.contract import WORKFLOW_NAME, AgentRunResult, UserMessage
 from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
 from agentloop.demo.scripted_provider.server import ScriptedProvider
+from agentloop.run_client import RunClient
 from agentloop.runtime.config import Settings
 from bench.memory import ProcessMemory
 from bench.processes import AGENTLOOP_READY, PROFILE_WORKER, child_process, worker_env
@@ -138,28 +138,26 @@ async def park(
     rss_before = memory.rss_mib()
     prefix = f"parked-{uuid.uuid4().hex[:8]}"
     started = time.perf_counter()
-    handles: list[WorkflowHandle[Any, AgentRunResult]] = []
+    parked_runs: list[RunClient] = []
     run_input = travel_input().model_copy(update={"model": PARKED_SCRIPT})
     for i in range(runs):
-        handles.append(
-            await client.start_workflow(
-                WORKFLOW_NAME,
-                run_input,
-                id=f"{prefix}-{i}",
-                task_queue=queue,
-                result_type=AgentRunResult,
-                search_attributes=search.initial(run_input),
-            )
+        await client.start_workflow(
+            WORKFLOW_NAME,
+            run_input,
+            id=f"{prefix}-{i}",
+            task_queue=queue,
+            search_attributes=search.initial(run_input),
         )
+        parked_runs.append(RunClient(client, f"{prefix}-{i}"))
     parked = waiting_for_input(client, queue, runs)
     await wait_for(parked, f"{runs} runs to wait for the user", PARK_SECONDS)
     seconds = time.perf_counter() - started
     rss_parked = memory.rss_mib()
-    status = await handles[0].query("status", result_type=RunStatusView)
+    status = await parked_runs[0].status()
     peak = await snapshot(pid, snapshots / "snapshot-2.pickle") if snapshots else None
     answer = UserMessage(text="No, thanks.", sender="bench")
-    await asyncio.gather(*(handle.signal("message", answer) for handle in handles))
-    waiting = [handle.result() for handle in handles]
+    await asyncio.gather(*(run.answer(answer) for run in parked_runs))
+    waiting = [run.result() for run in parked_runs]
     results: list[AgentRunResult] = await asyncio.gather(*waiting)
     failed = [r.status for r in results if r.status != "completed"]
     if failed:

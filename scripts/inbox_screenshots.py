@@ -14,16 +14,15 @@ import asyncio
 import logging
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from playwright.async_api import async_playwright
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 
 from agentloop.cli.dev import DevStack, DevStackPorts
-from agentloop.client import start_run
 from agentloop.contract import AgentRunInput, ApprovalDecision, Principal, RunStatusView
 from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
 from agentloop.inbox import InboxOptions, InboxServer
+from agentloop.run_client import RunClient
 
 IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
 CHROMIUM = "/usr/bin/chromium"
@@ -132,41 +131,39 @@ UNKNOWN = "book-bob-ws-101"
 """Its write's answer is lost and no lookup answers: it waits for an operator."""
 
 
-async def phase(handle: WorkflowHandle[Any, Any], *wanted: str) -> RunStatusView:
+async def phase(run: RunClient, *wanted: str) -> RunStatusView:
     for _ in range(600):
-        view: RunStatusView = await handle.query("status", result_type=RunStatusView)
+        view = await run.status()
         if view.phase in wanted:
             return view
         await asyncio.sleep(0.05)
-    raise TimeoutError(f"{handle.id} never reached {wanted}")
+    raise TimeoutError(f"{run.id} never reached {wanted}")
 
 
-async def start(
-    stack: DevStack, workflow_id: str, script: Script, tenant: str
-) -> WorkflowHandle[Any, Any]:
+async def start(stack: DevStack, workflow_id: str, script: Script, tenant: str) -> RunClient:
     assert stack.client is not None and stack.scripted_provider is not None
     stack.scripted_provider.register(script)
     run_input = workshop_run(TASKS[workflow_id], tenant).model_copy(update={"model": script.name})
-    return await start_run(
+    return await RunClient.start(
         stack.client, run_input, id=workflow_id, task_queue=stack.settings.task_queue
     )
 
 
 async def waiting_runs(stack: DevStack) -> None:
     """Four runs waiting for an approval or an answer, and one for an unknown write."""
-    handles = [await start(stack, wid, script, tenant) for wid, (script, tenant) in SCRIPTS.items()]
-    for handle in handles:
-        await phase(handle, "awaiting_approval", "awaiting_input")
+    runs = [await start(stack, wid, script, tenant) for wid, (script, tenant) in SCRIPTS.items()]
+    for run in runs:
+        await phase(run, "awaiting_approval", "awaiting_input")
     assert stack.example_service is not None
     stack.example_service.inject_fault("workshops.reserve", "commit_then_drop")
     stack.example_service.inject_fault("workshops.operation", "unavailable", count=50)
-    handle = await start(stack, UNKNOWN, booking("shot-bob", "ws-101", "p-bob"), "acme")
-    [pending] = (await phase(handle, "awaiting_approval")).pending_approvals
+    unknown = await start(stack, UNKNOWN, booking("shot-bob", "ws-101", "p-bob"), "acme")
+    [pending] = (await phase(unknown, "awaiting_approval")).pending_approvals
     decision = ApprovalDecision(
         call_id=pending.call_id, args_digest=pending.args_digest, approved=True, approver=USER
     )
-    await handle.signal("approve", decision)
-    await phase(handle, "awaiting_reconciliation")
+    await unknown.send_decision(decision)
+    await phase(unknown, "awaiting_reconciliation")
 
 
 async def photograph(inbox_url: str, out: Path) -> None:

@@ -23,6 +23,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from agentloop import search
 from agentloop.activities.tools import ToolActivities
 from agentloop.contract import (
+    APPROVE_SIGNAL,
     WORKFLOW_NAME,
     AgentRunInput,
     AgentRunResult,
@@ -343,7 +344,7 @@ async def approve_as_shown(
     """Approve one of `status.pending_approvals` under the digest of the exact arguments it
     shows."""
     await handle.signal(
-        "approve",
+        APPROVE_SIGNAL,
         ApprovalDecision(
             call_id=pending.call_id,
             args_digest=pending.args_digest,

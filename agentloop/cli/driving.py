@@ -8,7 +8,7 @@ import json
 import os
 import sys
 from collections.abc import Awaitable
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.service import RPCError, RPCStatusCode
@@ -21,8 +21,11 @@ from agentloop.cli.output import (
     SignalSent,
     print_json,
 )
-from agentloop.cli.reading import Handle, read_snapshot
+from agentloop.cli.reading import read_snapshot
 from agentloop.contract import (
+    CANCEL_SIGNAL,
+    MESSAGE_SIGNAL,
+    RESOLVE_SIGNAL,
     ApprovalDecision,
     ApprovalVerdict,
     CancelRequest,
@@ -30,6 +33,7 @@ from agentloop.contract import (
     ResolveRequest,
     UserMessage,
 )
+from agentloop.run_client import RunClient
 from agentloop.runtime.signing import SigningError, load_private_key, sign_decision, sign_resolution
 
 
@@ -42,7 +46,7 @@ def private_key(args: argparse.Namespace, variable: str) -> Ed25519PrivateKey | 
         raise CommandError(f"agentloop {args.command}: {exc}", ExitCode.USAGE) from None
 
 
-async def decide(handle: Handle, args: argparse.Namespace, request: ApprovalDecision) -> int:
+async def decide(run: RunClient, args: argparse.Namespace, request: ApprovalDecision) -> int:
     """Send a decision through the `decide_approval` update, which says whether it counted;
     the decision is bound to the args digest shown here, and signed with `--key` (or
     $AGENTLOOP_APPROVER_KEY) for this run chain."""
@@ -52,7 +56,7 @@ async def decide(handle: Handle, args: argparse.Namespace, request: ApprovalDeci
     key = private_key(args, "AGENTLOOP_APPROVER_KEY")
     view = None
     if digest is None or key is not None:
-        found = await read_snapshot(handle)
+        found = await read_snapshot(run)
         if found.status is None:
             raise run_ended(found, "decision")
         view = found.status
@@ -62,7 +66,7 @@ async def decide(handle: Handle, args: argparse.Namespace, request: ApprovalDeci
         if shown is None:
             reason = f"no call {args.call_id!r} is waiting for approval"
             unknown = Decision(
-                workflow_id=handle.id,
+                workflow_id=run.id,
                 call_id=args.call_id,
                 approved=approved,
                 accepted=False,
@@ -75,15 +79,11 @@ async def decide(handle: Handle, args: argparse.Namespace, request: ApprovalDeci
         request = request.model_copy(update={"args_digest": digest})
     if key is not None:
         assert view is not None
-        run = view.run_chain[0] if view.run_chain else ""
-        request = sign_decision(request, key, workflow_id=handle.id, run=run)
-    verdict = await unless_ended(
-        handle,
-        "decision",
-        handle.execute_update("decide_approval", request, result_type=ApprovalVerdict),
-    )
+        first = view.run_chain[0] if view.run_chain else ""
+        request = sign_decision(request, key, workflow_id=run.id, run=first)
+    verdict: ApprovalVerdict = await unless_ended(run, "decision", run.decide(request))
     decision = Decision(
-        workflow_id=handle.id,
+        workflow_id=run.id,
         call_id=args.call_id,
         approved=approved,
         accepted=verdict.accepted,
@@ -95,19 +95,19 @@ async def decide(handle: Handle, args: argparse.Namespace, request: ApprovalDeci
     return report_decision(decision, as_json=args.json)
 
 
-async def resolve(handle: Handle, args: argparse.Namespace, request: ResolveRequest) -> int:
+async def resolve(run: RunClient, args: argparse.Namespace, request: ResolveRequest) -> int:
     """The `resolve` signal, signed with `--key` (or $AGENTLOOP_APPROVER_KEY) for this run
     chain: a worker with approver keys takes only a signed word."""
     key = private_key(args, "AGENTLOOP_APPROVER_KEY")
     if key is not None:
-        found = await read_snapshot(handle)
+        found = await read_snapshot(run)
         if found.status is None:
-            raise run_ended(found, SIGNAL_NOUNS["resolve"])
+            raise run_ended(found, SIGNAL_NOUNS[RESOLVE_SIGNAL])
         chain = found.status.run_chain
-        run = chain[0] if chain else ""
-        request = sign_resolution(request, key, workflow_id=handle.id, run=run)
+        first = chain[0] if chain else ""
+        request = sign_resolution(request, key, workflow_id=run.id, run=first)
     done = f"resolution sent for {args.call_id}: {args.outcome}"
-    return await send_signal(handle, "resolve", request, done, as_json=args.json)
+    return await send_signal(run, request, done, as_json=args.json)
 
 
 def report_decision(decision: Decision, as_json: bool) -> int:
@@ -122,27 +122,36 @@ def report_decision(decision: Decision, as_json: bool) -> int:
 
 
 async def send_signal(
-    handle: Handle,
-    name: Literal["resolve", "cancel", "message"],
+    run: RunClient,
     request: ResolveRequest | CancelRequest | UserMessage,
     done: str,
     as_json: bool,
 ) -> int:
     """`resolve`, `cancel` and `message`: delivered is all a signal can tell; the run acts in
     its own time."""
-    await unless_ended(handle, SIGNAL_NOUNS[name], handle.signal(name, request))
+    if isinstance(request, ResolveRequest):
+        name, sending = RESOLVE_SIGNAL, run.resolve(request)
+    elif isinstance(request, CancelRequest):
+        name, sending = CANCEL_SIGNAL, run.cancel(request)
+    else:
+        name, sending = MESSAGE_SIGNAL, run.answer(request)
+    await unless_ended(run, SIGNAL_NOUNS[name], sending)
     if as_json:
-        print_json(SignalSent(workflow_id=handle.id, signal=name, request=request))
+        print_json(SignalSent(workflow_id=run.id, signal=name, request=request))
     else:
         print(done)
     return ExitCode.OK
 
 
 T = TypeVar("T")
-SIGNAL_NOUNS = {"resolve": "resolution", "cancel": "cancel request", "message": "message"}
+SIGNAL_NOUNS = {
+    RESOLVE_SIGNAL: "resolution",
+    CANCEL_SIGNAL: "cancel request",
+    MESSAGE_SIGNAL: "message",
+}
 
 
-async def unless_ended(handle: Handle, what: str, sending: Awaitable[T]) -> T:
+async def unless_ended(run: RunClient, what: str, sending: Awaitable[T]) -> T:
     """`sending` (a signal or update to the run); when the server says the run is not there
     because it has ended, a `CommandError` saying so, with how it ended."""
     try:
@@ -151,7 +160,7 @@ async def unless_ended(handle: Handle, what: str, sending: Awaitable[T]) -> T:
         if exc.status != RPCStatusCode.NOT_FOUND:
             raise
         try:
-            found = await read_snapshot(handle)
+            found = await read_snapshot(run)
         except RPCError:
             raise exc from None  # no such run at all: "not found" it is
         if found.status is not None:

@@ -9,16 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Awaitable
-from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeAlias
 
-from temporalio.client import (
-    Client,
-    WorkflowExecutionStatus,
-    WorkflowFailureError,
-    WorkflowHandle,
-)
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentloop import search
@@ -41,41 +34,33 @@ from agentloop.operations.failing_tasks import (
     failing_task,
     failing_tasks,
 )
+from agentloop.run_client import RunClient
 from agentloop.runtime.audit import mask_url
 from agentloop.runtime.codec import KeyRing
 from agentloop.runtime.indexing import missing_attributes, unregistered
 from agentloop.store import StoreError, StoreUnavailable
 
-Handle: TypeAlias = WorkflowHandle[Any, AgentRunResult]
 
-
-async def query_status(handle: Handle, timeout: timedelta | None = None) -> RunStatusView:
-    view: RunStatusView = await handle.query(
-        "status", result_type=RunStatusView, rpc_timeout=timeout
-    )
-    return view
-
-
-async def execution_status(handle: Handle) -> str:
+async def execution_status(run: RunClient) -> str:
     """Temporal's word for where the run is: RUNNING, COMPLETED, FAILED, TERMINATED, ..."""
-    description = await handle.describe()
+    description = await run.handle.describe()
     return description.status.name if description.status else "UNKNOWN"
 
 
-async def read_snapshot(handle: Handle, client: Client | None = None) -> RunSnapshot:
+async def read_snapshot(run: RunClient, *, wedged: bool = False) -> RunSnapshot:
     """A running run's `status` query, or a finished run's result (a finished run needs no
-    worker: its result is in the history). With `client`, a running run whose workflow task
+    worker: its result is in the history). With `wedged`, a running run whose workflow task
     keeps failing is reported as such, with the worker's error, instead of queried (it
     answers no query)."""
-    description = await handle.describe()
+    description = await run.handle.describe()
     execution = description.status.name if description.status else "UNKNOWN"
     if execution == "RUNNING":
-        if client is not None and failing_attempt(description):
-            failing = await failing_task(client, handle.id, description=description)
+        if wedged and failing_attempt(description):
+            failing = await failing_task(run.client, run.id, description=description)
             if failing is not None:
-                return snapshot(handle.id, execution, ExitCode.WEDGED, task_failure=failing)
-        return snapshot_of_view(handle.id, await query_status(handle))
-    return await ended_snapshot(handle.id, execution, handle.result())
+                return snapshot(run.id, execution, ExitCode.WEDGED, task_failure=failing)
+        return snapshot_of_view(run.id, await run.status())
+    return await ended_snapshot(run.id, execution, run.result())
 
 
 def snapshot_of_view(workflow_id: str, view: RunStatusView) -> RunSnapshot:
@@ -125,7 +110,7 @@ def report_snapshot(found: RunSnapshot, as_json: bool) -> int:
 
 
 async def show_transcript(
-    handle: Handle, store_url: str, keys: KeyRing | None, as_json: bool
+    run: RunClient, store_url: str, keys: KeyRing | None, as_json: bool
 ) -> int:
     """The run's conversation from the store (decrypted with `keys`, the codec's), walked
     back from the run's transcript head. A store that cannot be opened or reached exits 2
@@ -138,14 +123,14 @@ async def show_transcript(
     except StoreUnavailable as exc:
         raise CommandError(f"cannot open {where}: {exc}", ExitCode.USAGE) from None
     try:
-        found = await read_snapshot(handle)
-        head = await transcript_head(handle, found)
+        found = await read_snapshot(run)
+        head = await transcript_head(run, found)
         events = await read_transcript(store, head)
     except StoreUnavailable as exc:
         raise CommandError(f"cannot reach {where}: {exc}", ExitCode.USAGE) from None
     except StoreError as exc:
         raise CommandError(
-            f"cannot read the transcript of {handle.id} from {where}: {exc}", ExitCode.FAILED
+            f"cannot read the transcript of {run.id} from {where}: {exc}", ExitCode.FAILED
         ) from None
     finally:
         await store.close()
@@ -155,15 +140,15 @@ async def show_transcript(
         ledger = found.result or found.status
         print(format_transcript(events, ledger.calls if ledger else []))
     else:
-        print(f"{handle.id} has no transcript yet", file=sys.stderr)
+        print(f"{run.id} has no transcript yet", file=sys.stderr)
     return ExitCode.OK
 
 
-async def transcript_head(handle: Handle, found: RunSnapshot) -> str:
+async def transcript_head(run: RunClient, found: RunSnapshot) -> str:
     if found.result is not None:
         return found.result.transcript_head
     # A run that failed without a result: its state up to the failure tells the head.
-    view = found.status or await query_status(handle)
+    view = found.status or await run.status()
     return view.transcript_head
 
 
@@ -235,9 +220,9 @@ def listed_line(run: ListedRun) -> str:
     return line
 
 
-async def export_history(handle: Handle, output: Path | None, as_json: bool) -> int:
+async def export_history(run: RunClient, output: Path | None, as_json: bool) -> int:
     """The run's full history (so far, if it still runs) as the JSON `replay` reads."""
-    history = await handle.fetch_history()
+    history = await run.handle.fetch_history()
     text = history.to_json() + "\n"
     if output is None:
         sys.stdout.write(text)  # one JSON document already, --json or not
@@ -247,9 +232,9 @@ async def export_history(handle: Handle, output: Path | None, as_json: bool) -> 
     except OSError as exc:
         print(f"cannot write {output}: {exc.strerror or exc}", file=sys.stderr)
         return ExitCode.FAILED
-    written = HistoryWritten(workflow_id=handle.id, path=output, events=len(history.events))
+    written = HistoryWritten(workflow_id=run.id, path=output, events=len(history.events))
     if as_json:
         print_json(written)
     else:
-        print(f"wrote {output}: {written.events} events of {handle.id}")
+        print(f"wrote {output}: {written.events} events of {run.id}")
     return ExitCode.OK

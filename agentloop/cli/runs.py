@@ -24,12 +24,12 @@ from agentloop.cli.starting import continue_run
 from agentloop.cli.stats import show_stats
 from agentloop.cli.watching import watch_run
 from agentloop.contract import (
-    AgentRunResult,
     ApprovalDecision,
     CancelRequest,
     ResolveRequest,
     UserMessage,
 )
+from agentloop.run_client import RunClient
 from agentloop.runtime.config import Settings
 
 Request: TypeAlias = ApprovalDecision | ResolveRequest | UserMessage | CancelRequest
@@ -75,22 +75,22 @@ async def client_command(
         return await reset(client, args)
     if args.command == "watch":
         return await watch_run(client, args.run_id, args.from_offset, as_json=args.json)
-    handle = client.get_workflow_handle(args.run_id, result_type=AgentRunResult)
+    run = RunClient(client, args.run_id)
     if args.command == "status":
-        return report_snapshot(await read_snapshot(handle, client), as_json=args.json)
+        return report_snapshot(await read_snapshot(run, wedged=True), as_json=args.json)
     if args.command == "transcript":
         return await show_transcript(
-            handle, settings.store_url, settings.codec_key_ring(), as_json=args.json
+            run, settings.store_url, settings.codec_key_ring(), as_json=args.json
         )
     if args.command == "history":
-        return await export_history(handle, args.output, as_json=args.json)
+        return await export_history(run, args.output, as_json=args.json)
     if isinstance(request, ApprovalDecision):
-        return await decide(handle, args, request)
+        return await decide(run, args, request)
     if isinstance(request, ResolveRequest):
-        return await resolve(handle, args, request)
+        return await resolve(run, args, request)
     if isinstance(request, UserMessage):
         done = f"message sent to {args.run_id}"
-        return await send_signal(handle, "message", request, done, as_json=args.json)
+        return await send_signal(run, request, done, as_json=args.json)
     assert isinstance(request, CancelRequest), args.command
     done = f"cancel requested for {args.run_id}"
-    return await send_signal(handle, "cancel", request, done, as_json=args.json)
+    return await send_signal(run, request, done, as_json=args.json)

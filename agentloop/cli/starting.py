@@ -20,16 +20,14 @@ from agentloop.cli.driving import private_key
 from agentloop.cli.output import CommandError, ExitCode, RunSnapshot, StartedRun, print_json
 from agentloop.cli.progress import StreamedText, progress_display
 from agentloop.cli.reading import (
-    Handle,
     ended_snapshot,
     execution_status,
-    query_status,
     read_snapshot,
     report_snapshot,
     snapshot_of_view,
 )
-from agentloop.client import start_run, watch
 from agentloop.contract import AgentRunInput, AgentRunResult, Limits, Principal, RunStatusView
+from agentloop.run_client import RunClient
 from agentloop.runtime.config import Settings
 
 FOLLOW_POLL_SECONDS = 0.5
@@ -103,7 +101,7 @@ async def run(
 ) -> int:
     workflow_id = args.id or f"agent-run-{uuid.uuid4().hex[:12]}"
     # Indexed where the namespace has agentloop's search attributes, unindexed elsewhere.
-    handle = await start_run(
+    run_client = await RunClient.start(
         client,
         run_input,
         id=workflow_id,
@@ -118,17 +116,21 @@ async def run(
     print(f"started {workflow_id}\n  {started.url}", file=for_people(args), flush=True)
     if not args.follow:
         return ExitCode.OK
-    following = await follow(client, handle, for_people(args))
+    following = await follow(run_client, for_people(args))
     return report_snapshot(following, as_json=args.json)
 
 
 async def continue_run(client: Client, settings: Settings, args: argparse.Namespace) -> int:
-    """The previous run's input, with a new task, the budget granted here, and continue_from."""
-    handle = client.get_workflow_handle(args.run_id)
-    async for event in handle.fetch_history_events():
-        payloads = event.workflow_execution_started_event_attributes.input.payloads
-        [previous] = await client.data_converter.decode(payloads[:1], [dict[str, Any]])
-        break
+    """The previous run's input (through continue-as-new: its principal, tenant included),
+    with a new task, the budget granted here, and continue_from."""
+    started = await RunClient(client, args.run_id).start_input()
+    if started is None:
+        raise CommandError(
+            f"run {args.run_id!r} was started without an input agentloop reads:"
+            " there is nothing to continue",
+            ExitCode.FAILED,
+        )
+    previous = started.model_dump(mode="json", exclude_unset=True)
     limits = {**previous.get("limits", {}), "max_model_calls": args.max_model_calls}
     if args.max_tool_calls is not None:
         limits["max_tool_calls"] = args.max_tool_calls
@@ -146,41 +148,41 @@ async def continue_run(client: Client, settings: Settings, args: argparse.Namesp
     return await run(client, settings, args, run_input)
 
 
-async def follow(client: Client, handle: Handle, stream: TextIO) -> RunSnapshot:
+async def follow(run: RunClient, stream: TextIO) -> RunSnapshot:
     """Show the run's progress on `stream` until it ends, with the model's text as the run's
     stream brings it; its end, or where it was when Ctrl-C stopped following (the run itself
     goes on)."""
-    result = asyncio.ensure_future(handle.result())
+    result = asyncio.ensure_future(run.result())
     interrupted = asyncio.Event()
     streamed = StreamedText()
-    reading = asyncio.ensure_future(read_stream(client, handle.id, streamed))
+    reading = asyncio.ensure_future(read_stream(run, streamed))
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, interrupted.set)
     try:
-        view = await poll_progress(handle, result, interrupted, stream, streamed)
+        view = await poll_progress(run, result, interrupted, stream, streamed)
     finally:
         loop.remove_signal_handler(signal.SIGINT)
         reading.cancel()
     if result.done():
-        return await ended_snapshot(handle.id, await execution_status(handle), result)
+        return await ended_snapshot(run.id, await execution_status(run), result)
     result.cancel()
     print(
-        f"stopped following {handle.id}; the run goes on: agentloop status {handle.id}",
+        f"stopped following {run.id}; the run goes on: agentloop status {run.id}",
         file=sys.stderr,
     )
-    return snapshot_of_view(handle.id, view) if view else await read_snapshot(handle, client)
+    return snapshot_of_view(run.id, view) if view else await read_snapshot(run, wedged=True)
 
 
-async def read_stream(client: Client, workflow_id: str, streamed: StreamedText) -> None:
+async def read_stream(run: RunClient, streamed: StreamedText) -> None:
     """The run's stream into `streamed`, for as long as following goes on. The stream is
     display: a run that publishes none (or a server that cannot serve it) shows no text."""
     with contextlib.suppress(RPCError, WorkflowUpdateFailedError):
-        async for event in watch(client, workflow_id):
+        async for event in run.watch():
             streamed.take(event)
 
 
 async def poll_progress(
-    handle: Handle,
+    run: RunClient,
     result: asyncio.Future[AgentRunResult],
     interrupted: asyncio.Event,
     stream: TextIO,
@@ -191,10 +193,10 @@ async def poll_progress(
     stop = asyncio.ensure_future(interrupted.wait())
     either: list[asyncio.Future[Any]] = [result, stop]
     view = None
-    with progress_display(handle.id, stream) as show:
+    with progress_display(run.id, stream) as show:
         while not (result.done() or interrupted.is_set()):
             try:
-                view = await query_status(handle, FOLLOW_QUERY_TIMEOUT)
+                view = await run.status(timeout=FOLLOW_QUERY_TIMEOUT)
             except (RPCError, WorkflowQueryFailedError):
                 pass  # not answerable right now (no worker polling yet): the next poll asks again
             else:

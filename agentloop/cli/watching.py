@@ -16,7 +16,7 @@ from typing import TextIO
 from temporalio.client import Client
 
 from agentloop.cli.output import RESULT_EXIT_CODES, ExitCode
-from agentloop.client import watch
+from agentloop.run_client import watch
 from agentloop.run_events import RunEvent
 
 CALL_ARGUMENTS_SHOWN = 120

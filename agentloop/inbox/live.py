@@ -28,8 +28,8 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 from temporalio.client import Client
 
-from agentloop.client import watch
 from agentloop.inbox.guards import ascii_number
+from agentloop.run_client import watch
 from agentloop.run_events import MAX_RETAINED_BYTES, MAX_RETAINED_ITEMS, RunEvent
 
 logger = logging.getLogger(__name__)

@@ -25,7 +25,6 @@ from agentloop.contract import (
     AgentRunInput,
     AgentRunResult,
     ApprovalDecision,
-    ApprovalVerdict,
     PendingApproval,
     Phase,
     Provider,
@@ -36,6 +35,7 @@ from agentloop.contract import (
 )
 from agentloop.demo.scripted_provider import RecordedRequest, Script, ScriptedProvider
 from agentloop.demo.scripted_provider.playback import Violation
+from agentloop.run_client import RunClient
 from agentloop.runtime.config import Settings
 from agentloop.runtime.converter import data_converter as agentloop_data_converter
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, temporal_binary
@@ -197,6 +197,11 @@ class Harness:
             return self.client.get_workflow_handle(run, result_type=AgentRunResult)
         return run
 
+    def run_client(self, run: Run) -> RunClient:
+        """The run's client (`agentloop.RunClient`): every message the harness sends goes
+        through it."""
+        return RunClient(self.client, self.handle(run).id)
+
     async def result(self, run: Run, *, timeout: float = CEILING_SECONDS) -> AgentRunResult:
         """The run's result, once it has finished. Fails (an `AssertionError` naming what the
         run waits for) when it has not finished after `timeout` seconds."""
@@ -212,8 +217,7 @@ class Harness:
 
     async def status(self, run: Run) -> RunStatusView:
         """The run's `status` query, as an operator sees it."""
-        view: RunStatusView = await self.handle(run).query("status", result_type=RunStatusView)
-        return view
+        return await self.run_client(run).status()
 
     async def wait_for(
         self,
@@ -311,9 +315,7 @@ class Harness:
             approver=approver,
             reason=reason,
         )
-        verdict = await self.handle(run).execute_update(
-            "decide_approval", decision, result_type=ApprovalVerdict
-        )
+        verdict = await self.run_client(run).decide(decision)
         if not verdict.accepted:
             raise AssertionError(f"the decision on {call_id} did not count: {verdict.reason}")
         return shown
@@ -333,7 +335,7 @@ class Harness:
         """Answer the run's question once it asks one (the `message` signal); returns the
         question answered."""
         asked = await self.question(run, timeout=timeout)
-        await self.handle(run).signal("message", UserMessage(text=text, sender=sender))
+        await self.run_client(run).answer(UserMessage(text=text, sender=sender))
         return asked
 
     async def unresolved(
@@ -385,7 +387,7 @@ class Harness:
         `resolve` signal); returns what the run showed of it."""
         shown = await self.unresolved(run, call_id, timeout=timeout)
         request = ResolveRequest(call_id=call_id, outcome=outcome, operator=operator, note=note)
-        await self.handle(run).signal("resolve", request)
+        await self.run_client(run).resolve(request)
         return shown
 
     # --- what happened -----------------------------------------------------------------------

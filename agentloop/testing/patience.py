@@ -16,7 +16,7 @@ from typing import Any
 from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentloop.contract import RunStatusView
+from agentloop.contract import STATUS_QUERY, RunStatusView
 
 PATIENCE_VARIABLE = "AGENTLOOP_TEST_PATIENCE"
 BASE_CEILING_SECONDS = 120.0
@@ -67,7 +67,7 @@ async def status_or_why_not(handle: WorkflowHandle[Any, Any]) -> RunStatusView |
     the workflow rejects) raises."""
     try:
         view: RunStatusView = await asyncio.wait_for(
-            handle.query("status", result_type=RunStatusView), QUERY_SECONDS
+            handle.query(STATUS_QUERY, result_type=RunStatusView), QUERY_SECONDS
         )
     except TimeoutError:
         return f"its status query was not answered in {QUERY_SECONDS:g} s"

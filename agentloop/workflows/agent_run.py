@@ -30,6 +30,9 @@ with workflow.unsafe.imports_passed_through():
     import agentloop.workflows.tool_calls as tool_calls
     import agentloop.workflows.visibility as visibility
     from agentloop.contract import (
+        APPROVE_SIGNAL,
+        DECIDE_UPDATE,
+        STATUS_QUERY,
         WORKFLOW_NAME,
         AgentRunResult,
         ApprovalDecision,
@@ -194,7 +197,7 @@ class AgentRun:
             case _:
                 assert_never(request)
 
-    @workflow.update
+    @workflow.update(name=DECIDE_UPDATE)
     async def decide_approval(self, raw: RawValue = inbound.NOTHING) -> ApprovalVerdict:
         """The `approve` signal's twin for callers that want to know if it counted: answers
         once the decision is applied or refused (after the worker's check, when it has one).
@@ -223,7 +226,7 @@ class AgentRun:
 
     def _decision(self, raw: RawValue) -> ApprovalDecision:
         try:
-            parsed = inbound.parse("decide_approval", [raw], inbound.UPDATE_SHAPES)
+            parsed = inbound.parse(DECIDE_UPDATE, [raw], inbound.UPDATE_SHAPES)
         except InboundRefused as refused:
             raise ValueError(refused.reason) from None
         assert isinstance(parsed, ApprovalDecision)
@@ -233,7 +236,7 @@ class AgentRun:
         """A human's decision on one pending call, bound to the args digest they were shown:
         its verdict, or the decision held for the worker's check."""
         if self._state is None:
-            self._early.append(("approve", decision))
+            self._early.append((APPROVE_SIGNAL, decision))
             return ApprovalVerdict(accepted=False, reason="the run has not started yet")
         outcome = loop.receive_decision(self._state, decision, workflow.now())
         if isinstance(outcome, ApprovalVerdict):
@@ -252,6 +255,6 @@ class AgentRun:
         self._stream.detach_pollers()
         await workflow.wait_condition(workflow.all_handlers_finished)
 
-    @workflow.query
+    @workflow.query(name=STATUS_QUERY)
     def status(self) -> RunStatusView:
         return loop.status_view(self._state, workflow.now())

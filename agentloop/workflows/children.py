@@ -10,7 +10,13 @@ from temporalio import workflow
 from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
 
 import agentloop.workflows.loop as loop
-from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, CancelRequest
+from agentloop.contract import (
+    CANCEL_SIGNAL,
+    WORKFLOW_NAME,
+    AgentRunInput,
+    AgentRunResult,
+    CancelRequest,
+)
 from agentloop.events import ToolCall
 from agentloop.search import AGENT_PHASE, initial
 from agentloop.workflows.loop import ChildOutcome, LoopState, RunTools, ToolOutcome
@@ -68,7 +74,7 @@ async def run_with_children(
         for child in runs.values():
             if not child.done():
                 await child.signal(
-                    "cancel",
+                    CANCEL_SIGNAL,
                     CancelRequest(
                         reason=f"the parent run was cancelled: "
                         f"{state.cancel_reason or 'no reason given'}"

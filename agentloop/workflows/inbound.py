@@ -17,6 +17,11 @@ from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 
 from agentloop.contract import (
+    APPROVE_SIGNAL,
+    CANCEL_SIGNAL,
+    DECIDE_UPDATE,
+    MESSAGE_SIGNAL,
+    RESOLVE_SIGNAL,
     ApprovalDecision,
     CancelRequest,
     ResolveRequest,
@@ -36,13 +41,13 @@ NOTHING = RawValue(Payload(metadata={"encoding": b"binary/null"}))
 """What a handler gets when the signal or update was sent without an argument."""
 
 SIGNAL_SHAPES: dict[str, type[BaseModel]] = {
-    "approve": ApprovalDecision,
-    "resolve": ResolveRequest,
-    "message": UserMessage,
-    "cancel": CancelRequest,
+    APPROVE_SIGNAL: ApprovalDecision,
+    RESOLVE_SIGNAL: ResolveRequest,
+    MESSAGE_SIGNAL: UserMessage,
+    CANCEL_SIGNAL: CancelRequest,
 }
 """The run's signals and what each takes."""
-UPDATE_SHAPES: dict[str, type[BaseModel]] = {"decide_approval": ApprovalDecision}
+UPDATE_SHAPES: dict[str, type[BaseModel]] = {DECIDE_UPDATE: ApprovalDecision}
 
 Inbound = ApprovalDecision | ResolveRequest | UserMessage | CancelRequest
 

@@ -31,6 +31,47 @@ def call(call_id: str, name: str, **arguments: Any) -> ScriptedToolCall:
     return ScriptedToolCall(id=call_id, name=name, arguments=arguments)
 
 
+def booking_script(name: str) -> Script:
+    """Three reads, then a write waiting for approval: in a run that continues as new every
+    20 events (`booking_input`), the write waits in the run's second run or later."""
+    return Script(
+        name=name,
+        turns=[
+            ScriptTurn(
+                tool_calls=[call("c1", "check_workshop", workshop_id="ws-101")],
+                expect_tool_results={"c1": "ws-101"},
+            ),
+            ScriptTurn(
+                tool_calls=[call("c2", "get_weather", city="Oslo", date="2026-12-01")],
+                expect_tool_results={"c2": "Oslo"},
+            ),
+            ScriptTurn(
+                tool_calls=[call("c3", "get_train_status", train_number="G1", date="2026-12-01")],
+                expect_tool_results={"c3": "G1"},
+            ),
+            ScriptTurn(
+                tool_calls=[
+                    call("c4", "reserve_seat", workshop_id="ws-101", participant_id="p-carol")
+                ]
+            ),
+            ScriptTurn(text="{{c1.title}}, {{c2.condition}}, {{c3.status}}, {{c4.reservation_id}}"),
+        ],
+    )
+
+
+def booking_input(model: str, tenant: str = "default") -> AgentRunInput:
+    return AgentRunInput(
+        task="Book p-carol into ws-101 and tell me the weather and my train.",
+        provider="openai-responses",
+        model=model,
+        tools=["check_workshop", "get_weather", "get_train_status", "reserve_seat"],
+        principal=Principal(
+            subject="p-alice", tenant=tenant, scopes=["workshops:read", "workshops:write"]
+        ),
+        continue_as_new_after_events=20,
+    )
+
+
 async def test_two_boundaries_with_an_approval_pending_across_one(
     client: Client,
     worker: Settings,
@@ -38,44 +79,8 @@ async def test_two_boundaries_with_an_approval_pending_across_one(
     example_service: ExampleService,
     run_id: str,
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[call("c1", "check_workshop", workshop_id="ws-101")],
-                    expect_tool_results={"c1": "ws-101"},
-                ),
-                ScriptTurn(
-                    tool_calls=[call("c2", "get_weather", city="Oslo", date="2026-12-01")],
-                    expect_tool_results={"c2": "Oslo"},
-                ),
-                ScriptTurn(
-                    tool_calls=[
-                        call("c3", "get_train_status", train_number="G1", date="2026-12-01")
-                    ],
-                    expect_tool_results={"c3": "G1"},
-                ),
-                ScriptTurn(
-                    tool_calls=[
-                        call("c4", "reserve_seat", workshop_id="ws-101", participant_id="p-carol")
-                    ]
-                ),
-                ScriptTurn(
-                    text="{{c1.title}}, {{c2.condition}}, {{c3.status}}, {{c4.reservation_id}}"
-                ),
-            ],
-        )
-    )
-    run_input = AgentRunInput(
-        task="Book p-carol into ws-101 and tell me the weather and my train.",
-        provider="openai-responses",
-        model=run_id,
-        tools=["check_workshop", "get_weather", "get_train_status", "reserve_seat"],
-        principal=Principal(subject="p-alice", scopes=["workshops:read", "workshops:write"]),
-        continue_as_new_after_events=20,
-    )
-    handle = await start_run(client, worker, run_id, run_input)
+    scripted_provider.register(booking_script(run_id))
+    handle = await start_run(client, worker, run_id, booking_input(run_id))
     waiting = await wait_for_phase(handle, "awaiting_approval")
     assert len(waiting.run_chain) >= 2, "no continue-as-new before the approval"
     [pending] = waiting.pending_approvals
