@@ -19,7 +19,12 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+)
 from temporalio.contrib.workflow_streams import PollInput, PollResult
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -124,8 +129,7 @@ class RunClient:
 
     async def first_run_id(self) -> str:
         """The id of the first run of the chain (this run's own when it never continued)."""
-        description = await self.handle.describe()
-        return description.raw_info.first_run_id or description.run_id
+        return first_run_of(await self.handle.describe())
 
     async def start_input(self, *, first_run_id: str | None = None) -> AgentRunInput | None:
         """What the run was started with, through continue-as-new: a run continued as new
@@ -153,6 +157,11 @@ class RunClient:
             payloads = event.workflow_execution_started_event_attributes.input.payloads
             return list(await self.client.data_converter.decode(payloads))
         return []
+
+
+def first_run_of(description: WorkflowExecutionDescription) -> str:
+    """The first run of the chain a description is of (its own when it never continued)."""
+    return description.raw_info.first_run_id or description.run_id
 
 
 def _input_of(started: list[Any]) -> AgentRunInput | None:

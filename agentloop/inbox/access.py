@@ -128,8 +128,14 @@ class Inbox:
         return story
 
 
-def check_tenant(viewer: Viewer, tenant: str) -> None:
-    if viewer.tenants is not None and tenant not in viewer.tenants:
+def check_tenant(viewer: Viewer, tenant: str | None) -> None:
+    """A run's tenant (None: its input is unreadable, its tenant unknown) is one the viewer
+    sees."""
+    if viewer.tenants is None:
+        return
+    if tenant is None:
+        raise Refused(403, f"{viewer.user} may not see a run of an unknown tenant")
+    if tenant not in viewer.tenants:
         raise Refused(403, f"{viewer.user} may not see the runs of tenant {tenant!r}")
 
 

@@ -14,13 +14,11 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentloop.contract import (
-    AgentRunResult,
     ApprovalDecision,
-    ApprovalVerdict,
     CancelRequest,
     ResolveRequest,
     UserMessage,
@@ -29,6 +27,7 @@ from agentloop.contract import (
 from agentloop.inbox.access import Handler, Refused, form_of, inbox_of, workflow_id_of
 from agentloop.inbox.pages import Notice, Viewer, render
 from agentloop.inbox.reading import RunStory
+from agentloop.run_client import RunClient
 from agentloop.runtime.signing import DEFAULT_LIFETIME, signed_bytes
 
 
@@ -39,7 +38,7 @@ class Acting:
     viewer: Viewer
     story: RunStory
     form: Mapping[str, Any]
-    handle: WorkflowHandle[Any, AgentRunResult]
+    run: RunClient
 
     def field(self, name: str) -> str:
         return str(self.form.get(name, ""))
@@ -61,7 +60,8 @@ def action(act: Act) -> Handler:
         else:
             try:
                 form = await form_of(request)
-                notice = await act(Acting(viewer, story, form, handle_of(request, story)))
+                run = RunClient(inbox.client, story.workflow_id)
+                notice = await act(Acting(viewer, story, form, run))
             except ValidationError as exc:
                 notice = Notice(False, f"not sent: {describe_validation_error(exc)}")
             except WorkflowUpdateFailedError as exc:
@@ -77,11 +77,6 @@ def action(act: Act) -> Handler:
 
     acting.__name__ = act.__name__
     return acting
-
-
-def handle_of(request: Request, story: RunStory) -> WorkflowHandle[Any, AgentRunResult]:
-    client = inbox_of(request).client
-    return client.get_workflow_handle(story.workflow_id, result_type=AgentRunResult)
 
 
 def check_approver(viewer: Viewer, story: RunStory, call_id: str) -> None:
@@ -131,9 +126,7 @@ async def decide(acting: Acting) -> Notice:
     decision = decision_of(viewer, acting.form).model_copy(
         update={"signature": acting.field("signature")}
     )
-    verdict: ApprovalVerdict = await acting.handle.execute_update(
-        "decide_approval", decision, result_type=ApprovalVerdict
-    )
+    verdict = await acting.run.decide(decision)
     if not verdict.accepted:
         return Notice(False, f"decision refused: {verdict.reason}")
     word = "approved" if decision.approved else "rejected"
@@ -142,7 +135,7 @@ async def decide(acting: Acting) -> Notice:
 
 async def answer(acting: Acting) -> Notice:
     message = UserMessage(text=acting.field("text"), sender=acting.viewer.user)
-    await acting.handle.signal("message", message)
+    await acting.run.answer(message)
     return Notice(True, f"answer sent as {acting.viewer.user}")
 
 
@@ -150,10 +143,10 @@ async def resolve(acting: Acting) -> Notice:
     outcome, call_id = acting.field("outcome"), acting.field("call_id")
     operator, note = acting.viewer.user, acting.field("note")
     resolution = ResolveRequest(call_id=call_id, outcome=outcome, operator=operator, note=note)
-    await acting.handle.signal("resolve", resolution)
+    await acting.run.resolve(resolution)
     return Notice(True, f"resolution sent for {call_id}: {outcome}")
 
 
 async def cancel(acting: Acting) -> Notice:
-    await acting.handle.signal("cancel", CancelRequest(reason=acting.field("reason")))
+    await acting.run.cancel(CancelRequest(reason=acting.field("reason")))
     return Notice(True, f"cancel requested by {acting.viewer.user}")

@@ -14,17 +14,19 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio.api.workflow.v1 import WorkflowExecutionInfo
 from temporalio.api.workflowservice.v1 import ListWorkflowExecutionsRequest
-from temporalio.client import (
-    Client,
-    WorkflowFailureError,
-    WorkflowHandle,
-    WorkflowQueryFailedError,
-)
+from temporalio.client import Client, WorkflowFailureError, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from agentloop import search
-from agentloop.contract import WORKFLOW_NAME, AgentRunResult, CallRecord, RunStatusView
+from agentloop.contract import (
+    WORKFLOW_NAME,
+    AgentRunInput,
+    AgentRunResult,
+    CallRecord,
+    RunStatusView,
+)
 from agentloop.inbox.wedged import wedged_text
+from agentloop.run_client import RunClient, first_run_of
 from agentloop.tool_spec import ASK_USER
 from agentloop.waiting import (
     MAX_WAITING_MEMO_BYTES,
@@ -49,8 +51,6 @@ recently started first)."""
 MAX_MEMO_READ_BYTES = 4 * MAX_WAITING_MEMO_BYTES
 """A memo under `WAITING_MEMO` larger than this was not written by a run (runs write at most
 `MAX_WAITING_MEMO_BYTES`, a codec may add to it): it is not read, the run is asked."""
-
-Handle = WorkflowHandle[Any, AgentRunResult]
 
 
 @dataclass(frozen=True)
@@ -137,41 +137,28 @@ def waiting_query(tenants: Sequence[str] | None) -> str:
 
 @dataclass
 class RunInputs:
-    """The start input of each run read, by workflow and run id: it never changes, and it
-    holds what the status does not (the task, the principal's tenant)."""
+    """The start input of each run chain read (`RunClient.start_input`, through
+    continue-as-new), by workflow id and first run id: it never changes, and it holds what
+    the status does not (the task, the principal's tenant)."""
 
-    found: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    found: dict[tuple[str, str], AgentRunInput | None] = field(default_factory=dict)
     limit: int = 2_000
 
-    async def of(self, client: Client, workflow_id: str, run_id: str | None) -> dict[str, Any]:
-        key = (workflow_id, run_id or "")
+    async def of(self, run: RunClient, first_run_id: str) -> AgentRunInput | None:
+        key = (run.id, first_run_id)
         if key in self.found:
             return self.found[key]
-        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
-        read: dict[str, Any] = {}
-        async for event in handle.fetch_history_events():
-            payloads = event.workflow_execution_started_event_attributes.input.payloads
-            [decoded] = await client.data_converter.decode(payloads[:1], [dict[str, Any]])
-            read = decoded if isinstance(decoded, dict) else {}
-            break
-        if run_id and read:
-            if len(self.found) >= self.limit:
-                self.found.pop(next(iter(self.found)))
-            self.found[key] = read
+        read = await run.start_input(first_run_id=first_run_id)
+        if len(self.found) >= self.limit:
+            self.found.pop(next(iter(self.found)))
+        self.found[key] = read
         return read
 
 
-def tenant_of(run_input: dict[str, Any]) -> str:
-    principal = run_input.get("principal") or {}
-    tenant = principal.get("tenant", "default") if isinstance(principal, dict) else "default"
-    return str(tenant)
-
-
-async def query_status(handle: Handle) -> RunStatusView:
-    view: RunStatusView = await handle.query(
-        "status", result_type=RunStatusView, rpc_timeout=QUERY_TIMEOUT
-    )
-    return view
+def tenant_of(run_input: AgentRunInput | None) -> str | None:
+    """The run's tenant; None for a run started without an input agentloop reads (it failed
+    at its start): only a user who sees every tenant sees it."""
+    return run_input.principal.tenant if run_input is not None else None
 
 
 async def waiting_items(
@@ -183,14 +170,14 @@ async def waiting_items(
     asking = asyncio.Semaphore(CONCURRENT_QUERIES)
 
     async def items(info: WorkflowExecutionInfo) -> list[WaitingItem]:
-        workflow_id, run_id = info.execution.workflow_id, info.execution.run_id
+        workflow_id = info.execution.workflow_id
         memo = await memo_of(client, info)
         if memo is not None:
             if tenants is not None and memo.tenant not in tenants:
                 return []  # the index said otherwise than the run (from its input): the run wins
             return items_of(workflow_id, memo.tenant, memo.task, memo.until, memo.calls)
         async with asking:
-            return await asked_items(client, inputs, tenants, workflow_id, run_id)
+            return await asked_items(client, inputs, tenants, info)
 
     listed = await waiting_runs(client, tenants)
     found = [i for each in await asyncio.gather(*map(items, listed)) for i in each]
@@ -243,21 +230,22 @@ async def asked_items(
     client: Client,
     inputs: RunInputs,
     tenants: Sequence[str] | None,
-    workflow_id: str,
-    run_id: str,
+    info: WorkflowExecutionInfo,
 ) -> list[WaitingItem]:
-    """The run's items from its `status` and its start input (the task, the tenant)."""
-    run_input = await inputs.of(client, workflow_id, run_id)
+    """The run's items from its `status` and its chain's start input (the task, the
+    tenant)."""
+    execution = info.execution
+    run = RunClient(client, execution.workflow_id, run_id=execution.run_id)
+    run_input = await inputs.of(run, info.first_run_id or execution.run_id)
     tenant = tenant_of(run_input)
-    if tenants is not None and tenant not in tenants:
+    if tenant is None or (tenants is not None and tenant not in tenants):
         return []  # the index said otherwise than the run's own input: the input wins
-    handle = client.get_workflow_handle(workflow_id, run_id=run_id, result_type=AgentRunResult)
     try:
-        view = await query_status(handle)
+        view = await run.status(timeout=QUERY_TIMEOUT)
     except (RPCError, WorkflowQueryFailedError):
         return []  # ended meanwhile, or no worker answers now: the next poll asks again
-    task = str(run_input.get("task", ""))
-    return items_of(workflow_id, tenant, task, view.wait_until, calls_of(view))
+    task = run_input.task if run_input is not None else ""
+    return items_of(run.id, tenant, task, view.wait_until, calls_of(view))
 
 
 def items_of(
@@ -330,33 +318,34 @@ class RunStory:
     workflow_id: str
     execution: str
     """Temporal's word: RUNNING, COMPLETED, FAILED, TERMINATED, ..."""
-    run_input: dict[str, Any]
+    run_input: AgentRunInput | None
+    """What the run's chain was started with (None: nothing agentloop reads)."""
     view: RunStatusView | None = None
     result: AgentRunResult | None = None
     failure: str | None = None
 
     @property
-    def tenant(self) -> str:
+    def tenant(self) -> str | None:
         return tenant_of(self.run_input)
 
 
 async def read_story(client: Client, inputs: RunInputs, workflow_id: str) -> RunStory:
     """Raises RPCError (NOT_FOUND) for a run that does not exist."""
-    handle: Handle = client.get_workflow_handle(workflow_id, result_type=AgentRunResult)
-    description = await handle.describe()
+    run = RunClient(client, workflow_id)
+    description = await run.handle.describe()
     execution = description.status.name if description.status else "UNKNOWN"
-    run_input = await inputs.of(client, workflow_id, description.run_id)
+    run_input = await inputs.of(run, first_run_of(description))
     if execution == "RUNNING":
         wedged = await wedged_text(client, workflow_id, description)
         if wedged is not None:
             return RunStory(workflow_id, execution, run_input, failure=wedged)
         try:
-            view = await query_status(handle)
+            view = await run.status(timeout=QUERY_TIMEOUT)
         except (RPCError, WorkflowQueryFailedError) as exc:
             return RunStory(workflow_id, execution, run_input, failure=f"status unreadable: {exc}")
         return RunStory(workflow_id, execution, run_input, view=view)
     try:
-        result = await handle.result()
+        result = await run.result()
     except WorkflowFailureError as exc:
         return RunStory(workflow_id, execution, run_input, failure=str(exc.cause))
     return RunStory(workflow_id, execution, run_input, result=result)

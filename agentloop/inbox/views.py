@@ -26,6 +26,7 @@ from agentloop.inbox.guards import BadHeader
 from agentloop.inbox.live import MEDIA_TYPE, Busy, end_frame, last_event_id
 from agentloop.inbox.pages import FILTERS, Viewer, error_page, render, rows_context, templates
 from agentloop.inbox.reading import recent_runs, tenant_of, waiting_items
+from agentloop.run_client import RunClient, first_run_of
 from agentloop.runtime.signing import APPROVER_NAME
 
 
@@ -78,14 +79,14 @@ async def run_events(request: Request, viewer: Viewer) -> Response:
         after = last_event_id(request.headers.get("last-event-id"))
     except BadHeader as exc:
         raise Refused(400, str(exc)) from None
+    run = RunClient(inbox.client, workflow_id)
     try:
-        description = await inbox.client.get_workflow_handle(workflow_id).describe()
+        description = await run.handle.describe()
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             raise Refused(404, f"no run {workflow_id!r}") from None
         raise
-    run_input = await inbox.inputs.of(inbox.client, workflow_id, description.run_id)
-    check_tenant(viewer, tenant_of(run_input))
+    check_tenant(viewer, tenant_of(await inbox.inputs.of(run, first_run_of(description))))
     if description.status != WorkflowExecutionStatus.RUNNING:
         return Response(end_frame("the run has ended"), media_type=MEDIA_TYPE)
     try:

@@ -68,6 +68,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "client": frozenset({"vocabulary", "runtime"}),
     # What an operator asks of Temporal about runs (a wedged run, its reset): no run code.
     "operations": frozenset({"vocabulary", "runtime"}),
+    "run_client": frozenset({"vocabulary", "runtime", "client"}),
 }
 _BELOW_WORKER = frozenset(MAY_IMPORT) - {"demo"}
 MAY_IMPORT["worker"] = _BELOW_WORKER

@@ -24,7 +24,9 @@ from agentloop.cli.parser import build_parser
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.inbox import InboxOptions, InboxServer, InboxUnsafe
+from agentloop.run_client import RunClient
 from agentloop.runtime.config import Settings
+from tests.loop.test_continue_as_new import booking_input, booking_script
 from tests.operations.test_cli import AGENTLOOP, process_env
 from tests.support import banner_process, result_of, start_run, wait_for_phase
 
@@ -36,6 +38,7 @@ TENANTS = {
     "workshop-lead": ["tenant-b"],
     "ann": ["tenant-a"],
     "bea": ["tenant-b"],
+    "dan": ["default"],
 }
 
 
@@ -155,6 +158,56 @@ async def test_a_user_sees_and_acts_on_their_tenants_runs_only(
     async with http.get(f"{inbox.url}/runs", headers=as_user("bea")) as response:
         runs = await response.text()
     assert re.search(rf"{re.escape(run_id)}</a></td><td class=\"status rejected\">", runs)
+
+
+async def test_a_run_that_continued_as_new_is_its_first_runs_tenant_on_page_actions_and_feed(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    inbox: InboxServer,
+    http: aiohttp.ClientSession,
+    run_id: str,
+) -> None:
+    """A run continued as new is started without its input (its state carries it): the
+    inbox reads the tenant from the chain's first run. Before, it read none and took the
+    run for `default`'s: dan (of `default`) saw and could act on tenant-b's run, and
+    tenant-b's own users were refused."""
+    scripted_provider.register(booking_script(run_id))
+    started_with = booking_input(run_id, tenant="tenant-b")
+    run = await RunClient.start(client, started_with, id=run_id, task_queue=worker.task_queue)
+    waiting = await wait_for_phase(run.handle, "awaiting_approval")
+    assert len(waiting.run_chain) >= 2, "no continue-as-new before the approval"
+    [pending] = waiting.pending_approvals
+
+    page = f"{inbox.url}/runs/{run_id}"
+    async with http.get(page, headers=as_user("bea")) as response:
+        assert response.status == 200
+        shown = html.unescape(await response.text())
+    assert "<dt>tenant</dt><dd>tenant-b</dd>" in shown and started_with.task in shown
+    for user in ("dan", "ann"):
+        async with http.get(page, headers=as_user(user)) as response:
+            assert response.status == 403
+            assert "tenant-b" in await response.text()
+    events = f"{inbox.url}/api/runs/{run_id}/events"
+    async with http.get(events, headers=as_user("dan")) as response:
+        assert response.status == 403
+    async with http.get(events, headers=as_user("bea")) as response:
+        assert response.status == 200
+        await frames_until(response, "waiting")  # its stream, across continue-as-new
+
+    token = await csrf_token(http, f"{inbox.url}/runs", "dan")
+    digest = pending.args_digest
+    status, _ = await decide(
+        http, inbox, run_id, "dan", csrf=token, call_id="c4", args_digest=digest
+    )
+    assert status == 403
+    assert (await run.status()).refused_decisions == []  # nothing reached the run
+    token = await csrf_token(http, page, "workshop-lead")
+    status, shown = await decide(
+        http, inbox, run_id, "workshop-lead", csrf=token, call_id="c4", args_digest=digest
+    )
+    assert status == 200 and "approved c4 as workshop-lead" in shown
+    assert (await run.result()).status == "completed"
 
 
 async def sse_frames(response: aiohttp.ClientResponse) -> AsyncIterator[dict[str, str]]:
