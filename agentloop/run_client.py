@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 from temporalio.client import (
     Client,
@@ -33,7 +32,6 @@ from agentloop.contract import (
     APPROVE_SIGNAL,
     CANCEL_SIGNAL,
     DECIDE_UPDATE,
-    DEFAULT_TASK_QUEUE,
     MESSAGE_SIGNAL,
     RESOLVE_SIGNAL,
     STATUS_QUERY,
@@ -65,27 +63,12 @@ class RunClient:
 
     @classmethod
     async def start(
-        cls,
-        client: Client,
-        run_input: AgentRunInput,
-        *,
-        id: str,
-        task_queue: str = DEFAULT_TASK_QUEUE,
-        indexed: bool | None = None,
-        principal_key: Ed25519PrivateKey | None = None,
-        **options: Any,
+        cls, client: Client, run_input: AgentRunInput, *, id: str, **options: Any
     ) -> RunClient:
-        """Start the run as `agentloop.start_run` does (same arguments)."""
+        """Start the run as `agentloop.start_run` does (`task_queue`, `indexed`,
+        `principal_key` and Temporal's options are its)."""
         run = cls(client, id)
-        run.handle = await start_run(
-            client,
-            run_input,
-            id=id,
-            task_queue=task_queue,
-            indexed=indexed,
-            principal_key=principal_key,
-            **options,
-        )
+        run.handle = await start_run(client, run_input, id=id, **options)
         return run
 
     async def status(self, *, timeout: timedelta | None = None) -> RunStatusView:
