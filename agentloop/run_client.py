@@ -137,7 +137,8 @@ class RunClient:
         """The arguments `run_id` (None: the newest run) was started with, decoded."""
         handle = self.client.get_workflow_handle(self.id, run_id=run_id)
         async for event in handle.fetch_history_events(page_size=1):
-            payloads = event.workflow_execution_started_event_attributes.input.payloads
+            # The input and, in a run continued as new, the state it carries: no more.
+            payloads = event.workflow_execution_started_event_attributes.input.payloads[:2]
             return list(await self.client.data_converter.decode(payloads))
         return []
 

@@ -11,7 +11,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentloop.activity_io import LOAD_PREVIOUS_RUN
-from agentloop.contract import AgentRunInput, AgentRunResult, PreviousRun, Principal
+from agentloop.contract import AgentRunResult, PreviousRun, Principal
+from agentloop.run_client import RunClient
 
 
 class RunActivities:
@@ -65,25 +66,11 @@ class RunActivities:
         )
 
     async def _principal(self, handle: WorkflowHandle[Any, AgentRunResult]) -> Principal | None:
-        """Who the run ran for, from its start event: its input, or (a run continued as new)
-        the input inside the state it was handed. None when neither says."""
-        async for event in handle.fetch_history_events():
-            payloads = event.workflow_execution_started_event_attributes.input.payloads
-            decoded = await self._client.data_converter.decode(
-                payloads[:2], [Any] * len(payloads[:2])
-            )
-            for candidate in (
-                decoded[0] if decoded else None,
-                decoded[1].get("run_input")
-                if len(decoded) > 1 and isinstance(decoded[1], dict)
-                else None,
-            ):
-                try:
-                    return AgentRunInput.model_validate(candidate).principal
-                except ValidationError:
-                    continue
-            return None
-        return None
+        """Who the run ran for, as its chain was started (`RunClient.start_input`, through
+        continue-as-new). None when its input does not say."""
+        run = RunClient(self._client, handle.id, run_id=handle.run_id)
+        started = await run.start_input()
+        return started.principal if started is not None else None
 
 
 def _invalid(message: str) -> ApplicationError:

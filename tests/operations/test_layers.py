@@ -63,7 +63,10 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "mcp": frozenset({"vocabulary", "policies", "runtime", "store", "tools"}),
     # Not `mcp`: the tool activities ask the registry (`tools.registry`), which routes each
     # name to its tool source; a kind of source named there would be a branch beside it.
-    "activities": frozenset({"vocabulary", "policies", "runtime", "store", "adapters", "tools"}),
+    # And the run client: `load_previous_run` reads the run a new one continues as a client.
+    "activities": frozenset(
+        {"vocabulary", "policies", "runtime", "store", "adapters", "tools", "client", "run_client"}
+    ),
     "demo": frozenset({"vocabulary", "policies", "runtime", "store", "tools"}),
     "client": frozenset({"vocabulary", "runtime"}),
     # What an operator asks of Temporal about runs (a wedged run, its reset): no run code.
