@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import (
     Client,
     WorkflowExecution,
+    WorkflowExecutionDescription,
     WorkflowFailureError,
     WorkflowHandle,
 )
@@ -177,13 +178,18 @@ async def _chain_seconds(
     does.) Where the first run is no longer kept, from the last run's own start."""
     start, close = execution.start_time, execution.close_time
     with contextlib.suppress(RPCError):
-        first = (await handle.describe()).raw_info.first_run_id
-        if first and first != execution.run_id:
+        first = first_run_of(await handle.describe())
+        if first != execution.run_id:
             first_run = client.get_workflow_handle(execution.id, run_id=first)
             start = (await first_run.describe()).start_time
     if start is None or close is None:
         return 0.0
     return (close - start).total_seconds()
+
+
+def first_run_of(description: WorkflowExecutionDescription) -> str:
+    """The first run of the chain a description is of (its own when it never continued)."""
+    return description.raw_info.first_run_id or description.run_id
 
 
 async def limits_from(client: Client, family: str) -> tuple[Limits, str]:

@@ -18,16 +18,11 @@ from datetime import timedelta
 from typing import Any
 
 from pydantic import ValidationError
-from temporalio.client import (
-    Client,
-    WorkflowExecutionDescription,
-    WorkflowExecutionStatus,
-    WorkflowHandle,
-)
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.contrib.workflow_streams import PollInput, PollResult
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentloop.client import start_run
+from agentloop.client import first_run_of, start_run
 from agentloop.contract import (
     APPROVE_SIGNAL,
     CANCEL_SIGNAL,
@@ -141,11 +136,6 @@ class RunClient:
             payloads = event.workflow_execution_started_event_attributes.input.payloads[:2]
             return list(await self.client.data_converter.decode(payloads))
         return []
-
-
-def first_run_of(description: WorkflowExecutionDescription) -> str:
-    """The first run of the chain a description is of (its own when it never continued)."""
-    return description.raw_info.first_run_id or description.run_id
 
 
 def _input_of(started: list[Any]) -> AgentRunInput | None:

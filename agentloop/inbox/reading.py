@@ -18,6 +18,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowQueryFailedE
 from temporalio.service import RPCError
 
 from agentloop import search
+from agentloop.client import first_run_of
 from agentloop.contract import (
     WORKFLOW_NAME,
     AgentRunInput,
@@ -26,7 +27,7 @@ from agentloop.contract import (
     RunStatusView,
 )
 from agentloop.inbox.wedged import wedged_text
-from agentloop.run_client import RunClient, first_run_of
+from agentloop.run_client import RunClient
 from agentloop.tool_spec import ASK_USER
 from agentloop.waiting import (
     MAX_WAITING_MEMO_BYTES,

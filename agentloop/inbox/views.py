@@ -11,6 +11,7 @@ from starlette.responses import RedirectResponse, Response
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentloop.client import first_run_of
 from agentloop.inbox.access import (
     USER_COOKIE,
     Refused,
@@ -26,7 +27,7 @@ from agentloop.inbox.guards import BadHeader
 from agentloop.inbox.live import MEDIA_TYPE, Busy, end_frame, last_event_id
 from agentloop.inbox.pages import FILTERS, Viewer, error_page, render, rows_context, templates
 from agentloop.inbox.reading import recent_runs, tenant_of, waiting_items
-from agentloop.run_client import RunClient, first_run_of
+from agentloop.run_client import RunClient
 from agentloop.runtime.signing import APPROVER_NAME
 
 

@@ -4,9 +4,12 @@ library and for `agentloop continue` alike."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -75,6 +78,33 @@ async def test_a_continued_runs_start_input_and_tenant_are_its_first_runs(
         assert continuing.continue_from == run_id
     finally:
         await client.get_workflow_handle(continued_id).terminate("test over")
+
+    # Where the first run is no longer kept: the input the newest run carries in its state.
+    first = waiting.run_chain[0]
+    await client.workflow_service.delete_workflow_execution(
+        DeleteWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=run_id, run_id=first),
+        )
+    )
+    await until_not_found(client, run_id, first)
+    assert await run.start_input() == started_with
+
+
+async def until_not_found(client: Client, workflow_id: str, run_id: str) -> None:
+    """Until Temporal says `run_id` of `workflow_id` is not there (deleting is asynchronous)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+    handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+    while True:
+        try:
+            await handle.describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return
+            raise
+        assert loop.time() < deadline, f"run {run_id} is still kept 60 s after its deletion"
+        await asyncio.sleep(0.1)
 
 
 async def test_a_run_that_does_not_exist_is_not_found(client: Client, run_id: str) -> None:
