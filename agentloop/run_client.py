@@ -46,8 +46,9 @@ Handle = WorkflowHandle[Any, AgentRunResult]
 
 class RunClient:
     """One run (a workflow id: every run of its chain, the newest first; or one `run_id` of
-    it), as a client drives and reads it. Nothing here needs a worker except `status` and
-    `decide` (a query and an update the run answers); reading the start input does not."""
+    it), as a client drives and reads it. Only `status`, `decide` and `watch` need a worker
+    (a query, an update and the stream's poll query, which the run answers); the signals are
+    taken by Temporal, and the start input and the result are read from history."""
 
     def __init__(self, client: Client, workflow_id: str, *, run_id: str | None = None) -> None:
         self.client = client
