@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
-from temporalio.contrib.workflow_streams import PollInput, PollResult
+from temporalio.contrib.workflow_streams import PollInput, PollResult, PublishEntry, PublishInput
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentloop.client import first_run_of, start_run
@@ -39,7 +39,13 @@ from agentloop.contract import (
     RunStatusView,
     UserMessage,
 )
-from agentloop.run_events import TEXT_BATCH_SECONDS, TOPIC, RunEvent, wire_payload
+from agentloop.run_events import (
+    PUBLISH_SIGNAL,
+    TEXT_BATCH_SECONDS,
+    TOPIC,
+    RunEvent,
+    wire_payload,
+)
 
 Handle = WorkflowHandle[Any, AgentRunResult]
 
@@ -97,6 +103,11 @@ class RunClient:
     async def cancel(self, request: CancelRequest) -> None:
         """The `cancel` signal."""
         await self.handle.signal(CANCEL_SIGNAL, request)
+
+    async def publish(self, items: list[PublishEntry]) -> None:
+        """Items to the run's stream, by the Workflow Streams publish signal: the worker's
+        model text (the run keeps apart as foreign what the worker did not seal)."""
+        await self.handle.signal(PUBLISH_SIGNAL, PublishInput(items=items))
 
     async def result(self) -> AgentRunResult:
         """The result, once the chain's last run has finished."""

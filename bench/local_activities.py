@@ -19,10 +19,9 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.client import Client, WorkflowHistory
 
 from agentloop.activity_io import (
     CHECK_APPROVAL,
@@ -37,13 +36,12 @@ from agentloop.cli.dev import DevStack, DevStackPorts
 from agentloop.contract import (
     WORKFLOW_NAME,
     AgentRunInput,
-    AgentRunResult,
     ApprovalDecision,
     Principal,
-    RunStatusView,
 )
 from agentloop.demo.scripted_provider import Script, ScriptedToolCall
 from agentloop.demo.scripted_provider.server import ScriptedProvider
+from agentloop.run_client import RunClient
 from agentloop.runtime.config import Settings
 from bench.floor import FloorStep
 from bench.processes import floor_worker
@@ -91,11 +89,10 @@ async def approved_run(
     client: Client, task_queue: str, workflow_id: str, played: AgentRunInput
 ) -> WorkflowHistory:
     """One run, its write approved as soon as it waits; its history."""
-    handle: WorkflowHandle[Any, AgentRunResult] = await client.start_workflow(
-        WORKFLOW_NAME, played, id=workflow_id, task_queue=task_queue, result_type=AgentRunResult
-    )
+    await client.start_workflow(WORKFLOW_NAME, played, id=workflow_id, task_queue=task_queue)
+    run = RunClient(client, workflow_id)
     for _ in range(1200):  # up to two minutes for the run to reach its approval wait
-        view = await handle.query("status", result_type=RunStatusView)
+        view = await run.status()
         if view.pending_approvals:
             break
         await asyncio.sleep(0.1)
@@ -105,11 +102,11 @@ async def approved_run(
     decision = ApprovalDecision(
         call_id=pending.call_id, args_digest=pending.args_digest, approved=True, approver="lead"
     )
-    await handle.signal("approve", decision)
-    result = await handle.result()
+    await run.send_decision(decision)
+    result = await run.result()
     if result.status != "completed":
         raise RuntimeError(f"{workflow_id} ended {result.status}: {result.stop_reason}")
-    return await handle.fetch_history()
+    return await run.handle.fetch_history()
 
 
 def steps_before_and_after(history: WorkflowHistory) -> tuple[list[FloorStep], list[FloorStep]]:

@@ -20,13 +20,12 @@ from types import TracebackType
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import WorkflowHandle
-from temporalio.contrib.workflow_streams import PublishEntry, PublishInput
+from temporalio.contrib.workflow_streams import PublishEntry
 from temporalio.converter import PayloadConverter
 
 from agentloop import stream_seals
+from agentloop.run_client import RunClient
 from agentloop.run_events import (
-    PUBLISH_SIGNAL,
     TEXT_BATCH_CHARS,
     TEXT_BATCH_SECONDS,
     TOPIC,
@@ -54,7 +53,7 @@ class TextPublisher:
         self._pending_chars = 0
         self._text_seen = False
         self._outbox: list[dict[str, Any]] = []
-        self._run: WorkflowHandle[Any, Any] | None = None
+        self._run: RunClient | None = None
         self._converter: PayloadConverter | None = None
         self._publisher = secrets.token_hex(8)
         self._published = 0
@@ -71,7 +70,7 @@ class TextPublisher:
         except RuntimeError as exc:  # no run to publish to: the call goes on unwatched
             logger.warning("model text not published: %s", exc)
             return self
-        self._run = client.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
+        self._run = RunClient(client, info.workflow_id, run_id=info.workflow_run_id)
         self._converter = client.data_converter.payload_converter
         attempt = info.attempt
         if attempt > 1:
@@ -130,9 +129,7 @@ class TextPublisher:
         while self._run is not None and self._converter is not None and self._outbox:
             [payload] = self._converter.to_payloads([self._outbox[0]])
             data = base64.b64encode(payload.SerializeToString()).decode("ascii")
-            await self._run.signal(
-                PUBLISH_SIGNAL, PublishInput(items=[PublishEntry(topic=TOPIC, data=data)])
-            )
+            await self._run.publish([PublishEntry(topic=TOPIC, data=data)])
             self._outbox.pop(0)
 
     def _batch_text(self) -> None:
