@@ -16,7 +16,8 @@ from typing import Any
 from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from agentloop.contract import STATUS_QUERY, RunStatusView
+from agentloop.contract import RunStatusView
+from agentloop.run_client import RunClient
 
 PATIENCE_VARIABLE = "AGENTLOOP_TEST_PATIENCE"
 BASE_CEILING_SECONDS = 120.0
@@ -66,9 +67,8 @@ async def status_or_why_not(handle: WorkflowHandle[Any, Any]) -> RunStatusView |
     answer within `QUERY_SECONDS`): a wait asks again. Any other refusal (no such run, a query
     the workflow rejects) raises."""
     try:
-        view: RunStatusView = await asyncio.wait_for(
-            handle.query(STATUS_QUERY, result_type=RunStatusView), QUERY_SECONDS
-        )
+        run = RunClient(handle._client, handle.id, run_id=handle.run_id)
+        view = await asyncio.wait_for(run.status(), QUERY_SECONDS)
     except TimeoutError:
         return f"its status query was not answered in {QUERY_SECONDS:g} s"
     except RPCError as exc:
