@@ -11,6 +11,10 @@ One more kind of node shares the node table, written once and never changed: the
 write an MCP server made a task, under `mcp-task:` + the hash of the write's idempotency key
 (`agentloop.mcp.tasks`), so that its outcome can be asked of the server after a crash.
 
+Beside the blobs, the nonces of signed starts (`agentloop.runtime.start_signing`): which run
+chain used each, until it may be forgotten (`StartNonces`), so that every worker sharing the
+store refuses a signed start input started a second time.
+
 Writing the same key twice is harmless (insert-or-ignore), so retried activities and several
 workers writing the same nodes at once need no coordination.
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Protocol
 
 
@@ -56,6 +61,15 @@ class Store(Protocol):
         """`(data, media_type)`, or None when the store does not have the key."""
 
     async def close(self) -> None: ...
+
+
+class StartNonces(Protocol):
+    async def claim_nonce(self, nonce: str, run: str, keep_until: datetime) -> bool:
+        """Record that run chain `run` (its first run id) used `nonce`, remembered until
+        `keep_until`: True when no other run had, the first claim or the same run's again (a
+        retried activity); False when another run holds it. Forgets every nonce whose
+        `keep_until` has passed."""
+        ...
 
 
 def node_rows(nodes: Iterable[tuple[str, str]]) -> list[tuple[str, str | None, str]]:

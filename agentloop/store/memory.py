@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from agentloop.store.artifacts import artifact_key
 from agentloop.store.base import node_rows, order_chain
@@ -18,6 +19,8 @@ class MemoryContents:
 
     nodes: dict[str, tuple[str | None, str]] = field(default_factory=dict)
     artifacts: dict[str, tuple[bytes, str]] = field(default_factory=dict)
+    nonces: dict[str, tuple[str, datetime]] = field(default_factory=dict)
+    """nonce -> (the run that claimed it, until when it is remembered)"""
 
 
 class MemoryStore:
@@ -25,6 +28,7 @@ class MemoryStore:
         contents = contents or MemoryContents()
         self._nodes = contents.nodes
         self._artifacts = contents.artifacts
+        self._nonces = contents.nonces
 
     async def put_nodes(self, nodes: Sequence[tuple[str, str]]) -> None:
         await self.put_node_rows(node_rows(nodes))
@@ -80,6 +84,13 @@ class MemoryStore:
             if key > after and not media_type.startswith(marker)
         )
         return list(itertools.islice(found, limit))
+
+    async def claim_nonce(self, nonce: str, run: str, keep_until: datetime) -> bool:
+        now = datetime.now(UTC)
+        for forgotten in [n for n, (_, until) in self._nonces.items() if until < now]:
+            del self._nonces[forgotten]
+        holder, _ = self._nonces.setdefault(nonce, (run, keep_until))
+        return holder == run
 
     async def close(self) -> None:
         return None

@@ -15,6 +15,7 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -34,6 +35,10 @@ CREATE TABLE IF NOT EXISTS nodes (
 CREATE TABLE IF NOT EXISTS artifacts (
     key TEXT PRIMARY KEY, media_type TEXT NOT NULL, data BYTEA NOT NULL
 );
+CREATE TABLE IF NOT EXISTS start_nonces (
+    nonce TEXT PRIMARY KEY, run TEXT NOT NULL, keep_until TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX IF NOT EXISTS start_nonces_keep_until ON start_nonces (keep_until);
 """
 _SCHEMA_LOCK = 0x6167656E746C6F6F  # "agentloo": serializes CREATE TABLE IF NOT EXISTS
 
@@ -227,6 +232,22 @@ class PostgresStore:
         )
         rows = await self._select(query, (after, marker, marker, limit))
         return [(str(k), bytes(d), str(m)) for k, d, m in rows]
+
+    async def claim_nonce(self, nonce: str, run: str, keep_until: datetime) -> bool:
+        # Read committed: an insert racing another of the same nonce waits for it to commit,
+        # then the select sees the row that won.
+        async with self._connection() as conn, conn.transaction():
+            await conn.execute(
+                "DELETE FROM start_nonces WHERE keep_until < %s", (datetime.now(UTC),)
+            )
+            await conn.execute(
+                "INSERT INTO start_nonces (nonce, run, keep_until) VALUES (%s, %s, %s)"
+                " ON CONFLICT (nonce) DO NOTHING",
+                (nonce, run, keep_until),
+            )
+            cur = await conn.execute("SELECT run FROM start_nonces WHERE nonce = %s", (nonce,))
+            row = await cur.fetchone()
+        return row is not None and str(row[0]) == run
 
     async def _select(self, query: str, parameters: tuple[object, ...]) -> list[tuple[Any, ...]]:
         async with self._connection() as conn:

@@ -36,6 +36,7 @@ import binascii
 import os
 import struct
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Literal, Protocol, TypeVar
 
 from cryptography.exceptions import InvalidTag
@@ -43,7 +44,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from agentloop.runtime.codec import CODEC_KEYS_VARIABLE, NONCE_BYTES, TAG_BYTES, KeyRing
 from agentloop.store.artifacts import artifact_key
-from agentloop.store.base import Store, StoreError, node_rows
+from agentloop.store.base import StartNonces, Store, StoreError, node_rows
 
 MAGIC = b"ALS1"
 """The first bytes of a sealed envelope (agentloop store, version 1)."""
@@ -63,7 +64,7 @@ class SealedBlobError(StoreError):
     or it was altered, cut or moved. Retrying does not help."""
 
 
-class Backend(Store, Protocol):
+class Backend(Store, StartNonces, Protocol):
     """What the backends do below the sealing layer: nodes are written as rows whose parent
     the layer read from the plaintext body."""
 
@@ -231,6 +232,10 @@ class SealedStore:
         plain = self._open("artifact", key, found[0])
         (length,) = struct.unpack(">H", plain[:2])
         return plain[2 + length :], plain[2 : 2 + length].decode()
+
+    async def claim_nonce(self, nonce: str, run: str, keep_until: datetime) -> bool:
+        # Not sealed: a nonce is no secret (it is in the signature, in the run's history).
+        return await self.backend.claim_nonce(nonce, run, keep_until)
 
     async def close(self) -> None:
         await self.backend.close()

@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,10 @@ CREATE TABLE IF NOT EXISTS nodes (
 CREATE TABLE IF NOT EXISTS artifacts (
     key TEXT PRIMARY KEY, media_type TEXT NOT NULL, data BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS start_nonces (
+    nonce TEXT PRIMARY KEY, run TEXT NOT NULL, keep_until REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS start_nonces_keep_until ON start_nonces (keep_until);
 """
 
 # The chain from a head back to the root in one query; UNION (not UNION ALL) ends even on a
@@ -159,6 +164,24 @@ class SqliteStore:
 
     def _select(self, query: str, parameters: tuple[object, ...]) -> list[tuple[Any, ...]]:
         return self._conn.execute(query, parameters).fetchall()
+
+    async def claim_nonce(self, nonce: str, run: str, keep_until: datetime) -> bool:
+        holder: str = await self._run(self._claim_nonce, nonce, run, keep_until.timestamp())
+        return holder == run
+
+    def _claim_nonce(self, nonce: str, run: str, keep_until: float) -> str:
+        with _write(self._conn):
+            now = datetime.now(UTC).timestamp()
+            self._conn.execute("DELETE FROM start_nonces WHERE keep_until < ?", (now,))
+            self._conn.execute(
+                "INSERT INTO start_nonces (nonce, run, keep_until) VALUES (?, ?, ?)"
+                " ON CONFLICT (nonce) DO NOTHING",
+                (nonce, run, keep_until),
+            )
+            row = self._conn.execute(
+                "SELECT run FROM start_nonces WHERE nonce = ?", (nonce,)
+            ).fetchone()
+        return str(row[0])
 
     async def close(self) -> None:
         await self._run(self._conn.close)

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import cast
 
@@ -46,7 +47,7 @@ from agentloop.store import (
     read_artifact_text,
 )
 from agentloop.store import _walk_chain as walk_chain
-from agentloop.store.base import node_rows
+from agentloop.store.base import StartNonces, node_rows
 from agentloop.store.chains import TranscriptCache
 from agentloop.store.memory import MemoryContents, MemoryStore
 from agentloop.store.postgres import PostgresStore, with_search_path
@@ -262,6 +263,50 @@ async def test_open_store_reaches_the_same_store(backend: Backend, store: Store)
         assert await load_transcript(other, head) == EVENTS
     finally:
         await other.close()
+
+
+# --- the nonces of signed starts ------------------------------------------------------------
+
+
+def nonce_ledger(store: Store) -> StartNonces:
+    return cast(StartNonces, store)
+
+
+async def test_a_nonce_is_claimed_by_one_run_chain_which_may_claim_it_again(
+    open_backend: Callable[[], Store],
+) -> None:
+    # Two workers sharing the store: whichever claims first holds it for every worker.
+    first, second = nonce_ledger(open_backend()), nonce_ledger(open_backend())
+    until = datetime.now(UTC) + timedelta(hours=1)
+    assert await first.claim_nonce("n-1", "run-a", until)
+    assert await first.claim_nonce("n-1", "run-a", until)  # a retried activity of that run
+    assert await second.claim_nonce("n-1", "run-a", until)
+    assert not await second.claim_nonce("n-1", "run-b", until)
+    assert not await first.claim_nonce("n-1", "run-b", until + timedelta(days=1))
+    assert await second.claim_nonce("n-2", "run-b", until)  # another nonce is another's
+
+
+async def test_of_runs_claiming_one_nonce_at_once_exactly_one_wins(
+    open_backend: Callable[[], Store],
+) -> None:
+    stores = [nonce_ledger(open_backend()) for _ in range(2)]
+    until = datetime.now(UTC) + timedelta(hours=1)
+    claims = await asyncio.gather(
+        *(stores[i % 2].claim_nonce("n-race", f"run-{i}", until) for i in range(10))
+    )
+    assert claims.count(True) == 1, claims
+
+
+async def test_a_nonce_is_forgotten_once_its_keep_until_passed_and_not_before(
+    store: Store,
+) -> None:
+    ledger = nonce_ledger(store)
+    now = datetime.now(UTC)
+    assert await ledger.claim_nonce("n-old", "run-a", now - timedelta(seconds=1))
+    assert await ledger.claim_nonce("n-kept", "run-a", now + timedelta(hours=1))
+    # Any claim forgets what has passed: the old nonce is free again, the kept one is not.
+    assert await ledger.claim_nonce("n-old", "run-b", now + timedelta(hours=1))
+    assert not await ledger.claim_nonce("n-kept", "run-b", now + timedelta(hours=1))
 
 
 # --- artifacts -------------------------------------------------------------------------------
