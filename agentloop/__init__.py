@@ -32,12 +32,8 @@ if TYPE_CHECKING:
     from agentloop.run_client import RunClient, watch
     from agentloop.run_events import RunEvent
     from agentloop.runtime.config import Settings
-    from agentloop.runtime.signing import (
-        load_private_key,
-        sign_decision,
-        sign_principal,
-        sign_resolution,
-    )
+    from agentloop.runtime.signing import load_private_key, sign_decision, sign_resolution
+    from agentloop.runtime.start_signing import sign_start
     from agentloop.store import open_store
     from agentloop.tool_spec import Outcome
     from agentloop.tools.activity_results import ActivityToolResults
@@ -85,8 +81,8 @@ _EXPORTS = {
     "Settings": "agentloop.runtime.config",
     "load_private_key": "agentloop.runtime.signing",
     "sign_decision": "agentloop.runtime.signing",
-    "sign_principal": "agentloop.runtime.signing",
     "sign_resolution": "agentloop.runtime.signing",
+    "sign_start": "agentloop.runtime.start_signing",
     "Outcome": "agentloop.tool_spec",
     "activity_tool": "agentloop.tools.activity_tools",
     "BusinessRefusal": "agentloop.tools.contract",
@@ -150,8 +146,8 @@ __all__ = [
     "open_store",
     "running_worker",
     "sign_decision",
-    "sign_principal",
     "sign_resolution",
+    "sign_start",
     "start_run",
     "tool",
     "verifier",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
@@ -250,6 +251,15 @@ class CheckPrincipalInput(BaseModel):
     workflow_id: str
     """The run the signature must be for: the run's own workflow id, or for a delegated
     child its root run's (the child carries the signature its root was started with)."""
+    delegated: bool = False
+    """A child run (its parent started it, the server says): it carries its root run's
+    signature, whose input, expiry and nonce were checked as the root started."""
+    input_digest: str = ""
+    """The run's own start input digest (`AgentRunInput.start_digest`; empty for a child)."""
+    started_at: datetime | None = None
+    """When the run started, as its history records it: what the expiry is measured against."""
+    run: str = ""
+    """The run chain's first run id: the run that claims the signature's nonce."""
 
 
 class PrincipalCheck(BaseModel):

@@ -33,7 +33,7 @@ from agentloop.runtime import converter, tracing
 from agentloop.runtime.codec import EncryptionCodec, encrypting_data_converter
 from agentloop.runtime.config import Settings
 from agentloop.runtime.indexing import missing_attributes, unregistered
-from agentloop.runtime.signing import sign_principal
+from agentloop.runtime.start_signing import sign_start
 from agentloop.task_families import FamilyStats, FinishedRun, summarize
 
 
@@ -107,13 +107,14 @@ async def start_run(
     (Temporal raises `WorkflowAlreadyStartedError`). `options` go to `Client.start_workflow`.
     A run with `continue_from` must be given its `limits`, and its tenant and task family be
     searchable (`search.SEARCHABLE`): ValueError otherwise.
-    `principal_key` (a starter's key, `agentloop.load_private_key`) signs the run's principal
-    for `id`: what workers with `AGENTLOOP_STARTER_KEYS` require."""
+    `principal_key` (a starter's key, `agentloop.load_private_key`) signs the whole input for
+    `id`, to be started within ten minutes and once (`agentloop.sign_start`): what workers with
+    `AGENTLOOP_STARTER_KEYS` require."""
     problem = run_input.unbudgeted_continuation() or search.run_input_problem(run_input)
     if problem:
         raise ValueError(problem)
     if principal_key is not None:
-        signature = sign_principal(run_input.principal, principal_key, workflow_id=id)
+        signature = sign_start(run_input, principal_key, workflow_id=id)
         run_input = run_input.model_copy(update={"principal_signature": signature})
     start = dict(
         id=id,

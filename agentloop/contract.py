@@ -21,6 +21,7 @@ from pydantic import (
     model_serializer,
 )
 
+from agentloop.digests import canonical_json, sha256_hex
 from agentloop.events import Event
 from agentloop.ledger import (
     ApprovalRecord as ApprovalRecord,
@@ -221,9 +222,10 @@ class AgentRunInput(_Strict):
     tools: list[Name] = Field(default_factory=list, max_length=MAX_LIST_ITEMS)
     principal: Principal = Field(default_factory=lambda: Principal(subject="anonymous"))
     principal_signature: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
-    """A starter's Ed25519 signature (base64) of `principal` for this run's workflow id
-    (`agentloop.sign_principal`): workers with starter keys (`AGENTLOOP_STARTER_KEYS`) check
-    it at the run's start and refuse a run whose principal it does not vouch for."""
+    """A starter's signature of this whole input (`start_digest`), the run's workflow id, an
+    expiry and a nonce (`agentloop.sign_start`, `agentloop.runtime.start_signing`): workers
+    with starter keys (`AGENTLOOP_STARTER_KEYS`) check it at the run's start and refuse a run
+    it does not vouch for, or a second run started with it."""
     limits: Limits = Field(default_factory=Limits)
     stream: bool = True
     """Read the provider's answer as a stream (the model's text reaches watchers as it comes)."""
@@ -276,6 +278,15 @@ class AgentRunInput(_Strict):
                 " budget it may use on top of what the runs it continues used)"
             )
         return None
+
+    def start_digest(self) -> str:
+        """The SHA-256 (hex) of what a starter's signature binds: the canonical JSON of this
+        input without `principal_signature`, each value left at its default left out (a field
+        added later with its default changes no digest; one given a value does)."""
+        unsigned = self.model_dump(
+            mode="json", exclude={"principal_signature"}, exclude_defaults=True
+        )
+        return sha256_hex(canonical_json(unsigned))
 
     def summary(self) -> str:
         """The run's one-line static summary in the Temporal UI."""

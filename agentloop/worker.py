@@ -269,6 +269,7 @@ async def worker_parts(
                 approvals_signed=approver_keys.signing,
                 prices=prices,
                 principals=principals,
+                nonces=store,
                 notify=notices.sends,
             )
             runs = RunActivities(client)

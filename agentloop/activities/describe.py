@@ -21,7 +21,9 @@ from agentloop.policies.schema_cost import output_schema_cost_problem
 from agentloop.pricing import PriceTable
 from agentloop.runtime.audit import audit
 from agentloop.runtime.indexing import Registration
-from agentloop.runtime.signing import PrincipalSignatures
+from agentloop.runtime.start_signing import PrincipalSignatures
+from agentloop.store.base import StartNonces
+from agentloop.store.memory import MemoryStore
 from agentloop.tool_spec import ToolSpec
 from agentloop.tools.plugins import OpenedToolbox
 from agentloop.tools.source import ToolSource, ToolSourceError
@@ -43,6 +45,7 @@ class RunDescriptions:
         approvals_signed: bool = False,
         prices: PriceTable | None = None,
         principals: PrincipalSignatures | None = None,
+        nonces: StartNonces | None = None,
         notify: bool = False,
     ) -> None:
         """`registration` tells whether a run's namespace has agentloop's search attributes
@@ -50,7 +53,9 @@ class RunDescriptions:
         this worker beside its toolbox's (its MCP servers); `approvals_signed`, whether the
         worker has approver keys (a run's `status` says so from its start); `prices`, what the
         worker's model calls are charged (default: the built-in table); `principals`, how a
-        run's principal is taken (by default as given); `notify`, whether the worker sends
+        run's principal is taken (by default as given); `nonces`, where the nonces of signed starts
+        are remembered (the store the workers share; by default this process's memory);
+        `notify`, whether the worker sends
         notices of runs waiting for a person."""
         self._toolbox = toolbox
         self._tools = toolbox.registry.routing(*sources)
@@ -58,6 +63,7 @@ class RunDescriptions:
         self._signing: Literal["signed", "unsigned"] = "signed" if approvals_signed else "unsigned"
         self._prices = prices or PriceTable()
         self._principals = principals or PrincipalSignatures()
+        self._nonces = nonces or MemoryStore()
         self._notify = notify
 
     @activity.defn(name=DESCRIBE_RUN)
@@ -92,7 +98,7 @@ class RunDescriptions:
             principal=(
                 None
                 if request.principal is None
-                else check_principal(self._principals, request.principal)
+                else await check_principal(self._principals, self._nonces, request.principal)
             ),
         )
 

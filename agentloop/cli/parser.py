@@ -191,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_json_flag(sub)
 
     keys = commands.add_parser(
-        "keys", help="key pairs for signed approvals (approvers) and signed principals (starters)"
+        "keys", help="key pairs for signed approvals (approvers) and signed starts (starters)"
     )
     keys_commands = keys.add_subparsers(dest="keys_command", required=True)
     new_key = keys_commands.add_parser(
@@ -331,9 +331,9 @@ def run_parser(
     add_json_flag(sub, "print one JSON object: the run's id and UI link, or with --follow its end")
     sub.add_argument(
         "--key",
-        help="sign the run's principal with this starter's private key (PEM, from `agentloop "
-        "keys new`; default: $AGENTLOOP_STARTER_KEY): needed when the workers have "
-        "AGENTLOOP_STARTER_KEYS",
+        help="sign the run's start (its whole input, for this id, once, within ten minutes) "
+        "with this starter's private key (PEM, from `agentloop keys new`; default: "
+        "$AGENTLOOP_STARTER_KEY): needed when the workers have AGENTLOOP_STARTER_KEYS",
     )
     return sub
 

@@ -140,7 +140,7 @@ async def continue_run(client: Client, settings: Settings, args: argparse.Namesp
             "task": args.task,
             "limits": limits,
             "continue_from": args.run_id,
-            # Signed for the previous run's id: the new run's principal is signed with --key.
+            # Signed for the previous run's input and id: the new run is signed with --key.
             "principal_signature": None,
         }
     )

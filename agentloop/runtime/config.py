@@ -43,12 +43,8 @@ from agentloop.runtime.config_variables import VARIABLES as VARIABLES
 from agentloop.runtime.config_variables import present, shown_value
 from agentloop.runtime.mcp_config import McpConfigError, McpServerConfig, parse_servers
 from agentloop.runtime.notice_routes import Webhook, listed_webhooks, parse_routes
-from agentloop.runtime.signing import (
-    ApproverKeys,
-    PrincipalSignatures,
-    PrincipalSigning,
-    SigningError,
-)
+from agentloop.runtime.signing import ApproverKeys, SigningError
+from agentloop.runtime.start_signing import PrincipalSignatures, PrincipalSigning
 
 DEFAULT_STORE_URL = "sqlite:///.agentloop/store.db"
 DEFAULT_EXAMPLE_SERVICE_URL = "http://127.0.0.1:8787"
@@ -169,11 +165,11 @@ class Settings(BaseModel):
     """A JSON object of MCP server name -> server (`agentloop.runtime.mcp_config`), whose tools the
     worker offers; in the TOML file the `[mcp_servers.NAME]` tables."""
     starter_keys: str | None = None
-    """`NAME=ed25519:BASE64,...`: the front ends (starters) whose signature of a run's principal
+    """`NAME=ed25519:BASE64,...`: the front ends (starters) whose signature of a run's start
     counts (`agentloop keys new NAME` makes one). With it, a run must carry a valid
     `principal_signature` unless `principal_signing` is `optional`."""
     principal_signing: PrincipalSigning | None = None
-    """`required`: every run needs a starter's signature of its principal; `optional`: only a
+    """`required`: every run needs a starter's signature of its start; `optional`: only a
     signature that is given is checked. Unset: required when `starter_keys` is set."""
     env: RunMode = "development"
     """`production`: a worker refuses to start without `approver_keys`, `codec_keys` and

@@ -16,7 +16,8 @@ from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from agentloop.runtime.codec import KeyRing, KeyRingError
-from agentloop.runtime.signing import ApproverKeys, PrincipalSigning, SigningError
+from agentloop.runtime.signing import ApproverKeys, SigningError
+from agentloop.runtime.start_signing import PrincipalSigning
 
 OtelMode = Literal["off", "console", "global"]
 """`AGENTLOOP_OTEL`: no tracing; spans printed on stderr; spans into the process's own

@@ -37,13 +37,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Literal
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from agentloop.contract import ApprovalDecision, Principal, ResolveRequest
+from agentloop.contract import ApprovalDecision, ResolveRequest
 
 SIGNED_PREFIX = b"agentloop approval v1\n"
 RESOLUTION_PREFIX = b"agentloop resolution v1\n"
@@ -104,7 +103,7 @@ def sign_decision(
 ) -> ApprovalDecision:
     """`decision` with `expires_at` (now + `lifetime`) and its signature, for run chain
     `workflow_id`/`run` (the run's first run id: `status.run_chain[0]`)."""
-    unsigned = decision.model_copy(update={"expires_at": _expiry(now, lifetime), "signature": ""})
+    unsigned = decision.model_copy(update={"expires_at": expiry(now, lifetime), "signature": ""})
     signature = key.sign(signed_bytes(unsigned, workflow_id=workflow_id, run=run))
     return unsigned.model_copy(update={"signature": base64.b64encode(signature).decode()})
 
@@ -119,12 +118,13 @@ def sign_resolution(
     lifetime: timedelta = DEFAULT_LIFETIME,
 ) -> ResolveRequest:
     """`request` with `expires_at` and its signature, like `sign_decision`."""
-    unsigned = request.model_copy(update={"expires_at": _expiry(now, lifetime), "signature": ""})
+    unsigned = request.model_copy(update={"expires_at": expiry(now, lifetime), "signature": ""})
     signature = key.sign(resolution_bytes(unsigned, workflow_id=workflow_id, run=run))
     return unsigned.model_copy(update={"signature": base64.b64encode(signature).decode()})
 
 
-def _expiry(now: datetime | None, lifetime: timedelta) -> datetime:
+def expiry(now: datetime | None, lifetime: timedelta) -> datetime:
+    """`lifetime` from `now` (default: the clock's now); `SigningError` past `MAX_LIFETIME`."""
     if lifetime > MAX_LIFETIME:
         raise SigningError(f"a signature counts for at most {MAX_LIFETIME}, not {lifetime}")
     return (now or datetime.now(UTC)) + lifetime
@@ -294,63 +294,3 @@ def _instant(moment: datetime | None) -> str | None:
     if moment is None:
         return None
     return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-# --- signed principals: who a run acts for, vouched for by the front end that starts it ------
-
-PRINCIPAL_PREFIX = b"agentloop principal v1\n"
-PrincipalSigning = Literal["required", "optional"]
-"""`AGENTLOOP_PRINCIPAL_SIGNING`: every run must carry a valid `principal_signature`, or only
-one that carries a signature is checked (while front ends move to signing)."""
-
-
-def principal_bytes(principal: Principal, *, workflow_id: str) -> bytes:
-    """What a starter signs: the canonical JSON of the principal (its defaults filled in) and
-    the workflow id of the run it is started as, so the signature counts for no other run."""
-    fields = {"principal": principal.model_dump(mode="json"), "workflow_id": workflow_id}
-    return PRINCIPAL_PREFIX + json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
-
-
-def sign_principal(principal: Principal, key: Ed25519PrivateKey, *, workflow_id: str) -> str:
-    """The `principal_signature` (base64) of `principal` for the run `workflow_id`."""
-    return base64.b64encode(key.sign(principal_bytes(principal, workflow_id=workflow_id))).decode()
-
-
-@dataclass(frozen=True)
-class PrincipalSignatures:
-    """How a worker takes a run's principal: by the starters' keys (`AGENTLOOP_STARTER_KEYS`,
-    the shape of approver keys) and whether a signature is required."""
-
-    starters: ApproverKeys = field(default_factory=ApproverKeys)
-    required: bool = False
-
-    def verdict(
-        self, principal: Principal, signature: str | None, *, workflow_id: str
-    ) -> tuple[str | None, str | None]:
-        """`(why the principal may not be taken, or None; the starter whose key signed it)`."""
-        if not signature:
-            if not self.required:
-                return None, None
-            return (
-                "unsigned: this worker takes only principals signed by a starter (keys for: "
-                f"{', '.join(sorted(self.starters.keys))}); sign with `agentloop run --key`",
-                None,
-            )
-        if not self.starters.signing:
-            return None, None  # nothing to check it with: the principal is taken as given
-        try:
-            raw = base64.b64decode(signature, validate=True)
-        except (binascii.Error, ValueError):
-            return "principal_signature is not base64", None
-        signed = principal_bytes(principal, workflow_id=workflow_id)
-        for name, public in sorted(self.starters.keys.items()):
-            try:
-                public.verify(raw, signed)
-            except InvalidSignature:
-                continue
-            return None, name
-        return (
-            "principal_signature is no starter's signature of this principal for this run"
-            " (signed for another principal or workflow id, or with another key)",
-            None,
-        )

@@ -1,12 +1,15 @@
-"""Signed principals: a front end that starts runs for its users signs each run's principal
-for its workflow id; workers with starter keys take a run only with a valid signature (checked
-by the worker in `describe_run`, never in the workflow), else it fails at start with
-`InvalidInput` naming the principal."""
+"""Signed starts: a front end that starts runs for its users signs each run's whole input,
+workflow id, an expiry and a nonce; workers with starter keys take a run only with a valid
+signature, once (checked by the worker in `describe_run`, never in the workflow, the nonce
+claimed in the store the workers share), else it fails at start with `InvalidInput` naming
+the principal."""
 
 from __future__ import annotations
 
+import base64
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,61 +17,178 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
 from agentloop import start_run
+from agentloop.activities.principals import check_principal
+from agentloop.activity_io import CheckPrincipalInput
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptTurn
 from agentloop.runtime.config import ConfigError, Settings
-from agentloop.runtime.signing import (
-    ApproverKeys,
+from agentloop.runtime.signing import ApproverKeys, SigningError, public_key_text
+from agentloop.runtime.start_signing import (
+    NONCE_RETENTION,
     PrincipalSignatures,
-    public_key_text,
-    sign_principal,
+    StartSignature,
+    sign_start,
 )
+from agentloop.store.memory import MemoryStore
 from agentloop.worker import running_worker
 from tests.operations.test_cli import agentloop, assert_no_traceback, process_env
 from tests.support import activity_result, result_of
 from tests.tools.test_delegate import call
 
 DANA = Principal(subject="dana", tenant="acme", scopes=["orders:read"])
+NOW = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+TASK = AgentRunInput(task="Refund order 7.", provider="openai-chat", model="m", principal=DANA)
 
 
 def starters(key: Ed25519PrivateKey, name: str = "front") -> ApproverKeys:
     return ApproverKeys.parse(f"{name}={public_key_text(key)}")
 
 
+def asked(
+    run_input: AgentRunInput, workflow_id: str = "run-1", **fields: Any
+) -> CheckPrincipalInput:
+    """What the workflow asks the worker of a fresh run of `run_input` started at NOW."""
+    asking = {
+        "principal": run_input.principal,
+        "signature": run_input.principal_signature,
+        "workflow_id": workflow_id,
+        "input_digest": run_input.start_digest(),
+        "started_at": NOW,
+        "run": "first-run-id",
+    }
+    return CheckPrincipalInput.model_validate({**asking, **fields})
+
+
+def signed(run_input: AgentRunInput, key: Ed25519PrivateKey, **options: Any) -> AgentRunInput:
+    options = {"workflow_id": "run-1", "now": NOW, **options}
+    return run_input.model_copy(
+        update={"principal_signature": sign_start(run_input, key, **options)}
+    )
+
+
 # --- the check, by itself -------------------------------------------------------------------
 
 
-def test_a_signature_counts_for_its_principal_and_workflow_id_only() -> None:
+def test_a_signature_counts_for_its_whole_input_workflow_id_and_lifetime_only() -> None:
     key, other = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
     required = PrincipalSignatures(starters(key), required=True)
-    signed = sign_principal(DANA, key, workflow_id="run-1")
+    run = signed(TASK, key)
+    taken = required.verdict(asked(run))
+    assert (taken.problem, taken.signer) == (None, "front")
+    assert taken.signed is not None and taken.signed.expires_at == NOW + timedelta(minutes=10)
+    # The same input written out in full (its defaults given) is the same input.
+    spelled = AgentRunInput.model_validate(run.model_dump())
+    assert required.verdict(asked(spelled)).signer == "front"
 
-    assert required.verdict(DANA, signed, workflow_id="run-1") == (None, "front")
-    # The same principal written out in full (its defaults given) is the same principal.
-    spelled = Principal.model_validate(DANA.model_dump())
-    assert required.verdict(spelled, signed, workflow_id="run-1") == (None, "front")
-    for principal, workflow_id, signature in (
-        (DANA.model_copy(update={"scopes": ["orders:read", "orders:write"]}), "run-1", signed),
-        (DANA.model_copy(update={"tenant": "globex"}), "run-1", signed),
-        (DANA, "run-2", signed),
-        (DANA, "run-1", sign_principal(DANA, other, workflow_id="run-1")),
+    # What the starter did not sign: another task, tools, limits, principal (the signature
+    # carried over as it is).
+    admin = DANA.model_copy(update={"scopes": ["orders:read", "orders:admin"]})
+    for update in (
+        {"task": "Refund every order."},
+        {"tools": ["refund"]},
+        {"limits": {"max_model_calls": 80}},
+        {"principal": admin},
     ):
-        problem, signer = required.verdict(principal, signature, workflow_id=workflow_id)
-        assert problem is not None and "no starter's signature" in problem and signer is None
-    problem, _ = required.verdict(DANA, None, workflow_id="run-1")
-    assert problem is not None and problem.startswith("unsigned: ") and "front" in problem
-    assert required.verdict(DANA, "not base64!", workflow_id="run-1")[0] == (
-        "principal_signature is not base64"
-    )
+        other_input = AgentRunInput.model_validate({**run.model_dump(), **update})
+        problem = required.verdict(asked(other_input)).problem
+        assert problem is not None and "signed for another start input" in problem, update
+    for verdict in (
+        required.verdict(asked(run, workflow_id="run-2")),
+        required.verdict(asked(signed(TASK, other))),
+    ):
+        assert verdict.problem is not None and "no starter's signature" in verdict.problem
+        assert verdict.signer is None and verdict.signed is None
 
-    # Optional: an unsigned principal is taken; a signature that is given must hold.
+    # Expired when the run started (as its history says), or claiming to count too long.
+    late = required.verdict(asked(run, started_at=NOW + timedelta(minutes=10)))
+    assert late.problem == (
+        "the signature expired at 2026-12-07T12:10:00Z, before the run started"
+        " (2026-12-07T12:10:00Z): sign the start again"
+    )
+    with pytest.raises(SigningError):
+        sign_start(TASK, key, workflow_id="run-1", lifetime=timedelta(days=2))
+    forever = StartSignature.parse(str(run.principal_signature))
+    assert isinstance(forever, StartSignature)
+    forged = forever.text().replace(str(int(forever.expires_at.timestamp())), "99999999999")
+    problem = required.verdict(asked(run.model_copy(update={"principal_signature": forged})))
+    assert problem.problem is not None and "claims to count until" in problem.problem
+
+
+def test_the_first_format_and_malformed_signatures_are_refused_saying_which() -> None:
+    key = Ed25519PrivateKey.generate()
+    required = PrincipalSignatures(starters(key), required=True)
+    v1 = base64.b64encode(key.sign(b"agentloop principal v1\n{}")).decode()
+    problem = required.verdict(asked(TASK.model_copy(update={"principal_signature": v1})))
+    assert problem.problem == (
+        "principal_signature is a v1 signature (of the principal and workflow id only), no"
+        " longer taken: sign the whole start input (v2) with `agentloop run --key`, or"
+        " `agentloop.sign_start`"
+    )
+    good = str(signed(TASK, key).principal_signature)
+    _, expires, nonce, digest, signature = good.split(".")
+    for bad in (
+        "not base64!",
+        f"v2.{expires}.{nonce}.{digest}",
+        f"v2.soon.{nonce}.{digest}.{signature}",
+        f"v2.{expires}.{nonce[:-4]}.{digest}.{signature}",  # a nonce of 13 bytes
+        f"v2.{expires}.{nonce}.{digest}.{signature}=",
+        f"v2.{expires}.{nonce}+.{digest}.{signature}",
+    ):
+        verdict = required.verdict(asked(TASK.model_copy(update={"principal_signature": bad})))
+        assert verdict.problem is not None and "is not a v2 start signature" in verdict.problem, bad
+    problem = required.verdict(asked(TASK)).problem
+    assert problem is not None and problem.startswith("unsigned: ") and "front" in problem
+
+    # Optional: an unsigned run is taken; a signature that is given must hold.
     optional = PrincipalSignatures(starters(key), required=False)
-    assert optional.verdict(DANA, None, workflow_id="run-1") == (None, None)
-    assert optional.verdict(DANA, signed, workflow_id="run-2")[0] is not None
-    # No starter keys: principals are taken as given (today's default).
-    assert PrincipalSignatures().verdict(DANA, signed, workflow_id="run-2") == (None, None)
+    assert optional.verdict(asked(TASK)).problem is None
+    assert optional.verdict(asked(signed(TASK, key), workflow_id="run-2")).problem is not None
+    # No starter keys: principals are taken as given (the default).
+    assert PrincipalSignatures().verdict(asked(signed(TASK, key), workflow_id="x")).problem is None
+
+
+def test_a_child_is_checked_against_its_roots_workflow_id_and_its_own_principal() -> None:
+    key = Ed25519PrivateKey.generate()
+    required = PrincipalSignatures(starters(key), required=True)
+    root = signed(TASK, key, workflow_id="root")
+    child = root.model_copy(update={"task": "Look order 7 up.", "tools": ["lookup"]})
+    as_child = {"delegated": True, "input_digest": "", "started_at": NOW + timedelta(days=3)}
+    # Another input, long past the expiry: the root's were checked as it started.
+    assert required.verdict(asked(child, "root", **as_child)).signer == "front"
+    someone_else = child.model_copy(update={"principal": Principal(subject="eve")})
+    for verdict in (
+        required.verdict(asked(someone_else, "root", **as_child)),
+        required.verdict(asked(child, "elsewhere", **as_child)),
+    ):
+        assert verdict.problem is not None and "no starter's signature" in verdict.problem
+
+
+async def test_a_nonce_starts_one_run_chain_and_the_same_run_may_ask_again() -> None:
+    key = Ed25519PrivateKey.generate()
+    required = PrincipalSignatures(starters(key), required=True)
+    now = datetime.now(UTC)
+    run = signed(TASK, key, now=now)
+    store = MemoryStore()
+    check = ActivityEnvironment().run
+    first = await check(check_principal, required, store, asked(run, started_at=now))
+    again = await check(check_principal, required, store, asked(run, started_at=now))
+    assert first.problem == again.problem == "" and first.signer == "front"
+    other = await check(
+        check_principal, required, store, asked(run, started_at=now, run="another-run")
+    )
+    assert other.problem.startswith("the signature was used to start another run already")
+    assert other.signer is None
+    # A child carries its root's nonce: never claimed again.
+    child = asked(run, started_at=now, run="child-run", delegated=True, input_digest="")
+    assert (await check(check_principal, required, store, child)).problem == ""
+    # Checked so late that the nonce may have been forgotten: refused, never claimed.
+    stale = signed(TASK, key, now=now - NONCE_RETENTION - timedelta(hours=1))
+    started = now - NONCE_RETENTION - timedelta(minutes=55)
+    late = await check(check_principal, required, store, asked(stale, started_at=started))
+    assert "its nonce may be forgotten" in late.problem
 
 
 def test_starter_keys_make_signatures_required_unless_optional() -> None:
@@ -130,13 +250,16 @@ async def refusal(client: Client, settings: Settings, run_id: str, run: AgentRun
 
 
 @pytest.mark.integration
-async def test_a_run_with_its_principal_signed_for_it_starts(
+async def test_a_signed_start_runs_once_and_replayed_under_its_reused_id_is_refused(
     client: Client,
     signing_worker: Settings,
     scripted_provider: ScriptedProvider,
     starter_key: Ed25519PrivateKey,
     run_id: str,
 ) -> None:
+    """Whoever reads the finished run's history has its signed input: started again under the
+    same workflow id, with another task or as it was, it is refused (and never calls the
+    model)."""
     run = answering(scripted_provider, run_id)
     handle = await start_run(
         client, run, id=run_id, task_queue=signing_worker.task_queue, principal_key=starter_key
@@ -148,9 +271,20 @@ async def test_a_run_with_its_principal_signed_for_it_starts(
     described = activity_result(events, "describe_run")
     assert described["principal"] == {"problem": "", "signer": "front"}
 
+    recorded = events[0].workflow_execution_started_event_attributes.input.payloads[:1]
+    [replayed] = await client.data_converter.decode(recorded, [AgentRunInput])
+    assert replayed.principal_signature  # what the history gives away
+    calls = len([r for r in scripted_provider.requests if r["script"] == run_id])
+    another_task = replayed.model_copy(update={"task": "Refund every order of acme."})
+    message = await refusal(client, signing_worker, run_id, another_task)
+    assert "signed for another start input" in message, message
+    message = await refusal(client, signing_worker, run_id, replayed)
+    assert "the signature was used to start another run already" in message, message
+    assert len([r for r in scripted_provider.requests if r["script"] == run_id]) == calls
+
 
 @pytest.mark.integration
-async def test_a_tampered_principal_or_a_signature_for_another_run_fails_at_start(
+async def test_a_tampered_input_a_signature_for_another_run_or_an_expired_one_fails_at_start(
     client: Client,
     signing_worker: Settings,
     scripted_provider: ScriptedProvider,
@@ -158,23 +292,23 @@ async def test_a_tampered_principal_or_a_signature_for_another_run_fails_at_star
     run_id: str,
 ) -> None:
     run = answering(scripted_provider, run_id)
-    signed = sign_principal(DANA, starter_key, workflow_id=run_id)
     admin = DANA.model_copy(update={"scopes": ["orders:read", "orders:admin"]})
     cases: list[tuple[str, dict[str, Any], str]] = [
-        ("tampered", {"principal": admin, "principal_signature": signed}, "no starter's"),
-        (
-            "other-run",
-            {"principal_signature": sign_principal(DANA, starter_key, workflow_id="elsewhere")},
-            "no starter's",
-        ),
-        ("unsigned", {}, "unsigned: this worker takes only principals signed by a starter"),
+        ("tampered", {"principal": admin}, "signed for another start input"),
+        ("other-run", {"workflow_id": "elsewhere"}, "no starter's"),
+        ("expired", {"now": datetime.now(UTC) - timedelta(hours=1)}, "the signature expired at"),
     ]
-    for suffix, update, said in cases:
-        message = await refusal(
-            client, signing_worker, f"{run_id}-{suffix}", run.model_copy(update=update)
-        )
+    for suffix, change, said in cases:
+        workflow_id = f"{run_id}-{suffix}"
+        fields = {"workflow_id": workflow_id, "now": None, **change}
+        principal = fields.pop("principal", DANA)
+        signature = sign_start(run, starter_key, **fields)
+        started = run.model_copy(update={"principal": principal, "principal_signature": signature})
+        message = await refusal(client, signing_worker, workflow_id, started)
         assert message.startswith("invalid AgentRunInput: principal 'dana' (tenant 'acme'): ")
         assert said in message, message
+    unsigned = await refusal(client, signing_worker, f"{run_id}-unsigned", run)
+    assert "unsigned: this worker takes only runs signed by a starter" in unsigned
     assert not [r for r in scripted_provider.requests if r["script"] == run_id]  # no model call
 
 
