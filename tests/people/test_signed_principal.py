@@ -7,6 +7,7 @@ the principal."""
 from __future__ import annotations
 
 import base64
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -24,6 +25,7 @@ from agentloop.activities.principals import check_principal
 from agentloop.activity_io import CheckPrincipalInput
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal
 from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptTurn
+from agentloop.runtime.audit import AUDIT_LOGGER
 from agentloop.runtime.config import ConfigError, Settings
 from agentloop.runtime.signing import ApproverKeys, SigningError, public_key_text
 from agentloop.runtime.start_signing import (
@@ -166,7 +168,10 @@ def test_a_child_is_checked_against_its_roots_workflow_id_and_its_own_principal(
         assert verdict.problem is not None and "no starter's signature" in verdict.problem
 
 
-async def test_a_nonce_starts_one_run_chain_and_the_same_run_may_ask_again() -> None:
+async def test_a_nonce_starts_one_run_chain_and_the_same_run_may_ask_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger=AUDIT_LOGGER)
     key = Ed25519PrivateKey.generate()
     required = PrincipalSignatures(starters(key), required=True)
     now = datetime.now(UTC)
@@ -181,6 +186,13 @@ async def test_a_nonce_starts_one_run_chain_and_the_same_run_may_ask_again() -> 
     )
     assert other.problem.startswith("the signature was used to start another run already")
     assert other.signer is None
+    checks = [r.audit for r in caplog.records if r.getMessage() == "principal.checked"]  # type: ignore[attr-defined]
+    assert [(c["taken"], c["problem"]) for c in checks] == [
+        (True, None),
+        (True, None),
+        (False, other.problem),
+    ]
+    assert checks[-1]["nonce"] == checks[0]["nonce"] and checks[-1]["signer"] == "front"
     # A child carries its root's nonce: never claimed again.
     child = asked(run, started_at=now, run="child-run", delegated=True, input_digest="")
     assert (await check(check_principal, required, store, child)).problem == ""
