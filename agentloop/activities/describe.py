@@ -53,10 +53,9 @@ class RunDescriptions:
         this worker beside its toolbox's (its MCP servers); `approvals_signed`, whether the
         worker has approver keys (a run's `status` says so from its start); `prices`, what the
         worker's model calls are charged (default: the built-in table); `principals`, how a
-        run's principal is taken (by default as given); `nonces`, where the nonces of signed starts
-        are remembered (the store the workers share; by default this process's memory);
-        `notify`, whether the worker sends
-        notices of runs waiting for a person."""
+        run's principal is taken (by default as given); `nonces`, where the nonces of signed
+        starts are remembered (the store the workers share; by default this process's
+        memory); `notify`, whether the worker sends notices of runs waiting for a person."""
         self._toolbox = toolbox
         self._tools = toolbox.registry.routing(*sources)
         self._registration = registration

@@ -113,15 +113,16 @@ def _principal_to_check(run_input: AgentRunInput) -> CheckPrincipalInput:
     """What the worker is asked about the run's start: the signature is bound to the run's
     input, workflow id, start time and run chain; a delegated child carries its root run's,
     so it is checked against the root's workflow id (the root's input, expiry and nonce were
-    checked as the root started)."""
+    checked as the root started). Only a signed run's own input is digested."""
     info = workflow.info()
     delegated = info.parent is not None
+    own = not delegated and run_input.principal_signature
     return CheckPrincipalInput(
         principal=run_input.principal,
         signature=run_input.principal_signature,
         workflow_id=info.root.workflow_id if info.root is not None else info.workflow_id,
         delegated=delegated,
-        input_digest="" if delegated else run_input.start_digest(),
+        input_digest=run_input.start_digest() if own else "",
         started_at=info.workflow_start_time,
         run=info.first_execution_run_id,
     )
