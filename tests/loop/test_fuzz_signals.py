@@ -104,9 +104,15 @@ async def send(handle: WorkflowHandle[Any, Any], name: str, data: bytes) -> str:
         return "refused by the server"
 
 
-async def failed_tasks(client: Client, workflow_id: str, run_id: str) -> list[str]:
-    """The failed workflow tasks of the run and every run it continued as new into, but for
-    Temporal's documented `UnhandledCommand`."""
+async def failed_tasks(
+    client: Client,
+    workflow_id: str,
+    run_id: str,
+    tolerated: frozenset[WorkflowTaskFailedCause.ValueType] = frozenset({UNHANDLED_COMMAND}),
+) -> list[str]:
+    """The failed workflow tasks of the run and every run it continued as new into, each as
+    `CAUSE: message`, but for those of a `tolerated` cause (Temporal's documented
+    `UnhandledCommand`)."""
     failed: list[str] = []
     following: str | None = run_id
     while following:
@@ -118,7 +124,7 @@ async def failed_tasks(client: Client, workflow_id: str, run_id: str) -> list[st
                 following = attributes.new_execution_run_id
             if event.event_type == WORKFLOW_TASK_FAILED:
                 attributes = event.workflow_task_failed_event_attributes
-                if attributes.cause != UNHANDLED_COMMAND:
+                if attributes.cause not in tolerated:
                     cause = WorkflowTaskFailedCause.Name(attributes.cause)
                     failed.append(f"{cause}: {attributes.failure.message[:200]}")
     return failed

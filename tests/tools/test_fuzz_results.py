@@ -8,7 +8,6 @@ thousands of cases under `make fuzz`; a failure names the seed that reproduces i
 from __future__ import annotations
 
 import json
-import os
 import random
 import uuid
 from collections import Counter
@@ -35,8 +34,7 @@ from agentloop.tool_spec import DEFAULT_MAX_RESULT_CHARS
 from agentloop.tools.activity_results import STORED_ANSWER, STORED_ENCODING
 from agentloop.tools.plugins import Plugin, Toolset, build_toolbox
 from agentloop.worker import running_worker
-from tests import fuzzing
-from tests.fuzzing import cases
+from tests.fuzzing import SEED, case_rng, cases
 from tests.loop.test_hardening import assert_never_wedged
 from tests.support import result_of
 from tests.tools.test_mcp_server import http_server, read_state, steer
@@ -48,10 +46,6 @@ pytestmark = [
     pytest.mark.usefixtures("clean_fakes"),
 ]
 
-SEED = int(os.environ.get("AGENTLOOP_FUZZ_SEED", "0")) or (
-    random.randrange(1, 2**31) if fuzzing.LONG else 1
-)
-"""The cases' seed: fixed in CI, new on each `make fuzz` (AGENTLOOP_FUZZ_SEED replays one)."""
 BATCH = 40
 """Calls one model turn asks for at once (a run's batch)."""
 HUGE_CHARS = 1_500_000
@@ -127,10 +121,6 @@ def activity_answer(rng: random.Random, huge: bool) -> Payload:
     if kind == 12:
         return json_payload(json.dumps({"rows": [text(rng)] * rng.randint(100, 1_000)}).encode())
     return json_payload(json.dumps("h" * rng.randint(HUGE_CHARS // 10, HUGE_CHARS)).encode())
-
-
-def case_rng(case: str) -> random.Random:
-    return random.Random(f"{SEED}/{case}")
 
 
 STORED = "s"
