@@ -7,11 +7,25 @@ import contextlib
 
 import uvicorn
 from temporalio.client import Client
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from agentloop.inbox.app import LOCAL_HOSTS, InboxOptions, inbox_app
 from agentloop.inbox.live import LiveRuns
 
 GRACEFUL_SHUTDOWN_SECONDS = 5
+
+
+class AnsweredOnce(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, but when it answers a request itself (400: the body's
+    framing broke after the headers were read) the request's handler, already running, is
+    told its client is gone: its own answer is then dropped, instead of failing in h11 (and
+    being logged as the app's exception, with a traceback)."""
+
+    def send_400_response(self, msg: str) -> None:
+        super().send_400_response(msg)
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
 
 
 class InboxUnsafe(ValueError):
@@ -42,6 +56,7 @@ class InboxServer:
             host=host,
             port=port,
             lifespan="off",
+            http=AnsweredOnce,
             log_level="warning",
             access_log=False,
             server_header=False,
