@@ -317,34 +317,31 @@ async def test_generated_signals_one_at_a_time_near_every_limit_leave_the_run_wa
     await assert_unharmed_then_completes(client, waiting, example_service, outcomes)
 
 
-async def test_generated_floods_of_signals_leave_the_run_waiting(
+@pytest.mark.parametrize(
+    ("floods", "large"),
+    [
+        pytest.param(cases(short=3, long=100), False, id="under 1 MB"),
+        pytest.param(
+            cases(short=1, long=6),
+            True,
+            id="near 2 MB",
+            marks=pytest.mark.xfail(reason=LARGE_FLOODS_XFAIL, strict=False),
+        ),
+    ],
+)
+async def test_generated_floods_leave_the_run_waiting(
     client: Client,
     worker: Settings,
     scripted_provider: ScriptedProvider,
     example_service: ExampleService,
     run_id: str,
+    floods: int,
+    large: bool,
 ) -> None:
     waiting = await waiting_run(client, worker, scripted_provider, run_id)
     outcomes: Counter[str] = Counter()
-    for n in range(cases(short=3, long=100)):
-        thrown_at_once = flood(case_rng(f"flood/{n}"), large=False)
-        sent = await asyncio.gather(*(send(waiting.handle, s) for s in thrown_at_once))
-        outcomes.update(f"{s.kind}: {o}" for s, o in zip(thrown_at_once, sent, strict=True))
-    await assert_unharmed_then_completes(client, waiting, example_service, outcomes)
-
-
-@pytest.mark.xfail(reason=LARGE_FLOODS_XFAIL, strict=False)
-async def test_generated_floods_of_signals_near_2_mb_leave_the_run_waiting(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-) -> None:
-    waiting = await waiting_run(client, worker, scripted_provider, run_id)
-    outcomes: Counter[str] = Counter()
-    for n in range(cases(short=1, long=6)):
-        thrown_at_once = flood(case_rng(f"large flood/{n}"), large=True)
+    for n in range(floods):
+        thrown_at_once = flood(case_rng(f"flood/{large}/{n}"), large)
         sent = await asyncio.gather(*(send(waiting.handle, s) for s in thrown_at_once))
         outcomes.update(f"{s.kind}: {o}" for s, o in zip(thrown_at_once, sent, strict=True))
     await assert_unharmed_then_completes(client, waiting, example_service, outcomes)

@@ -35,6 +35,7 @@ from temporalio.testing import ActivityEnvironment
 from agentloop.activities.notices import SIGNATURE_HEADER, NoticeActivities
 from agentloop.activity_io import NOTICE_NOT_DELIVERED, DeliveryPolicy, NoticeCall, WaitingNotice
 from agentloop.demo.scripted_provider import ScriptedProvider
+from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.runtime.notice_routes import Webhook
 from agentloop.worker import running_worker
@@ -70,9 +71,10 @@ def status_line(code: int) -> bytes:
 
 async def healthy(_: Receivers, writer: asyncio.StreamWriter, rng: random.Random) -> None:
     kind = rng.choice([b"application/json", b"text/html", b"application/octet-stream", b"\xff"])
-    body = rng.choice([b"", b"ok", rng.randbytes(300)])
+    code = rng.choice([200, 201, 202, 204, 299])
+    body = rng.choice([b"", b"ok", rng.randbytes(300)]) if code != 204 else b""
     writer.write(
-        status_line(rng.choice([200, 201, 202, 204, 299]))
+        status_line(code)
         + b"Content-Type: "
         + kind
         + b"\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
@@ -129,14 +131,14 @@ async def drip_slowly(hooks: Receivers, writer: asyncio.StreamWriter, rng: rando
                 await asyncio.wait_for(hooks.release.wait(), QUICK.timeout_seconds / 3)
 
 
-async def retry_later(_: Receivers, writer: asyncio.StreamWriter, rng: random.Random) -> None:
-    code = rng.choice([500, 502, 503, 599, 408, 425, 429])
-    writer.write(status_line(code) + b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+def plain_status(*codes: int) -> Answer:
+    """A receiver answering one of `codes`, and nothing else."""
 
+    async def answer(_: Receivers, writer: asyncio.StreamWriter, rng: random.Random) -> None:
+        code = rng.choice(codes)
+        writer.write(status_line(code) + b"Content-Length: 0\r\nConnection: close\r\n\r\n")
 
-async def refuse(_: Receivers, writer: asyncio.StreamWriter, rng: random.Random) -> None:
-    code = rng.choice([400, 401, 403, 404, 410, 413, 422, 451, 499])
-    writer.write(status_line(code) + b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+    return answer
 
 
 async def garbage(_: Receivers, writer: asyncio.StreamWriter, rng: random.Random) -> None:
@@ -150,6 +152,7 @@ async def garbage(_: Receivers, writer: asyncio.StreamWriter, rng: random.Random
                 b"\x00\xff\xfe" + rng.randbytes(100),
                 status_line(200) + b"X-Big: " + b"b" * 100_000 + b"\r\n\r\n",
                 status_line(200) + b"Bad Header Without Colon\r\n\r\n",
+                status_line(204) + b"Content-Length: 3\r\n\r\nabc",  # no body may follow
             ]
         )
     )
@@ -166,10 +169,10 @@ BEHAVIOURS: dict[str, tuple[Answer, Outcome]] = {
     "cut short": (cut_short, "delivered"),
     "head dripped": (head_dripped, "delivered"),
     "redirect": (redirect, "final"),
-    "refuse": (refuse, "final"),
+    "refuse": (plain_status(400, 401, 403, 404, 410, 413, 422, 451, 499), "final"),
     "hang": (hang, "retried"),
     "drip slowly": (drip_slowly, "retried"),
-    "retry later": (retry_later, "retried"),
+    "retry later": (plain_status(500, 502, 503, 599, 408, 425, 429), "retried"),
     "close at once": (close_at_once, "retried"),
     "garbage": (garbage, "failed"),
     "not there": (close_at_once, "retried"),
@@ -367,10 +370,12 @@ async def test_a_run_notifying_generated_receivers_still_waits_and_completes_aft
     client: Client,
     worker_settings: Settings,
     scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
     receivers: Receivers,
     run_id: str,
 ) -> None:
     for n in range(cases(short=1, long=10)):
+        example_service.reset()  # each run books the same seat
         rng = case_rng(f"notified run/{n}")
         made = generated(receivers, rng, most=6)
         healthy_ones = [
