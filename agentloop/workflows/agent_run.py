@@ -82,6 +82,8 @@ class AgentRun:
         self._awaited: set[int] = set()
         """Tickets an update waits on: only their verdicts are kept (a signal's decision has
         nobody to answer, so keeping its verdict would only grow the run's memory)."""
+        self._inflow = inbound.Inflow()
+        """What this run's signals brought into its history (a flood has it continue as new)."""
         self._closing = False
         """Set when the run is about to end or continue as new: no held decision will be
         checked in this run any more."""
@@ -105,7 +107,8 @@ class AgentRun:
             self._apply(name, early)
         self._early = []
         while True:
-            if startup.time_to_continue_as_new(state) and await steps.store_long_texts(state):
+            due = startup.time_to_continue_as_new(state, self._inflow)
+            if due and await steps.store_long_texts(state):
                 # A safe point: nothing is in flight, and everything is in `state` (its long
                 # texts in the store, carried by reference).
                 if watching.streaming(state):
@@ -147,15 +150,15 @@ class AgentRun:
             case RunTools():
                 await tool_calls.run_tools(state, step, deadline)
             case AwaitApproval():
-                await steps.await_humans(state, step, "awaiting_approval")
+                await steps.await_humans(state, step, "awaiting_approval", self._inflow)
             case Verify():
                 await steps.verify(state, step)
             case AwaitInput():
-                await steps.await_humans(state, step, "awaiting_input")
+                await steps.await_humans(state, step, "awaiting_input", self._inflow)
             case LookupOutcome():
                 await steps.lookup_outcome(state, step)
             case AwaitReconciliation():
-                await steps.await_humans(state, step, "awaiting_reconciliation")
+                await steps.await_humans(state, step, "awaiting_reconciliation", self._inflow)
             case _:
                 assert_never(step)
 
@@ -164,7 +167,9 @@ class AgentRun:
         """Every signal (`approve`, `resolve`, `message`, `cancel`), taken raw: a payload
         that is missing, malformed or unknown is refused and recorded with its reason
         (`inbound`), never dropped and never a failed workflow task. The stream's publish
-        signal goes to the stream (`RunStream.receive`)."""
+        signal goes to the stream (`RunStream.receive`). Each is counted first, by its size
+        (`Inflow`): its payload is in the run's history whatever becomes of it."""
+        self._inflow.take(args)
         if name == PUBLISH_SIGNAL:
             self._stream.receive(args)
             return

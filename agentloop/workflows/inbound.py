@@ -51,6 +51,31 @@ UPDATE_SHAPES: dict[str, type[BaseModel]] = {DECIDE_UPDATE: ApprovalDecision}
 
 Inbound = ApprovalDecision | ResolveRequest | UserMessage | CancelRequest
 
+SIGNALLED_BYTES_TO_CONTINUE = 1_000_000
+"""Signal payload bytes one run takes in before it continues as new (`Inflow`), far below
+Temporal's suggestion: Temporal records every signal before the run sees it, fails the
+workflow task in flight once 2 MiB of them wait behind it, and a failed task sends the next one
+through a replay of the whole history, slower the larger it is. A flood must find the run's
+history small, its worker cache warm: half of Temporal's payload limit, so one signal near
+that limit is enough (docs/concepts/limits.md, "A flood of signals")."""
+
+
+class Inflow:
+    """What this run's signals brought into its history, counted from their payload sizes
+    (nothing decoded): every signal, used or refused, is in the history for good."""
+
+    def __init__(self) -> None:
+        self.signals = 0
+        self.bytes = 0
+
+    def take(self, args: Sequence[RawValue]) -> None:
+        self.signals += 1
+        self.bytes += sum(len(raw.payload.data) for raw in args)
+
+    def flooded(self) -> bool:
+        """Time to continue as new (`startup.time_to_continue_as_new`)."""
+        return self.bytes > SIGNALLED_BYTES_TO_CONTINUE
+
 
 class InboundRefused(Exception):
     """A signal or update payload refused; `reason` names the field, `shown` is a short

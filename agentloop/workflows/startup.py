@@ -29,6 +29,7 @@ from agentloop.policies import checks
 from agentloop.policies.bounds import MAX_DEPTH, NOT_TEXT, is_text_value, value_depth
 from agentloop.tool_spec import BUILTIN_TOOLS, GIVE_UP
 from agentloop.workflows.failures import describe_failure, invalid_input
+from agentloop.workflows.inbound import Inflow
 from agentloop.workflows.loop import LoopState
 
 DESCRIBE_RUN_TIMEOUT = timedelta(minutes=6)
@@ -196,12 +197,25 @@ async def _continue_from(state: LoopState, workflow_id: str) -> None:
     loop.continue_transcript(state, previous)
 
 
-def time_to_continue_as_new(state: LoopState) -> bool:
-    """When Temporal suggests it, or past the run's own event count: history stays small.
-    Not while a decision waits for the worker's check (its update waits for the verdict)."""
+CONTINUE_AS_NEW_MIN_INTERVAL = timedelta(seconds=1)
+"""Temporal's `history.continueAsNewMinInterval` (its default): the next run of one that continued
+as new younger than this gets no workflow task until that long after this one started, and
+whatever is signalled meanwhile piles up in its history, for one large first task to take."""
+
+
+def _past_min_interval() -> bool:
+    return workflow.now() - workflow.info().workflow_start_time >= CONTINUE_AS_NEW_MIN_INTERVAL
+
+
+def time_to_continue_as_new(state: LoopState, inflow: Inflow) -> bool:
+    """When Temporal suggests it or signals brought in more than a run takes (`Inflow`), once the
+    run is older than `CONTINUE_AS_NEW_MIN_INTERVAL`; or past the run's own event count: history
+    stays small. Not while a decision waits for the worker's check (its update waits for the
+    verdict)."""
     info = workflow.info()
     every = state.run_input.continue_as_new_after_events
-    due = info.is_continue_as_new_suggested() or (
+    grown = info.is_continue_as_new_suggested() or inflow.flooded()
+    due = (grown and _past_min_interval()) or (
         every is not None and info.get_current_history_length() >= every
     )
     return due and not loop.decisions_to_check(state)

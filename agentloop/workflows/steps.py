@@ -47,6 +47,7 @@ from agentloop.workflows.failures import (
     attempts_made,
     describe_failure,
 )
+from agentloop.workflows.inbound import Inflow
 from agentloop.workflows.loop import (
     AwaitHumans,
     CallModel,
@@ -226,11 +227,11 @@ def _audit_model_call(state: LoopState, step: CallModel, result: CallModelResult
             )
 
 
-async def await_humans(state: LoopState, step: AwaitHumans, phase: Phase) -> None:
+async def await_humans(state: LoopState, step: AwaitHumans, phase: Phase, inflow: Inflow) -> None:
     """Wait for the decisions (or a cancel, or a decision for the worker to check) until the step's
     deadline; the next `decide` sees what arrived. The wait does not count against the run's
     deadline. It ends early when it is time to continue as new: signals arriving meanwhile grow the
-    history, refused ones too, and the next run waits on where this one stopped."""
+    history, refused ones too (`inflow`), and the next run waits on where this one stopped."""
     state.phase = phase
     visibility.show_phase(state, until=step.deadline)
     visibility.show_waiting(state, step.deadline)
@@ -245,7 +246,7 @@ async def await_humans(state: LoopState, step: AwaitHumans, phase: Phase) -> Non
             not waiting & loop.awaiting_humans(state)
             or state.cancel_reason is not None
             or bool(loop.decisions_to_check(state))
-            or time_to_continue_as_new(state)
+            or time_to_continue_as_new(state, inflow)
         )
 
     # A change the wait goes on through (one question of several answered) is written to the

@@ -1,0 +1,184 @@
+"""A flood of large signals at a waiting run (issue 45): the run continues as new in time,
+still waits, and completes after an approval; Temporal never terminates it for size."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections import Counter
+
+import pytest
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+
+from agentloop.contract import AgentRunInput, AgentRunResult, Principal
+from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptTurn
+from agentloop.demo.scripted_provider import ScriptedToolCall as call
+from agentloop.demo.services import ExampleService
+from agentloop.runtime.config import Settings
+from agentloop.workflows.stream import PUBLISH_SIGNAL
+from tests.support import approve_as_shown, start_run, wait_for_phase, wait_for_status
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
+
+FLOOD = 40
+"""Signals sent: together 76 MB, past Temporal's 50 MB history limit for one run."""
+FLOODER = """
+import asyncio, sys
+from temporalio.client import Client
+
+async def flood(address, workflow_id, name, count):
+    handle = (await Client.connect(address)).get_workflow_handle(workflow_id)
+    for n in range(int(count)):
+        # Each just under Temporal's 2 MiB payload limit, so the server takes every one; each
+        # lands on the chain's run of the moment, and one at a terminated run fails here.
+        await handle.signal(name, {"n": n, "padding": "x" * 1_900_000})
+
+asyncio.run(flood(*sys.argv[1:]))
+"""
+"""Another process sends the flood, back to back, as whoever floods a run would: not the
+worker's (whose workflow tasks would wait on the sender's encoding)."""
+
+
+async def flood(client: Client, workflow_id: str, name: str) -> None:
+    sender = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        FLOODER,
+        client.service_client.config.target_host,
+        workflow_id,
+        name,
+        str(FLOOD),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, errors = await sender.communicate()
+    assert sender.returncode == 0, errors.decode()[-2000:]
+
+
+async def chain(client: Client, workflow_id: str) -> str:
+    """Each run of the chain: its status, history size, and its workflow tasks that failed, by
+    cause (what a run that died of a flood shows: tasks the server force-closed)."""
+    lines = []
+    async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
+        handle = client.get_workflow_handle(workflow_id, run_id=execution.run_id)
+        failed = Counter(
+            WorkflowTaskFailedCause.Name(event.workflow_task_failed_event_attributes.cause)
+            async for event in handle.fetch_history_events()
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+        )
+        info = (await handle.describe()).raw_description.workflow_execution_info
+        status = execution.status.name if execution.status else "?"
+        lines.append(f"{status} {info.history_size_bytes} bytes, failed tasks {dict(failed)}")
+    return "; ".join(lines)
+
+
+def reserve_turn() -> ScriptTurn:
+    """The model asks for a seat: a write that waits for approval."""
+    arguments = {"workshop_id": "ws-101", "participant_id": "p-carol"}
+    return ScriptTurn(tool_calls=[call(id="c1", name="reserve_seat", arguments=arguments)])
+
+
+def reserve_input(run_id: str) -> AgentRunInput:
+    return AgentRunInput(
+        task="Book p-carol into ws-101.",
+        provider="openai-chat",
+        model=run_id,
+        tools=["reserve_seat"],
+        principal=Principal(subject="p-alice", scopes=["workshops:write"]),
+    )
+
+
+@pytest.mark.parametrize("signal_name", [PUBLISH_SIGNAL, "noise"])
+async def test_forty_large_signals_at_a_waiting_run_never_get_it_terminated(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+    signal_name: str,
+) -> None:
+    scripted_provider.register(
+        Script(name=run_id, turns=[reserve_turn(), ScriptTurn(text="Booked.")])
+    )
+    started = await start_run(client, worker, run_id, reserve_input(run_id))
+    [pending] = (await wait_for_phase(started, "awaiting_approval")).pending_approvals
+    latest = client.get_workflow_handle(run_id, result_type=AgentRunResult)
+    await flood(client, run_id, signal_name)
+
+    waiting = await wait_for_phase(latest, "awaiting_approval", seconds=180)
+    runs = [r async for r in client.list_workflows(f"WorkflowId = '{run_id}'")]
+    statuses = Counter(r.status for r in runs)
+    assert statuses[WorkflowExecutionStatus.TERMINATED] == 0, await chain(client, run_id)
+    assert statuses[WorkflowExecutionStatus.CONTINUED_AS_NEW] >= 1, await chain(client, run_id)
+    assert [(p.call_id, p.args_digest) for p in waiting.pending_approvals] == [
+        (pending.call_id, pending.args_digest)
+    ]
+
+    await approve_as_shown(latest, pending, "workshop-lead")
+    result = await latest.result()
+    assert result.status == "completed", result.stop_reason
+    assert [(c.call_id, c.status) for c in result.calls] == [("c1", "succeeded")]
+    assert example_service.records()["reservations"] == 1
+
+
+async def test_a_waiting_run_continues_as_new_once_signals_brought_a_megabyte(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    """Far below Temporal's suggestion (4 MiB): one signal at a time, each taken before the
+    next, until the run has continued as new."""
+    scripted_provider.register(Script(name=run_id, turns=[reserve_turn(), ScriptTurn(text="Ok.")]))
+    started = await start_run(client, worker, run_id, reserve_input(run_id))
+    [pending] = (await wait_for_phase(started, "awaiting_approval")).pending_approvals
+    latest = client.get_workflow_handle(run_id, result_type=AgentRunResult)
+    for n in range(1, 13):
+        await latest.signal("noise", {"n": n, "padding": "x" * 500_000})
+        await wait_for_status(
+            latest,
+            lambda view, n=n: sum(r.signal == "noise" for r in view.refused_decisions) == n,
+            f"signal {n} refused",
+        )
+        continued = [
+            r
+            async for r in client.list_workflows(f"WorkflowId = '{run_id}'")
+            if r.status == WorkflowExecutionStatus.CONTINUED_AS_NEW
+        ]
+        if continued:
+            break
+    [first] = continued
+    described = await client.get_workflow_handle(run_id, run_id=first.run_id).describe()
+    assert described.raw_description.workflow_execution_info.history_size_bytes < 4 * 2**20
+    # Temporal's suggestion comes at 4 MiB: this run continued on its own count.
+
+    await approve_as_shown(latest, pending, "workshop-lead")
+    result = await latest.result()
+    assert result.status == "completed", result.stop_reason
+    assert example_service.records()["reservations"] == 1
+
+
+async def test_updates_the_validator_rejects_leave_nothing_in_history(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    run_id: str,
+) -> None:
+    """Ten `decide_approval` updates of 300,000 bytes each (under the 512,000 an update may
+    hold, over the 256,000 a decision may): each rejected, and the history no larger."""
+    scripted_provider.register(Script(name=run_id, turns=[reserve_turn()]))
+    started = await start_run(client, worker, run_id, reserve_input(run_id))
+    [pending] = (await wait_for_phase(started, "awaiting_approval")).pending_approvals
+    before = await history_size(client, run_id)
+    for n in range(10):
+        decision = {"call_id": pending.call_id, "args_digest": "x" * 300_000, "n": n}
+        with pytest.raises(WorkflowUpdateFailedError):
+            await started.execute_update("decide_approval", decision)
+    assert await history_size(client, run_id) - before < 300_000
+    await started.cancel()
+
+
+async def history_size(client: Client, workflow_id: str) -> int:
+    described = await client.get_workflow_handle(workflow_id).describe()
+    return described.raw_description.workflow_execution_info.history_size_bytes
