@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 FLOOD = 40
 """Signals sent: together 76 MB, past Temporal's 50 MB history limit for one run."""
 FLOODER = """
-import asyncio, sys
+import asyncio, os, sys
 from temporalio.client import Client
 
 async def flood(address, workflow_id, name, count):
@@ -33,8 +33,10 @@ async def flood(address, workflow_id, name, count):
         # Each just under Temporal's 2 MiB payload limit, so the server takes every one; each
         # lands on the chain's run of the moment, and one at a terminated run fails here.
         await handle.signal(name, {"n": n, "padding": "x" * 1_900_000})
+    print("sent", count, flush=True)
 
 asyncio.run(flood(*sys.argv[1:]))
+os._exit(0)  # the client's runtime once crashed the interpreter as it shut down
 """
 """Another process sends the flood, back to back, as whoever floods a run would: not the
 worker's (whose workflow tasks would wait on the sender's encoding)."""
@@ -50,10 +52,11 @@ async def flood(client: Client, workflow_id: str, name: str) -> str | None:
         workflow_id,
         name,
         str(FLOOD),
+        stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    _, errors = await sender.communicate()
-    return None if sender.returncode == 0 else errors.decode()[-500:]
+    said, errors = await sender.communicate()
+    return None if said.decode().strip() == f"sent {FLOOD}" else errors.decode()[-500:]
 
 
 async def chain(client: Client, workflow_id: str) -> str:
