@@ -204,7 +204,18 @@ whatever is signalled meanwhile piles up in its history, for one large first tas
 
 
 def _past_min_interval() -> bool:
-    return workflow.now() - workflow.info().workflow_start_time >= CONTINUE_AS_NEW_MIN_INTERVAL
+    return until_past_min_interval() <= timedelta(0)
+
+
+def until_past_min_interval() -> timedelta:
+    """How long until this run may continue as new for size (`CONTINUE_AS_NEW_MIN_INTERVAL`)."""
+    return workflow.info().workflow_start_time + CONTINUE_AS_NEW_MIN_INTERVAL - workflow.now()
+
+
+def flood_waits_for_min_interval(inflow: Inflow) -> bool:
+    """Signals brought in enough to continue as new, but the run is too young to: a wait for
+    people wakes when it is old enough (else it would wait for the next signal to look again)."""
+    return inflow.flooded() and not _past_min_interval()
 
 
 def time_to_continue_as_new(state: LoopState, inflow: Inflow) -> bool:

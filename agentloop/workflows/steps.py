@@ -12,6 +12,7 @@ goes to the pure loop once and comes back once.
 from __future__ import annotations
 
 import contextlib
+import functools
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -56,7 +57,11 @@ from agentloop.workflows.loop import (
     LoopState,
     Verify,
 )
-from agentloop.workflows.startup import time_to_continue_as_new
+from agentloop.workflows.startup import (
+    flood_waits_for_min_interval,
+    time_to_continue_as_new,
+    until_past_min_interval,
+)
 from agentloop.workflows.tool_activities import (
     TOOL_HEARTBEAT,
     activity_tool_input,
@@ -256,11 +261,21 @@ async def await_humans(state: LoopState, step: AwaitHumans, phase: Phase, inflow
     def over_or_changed() -> bool:
         return over() or loop.awaiting_humans(state) != shown
 
+    def woken(young: bool) -> bool:
+        # `young`: the wait already ends when the run is old enough to continue as new.
+        return over_or_changed() or (not young and flood_waits_for_min_interval(inflow))
+
     with contextlib.suppress(TimeoutError):
         while True:
+            left = step.deadline - workflow.now()
+            # A flood met while the run was too young to continue as new: the wait ends once
+            # it is old enough (its timeout), and the run continues as new then.
+            young = flood_waits_for_min_interval(inflow)
+            if young:
+                left = min(left, until_past_min_interval())
             await workflow.wait_condition(
-                over_or_changed,
-                timeout=max((step.deadline - workflow.now()).total_seconds(), 0.001),
+                functools.partial(woken, young),
+                timeout=max(left.total_seconds(), 0.001),
                 timeout_summary=loop.wait_summary(state, step.deadline),
             )
             if over():
