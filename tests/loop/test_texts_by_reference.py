@@ -11,6 +11,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
+from agentloop.activity_io import STORE_TEXTS
 from agentloop.contract import (
     AgentRunInput,
     AgentRunResult,
@@ -114,19 +115,22 @@ async def test_long_texts_ride_in_history_only_where_they_came_in_and_reach_the_
         said = [m["content"] for m in messages if m["role"] in ("system", "developer", "user")]
         assert said == list(texts), [s[-20:] for s in said]
 
-    # In history, each text is where it came in (the start input, the signal) and nowhere
-    # else: no model call input, no continue-as-new, no result carries it.
+    # In history, each text is where it came in (the start input, the signal) and in the
+    # input of the one `store_texts` activity that put it in the store (an ordinary activity:
+    # its input is recorded, where a local activity's was not; issue 42), and nowhere else: no
+    # model call input, no continue-as-new, no result carries it.
     chain = await histories(client, handle)
     assert len(chain) >= 2, "the run did not continue as new"
     where: dict[str, list[str]] = {}
     for history in chain:
         for event in history.events:
             for canary in canaries_in(event):
-                where.setdefault(canary, []).append(EventType.Name(event.event_type))
+                scheduled = event.activity_task_scheduled_event_attributes.activity_type.name
+                where.setdefault(canary, []).append(scheduled or EventType.Name(event.event_type))
     assert where == {
-        "QZ-TASK-END": ["EVENT_TYPE_WORKFLOW_EXECUTION_STARTED"],
-        "QZ-RULES-END": ["EVENT_TYPE_WORKFLOW_EXECUTION_STARTED"],
-        "QZ-MESSAGE-END": ["EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED"],
+        "QZ-TASK-END": ["EVENT_TYPE_WORKFLOW_EXECUTION_STARTED", STORE_TEXTS],
+        "QZ-RULES-END": ["EVENT_TYPE_WORKFLOW_EXECUTION_STARTED", STORE_TEXTS],
+        "QZ-MESSAGE-END": ["EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED", STORE_TEXTS],
     }, where
     for history in chain[1:]:
         carried = history.events[0].workflow_execution_started_event_attributes.input
