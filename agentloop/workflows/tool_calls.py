@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 import agentloop.workflows.loop as loop
@@ -131,8 +131,8 @@ async def _started_within_history(
     """The batch's calls, started so that the answers of the team's activities in flight, at their
     largest, never take the run's history past `HISTORY_BUDGET_BYTES`: in waves, each as large as
     the history has room for. Each answer is in history twice: as the team activity's result, and
-    as the input of the `frame_team_answer` that reads it once the batch is in (counted for every
-    call started, until then). A call left when there is no room is not started (`_not_run`).
+    as the input of the `frame_team_answer` that reads it once the batch is in (counted at its
+    largest while in flight, at its real size once in). A call left when there is no room is not started (`_not_run`).
     None: a cancel or the deadline came first. The last wave is still running."""
     started: dict[str, workflow.ActivityHandle[Any]] = {}
     waiting: list[tuple[ToolCall, ToolSpec]] = []
@@ -141,19 +141,28 @@ async def _started_within_history(
             started[call.call_id] = start(call, spec)  # agentloop's own: bounded by its worker
         else:
             waiting.append((call, spec))
-    framed = 0  # the team's answers started, whose reading is still to come
+    to_read = 0  # bytes of the answers in, which their reading will take into history again
     while True:
-        left = HISTORY_BUDGET_BYTES - workflow.info().get_current_history_size()
-        room = max((left - framed * MAX_ANSWER_BYTES) // (2 * MAX_ANSWER_BYTES), 0)
+        left = HISTORY_BUDGET_BYTES - workflow.info().get_current_history_size() - to_read
+        room = max(left // (2 * MAX_ANSWER_BYTES), 0)
         wave, waiting = waiting[:room], waiting[room:]
-        framed += len(wave)
         for call, spec in wave:
             started[call.call_id] = start(call, spec)
         if not wave or not waiting:
             return started
-        # A batch of reads (a write is a batch alone): the next wave once this one is in.
+        # A batch of reads (a write is a batch alone): the next wave once this one is in,
+        # its answers counted at their real size.
         if not await wait(list(started.values())):
             return None
+        to_read += sum(_answer_bytes(started[call.call_id]) for call, _ in wave)
+
+
+def _answer_bytes(handle: workflow.ActivityHandle[Any]) -> int:
+    """How large a team's answer that came in is (a failure has none to read)."""
+    if not handle.done() or handle.cancelled() or handle.exception() is not None:
+        return 0
+    answer = handle.result()
+    return len(answer.payload.data) if isinstance(answer, RawValue) else MAX_ANSWER_BYTES
 
 
 def _not_run(call: ToolCall) -> ToolFailure:
