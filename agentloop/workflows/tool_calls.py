@@ -132,8 +132,9 @@ async def _started_within_history(
     largest, never take the run's history past `HISTORY_BUDGET_BYTES`: in waves, each as large as
     the history has room for. Each answer is in history twice: as the team activity's result, and
     as the input of the `frame_team_answer` that reads it once the batch is in (counted at its
-    largest while in flight, at its real size once in). A call left when there is no room is not started (`_not_run`).
-    None: a cancel or the deadline came first. The last wave is still running."""
+    largest while in flight, at its real size once in). A call left when there is no room is not
+    started (`_not_run`). None: a cancel or the deadline came first. The last wave is still
+    running."""
     started: dict[str, workflow.ActivityHandle[Any]] = {}
     waiting: list[tuple[ToolCall, ToolSpec]] = []
     for call, spec in step.calls:
