@@ -11,7 +11,9 @@ fails the session when any history did not replay, and the terminal summary says
 were replayed, which did not, and how long replaying took.
 
 Only executions of type `AgentRun` are read: other workflow types some tests register (a
-probe, `NotAnAgentRun`) are not agentloop's to replay."""
+probe, `NotAnAgentRun`) are not agentloop's to replay. A test that runs encrypted runs on the
+session's server hands the audit its keys (`read_encrypted_with`): their histories are read
+with them, as its own client did."""
 
 from __future__ import annotations
 
@@ -21,9 +23,11 @@ from dataclasses import dataclass, field
 
 from temporalio.api.workflowservice.v1 import ListNamespacesRequest
 from temporalio.client import Client, WorkflowHistory
+from temporalio.converter import DataConverter
 
 from agentloop.cli.replay import replay_fetched
 from agentloop.contract import WORKFLOW_NAME
+from agentloop.runtime.codec import EncryptionCodec, KeyRing, encrypting_data_converter
 
 FETCHES_AT_ONCE = 8
 SYSTEM_NAMESPACE = "temporal-system"
@@ -46,6 +50,24 @@ class SuiteReplay:
 
 
 SUITE = SuiteReplay()
+
+CODEC_KEYS: dict[str, bytes] = {}
+"""Every key a test encrypted runs with on the session's server, by key id."""
+
+
+def read_encrypted_with(ring: KeyRing) -> None:
+    """The audit reads histories with `ring`'s keys too (a test's encrypted runs)."""
+    CODEC_KEYS.update(ring.keys)
+
+
+def reading_converter(client: Client) -> DataConverter:
+    """`client`'s converter, decrypting with every key a test handed the audit (payloads that
+    are not encrypted pass through a codec as they are); a client with a codec of its own reads
+    with it."""
+    if not CODEC_KEYS or client.data_converter.payload_codec is not None:
+        return client.data_converter
+    ring = KeyRing(keys=dict(CODEC_KEYS), active=next(iter(CODEC_KEYS)))
+    return encrypting_data_converter(EncryptionCodec.from_ring(ring), client.data_converter)
 
 
 async def namespaces(client: Client) -> list[str]:
@@ -77,11 +99,10 @@ async def replay_before_stop(client: Client) -> None:
     started = time.monotonic()
     SUITE.servers += 1
     for namespace in await namespaces(client):
-        reader = Client(
-            client.service_client, namespace=namespace, data_converter=client.data_converter
-        )
+        converter = reading_converter(client)
+        reader = Client(client.service_client, namespace=namespace, data_converter=converter)
         found = await histories(reader)
-        reports = await replay_fetched(found, data_converter=client.data_converter)
+        reports = await replay_fetched(found, data_converter=converter)
         SUITE.replayed += len(reports)
         SUITE.failures += [f"{namespace}: {r.line()}" for r in reports if not r.ok]
     SUITE.seconds += time.monotonic() - started

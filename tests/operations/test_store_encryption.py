@@ -52,6 +52,7 @@ from tests.operations.test_codec import (
     travel_script,
 )
 from tests.operations.test_store import postgres_url  # noqa: F401  (the session's PostgreSQL, or a skip)
+from tests.replay_audit import read_encrypted_with
 from tests.support import result_of, start_run
 
 TASK_CANARY = "QZ-SEALED-TASK-7731"
@@ -181,6 +182,7 @@ async def test_a_run_leaves_no_plaintext_in_the_store_and_transcript_still_reads
         }
     )
     scripted_provider.register(travel_script(run_id))
+    read_encrypted_with(KeyRing.parse(RING_K2_K1))  # the suite's replay audit reads this run
     codec_client = await connect(settings)
     run = AgentRunInput(
         task=TASK, provider="openai-chat", model=run_id, tools=["get_train_status", "get_weather"]
