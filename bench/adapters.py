@@ -29,12 +29,12 @@ from agentloop.adapters import (
 )
 from agentloop.adapters.base import ModelRequest, ProviderAdapter
 from agentloop.contract import ModelSettings, Provider
-from agentloop.demo.scripted_provider import Script
-from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.demo.tools.travel import get_weather
 from agentloop.events import Event, ModelOutput
 from agentloop.runtime.config import ProviderEndpoints, Settings
 from agentloop.runtime.dev_server import free_port
+from agentloop.scripted_provider import Script
+from agentloop.scripted_provider.server import ScriptedProvider
 from agentloop.store import open_store
 from agentloop.tools.builtins import read_artifact
 from bench.longrun import play, transcript
@@ -256,7 +256,7 @@ async def provider_process(work_dir: Path, scripts: list[Script]) -> AsyncIterat
     """The scripted provider as its own process, playing `scripts`; yields its root URL."""
     port = free_port()
     root = f"http://127.0.0.1:{port}"
-    args = ["-m", "agentloop.demo.scripted_provider.server", "--port", str(port)]
+    args = ["-m", "agentloop.scripted_provider.server", "--port", str(port)]
     log = work_dir / "transport-provider.log"
     async with child_process(args, {}, "scripted provider:", log), aiohttp.ClientSession() as http:
         for script in scripts:

@@ -12,8 +12,8 @@ import uuid
 from temporalio.client import Client
 
 from agentloop.contract import WORKFLOW_NAME, AgentRunResult
-from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider.server import ScriptedProvider
 from bench.report import Figure, Section, ratio
 from bench.scripts import long_input, weather_script
 

@@ -15,9 +15,9 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 
 from agentloop.activity_io import MODEL_CALLS
-from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.events import Event, ModelOutput, ToolResult
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider.server import ScriptedProvider
 from agentloop.tools.contract import ToolContext
 from agentloop.tools.decorator import tool
 from bench.longrun import play, transcript, worker_with_tools

@@ -22,10 +22,10 @@ from temporalio.client import Client
 
 from agentloop import search
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, Principal
-from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
-from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.inbox import InboxOptions, InboxServer, reading
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider.server import ScriptedProvider
 from bench.processes import agentloop_worker
 from bench.report import Figure, Section, ratio
 

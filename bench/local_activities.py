@@ -39,10 +39,10 @@ from agentloop.contract import (
     ApprovalDecision,
     Principal,
 )
-from agentloop.demo.scripted_provider import Script, ScriptedToolCall
-from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.run_client import RunClient
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedToolCall
+from agentloop.scripted_provider.server import ScriptedProvider
 from bench.floor import FloorStep
 from bench.processes import floor_worker
 from bench.report import Figure, Section, ratio, render

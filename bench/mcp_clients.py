@@ -34,12 +34,12 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from agentloop.activity_io import RUN_TOOL, RunToolInput
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, Principal
 from agentloop.demo.mcp_server import StateFile
-from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
-from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.events import ToolResult
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import free_port
 from agentloop.runtime.mcp_config import IDEMPOTENCY_META_KEY
+from agentloop.scripted_provider import Script, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider.server import ScriptedProvider
 from agentloop.worker import worker_parts
 from bench.processes import child_process
 from bench.report import Figure, Section, ratio

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider.server import ScriptedProvider
 from bench.history import history_bytes_per_turn, history_events_per_turn
 from bench.longrun import Attempt, attempt, history_bytes
 from bench.processes import WorkerProcess, agentloop_worker

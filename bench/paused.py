@@ -21,11 +21,11 @@ from agentloop.contract import (
     Principal,
     RunStatusView,
 )
-from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
-from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.demo.services import ExampleService
 from agentloop.run_client import RunClient
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider.server import ScriptedProvider
 from bench.memory import ProcessMemory
 from bench.processes import agentloop_worker
 from bench.report import Figure, Section, ratio

@@ -37,10 +37,10 @@ from temporalio.client import Client
 from agentloop import search
 from agentloop.cli.dev import DevStack, DevStackPorts
 from agentloop.contract import WORKFLOW_NAME, AgentRunResult, UserMessage
-from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
-from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.run_client import RunClient
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider.server import ScriptedProvider
 from bench.memory import ProcessMemory
 from bench.processes import AGENTLOOP_READY, PROFILE_WORKER, child_process, worker_env
 from bench.run import PROVIDER_ENV

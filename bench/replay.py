@@ -11,8 +11,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from agentloop.activity_io import MODEL_CALLS
-from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.runtime.config import SandboxMode, Settings
+from agentloop.scripted_provider.server import ScriptedProvider
 from agentloop.worker import workflow_runner
 from agentloop.workflows.agent_run import AgentRun
 from bench.longrun import play

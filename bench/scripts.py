@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import date, timedelta
 
 from agentloop.contract import AgentRunInput, Limits
-from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import Script, ScriptedToolCall, ScriptTurn
 from bench.peer import PeerTask
 
 TRAVEL_SCRIPT = "bench-travel"

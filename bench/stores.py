@@ -30,9 +30,9 @@ from psycopg import sql
 from temporalio.client import Client
 
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult
-from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.runtime.audit import mask_url
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider.server import ScriptedProvider
 from agentloop.store.postgres import with_search_path
 from bench.memory import PeakSampler
 from bench.processes import WorkerProcess, agentloop_worker, cpu_seconds

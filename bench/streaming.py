@@ -23,10 +23,10 @@ from temporalio.client import Client
 
 import agentloop
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult
-from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
-from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.run_events import RunEvent
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider.server import ScriptedProvider
 from bench.report import Figure, Section, ratio
 from bench.scripts import FIRST_DAY
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider.server import ScriptedProvider
 from bench.longrun import Attempt, attempt, history_bytes
 from bench.processes import WorkerProcess, agentloop_worker, cpu_seconds
 from bench.report import Figure, Section, ratio

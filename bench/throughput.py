@@ -23,8 +23,8 @@ from temporalio.client import Client, WorkflowHistory
 
 from agentloop.activity_io import MODEL_CALL, RUN_TOOL
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult
-from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider.server import ScriptedProvider
 from bench import run_state
 from bench.floor import FLOOR_WORKFLOW, FloorStep
 from bench.memory import PeakSampler

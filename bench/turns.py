@@ -21,8 +21,8 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from agentloop.demo.scripted_provider.server import ScriptedProvider
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider.server import ScriptedProvider
 from bench.floor import FloorStep
 from bench.processes import (
     WorkerProcess,

@@ -20,9 +20,9 @@ from temporalio.client import Client
 
 from agentloop.cli.dev import DevStack, DevStackPorts
 from agentloop.contract import AgentRunInput, ApprovalDecision, Principal, RunStatusView
-from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
 from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.run_client import RunClient
+from agentloop.scripted_provider import Script, ScriptedToolCall, ScriptTurn
 
 IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
 CHROMIUM = "/usr/bin/chromium"

@@ -15,11 +15,11 @@ from temporalio.testing import WorkflowEnvironment
 
 from agentloop import search
 from agentloop.cli.dev import EXAMPLE_TOOLS_MODULE
-from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.runtime.converter import data_converter as agentloop_data_converter
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, temporal_binary
+from agentloop.scripted_provider import ScriptedProvider
 from agentloop.worker import running_worker
 from tests import replay_audit
 

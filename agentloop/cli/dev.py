@@ -18,7 +18,6 @@ from temporalio.client import Client
 from agentloop import search
 from agentloop.cli.starting import SCRIPTED_KEY
 from agentloop.client import connect
-from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import VARIABLES, Settings
 from agentloop.runtime.dev_server import (
@@ -28,6 +27,7 @@ from agentloop.runtime.dev_server import (
     free_port,
     temporal_binary,
 )
+from agentloop.scripted_provider import ScriptedProvider
 from agentloop.tools.plugins import Toolbox, load_toolbox
 from agentloop.worker import running_worker, tool_effects
 

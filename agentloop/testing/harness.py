@@ -33,12 +33,12 @@ from agentloop.contract import (
     UserMessage,
     WriteAwaitingOperator,
 )
-from agentloop.demo.scripted_provider import RecordedRequest, Script, ScriptedProvider
-from agentloop.demo.scripted_provider.playback import Violation
 from agentloop.run_client import RunClient
 from agentloop.runtime.config import Settings
 from agentloop.runtime.converter import data_converter as agentloop_data_converter
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, temporal_binary
+from agentloop.scripted_provider import RecordedRequest, Script, ScriptedProvider
+from agentloop.scripted_provider.playback import Violation
 from agentloop.testing.patience import CEILING_SECONDS, status_or_why_not
 from agentloop.testing.turns import Turn, script_turns
 from agentloop.worker import running_worker, workflow_runner

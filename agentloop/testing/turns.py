@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentloop.demo.scripted_provider import ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import ScriptedToolCall, ScriptTurn
 
 
 class InventedCall(ScriptedToolCall):

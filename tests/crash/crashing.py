@@ -32,10 +32,10 @@ from agentloop.contract import (
     CallRecord,
     Principal,
 )
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, free_port, temporal_binary
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.testing.patience import CEILING_SECONDS
 from tests.support import (
     STOP_SECONDS,

@@ -32,9 +32,9 @@ from temporalio.client import Client, WorkflowHandle
 
 from agentloop.activity_io import MODEL_CALLS
 from agentloop.contract import AgentRunInput, AgentRunResult, ResolveRequest, RunStatusView
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptTurn
 from tests.crash.crashing import (
     RESERVE,
     STICKY_TIMEOUT,

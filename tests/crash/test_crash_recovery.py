@@ -15,9 +15,9 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from agentloop.contract import AgentRunInput, AgentRunResult
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from tests.support import result_of, start_run, wait_until, worker_env, worker_process
 
 pytestmark = pytest.mark.integration

@@ -29,9 +29,9 @@ from agentloop.contract import (
     RunStatusView,
     SideEffect,
 )
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.workflows.steps import LOOKUP_RETRY
 from tests.support import result_of, start_run, wait_for_phase, wait_until, write_key
 

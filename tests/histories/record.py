@@ -38,9 +38,9 @@ from agentloop.contract import (
     RunStatusView,
     UserMessage,
 )
-from agentloop.demo.scripted_provider import Script, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedToolCall, ScriptTurn
 
 HERE = Path(__file__).parent
 RULE_TOOLS = "tests.histories.rule_tools"

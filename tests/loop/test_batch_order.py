@@ -12,9 +12,9 @@ import pytest
 from temporalio.client import Client
 
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal, Reconciliation
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.workflows.loop.state import Batch
 from tests.support import approve_as_shown, result_of, start_run, wait_for_phase
 

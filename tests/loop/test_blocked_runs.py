@@ -11,9 +11,9 @@ import pytest
 from temporalio.client import Client
 
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from tests.operations.test_cli import agentloop as agentloop_cli
 from tests.operations.test_cli import process_env
 from tests.operations.test_family_stats import listed_stats

@@ -15,12 +15,12 @@ from temporalio.exceptions import ApplicationError
 from agentloop.adapters.openai_chat import CHAT_ITEM_ALLOWANCE
 from agentloop.contract import AgentRunInput, Limits, RunStatusView
 from agentloop.contract import Usage as RunUsage
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
-from agentloop.demo.scripted_provider.scripts import ScriptUsage
 from agentloop.events import Usage
 from agentloop.policies import budgets
 from agentloop.pricing import DEFAULT_PRICES, PriceTable
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider.scripts import ScriptUsage
 from tests.loop.test_properties import examples
 from tests.support import result_of, start_run
 

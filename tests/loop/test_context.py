@@ -19,10 +19,10 @@ from agentloop.context import (
     size,
 )
 from agentloop.contract import AgentRunInput, ApprovalDecision, Principal
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
-from agentloop.demo.scripted_provider.scripts import ScriptUsage
 from agentloop.events import ModelOutput, StateUpdate, ToolCall, ToolResult, UserInput
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider.scripts import ScriptUsage
 from agentloop.store import load_transcript, open_store
 from tests.support import result_of, start_run, wait_for_phase
 

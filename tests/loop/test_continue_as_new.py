@@ -17,9 +17,9 @@ from agentloop.contract import (
     RefusedApproval,
     RunStatusView,
 )
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.workflows import loop
 from agentloop.workflows.loop.humans import MAX_REFUSED_RECORDS
 from tests.support import approve_as_shown, result_of, start_run, wait_for_phase

@@ -25,10 +25,10 @@ from agentloop.contract import (
     Provider,
     RunStatusView,
 )
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.policies.checks import continue_from_problem
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from tests.operations.test_cli import agentloop, process_env
 from tests.support import result_of, start_run
 

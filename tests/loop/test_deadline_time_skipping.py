@@ -28,10 +28,10 @@ from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from agentloop.contract import AgentRunResult, Limits, RunStatusView
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
-from agentloop.demo.scripted_provider.scripts import ScriptedError
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider.scripts import ScriptedError
 from tests.people import test_approvals
 from tests.people.test_approvals import decide, reservations, reserve_script, run_input
 from tests.support import deadline_timers, start_run, wait_for_phase, wait_for_status

@@ -28,9 +28,9 @@ from agentloop.contract import (
     ResolveRequest,
     SideEffect,
 )
-from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.events import UserInput
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import ScriptedProvider
 from agentloop.tool_spec import Outcome
 from agentloop.workflows import loop
 from agentloop.workflows.loop import Finish, LookupOutcome, RunTools

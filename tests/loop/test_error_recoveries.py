@@ -40,13 +40,13 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
-from agentloop.demo.scripted_provider.scripts import ScriptedError
 from agentloop.demo.services import ExampleService
 from agentloop.demo.tools.http import ServiceClient
 from agentloop.events import ErrorClass, ModelOutput, ToolResult
 from agentloop.policies.errors import classify_connection_error, classify_http_error
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider.scripts import ScriptedError
 from agentloop.store import load_transcript, open_store
 from agentloop.workflows.loop import MAX_REFUSED_CALLS
 from agentloop.workflows.steps import LOOKUP_RETRY, MODEL_RETRY

@@ -30,11 +30,11 @@ from temporalio.common import RawValue
 from temporalio.service import RPCError
 
 from agentloop.contract import AgentRunResult, ApprovalDecision, ApprovalVerdict
-from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.demo.services import ExampleService
 from agentloop.policies.bounds import MAX_SIGNAL_BYTES, MAX_UPDATE_REQUEST_BYTES
 from agentloop.run_events import MAX_RETAINED_BYTES, MAX_RETAINED_ITEMS, TOPIC
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import ScriptedProvider
 from agentloop.workflows.stream import PUBLISH_SIGNAL
 from tests.fuzzing import SEED, case_rng, cases
 from tests.loop.test_fuzz_signals import SHAPES, TEXT_FIELD, WRONG_VALUES, failed_tasks

@@ -20,9 +20,9 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from agentloop.contract import AgentRunResult, ApprovalDecision
-from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.policies.bounds import MAX_SIGNAL_BYTES
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import ScriptedProvider
 from agentloop.workflows.inbound import InboundRefused, parse
 from tests.fuzzing import cases
 from tests.loop.test_hardening import paused_for_approval, raw_json

@@ -7,9 +7,9 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from agentloop.contract import AgentRunInput, Principal, RefusedSignal, RunStatusView, UserMessage
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.workflows.loop.humans import MAX_ANSWER_CHARS, MIN_ANSWER_ROOM, answer_room
 from tests.support import result_of, start_run, wait_for_phase, wait_for_status
 

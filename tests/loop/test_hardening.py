@@ -35,14 +35,6 @@ from agentloop.contract import (
     RunStatusView,
 )
 from agentloop.demo.mcp_server import fanning_schema
-from agentloop.demo.scripted_provider import (
-    Script,
-    ScriptedError,
-    ScriptedProvider,
-    ScriptedToolCall,
-    ScriptTurn,
-)
-from agentloop.demo.scripted_provider.scripts import ScriptUsage
 from agentloop.demo.services import ExampleService
 from agentloop.events import ModelOutput
 from agentloop.policies import checks
@@ -50,6 +42,14 @@ from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS
 from agentloop.runtime.config import Settings
 from agentloop.runtime.converter import data_converter as agentloop_data_converter
 from agentloop.runtime.dev_server import temporal_binary
+from agentloop.scripted_provider import (
+    Script,
+    ScriptedError,
+    ScriptedProvider,
+    ScriptedToolCall,
+    ScriptTurn,
+)
+from agentloop.scripted_provider.scripts import ScriptUsage
 from agentloop.store import load_artifact_text, load_transcript, open_store
 from agentloop.store.memory import MemoryStore
 from agentloop.workflows.loop.delegation import child_run_id

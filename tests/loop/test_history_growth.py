@@ -9,8 +9,8 @@ from temporalio.client import Client
 
 from agentloop.activity_io import MODEL_CALLS
 from agentloop.contract import AgentRunInput, Limits, Principal
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.store.artifacts import BY_REFERENCE_MIN_CHARS
 from tests.support import result_of, start_run
 

@@ -23,7 +23,6 @@ from temporalio.testing import ActivityEnvironment
 
 from agentloop.activity_io import RunToolInput
 from agentloop.contract import AgentRunInput, AgentRunResult
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.demo.services.control import padding_text
 from agentloop.demo.tools import EXAMPLE_TOOLS, ExampleDeps
@@ -31,6 +30,7 @@ from agentloop.demo.tools.http import ServiceClient
 from agentloop.demo.tools.travel import get_weather
 from agentloop.events import ToolResult
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.store import artifact_key, open_store
 from agentloop.tools.builtins import PAGE_CHARS
 from tests.support import result_of, start_run, tool_activities

@@ -20,13 +20,13 @@ from temporalio.common import RawValue
 
 from agentloop.adapters._shared import ArgumentsError, parse_arguments
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, RunStatusView
-from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.demo.tools import EXAMPLE_TOOLS
 from agentloop.events import ToolCall
 from agentloop.policies.checks import input_problem
 from agentloop.policies.completion import check_output
 from agentloop.policies.validation import Allowed, Refused, validate_call
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import ScriptedProvider
 from agentloop.workflows.inbound import SIGNAL_SHAPES, InboundRefused, parse
 from tests.loop.test_hardening import assert_never_wedged, paused_for_approval
 from tests.support import result_of

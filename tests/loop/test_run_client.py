@@ -14,9 +14,9 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentloop.contract import ApprovalDecision
-from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.run_client import RunClient
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import ScriptedProvider
 from tests.loop.test_continue_as_new import booking_input, booking_script
 from tests.operations.test_cli import agentloop, process_env
 from tests.support import wait_for_phase

@@ -15,9 +15,9 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 
 from agentloop.contract import AgentRunInput, AgentRunResult, ResolveRequest
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.tools.source import NO_LOOKUP
 from agentloop.worker import running_worker
 from tests.support import (

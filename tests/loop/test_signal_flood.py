@@ -13,10 +13,10 @@ from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptTurn
-from agentloop.demo.scripted_provider import ScriptedToolCall as call
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptTurn
+from agentloop.scripted_provider import ScriptedToolCall as call
 from agentloop.workflows.startup import CONTINUE_AS_NEW_MIN_INTERVAL
 from agentloop.workflows.stream import PUBLISH_SIGNAL
 from tests.support import (

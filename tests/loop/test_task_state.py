@@ -11,11 +11,11 @@ import pytest
 from temporalio.client import Client
 
 from agentloop.contract import AgentRunInput, ApprovalDecision, Principal, UserMessage
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.policies import task_state
 from agentloop.policies.progress import TurnFingerprint, stall
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from tests.support import result_of, start_run, wait_for_phase, wait_for_status
 
 PRINCIPAL = Principal(subject="agent-7", scopes=["tickets:read", "tickets:write"])

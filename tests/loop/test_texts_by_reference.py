@@ -19,16 +19,16 @@ from agentloop.contract import (
     Principal,
     RefusedSignal,
 )
-from agentloop.demo.scripted_provider import (
+from agentloop.events import Instruction, UserInput
+from agentloop.policies.bounds import MAX_INLINE_TEXT_CHARS, MAX_LEDGER_ARGUMENT_BYTES
+from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import (
     Script,
     ScriptedError,
     ScriptedProvider,
     ScriptedToolCall,
     ScriptTurn,
 )
-from agentloop.events import Instruction, UserInput
-from agentloop.policies.bounds import MAX_INLINE_TEXT_CHARS, MAX_LEDGER_ARGUMENT_BYTES
-from agentloop.runtime.config import Settings
 from agentloop.store import load_transcript, open_store
 from agentloop.workflows.loop.humans import MAX_WAITING_MESSAGES
 from tests.loop.test_hardening import assert_never_wedged

@@ -29,10 +29,10 @@ import pytest
 from temporalio.client import Client
 
 from agentloop.contract import AgentRunResult
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import free_port, temporal_binary
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.testing.patience import CEILING_SECONDS
 from tests.support import (
     STOP_SECONDS,

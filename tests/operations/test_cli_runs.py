@@ -24,15 +24,15 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
 from agentloop.contract import AgentRunInput, AgentRunResult
-from agentloop.demo.scripted_provider import (
+from agentloop.runtime.config import Settings
+from agentloop.runtime.dev_server import free_port
+from agentloop.scripted_provider import (
     Script,
     ScriptedError,
     ScriptedProvider,
     ScriptedToolCall,
     ScriptTurn,
 )
-from agentloop.runtime.config import Settings
-from agentloop.runtime.dev_server import free_port
 from agentloop.testing.patience import CEILING_SECONDS
 from tests.operations.test_cli import (
     AGENTLOOP,

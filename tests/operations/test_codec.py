@@ -31,7 +31,6 @@ from agentloop import search
 from agentloop.cli.parser import build_parser
 from agentloop.client import connect, data_converter
 from agentloop.contract import AgentRunInput, AgentRunResult, RunStatusView
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime import converter as agentloop_converter
 from agentloop.runtime.codec import (
@@ -55,6 +54,7 @@ from agentloop.runtime.config import (
     load_config,
 )
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, free_port, temporal_binary
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.worker import running_worker
 from agentloop.workflows.agent_run import AgentRun
 from tests.operations.test_cli import (

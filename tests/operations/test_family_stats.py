@@ -15,8 +15,8 @@ from temporalio.client import Client
 
 import agentloop
 from agentloop.contract import AgentRunInput, AgentRunResult, CallRecord, Limits, Usage
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.task_families import FamilyStats, FinishedRun, summarize
 from tests.operations.test_cli import agentloop as agentloop_cli
 from tests.operations.test_cli import process_env

@@ -7,8 +7,9 @@ the workflow and its activities exchange, the chain hashing); the pure policies 
 concerns (`runtime/`); the store; the provider adapters and the tools; MCP servers as tool
 sources (`mcp/`); the workflow (which never imports store, adapter, tool or activity code: it
 runs on recorded results only); the activities (which know a tool source by its protocol
-only, as the registry routes a name to it); the demo's example tools, systems and scripted
-model; the client and the operators' reads (`operations/`: wedged runs, resets); the worker;
+only, as the registry routes a name to it); the scripted model provider (it speaks the
+providers' wire protocols and needs only the vocabulary); the demo's example tools and systems;
+the client and the operators' reads (`operations/`: wedged runs, resets); the worker;
 the inbox (a web app for the people in the loop); the CLI; and `agentloop.testing` on top
 (the package's face, `agentloop/__init__.py`, hands on names from every floor).
 
@@ -67,23 +68,26 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "activities": frozenset(
         {"vocabulary", "policies", "runtime", "store", "adapters", "tools", "client", "run_client"}
     ),
+    "scripted_provider": frozenset({"vocabulary"}),
     "demo": frozenset({"vocabulary", "policies", "runtime", "store", "tools"}),
     "client": frozenset({"vocabulary", "runtime"}),
     # What an operator asks of Temporal about runs (a wedged run, its reset): no run code.
     "operations": frozenset({"vocabulary", "runtime"}),
     "run_client": frozenset({"vocabulary", "runtime", "client"}),
 }
-_BELOW_WORKER = frozenset(MAY_IMPORT) - {"demo"}
+# A worker serves real tools to real models: the example tools and the scripted model are
+# what `agentloop dev` (the CLI) and the tests put beside it.
+_BELOW_WORKER = frozenset(MAY_IMPORT) - {"demo", "scripted_provider"}
 MAY_IMPORT["worker"] = _BELOW_WORKER
 MAY_IMPORT["inbox"] = _BELOW_WORKER | {"demo", "worker"}
-MAY_IMPORT["cli"] = MAY_IMPORT["inbox"] | {"inbox"}
+MAY_IMPORT["cli"] = MAY_IMPORT["inbox"] | {"inbox", "scripted_provider"}
 MAY_IMPORT["testing"] = MAY_IMPORT["cli"] | {"cli"}
 """Each layer and the layers below it that it may import (its own modules aside)."""
 
 STATE_TABLE = "agentloop.workflows.loop.decide"
 STATE_TABLE_READS = frozenset(
     f"agentloop.workflows.loop.{name}"
-    for name in ("features", "next_step", "state", "stops", "views")
+    for name in ("next_step", "state", "stops", "views")
 )
 """The loop modules the state table may import: the state, the steps it answers with, and
 pure reads of the state. A fold (what records a step's outcome: `model_step`, `tool_step`,
@@ -288,9 +292,15 @@ def test_the_layer_check_finds_an_upward_import() -> None:
         "agentloop.workflows.steps": [(3, "agentloop.store.sqlite")],
         "agentloop.demo.run": [(5, "agentloop.cli.commands")],
         "agentloop.cli.commands": [(7, "agentloop.workflows.agent_run")],
+        "agentloop.cli.dev": [(8, "agentloop.scripted_provider.server")],
+        "agentloop.scripted_provider.scripts": [(9, "agentloop.demo.tools")],
+        "agentloop.worker": [(4, "agentloop.scripted_provider")],
     }
     assert list(upward_imports(graph)) == [
         "agentloop.demo.run:5 (demo) imports agentloop.cli.commands (cli)",
+        "agentloop.scripted_provider.scripts:9 (scripted_provider) imports agentloop.demo.tools"
+        " (demo)",
+        "agentloop.worker:4 (worker) imports agentloop.scripted_provider (scripted_provider)",
         "agentloop.workflows.steps:3 (workflows) imports agentloop.store.sqlite (store)",
     ]
 

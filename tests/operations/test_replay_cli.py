@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import free_port, temporal_binary
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from tests.loop.test_replay import HISTORY_DIR, tampered_travel
 from tests.operations.test_cli import agentloop, assert_no_traceback, process_env, run_process
 

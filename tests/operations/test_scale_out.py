@@ -17,10 +17,10 @@ from psycopg import sql
 from temporalio.client import Client
 
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.events import ModelOutput, ToolResult
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.store import load_transcript
 from agentloop.store.postgres import PostgresStore, with_search_path
 from tests.operations.test_store import postgres_url

@@ -24,9 +24,9 @@ from agentloop.contract import (
     ApprovalDecision,
     Principal,
 )
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import temporal_binary
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.worker import running_worker
 from tests.operations.test_cli import agentloop, assert_no_traceback, process_env, run_process
 from tests.support import (

@@ -17,9 +17,9 @@ import pytest
 from temporalio.client import Client
 
 from agentloop.contract import AgentRunInput, ApprovalDecision, Principal
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from tests.support import (
     WORKER_READY_LINE,
     result_of,

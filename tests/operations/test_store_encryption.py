@@ -23,11 +23,11 @@ from temporalio.client import Client
 
 from agentloop.client import connect
 from agentloop.contract import AgentRunInput
-from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.events import ToolResult, UserInput
 from agentloop.policies.bounds import MAX_INLINE_TEXT_CHARS
 from agentloop.runtime.codec import KeyRing
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import ScriptedProvider
 from agentloop.store import (
     ROOT,
     SealedBlobError,

@@ -23,10 +23,10 @@ from temporalio.contrib.opentelemetry import TracingInterceptor
 
 from agentloop.client import connect
 from agentloop.contract import AgentRunInput
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.runtime import tracing
 from agentloop.runtime.config import ConfigError, Settings
 from agentloop.runtime.config_checks import OTEL_MODULES, OtelMode
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.worker import running_worker
 from tests.operations.test_cli import agentloop, assert_no_traceback
 from tests.operations.test_config import clean_env, problems_of

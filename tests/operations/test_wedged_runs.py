@@ -23,12 +23,12 @@ from temporalio.service import RPCError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from agentloop.contract import WORKFLOW_NAME, AgentRunResult
-from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.inbox.pages import run_path
 from agentloop.inbox.reading import RunInputs, read_story
 from agentloop.operations.failing_tasks import FailureFound, diverged_event, failing_attempt
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import ScriptedProvider
 from agentloop.worker import running_worker
 from tests.operations.test_cli import agentloop, assert_no_traceback, process_env
 from tests.operations.test_cli_runs import one_document, question_script

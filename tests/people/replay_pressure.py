@@ -39,10 +39,10 @@ from agentloop.contract import (
     RunStatusView,
     UserMessage,
 )
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.policies.bounds import MAX_INLINE_TEXT_CHARS
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from tests.support import start_run, wait_for_status, write_key
 
 TICKET = "T-1001"

@@ -28,10 +28,10 @@ from agentloop.contract import (
     RefusedApproval,
     RunStatusView,
 )
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
-from agentloop.demo.scripted_provider.protocols import ANTHROPIC
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider.protocols import ANTHROPIC
 from agentloop.worker import running_worker
 from tests.crash.test_crash_phases import requests_to
 from tests.support import (

@@ -33,10 +33,10 @@ from starlette.requests import cookie_parser
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.inbox.guards import MAX_BODY_BYTES, MAX_FORM_FIELDS
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import ScriptedProvider
 from agentloop.waiting import encode_id
 from tests.fuzzing import SEED, case_rng, cases
 from tests.people.test_inbox_browser import APPROVER, USER_HEADER, waiting_booking

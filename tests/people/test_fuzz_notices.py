@@ -34,10 +34,10 @@ from temporalio.testing import ActivityEnvironment
 
 from agentloop.activities.notices import SIGNATURE_HEADER, NoticeActivities
 from agentloop.activity_io import NOTICE_NOT_DELIVERED, DeliveryPolicy, NoticeCall, WaitingNotice
-from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.runtime.notice_routes import Webhook
+from agentloop.scripted_provider import ScriptedProvider
 from agentloop.worker import running_worker
 from tests.fuzzing import SEED, case_rng, cases
 from tests.loop.test_fuzz_signals import failed_tasks

@@ -20,11 +20,11 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 
 from agentloop.contract import AgentRunResult, ApprovalDecision, ApprovalVerdict
-from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.inbox.guards import MAX_BODY_BYTES, MAX_FORM_FIELDS
 from agentloop.inbox.live import MAX_BROWSERS_PER_USER
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import ScriptedProvider
 from agentloop.waiting import run_path
 from tests.people.test_inbox import inbox_process
 from tests.people.test_inbox_browser import (

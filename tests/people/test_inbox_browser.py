@@ -18,12 +18,12 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal, UserMessage
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.policies.bounds import clipped
 from agentloop.runtime.config import Settings
 from agentloop.runtime.signing import new_private_key_pem
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.testing.patience import CEILING_SECONDS
 from agentloop.waiting import MAX_MEMO_TEXT_CHARS
 from agentloop.worker import running_worker

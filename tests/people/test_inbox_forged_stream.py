@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.inbox import InboxServer
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import ScriptedProvider
 from tests.people.test_inbox_browser import Watched, browser, inbox, playwright_api
 from tests.people.test_stream_authorship import (
     FIRST_TEXT,

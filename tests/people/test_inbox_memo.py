@@ -21,9 +21,9 @@ from agentloop.contract import (
     Principal,
     UserMessage,
 )
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.inbox.reading import RunInputs, WaitingItem, waiting_items
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.waiting import WAITING_MEMO
 from agentloop.worker import running_worker
 from tests.support import result_of, start_run, wait_for_phase, wait_for_status

@@ -20,8 +20,8 @@ from temporalio.client import Client
 
 from agentloop.activities.notices import SIGNATURE_HEADER
 from agentloop.contract import AgentRunInput, ApprovalDecision, Principal, RunStatusView
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.runtime.config import CONFIG_FILE_VARIABLE, ConfigError, Settings, load_config
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.worker import running_worker
 from tests.operations.test_config import problems_of
 from tests.support import result_of, start_run, wait_for_phase, wait_for_status, wait_until

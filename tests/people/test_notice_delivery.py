@@ -26,11 +26,11 @@ from temporalio.testing import ActivityEnvironment
 from agentloop.activities.notices import NoticeActivities
 from agentloop.activity_io import DeliveryPolicy, NoticeCall, WaitingNotice
 from agentloop.contract import AgentRunInput, AgentRunResult, CancelRequest, Principal
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.runtime.audit import configure_logging, reset_logging
 from agentloop.runtime.config import Settings
 from agentloop.runtime.notice_routes import Webhook
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.worker import running_worker
 from tests.people.test_inbox_notices import (
     RESERVE,

@@ -20,9 +20,9 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 
 from agentloop.contract import AgentRunResult
-from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import ScriptedProvider
 from agentloop.worker import running_worker
 from agentloop.workflows.steps import LOOKUP_RETRY
 from tests.fuzzing import cases

@@ -28,7 +28,6 @@ from agentloop.contract import (
     ResolveRequest,
     RunStatusView,
 )
-from agentloop.demo.scripted_provider import ScriptedProvider
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import ConfigError, Settings
 from agentloop.runtime.signing import (
@@ -40,6 +39,7 @@ from agentloop.runtime.signing import (
     sign_decision,
     sign_resolution,
 )
+from agentloop.scripted_provider import ScriptedProvider
 from agentloop.worker import running_worker
 from tests.crash.test_exactly_once import (
     CALL_ID,

@@ -24,7 +24,6 @@ from agentloop import start_run
 from agentloop.activities.principals import check_principal
 from agentloop.activity_io import CheckPrincipalInput
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptTurn
 from agentloop.runtime.audit import AUDIT_LOGGER
 from agentloop.runtime.config import ConfigError, Settings
 from agentloop.runtime.signing import ApproverKeys, SigningError, public_key_text
@@ -34,6 +33,7 @@ from agentloop.runtime.start_signing import (
     StartSignature,
     sign_start,
 )
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptTurn
 from agentloop.store.memory import MemoryStore
 from agentloop.worker import running_worker
 from tests.operations.test_cli import agentloop, assert_no_traceback, process_env

@@ -23,7 +23,6 @@ from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowS
 from agentloop import stream_seals
 from agentloop.cli.output import RESULT_EXIT_CODES
 from agentloop.contract import AgentRunInput, AgentRunResult, ApprovalDecision
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.run_events import (
     FOREIGN_TOPIC,
     MAX_FOREIGN_ITEMS,
@@ -32,6 +31,7 @@ from agentloop.run_events import (
     RunEvent,
 )
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from tests.operations.test_cli import process_env
 from tests.operations.test_cli_runs import cli_process, read_until
 from tests.people.test_watch import collect, failed_workflow_tasks

@@ -17,9 +17,9 @@ from temporalio.worker import Worker
 import agentloop
 from agentloop import ToolContext
 from agentloop.contract import AgentRunInput, Principal
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.tools.plugins import Plugin, Toolset, build_toolbox
 from agentloop.worker import running_worker, worker_parts
 from agentloop.workflows.agent_run import AgentRun

@@ -28,15 +28,15 @@ from agentloop.contract import (
     ApprovalDecision,
     RunStatusView,
 )
-from agentloop.demo.scripted_provider import (
+from agentloop.run_events import MAX_FOREIGN_ITEMS, MAX_RETAINED_ITEMS, TOPIC, RunEvent
+from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import (
     Script,
     ScriptedError,
     ScriptedProvider,
     ScriptedToolCall,
     ScriptTurn,
 )
-from agentloop.run_events import MAX_FOREIGN_ITEMS, MAX_RETAINED_ITEMS, TOPIC, RunEvent
-from agentloop.runtime.config import Settings
 from agentloop.worker import running_worker
 from agentloop.workflows.agent_run import AgentRun
 from tests.operations.test_cli import agentloop as agentloop_cli

@@ -11,8 +11,8 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from agentloop.contract import AgentRunInput
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptTurn
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptTurn
 from tests.support import result_of, start_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]

@@ -15,10 +15,10 @@ import pytest
 from temporalio.client import Client
 
 from agentloop.contract import AgentRunInput, AgentRunResult
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
-from agentloop.demo.scripted_provider.scripts import ScriptedError
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider.scripts import ScriptedError
 from agentloop.workflows.steps import MODEL_RETRY
 from tests.support import result_of, start_run
 

@@ -14,8 +14,8 @@ import pytest
 from openai import AsyncOpenAI, BadRequestError, NotFoundError, omit
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
 
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
-from agentloop.demo.scripted_provider.scripts import render_placeholders
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider.scripts import render_placeholders
 
 Message = dict[str, Any]
 

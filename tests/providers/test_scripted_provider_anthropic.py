@@ -12,7 +12,7 @@ import pytest
 from anthropic import AsyncAnthropic, BadRequestError, Omit, omit
 from anthropic.types import Message, MessageParam, RawMessageStreamEvent, ToolParam
 
-from agentloop.demo.scripted_provider import (
+from agentloop.scripted_provider import (
     Script,
     ScriptedProvider,
     ScriptedToolCall,

@@ -13,7 +13,7 @@ import anthropic
 import openai
 import pytest
 
-from agentloop.demo.scripted_provider import (
+from agentloop.scripted_provider import (
     Script,
     ScriptedError,
     ScriptedProvider,

@@ -11,7 +11,7 @@ import pytest
 from openai import AsyncOpenAI, BadRequestError, Omit, omit
 from openai.types.responses import Response, ResponseInputParam, ResponseStreamEvent
 
-from agentloop.demo.scripted_provider import (
+from agentloop.scripted_provider import (
     Script,
     ScriptedProvider,
     ScriptedToolCall,

@@ -16,7 +16,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from agentloop.demo.scripted_provider import (
+from agentloop.scripted_provider import (
     Script,
     ScriptedError,
     ScriptedProvider,

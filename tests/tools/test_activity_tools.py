@@ -30,9 +30,9 @@ from temporalio.worker import Interceptor, Worker
 import agentloop
 from agentloop.client import start_run
 from agentloop.contract import AgentRunInput, AgentRunResult, Limits, Principal
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.store import load_artifact_text
 from agentloop.testing.patience import CEILING_SECONDS
 from agentloop.tools.plugins import Plugin, Toolset, build_toolbox

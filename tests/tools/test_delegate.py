@@ -20,9 +20,9 @@ from agentloop.contract import (
     Principal,
     RunStatusView,
 )
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.testing.patience import CEILING_SECONDS
 from tests.support import approve_as_shown, result_of, start_run, wait_until
 

@@ -27,8 +27,8 @@ from temporalio.worker import Interceptor, Worker
 import agentloop
 from agentloop.client import start_run
 from agentloop.contract import AgentRunInput, AgentRunResult, Limits, Principal
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.testing.patience import CEILING_SECONDS
 from agentloop.tool_spec import DEFAULT_MAX_RESULT_CHARS
 from agentloop.tools.activity_results import STORED_ANSWER, STORED_ENCODING

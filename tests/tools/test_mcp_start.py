@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
-from agentloop.demo.scripted_provider import ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.mcp.listing import McpToolsError
 from agentloop.mcp.pool import McpPool
 from agentloop.mcp.tools import McpTools
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import free_port
 from agentloop.runtime.mcp_config import MAX_START_BUDGET_SECONDS, McpServerConfig
+from agentloop.scripted_provider import ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.workflows.startup import DESCRIBE_RUN_TIMEOUT
 from tests.support import result_of, wait_until
 from tests.tools.test_mcp_connection import server_pids

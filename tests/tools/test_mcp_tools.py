@@ -24,9 +24,9 @@ from temporalio.worker import Replayer
 
 from agentloop.client import start_run
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal, UserMessage
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.events import ToolResult
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.store import load_transcript, open_store
 from agentloop.testing.patience import CEILING_SECONDS
 from agentloop.worker import running_worker

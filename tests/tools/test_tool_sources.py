@@ -19,9 +19,9 @@ from temporalio.exceptions import ApplicationError
 
 from agentloop.client import start_run
 from agentloop.contract import AgentRunInput, AgentRunResult
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.events import ToolResult
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.store import load_transcript, open_store
 from agentloop.tool_spec import Outcome, ToolSpec
 from agentloop.tools.contract import OutcomeUnknown, Tool, ToolContext

@@ -12,8 +12,8 @@ from temporalio.client import Client
 
 from agentloop.activity_io import MODEL_CALL, MODEL_CALL_BY_REF
 from agentloop.contract import AgentRunInput
-from agentloop.demo.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.store import SqliteStore, StoreError
 from agentloop.store.specs import ToolSpecCache
 from agentloop.tool_spec import ToolSpec

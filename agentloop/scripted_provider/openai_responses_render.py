@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentloop.demo.scripted_provider.rendering import (
+from agentloop.scripted_provider.rendering import (
     JSONObject,
     Reply,
     Stream,
@@ -20,7 +20,7 @@ from agentloop.demo.scripted_provider.rendering import (
     pieces,
     sse_frame,
 )
-from agentloop.demo.scripted_provider.scripts import ScriptedToolCall, ScriptUsage
+from agentloop.scripted_provider.scripts import ScriptedToolCall, ScriptUsage
 
 
 def response_id(output: TurnOutput) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agentloop.demo.scripted_provider import (
+from agentloop.scripted_provider import (
     anthropic_parse,
     anthropic_render,
     openai_chat_parse,
@@ -19,8 +19,8 @@ from agentloop.demo.scripted_provider import (
     openai_responses_parse,
     openai_responses_render,
 )
-from agentloop.demo.scripted_provider.conversation import Conversation, Part
-from agentloop.demo.scripted_provider.rendering import (
+from agentloop.scripted_provider.conversation import Conversation, Part
+from agentloop.scripted_provider.rendering import (
     JSONObject,
     Rejection,
     Reply,

@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentloop.demo.scripted_provider.conversation import Phase
-from agentloop.demo.scripted_provider.scripts import ScriptTurn, ScriptUsage
+from agentloop.scripted_provider.conversation import Phase
+from agentloop.scripted_provider.scripts import ScriptTurn, ScriptUsage
 
 JSONObject = dict[str, Any]
 

@@ -1,6 +1,6 @@
 """The scripted model provider: an aiohttp app that plays scripts over three wire protocols.
 
-Run standalone with `python -m agentloop.demo.scripted_provider.server --port 8788`.
+Run standalone with `python -m agentloop.scripted_provider.server --port 8788`.
 
 Routes (`model` names the script to play; the same script plays over every protocol):
 - `POST /v1/chat/completions`  OpenAI Chat Completions (openai `base_url` = root + `/v1`).
@@ -33,21 +33,21 @@ from aiohttp import web
 from pydantic import ValidationError
 from yarl import URL
 
-from agentloop.demo.scripted_provider import openai_errors
-from agentloop.demo.scripted_provider.playback import (
+from agentloop.scripted_provider import openai_errors
+from agentloop.scripted_provider.playback import (
     Playback,
     RecordedRequest,
     TokenCount,
     Violation,
 )
-from agentloop.demo.scripted_provider.protocols import (
+from agentloop.scripted_provider.protocols import (
     ANTHROPIC,
     OPENAI_RESPONSES,
     PROTOCOLS,
     WireProtocol,
 )
-from agentloop.demo.scripted_provider.rendering import Rejection, Reply
-from agentloop.demo.scripted_provider.scripts import Script, ScriptFolder, load_builtin_scripts
+from agentloop.scripted_provider.rendering import Rejection, Reply
+from agentloop.scripted_provider.scripts import Script, ScriptFolder, load_builtin_scripts
 
 __all__ = ["DEFAULT_PORT", "RecordedRequest", "ScriptedProvider", "TokenCount", "Violation", "main"]
 

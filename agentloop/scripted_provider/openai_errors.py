@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentloop.demo.scripted_provider.rendering import JSONObject, Rejection
+from agentloop.scripted_provider.rendering import JSONObject, Rejection
 
 REQUEST_ID_HEADER = "x-request-id"
 """The openai client exposes it as `_request_id` on every parsed response."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentloop.demo.scripted_provider.rendering import (
+from agentloop.scripted_provider.rendering import (
     JSONObject,
     Rejection,
     Reply,
@@ -26,7 +26,7 @@ from agentloop.demo.scripted_provider.rendering import (
     pieces,
     sse_frame,
 )
-from agentloop.demo.scripted_provider.scripts import ScriptedToolCall, ScriptUsage
+from agentloop.scripted_provider.scripts import ScriptedToolCall, ScriptUsage
 
 REQUEST_ID_HEADER = "request-id"
 """The anthropic client exposes it as `_request_id` on every parsed response."""

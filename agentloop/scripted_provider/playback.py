@@ -17,11 +17,11 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, TypedDict
 
-from agentloop.demo.scripted_provider.checks import check_conversation
-from agentloop.demo.scripted_provider.conversation import Conversation, Part, Phase
-from agentloop.demo.scripted_provider.protocols import WireProtocol
-from agentloop.demo.scripted_provider.rendering import Rejection, Reply, TurnOutput
-from agentloop.demo.scripted_provider.scripts import (
+from agentloop.scripted_provider.checks import check_conversation
+from agentloop.scripted_provider.conversation import Conversation, Part, Phase
+from agentloop.scripted_provider.protocols import WireProtocol
+from agentloop.scripted_provider.rendering import Rejection, Reply, TurnOutput
+from agentloop.scripted_provider.scripts import (
     CHARS_PER_TOKEN,
     Script,
     ScriptFolder,

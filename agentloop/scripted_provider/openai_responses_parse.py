@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agentloop.demo.scripted_provider.conversation import (
+from agentloop.scripted_provider.conversation import (
     Call,
     Conversation,
     ModelTurn,

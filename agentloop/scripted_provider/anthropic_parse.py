@@ -14,7 +14,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agentloop.demo.scripted_provider.conversation import (
+from agentloop.digests import canonical_json
+from agentloop.scripted_provider.conversation import (
     Call,
     Conversation,
     ModelTurn,
@@ -26,7 +27,6 @@ from agentloop.demo.scripted_provider.conversation import (
     role_of,
     text_of,
 )
-from agentloop.digests import canonical_json
 
 ROLES = ("user", "assistant")
 _COMPARED = frozenset({"text", "tool_use", "thinking", "redacted_thinking"})

@@ -7,7 +7,7 @@ and no paused turns: `reasoning` and `pause_turn` are ignored here.
 
 from __future__ import annotations
 
-from agentloop.demo.scripted_provider.rendering import (
+from agentloop.scripted_provider.rendering import (
     Fragment,
     JSONObject,
     Reply,
@@ -17,7 +17,7 @@ from agentloop.demo.scripted_provider.rendering import (
     pieces,
     sse_frame,
 )
-from agentloop.demo.scripted_provider.scripts import ScriptedToolCall, ScriptUsage
+from agentloop.scripted_provider.scripts import ScriptedToolCall, ScriptUsage
 
 DONE_FRAME = b"data: [DONE]\n\n"
 

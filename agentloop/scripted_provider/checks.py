@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from agentloop.demo.scripted_provider.conversation import (
+from agentloop.scripted_provider.conversation import (
     Call,
     Conversation,
     ModelTurn,
@@ -20,7 +20,7 @@ from agentloop.demo.scripted_provider.conversation import (
     Reasoning,
     Text,
 )
-from agentloop.demo.scripted_provider.scripts import Script
+from agentloop.scripted_provider.scripts import Script
 
 SentParts = Callable[[int, Phase], list[Part]]
 """What the provider sent at turn `k` (placeholders filled), as the protocol's parser sees it."""
