@@ -14,8 +14,8 @@ from agentloop.contract import AgentRunInput, AgentRunResult, Principal
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
-from tests.operations.test_cli import agentloop as agentloop_cli
-from tests.operations.test_cli import process_env
+from tests.cli.test_cli import agentloop as agentloop_cli
+from tests.cli.test_cli import process_env
 from tests.operations.test_family_stats import listed_stats
 from tests.support import approve_as_shown, result_of, start_run, wait_for_phase
 

@@ -29,7 +29,7 @@ from agentloop.demo.services import ExampleService
 from agentloop.policies.checks import continue_from_problem
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
-from tests.operations.test_cli import agentloop, process_env
+from tests.cli.test_cli import agentloop, process_env
 from tests.support import result_of, start_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]

@@ -36,6 +36,8 @@ from agentloop.workflows import loop
 from agentloop.workflows.loop import Finish, LookupOutcome, RunTools
 from agentloop.workflows.loop.state import LoopState
 from agentloop.workflows.loop.views import facts, side_effects
+from tests.cli.test_cli import agentloop as agentloop_cli
+from tests.cli.test_cli import process_env
 from tests.loop.test_blocked_runs import booking
 from tests.loop.test_governance import (
     decide,
@@ -46,8 +48,6 @@ from tests.loop.test_governance import (
     resolve,
 )
 from tests.loop.test_loop import T0, model_turn, run_step, tool_output
-from tests.operations.test_cli import agentloop as agentloop_cli
-from tests.operations.test_cli import process_env
 from tests.support import result_of, start_run, wait_for_phase
 
 LATER = T0 + timedelta(minutes=5)

@@ -53,8 +53,8 @@ from agentloop.scripted_provider.scripts import ScriptUsage
 from agentloop.store import load_artifact_text, load_transcript, open_store
 from agentloop.store.memory import MemoryStore
 from agentloop.workflows.loop.delegation import child_run_id
+from tests.cli.test_cli import process_env, run_process
 from tests.loop.test_large_output import history_sizes
-from tests.operations.test_cli import process_env, run_process
 from tests.support import (
     approve_as_shown,
     result_of,

@@ -17,8 +17,8 @@ from agentloop.contract import ApprovalDecision
 from agentloop.run_client import RunClient
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import ScriptedProvider
+from tests.cli.test_cli import agentloop, process_env
 from tests.loop.test_continue_as_new import booking_input, booking_script
-from tests.operations.test_cli import agentloop, process_env
 from tests.support import wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]

@@ -57,7 +57,7 @@ from agentloop.runtime.dev_server import FAST_DEV_SERVER, free_port, temporal_bi
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.worker import running_worker
 from agentloop.workflows.agent_run import AgentRun
-from tests.operations.test_cli import (
+from tests.cli.test_cli import (
     AGENTLOOP,
     Finished,
     assert_no_traceback,

@@ -19,7 +19,7 @@ from agentloop.runtime.config import (
 )
 from agentloop.runtime.config_variables import mask_secret
 from agentloop.runtime.dev_server import free_port
-from tests.operations.test_cli import agentloop, assert_no_traceback, process_env
+from tests.cli.test_cli import agentloop, assert_no_traceback, process_env
 
 PEM_CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 PEM_KEY = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"

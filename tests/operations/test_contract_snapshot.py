@@ -22,7 +22,7 @@ from temporalio.client import Client
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
-from tests.operations.test_cli import Finished, agentloop, assert_no_traceback, process_env
+from tests.cli.test_cli import Finished, agentloop, assert_no_traceback, process_env
 from tests.support import result_of, wait_for_phase, wait_for_status
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]

@@ -31,7 +31,7 @@ from agentloop.runtime.codec import EncryptionCodec, new_key
 from agentloop.runtime.config import ConfigError, Settings
 from agentloop.runtime.dev_server import free_port
 from agentloop.worker import PRODUCTION_BANNER
-from tests.operations.test_cli import AGENTLOOP, process_env
+from tests.cli.test_cli import AGENTLOOP, process_env
 from tests.support import banner_process, worker_process
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,8 +18,8 @@ from agentloop.contract import AgentRunInput, AgentRunResult, CallRecord, Limits
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.task_families import FamilyStats, FinishedRun, summarize
-from tests.operations.test_cli import agentloop as agentloop_cli
-from tests.operations.test_cli import process_env
+from tests.cli.test_cli import agentloop as agentloop_cli
+from tests.cli.test_cli import process_env
 from tests.support import result_of
 
 WEATHER_TOOLS = ["get_weather"]

@@ -86,8 +86,7 @@ MAY_IMPORT["testing"] = MAY_IMPORT["cli"] | {"cli"}
 
 STATE_TABLE = "agentloop.workflows.loop.decide"
 STATE_TABLE_READS = frozenset(
-    f"agentloop.workflows.loop.{name}"
-    for name in ("next_step", "state", "stops", "views")
+    f"agentloop.workflows.loop.{name}" for name in ("next_step", "state", "stops", "views")
 )
 """The loop modules the state table may import: the state, the steps it answers with, and
 pure reads of the state. A fold (what records a step's outcome: `model_step`, `tool_step`,

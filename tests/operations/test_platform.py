@@ -35,8 +35,8 @@ from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.tools.plugins import Plugin, Toolset, build_toolbox
 from agentloop.worker import running_worker
+from tests.cli.test_cli import AGENTLOOP, run_process
 from tests.crash.test_crash_phases import held_under, requests_to, reservations
-from tests.operations.test_cli import AGENTLOOP, run_process
 from tests.support import result_of, wait_for_phase, worker_env, worker_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]

@@ -16,7 +16,7 @@ from agentloop.runtime.codec import new_key
 from agentloop.runtime.config import FILE_SUFFIX, VARIABLES, ConfigError, Settings, load_config
 from agentloop.runtime.signing import new_private_key_pem
 from agentloop.worker import PRODUCTION_BANNER, install_stream_key, worker_parts
-from tests.operations.test_cli import AGENTLOOP, agentloop, assert_no_traceback
+from tests.cli.test_cli import AGENTLOOP, agentloop, assert_no_traceback
 from tests.operations.test_config import clean_env, problems_of, write
 from tests.support import STREAM_KEY, worker_env, worker_process
 

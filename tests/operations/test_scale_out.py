@@ -23,7 +23,7 @@ from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.store import load_transcript
 from agentloop.store.postgres import PostgresStore, with_search_path
-from tests.operations.test_store import postgres_url
+from tests.store.test_store import postgres_url
 from tests.support import (
     approve_as_shown,
     result_of,

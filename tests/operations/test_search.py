@@ -28,7 +28,7 @@ from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import temporal_binary
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.worker import running_worker
-from tests.operations.test_cli import agentloop, assert_no_traceback, process_env, run_process
+from tests.cli.test_cli import agentloop, assert_no_traceback, process_env, run_process
 from tests.support import (
     register_bare_namespace,
     result_of,

@@ -28,7 +28,7 @@ from agentloop.runtime.config import ConfigError, Settings
 from agentloop.runtime.config_checks import OTEL_MODULES, OtelMode
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.worker import running_worker
-from tests.operations.test_cli import agentloop, assert_no_traceback
+from tests.cli.test_cli import agentloop, assert_no_traceback
 from tests.operations.test_config import clean_env, problems_of
 from tests.support import result_of, start_run, waited_for, worker_env, worker_process
 

@@ -30,8 +30,8 @@ from agentloop.operations.failing_tasks import FailureFound, diverged_event, fai
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import ScriptedProvider
 from agentloop.worker import running_worker
-from tests.operations.test_cli import agentloop, assert_no_traceback, process_env
-from tests.operations.test_cli_runs import one_document, question_script
+from tests.cli.test_cli import agentloop, assert_no_traceback, process_env
+from tests.cli.test_cli_runs import one_document, question_script
 from tests.support import eventually, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]

@@ -41,6 +41,7 @@ from agentloop.runtime.signing import (
 )
 from agentloop.scripted_provider import ScriptedProvider
 from agentloop.worker import running_worker
+from tests.cli.test_cli import agentloop, assert_no_traceback, process_env
 from tests.crash.test_exactly_once import (
     CALL_ID,
     LOOKUP_OUTAGE,
@@ -50,7 +51,6 @@ from tests.crash.test_exactly_once import (
     write_script,
 )
 from tests.loop.test_hardening import assert_never_wedged, paused_for_approval, refusals
-from tests.operations.test_cli import agentloop, assert_no_traceback, process_env
 from tests.support import result_of, scheduled_activity_types, start_run, wait_for_phase
 
 LEAD = Ed25519PrivateKey.generate()

@@ -36,7 +36,7 @@ from agentloop.runtime.start_signing import (
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptTurn
 from agentloop.store.memory import MemoryStore
 from agentloop.worker import running_worker
-from tests.operations.test_cli import agentloop, assert_no_traceback, process_env
+from tests.cli.test_cli import agentloop, assert_no_traceback, process_env
 from tests.support import activity_result, result_of
 from tests.tools.test_delegate import call
 

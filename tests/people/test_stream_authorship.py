@@ -32,8 +32,8 @@ from agentloop.run_events import (
 )
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
-from tests.operations.test_cli import process_env
-from tests.operations.test_cli_runs import cli_process, read_until
+from tests.cli.test_cli import process_env
+from tests.cli.test_cli_runs import cli_process, read_until
 from tests.people.test_watch import collect, failed_workflow_tasks
 from tests.support import result_of, start_run, wait_for_status
 

@@ -39,9 +39,9 @@ from agentloop.scripted_provider import (
 )
 from agentloop.worker import running_worker
 from agentloop.workflows.agent_run import AgentRun
-from tests.operations.test_cli import agentloop as agentloop_cli
-from tests.operations.test_cli import process_env
-from tests.operations.test_cli_runs import cli_process
+from tests.cli.test_cli import agentloop as agentloop_cli
+from tests.cli.test_cli import process_env
+from tests.cli.test_cli_runs import cli_process
 from tests.support import (
     read_until,
     result_of,

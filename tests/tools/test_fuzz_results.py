@@ -36,9 +36,9 @@ from agentloop.tools.plugins import Plugin, Toolset, build_toolbox
 from agentloop.worker import running_worker
 from tests.fuzzing import SEED, case_rng, cases
 from tests.loop.test_hardening import assert_never_wedged
+from tests.mcp.test_mcp_server import http_server, read_state, steer
+from tests.mcp.test_mcp_tools import http_config, mcp_worker
 from tests.support import result_of
-from tests.tools.test_mcp_server import http_server, read_state, steer
-from tests.tools.test_mcp_tools import http_config, mcp_worker
 
 pytestmark = [
     pytest.mark.integration,

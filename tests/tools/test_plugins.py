@@ -38,7 +38,7 @@ from agentloop.tools.plugins import (
     build_toolbox,
     load_toolbox,
 )
-from tests.operations.test_cli import AGENTLOOP, assert_no_traceback, process_env, run_process
+from tests.cli.test_cli import AGENTLOOP, assert_no_traceback, process_env, run_process
 
 # --- the decorator -------------------------------------------------------------------------
 

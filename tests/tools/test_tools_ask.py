@@ -1,6 +1,6 @@
 """A tool that asks a person before its call can happen (`InputNeeded`; an MCP server's
 `input_required`): the loop's decisions (pure, no server) and the MCP translation both ways.
-End to end through a real MCP server: `tests/tools/test_mcp_tools.py`."""
+End to end through a real MCP server: `tests/mcp/test_mcp_tools.py`."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ from agentloop.scripted_provider import (
     ScriptTurn,
 )
 from agentloop.testing.patience import CEILING_SECONDS
-from tests.operations.test_cli import (
+from tests.cli.test_cli import (
     AGENTLOOP,
     Finished,
     agentloop,

@@ -39,7 +39,7 @@ from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import ScriptedProvider
 from agentloop.waiting import encode_id
 from tests.fuzzing import SEED, case_rng, cases
-from tests.people.test_inbox_browser import APPROVER, USER_HEADER, waiting_booking
+from tests.inbox.test_inbox_browser import APPROVER, USER_HEADER, waiting_booking
 from tests.support import wait_for_phase
 from tests.tools.test_fuzz_results import text
 

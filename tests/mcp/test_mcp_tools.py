@@ -31,6 +31,15 @@ from agentloop.store import load_transcript, open_store
 from agentloop.testing.patience import CEILING_SECONDS
 from agentloop.worker import running_worker
 from agentloop.workflows.agent_run import AgentRun
+from tests.mcp.test_mcp_server import (
+    SERVER,
+    STDIO_START_SECONDS,
+    free_port,
+    http_server,
+    http_server_process,
+    read_state,
+    steer,
+)
 from tests.support import (
     approve_as_shown,
     result_of,
@@ -41,15 +50,6 @@ from tests.support import (
     worker_env,
     worker_process,
     write_key,
-)
-from tests.tools.test_mcp_server import (
-    SERVER,
-    STDIO_START_SECONDS,
-    free_port,
-    http_server,
-    http_server_process,
-    read_state,
-    steer,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]

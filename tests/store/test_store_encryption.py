@@ -43,7 +43,7 @@ from agentloop.store.sealed import NODE_PREFIX, SEALED_MEDIA_TYPE
 from agentloop.store.sealing import seal_plaintext_rows
 from agentloop.transcript import append
 from agentloop.worker import running_worker
-from tests.operations.test_cli import agentloop, process_env
+from tests.cli.test_cli import agentloop, process_env
 from tests.operations.test_codec import (
     CANARY_CITY,
     CANARY_TRAIN,
@@ -51,8 +51,8 @@ from tests.operations.test_codec import (
     RING_K2_K1,
     travel_script,
 )
-from tests.operations.test_store import postgres_url  # noqa: F401  (the session's PostgreSQL, or a skip)
 from tests.replay_audit import read_encrypted_with
+from tests.store.test_store import postgres_url  # noqa: F401  (the session's PostgreSQL, or a skip)
 from tests.support import result_of, start_run
 
 TASK_CANARY = "QZ-SEALED-TASK-7731"

@@ -24,10 +24,10 @@ from agentloop.runtime.dev_server import free_port
 from agentloop.runtime.mcp_config import MAX_START_BUDGET_SECONDS, McpServerConfig
 from agentloop.scripted_provider import ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.workflows.startup import DESCRIBE_RUN_TIMEOUT
+from tests.mcp.test_mcp_connection import server_pids
+from tests.mcp.test_mcp_server import http_server_process, read_state
+from tests.mcp.test_mcp_tools import FIND, mcp_worker, start, stdio_config
 from tests.support import result_of, wait_until
-from tests.tools.test_mcp_connection import server_pids
-from tests.tools.test_mcp_server import http_server_process, read_state
-from tests.tools.test_mcp_tools import FIND, mcp_worker, start, stdio_config
 
 FIND_NAME = "tickets_find_ticket"
 NEVER = "3600"

@@ -25,15 +25,15 @@ from agentloop.runtime.dev_server import free_port
 from agentloop.runtime.mcp_config import McpServerConfig
 from agentloop.store.memory import MemoryStore
 from agentloop.tools.contract import TransientError
-from tests.support import wait_until
-from tests.tools.test_mcp_results import context
-from tests.tools.test_mcp_server import (
+from tests.mcp.test_mcp_results import context
+from tests.mcp.test_mcp_server import (
     ROOT,
     STDIO_START_SECONDS,
     http_server_process,
     read_state,
     steer,
 )
+from tests.support import wait_until
 
 FIND = "tickets_find_ticket"
 NOTE = "tickets_add_note"

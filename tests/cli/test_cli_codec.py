@@ -14,7 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from agentloop.runtime.codec import decode_in_place
 from agentloop.runtime.config import Settings
-from tests.operations.test_cli import agentloop, assert_no_traceback, process_env
+from tests.cli.test_cli import agentloop, assert_no_traceback, process_env
 from tests.operations.test_codec import (  # the encrypted server, worker and finished travel run
     CANARY_CITY,
     CANARY_TRAIN,

@@ -26,8 +26,8 @@ from agentloop.inbox.live import MAX_BROWSERS_PER_USER
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import ScriptedProvider
 from agentloop.waiting import run_path
-from tests.people.test_inbox import inbox_process
-from tests.people.test_inbox_browser import (
+from tests.inbox.test_inbox import inbox_process
+from tests.inbox.test_inbox_browser import (
     APPROVER,
     USER_HEADER,
     Watched,

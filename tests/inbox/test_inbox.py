@@ -26,8 +26,8 @@ from agentloop.inbox import InboxOptions, InboxServer, InboxUnsafe
 from agentloop.run_client import RunClient
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from tests.cli.test_cli import AGENTLOOP, process_env
 from tests.loop.test_continue_as_new import booking_input, booking_script
-from tests.operations.test_cli import AGENTLOOP, process_env
 from tests.support import banner_process, result_of, start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]

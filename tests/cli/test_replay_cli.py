@@ -17,8 +17,8 @@ from temporalio.client import Client
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import free_port, temporal_binary
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from tests.cli.test_cli import agentloop, assert_no_traceback, process_env, run_process
 from tests.loop.test_replay import HISTORY_DIR, tampered_travel
-from tests.operations.test_cli import agentloop, assert_no_traceback, process_env, run_process
 
 pytestmark = pytest.mark.integration
 

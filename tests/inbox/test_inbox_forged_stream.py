@@ -13,7 +13,7 @@ from temporalio.client import Client
 from agentloop.inbox import InboxServer
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import ScriptedProvider
-from tests.people.test_inbox_browser import Watched, browser, inbox, playwright_api
+from tests.inbox.test_inbox_browser import Watched, browser, inbox, playwright_api
 from tests.people.test_stream_authorship import (
     FIRST_TEXT,
     FORGED,
