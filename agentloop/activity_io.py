@@ -287,6 +287,9 @@ class DescribeToolsInput(BaseModel):
     principal: CheckPrincipalInput | None = None
     """`describe_run`: the run's principal, for the worker to say whether it may be taken
    ."""
+    task_family: str | None = None
+    """`describe_run`: the run's task family, for the worker to say whether it requires
+    verification of that family's runs."""
 
 
 class CheckApprovalInput(BaseModel):
@@ -337,6 +340,12 @@ class RunDescription(BaseModel):
     (asked for with `priced_model`)."""
     principal: PrincipalCheck | None = None
     """The worker's word on the run's principal (None: not asked, or a worker from before)."""
+    failed_runs_complete: bool = False
+    """The worker's `failed_runs` is `complete`: a run ending `failed` completes its workflow
+    with the result (as earlier builds did), instead of failing it with the result in the
+    failure."""
+    require_verification: bool = False
+    """The worker requires verification of this run (of every run, or of its task family)."""
 
 
 class NoticeCall(BaseModel):

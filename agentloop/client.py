@@ -29,6 +29,7 @@ from agentloop.contract import (
     AgentRunResult,
     Limits,
 )
+from agentloop.run_results import read_result
 from agentloop.runtime import converter, tracing
 from agentloop.runtime.codec import EncryptionCodec, encrypting_data_converter
 from agentloop.runtime.config import Settings
@@ -158,7 +159,7 @@ async def family_stats(client: Client, family: str, *, limit: int = 1_000) -> Fa
             execution.id, run_id=execution.run_id, result_type=AgentRunResult
         )
         try:
-            result: AgentRunResult | None = await handle.result(follow_runs=False)
+            result: AgentRunResult | None = await read_result(handle, follow_runs=False)
         except WorkflowFailureError:
             result = None
         seconds = await _chain_seconds(client, handle, execution)

@@ -73,6 +73,9 @@ CANCEL_SIGNAL: Final = "cancel"
 DECIDE_UPDATE: Final = "decide_approval"
 """The `approve` signal's twin, which answers whether the decision counted."""
 STATUS_QUERY: Final = "status"
+RUN_FAILED: Final = "RunFailed"
+"""The type of the failure a workflow fails with when its run ends `failed`: the failure's
+details hold the run's `AgentRunResult` (`agentloop.run_results.read_result` reads it)."""
 DEFAULT_TASK_QUEUE = "agent-loop"
 
 Provider = Literal["openai-chat", "openai-responses", "anthropic"]
@@ -92,7 +95,11 @@ RunStatus = Literal[
     "unresolved",
     "failed",
     "cancelled",
+    "unverified",
 ]
+"""How a run ended. `unverified` only ends a run that requires verification
+(`AgentRunInput.require_verification`, or its worker's `require_verification`): its final
+answer was not accepted by any completion check."""
 
 StopCause = Literal[
     "final_answer",
@@ -267,6 +274,10 @@ class AgentRunInput(_Strict):
     offer_give_up: bool = True
     """Offer the model the built-in `give_up` tool: it says why it cannot finish, and the run
     stops `blocked` with that reason."""
+    require_verification: bool = False
+    """A final answer no completion check accepted (none named, or `completion_check` said
+    no) ends the run `unverified`, never `completed`: the model is told once first. The
+    worker may require it too, for every run or a task family (`require_verification`)."""
 
     def unbudgeted_continuation(self) -> str | None:
         """Why this run may not start as given, when it continues another without being

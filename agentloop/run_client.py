@@ -46,6 +46,7 @@ from agentloop.run_events import (
     RunEvent,
     wire_payload,
 )
+from agentloop.run_results import read_result
 
 Handle = WorkflowHandle[Any, AgentRunResult]
 
@@ -110,8 +111,9 @@ class RunClient:
         await self.handle.signal(PUBLISH_SIGNAL, PublishInput(items=items))
 
     async def result(self) -> AgentRunResult:
-        """The result, once the chain's last run has finished."""
-        return await self.handle.result()
+        """The result, once the chain's last run has finished (also of a run that ended
+        `failed`, whose workflow failed with it: `read_result`)."""
+        return await read_result(self.handle)
 
     def watch(self, from_offset: int = 0) -> AsyncIterator[RunEvent]:
         """What the run publishes, as it happens (`watch`)."""

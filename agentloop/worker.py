@@ -271,6 +271,8 @@ async def worker_parts(
                 principals=principals,
                 nonces=store,
                 notify=notices.sends,
+                failed_runs_complete=settings.failed_runs == "complete",
+                verification_required=settings.requires_verification,
             )
             runs = RunActivities(client)
             verifiers = VerifierActivities(opened, store)

@@ -31,6 +31,7 @@ from agentloop.contract import (
     PendingApproval,
     RunStatusView,
 )
+from agentloop.run_results import read_result
 from agentloop.runtime.config import Settings
 from agentloop.store import Store
 from agentloop.testing.harness import waiting_for
@@ -173,7 +174,7 @@ async def result_of(
     """The run's result, waited for at most `seconds`: past that, fails saying what the run
     waits for instead."""
     try:
-        return await asyncio.wait_for(handle.result(), seconds)
+        return await asyncio.wait_for(read_result(handle), seconds)
     except TimeoutError:
         raise AssertionError(
             f"gave up after {seconds:g} s waiting for the result of run {handle.id}: "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from temporalio import activity
@@ -47,6 +47,8 @@ class RunDescriptions:
         principals: PrincipalSignatures | None = None,
         nonces: StartNonces | None = None,
         notify: bool = False,
+        failed_runs_complete: bool = False,
+        verification_required: Callable[[str | None], bool] = lambda family: False,
     ) -> None:
         """`registration` tells whether a run's namespace has agentloop's search attributes
         (None: never, as for a worker with no server to ask); `sources`, the tool sources of
@@ -55,7 +57,10 @@ class RunDescriptions:
         worker's model calls are charged (default: the built-in table); `principals`, how a
         run's principal is taken (by default as given); `nonces`, where the nonces of signed
         starts are remembered (the store the workers share; by default this process's
-        memory); `notify`, whether the worker sends notices of runs waiting for a person."""
+        memory); `notify`, whether the worker sends notices of runs waiting for a person;
+        `failed_runs_complete`, whether a run ending `failed` completes its workflow (the
+        worker's `failed_runs`); `verification_required`, whether the worker requires
+        verification of a run of a task family (`Settings.requires_verification`)."""
         self._toolbox = toolbox
         self._tools = toolbox.registry.routing(*sources)
         self._registration = registration
@@ -64,6 +69,8 @@ class RunDescriptions:
         self._principals = principals or PrincipalSignatures()
         self._nonces = nonces or MemoryStore()
         self._notify = notify
+        self._failed_runs_complete = failed_runs_complete
+        self._verification_required = verification_required
 
     @activity.defn(name=DESCRIBE_RUN)
     async def describe_run(self, request: DescribeToolsInput) -> RunDescription:
@@ -92,6 +99,8 @@ class RunDescriptions:
             family_indexable=family,
             approval_signing=self._signing,
             notify=self._notify,
+            failed_runs_complete=self._failed_runs_complete,
+            require_verification=self._verification_required(request.task_family),
             output_schema_problem=problem,
             unpriced_problem=unpriced,
             principal=(

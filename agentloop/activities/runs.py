@@ -13,6 +13,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from agentloop.activity_io import LOAD_PREVIOUS_RUN
 from agentloop.contract import AgentRunResult, PreviousRun, Principal
 from agentloop.run_client import RunClient
+from agentloop.run_results import read_result
 
 
 class RunActivities:
@@ -45,7 +46,7 @@ class RunActivities:
         workflow_id = handle.id
         try:
             # Not followed: a run started later under the id is not a continuation of it.
-            result = await handle.result(follow_runs=False)
+            result = await read_result(handle, follow_runs=False)
         except WorkflowFailureError as exc:
             raise _invalid(f"run {workflow_id!r} failed without a result: {exc.cause}") from None
         except ValidationError:

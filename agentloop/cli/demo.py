@@ -26,6 +26,7 @@ from agentloop.contract import (
     Principal,
     Provider,
 )
+from agentloop.run_results import read_result
 from agentloop.runtime.config import Settings
 
 TASK = (
@@ -70,7 +71,7 @@ async def run_demo(provider: Provider, keep_running: bool) -> int:
                 search_attributes=search.initial(run_input),
             )
             print(f"run:   {stack.settings.run_url(workflow_id)}", flush=True)
-            result = await handle.result()
+            result = await read_result(handle)
             print(format_result(result))
             print("completion order at the example service:")
             finished = sorted(

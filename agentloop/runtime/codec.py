@@ -10,7 +10,7 @@ is serialised and sealed under a fresh 12-byte nonce, and the result is a payloa
     data:     nonce (12 bytes) || ciphertext || tag (16 bytes)
 
 (the layout of Temporal's encryption samples). Failure messages and stack traces are moved
-into an encoded payload too (`DefaultFailureConverterWithEncodedAttributes`), so they are
+into an encoded payload too (`PlainFailureConverterWithEncodedAttributes`), so they are
 encrypted as well. What stays readable in history: workflow and activity type names, ids,
 task queues, timestamps, search attributes.
 
@@ -43,9 +43,10 @@ from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
     DataConverter,
-    DefaultFailureConverterWithEncodedAttributes,
     PayloadCodec,
 )
+
+from agentloop.runtime.converter import PlainFailureConverterWithEncodedAttributes
 
 __all__ = [
     "CODEC_KEYS_VARIABLE",
@@ -274,7 +275,7 @@ def encrypting_data_converter(
     return dataclasses.replace(
         base,
         payload_codec=codec,
-        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+        failure_converter_class=PlainFailureConverterWithEncodedAttributes,
     )
 
 

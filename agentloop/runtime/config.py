@@ -28,6 +28,7 @@ from temporalio.service import TLSConfig
 from agentloop.contract import DEFAULT_TASK_QUEUE
 from agentloop.runtime.codec import KeyRing, KeyRingError, mask_key_ring
 from agentloop.runtime.config_checks import (
+    FailedRunsMode,
     OtelMode,
     PublishMode,
     RunMode,
@@ -194,6 +195,19 @@ class Settings(BaseModel):
     """A JSON object of inbox user -> the tenants whose runs they see and decide (`agentloop
     inbox`); in the TOML file the `[inbox_tenants]` table. A user it does not name sees
     every tenant only in local mode (no `--auth-header`), none behind a proxy."""
+    failed_runs: FailedRunsMode = "fail"
+    """`fail`: a run that ends `failed` is a failed workflow in Temporal (its result in the
+    failure's details; agentloop's clients read it all the same); `complete`: its workflow
+    completes with the result, as earlier builds did, for clients that read `handle.result()`."""
+    require_verification: str | None = None
+    """`all`, or `FAMILY[,FAMILY...]`: the runs (of those task families) this worker starts
+    require verification, as if started with `require_verification: true`; in the TOML file
+    also an array."""
+
+    def requires_verification(self, family: str | None) -> bool:
+        """Whether this worker requires verification of a run of `family`."""
+        names = {name.strip() for name in (self.require_verification or "").split(",")}
+        return "all" in names or (family is not None and family in names)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

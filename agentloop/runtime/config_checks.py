@@ -255,6 +255,25 @@ def check_principal_signing(value: str) -> str | None:
 
 
 PublishMode = Literal["on", "off"]
+FailedRunsMode = Literal["fail", "complete"]
+"""`AGENTLOOP_FAILED_RUNS`: a run that ends `failed` fails its workflow (the result in the
+failure's details, the default), or completes it with the result (as earlier builds did)."""
+
+
+def check_failed_runs(value: str) -> str | None:
+    if value not in get_args(FailedRunsMode):
+        return (
+            "expected fail (a run ending failed is a failed workflow, the default) or complete"
+            " (its workflow completes with the result, as earlier builds did)"
+        )
+    return None
+
+
+def check_verification_rule(value: str) -> str | None:
+    names = [name.strip() for name in value.split(",")]
+    if not all(names):
+        return "expected all, or task family names separated by commas"
+    return None
 
 
 def check_publish_mode(value: str) -> str | None:

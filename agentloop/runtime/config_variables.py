@@ -15,6 +15,7 @@ from agentloop.runtime.config_checks import (
     check_approver_keys,
     check_codec_keys,
     check_count,
+    check_failed_runs,
     check_host_port,
     check_log_level,
     check_otel,
@@ -30,6 +31,7 @@ from agentloop.runtime.config_checks import (
     check_store_url,
     check_tenant_map,
     check_tool_modules,
+    check_verification_rule,
     check_webhooks,
     http_url_check,
 )
@@ -109,6 +111,8 @@ VARIABLES: dict[str, Variable] = {
         "AGENTLOOP_INBOX_URL", http_url_check("http://127.0.0.1:8300"), is_url=True
     ),
     "inbox_tenants": Variable("AGENTLOOP_INBOX_TENANTS", check_tenant_map),
+    "failed_runs": Variable("AGENTLOOP_FAILED_RUNS", check_failed_runs),
+    "require_verification": Variable("AGENTLOOP_REQUIRE_VERIFICATION", check_verification_rule),
 }
 """Settings field -> its environment variable (and file key: the field name)."""
 FILE_SUFFIX = "_FILE"
@@ -124,7 +128,9 @@ NUMBER_FIELDS = frozenset(
         "max_concurrent_workflow_tasks",
     }
 )
-LIST_FIELDS = frozenset({"tools", "approver_keys", "starter_keys", "notify_webhooks"})
+LIST_FIELDS = frozenset(
+    {"tools", "approver_keys", "starter_keys", "notify_webhooks", "require_verification"}
+)
 TABLE_FIELDS = frozenset({"mcp_servers", "inbox_tenants", "notify_routes"})
 """Given in the file as a table, kept as its JSON text (the variable's form)."""
 

@@ -10,6 +10,10 @@ JSON neither parser reads (nested past their limits, a number of thousands of di
 where the caller asked for no type, to `UnreadableJSON`: the workflow's start input and an
 activity tool's result are untyped, and the workflow code taking them refuses it, naming why.
 Asked for a type, such JSON still raises.
+
+Failures: a run's own failures (bad input, a run that ended `failed`) are said to people in
+their message alone; the Python stack trace of the workflow code that raised them tells a user
+nothing and reads like a crash (`PlainFailureConverter`).
 """
 
 from __future__ import annotations
@@ -19,15 +23,20 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 from temporalio.api.common.v1 import Payload
+from temporalio.api.failure.v1 import Failure
 from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
 from temporalio.converter import (
     CompositePayloadConverter,
     DataConverter,
+    DefaultFailureConverter,
     DefaultPayloadConverter,
     JSONPlainPayloadConverter,
 )
+from temporalio.converter import PayloadConverter as TemporalPayloadConverter
+from temporalio.exceptions import ApplicationError
 
 from agentloop.activity_io import UnreadableJSON
+from agentloop.contract import RUN_FAILED
 
 
 class _JSONConverter(PydanticJSONPlainPayloadConverter):
@@ -71,5 +80,34 @@ class PayloadConverter(CompositePayloadConverter):
         )
 
 
-data_converter = DataConverter(payload_converter_class=PayloadConverter)
+PLAIN_FAILURES = frozenset({"InvalidInput", RUN_FAILED})
+"""The failure types that are the user's news, not a bug: shown without a stack trace."""
+
+
+class PlainFailureConverter(DefaultFailureConverter):
+    """Temporal's failure converter, except that an `ApplicationError` of a type in
+    `PLAIN_FAILURES` goes out without its stack trace."""
+
+    def to_failure(
+        self,
+        exception: BaseException,
+        payload_converter: TemporalPayloadConverter,
+        failure: Failure,
+    ) -> None:
+        if isinstance(exception, ApplicationError) and exception.type in PLAIN_FAILURES:
+            exception = exception.with_traceback(None)
+        super().to_failure(exception, payload_converter, failure)
+
+
+class PlainFailureConverterWithEncodedAttributes(PlainFailureConverter):
+    """`PlainFailureConverter` with message and stack trace in an encoded (so encrypted)
+    payload, as `DefaultFailureConverterWithEncodedAttributes`."""
+
+    def __init__(self) -> None:
+        super().__init__(encode_common_attributes=True)
+
+
+data_converter = DataConverter(
+    payload_converter_class=PayloadConverter, failure_converter_class=PlainFailureConverter
+)
 """agentloop's data converter (without encryption; see `agentloop.client.data_converter`)."""

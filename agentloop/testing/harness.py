@@ -34,6 +34,7 @@ from agentloop.contract import (
     WriteAwaitingOperator,
 )
 from agentloop.run_client import RunClient
+from agentloop.run_results import read_result
 from agentloop.runtime.config import Settings
 from agentloop.runtime.converter import data_converter as agentloop_data_converter
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, temporal_binary
@@ -207,7 +208,7 @@ class Harness:
         run waits for) when it has not finished after `timeout` seconds."""
         handle = self.handle(run)
         try:
-            return await asyncio.wait_for(handle.result(), timeout)
+            return await asyncio.wait_for(read_result(handle), timeout)
         except TimeoutError:
             view = await status_or_why_not(handle)
             now = view if isinstance(view, str) else waiting_for(view)

@@ -15,6 +15,7 @@ from typing import Any, assert_never
 
 from temporalio import workflow
 from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     import jsonschema  # noqa: F401  (validation runs in the sandbox; import it once, outside)
@@ -95,9 +96,13 @@ class AgentRun:
         """`raw_carried` is the run state handed over by `continue_as_new` (None on a fresh
         start), `raw_stream` its stream (`__init__` took it). Both are untyped here, checked
         by `startup.parse_carried` and `parse_input`; the input may be missing."""
-        carried = startup.parse_carried(raw_carried)
-        run_input = startup.parse_input(raw_input, carried)
-        state = carried if carried is not None else await startup.start(run_input)
+        try:
+            carried = startup.parse_carried(raw_carried)
+            run_input = startup.parse_input(raw_input, carried)
+            state = carried if carried is not None else await startup.start(run_input)
+        except ApplicationError as refused:
+            visibility.show_failed_start(refused.message, startup.task_of(raw_input))
+            raise
         state.tools = shared_specs(state.tools.values())
         loop.record_run_started(state, workflow.info().run_id)
         self._state = state

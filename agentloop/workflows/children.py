@@ -19,6 +19,7 @@ from agentloop.contract import (
 )
 from agentloop.events import ToolCall
 from agentloop.search import AGENT_PHASE, initial
+from agentloop.workflows.failures import result_in
 from agentloop.workflows.loop import ChildOutcome, LoopState, RunTools, ToolOutcome
 from agentloop.workflows.tool_activities import start_tool, tool_outcome
 from agentloop.workflows.visibility import audit
@@ -132,5 +133,8 @@ async def _child_outcome(
     try:
         return await handle
     except ChildWorkflowError as exc:
+        failed = result_in(exc.cause)  # a child run that ended `failed`
+        if failed is not None:
+            return failed
         workflow.logger.warning("child run %s ended without a result: %s", handle.id, exc)
         return None

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import cast, get_args
 
+from pydantic import ValidationError
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
+from agentloop.contract import RUN_FAILED, AgentRunResult
 from agentloop.events import ErrorClass
 
 
@@ -67,3 +69,27 @@ def invalid_input(problem: str) -> ApplicationError:
     return ApplicationError(
         f"invalid AgentRunInput: {problem}", type="InvalidInput", non_retryable=True
     )
+
+
+def run_failed(result: AgentRunResult, task: str) -> ApplicationError:
+    """What a run that ends `failed` fails its workflow with, so Temporal (its UI, `temporal
+    workflow list`) shows it failed: how it ended and its task in the message, the whole
+    result in the details. Never retried: the run has ended."""
+    shown = task if len(task) <= 80 else task[:77] + "..."
+    return ApplicationError(
+        f"{result.stop_reason} (task: {shown})",
+        result,
+        type=RUN_FAILED,
+        non_retryable=True,
+    )
+
+
+def result_in(failure: BaseException | None) -> AgentRunResult | None:
+    """The result inside the failure of a run that ended `failed` (`run_failed`); None for
+    any other failure. Pure: the workflow reads a child run's with it, clients a run's."""
+    if not isinstance(failure, ApplicationError) or failure.type != RUN_FAILED:
+        return None
+    try:
+        return AgentRunResult.model_validate(failure.details[0])
+    except (IndexError, ValidationError):
+        return None

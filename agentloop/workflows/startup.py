@@ -80,6 +80,13 @@ def parse_input(raw_input: Any, carried: LoopState | None) -> AgentRunInput:
     return run_input
 
 
+def task_of(raw_input: Any) -> str:
+    """The task of an input that may not be one (what a run that failed at its start was
+    asked to do, when it says)."""
+    task = raw_input.get("task") if isinstance(raw_input, dict) else None
+    return task if isinstance(task, str) else ""
+
+
 async def start(run_input: AgentRunInput) -> LoopState:
     """A fresh run's state, once its input passed each check in turn: those of the input
     itself, then what the worker says of the run as it starts (`describe_run`, recorded in
@@ -98,6 +105,8 @@ async def start(run_input: AgentRunInput) -> LoopState:
     state = LoopState.start(run_input, described.tools, workflow.now(), info.workflow_id, builtins)
     state.approval_signing = described.approval_signing or ""
     state.notify = described.notify
+    state.require_verification = run_input.require_verification or described.require_verification
+    state.failed_runs_complete = described.failed_runs_complete
     if described.indexable:
         visibility.index(state, family=described.family_indexable)
     if run_input.continue_from:
@@ -155,6 +164,7 @@ async def _describe_run(run_input: AgentRunInput, names: list[str]) -> RunDescri
         output_schema=run_input.output_schema,
         priced_model=run_input.model if priced else None,
         principal=_principal_to_check(run_input),
+        task_family=run_input.task_family,
     )
     try:
         described: RunDescription = await workflow.execute_activity(

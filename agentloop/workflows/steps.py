@@ -47,6 +47,7 @@ from agentloop.workflows.deadline import RunDeadline
 from agentloop.workflows.failures import (
     attempts_made,
     describe_failure,
+    run_failed,
 )
 from agentloop.workflows.inbound import Inflow
 from agentloop.workflows.loop import (
@@ -429,6 +430,8 @@ async def _looked_up(state: LoopState, step: LookupOutcome) -> Outcome:
 
 
 def finish(state: LoopState, step: Finish) -> AgentRunResult:
+    """The run's result; a run that ends `failed` raises it instead, inside the failure its
+    workflow fails with (`run_failed`), unless its worker keeps such runs completed."""
     result = loop.record_finish(state, step)
     visibility.show_finished(state, step.status)
     audit(
@@ -442,4 +445,6 @@ def finish(state: LoopState, step: Finish) -> AgentRunResult:
         side_effects=[e.call_id for e in result.side_effects],
         pending=[p.call_id for p in result.pending],
     )
+    if result.status == "failed" and not state.failed_runs_complete:
+        raise run_failed(result, state.run_input.task)
     return result

@@ -90,11 +90,25 @@ def _forget_waiting() -> None:
 
 
 def show_finished(state: LoopState, status: RunStatus) -> None:
+    """The run has ended: its details say how, with its task (no longer where it was), and
+    an indexed run's phase and status attributes say so too."""
+    _show_end(status, state.stop_reason or "", state.run_input.task)
+    _forget_waiting()
+
+
+def show_failed_start(reason: str, task: str = "") -> None:
+    """A run that fails before its loop starts (bad input, a tool or check the worker lacks):
+    it was started `running`, and must not stay so in a list."""
+    _show_end("failed", reason, task)
+
+
+def _show_end(status: RunStatus, reason: str, task: str) -> None:
+    shown = task if len(task) <= 200 else task[:197] + "..."
+    workflow.set_current_details(f"**{status}** · {reason}" + (f"\ntask: {shown}" if shown else ""))
     if workflow.info().typed_search_attributes.get(AGENT_STATUS) is not None:
         workflow.upsert_search_attributes(
             [AGENT_PHASE.value_set("finished"), AGENT_STATUS.value_set(status)]
         )
-    _forget_waiting()
 
 
 def audit(event: str, **fields: Any) -> None:

@@ -265,6 +265,17 @@ class LoopState(BaseModel):
     empty_answers: int = 0
     """Empty final answers the model gave (the first is sent
     back, the second stops the run `blocked`)."""
+    require_verification: bool = False
+    """The run's input or its worker requires verification: a final answer no completion
+    check accepted ends the run `unverified`."""
+    unverified_answers: int = 0
+    """Final answers of a run requiring verification and naming no completion check (the
+    first is sent back, the next ends the run `unverified`)."""
+    unverified: str | None = None
+    """Why a run requiring verification ends `unverified` (its completion check said no once
+    too often)."""
+    failed_runs_complete: bool = False
+    """The worker said a run ending `failed` completes its workflow (`failed_runs`)."""
     cancel_reason: str | None = None
     failure: str | None = None
     """Set when an operation failed in a way that ends the run (its error class first)."""
