@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from agentloop.contract import AgentRunResult, CallRecord, Usage
 
 CONTINUABLE = frozenset(
-    {"limit_reached", "stalled", "incomplete", "input_timeout", "failed", "blocked"}
+    {"limit_reached", "stalled", "incomplete", "input_timeout", "failed", "blocked", "unverified"}
 )
 
 

@@ -74,6 +74,9 @@ class FamilyStats(BaseModel):
     blocked: int = 0
     """Runs that stopped `blocked`: the model gave up (or answered nothing); also counted in
     `not_completed`."""
+    ended_unverified: int = 0
+    """Runs that ended `unverified`: they required verification and no completion check
+    accepted their answer; also counted in `not_completed`."""
     without_result: int = 0
     """Runs that ended without a result (not in either group)."""
     stop_reasons: dict[str, int] = Field(default_factory=dict)
@@ -109,6 +112,7 @@ def summarize(family: str, runs: Sequence[FinishedRun]) -> FamilyStats:
         unverified=len(completed) - len(verified),
         not_completed=_group(others),
         blocked=sum(1 for run in others if _result(run).status == "blocked"),
+        ended_unverified=sum(1 for run in others if _result(run).status == "unverified"),
         without_result=len(runs) - len(with_result),
         stop_reasons=dict(reasons.most_common()),
         writes=writes,

@@ -50,6 +50,8 @@ class ExitCode(IntEnum):
     WEDGED = 6
     """The run's workflow task keeps failing: it makes no progress until its workers are
     fixed or it is reset (`agentloop reset`)."""
+    UNVERIFIED = 7
+    """The run required verification and no completion check accepted its final answer."""
     INTERRUPTED = 130
     BROKEN_PIPE = 141
     """The reader of stdout went away (128 + SIGPIPE, as a shell reports it)."""
@@ -78,6 +80,7 @@ RESULT_EXIT_CODES: dict[RunStatus, ExitCode] = {
     "approval_timeout": ExitCode.STOPPED,
     "input_timeout": ExitCode.STOPPED,
     "cancelled": ExitCode.STOPPED,
+    "unverified": ExitCode.UNVERIFIED,
 }
 PAUSED_PHASES: frozenset[Phase] = frozenset(WAITING_PHASES)
 """A running run in one of these phases waits for a human; in any other it is working."""
@@ -97,6 +100,8 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.RUNNING: "the run is still working",
     ExitCode.WEDGED: "the run is wedged: its workflow task keeps failing (status shows the "
     "error); fix the workers or `agentloop reset` it",
+    ExitCode.UNVERIFIED: "the run ended unverified: it required verification"
+    " (require_verification) and no completion check accepted its final answer",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C); Ctrl-C while following a run stops "
     "following and exits with the run's code (4 or 5): the run goes on",
 }

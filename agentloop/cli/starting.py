@@ -83,6 +83,7 @@ def build_run_input(args: argparse.Namespace, settings: Settings) -> AgentRunInp
         stream=not args.no_stream,
         publish_events=settings.publish_events == "on",
         task_family=args.family,
+        require_verification=args.require_verification,
     )
     problem = search.run_input_problem(run_input)
     if problem:

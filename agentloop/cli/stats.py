@@ -49,6 +49,9 @@ def describe(stats: FamilyStats) -> list[str]:
         lines += _group_lines(title, group)
     lines.append(f"completed unverified (no completion check): {stats.unverified}")
     lines.append(f"blocked (the model gave up): {stats.blocked}")
+    lines.append(
+        f"ended unverified (verification required, no check accepted): {stats.ended_unverified}"
+    )
     if stats.without_result:
         lines.append(f"  without a result (failed at start, terminated): {stats.without_result}")
     lines.append("stop reasons:")

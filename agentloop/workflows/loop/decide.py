@@ -48,6 +48,9 @@ def decide(state: LoopState, now: datetime) -> NextStep:
     limits = state.run_input.limits
     if state.failure is not None:
         return _failed(state, state.failure)
+    if state.unverified is not None:
+        answer = state.last_output.text if state.last_output is not None else None
+        return Finish("unverified", state.unverified, answer, cause="verification")
     if state.limit is not None:
         return Finish("limit_reached", state.limit, cause="budget")
     if state.stalled is not None:
@@ -109,6 +112,16 @@ def _checked_candidate(state: LoopState, output: ModelOutput) -> NextStep:
         return Finish("blocked", reason, cause="empty_answer")
     finish = _final_candidate(state, output)
     check = state.run_input.completion_check
+    if finish.status == "completed" and check is None and state.require_verification:
+        # Only reached once the model was told (see `record_model_output`).
+        return Finish(
+            "unverified",
+            "unverified: no completion check accepted the final answer (the run requires"
+            " verification and names no completion_check)",
+            finish.output,
+            finish.output_ref,
+            cause="verification",
+        )
     if finish.status != "completed" or check is None:
         return finish
     if state.verified_turn != state.turn:

@@ -104,6 +104,8 @@ def record_model_output(
         _send_back_if_empty(state)
     elif output.stop == "final" and state.run_input.output_schema is not None:
         _send_back_if_rejected(state, output, state.run_input.output_schema)
+    if state.last_output is output and output.stop == "final" and not empty_answer(output):
+        _send_back_if_unverifiable(state)
 
 
 def _open_batch(state: LoopState, output: ModelOutput, now: datetime) -> None:
@@ -154,12 +156,35 @@ def _send_back_if_empty(state: LoopState) -> None:
     state.empty_answers += 1
     if state.empty_answers > 1:
         return
-    how = (
+    how = _give_up_or_say_why(state)
+    _send_back(state, f"Your final answer was empty. Give your answer to the task, or {how}.")
+
+
+def _give_up_or_say_why(state: LoopState) -> str:
+    return (
         "call give_up with the reason you cannot finish"
         if GIVE_UP in state.builtin_tools
         else "say why you cannot finish"
     )
-    _send_back(state, f"Your final answer was empty. Give your answer to the task, or {how}.")
+
+
+def _send_back_if_unverifiable(state: LoopState) -> None:
+    """A run that requires verification but names no completion check: nothing can accept
+    its answer. The first final answer goes back to the model saying so; the next ends the
+    run `unverified` (`decide`), never `completed`."""
+    if not state.require_verification or state.run_input.completion_check is not None:
+        return
+    if state.answer_check is not None and state.answer_check.problems:
+        return  # an answer breaking `output_schema` goes its own way
+    state.unverified_answers += 1
+    if state.unverified_answers > 1:
+        return
+    _send_back(
+        state,
+        "Your final answer was not accepted: this run requires a verified answer, and no "
+        "completion check accepted it. If you did the task, answer again with what you did; "
+        f"if you cannot, {_give_up_or_say_why(state)}.",
+    )
 
 
 def _send_back_if_rejected(state: LoopState, output: ModelOutput, schema: dict[str, Any]) -> None:
@@ -196,7 +221,10 @@ def record_verdict(state: LoopState, passed: bool, reason: str) -> None:
     check = state.run_input.completion_check
     if state.output_corrections >= MAX_OUTPUT_CORRECTIONS:
         reason = f"verification: completion_check {check} failed: {reason}"
-        record_failure(state, reason, "verification")
+        if state.require_verification:
+            state.unverified = f"unverified: {reason}"
+        else:
+            record_failure(state, reason, "verification")
         return
     state.output_corrections += 1
     _send_back(
