@@ -108,7 +108,7 @@ async def dispatch(args: argparse.Namespace) -> int:
         return code
 
 
-STANDALONE = frozenset({"replay", "config", "codec-server", "keys"})
+STANDALONE = frozenset({"replay", "config", "codec-server", "keys", "scripts"})
 """Commands that need no settings but their own (files, keys): a bad configuration does not
 stop them."""
 
@@ -120,6 +120,10 @@ async def standalone(args: argparse.Namespace) -> int:
         return show_config(as_json=args.json)
     if args.command == "codec-server":
         return await codec_server(args)
+    if args.command == "scripts":
+        from agentloop.cli.scripts import check_scripts
+
+        return check_scripts(args.paths, as_json=args.json)
     return approver_keys(args)
 
 

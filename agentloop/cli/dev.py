@@ -28,6 +28,7 @@ from agentloop.runtime.dev_server import (
     temporal_binary,
 )
 from agentloop.scripted_provider import ScriptedProvider
+from agentloop.scripted_provider.scripts import ScriptFolder
 from agentloop.tools.plugins import Toolbox, load_toolbox
 from agentloop.worker import running_worker, tool_effects
 
@@ -160,6 +161,8 @@ class DevStack:
                 " (*.json, *.toml)"
             )
         self._scripts_dir = scripts_dir.resolve() if scripts_dir else None
+        if self._scripts_dir is not None:
+            _refuse_broken_scripts(self._scripts_dir)
         ports = self.ports
         for port, what, flag in (
             (ports.temporal, "the Temporal frontend", "--port"),
@@ -281,3 +284,18 @@ class DevStack:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def _refuse_broken_scripts(folder: Path) -> None:
+    """A script file with a problem stops the stack before it starts (played, it would only
+    fail a run later, or play as something else), naming each file, line and problem."""
+    scripts = ScriptFolder(folder)
+    scripts.load()
+    if scripts.problems:
+        lines = "".join(
+            f"\n  {line}" for problem in scripts.problems for line in problem.split("\n")
+        )
+        raise DevStackError(
+            f"--scripts {folder}: not started: fix these script files first (`agentloop"
+            f" scripts check {folder}` checks them again):{lines}"
+        )

@@ -49,6 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_tools_option(dev, "beside the example tools")
 
+    scripts = commands.add_parser("scripts", help="the scripted provider's script files")
+    scripts_commands = scripts.add_subparsers(dest="scripts_command", required=True)
+    check = scripts_commands.add_parser(
+        "check",
+        help="check script files (*.json, *.toml) or folders of them: unknown keys, wrong"
+        " types, syntax, each with its file and line (exit 1 on any problem)",
+    )
+    check.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    add_json_flag(check, "print the scripts and the problems as a JSON object")
+
     worker = commands.add_parser("worker", help="run a worker (configuration from the environment)")
     add_tools_option(worker, "beside the built-ins, after AGENTLOOP_TOOLS")
 
@@ -96,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-tool-calls", type=int)
     run.add_argument("--no-stream", action="store_true")
     run.add_argument("--family", help="the run's task family (indexed as AgentTaskFamily)")
+    run.add_argument(
+        "--require-verification",
+        action="store_true",
+        help="an answer no completion check accepted ends the run unverified (exit 7),"
+        " never completed",
+    )
     run.add_argument(
         "--limits-from",
         metavar="FAMILY",

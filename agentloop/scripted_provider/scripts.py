@@ -7,17 +7,19 @@ conversation, keyed by tool-call id.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 
-from agentloop.contract import describe_validation_error
+from agentloop.scripted_provider.script_lines import json_lines, line_of, toml_lines
 
 # The values the Chat Completions API itself may send; anything else would not be realistic.
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
@@ -29,7 +31,13 @@ _PLACEHOLDER = re.compile(r"\{\{\s*([^{}.\s]+)((?:\.[^{}.\s]+)*)\s*\}\}")
 CHARS_PER_TOKEN = 4
 
 
-class ScriptedToolCall(BaseModel):
+class _Strict(BaseModel):
+    # A misspelled key (`tool_call`) would otherwise be dropped, and its turn played as
+    # something else (an empty answer): a script says exactly what it means or is refused.
+    model_config = ConfigDict(extra="forbid")
+
+
+class ScriptedToolCall(_Strict):
     id: str
     name: str
     # A str is sent verbatim, which lets a script send arguments that are not valid JSON.
@@ -42,7 +50,7 @@ class ScriptedToolCall(BaseModel):
         return json.dumps(self.arguments, ensure_ascii=False, separators=(",", ":"))
 
 
-class ScriptUsage(BaseModel):
+class ScriptUsage(_Strict):
     """Token counts, in Chat Completions words; each protocol renders them in its own shape
     (`input_tokens` / `output_tokens` for Responses and Anthropic)."""
 
@@ -54,7 +62,7 @@ class ScriptUsage(BaseModel):
         return self.prompt_tokens + self.completion_tokens
 
 
-class ScriptedError(BaseModel):
+class ScriptedError(_Strict):
     """An HTTP error answered instead of a turn, in the error shape of the protocol asked."""
 
     status: int = Field(ge=400, le=599)
@@ -66,7 +74,7 @@ class ScriptedError(BaseModel):
     """The error message; empty picks a stock one for the status."""
 
 
-class ScriptTurn(BaseModel):
+class ScriptTurn(_Strict):
     """One model turn, protocol-neutral: the same turn plays over every wire protocol."""
 
     text: str | None = None
@@ -144,7 +152,7 @@ class ScriptTurn(BaseModel):
         )
 
 
-class Script(BaseModel):
+class Script(_Strict):
     name: str = Field(min_length=1)
     turns: list[ScriptTurn] = Field(min_length=1)
 
@@ -183,21 +191,75 @@ class ScriptFileError(ValueError):
 
 def load_script_file(path: Path) -> Script:
     """One script from a `.json` or `.toml` file: a `Script` (`turns`, each with `text` and/or
-    `tool_calls` of `id`, `name`, `arguments`); `name` defaults to the file's stem."""
+    `tool_calls` of `id`, `name`, `arguments`); `name` defaults to the file's stem. Raises
+    `ScriptFileError` saying, for each problem, the file, the line and what was expected."""
     try:
         text = path.read_text(encoding="utf-8")
-        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (OSError, UnicodeDecodeError) as exc:
         raise ScriptFileError(f"{path}: cannot read it ({exc})") from None
-    except (ValueError, tomllib.TOMLDecodeError) as exc:
-        raise ScriptFileError(f"{path}: not valid {path.suffix[1:].upper()} ({exc})") from None
+    toml = path.suffix == ".toml"
+    try:
+        data = tomllib.loads(text) if toml else json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ScriptFileError(
+            f"{path}:{exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno})"
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        at = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+        raise ScriptFileError(f"{path}:{at.group(1) if at else 1}: not valid TOML: {exc}") from None
+    except ValueError as exc:  # JSON that Python's parser refuses otherwise (too deep)
+        raise ScriptFileError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise ScriptFileError(f"{path}: expected an object with `turns`, not {type(data).__name__}")
+        raise ScriptFileError(
+            f"{path}:1: expected an object with `turns`, not {type(data).__name__}"
+        )
     data.setdefault("name", path.stem)
     try:
         return Script.model_validate(data)
     except ValidationError as exc:
-        raise ScriptFileError(f"{path}: {describe_validation_error(exc)}") from None
+        lines = toml_lines(text) if toml else json_lines(text)
+        problems = [
+            f"{path}:{line_of(lines, error['loc'])}: {_problem(error)}"
+            for error in exc.errors(include_url=False)
+        ]
+        raise ScriptFileError("\n".join(problems)) from None
+
+
+def _problem(error: ErrorDetails) -> str:
+    """One validation error of a script, said with what was expected there."""
+    loc = error["loc"]
+    field = ".".join(str(part) for part in loc) or "script"
+    if error["type"] == "extra_forbidden":
+        known = _keys_at(loc[:-1])
+        near = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        return f"{field}: unknown key {loc[-1]!r}{hint} (expected one of: {', '.join(known)})"
+    got = repr(error.get("input"))
+    got = got if len(got) <= 80 else got[:77] + "..."
+    if error["type"] == "missing":
+        return f"{field}: missing (it is required)"
+    return f"{field}: {error['msg']} (got {got})"
+
+
+def _keys_at(loc: Sequence[str | int]) -> list[str]:
+    """The keys a script takes at `loc` (a turn's, a tool call's...)."""
+    model: type[BaseModel] = Script
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part)
+        inner = _model_in(field.annotation) if field is not None else None
+        if inner is None:
+            return []
+        model = inner
+    return list(model.model_fields)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The script model an annotation holds (`list[ScriptTurn]`, `ScriptUsage | None`)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next(filter(None, map(_model_in, get_args(annotation))), None)
 
 
 class ScriptFolder:
