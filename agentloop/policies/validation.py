@@ -15,8 +15,9 @@ where it arrives (`policies.schema_cost`).
 
 from __future__ import annotations
 
+import difflib
 import functools
-from collections.abc import Callable, Iterator, Mapping, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,18 @@ class Refused:
 Verdict = Allowed | Refused
 
 
+MAX_SUGGESTED_NAME_CHARS = 64
+"""Names longer than any tool's are not compared (the comparison's cost grows with both)."""
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`; did you mean 'x'?` for the known name closest to a misspelled `name` (or nothing)."""
+    if len(name) > MAX_SUGGESTED_NAME_CHARS:
+        return ""
+    near = difflib.get_close_matches(name, sorted(known), n=1)
+    return f"; did you mean {near[0]!r}?" if near else ""
+
+
 def validate_call(
     call: ToolCall,
     tools: Mapping[str, ToolSpec],
@@ -64,7 +77,10 @@ def validate_call(
     spec = tools.get(call.name)
     if spec is None or call.name not in allowed:
         names = ", ".join(sorted(allowed)) or "none"
-        return Refused("unknown_tool", f"unknown tool {call.name!r}; tools available: {names}")
+        hint = did_you_mean(call.name, allowed)
+        return Refused(
+            "unknown_tool", f"unknown tool {call.name!r}{hint}; tools available: {names}"
+        )
     too_big = arguments_too_big(call.arguments)
     if too_big:
         return Refused("invalid_arguments", too_big)

@@ -4,7 +4,10 @@ from them, checked as it is declared."""
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal, TypedDict
 
 from jsonschema import Draft202012Validator
@@ -40,6 +43,38 @@ class ToolOptions(TypedDict, total=False):
     version: str
 
 
+class UndeclaredEffectWarning(UserWarning):
+    """A tool declared without `effect=`: it is a write (the safe default), which its author
+    may not know (no retries, an idempotency key, an operator for a lost answer)."""
+
+
+def _warn_undeclared_effect(what: str, name: str, has_outcome_lookup: bool) -> None:
+    settled = (
+        "a lost answer is looked up with its lookup_outcome"
+        if has_outcome_lookup
+        else "a lost answer waits for an operator, since it has no lookup_outcome"
+    )
+    warnings.warn(
+        UndeclaredEffectWarning(
+            f'{what} {name!r} is declared without effect=: it defaults to effect="write"'
+            f' (one attempt, an idempotency key; {settled}). Say effect="read" or'
+            ' effect="write" to silence this.'
+        ),
+        stacklevel=_declaration_level(),
+    )
+
+
+def _declaration_level() -> int:
+    """The `stacklevel` of the team's declaration (the first frame outside this package)."""
+    level, frame = 2, sys._getframe(2)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_HERE):
+        level, frame = level + 1, frame.f_back
+    return level
+
+
+_HERE = str(Path(__file__).parent)
+
+
 def declared_spec(
     what: str,
     name: str,
@@ -59,6 +94,8 @@ def declared_spec(
     unknown = sorted(set(options) - ToolOptions.__optional_keys__)
     if unknown:
         raise ToolDefinitionError(f"{what} {name}: no option {', '.join(map(repr, unknown))}")
+    if "effect" not in options:
+        _warn_undeclared_effect(what, name, has_outcome_lookup)
     fields: dict[str, Any] = {"effect": "write", **options}
     if fields["effect"] == "read" and has_outcome_lookup:
         raise ToolDefinitionError(f"{what} {name}: only a write has an outcome to look up")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from agentloop.policies.validation import did_you_mean
 from agentloop.tool_spec import ToolSpec
 from agentloop.tools.activity_tools import ActivityTools
 from agentloop.tools.contract import Tool
@@ -118,4 +119,5 @@ class ToolSources:
         """Why a run naming the tool `name`, which no source owns, cannot start."""
         known = ", ".join(self._registered)
         hints = "".join(source.not_found(name) for source in self._sources)
-        return f"tools: unknown tool {name!r}; this worker has: {known}{hints}"
+        near = did_you_mean(name, self._registered)
+        return f"tools: unknown tool {name!r}{near}; this worker has: {known}{hints}"
