@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     )
     from agentloop.run_client import RunClient, watch
     from agentloop.run_events import RunEvent
+    from agentloop.run_results import read_result
     from agentloop.runtime.config import Settings
     from agentloop.runtime.signing import load_private_key, sign_decision, sign_resolution
     from agentloop.runtime.start_signing import sign_start
@@ -66,6 +67,7 @@ _EXPORTS = {
     "watch": "agentloop.run_client",
     "RunClient": "agentloop.run_client",
     "RunEvent": "agentloop.run_events",
+    "read_result": "agentloop.run_results",
     "family_stats": "agentloop.client",
     "limits_from": "agentloop.client",
     "AgentRunInput": "agentloop.contract",
@@ -144,6 +146,7 @@ __all__ = [
     "limits_from",
     "load_private_key",
     "open_store",
+    "read_result",
     "running_worker",
     "sign_decision",
     "sign_resolution",

@@ -315,7 +315,7 @@ class ModelSettings(ModelParameters):
 
 
 class Usage(BaseModel):
-    """What a run used, each count in its own unit (seed 003: model requests, tool executions
+    """What a run used, each count in its own unit (model requests, tool executions
     and runtime steps are counted apart)."""
 
     model_calls: int = 0

@@ -420,6 +420,8 @@ def dev_banner(stack: DevStack, ports: DevStackPorts, inbox_url: str) -> str:
         "agentloop dev is up\n"
         f"  Temporal     127.0.0.1:{ports.temporal} (namespace default)\n"
         f"  Temporal UI  http://localhost:{ports.ui}\n"
+        "               to see how each run stands and ended in its list: Workflows page,\n"
+        "               Configure Columns, add AgentStatus, AgentPhase (and AgentTaskFamily)\n"
         f"  inbox        {inbox_url} (local mode: a name typed once per browser)\n"
         f"  example svc  {settings.example_service_url}\n"
         f"  models       OpenAI: {openai}; Anthropic: {anthropic}"

@@ -255,6 +255,9 @@ def documented_test() -> dict[str, str]:
     started = (docs / "getting-started.md").read_text(encoding="utf-8")
     tools = started.split("\n## The first tool of your own\n", 1)[1].split("\n## ", 1)[0]
     tests = (docs / "guides" / "testing.md").read_text(encoding="utf-8")
+    written = started.split("\n## A write, its approval, its script\n", 1)[1]
+    continued = re.search(r"```python\n# my_tools.py, continued\n(.*?)```", written, re.DOTALL)
+    assert continued, "getting started has no continuation of my_tools.py"
     blocks = {
         "my_tools.py": re.search(r"```python\n# my_tools.py\n(.*?)```", tools, re.DOTALL),
         "pyproject.toml": re.search(r"```toml\n(.*?)```", tests, re.DOTALL),
@@ -262,12 +265,15 @@ def documented_test() -> dict[str, str]:
     }
     missing = [name for name, found in blocks.items() if found is None]
     assert not missing, f"the docs have no {missing}"
-    return {name: found.group(1) for name, found in blocks.items() if found}
+    texts = {name: found.group(1) for name, found in blocks.items() if found}
+    texts["my_tools.py"] += continued.group(1)  # its write with approval
+    return texts
 
 
 async def test_the_documented_test_runs_as_written(tmp_path: Path) -> None:
-    """In a project of its own: the testing guide's configuration, its test and `my_tools.py`
-    against the refunds service (on a free port instead of 8790)."""
+    """In a project of its own: the testing guide's configuration, its tests (a read, and a
+    write with approval, call ids and idempotency keys) and `my_tools.py` against the refunds
+    service (on a free port instead of 8790)."""
     spec = importlib.util.spec_from_file_location(
         "readme_refunds_service", ROOT / "examples/refunds/refunds_service.py"
     )
@@ -299,7 +305,7 @@ async def test_the_documented_test_runs_as_written(tmp_path: Path) -> None:
     finally:
         await service.stop()
     assert process.returncode == 0, output.decode()
-    assert "1 passed" in output.decode(), output.decode()
+    assert "3 passed" in output.decode(), output.decode()
 
 
 async def test_approving_another_call_names_the_call_that_waits(harness: Harness) -> None:

@@ -381,7 +381,7 @@ async def test_script_files_are_played_and_read_again_when_they_change(tmp_path:
     message = str(missing.value)
     assert f"no such script in {folder}" in message, message
     assert "known: ['hello']" in message  # the removed file's script is gone
-    assert f"skipped: {folder / 'broken.json'}: turns: " in message, message
+    assert f"skipped: {folder / 'broken.json'}:1: turns: " in message, message
 
 
 async def test_without_a_folder_no_such_script_says_where_scripts_come_from(
