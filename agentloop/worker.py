@@ -44,7 +44,7 @@ from agentloop.mcp.listing import name_clashes
 from agentloop.mcp.source import McpServers
 from agentloop.policies.bounds import MAX_UPDATE_REQUEST_BYTES
 from agentloop.pricing import PriceTable
-from agentloop.runtime import tracing
+from agentloop.runtime import queue_peers, tracing
 from agentloop.runtime.audit import (
     DEFAULT_REDACT_FIELDS,
     Redactor,
@@ -326,8 +326,13 @@ async def running_worker(
     """A worker polling `settings.task_queue` for as long as the context is open (see
     `worker_parts` for `tools`)."""
     async with worker_parts(client, settings, tools) as parts:
-        worker = Worker(client, task_queue=settings.task_queue, **parts.worker_kwargs())
+        served = tool_effects(parts.toolbox, settings.mcp_server_configs())
+        named = queue_peers.identity(queue_peers.tool_set_digest(served))
+        worker = Worker(
+            client, task_queue=settings.task_queue, identity=named, **parts.worker_kwargs()
+        )
         async with worker:
+            await queue_peers.warn_of_other_tool_sets(client, settings.task_queue, named)
             yield worker
 
 
