@@ -66,11 +66,12 @@ def test_every_result_status_has_one_exit_code_and_paused_phases_are_phases() ->
     assert set(RESULT_EXIT_CODES) == set(get_args(RunStatus))
     assert RESULT_EXIT_CODES["completed"] is ExitCode.COMPLETED
     assert {RESULT_EXIT_CODES[s] for s in ("failed", "unresolved")} == {ExitCode.FAILED}
+    assert RESULT_EXIT_CODES["unverified"] is ExitCode.UNVERIFIED  # its own, apart
     stopped = {s for s, code in RESULT_EXIT_CODES.items() if code is ExitCode.STOPPED}
-    assert stopped == set(get_args(RunStatus)) - {"completed", "failed", "unresolved"}
+    assert stopped == set(get_args(RunStatus)) - {"completed", "failed", "unresolved", "unverified"}
     assert PAUSED_PHASES.issubset(get_args(Phase))
     codes = [int(code) for code in EXIT_CODE_MEANINGS]
-    assert codes == [0, 1, 2, 3, 4, 5, 6, 130]  # distinct, and argparse's 2 for usage errors
+    assert codes == [0, 1, 2, 3, 4, 5, 6, 7, 130]  # distinct, and argparse's 2 for usage errors
 
 
 @pytest.mark.parametrize("command", [[], ["status"], ["run"], ["continue"]])

@@ -37,6 +37,7 @@ ALLOWED_IMPORTS = frozenset(
         "contextlib",
         "dataclasses",
         "datetime",  # types and arithmetic; the clock only through workflow.now()
+        "difflib",  # "did you mean" for an unknown tool name: pure, on bounded names
         "enum",
         "functools",
         "hashlib",
