@@ -21,6 +21,7 @@ from agentloop.contract import (
     RunStatusView,
 )
 from agentloop.demo.services import ExampleService
+from agentloop.run_results import read_result
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.testing.patience import CEILING_SECONDS
@@ -90,6 +91,30 @@ def delegation_result(scripted_provider: ScriptedProvider, call_id: str) -> dict
     found = [m for m in messages if m["role"] == "tool" and m["tool_call_id"] == call_id]
     assert len(found) == 1, messages
     return dict(json.loads(found[0]["content"]))
+
+
+async def test_a_child_run_that_ends_failed_still_reports_its_result_to_the_parent(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    # No script for the child: its model call gets a 404, and the child ends `failed`, which
+    # fails its workflow with the result in the failure; the parent reads it from there.
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(tool_calls=[call("call_d", "delegate", task="Is G1234 late?")]),
+                ScriptTurn(text="The helper failed."),
+            ],
+        )
+    )
+    result = await result_of(await start_run(client, worker, run_id, parent_input(run_id)))
+
+    child = await read_result(child_handle(client, run_id, "call_d"))
+    assert child.status == "failed" and child.stop_reason.startswith("model_error")
+    assert result.status == "completed", result.stop_reason
+    report = delegation_result(scripted_provider, "call_d")
+    assert report["status"] == "failed" and report["stop_reason"] == child.stop_reason
+    assert result.usage.model_calls == 2 + child.usage.model_calls
 
 
 async def test_a_child_run_does_the_sub_task_and_its_usage_is_charged_to_the_parent(
