@@ -82,6 +82,7 @@ class ScriptedProvider:
         """Streamed answers being sent right now."""
         self.frame_sent: Callable[[bytes], None] | None = None
         """Called with each streamed frame as it is written (a benchmark times delivery)."""
+        self._ends_held: dict[tuple[str, int], asyncio.Event] = {}
 
     # --- in-process API ---------------------------------------------------------------
 
@@ -89,6 +90,21 @@ class ScriptedProvider:
         """Add or replace a script (its fault counters start over); the next request naming
         it as `model` plays it."""
         self._playback.register(script)
+
+    def hold_stream_ends(self, script: str, turn: int) -> Callable[[], None]:
+        """Streamed answers of `script`'s turn `turn` (from 0) send every frame but the last,
+        then wait there until the returned function is called: a test sees text arrive while
+        the answer is still open, however slow the machine (call it in a `finally`: nothing
+        else lets them end)."""
+        key = (script, turn)
+        gate = self._ends_held[key] = asyncio.Event()
+
+        def release() -> None:
+            gate.set()
+            if self._ends_held.get(key) is gate:
+                del self._ends_held[key]
+
+        return release
 
     @property
     def scripts(self) -> dict[str, Script]:
@@ -181,9 +197,12 @@ class ScriptedProvider:
                 return web.json_response(payload, status=answer.status, headers=headers)
             if not answer.stream:
                 return web.json_response(protocol.render_body(answer), headers=headers)
+            end_held = self._ends_held.get((answer.output.script, answer.output.index))
             self.streaming += 1
             try:
-                return await _send_stream(request, protocol, answer, headers, self.frame_sent)
+                return await _send_stream(
+                    request, protocol, answer, headers, self.frame_sent, end_held
+                )
             finally:
                 self.streaming -= 1
 
@@ -259,6 +278,7 @@ async def _send_stream(
     reply: Reply,
     headers: dict[str, str],
     frame_sent: Callable[[bytes], None] | None = None,
+    end_held: asyncio.Event | None = None,
 ) -> web.StreamResponse:
     stream = protocol.render_stream(reply)
     response = web.StreamResponse(
@@ -266,12 +286,15 @@ async def _send_stream(
     )
     await response.prepare(request)
     pause = reply.turn.event_delay_ms / 1000
-    for n, frame in enumerate(stream.frames(reply.turn.cut_stream_after_events)):
+    frames = list(stream.frames(reply.turn.cut_stream_after_events))
+    for n, frame in enumerate(frames):
         if n == reply.drop_after and request.transport is not None:
             request.transport.abort()  # the connection lost mid-answer
             return response
         if pause and n:
             await asyncio.sleep(pause)
+        if end_held is not None and n == len(frames) - 1:
+            await end_held.wait()
         await response.write(frame)
         if frame_sent is not None:
             frame_sent(frame)

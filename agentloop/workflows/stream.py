@@ -111,7 +111,18 @@ class RunStream(WorkflowStream):
         """One published item: the run's own if sealed for it, else foreign (or dropped)."""
         payload = wire_payload(entry.data)
         if entry.topic == TOPIC:
-            own = self._own_event(workflow.payload_converter().from_payload(payload))
+            info = workflow.info()
+            opened = stream_seals.opened(
+                stream_seals.worker_key(),
+                info.workflow_id,
+                info.run_id,
+                workflow.payload_converter().from_payload(payload),
+            )
+            if opened is not None and opened.seq <= self._sealed.get(opened.publisher, 0):
+                # The run's own item again: a flush the activity retried after it had arrived
+                # (or a copy out of history). Taken once; not shown as anyone else's either.
+                return
+            own = self._own_event(opened)
             if own is not None:
                 self.publish(own)
                 return
@@ -120,16 +131,10 @@ class RunStream(WorkflowStream):
         if foreign < MAX_FOREIGN_ITEMS and foreign_bytes + size <= MAX_FOREIGN_BYTES:
             self.topic(FOREIGN_TOPIC).publish(payload)
 
-    def _own_event(self, value: object) -> RunEvent | None:
-        """`value` as the run's own item: sealed for this run, a kind an activity may say,
-        and after the last item its publisher got taken."""
-        info = workflow.info()
-        opened = stream_seals.opened(
-            stream_seals.worker_key(), info.workflow_id, info.run_id, value
-        )
+    def _own_event(self, opened: stream_seals.Opened | None) -> RunEvent | None:
+        """A sealed item, newer than the last its publisher got taken, as the run's own: a
+        kind an activity may say, shaped as a `RunEvent`."""
         if opened is None or opened.item.get("kind") not in ACTIVITY_KINDS:
-            return None
-        if opened.seq <= self._sealed.get(opened.publisher, 0):
             return None
         try:
             event = RunEvent.model_validate(opened.item)

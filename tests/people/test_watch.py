@@ -105,13 +105,18 @@ async def test_a_subscriber_sees_the_text_while_it_streams_then_each_call_and_th
             ],
         )
     )
+    release_end = scripted_provider.hold_stream_ends(run_id, turn=1)
     handle = await start_run(client, worker, run_id, run_input(run_id))
     events: list[RunEvent] = []
     first_text_while_streaming: bool | None = None
-    async for event in agentloop.watch(client, run_id):
-        if event.kind == "text" and first_text_while_streaming is None:
-            first_text_while_streaming = scripted_provider.streaming > 0
-        events.append(event)
+    try:
+        async for event in agentloop.watch(client, run_id):
+            if event.kind == "text" and first_text_while_streaming is None:
+                first_text_while_streaming = scripted_provider.streaming > 0
+                release_end()
+            events.append(event)
+    finally:
+        release_end()
     result = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
@@ -431,14 +436,18 @@ async def test_agentloop_watch_prints_the_text_as_it_streams_and_exits_with_the_
         TEMPORAL_ADDRESS=client.service_client.config.target_host,
         AGENT_LOOP_TASK_QUEUE=worker.task_queue,
     )
+    release_end = scripted_provider.hold_stream_ends(run_id, turn=1)
     handle = await start_run(client, worker, run_id, run_input(run_id))
     seen: list[str] = []
     async with cli_process("watch", run_id, env=env, cwd=Path.cwd()) as watching:
-        await read_until(watching.stdout, seen, lambda text: "<- call_w" in text, "the result")
-        assert watching.stdout is not None
-        first = await waited_for(watching.stdout.read(20), "the watch's first output")
-        # Part of the answer is on the screen while the provider still sends the rest.
-        assert scripted_provider.streaming == 1
+        try:
+            await read_until(watching.stdout, seen, lambda text: "<- call_w" in text, "the result")
+            assert watching.stdout is not None
+            first = await waited_for(watching.stdout.read(20), "the watch's first output")
+            # Part of the answer is on the screen while the provider still sends the rest.
+            assert scripted_provider.streaming == 1
+        finally:
+            release_end()
         rest = await waited_for(watching.stdout.read(), "the watch's output to end")
         code = await watching.wait()
     printed = "".join(seen) + (first + rest).decode()
