@@ -22,6 +22,7 @@ from agentloop.runtime.dev_server import FAST_DEV_SERVER, temporal_binary
 from agentloop.scripted_provider import ScriptedProvider
 from agentloop.worker import running_worker
 from tests import replay_audit
+from tests.live import Live, Servers
 
 BENCH_SMOKE_TEST = "test_bench_smoke.py::test_the_short_benchmark_prints_every_figure"
 
@@ -138,6 +139,18 @@ def worker_settings(
 async def worker(client: Client, worker_settings: Settings) -> AsyncIterator[Settings]:
     async with running_worker(client, worker_settings):
         yield worker_settings
+
+
+@pytest.fixture(scope="session")
+def servers(
+    client: Client, scripted_provider: ScriptedProvider, example_service: ExampleService
+) -> Servers:
+    return Servers(client, scripted_provider, example_service)
+
+
+@pytest.fixture(scope="session")
+def live(servers: Servers, worker: Settings) -> Live:
+    return Live(servers.client, servers.provider, servers.service, worker)
 
 
 @pytest.fixture

@@ -344,13 +344,29 @@ async def approve_as_shown(
 ) -> None:
     """Approve one of `status.pending_approvals` under the digest of the exact arguments it
     shows."""
+    await signal_approval(handle, pending.call_id, pending.args_digest, approver)
+
+
+async def signal_approval(
+    handle: WorkflowHandle[Any, Any],
+    call_id: str,
+    args_digest: str,
+    approver: str,
+    *,
+    approved: bool = True,
+    **decision: Any,
+) -> None:
+    """Send a run one approval decision (approving unless `approved=False`) on the call
+    `call_id` whose arguments have the digest `args_digest`; `decision` holds its other
+    fields (`reason`, `principal`, ...)."""
     await handle.signal(
         APPROVE_SIGNAL,
         ApprovalDecision(
-            call_id=pending.call_id,
-            args_digest=pending.args_digest,
-            approved=True,
+            call_id=call_id,
+            args_digest=args_digest,
+            approved=approved,
             approver=approver,
+            **decision,
         ),
     )
 
