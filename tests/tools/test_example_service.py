@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
-from collections.abc import AsyncIterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -27,18 +26,6 @@ TRAIN_KEYS = {
 }
 WEATHER_KEYS = {"city", "date", "condition", "high_c", "low_c", "precipitation_chance"}
 DATE_MESSAGE = "date must be an ISO date YYYY-MM-DD"
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
-@pytest.fixture
-async def svc(tmp_path: Path) -> AsyncIterator[ExampleService]:
-    async with ExampleService(tmp_path / "service.db") as service:
-        yield service
 
 
 async def call(

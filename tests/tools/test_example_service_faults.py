@@ -6,9 +6,8 @@ record (records, operation lookup, request log) says actually happened."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -61,18 +60,6 @@ async def eventually(check: Callable[[], bool]) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("condition not reached")
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
-@pytest.fixture
-async def svc(tmp_path: Path) -> AsyncIterator[ExampleService]:
-    async with ExampleService(tmp_path / "service.db") as service:
-        yield service
 
 
 @WRITES

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -43,18 +41,6 @@ async def policies(http: aiohttp.ClientSession, svc: ExampleService, query: str)
 def replies(svc: ExampleService, ticket_id: str = "T-1001") -> int:
     count: int = svc.records()["replies_by_ticket"].get(ticket_id, 0)
     return count
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
-@pytest.fixture
-async def svc(tmp_path: Path) -> AsyncIterator[ExampleService]:
-    async with ExampleService(tmp_path / "service.db") as service:
-        yield service
 
 
 async def test_seeded_tickets(svc: ExampleService, http: aiohttp.ClientSession) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import quote
@@ -62,18 +61,6 @@ def booked(svc: ExampleService, ws: str, participant: str) -> int:
     """Reservations the system of record holds for this pair."""
     count: int = svc.records()["reservations_by_workshop"].get(ws, {}).get(participant, 0)
     return count
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
-@pytest.fixture
-async def svc(tmp_path: Path) -> AsyncIterator[ExampleService]:
-    async with ExampleService(tmp_path / "service.db") as service:
-        yield service
 
 
 async def test_seeded_workshops(svc: ExampleService, http: aiohttp.ClientSession) -> None:

@@ -30,12 +30,6 @@ MakeContext = Callable[..., ToolContext[Any]]
 
 
 @pytest.fixture
-async def svc(tmp_path: Path) -> AsyncIterator[ExampleService]:
-    async with ExampleService(tmp_path / "service.db") as service:
-        yield service
-
-
-@pytest.fixture
 async def session() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
         yield http
