@@ -30,14 +30,15 @@ from temporalio.worker import Interceptor, Worker
 import agentloop
 from agentloop.client import start_run
 from agentloop.contract import AgentRunInput, AgentRunResult, Limits, Principal
-from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.store import load_artifact_text
 from agentloop.testing.patience import CEILING_SECONDS
+from agentloop.testing.turns import call as scripted_call
 from agentloop.tools.plugins import Plugin, Toolset, build_toolbox
 from agentloop.worker import running_worker
 from tests.crash.test_crash_phases import requests_to, reservations
+from tests.live import Servers, agent_input, scripted
 from tests.loop.test_hardening import assert_never_wedged
 from tests.loop.test_large_output import history_sizes
 from tests.operations.test_platform import sent_result
@@ -56,12 +57,12 @@ class BookArgs(BaseModel):
 
 
 def plain_worker(
-    client: Client, queue: str, service: ExampleService
+    servers: Servers, queue: str
 ) -> AbstractAsyncContextManager[asyncio.subprocess.Process]:
     env = {
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEMPORAL_ADDRESS": servers.client.service_client.config.target_host,
         "TEAM_QUEUE": queue,
-        "TEAM_SERVICE_URL": service.base_url,
+        "TEAM_SERVICE_URL": servers.service.base_url,
     }
     return worker_process(env, command=[sys.executable, str(PLAIN_WORKER)], ready=PLAIN_READY)
 
@@ -103,47 +104,40 @@ async def start_booking(
     arguments: dict[str, str] = BOOK,
 ) -> Any:
     provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(id="c_book", name="book_seat", arguments=arguments)
-                    ]
-                ),
-                ScriptTurn(text="Done."),
-            ],
+        scripted(
+            run_id,
+            [ScriptedToolCall(id="c_book", name="book_seat", arguments=arguments)],
+            "Done.",
         )
     )
-    run_input = AgentRunInput(
-        task="Book Carol a seat.",
-        provider="openai-chat",
-        model=run_id,
-        tools=["book_seat"],
+    run_input = agent_input(
+        run_id,
+        "openai-chat",
+        "Book Carol a seat.",
+        ["book_seat"],
         principal=Principal(subject="p-alice", tenant="acme"),
     )
     return await start_run(client, run_input, id=run_id, task_queue=queue)
 
 
 async def test_an_activity_tool_runs_on_its_own_queue_with_the_key_and_principal(
-    client: Client,
-    agentloop_queue: tuple[str, str],
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    servers: Servers, agentloop_queue: tuple[str, str], run_id: str
 ) -> None:
     queue, team_queue = agentloop_queue
-    async with plain_worker(client, team_queue, example_service):
-        handle = await start_booking(client, scripted_provider, queue, run_id)
+    async with plain_worker(
+        servers,
+        team_queue,
+    ):
+        handle = await start_booking(servers.client, servers.provider, queue, run_id)
         result: AgentRunResult = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
     [booked] = result.calls
     assert (booked.call_id, booked.status, booked.attempts) == ("c_book", "succeeded", 1)
-    told = sent_result(scripted_provider, run_id, "c_book")
+    told = sent_result(servers.provider, run_id, "c_book")
     assert (told["served_by"], told["for"]) == ("plain worker", "p-alice")
     assert told["booked"]["operation_id"] == booked.idempotency_key
-    assert reservations(example_service) == 1
+    assert reservations(servers.service) == 1
     # The activity ran on the team's queue: agentloop's own run_tool never did.
     history = await handle.fetch_history()
     scheduled = [
@@ -159,42 +153,43 @@ async def test_an_activity_tool_runs_on_its_own_queue_with_the_key_and_principal
 
 
 async def test_an_activity_tools_refusal_reaches_the_model_and_nothing_is_looked_up(
-    client: Client,
-    agentloop_queue: tuple[str, str],
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    servers: Servers, agentloop_queue: tuple[str, str], run_id: str
 ) -> None:
     queue, team_queue = agentloop_queue
     full = {"workshop_id": "ws-102", "participant_id": "p-carol"}  # ws-102 has no seats left
-    async with plain_worker(client, team_queue, example_service):
-        handle = await start_booking(client, scripted_provider, queue, run_id, full)
+    async with plain_worker(
+        servers,
+        team_queue,
+    ):
+        handle = await start_booking(servers.client, servers.provider, queue, run_id, full)
         result: AgentRunResult = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
     [booked] = result.calls
     assert booked.status == "failed"  # refused: not unknown, no lookup
-    assert sent_result(scripted_provider, run_id, "c_book")["error"]["class"] == "business"
-    assert requests_to(example_service, "workshops.operation") == []
+    assert sent_result(servers.provider, run_id, "c_book")["error"]["class"] == "business"
+    assert requests_to(servers.service, "workshops.operation") == []
     assert result.side_effects == []
 
 
 async def test_the_plain_worker_killed_mid_write_its_lookup_decides_and_the_write_exists_once(
-    client: Client,
-    agentloop_queue: tuple[str, str],
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    servers: Servers, agentloop_queue: tuple[str, str], run_id: str
 ) -> None:
     queue, team_queue = agentloop_queue
-    example_service.inject_fault("workshops.reserve", "commit_then_hang", hang_ms=120_000)
-    async with plain_worker(client, team_queue, example_service) as first:
-        handle = await start_booking(client, scripted_provider, queue, run_id)
-        await wait_until(lambda: reservations(example_service) == 1, "the write to commit")
+    servers.service.inject_fault("workshops.reserve", "commit_then_hang", hang_ms=120_000)
+    async with plain_worker(
+        servers,
+        team_queue,
+    ) as first:
+        handle = await start_booking(servers.client, servers.provider, queue, run_id)
+        await wait_until(lambda: reservations(servers.service) == 1, "the write to commit")
         first.send_signal(signal.SIGKILL)
         await first.wait()
     # Its heartbeats stop: the write's outcome is unknown, and the lookup waits for a worker.
-    async with plain_worker(client, team_queue, example_service):
+    async with plain_worker(
+        servers,
+        team_queue,
+    ):
         result: AgentRunResult = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
@@ -202,9 +197,9 @@ async def test_the_plain_worker_killed_mid_write_its_lookup_decides_and_the_writ
     assert (booked.status, booked.attempts) == ("confirmed_after_query", 1)
     [effect] = result.side_effects
     assert (effect.call_id, effect.status) == ("c_book", "confirmed_after_query")
-    assert len(requests_to(example_service, "workshops.reserve")) == 1
-    assert len(requests_to(example_service, "workshops.operation")) == 1
-    assert reservations(example_service) == 1
+    assert len(requests_to(servers.service, "workshops.reserve")) == 1
+    assert len(requests_to(servers.service, "workshops.operation")) == 1
+    assert reservations(servers.service) == 1
 
 
 class CityArgs(BaseModel):
@@ -253,13 +248,8 @@ async def calls_to_a_team_tool(
         update={"task_queue": f"agentloop-{uuid.uuid4().hex[:8]}"}
     )
     name = tool["name"]
-    called = [
-        ScriptedToolCall(id=f"c_{n}", name=name, arguments={"city": f"x{n}"})
-        for n in range(1, calls + 1)
-    ]
-    provider.register(
-        Script(name=run_id, turns=[ScriptTurn(tool_calls=called), ScriptTurn(text="Done.")])
-    )
+    called = [scripted_call(name, f"c_{n}", city=f"x{n}") for n in range(1, calls + 1)]
+    provider.register(scripted(run_id, ScriptTurn(tool_calls=called), "Done."))
     run_input = AgentRunInput(
         task="Go.",
         provider="openai-chat",
@@ -296,13 +286,13 @@ async def deep_forecast(request: dict[str, Any]) -> RawValue:
 
 
 async def test_an_activity_tools_result_no_parser_reads_is_told_to_the_model_not_wedging(
-    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+    servers: Servers, worker_settings: Settings, run_id: str
 ) -> None:
     """Before, decoding such a result in the workflow failed every workflow task."""
     result, told = await one_call_to_a_team_tool(
-        client,
+        servers.client,
         worker_settings,
-        scripted_provider,
+        servers.provider,
         run_id,
         [deep_forecast],
         name="deep_forecast",
@@ -328,13 +318,13 @@ async def note_outcome(request: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_a_looked_up_record_is_kept_to_the_tools_result_cap(
-    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+    servers: Servers, worker_settings: Settings, run_id: str
 ) -> None:
     """Before, the 1.5 MB record went whole into the model's next request, and the run failed."""
     result, told = await one_call_to_a_team_tool(
-        client,
+        servers.client,
         worker_settings,
-        scripted_provider,
+        servers.provider,
         run_id,
         [send_note_lost, note_outcome],
         name="send_note",
@@ -349,14 +339,14 @@ async def test_a_looked_up_record_is_kept_to_the_tools_result_cap(
 
 
 async def test_a_write_no_worker_takes_fails_as_never_started_and_is_not_looked_up(
-    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+    servers: Servers, worker_settings: Settings, run_id: str
 ) -> None:
     """A team queue no worker polls (a typo, a worker not deployed): before, the write waited
     for ever and the run stayed `executing_tools` for good."""
     result, told = await one_call_to_a_team_tool(
-        client,
+        servers.client,
         worker_settings,
-        scripted_provider,
+        servers.provider,
         run_id,
         [],
         name="send_note",
@@ -419,15 +409,15 @@ async def count_lookups(request: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_an_activity_tools_answer_of_bytes_not_utf8_is_told_as_base64_not_wedging(
-    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+    servers: Servers, worker_settings: Settings, run_id: str
 ) -> None:
     """Before, every workflow task failed: "Error
     serializing to JSON: invalid utf-8"."""
     ANSWERED.clear()
     result, told = await one_call_to_a_team_tool(
-        client,
+        servers.client,
         worker_settings,
-        scripted_provider,
+        servers.provider,
         run_id,
         [raw_forecast],
         name="raw_forecast",
@@ -444,20 +434,16 @@ async def test_an_activity_tools_answer_of_bytes_not_utf8_is_told_as_base64_not_
     [send_note_bytes, send_note_protobuf, send_note_binary_protobuf, send_note_lone_surrogate],
 )
 async def test_a_write_answering_bytes_or_protobuf_succeeds_once_and_is_never_looked_up(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    answering: Any,
+    servers: Servers, worker_settings: Settings, run_id: str, answering: Any
 ) -> None:
     """Before, a protobuf message failed every workflow task ("Unable to serialize unknown
     type"), bytes likewise: the write was made once and the run stayed running for good."""
     ANSWERED.clear()
     name = answering.__name__
     result, told = await one_call_to_a_team_tool(
-        client,
+        servers.client,
         worker_settings,
-        scripted_provider,
+        servers.provider,
         run_id,
         [answering, count_lookups],
         name="send_note",
@@ -489,7 +475,7 @@ async def city_report(request: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_forty_parallel_answers_of_1_5_mb_are_artifacts_and_history_stays_under_10_mb(
-    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+    servers: Servers, worker_settings: Settings, run_id: str
 ) -> None:
     """The team's worker runs `agentloop.ActivityToolResults`: each answer goes to the store
     from there. Before, the 60 MB of answers went to the run's history, and Temporal
@@ -497,9 +483,9 @@ async def test_forty_parallel_answers_of_1_5_mb_are_artifacts_and_history_stays_
     store = agentloop.open_store(worker_settings.store_url)
     try:
         result, told, handle = await calls_to_a_team_tool(
-            client,
+            servers.client,
             worker_settings,
-            scripted_provider,
+            servers.provider,
             run_id,
             [city_report],
             calls=40,
@@ -512,7 +498,7 @@ async def test_forty_parallel_answers_of_1_5_mb_are_artifacts_and_history_stays_
         assert [(c.call_id, c.status) for c in result.calls] == [
             (f"c_{n}", "succeeded") for n in range(1, 41)
         ]
-        first = client.get_workflow_handle(run_id, run_id=handle.first_execution_run_id)
+        first = servers.client.get_workflow_handle(run_id, run_id=handle.first_execution_run_id)
         history = await first.fetch_history()
         total, largest = history_sizes(history)
         assert total < 10_000_000 and largest < 100_000, (total, largest)
@@ -537,20 +523,16 @@ async def huge_report(request: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize("effect", ["read", "write"])
 async def test_an_answer_over_temporals_payload_limit_without_the_store_ends_the_call(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    effect: str,
+    servers: Servers, worker_settings: Settings, run_id: str, effect: str
 ) -> None:
     """Temporal's worker refuses to send an answer over 2 MiB (a retryable failure of the
     attempt, `PayloadsTooLarge`): a read fails once its attempts are spent, told to the model;
     a write, given one attempt, is looked up and never sent again."""
     ANSWERED.clear()
     result, told = await one_call_to_a_team_tool(
-        client,
+        servers.client,
         worker_settings,
-        scripted_provider,
+        servers.provider,
         run_id,
         [huge_report, count_lookups],
         name="huge_report",
@@ -570,7 +552,7 @@ async def test_an_answer_over_temporals_payload_limit_without_the_store_ends_the
 
 
 async def test_forty_answers_of_1_5_mb_without_the_store_leave_the_run_its_history(
-    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+    servers: Servers, worker_settings: Settings, run_id: str
 ) -> None:
     """A team's worker without `ActivityToolResults`: the calls start in waves the history
     has room for (each answer counted twice: the team's result, and the input of agentloop's
@@ -578,9 +560,9 @@ async def test_forty_answers_of_1_5_mb_without_the_store_leave_the_run_its_histo
     the waves, Temporal terminated the run at 50 MB."""
     ANSWERED.clear()
     result, told, handle = await calls_to_a_team_tool(
-        client,
+        servers.client,
         worker_settings,
-        scripted_provider,
+        servers.provider,
         run_id,
         [city_report],
         calls=40,
@@ -595,7 +577,7 @@ async def test_forty_answers_of_1_5_mb_without_the_store_leave_the_run_its_histo
     assert len(ran) + len(not_run) == 40 and 8 <= len(ran) < 40, result.calls
     assert {c.activity_attempts for c in not_run} == {0}
     assert all("not run: this run's history holds" in told[int(c.call_id[2:]) - 1] for c in not_run)
-    first = client.get_workflow_handle(run_id, run_id=handle.first_execution_run_id)
+    first = servers.client.get_workflow_handle(run_id, run_id=handle.first_execution_run_id)
     history = await first.fetch_history()
     assert history_sizes(history)[0] < 45_000_000
     # The final answer came in a fresh history.
@@ -611,16 +593,16 @@ async def bytes_outcome(request: dict[str, Any]) -> bytes:
 
 
 async def test_a_lookup_answering_bytes_leaves_the_write_unknown_not_wedging(
-    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+    servers: Servers, worker_settings: Settings, run_id: str
 ) -> None:
     """Before, the lookup's answer was decoded in
     the workflow; now agentloop's worker reads it: no outcome, so the write stays unknown for
     an operator, and is never sent again."""
     ANSWERED.clear()
     result, _, _ = await calls_to_a_team_tool(
-        client,
+        servers.client,
         worker_settings,
-        scripted_provider,
+        servers.provider,
         run_id,
         [send_note_lost, bytes_outcome],
         run_fields={"reconciliation_timeout_seconds": 1},

@@ -10,7 +10,6 @@ from typing import Any
 from temporalio.testing import ActivityEnvironment
 
 from agentloop.activity_io import RunToolInput
-from agentloop.contract import AgentRunInput
 from agentloop.events import ToolResult
 from agentloop.store import SqliteStore
 from agentloop.tools.builtins import read_artifact
@@ -18,6 +17,7 @@ from agentloop.tools.contract import ToolContext
 from agentloop.tools.decorator import tool
 from agentloop.workflows import loop
 from agentloop.workflows.loop import CallModel, LoopState
+from tests.live import agent_input
 from tests.loop.test_loop import T0, call, model_turn, tool_output
 from tests.support import tool_activities
 
@@ -69,7 +69,7 @@ async def test_a_one_megabyte_output_becomes_a_preview_and_pages(tmp_path: Path)
 
 def test_a_run_reads_only_its_own_artifacts() -> None:
     state = LoopState.start(
-        AgentRunInput(task="t", provider="anthropic", model="m", tools=[]),
+        agent_input("m", "anthropic", "t", []),
         [read_artifact.spec],
         T0,
     )

@@ -26,15 +26,16 @@ from temporalio.worker import Interceptor, Worker
 
 import agentloop
 from agentloop.client import start_run
-from agentloop.contract import AgentRunInput, AgentRunResult, Limits, Principal
+from agentloop.contract import AgentRunResult, Limits, Principal
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.testing.patience import CEILING_SECONDS
 from agentloop.tool_spec import DEFAULT_MAX_RESULT_CHARS
 from agentloop.tools.activity_results import STORED_ANSWER, STORED_ENCODING
 from agentloop.tools.plugins import Plugin, Toolset, build_toolbox
 from agentloop.worker import running_worker
 from tests.fuzzing import SEED, case_rng, cases
+from tests.live import Servers, agent_input, scripted
 from tests.loop.test_hardening import assert_never_wedged
 from tests.mcp.test_mcp_server import http_server, read_state, steer
 from tests.mcp.test_mcp_tools import http_config, mcp_worker
@@ -214,14 +215,12 @@ async def play_batch(
         ScriptedToolCall(id=f"c_{n}", name=tool, arguments={argument: case})
         for n, case in enumerate(case_ids)
     ]
-    provider.register(
-        Script(name=run_id, turns=[ScriptTurn(tool_calls=calls), ScriptTurn(text="Done.")])
-    )
-    run_input = AgentRunInput(
-        task="Go.",
-        provider="openai-chat",
-        model=run_id,
-        tools=[tool],
+    provider.register(scripted(run_id, ScriptTurn(tool_calls=calls), "Done."))
+    run_input = agent_input(
+        run_id,
+        "openai-chat",
+        "Go.",
+        [tool],
         limits=Limits(max_tool_calls=len(calls)),
         principal=Principal(subject="fuzzer", scopes=["tickets:read"]),
     )
@@ -247,7 +246,7 @@ def batches(prefix: str, count: int, size: int = BATCH) -> list[list[str]]:
 
 
 async def test_generated_activity_tool_reads_each_end_succeeded_under_their_call_id(
-    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider
+    servers: Servers, worker_settings: Settings
 ) -> None:
     """Every answer that arrives is a read that succeeded: shown bounded, or a note that it
     cannot be read. Half the batches go through `ActivityToolResults`."""
@@ -258,8 +257,10 @@ async def test_generated_activity_tool_reads_each_end_succeeded_under_their_call
             if interceptors:
                 batch = [STORED + case for case in batch]
             EXECUTED.clear()
-            async with team_run_worker(client, worker_settings, interceptors) as queue:
-                result, _ = await play_batch(client, scripted_provider, queue, "fuzz_read", batch)
+            async with team_run_worker(servers.client, worker_settings, interceptors) as queue:
+                result, _ = await play_batch(
+                    servers.client, servers.provider, queue, "fuzz_read", batch
+                )
             statuses = {c.call_id: c.status for c in result.calls}
             assert set(statuses.values()) == {"succeeded"}, (
                 SEED,
@@ -268,18 +269,20 @@ async def test_generated_activity_tool_reads_each_end_succeeded_under_their_call
             assert set(EXECUTED.values()) == {1}, (SEED, EXECUTED)
     finally:
         await store.close()
-    assert scripted_provider.violations == []
+    assert servers.provider.violations == []
 
 
 async def test_generated_activity_tool_writes_each_succeed_once_never_looked_up(
-    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider
+    servers: Servers, worker_settings: Settings
 ) -> None:
     """A write that answered happened, whatever it answered: never sent again, never looked
     up."""
     for batch in batches("w", cases(6, 400), size=20):
         EXECUTED.clear()
-        async with team_run_worker(client, worker_settings, []) as queue:
-            result, _ = await play_batch(client, scripted_provider, queue, "fuzz_write", batch)
+        async with team_run_worker(servers.client, worker_settings, []) as queue:
+            result, _ = await play_batch(
+                servers.client, servers.provider, queue, "fuzz_write", batch
+            )
         assert {(c.status, c.activity_attempts) for c in result.calls} == {("succeeded", 1)}, (
             SEED,
             result.calls,
@@ -287,7 +290,7 @@ async def test_generated_activity_tool_writes_each_succeed_once_never_looked_up(
         assert [e.call_id for e in result.side_effects] == [c.call_id for c in result.calls]
         assert set(EXECUTED) == {f"fuzz_write/{c.call_id}" for c in result.calls}, SEED
         assert set(EXECUTED.values()) == {1}, (SEED, EXECUTED)
-    assert scripted_provider.violations == []
+    assert servers.provider.violations == []
 
 
 def mcp_block(rng: random.Random, valid: bool) -> dict[str, Any]:
@@ -334,10 +337,7 @@ def mcp_result(rng: random.Random) -> dict[str, Any]:
 
 
 async def test_generated_mcp_results_each_end_clearly_under_their_call_id(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    tmp_path: Path,
+    servers: Servers, worker_settings: Settings, tmp_path: Path
 ) -> None:
     """The demo ticket server answers each call the result generated for its ticket id: each
     read ends succeeded or failed, told to the model within the cap."""
@@ -346,14 +346,14 @@ async def test_generated_mcp_results_each_end_clearly_under_their_call_id(
     steer(state)
     async with (
         http_server(state) as url,
-        mcp_worker(client, worker_settings, tmp_path, {"tickets": http_config(url)}) as own,
+        mcp_worker(servers.client, worker_settings, tmp_path, {"tickets": http_config(url)}) as own,
     ):
         for batch in batches("M-", count):
             # Only this batch's answers: the server reads its state file on every call.
             steer(state, answers={case: mcp_result(case_rng(case)) for case in batch})
             result, _ = await play_batch(
-                client,
-                scripted_provider,
+                servers.client,
+                servers.provider,
                 own.task_queue,
                 "tickets_ticket_report",
                 batch,
@@ -362,4 +362,4 @@ async def test_generated_mcp_results_each_end_clearly_under_their_call_id(
             statuses = {c.call_id: c.status for c in result.calls}
             assert set(statuses.values()) <= {"succeeded", "failed"}, (SEED, statuses)
     assert read_state(state)["calls"].get("ticket_report", 0) >= count
-    assert scripted_provider.violations == []
+    assert servers.provider.violations == []

@@ -21,22 +21,22 @@ from agentloop.client import start_run
 from agentloop.contract import AgentRunInput, AgentRunResult
 from agentloop.events import ToolResult
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import Script, ScriptTurn
 from agentloop.store import load_transcript, open_store
+from agentloop.testing.turns import call as scripted_call
 from agentloop.tool_spec import Outcome, ToolSpec
 from agentloop.tools.contract import OutcomeUnknown, Tool, ToolContext
 from agentloop.tools.plugins import build_toolbox
 from agentloop.tools.source import Offer, ToolLine, ToolSource, ToolSourceError
 from agentloop.worker import running_worker, tool_effects
+from tests.live import Servers, agent_input, scripted
 from tests.support import result_of, write_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
 ACCOUNT = {"account": "acme"}
-BALANCE = ScriptedToolCall(id="c_balance", name="ledger_balance", arguments=ACCOUNT)
-CREDIT = ScriptedToolCall(
-    id="c_credit", name="ledger_credit", arguments={"account": "acme", "amount": 40}
-)
+BALANCE = scripted_call("ledger_balance", "c_balance", **ACCOUNT)
+CREDIT = scripted_call("ledger_credit", "c_credit", account="acme", amount=40)
 ARGUMENTS = {
     "type": "object",
     "properties": {"account": {"type": "string"}, "amount": {"type": "integer"}},
@@ -147,25 +147,17 @@ async def ledger_worker(
 
 
 def run_input(run_id: str, tools: list[str]) -> AgentRunInput:
-    return AgentRunInput(
-        task="Credit acme 40 and tell me its balance.",
-        provider="openai-chat",
-        model=run_id,
-        tools=tools,
-    )
+    return agent_input(run_id, "openai-chat", "Credit acme 40 and tell me its balance.", tools)
 
 
 async def test_a_run_reads_and_writes_through_a_source_of_its_own_each_call_once(
-    client: Client,
-    ledger_worker: tuple[Ledger, Settings],
-    scripted_provider: ScriptedProvider,
-    run_id: str,
+    servers: Servers, ledger_worker: tuple[Ledger, Settings], run_id: str
 ) -> None:
     ledger, settings = ledger_worker
     turns = [ScriptTurn(tool_calls=[BALANCE, CREDIT]), ScriptTurn(text="Credited.")]
-    scripted_provider.register(Script(name=run_id, turns=turns))
+    servers.provider.register(Script(name=run_id, turns=turns))
     handle = await start_run(
-        client,
+        servers.client,
         run_input(run_id, ["ledger_balance", "ledger_credit"]),
         id=run_id,
         task_queue=settings.task_queue,
@@ -193,15 +185,15 @@ async def test_a_run_reads_and_writes_through_a_source_of_its_own_each_call_once
 
 
 async def test_a_tool_the_source_does_not_offer_fails_the_run_as_it_starts_in_its_words(
-    client: Client,
-    ledger_worker: tuple[Ledger, Settings],
-    scripted_provider: ScriptedProvider,
-    run_id: str,
+    servers: Servers, ledger_worker: tuple[Ledger, Settings], run_id: str
 ) -> None:
     ledger, settings = ledger_worker
-    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="?")]))
+    servers.provider.register(scripted(run_id, "?"))
     handle = await start_run(
-        client, run_input(run_id, ["ledger_debit"]), id=run_id, task_queue=settings.task_queue
+        servers.client,
+        run_input(run_id, ["ledger_debit"]),
+        id=run_id,
+        task_queue=settings.task_queue,
     )
     with pytest.raises(WorkflowFailureError) as failed:
         await result_of(handle)
@@ -209,7 +201,7 @@ async def test_a_tool_the_source_does_not_offer_fails_the_run_as_it_starts_in_it
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
     assert cause.message == "tools: the ledger has no tool 'ledger_debit'"
     assert not ledger.executions
-    assert [r for r in scripted_provider.requests if r["script"] == run_id] == []
+    assert [r for r in servers.provider.requests if r["script"] == run_id] == []
 
 
 async def answered(settings: Settings, result: AgentRunResult) -> dict[str, ToolResult]:

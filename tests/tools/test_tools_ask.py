@@ -12,7 +12,7 @@ import mcp_types as types
 import pytest
 
 from agentloop.activity_io import PreconditionResult
-from agentloop.contract import AgentRunInput, UserMessage
+from agentloop.contract import UserMessage
 from agentloop.events import InputRequest, ToolResult
 from agentloop.mcp.input import MAX_PENDING_BYTES, answered, asking
 from agentloop.tools.contract import BusinessRefusal, InputNeeded, Reply
@@ -26,6 +26,7 @@ from agentloop.workflows.loop import (
     RunTools,
 )
 from agentloop.workflows.loop.state import MAX_INPUT_ROUNDS
+from tests.live import agent_input
 from tests.loop.test_loop import T0, call, model_turn, new_state, tool_output
 from tests.loop.test_loop import TRAIN as TRAIN_SPEC
 
@@ -241,10 +242,7 @@ def test_a_reply_nested_past_the_bound_is_only_text() -> None:
 def test_a_checked_call_whose_tool_asked_is_checked_again_before_it_runs_with_the_answer() -> None:
     checked = TRAIN_SPEC.model_copy(update={"has_precondition": True})
     state = LoopState.start(
-        AgentRunInput(
-            task="t", provider="openai-chat", model="m", tools=["get_train_status"],
-            input_timeout_seconds=60,
-        ),
+        agent_input("m", "openai-chat", "t", ["get_train_status"], input_timeout_seconds=60),
         [checked],
         T0,
     )  # fmt: skip

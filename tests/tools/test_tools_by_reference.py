@@ -8,15 +8,14 @@ from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
 
 from agentloop.activity_io import MODEL_CALL, MODEL_CALL_BY_REF
-from agentloop.contract import AgentRunInput
-from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import ScriptTurn
 from agentloop.store import SqliteStore, StoreError
 from agentloop.store.specs import ToolSpecCache
+from agentloop.testing.turns import call as scripted_call
 from agentloop.tool_spec import ToolSpec
+from tests.live import Live, agent_input, scripted
 from tests.support import result_of, start_run
 
 WEATHER = {"city": "Shanghai", "date": "2026-12-01"}
@@ -41,32 +40,21 @@ async def test_specs_stored_once_are_found_by_any_worker(tmp_path: Path) -> None
 
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
-async def test_only_the_first_model_call_carries_the_specs(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
-) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                *(
-                    ScriptTurn(
-                        tool_calls=[
-                            ScriptedToolCall(id=f"call_{i}", name="get_weather", arguments=WEATHER)
-                        ]
-                    )
-                    for i in range(2)
-                ),
-                ScriptTurn(text="done"),
-            ],
+async def test_only_the_first_model_call_carries_the_specs(live: Live, run_id: str) -> None:
+    live.provider.register(
+        scripted(
+            run_id,
+            *(
+                ScriptTurn(tool_calls=[scripted_call("get_weather", f"call_{i}", **WEATHER)])
+                for i in range(2)
+            ),
+            "done",
         )
     )
-    run_input = AgentRunInput(
-        task="weather twice",
-        provider="openai-chat",
-        model=run_id,
-        tools=["get_train_status", "get_weather"],
+    run_input = agent_input(
+        run_id, "openai-chat", "weather twice", ["get_train_status", "get_weather"]
     )
-    handle = await start_run(client, worker, run_id, run_input)
+    handle = await start_run(live.client, live.worker, run_id, run_input)
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
 
@@ -95,7 +83,7 @@ async def test_only_the_first_model_call_carries_the_specs(
     # The model was told about every tool on every request all the same.
     declared = [
         sorted(t["function"]["name"] for t in request["body"]["tools"])
-        for request in scripted_provider.requests
+        for request in live.provider.requests
         if request["body"].get("model") == run_id
     ]
     declared_names = ["ask_user", "get_train_status", "get_weather", "give_up", "read_artifact"]
