@@ -7,12 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from agentloop.contract import AgentRunInput
-from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptTurn
+from tests.live import Live, scripted
 from tests.support import result_of, start_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -55,15 +54,10 @@ SENT: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "unstreamed"])
 @pytest.mark.parametrize("provider", sorted(SENT))
 async def test_each_model_setting_reaches_the_wire_under_the_providers_name(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    provider: str,
-    stream: bool,
+    live: Live, run_id: str, provider: str, stream: bool
 ) -> None:
     settings, expected = SENT[provider]
-    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="Set.")]))
+    live.provider.register(scripted(run_id, "Set."))
     run_input = AgentRunInput.model_validate(
         {
             "task": "Say it.",
@@ -73,9 +67,9 @@ async def test_each_model_setting_reaches_the_wire_under_the_providers_name(
             "stream": stream,
         }
     )
-    result = await result_of(await start_run(client, worker, run_id, run_input))
+    result = await result_of(await start_run(live.client, live.worker, run_id, run_input))
     assert result.status == "completed", result.stop_reason
-    [request] = scripted_provider.requests
+    [request] = live.provider.requests
     body = request["body"]
     assert {key: body.get(key) for key in expected} == expected
 
@@ -97,19 +91,13 @@ async def test_each_model_setting_reaches_the_wire_under_the_providers_name(
     ],
 )
 async def test_a_setting_the_provider_does_not_take_fails_the_run_at_start_naming_it(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    provider: str,
-    settings: dict[str, Any],
-    named: str,
+    live: Live, run_id: str, provider: str, settings: dict[str, Any], named: str
 ) -> None:
     raw = {"task": "Say it.", "provider": provider, "model": run_id, "model_settings": settings}
-    handle = await start_run(client, worker, run_id, raw)
+    handle = await start_run(live.client, live.worker, run_id, raw)
     with pytest.raises(WorkflowFailureError) as failed:
         await result_of(handle)
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
     assert named in cause.message, cause.message
-    assert scripted_provider.requests == []  # no model call was made
+    assert live.provider.requests == []  # no model call was made

@@ -12,14 +12,13 @@ from typing import Any
 
 import aiohttp
 import pytest
-from temporalio.client import Client
 
 from agentloop.contract import AgentRunInput, AgentRunResult
 from agentloop.demo.services import ExampleService
-from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.scripted_provider.scripts import ScriptedError
 from agentloop.workflows.steps import MODEL_RETRY
+from tests.live import Live, scripted
 from tests.support import result_of, start_run
 
 pytestmark = pytest.mark.integration
@@ -302,19 +301,12 @@ async def clean_fakes(
 @pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize("case_name", list(CASES))
 async def test_regression_matrix(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-    provider: str,
-    stream: bool,
-    case_name: str,
+    live: Live, run_id: str, provider: str, stream: bool, case_name: str
 ) -> None:
     case = CASES[case_name]()
     if case.streamed_only and not stream:
         pytest.skip("a stream cut applies to streamed responses only")
-    scripted_provider.register(Script(name=run_id, turns=case.turns))
+    live.provider.register(Script(name=run_id, turns=case.turns))
     run_input = AgentRunInput(
         task="Is train G1234 late on 2026-12-01, and what is the weather in Shanghai?",
         instructions="You are a travel assistant.",
@@ -323,60 +315,53 @@ async def test_regression_matrix(
         tools=["get_train_status", "get_weather"],
         stream=stream,
     )
-    result = await result_of(await start_run(client, worker, run_id, run_input))
+    result = await result_of(await start_run(live.client, live.worker, run_id, run_input))
 
     assert result.status == case.status, result.stop_reason
-    requests = [r for r in scripted_provider.requests if r["script"] == run_id]
+    requests = [r for r in live.provider.requests if r["script"] == run_id]
     assert case.model_requests == -1 or len(requests) == case.model_requests
     assert {r["protocol"] for r in requests} == {provider}
     assert all(bool(r["body"].get("stream")) is stream for r in requests)
-    counts = {k: v for k, v in example_service.stats()["counts"].items() if v}
+    counts = {k: v for k, v in live.service.stats()["counts"].items() if v}
     assert counts == case.executions
     assert {c.call_id: c.status for c in result.calls} == case.calls
     if case.check is not None:
-        case.check(result, scripted_provider, run_id)
+        case.check(result, live.provider, run_id)
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_the_articles_first_case_the_weather_times_out_and_the_train_answers(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-    provider: str,
+    live: Live, run_id: str, provider: str
 ) -> None:
     """Seed 000, case one: of two parallel reads the weather times out on every attempt
     while the train answers; a malformed train number is refused. Each result goes back
     under its own call id, and the answer quotes only the train."""
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        call("call_train", "get_train_status", TRAIN),
-                        call("call_weather", "get_weather", WEATHER),
-                        call("call_bad", "get_train_status", {**TRAIN, "train_number": "12-AB"}),
-                    ],
-                    expect_tool_results={
-                        "call_train": '"train_number": "G1234"',
-                        "call_weather": "service unreachable: TimeoutError",
-                        "call_bad": "train_number",
-                    },
-                ),
-                ScriptTurn(text="G1234: {{call_train.status}}. The weather is unavailable."),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            ScriptTurn(
+                tool_calls=[
+                    call("call_train", "get_train_status", TRAIN),
+                    call("call_weather", "get_weather", WEATHER),
+                    call("call_bad", "get_train_status", {**TRAIN, "train_number": "12-AB"}),
+                ],
+                expect_tool_results={
+                    "call_train": '"train_number": "G1234"',
+                    "call_weather": "service unreachable: TimeoutError",
+                    "call_bad": "train_number",
+                },
+            ),
+            "G1234: {{call_train.status}}. The weather is unavailable.",
         )
     )
-    example_service.set_delay("weather", 3_000)  # past the tools' 2 s HTTP timeout
+    live.service.set_delay("weather", 3_000)  # past the tools' 2 s HTTP timeout
     run_input = AgentRunInput(
         task="Is train G1234 late on 2026-12-01, and what is the weather in Shanghai?",
         provider=provider,  # type: ignore[arg-type]
         model=run_id,
         tools=["get_train_status", "get_weather"],
     )
-    result = await result_of(await start_run(client, worker, run_id, run_input))
+    result = await result_of(await start_run(live.client, live.worker, run_id, run_input))
     assert result.status == "completed", result.stop_reason
     calls = {c.call_id: c for c in result.calls}
     assert {k: c.status for k, c in calls.items()} == {
@@ -384,17 +369,17 @@ async def test_the_articles_first_case_the_weather_times_out_and_the_train_answe
         "call_weather": "failed",
         "call_bad": "rejected",
     }
-    status = example_service.stats()["requests"]
+    status = live.service.stats()["requests"]
     trains = [r for r in status if r["endpoint"] == "trains"]
     weather = [r for r in status if r["endpoint"] == "weather"]
     # The malformed number never reached the service; the weather was tried on every attempt.
     assert len(trains) == 1 and "G1234" in trains[0]["path"]
     assert len(weather) == 3
-    requests = [r for r in scripted_provider.requests if r["script"] == run_id]
+    requests = [r for r in live.provider.requests if r["script"] == run_id]
     assert len(requests) == 2 and {r["protocol"] for r in requests} == {provider}
     # The answer quotes the train's status as the service gave it under the train's id.
     async with aiohttp.ClientSession() as http:
-        url = f"{example_service.base_url}/travel/trains/G1234"
+        url = f"{live.service.base_url}/travel/trains/G1234"
         async with http.get(url, params={"date": TRAIN["date"]}) as response:
             train = await response.json()
     assert result.output == f"G1234: {train['status']}. The weather is unavailable."

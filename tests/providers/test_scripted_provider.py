@@ -14,24 +14,24 @@ import pytest
 from openai import AsyncOpenAI, BadRequestError, NotFoundError, omit
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
 
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptTurn
 from agentloop.scripted_provider.scripts import render_placeholders
+from agentloop.testing.turns import call as scripted_call
+from tests.live import scripted
 
 Message = dict[str, Any]
 
 GREETING_TEXT = "Hello from the scripted provider: same words, streamed or not (°C ok)."
-GREETING = Script(name="greeting", turns=[ScriptTurn(text=GREETING_TEXT)])
+GREETING = scripted("greeting", ScriptTurn(text=GREETING_TEXT))
 COUNTING = Script(name="counting", turns=[ScriptTurn(text=w) for w in ("one", "two", "three")])
 LOOKUP = {"query": "a fairly long query string", "limit": 10}
-CUT = Script(
-    name="cut",
-    turns=[
-        ScriptTurn(
-            text="Looking it up.",
-            tool_calls=[ScriptedToolCall(id="call_lookup", name="lookup", arguments=LOOKUP)],
-            cut_stream_after_chars=12,
-        )
-    ],
+CUT = scripted(
+    "cut",
+    ScriptTurn(
+        text="Looking it up.",
+        tool_calls=[scripted_call("lookup", "call_lookup", **LOOKUP)],
+        cut_stream_after_chars=12,
+    ),
 )
 
 USER: Message = {"role": "user", "content": "Is train G1234 late, and how is the weather?"}
@@ -303,7 +303,7 @@ async def test_missing_placeholder_renders_marker_and_is_recorded(
 
 async def test_control_endpoints_over_http(client: AsyncOpenAI, provider: ScriptedProvider) -> None:
     root = provider.base_url.removesuffix("/v1")
-    script = Script(name="hello", turns=[ScriptTurn(text="hi")])
+    script = scripted("hello", "hi")
     async with aiohttp.ClientSession() as http:
         put = await http.put(f"{root}/_scripts/hello", data=script.model_dump_json())
         assert put.status == 200

@@ -13,12 +13,12 @@ from anthropic import AsyncAnthropic, BadRequestError, Omit, omit
 from anthropic.types import Message, MessageParam, RawMessageStreamEvent, ToolParam
 
 from agentloop.scripted_provider import (
-    Script,
     ScriptedProvider,
-    ScriptedToolCall,
     ScriptTurn,
     ScriptUsage,
 )
+from agentloop.testing.turns import call as scripted_call
+from tests.live import scripted
 
 Msg = dict[str, Any]
 Block = dict[str, Any]
@@ -26,41 +26,34 @@ Block = dict[str, Any]
 TRAIN_ARGS = {"train_number": "G1234", "date": "2026-12-01"}
 WEATHER_ARGS = {"city": "Shanghai", "date": "2026-12-01"}
 CALLS = [
-    ScriptedToolCall(id="call_train", name="get_train_status", arguments=TRAIN_ARGS),
-    ScriptedToolCall(id="call_weather", name="get_weather", arguments=WEATHER_ARGS),
+    scripted_call("get_train_status", "call_train", **TRAIN_ARGS),
+    scripted_call("get_weather", "call_weather", **WEATHER_ARGS),
 ]
-GREETING = Script(name="greeting", turns=[ScriptTurn(text="Hello over Messages (°C ok).")])
-THINKING = Script(
-    name="thinking",
-    turns=[
-        ScriptTurn(
-            reasoning="Two independent reads: ask both at once.",
-            text="Checking both.",
-            tool_calls=CALLS,
-            expect_tool_results={"call_train": "G1234", "call_weather": "Shanghai"},
-        ),
-        ScriptTurn(text="{{call_train.status}}, {{call_weather.condition}}"),
-    ],
+GREETING = scripted("greeting", "Hello over Messages (°C ok).")
+THINKING = scripted(
+    "thinking",
+    ScriptTurn(
+        reasoning="Two independent reads: ask both at once.",
+        text="Checking both.",
+        tool_calls=CALLS,
+        expect_tool_results={"call_train": "G1234", "call_weather": "Shanghai"},
+    ),
+    "{{call_train.status}}, {{call_weather.condition}}",
 )
-PAUSED = Script(
-    name="paused",
-    turns=[
-        ScriptTurn(text="Let me look that up.", tool_calls=CALLS, pause_turn=True),
-        ScriptTurn(text="done"),
-    ],
+PAUSED = scripted(
+    "paused",
+    ScriptTurn(text="Let me look that up.", tool_calls=CALLS, pause_turn=True),
+    "done",
 )
-ENDINGS = Script(
-    name="endings",
-    turns=[
-        ScriptTurn(refusal="I can't help with that."),
-        ScriptTurn(text="cut sho", finish_reason="length"),
-        ScriptTurn(text="filtered", finish_reason="content_filter"),
-        ScriptTurn(text="Stopped at", stop_sequence="END"),
-    ],
+ENDINGS = scripted(
+    "endings",
+    ScriptTurn(refusal="I can't help with that."),
+    ScriptTurn(text="cut sho", finish_reason="length"),
+    ScriptTurn(text="filtered", finish_reason="content_filter"),
+    ScriptTurn(text="Stopped at", stop_sequence="END"),
 )
-USAGE = Script(
-    name="usage",
-    turns=[ScriptTurn(text="ok", usage=ScriptUsage(prompt_tokens=120, completion_tokens=7))],
+USAGE = scripted(
+    "usage", ScriptTurn(text="ok", usage=ScriptUsage(prompt_tokens=120, completion_tokens=7))
 )
 
 USER: Msg = {"role": "user", "content": "Is train G1234 late, and how is the weather?"}

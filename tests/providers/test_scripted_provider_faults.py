@@ -17,16 +17,16 @@ from agentloop.scripted_provider import (
     Script,
     ScriptedError,
     ScriptedProvider,
-    ScriptedToolCall,
     ScriptTurn,
 )
+from agentloop.testing.turns import call as scripted_call
 
 PROTOCOLS = ["openai-chat", "openai-responses", "anthropic"]
 TRAIN_ARGS = {"train_number": "G1234", "date": "2026-12-01"}
 WEATHER_ARGS = {"city": "Shanghai", "date": "2026-12-01"}
 CALLS = [
-    ScriptedToolCall(id="call_train", name="get_train_status", arguments=TRAIN_ARGS),
-    ScriptedToolCall(id="call_weather", name="get_weather", arguments=WEATHER_ARGS),
+    scripted_call("get_train_status", "call_train", **TRAIN_ARGS),
+    scripted_call("get_weather", "call_weather", **WEATHER_ARGS),
 ]
 ARGUMENTS = {call.id: call.arguments_text() for call in CALLS}
 NAMES = ("get_train_status", "get_weather")

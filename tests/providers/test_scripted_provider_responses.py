@@ -12,12 +12,12 @@ from openai import AsyncOpenAI, BadRequestError, Omit, omit
 from openai.types.responses import Response, ResponseInputParam, ResponseStreamEvent
 
 from agentloop.scripted_provider import (
-    Script,
     ScriptedProvider,
-    ScriptedToolCall,
     ScriptTurn,
     ScriptUsage,
 )
+from agentloop.testing.turns import call as scripted_call
+from tests.live import scripted
 
 Item = dict[str, Any]
 
@@ -25,33 +25,28 @@ TRAIN_ARGS = {"train_number": "G1234", "date": "2026-12-01"}
 WEATHER_ARGS = {"city": "Shanghai", "date": "2026-12-01"}
 TRAIN_RESULT = {"train_number": "G1234", "status": "delayed", "delay_minutes": 15}
 WEATHER_RESULT = {"city": "Shanghai", "condition": "light rain", "high_c": 12}
-GREETING = Script(name="greeting", turns=[ScriptTurn(text="Hello over Responses (°C ok).")])
-THINKING = Script(
-    name="thinking",
-    turns=[
-        ScriptTurn(
-            reasoning="Two independent reads: ask both at once.",
-            text="Checking both.",
-            tool_calls=[
-                ScriptedToolCall(id="call_train", name="get_train_status", arguments=TRAIN_ARGS),
-                ScriptedToolCall(id="call_weather", name="get_weather", arguments=WEATHER_ARGS),
-            ],
-            expect_tool_results={"call_train": "G1234", "call_weather": "Shanghai"},
-        ),
-        ScriptTurn(text="{{call_train.status}}, {{call_weather.condition}}"),
-    ],
+GREETING = scripted("greeting", "Hello over Responses (°C ok).")
+THINKING = scripted(
+    "thinking",
+    ScriptTurn(
+        reasoning="Two independent reads: ask both at once.",
+        text="Checking both.",
+        tool_calls=[
+            scripted_call("get_train_status", "call_train", **TRAIN_ARGS),
+            scripted_call("get_weather", "call_weather", **WEATHER_ARGS),
+        ],
+        expect_tool_results={"call_train": "G1234", "call_weather": "Shanghai"},
+    ),
+    "{{call_train.status}}, {{call_weather.condition}}",
 )
-ENDINGS = Script(
-    name="endings",
-    turns=[
-        ScriptTurn(refusal="I can't help with that."),
-        ScriptTurn(text="cut sho", finish_reason="length"),
-        ScriptTurn(text="filtered", finish_reason="content_filter"),
-    ],
+ENDINGS = scripted(
+    "endings",
+    ScriptTurn(refusal="I can't help with that."),
+    ScriptTurn(text="cut sho", finish_reason="length"),
+    ScriptTurn(text="filtered", finish_reason="content_filter"),
 )
-USAGE = Script(
-    name="usage",
-    turns=[ScriptTurn(text="ok", usage=ScriptUsage(prompt_tokens=120, completion_tokens=7))],
+USAGE = scripted(
+    "usage", ScriptTurn(text="ok", usage=ScriptUsage(prompt_tokens=120, completion_tokens=7))
 )
 
 USER: Item = {"role": "user", "content": "Is train G1234 late, and how is the weather?"}

@@ -17,42 +17,37 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from agentloop.scripted_provider import (
-    Script,
     ScriptedError,
     ScriptedProvider,
     ScriptedToolCall,
     ScriptTurn,
 )
+from agentloop.testing.turns import call as scripted_call
+from tests.live import scripted
 
 CALLS = [
-    ScriptedToolCall(id="call_a", name="lookup", arguments={"q": "first"}),
-    ScriptedToolCall(id="call_b", name="lookup", arguments={"q": "second"}),
+    scripted_call("lookup", "call_a", q="first"),
+    scripted_call("lookup", "call_b", q="second"),
 ]
-RICH = Script(
-    name="rich",
-    turns=[ScriptTurn(reasoning="Plan.", text="Looking.", refusal="Not that.", tool_calls=CALLS)],
+RICH = scripted(
+    "rich", ScriptTurn(reasoning="Plan.", text="Looking.", refusal="Not that.", tool_calls=CALLS)
 )
-TRUNCATED = Script(
-    name="truncated",
-    turns=[
-        ScriptTurn(
-            text="Let me",
-            tool_calls=[ScriptedToolCall(id="call_t", name="lookup", arguments='{"q": "fir')],
-            finish_reason="length",
-        )
-    ],
+TRUNCATED = scripted(
+    "truncated",
+    ScriptTurn(
+        text="Let me",
+        tool_calls=[ScriptedToolCall(id="call_t", name="lookup", arguments='{"q": "fir')],
+        finish_reason="length",
+    ),
 )
-CUT = Script(
-    name="cut",
-    turns=[ScriptTurn(text="Looking it up.", tool_calls=CALLS, cut_stream_after_events=5)],
+CUT = scripted(
+    "cut", ScriptTurn(text="Looking it up.", tool_calls=CALLS, cut_stream_after_events=5)
 )
-FAILING = Script(
-    name="failing",
-    turns=[
-        ScriptTurn(
-            text="ok", errors=[ScriptedError(status=429, retry_after="1", retry_after_ms="1000")]
-        )
-    ],
+FAILING = scripted(
+    "failing",
+    ScriptTurn(
+        text="ok", errors=[ScriptedError(status=429, retry_after="1", retry_after_ms="1000")]
+    ),
 )
 
 USER = {"role": "user", "content": "hi"}
