@@ -29,11 +29,11 @@ import pytest
 from temporalio.client import Client
 
 from agentloop.contract import AgentRunResult
-from agentloop.demo.services import ExampleService
-from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import free_port, temporal_binary
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import ScriptedToolCall
 from agentloop.testing.patience import CEILING_SECONDS
+from agentloop.testing.turns import call as scripted_call
+from tests.live import Live, scripted
 from tests.support import (
     STOP_SECONDS,
     read_until,
@@ -617,36 +617,25 @@ async def test_a_run_without_model_against_the_scripted_provider_is_refused(
 
 
 async def test_cancel_stops_a_run_started_from_the_command_line(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-    tmp_path: Path,
+    live: Live, run_id: str, tmp_path: Path
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(
-                            id="call_slow",
-                            name="get_train_status",
-                            arguments={"train_number": "G1234", "date": "2026-12-01"},
-                        )
-                    ]
-                ),
-                ScriptTurn(text="never reached"),
+    live.provider.register(
+        scripted(
+            run_id,
+            [
+                scripted_call(
+                    "get_train_status", "call_slow", train_number="G1234", date="2026-12-01"
+                )
             ],
+            "never reached",
         )
     )
     env = process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
-        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
+        TEMPORAL_ADDRESS=live.client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=live.worker.task_queue,
     )
-    trains_before = example_service.stats()["counts"]["trains"]
-    example_service.set_delay("trains", 5_000)
+    trains_before = live.service.stats()["counts"]["trains"]
+    live.service.set_delay("trains", 5_000)
     try:
         started = await agentloop(
             "run",
@@ -667,49 +656,40 @@ async def test_cancel_stops_a_run_started_from_the_command_line(
 
         # Cancel while the train read is in flight at the service.
         await wait_until(
-            lambda: example_service.stats()["counts"]["trains"] > trains_before,
+            lambda: live.service.stats()["counts"]["trains"] > trains_before,
             "the train read to reach the example service",
         )
         cancelled = await agentloop("cancel", run_id, "--reason", "test", env=env, cwd=tmp_path)
         assert cancelled.returncode == 0, cancelled.explain()
         assert cancelled.stdout == f"cancel requested for {run_id}\n", cancelled.explain()
 
-        handle = client.get_workflow_handle(run_id, result_type=AgentRunResult)
+        handle = live.client.get_workflow_handle(run_id, result_type=AgentRunResult)
         result = await result_of(handle)
     finally:
-        example_service.set_delay("trains", 0)
+        live.service.set_delay("trains", 0)
     assert result.status == "cancelled", result.stop_reason
     assert "test" in result.stop_reason
 
 
 async def test_approve_and_resolve_from_the_command_line(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-    tmp_path: Path,
+    live: Live, run_id: str, tmp_path: Path
 ) -> None:
-    example_service.reset()
+    live.service.reset()
     reply = {"ticket_id": "T-1001", "recipient": "dana@example.com", "body": "Refund sent."}
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[ScriptedToolCall(id="call_a", name="send_reply", arguments=reply)]
-                ),
-                ScriptTurn(text="done"),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            [ScriptedToolCall(id="call_a", name="send_reply", arguments=reply)],
+            "done",
         )
     )
     env = process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
-        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
+        TEMPORAL_ADDRESS=live.client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=live.worker.task_queue,
     )
     # The write commits but its answer is lost, and the lookup cannot say: an operator must.
-    example_service.inject_fault("support.reply", "commit_then_drop")
-    example_service.inject_fault("support.operation", "unavailable", count=10)
+    live.service.inject_fault("support.reply", "commit_then_drop")
+    live.service.inject_fault("support.operation", "unavailable", count=10)
     started = await agentloop(
         "run",
         "Answer T-1001",
@@ -725,7 +705,7 @@ async def test_approve_and_resolve_from_the_command_line(
         cwd=tmp_path,
     )
     assert started.returncode == 0, started.explain()
-    handle = client.get_workflow_handle(run_id, result_type=AgentRunResult)
+    handle = live.client.get_workflow_handle(run_id, result_type=AgentRunResult)
     await wait_for_phase(handle, "awaiting_approval")
 
     refused = await agentloop(
@@ -776,8 +756,8 @@ async def test_approve_and_resolve_from_the_command_line(
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert {c.call_id: c.status for c in result.calls} == {"call_a": "confirmed_after_query"}
-    assert example_service.records()["replies"] == 1
-    assert example_service.stats()["counts"]["support.reply"] == 1
+    assert live.service.records()["replies"] == 1
+    assert live.service.stats()["counts"]["support.reply"] == 1
 
 
 # --- agentloop keys --------------------------------------------------------------------
@@ -827,12 +807,10 @@ async def test_unreachable_temporal_is_reported_at_the_refused_connection(tmp_pa
     assert "no answer within" not in finished.stderr, finished.explain()
 
 
-async def test_status_of_an_unknown_run_says_not_found(
-    client: Client, worker: Settings, tmp_path: Path
-) -> None:
+async def test_status_of_an_unknown_run_says_not_found(live: Live, tmp_path: Path) -> None:
     env = process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
-        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
+        TEMPORAL_ADDRESS=live.client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=live.worker.task_queue,
     )
     finished = await agentloop("status", "does-not-exist", env=env, cwd=tmp_path)
     assert finished.returncode != 0, finished.explain()

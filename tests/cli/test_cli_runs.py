@@ -34,6 +34,7 @@ from agentloop.scripted_provider import (
     ScriptTurn,
 )
 from agentloop.testing.patience import CEILING_SECONDS
+from agentloop.testing.turns import call as scripted_call
 from tests.cli.test_cli import (
     AGENTLOOP,
     Finished,
@@ -41,6 +42,7 @@ from tests.cli.test_cli import (
     assert_no_traceback,
     process_env,
 )
+from tests.live import Live, Servers, scripted
 from tests.support import (
     read_until,
     register_bare_namespace,
@@ -84,34 +86,24 @@ def env(client: Client, worker: Settings) -> dict[str, str]:
 
 
 def travel_script(name: str) -> Script:
-    return Script(
-        name=name,
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(id="call_train", name="get_train_status", arguments=TRAIN),
-                    ScriptedToolCall(id="call_weather", name="get_weather", arguments=WEATHER),
-                ]
-            ),
-            ScriptTurn(text="{{call_train.train_number}} / {{call_weather.city}}"),
+    return scripted(
+        name,
+        [
+            scripted_call("get_train_status", "call_train", **TRAIN),
+            scripted_call("get_weather", "call_weather", **WEATHER),
         ],
+        "{{call_train.train_number}} / {{call_weather.city}}",
     )
 
 
 def workshop_script(name: str) -> Script:
-    return Script(
-        name=name,
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(
-                        id="call_check", name="check_workshop", arguments={"workshop_id": "ws-101"}
-                    ),
-                    ScriptedToolCall(id="call_reserve", name="reserve_seat", arguments=RESERVE),
-                ]
-            ),
-            ScriptTurn(text="Booked: {{call_reserve.reservation_id}}"),
+    return scripted(
+        name,
+        [
+            scripted_call("check_workshop", "call_check", workshop_id="ws-101"),
+            scripted_call("reserve_seat", "call_reserve", **RESERVE),
         ],
+        "Booked: {{call_reserve.reservation_id}}",
     )
 
 
@@ -119,15 +111,13 @@ def question_script(name: str) -> Script:
     """The model asks which date (`ask_user`), and its answer must be 2026-12-01; then it says
     `Noted: ANSWER`."""
     question = {"question": "Which date do you travel?"}
-    return Script(
-        name=name,
-        turns=[
-            ScriptTurn(
-                tool_calls=[ScriptedToolCall(id="call_ask", name="ask_user", arguments=question)],
-                expect_tool_results={"call_ask": "2026-12-01"},
-            ),
-            ScriptTurn(text="Noted: {{call_ask.answer}}"),
-        ],
+    return scripted(
+        name,
+        ScriptTurn(
+            tool_calls=[ScriptedToolCall(id="call_ask", name="ask_user", arguments=question)],
+            expect_tool_results={"call_ask": "2026-12-01"},
+        ),
+        "Noted: {{call_ask.answer}}",
     )
 
 
@@ -167,13 +157,9 @@ async def cli_process(
 
 
 async def test_a_completed_run_in_json_and_its_transcript_pairs_every_call_with_its_result(
-    client: Client,
-    env: dict[str, str],
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    tmp_path: Path,
+    servers: Servers, env: dict[str, str], run_id: str, tmp_path: Path
 ) -> None:
-    scripted_provider.register(travel_script(run_id))
+    servers.provider.register(travel_script(run_id))
     tools = ("--tool", "get_train_status", "--tool", "get_weather")
     started = await agentloop(
         "run", TASK, "--model", run_id, *tools, "--id", run_id, "--json", env=env, cwd=tmp_path
@@ -182,7 +168,7 @@ async def test_a_completed_run_in_json_and_its_transcript_pairs_every_call_with_
     document = one_document(started)
     assert document["workflow_id"] == run_id
     assert document["url"].endswith(f"/workflows/{run_id}")
-    handle = client.get_workflow_handle(run_id, result_type=AgentRunResult)
+    handle = servers.client.get_workflow_handle(run_id, result_type=AgentRunResult)
     assert (await result_of(handle)).status == "completed"
 
     status = await agentloop("status", run_id, "--json", env=env, cwd=tmp_path)
@@ -262,11 +248,7 @@ async def test_a_completed_run_in_json_and_its_transcript_pairs_every_call_with_
     [
         pytest.param(
             [
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(id="call_w", name="get_weather", arguments=WEATHER)
-                    ]
-                ),
+                ScriptTurn(tool_calls=[scripted_call("get_weather", "call_w", **WEATHER)]),
                 ScriptTurn(text="never reached: the budget allows one model call"),
             ],
             "1",
@@ -329,13 +311,13 @@ async def test_follow_and_status_exit_with_the_runs_code(
 
 
 async def test_a_run_whose_workflow_failed_has_no_result_exits_1_naming_why(
-    client: Client, worker: Settings, env: dict[str, str], run_id: str, tmp_path: Path
+    live: Live, env: dict[str, str], run_id: str, tmp_path: Path
 ) -> None:
     # A `continue_from` naming no run fails the workflow itself: there is no result.
     run_input = AgentRunInput(
         task="x", provider="openai-chat", model="m", continue_from="no-such-run"
     )
-    handle = await start_run(client, worker, run_id, run_input)
+    handle = await start_run(live.client, live.worker, run_id, run_input)
     with pytest.raises(WorkflowFailureError):
         await result_of(handle)
 
@@ -427,13 +409,9 @@ async def test_follow_shows_the_pending_approval_and_its_command_which_approves_
 
 
 async def test_ctrl_c_stops_following_and_exits_with_the_paused_code_the_run_goes_on(
-    client: Client,
-    env: dict[str, str],
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    tmp_path: Path,
+    servers: Servers, env: dict[str, str], run_id: str, tmp_path: Path
 ) -> None:
-    scripted_provider.register(workshop_script(run_id))
+    servers.provider.register(workshop_script(run_id))
     argv = ("run", *WORKSHOP_RUN, "--model", run_id, "--id", run_id, "--follow", "--json")
     async with cli_process(*argv, env=env, cwd=tmp_path) as following:
         await read_until(
@@ -468,7 +446,7 @@ async def test_ctrl_c_stops_following_and_exits_with_the_paused_code_the_run_goe
     )
     assert rejected.returncode == 0, rejected.explain()
     assert one_document(rejected)["accepted"] is True
-    handle = client.get_workflow_handle(run_id, result_type=AgentRunResult)
+    handle = servers.client.get_workflow_handle(run_id, result_type=AgentRunResult)
     assert (await result_of(handle)).status == "rejected"
     stopped = await agentloop("status", run_id, env=env, cwd=tmp_path)
     assert stopped.returncode == 3, stopped.explain()
@@ -476,18 +454,14 @@ async def test_ctrl_c_stops_following_and_exits_with_the_paused_code_the_run_goe
 
 
 async def test_a_refused_decision_is_a_json_verdict_and_exit_1(
-    client: Client,
-    env: dict[str, str],
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    tmp_path: Path,
+    servers: Servers, env: dict[str, str], run_id: str, tmp_path: Path
 ) -> None:
-    scripted_provider.register(workshop_script(run_id))
+    servers.provider.register(workshop_script(run_id))
     started = await agentloop(
         "run", *WORKSHOP_RUN, "--model", run_id, "--id", run_id, env=env, cwd=tmp_path
     )
     assert started.returncode == 0, started.explain()
-    handle = client.get_workflow_handle(run_id, result_type=AgentRunResult)
+    handle = servers.client.get_workflow_handle(run_id, result_type=AgentRunResult)
     await wait_for_phase(handle, "awaiting_approval")
     # A running run's transcript comes from its status query's head: up to the calls made.
     transcript = await agentloop("transcript", run_id, "--json", env=env, cwd=tmp_path)
@@ -524,18 +498,14 @@ async def test_a_refused_decision_is_a_json_verdict_and_exit_1(
 
 
 async def test_a_question_shows_the_message_command_which_answers_it(
-    client: Client,
-    env: dict[str, str],
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    tmp_path: Path,
+    servers: Servers, env: dict[str, str], run_id: str, tmp_path: Path
 ) -> None:
-    scripted_provider.register(question_script(run_id))
+    servers.provider.register(question_script(run_id))
     started = await agentloop(
         "run", "When?", "--model", run_id, "--id", run_id, env=env, cwd=tmp_path
     )
     assert started.returncode == 0, started.explain()
-    handle = client.get_workflow_handle(run_id, result_type=AgentRunResult)
+    handle = servers.client.get_workflow_handle(run_id, result_type=AgentRunResult)
     await wait_for_phase(handle, "awaiting_input")
     paused = await agentloop("status", run_id, env=env, cwd=tmp_path)
     assert paused.returncode == 4, paused.explain()
@@ -643,16 +613,11 @@ async def test_run_on_a_namespace_without_the_search_attributes_starts_it_uninde
 
 
 async def test_a_command_to_a_run_that_ended_says_it_ended_and_how(
-    client: Client,
-    worker: Settings,
-    env: dict[str, str],
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    tmp_path: Path,
+    live: Live, env: dict[str, str], run_id: str, tmp_path: Path
 ) -> None:
-    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="done")]))
+    live.provider.register(scripted(run_id, "done"))
     run_input = AgentRunInput(task="hi", provider="openai-chat", model=run_id)
-    handle = await start_run(client, worker, run_id, run_input)
+    handle = await start_run(live.client, live.worker, run_id, run_input)
     assert (await result_of(handle)).status == "completed"
 
     commands = [

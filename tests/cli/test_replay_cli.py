@@ -12,12 +12,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
 
-from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import free_port, temporal_binary
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.testing.turns import call as scripted_call
 from tests.cli.test_cli import agentloop, assert_no_traceback, process_env, run_process
+from tests.live import Live, scripted
 from tests.loop.test_replay import HISTORY_DIR, tampered_travel
 
 pytestmark = pytest.mark.integration
@@ -28,32 +27,16 @@ def offline_env() -> dict[str, str]:
     return process_env(TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}")
 
 
-async def test_an_exported_run_replays(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    tmp_path: Path,
-) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(
-                            id="call_weather",
-                            name="get_weather",
-                            arguments={"city": "Shanghai", "date": "2026-12-01"},
-                        )
-                    ]
-                ),
-                ScriptTurn(text="Cloudy in Shanghai."),
-            ],
+async def test_an_exported_run_replays(live: Live, run_id: str, tmp_path: Path) -> None:
+    live.provider.register(
+        scripted(
+            run_id,
+            [scripted_call("get_weather", "call_weather", city="Shanghai", date="2026-12-01")],
+            "Cloudy in Shanghai.",
         )
     )
-    address = client.service_client.config.target_host
-    env = process_env(TEMPORAL_ADDRESS=address, AGENT_LOOP_TASK_QUEUE=worker.task_queue)
+    address = live.client.service_client.config.target_host
+    env = process_env(TEMPORAL_ADDRESS=address, AGENT_LOOP_TASK_QUEUE=live.worker.task_queue)
     ran = await agentloop(
         "run",
         "What is the weather in Shanghai on 2026-12-01?",
@@ -152,12 +135,10 @@ async def test_a_file_that_is_not_json_is_a_one_line_message(tmp_path: Path) -> 
     assert str(notes) in output and "not JSON" in output, replayed.explain()
 
 
-async def test_history_of_an_unknown_run_says_not_found(
-    client: Client, worker: Settings, tmp_path: Path
-) -> None:
+async def test_history_of_an_unknown_run_says_not_found(live: Live, tmp_path: Path) -> None:
     env = process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
-        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
+        TEMPORAL_ADDRESS=live.client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=live.worker.task_queue,
     )
     finished = await agentloop("history", "no-such-run", "-o", "x.json", env=env, cwd=tmp_path)
     assert finished.returncode != 0, finished.explain()
