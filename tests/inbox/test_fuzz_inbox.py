@@ -36,10 +36,10 @@ from temporalio.client import Client, WorkflowHandle
 from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.inbox.guards import MAX_BODY_BYTES, MAX_FORM_FIELDS
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import ScriptedProvider
 from agentloop.waiting import encode_id
 from tests.fuzzing import SEED, case_rng, cases
 from tests.inbox.test_inbox_browser import APPROVER, USER_HEADER, waiting_booking
+from tests.live import Live
 from tests.support import wait_for_phase
 from tests.tools.test_fuzz_results import text
 
@@ -371,15 +371,10 @@ async def inputs_received(handle: WorkflowHandle[Any, Any]) -> Counter[str]:
 
 
 async def test_generated_requests_at_every_route_are_answered_as_documented_and_never_act(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    targets: list[Target],
-    collected: Collected,
-    run_id: str,
+    live: Live, targets: list[Target], collected: Collected, run_id: str
 ) -> None:
     run_id = f"ops/{run_id}"  # an id with a `/`, as a team's may be
-    handle = await waiting_booking(client, worker, scripted_provider, run_id)
+    handle = await waiting_booking(live.client, live.worker, live.provider, run_id)
     [pending] = (await wait_for_phase(handle, "awaiting_approval")).pending_approvals
     armed = [await with_token(target) for target in targets]
     statuses: Counter[int | None] = Counter()

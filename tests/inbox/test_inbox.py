@@ -21,12 +21,13 @@ from temporalio.client import Client, WorkflowHandle
 
 from agentloop.cli.output import ExitCode
 from agentloop.cli.parser import build_parser
-from agentloop.contract import AgentRunInput, AgentRunResult, Principal
+from agentloop.contract import AgentRunResult, Principal
 from agentloop.inbox import InboxOptions, InboxServer, InboxUnsafe
 from agentloop.run_client import RunClient
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.testing.turns import call as scripted_call
 from tests.cli.test_cli import AGENTLOOP, process_env
+from tests.live import Live, agent_input, scripted
 from tests.loop.test_continue_as_new import booking_input, booking_script
 from tests.support import banner_process, result_of, start_run, wait_for_phase
 
@@ -56,33 +57,25 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
         yield session
 
 
-async def waiting_booking(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
-) -> WorkflowHandle[Any, AgentRunResult]:
+async def waiting_booking(live: Live, run_id: str) -> WorkflowHandle[Any, AgentRunResult]:
     """A run of tenant-b waiting for the workshop lead's approval of a reservation."""
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(id="c_res", name="reserve_seat", arguments=RESERVE)
-                    ]
-                ),
-                ScriptTurn(text="Booked."),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            [scripted_call("reserve_seat", "c_res", **RESERVE)],
+            "Booked.",
         )
     )
-    run_input = AgentRunInput(
-        task="Book p-carol into ws-101.",
-        provider="openai-chat",
-        model=run_id,
-        tools=["reserve_seat"],
+    run_input = agent_input(
+        run_id,
+        "openai-chat",
+        "Book p-carol into ws-101.",
+        ["reserve_seat"],
         principal=Principal(
             subject="p-alice", tenant="tenant-b", scopes=["workshops:read", "workshops:write"]
         ),
     )
-    handle = await start_run(client, worker, run_id, run_input)
+    handle = await start_run(live.client, live.worker, run_id, run_input)
     await wait_for_phase(handle, "awaiting_approval")
     return handle
 
@@ -119,14 +112,9 @@ async def inbox_items(http: aiohttp.ClientSession, inbox: InboxServer, user: str
 
 
 async def test_a_user_sees_and_acts_on_their_tenants_runs_only(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    inbox: InboxServer,
-    http: aiohttp.ClientSession,
-    run_id: str,
+    live: Live, inbox: InboxServer, http: aiohttp.ClientSession, run_id: str
 ) -> None:
-    handle = await waiting_booking(client, worker, scripted_provider, run_id)
+    handle = await waiting_booking(live, run_id)
     assert run_id in await inbox_items(http, inbox, "bea")
     assert run_id not in await inbox_items(http, inbox, "ann")
     assert run_id not in await inbox_items(http, inbox, "zoe")  # unmapped behind a proxy: none
@@ -161,20 +149,17 @@ async def test_a_user_sees_and_acts_on_their_tenants_runs_only(
 
 
 async def test_a_run_that_continued_as_new_is_its_first_runs_tenant_on_page_actions_and_feed(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    inbox: InboxServer,
-    http: aiohttp.ClientSession,
-    run_id: str,
+    live: Live, inbox: InboxServer, http: aiohttp.ClientSession, run_id: str
 ) -> None:
     """A run continued as new is started without its input (its state carries it): the
     inbox reads the tenant from the chain's first run. Before, it read none and took the
     run for `default`'s: dan (of `default`) saw and could act on tenant-b's run, and
     tenant-b's own users were refused."""
-    scripted_provider.register(booking_script(run_id))
+    live.provider.register(booking_script(run_id))
     started_with = booking_input(run_id, tenant="tenant-b")
-    run = await RunClient.start(client, started_with, id=run_id, task_queue=worker.task_queue)
+    run = await RunClient.start(
+        live.client, started_with, id=run_id, task_queue=live.worker.task_queue
+    )
     waiting = await wait_for_phase(run.handle, "awaiting_approval")
     assert len(waiting.run_chain) >= 2, "no continue-as-new before the approval"
     [pending] = waiting.pending_approvals
@@ -236,17 +221,12 @@ async def frames_until(response: aiohttp.ClientResponse, kind: str) -> list[dict
 
 
 async def test_a_run_s_live_events_are_one_subscription_resumed_from_the_last_offset(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    inbox: InboxServer,
-    http: aiohttp.ClientSession,
-    run_id: str,
+    live: Live, inbox: InboxServer, http: aiohttp.ClientSession, run_id: str
 ) -> None:
     """The run page's server-sent events over plain HTTP: only for a user of the run's
     tenant; a second connection resuming after an offset gets the items after it only, from
     the same subscription; the run's end ends both streams; an ended run's is only its end."""
-    handle = await waiting_booking(client, worker, scripted_provider, run_id)
+    handle = await waiting_booking(live, run_id)
     events = f"{inbox.url}/api/runs/{run_id}/events"
     async with http.get(events, headers=as_user("ann")) as response:
         assert response.status == 403  # tenant-b's run
@@ -282,14 +262,9 @@ async def test_a_run_s_live_events_are_one_subscription_resumed_from_the_last_of
 
 
 async def test_a_state_changing_request_without_its_sessions_token_is_refused(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    inbox: InboxServer,
-    http: aiohttp.ClientSession,
-    run_id: str,
+    live: Live, inbox: InboxServer, http: aiohttp.ClientSession, run_id: str
 ) -> None:
-    handle = await waiting_booking(client, worker, scripted_provider, run_id)
+    handle = await waiting_booking(live, run_id)
     digest = (await wait_for_phase(handle, "awaiting_approval")).pending_approvals[0].args_digest
     user = "workshop-lead"
     token = await csrf_token(http, f"{inbox.url}/runs/{run_id}", user)

@@ -18,15 +18,16 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal, UserMessage
-from agentloop.demo.services import ExampleService
 from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.policies.bounds import clipped
 from agentloop.runtime.config import Settings
 from agentloop.runtime.signing import new_private_key_pem
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.testing.patience import CEILING_SECONDS
+from agentloop.testing.turns import call as scripted_call
 from agentloop.waiting import MAX_MEMO_TEXT_CHARS
 from agentloop.worker import running_worker
+from tests.live import Live, Servers, agent_input, scripted
 from tests.support import result_of, start_run, wait_for_phase, wait_until
 
 playwright_api = pytest.importorskip("playwright.async_api")
@@ -105,24 +106,16 @@ async def page(browser: Any) -> AsyncIterator[Watched]:
 
 
 def booking(name: str, last: str = "Booked.") -> Script:
-    return Script(
-        name=name,
-        turns=[
-            ScriptTurn(
-                tool_calls=[ScriptedToolCall(id="c_res", name="reserve_seat", arguments=RESERVE)]
-            ),
-            ScriptTurn(text=last),
-        ],
+    return scripted(
+        name,
+        [scripted_call("reserve_seat", "c_res", **RESERVE)],
+        ScriptTurn(text=last),
     )
 
 
 def booking_input(model: str, task: str = "Book p-carol into ws-101.") -> AgentRunInput:
-    return AgentRunInput(
-        task=task,
-        provider="openai-chat",
-        model=model,
-        tools=["check_workshop", "reserve_seat"],
-        principal=PRINCIPAL,
+    return agent_input(
+        model, "openai-chat", task, ["check_workshop", "reserve_seat"], principal=PRINCIPAL
     )
 
 
@@ -149,18 +142,12 @@ async def approve_on_page(page: Watched) -> None:
 
 
 async def test_a_waiting_approval_is_listed_shown_whole_and_approved_in_the_browser(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    inbox: InboxServer,
-    page: Watched,
-    run_id: str,
+    live: Live, inbox: InboxServer, page: Watched, run_id: str
 ) -> None:
     expect = playwright_api.expect
     await page.page.goto(inbox.url + "/")
-    scripted_provider.register(booking(run_id))
-    handle = await start_run(client, worker, run_id, booking_input(run_id))
+    live.provider.register(booking(run_id))
+    handle = await start_run(live.client, live.worker, run_id, booking_input(run_id))
     await wait_for_phase(handle, "awaiting_approval")
 
     # The open inbox lists it at its next poll (every 2 s), without a reload.
@@ -175,12 +162,12 @@ async def test_a_waiting_approval_is_listed_shown_whole_and_approved_in_the_brow
     await expect(approval).to_contain_text("reserve_seat")
     for name, value in RESERVE.items():
         await expect(approval.locator("pre.arguments")).to_contain_text(f'"{name}": "{value}"')
-    assert example_service.stats()["counts"]["workshops.reserve"] == 0
+    assert live.service.stats()["counts"]["workshops.reserve"] == 0
 
     await approve_on_page(page)
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
-    assert example_service.stats()["counts"]["workshops.reserve"] == 1
+    assert live.service.stats()["counts"]["workshops.reserve"] == 1
     [record] = [c for c in result.calls if c.call_id == "c_res"]
     assert record.decision.startswith(f"approved by {APPROVER}")
 
@@ -191,16 +178,10 @@ async def test_a_waiting_approval_is_listed_shown_whole_and_approved_in_the_brow
 
 
 async def test_reject_with_a_reason_and_a_stale_digest_is_refused_saying_why(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    inbox: InboxServer,
-    page: Watched,
-    run_id: str,
+    live: Live, inbox: InboxServer, page: Watched, run_id: str
 ) -> None:
     expect = playwright_api.expect
-    handle = await waiting_booking(client, worker, scripted_provider, run_id)
+    handle = await waiting_booking(live.client, live.worker, live.provider, run_id)
     await page.page.goto(f"{inbox.url}/runs/{run_id}")
     approval = page.page.locator(".approval")
 
@@ -218,7 +199,7 @@ async def test_reject_with_a_reason_and_a_stale_digest_is_refused_saying_why(
     await expect(page.page.locator("#notice.ok")).to_have_text(f"rejected c_res as {APPROVER}")
     result = await result_of(handle)
     assert result.status == "rejected", result.stop_reason
-    assert example_service.stats()["counts"]["workshops.reserve"] == 0
+    assert live.service.stats()["counts"]["workshops.reserve"] == 0
     [record] = [c for c in result.calls if c.call_id == "c_res"]
     assert record.decision == f"rejected by {APPROVER}"
     assert "ws-101 is for staff only" in record.result_summary
@@ -228,31 +209,22 @@ async def test_reject_with_a_reason_and_a_stale_digest_is_refused_saying_why(
 
 
 async def test_a_question_is_answered_in_the_browser(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    inbox: InboxServer,
-    page: Watched,
-    run_id: str,
+    live: Live, inbox: InboxServer, page: Watched, run_id: str
 ) -> None:
     expect = playwright_api.expect
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(
-                            id="c_ask", name="ask_user", arguments={"question": "Which seat row?"}
-                        )
-                    ],
-                    expect_tool_results={"c_ask": "row 7 please"},
-                ),
-                ScriptTurn(text="Row 7 it is."),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            ScriptTurn(
+                tool_calls=[scripted_call("ask_user", "c_ask", question="Which seat row?")],
+                expect_tool_results={"c_ask": "row 7 please"},
+            ),
+            "Row 7 it is.",
         )
     )
-    handle = await start_run(client, worker, run_id, booking_input(run_id, "Pick my row."))
+    handle = await start_run(
+        live.client, live.worker, run_id, booking_input(run_id, "Pick my row.")
+    )
     await wait_for_phase(handle, "awaiting_input")
     await page.page.goto(inbox.url + "/?kind=question")
     row = page.page.locator("#items tr", has_text=run_id)
@@ -272,20 +244,14 @@ async def test_a_question_is_answered_in_the_browser(
 
 
 async def test_an_unknown_write_is_resolved_as_applied_in_the_browser(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    inbox: InboxServer,
-    page: Watched,
-    run_id: str,
+    live: Live, inbox: InboxServer, page: Watched, run_id: str
 ) -> None:
     expect = playwright_api.expect
-    scripted_provider.register(booking(run_id))
+    live.provider.register(booking(run_id))
     # The write commits but its answer is lost, and no lookup can tell: the outcome is unknown.
-    example_service.inject_fault("workshops.reserve", "commit_then_drop")
-    example_service.inject_fault("workshops.operation", "unavailable", count=50)
-    handle = await start_run(client, worker, run_id, booking_input(run_id))
+    live.service.inject_fault("workshops.reserve", "commit_then_drop")
+    live.service.inject_fault("workshops.operation", "unavailable", count=50)
+    handle = await start_run(live.client, live.worker, run_id, booking_input(run_id))
     await wait_for_phase(handle, "awaiting_approval")
     await page.page.goto(f"{inbox.url}/runs/{run_id}")
     await page.page.locator(".approval").get_by_role("button", name="Approve").click()
@@ -304,8 +270,8 @@ async def test_an_unknown_write_is_resolved_as_applied_in_the_browser(
 
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
-    assert int(example_service.records()["reservations"]) == 1
-    assert example_service.stats()["counts"]["workshops.reserve"] == 1  # never sent again
+    assert int(live.service.records()["reservations"]) == 1
+    assert live.service.stats()["counts"]["workshops.reserve"] == 1  # never sent again
     [record] = [c for c in result.calls if c.call_id == "c_res"]
     assert record.status == "confirmed_after_query"
     assert "seen in the booking system" in record.decision
@@ -316,12 +282,7 @@ HOSTILE_LINK = '<a href="javascript:window.__pwned=3">click me</a>'
 
 
 async def test_hostile_text_from_the_task_the_model_and_the_tool_arguments_runs_nothing(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    inbox: InboxServer,
-    page: Watched,
-    run_id: str,
+    live: Live, inbox: InboxServer, page: Watched, run_id: str
 ) -> None:
     expect = playwright_api.expect
     arguments = {
@@ -329,27 +290,21 @@ async def test_hostile_text_from_the_task_the_model_and_the_tool_arguments_runs_
         "recipient": "dana@example.com",
         "body": HOSTILE + HOSTILE_LINK,
     }
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(id="c_reply", name="send_reply", arguments=arguments)
-                    ]
-                ),
-                ScriptTurn(text=HOSTILE + HOSTILE_LINK),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            [ScriptedToolCall(id="c_reply", name="send_reply", arguments=arguments)],
+            ScriptTurn(text=HOSTILE + HOSTILE_LINK),
         )
     )
-    run_input = AgentRunInput(
-        task=HOSTILE + HOSTILE_LINK,
-        provider="openai-chat",
-        model=run_id,
-        tools=["send_reply"],
+    run_input = agent_input(
+        run_id,
+        "openai-chat",
+        HOSTILE + HOSTILE_LINK,
+        ["send_reply"],
         principal=Principal(subject="p-alice", scopes=["tickets:write"]),
     )
-    handle = await start_run(client, worker, run_id, run_input)
+    handle = await start_run(live.client, live.worker, run_id, run_input)
     view = await wait_for_phase(handle, "awaiting_approval")
     assert view.pending_approvals[0].arguments == arguments
 
@@ -383,10 +338,8 @@ INJECTED = "main script, main img, main a[href^=javascript]"
 
 
 async def test_signed_mode_the_browser_signs_with_a_key_the_inbox_never_holds(
-    client: Client,
+    servers: Servers,
     worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
     inbox: InboxServer,
     page: Watched,
     run_id: str,
@@ -399,9 +352,9 @@ async def test_signed_mode_the_browser_signs_with_a_key_the_inbox_never_holds(
     settings = worker_settings.model_copy(
         update={"approver_keys": f"{APPROVER}={public}", "task_queue": f"signed-{run_id[-8:]}"}
     )
-    async with running_worker(client, settings):
-        scripted_provider.register(booking(run_id))
-        handle = await start_run(client, settings, run_id, booking_input(run_id))
+    async with running_worker(servers.client, settings):
+        servers.provider.register(booking(run_id))
+        handle = await start_run(servers.client, settings, run_id, booking_input(run_id))
         view = await wait_for_phase(handle, "awaiting_approval")
         assert view.approval_signing == "signed"
         await page.page.goto(f"{inbox.url}/runs/{run_id}")
@@ -427,7 +380,7 @@ async def test_signed_mode_the_browser_signs_with_a_key_the_inbox_never_holds(
         await expect(page.page.locator("#notice.ok")).to_have_text(f"approved c_res as {APPROVER}")
         result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
-    assert example_service.stats()["counts"]["workshops.reserve"] == 1
+    assert servers.service.stats()["counts"]["workshops.reserve"] == 1
     [record] = [c for c in result.calls if c.call_id == "c_res"]
     assert record.decision.startswith(f"approved by {APPROVER}")
     assert page.errors == []
@@ -448,53 +401,40 @@ LIVE_ANSWER = "G1234 is on time; a window seat it is. " * 6
 
 
 async def test_a_run_page_shows_the_run_as_it_happens_from_one_subscription_per_run(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    inbox: InboxServer,
-    browser: Any,
-    run_id: str,
+    live: Live, inbox: InboxServer, browser: Any, run_id: str
 ) -> None:
     """Two pages on one running run: both show the model's text, the call and its result and
     the wait as they happen, from ONE subscription on the run; the subscription ends when
     the last page leaves, a page coming back starts one again, and the run's last text and
     its end arrive on the open page without a reload."""
     expect = playwright_api.expect
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    text=LIVE_FIRST,
-                    event_delay_ms=20,
-                    tool_calls=[
-                        ScriptedToolCall(
-                            id="c_train",
-                            name="get_train_status",
-                            arguments={"train_number": "G1234", "date": "2026-12-01"},
-                        )
-                    ],
-                ),
-                ScriptTurn(  # the run waits for a person: it cannot end before the answer
-                    tool_calls=[
-                        ScriptedToolCall(
-                            id="c_ask", name="ask_user", arguments={"question": "Window or aisle?"}
-                        )
-                    ],
-                    expect_tool_results={"c_ask": "window please"},
-                ),
-                ScriptTurn(text=LIVE_ANSWER, event_delay_ms=20),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            ScriptTurn(
+                text=LIVE_FIRST,
+                event_delay_ms=20,
+                tool_calls=[
+                    scripted_call(
+                        "get_train_status", "c_train", train_number="G1234", date="2026-12-01"
+                    )
+                ],
+            ),
+            ScriptTurn(  # the run waits for a person: it cannot end before the answer
+                tool_calls=[scripted_call("ask_user", "c_ask", question="Window or aisle?")],
+                expect_tool_results={"c_ask": "window please"},
+            ),
+            ScriptTurn(text=LIVE_ANSWER, event_delay_ms=20),
         )
     )
-    run_input = AgentRunInput(
-        task="Is G1234 on time? Book me a seat.",
-        provider="openai-chat",
-        model=run_id,
-        tools=["get_train_status"],
+    run_input = agent_input(
+        run_id,
+        "openai-chat",
+        "Is G1234 on time? Book me a seat.",
+        ["get_train_status"],
         principal=PRINCIPAL,
     )
-    handle = await start_run(client, worker, run_id, run_input)
+    handle = await start_run(live.client, live.worker, run_id, run_input)
     pages = [Watched(await browser.new_page()) for _ in range(2)]
     for watched in pages:
         await watched.page.goto(f"{inbox.url}/runs/{run_id}")

@@ -8,12 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from temporalio.client import Client
 
 from agentloop.inbox import InboxServer
-from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import ScriptedProvider
 from tests.inbox.test_inbox_browser import Watched, browser, inbox, playwright_api
+from tests.live import Live
 from tests.people.test_stream_authorship import (
     FIRST_TEXT,
     FORGED,
@@ -31,21 +29,16 @@ __all__ = ["browser", "inbox"]  # the browser tests' fixtures, used here by name
 
 
 async def test_a_forged_done_ends_no_run_page_and_nothing_forged_is_shown(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    inbox: InboxServer,
-    browser: Any,
-    run_id: str,
+    live: Live, inbox: InboxServer, browser: Any, run_id: str
 ) -> None:
     expect = playwright_api.expect
-    handle, digest = await started_waiting(client, worker, scripted_provider, run_id)
+    handle, digest = await started_waiting(live.client, live.worker, live.provider, run_id)
     before = Watched(await browser.new_page())
     await before.page.goto(f"{inbox.url}/runs/{run_id}")
     await expect(before.page.locator("#live-log li.waiting")).to_contain_text("approval")
 
     offset = await stream_offset(handle)
-    await forge(client, run_id, FORGED)
+    await forge(live.client, run_id, FORGED)
     await wait_for_offset(handle, offset + len(FORGED))
     after = Watched(await browser.new_page())
     await after.page.goto(f"{inbox.url}/runs/{run_id}")

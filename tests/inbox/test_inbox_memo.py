@@ -23,9 +23,11 @@ from agentloop.contract import (
 )
 from agentloop.inbox.reading import RunInputs, WaitingItem, waiting_items
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import ScriptedProvider, ScriptTurn
+from agentloop.testing.turns import call as scripted_call
 from agentloop.waiting import WAITING_MEMO
 from agentloop.worker import running_worker
+from tests.live import Servers, agent_input, scripted
 from tests.support import result_of, start_run, wait_for_phase, wait_for_status
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -36,34 +38,23 @@ TENANT = "tenant-memo"
 
 def booking(scripted_provider: ScriptedProvider, name: str) -> AgentRunInput:
     """A run whose reservation waits for the workshop lead's approval."""
-    call = ScriptedToolCall(id="c_res", name="reserve_seat", arguments=RESERVE)
-    scripted_provider.register(
-        Script(name=name, turns=[ScriptTurn(tool_calls=[call]), ScriptTurn(text="Booked.")])
-    )
-    return AgentRunInput(
-        task="Book p-carol into ws-101. " + "Context. " * 40,
-        provider="openai-chat",
-        model=name,
-        tools=["reserve_seat"],
+    call = scripted_call("reserve_seat", "c_res", **RESERVE)
+    scripted_provider.register(scripted(name, [call], "Booked."))
+    return agent_input(
+        name,
+        "openai-chat",
+        "Book p-carol into ws-101. " + "Context. " * 40,
+        ["reserve_seat"],
         principal=Principal(subject="p-alice", tenant=TENANT, scopes=["workshops:write"]),
     )
 
 
 def asking(scripted_provider: ScriptedProvider, name: str) -> AgentRunInput:
     """A run asking two questions in one step."""
-    calls = [
-        ScriptedToolCall(id=f"c_q{n}", name="ask_user", arguments={"question": f"Question {n}?"})
-        for n in (1, 2)
-    ]
-    scripted_provider.register(
-        Script(name=name, turns=[ScriptTurn(tool_calls=calls), ScriptTurn(text="Thanks.")])
-    )
-    return AgentRunInput(
-        task="Ask twice.",
-        provider="openai-chat",
-        model=name,
-        tools=[],
-        principal=Principal(subject="p-alice", tenant=TENANT),
+    calls = [scripted_call("ask_user", f"c_q{n}", question=f"Question {n}?") for n in (1, 2)]
+    scripted_provider.register(scripted(name, ScriptTurn(tool_calls=calls), "Thanks."))
+    return agent_input(
+        name, "openai-chat", "Ask twice.", [], principal=Principal(subject="p-alice", tenant=TENANT)
     )
 
 
@@ -87,22 +78,26 @@ async def memo_of(handle: WorkflowHandle[Any, AgentRunResult]) -> Any:
 
 
 async def test_the_inbox_lists_waiting_runs_from_their_memo_with_no_worker_to_ask(
-    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+    servers: Servers, worker_settings: Settings, run_id: str
 ) -> None:
     settings = worker_settings.model_copy(update={"task_queue": f"memo-{run_id[-8:]}"})
     book_id, ask_id = f"{run_id}-book", f"{run_id}-ask"
-    async with running_worker(client, settings):
-        book = await start_run(client, settings, book_id, booking(scripted_provider, book_id))
-        ask = await start_run(client, settings, ask_id, asking(scripted_provider, ask_id))
+    async with running_worker(servers.client, settings):
+        book = await start_run(
+            servers.client, settings, book_id, booking(servers.provider, book_id)
+        )
+        ask = await start_run(servers.client, settings, ask_id, asking(servers.provider, ask_id))
         booked = await wait_for_phase(book, "awaiting_approval")
         await wait_for_phase(ask, "awaiting_input")
         # The first question answered, the run waits on for the second: its memo says so.
         await ask.signal("message", UserMessage(text="One.", sender="traveller"))
         asked = await wait_for_status(ask, lambda v: v.question == "Question 2?", "question 2")
         both = {book_id, ask_id}
-        items = await listed(client, both, lambda i: {x.text for x in i} == {"", "Question 2?"})
+        items = await listed(
+            servers.client, both, lambda i: {x.text for x in i} == {"", "Question 2?"}
+        )
     # No worker polls the queue now: a `status` query would find nobody to answer it.
-    assert items == await listed(client, both, lambda i: len(i) == 2)
+    assert items == await listed(servers.client, both, lambda i: len(i) == 2)
     approval, question = sorted(items, key=lambda i: i.kind)
     assert (approval.workflow_id, approval.kind) == (book_id, "approval")
     assert (approval.tool, approval.call_id) == ("reserve_seat", "c_res")
@@ -119,7 +114,7 @@ async def test_the_inbox_lists_waiting_runs_from_their_memo_with_no_worker_to_as
     assert approval.times_out(now).startswith("in ") and approval.waited(now).endswith(" s")
 
     # Served again, the runs go on; once the wait is over, the memo no longer says it waits.
-    async with running_worker(client, settings):
+    async with running_worker(servers.client, settings):
         digest = booked.pending_approvals[0].args_digest
         decision = ApprovalDecision(
             call_id="c_res", args_digest=digest, approved=True, approver="workshop-lead"
