@@ -15,7 +15,7 @@ from temporalio.api.workflowservice.v1 import (
     GetWorkflowExecutionHistoryRequest,
     QueryWorkflowRequest,
 )
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
@@ -25,6 +25,7 @@ from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.worker import BoundedUpdatesRunner, running_worker, workflow_runner
+from tests.live import Live, Servers, scripted
 from tests.support import (
     deadline_timers,
     result_of,
@@ -52,12 +53,10 @@ def run_input(model: str, **overrides: Any) -> AgentRunInput:
 
 def slow_train_script(name: str, final_text: str) -> Script:
     """One train read (the tests slow the service down), then a final answer."""
-    return Script(
-        name=name,
-        turns=[
-            ScriptTurn(tool_calls=[tool_call("call_slow", "get_train_status", TRAIN_ARGS)]),
-            ScriptTurn(text=final_text),
-        ],
+    return scripted(
+        name,
+        [tool_call("call_slow", "get_train_status", TRAIN_ARGS)],
+        ScriptTurn(text=final_text),
     )
 
 
@@ -75,51 +74,42 @@ def tool_messages(provider: ScriptedProvider, script: str) -> dict[str, list[str
     return seen
 
 
-async def test_final_answer_without_tools(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
-) -> None:
-    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="All on time.")]))
-    handle = await start_run(client, worker, run_id, run_input(run_id))
+async def test_final_answer_without_tools(live: Live, run_id: str) -> None:
+    live.provider.register(scripted(run_id, "All on time."))
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id))
     result = await result_of(handle)
     assert result.status == "completed"
     assert result.output == "All on time."
     assert (result.usage.model_calls, result.usage.tool_calls) == (1, 0)
     assert result.calls == []
-    first = scripted_provider.requests[0]["body"]["messages"]
+    first = live.provider.requests[0]["body"]["messages"]
     assert first[-1] == {"role": "user", "content": run_input(run_id).task}
 
 
 @pytest.mark.parametrize("stream", [True, False])
 async def test_one_tool_call_result_comes_back_under_its_id(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-    stream: bool,
+    live: Live, run_id: str, stream: bool
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[tool_call("call_only", "get_train_status", TRAIN_ARGS)],
-                    expect_tool_results={"call_only": "G1234"},
-                ),
-                ScriptTurn(text="G1234 is {{call_only.status}}."),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            ScriptTurn(
+                tool_calls=[tool_call("call_only", "get_train_status", TRAIN_ARGS)],
+                expect_tool_results={"call_only": "G1234"},
+            ),
+            "G1234 is {{call_only.status}}.",
         )
     )
-    handle = await start_run(client, worker, run_id, run_input(run_id, stream=stream))
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id, stream=stream))
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
-    assert example_service.stats()["counts"]["trains"] == 1
+    assert live.service.stats()["counts"]["trains"] == 1
     assert [(c.call_id, c.tool, c.status) for c in result.calls] == [
         ("call_only", "get_train_status", "succeeded")
     ]
-    assert result.output == f"G1234 is {await _train_status(example_service)}."
-    assert list(tool_messages(scripted_provider, run_id)) == ["call_only"]
-    assert all(r["stream"] is stream for r in scripted_provider.requests)
+    assert result.output == f"G1234 is {await _train_status(live.service)}."
+    assert list(tool_messages(live.provider, run_id)) == ["call_only"]
+    assert all(r["stream"] is stream for r in live.provider.requests)
     # Two model calls and a tool activity under the default 600 s deadline: one timer for it,
     # left running, not one started and cancelled around each of them.
     assert await deadline_timers(handle) == {"started": 1, "fired": 0, "cancelled": 0}
@@ -128,24 +118,25 @@ async def test_one_tool_call_result_comes_back_under_its_id(
 
 
 async def test_a_new_run_records_no_marker_and_runs_each_step_as_an_activity(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     """No patch marker (the first release is the baseline) and no local activity (a query
     answered while one ran could split its workflow task, and replay then diverges): the
     start, each model call and each tool call are ordinary activities. What a run with one
     tool turn costs in history is counted, with its stream off: the shape it had before
     streams (a publish from the model activity is a signal, and a workflow task)."""
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(tool_calls=[tool_call("call_w", "get_weather", WEATHER_ARGS)]),
-                ScriptTurn(text="{{call_w.condition}}"),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            [tool_call("call_w", "get_weather", WEATHER_ARGS)],
+            "{{call_w.condition}}",
         )
     )
     handle = await start_run(
-        client, worker, run_id, run_input(run_id).model_copy(update={"publish_events": False})
+        live.client,
+        live.worker,
+        run_id,
+        run_input(run_id).model_copy(update={"publish_events": False}),
     )
     assert (await result_of(handle)).status == "completed"
     events = (await handle.fetch_history()).events
@@ -174,11 +165,7 @@ async def test_a_new_run_records_no_marker_and_runs_each_step_as_an_activity(
 
 
 async def test_a_worker_with_the_sandbox_on_runs_the_loop_in_it(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    servers: Servers, worker_settings: Settings, run_id: str
 ) -> None:
     """`AGENTLOOP_WORKFLOW_SANDBOX=on`: the same loop, its tool activities included, runs
     inside Temporal's sandbox (which fails a workflow task on any
@@ -192,25 +179,25 @@ async def test_a_worker_with_the_sandbox_on_runs_the_loop_in_it(
     assert isinstance(sandboxed_runner.inner, SandboxedWorkflowRunner)
     assert isinstance(plain_runner, BoundedUpdatesRunner)
     assert isinstance(plain_runner.inner, UnsandboxedWorkflowRunner)
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(tool_calls=[tool_call("call_weather", "get_weather", WEATHER_ARGS)]),
-                ScriptTurn(tool_calls=[tool_call("call_train", "get_train_status", TRAIN_ARGS)]),
-                ScriptTurn(text="{{call_train.train_number}} / {{call_weather.city}}"),
-            ],
+    servers.provider.register(
+        scripted(
+            run_id,
+            [tool_call("call_weather", "get_weather", WEATHER_ARGS)],
+            [tool_call("call_train", "get_train_status", TRAIN_ARGS)],
+            "{{call_train.train_number}} / {{call_weather.city}}",
         )
     )
-    async with running_worker(client, sandboxed):
-        result = await result_of(await start_run(client, sandboxed, run_id, run_input(run_id)))
+    async with running_worker(servers.client, sandboxed):
+        result = await result_of(
+            await start_run(servers.client, sandboxed, run_id, run_input(run_id))
+        )
     assert result.status == "completed", result.stop_reason
     assert result.output == "G1234 / Shanghai"
     assert [(c.call_id, c.status) for c in result.calls] == [
         ("call_weather", "succeeded"),
         ("call_train", "succeeded"),
     ]
-    counts = example_service.stats()["counts"]
+    counts = servers.service.stats()["counts"]
     assert (counts["trains"], counts["weather"]) == (1, 1)
 
 
@@ -227,47 +214,40 @@ async def _train_status(example_service: ExampleService) -> str:
 
 @pytest.mark.parametrize("stream", [True, False])
 async def test_parallel_reads_finishing_out_of_order_pair_by_call_id(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-    stream: bool,
+    live: Live, run_id: str, stream: bool
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        tool_call("call_train", "get_train_status", TRAIN_ARGS),
-                        tool_call("call_weather", "get_weather", WEATHER_ARGS),
-                    ],
-                    expect_tool_results={
-                        "call_train": '"train_number": "G1234"',
-                        "call_weather": '"city": "Shanghai"',
-                    },
-                ),
-                ScriptTurn(text="{{call_train.train_number}} / {{call_weather.city}}"),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            ScriptTurn(
+                tool_calls=[
+                    tool_call("call_train", "get_train_status", TRAIN_ARGS),
+                    tool_call("call_weather", "get_weather", WEATHER_ARGS),
+                ],
+                expect_tool_results={
+                    "call_train": '"train_number": "G1234"',
+                    "call_weather": '"city": "Shanghai"',
+                },
+            ),
+            "{{call_train.train_number}} / {{call_weather.city}}",
         )
     )
-    example_service.set_delay("trains", 300)
+    live.service.set_delay("trains", 300)
     try:
-        handle = await start_run(client, worker, run_id, run_input(run_id, stream=stream))
+        handle = await start_run(live.client, live.worker, run_id, run_input(run_id, stream=stream))
         result = await result_of(handle)
     finally:
-        example_service.set_delay("trains", 0)
+        live.service.set_delay("trains", 0)
     assert result.status == "completed", result.stop_reason
     assert result.output == "G1234 / Shanghai"
-    stats = example_service.stats()
+    stats = live.service.stats()
     assert stats["counts"]["trains"] == 1 and stats["counts"]["weather"] == 1
     by_endpoint = {r["endpoint"]: r for r in stats["requests"]}
     # Both were in flight together, and the first-requested one finished last.
     assert by_endpoint["weather"]["started_seq"] < by_endpoint["trains"]["finished_seq"]
     assert by_endpoint["trains"]["started_seq"] < by_endpoint["weather"]["finished_seq"]
     assert by_endpoint["weather"]["finished_seq"] < by_endpoint["trains"]["finished_seq"]
-    results = tool_messages(scripted_provider, run_id)
+    results = tool_messages(live.provider, run_id)
     assert set(results) == {"call_train", "call_weather"}
     assert all(len(contents) == 1 for contents in results.values())
     assert '"city": "Shanghai"' in results["call_weather"][0]
@@ -279,87 +259,67 @@ async def test_parallel_reads_finishing_out_of_order_pair_by_call_id(
 
 
 async def test_stream_cut_inside_tool_arguments_is_incomplete_and_runs_nothing(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[tool_call("call_cut", "get_train_status", TRAIN_ARGS)],
-                    cut_stream_after_chars=12,
-                ),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            ScriptTurn(
+                tool_calls=[tool_call("call_cut", "get_train_status", TRAIN_ARGS)],
+                cut_stream_after_chars=12,
+            ),
         )
     )
-    result = await result_of(await start_run(client, worker, run_id, run_input(run_id)))
+    result = await result_of(await start_run(live.client, live.worker, run_id, run_input(run_id)))
     assert result.status == "incomplete"
     assert "truncated" in result.stop_reason
     assert result.usage.tool_calls == 0
-    assert sum(example_service.stats()["counts"].values()) == 0
+    assert sum(live.service.stats()["counts"].values()) == 0
     assert result.pending == [] or all(p.status != "succeeded" for p in result.pending)
 
 
-async def test_length_stop_inside_tool_arguments_is_incomplete(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[tool_call("call_len", "get_train_status", '{"train_number": "G12')],
-                    finish_reason="length",
-                ),
-            ],
+async def test_length_stop_inside_tool_arguments_is_incomplete(live: Live, run_id: str) -> None:
+    live.provider.register(
+        scripted(
+            run_id,
+            ScriptTurn(
+                tool_calls=[tool_call("call_len", "get_train_status", '{"train_number": "G12')],
+                finish_reason="length",
+            ),
         )
     )
-    result = await result_of(await start_run(client, worker, run_id, run_input(run_id)))
+    result = await result_of(await start_run(live.client, live.worker, run_id, run_input(run_id)))
     assert result.status == "incomplete"
-    assert sum(example_service.stats()["counts"].values()) == 0
+    assert sum(live.service.stats()["counts"].values()) == 0
 
 
 async def test_unknown_tool_and_bad_arguments_go_back_to_the_model_under_their_ids(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        tool_call("call_unknown", "book_flight", {"to": "Shanghai"}),
-                        tool_call("call_bad", "get_weather", {"city": "Shanghai"}),
-                        tool_call("call_ok", "get_weather", WEATHER_ARGS),
-                    ],
-                    expect_tool_results={
-                        "call_unknown": "unknown_tool",
-                        "call_bad": "invalid_arguments",
-                        "call_ok": "Shanghai",
-                    },
-                    undeclared_tools=["book_flight"],
-                ),
-                ScriptTurn(
-                    tool_calls=[tool_call("call_fixed", "get_weather", WEATHER_ARGS)],
-                    expect_tool_results={"call_fixed": "Shanghai"},
-                ),
-                ScriptTurn(text="done"),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            ScriptTurn(
+                tool_calls=[
+                    tool_call("call_unknown", "book_flight", {"to": "Shanghai"}),
+                    tool_call("call_bad", "get_weather", {"city": "Shanghai"}),
+                    tool_call("call_ok", "get_weather", WEATHER_ARGS),
+                ],
+                expect_tool_results={
+                    "call_unknown": "unknown_tool",
+                    "call_bad": "invalid_arguments",
+                    "call_ok": "Shanghai",
+                },
+                undeclared_tools=["book_flight"],
+            ),
+            ScriptTurn(
+                tool_calls=[tool_call("call_fixed", "get_weather", WEATHER_ARGS)],
+                expect_tool_results={"call_fixed": "Shanghai"},
+            ),
+            "done",
         )
     )
-    result = await result_of(await start_run(client, worker, run_id, run_input(run_id)))
+    result = await result_of(await start_run(live.client, live.worker, run_id, run_input(run_id)))
     assert result.status == "completed", result.stop_reason
     calls = {c.call_id: c for c in result.calls}
     assert (calls["call_unknown"].status, calls["call_unknown"].decision) == (
@@ -373,24 +333,18 @@ async def test_unknown_tool_and_bad_arguments_go_back_to_the_model_under_their_i
     assert "date" in calls["call_bad"].result_summary
     assert calls["call_ok"].status == calls["call_fixed"].status == "succeeded"
     # Only the two valid calls reached the service; refused calls cost no tool budget.
-    assert example_service.stats()["counts"]["weather"] == 2
+    assert live.service.stats()["counts"]["weather"] == 2
     assert result.usage.tool_calls == 2
 
 
-async def test_max_model_calls_stops_with_the_calls_so_far(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-) -> None:
+async def test_max_model_calls_stops_with_the_calls_so_far(live: Live, run_id: str) -> None:
     turns = [
         ScriptTurn(tool_calls=[tool_call(f"call_{i}", "get_weather", WEATHER_ARGS)])
         for i in range(5)
     ]
-    scripted_provider.register(Script(name=run_id, turns=turns))
+    live.provider.register(Script(name=run_id, turns=turns))
     run = run_input(run_id, limits=Limits(max_model_calls=2))
-    result = await result_of(await start_run(client, worker, run_id, run))
+    result = await result_of(await start_run(live.client, live.worker, run_id, run))
     assert result.status == "limit_reached"
     assert "max_model_calls" in result.stop_reason
     assert result.usage.model_calls == 2
@@ -401,8 +355,8 @@ async def test_max_model_calls_stops_with_the_calls_so_far(
         ("call_0", "succeeded"),
         ("call_1", "succeeded"),
     ]
-    assert example_service.stats()["counts"]["weather"] == 2
-    assert len(scripted_provider.requests) == 2
+    assert live.service.stats()["counts"]["weather"] == 2
+    assert len(live.provider.requests) == 2
 
 
 @pytest.mark.parametrize(
@@ -415,10 +369,10 @@ async def test_max_model_calls_stops_with_the_calls_so_far(
     ],
 )
 async def test_bad_input_fails_the_run_at_once_naming_the_field(
-    client: Client, worker: Settings, run_id: str, bad_input: dict[str, Any], field: str
+    live: Live, run_id: str, bad_input: dict[str, Any], field: str
 ) -> None:
     raw = run_input("unused").model_dump(mode="json") | bad_input
-    handle = await start_run(client, worker, run_id, raw)
+    handle = await start_run(live.client, live.worker, run_id, raw)
     with pytest.raises(WorkflowFailureError) as failure:
         await result_of(handle)
     cause = failure.value.cause
@@ -429,22 +383,16 @@ async def test_bad_input_fails_the_run_at_once_naming_the_field(
     assert not any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED for e in events)
 
 
-async def test_cancel_signal_stops_a_run_waiting_on_a_tool(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-) -> None:
-    scripted_provider.register(slow_train_script(run_id, "never reached"))
-    example_service.set_delay("trains", 5_000)
+async def test_cancel_signal_stops_a_run_waiting_on_a_tool(live: Live, run_id: str) -> None:
+    live.provider.register(slow_train_script(run_id, "never reached"))
+    live.service.set_delay("trains", 5_000)
     try:
-        handle = await start_run(client, worker, run_id, run_input(run_id))
+        handle = await start_run(live.client, live.worker, run_id, run_input(run_id))
         await wait_for_phase(handle, "executing_tools")
         await handle.signal("cancel", {"reason": "user gave up"})
         result = await result_of(handle)
     finally:
-        example_service.set_delay("trains", 0)
+        live.service.set_delay("trains", 0)
     assert result.status == "cancelled"
     assert "user gave up" in result.stop_reason
     assert result.usage.model_calls == 1
@@ -459,71 +407,54 @@ async def test_cancel_signal_stops_a_run_waiting_on_a_tool(
     ],
 )
 async def test_refusal_and_content_filter_stop_the_run_refused(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    turn: ScriptTurn,
-    stop_word: str,
+    live: Live, run_id: str, turn: ScriptTurn, stop_word: str
 ) -> None:
-    scripted_provider.register(Script(name=run_id, turns=[turn]))
-    result = await result_of(await start_run(client, worker, run_id, run_input(run_id)))
+    live.provider.register(scripted(run_id, turn))
+    result = await result_of(await start_run(live.client, live.worker, run_id, run_input(run_id)))
     assert result.status == "refused"
     assert stop_word in result.stop_reason
     assert result.output is None
 
 
 async def test_a_non_retryable_provider_error_fails_the_run_after_one_attempt(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     # No script by this name: the provider answers 404 model_not_found.
-    result = await result_of(await start_run(client, worker, run_id, run_input(run_id)))
+    result = await result_of(await start_run(live.client, live.worker, run_id, run_input(run_id)))
     assert result.status == "failed"
     assert result.stop_reason.startswith("model_error: Provider:not_found")
     assert "no such script; no script folder (`agentloop dev --scripts DIR`)" in result.report
-    assert len(scripted_provider.requests) == 1
+    assert len(live.provider.requests) == 1
 
 
-async def test_the_deadline_stops_a_run_waiting_on_a_slow_tool(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-) -> None:
-    scripted_provider.register(slow_train_script(run_id, "never reached"))
-    example_service.set_delay("trains", 5_000)
+async def test_the_deadline_stops_a_run_waiting_on_a_slow_tool(live: Live, run_id: str) -> None:
+    live.provider.register(slow_train_script(run_id, "never reached"))
+    live.service.set_delay("trains", 5_000)
     try:
         handle = await start_run(
-            client, worker, run_id, run_input(run_id, limits=Limits(deadline_seconds=1))
+            live.client, live.worker, run_id, run_input(run_id, limits=Limits(deadline_seconds=1))
         )
         result = await result_of(handle)
     finally:
-        example_service.set_delay("trains", 0)
+        live.service.set_delay("trains", 0)
     assert result.status == "limit_reached"
     assert result.stop_reason.startswith("deadline")
     assert [(p.call_id, p.status) for p in result.pending] == [("call_slow", "running")]
-    assert len(scripted_provider.requests) == 1
+    assert len(live.provider.requests) == 1
 
 
-async def test_status_query_reports_phase_usage_and_limits_left(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-) -> None:
-    scripted_provider.register(slow_train_script(run_id, "ok"))
-    example_service.set_delay("trains", 1_000)
+async def test_status_query_reports_phase_usage_and_limits_left(live: Live, run_id: str) -> None:
+    live.provider.register(slow_train_script(run_id, "ok"))
+    live.service.set_delay("trains", 1_000)
     try:
         handle = await start_run(
-            client, worker, run_id, run_input(run_id, limits=Limits(max_model_calls=3))
+            live.client, live.worker, run_id, run_input(run_id, limits=Limits(max_model_calls=3))
         )
         await wait_for_phase(handle, "executing_tools")
         view = await handle.query("status", result_type=RunStatusView)
         result = await result_of(handle)
     finally:
-        example_service.set_delay("trains", 0)
+        live.service.set_delay("trains", 0)
     assert (view.turn, view.usage.model_calls, view.usage.tool_calls) == (1, 1, 1)
     assert view.limits_left is not None
     assert (view.limits_left.model_calls, view.limits_left.tool_calls) == (2, 31)
@@ -533,37 +464,31 @@ async def test_status_query_reports_phase_usage_and_limits_left(
     assert (final.phase, final.stop_reason) == ("finished", "final answer")
 
 
-async def test_the_temporal_ui_reads_well(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
-) -> None:
+async def test_the_temporal_ui_reads_well(live: Live, run_id: str) -> None:
     """A static summary on the run, current details while it waits, activity summaries."""
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        tool_call(
-                            "call_w",
-                            "send_reply",
-                            {"ticket_id": "T-1001", "recipient": "dana@example.com", "body": "hi"},
-                        )
-                    ]
-                ),
+    live.provider.register(
+        scripted(
+            run_id,
+            [
+                tool_call(
+                    "call_w",
+                    "send_reply",
+                    {"ticket_id": "T-1001", "recipient": "dana@example.com", "body": "hi"},
+                )
             ],
         )
     )
     run = run_input(
         run_id, tools=["send_reply"], principal={"subject": "agent", "scopes": ["tickets:write"]}
     )
-    handle = await start_run(client, worker, run_id, run)
+    handle = await start_run(live.client, live.worker, run_id, run)
     await wait_for_phase(handle, "awaiting_approval")
     description = await handle.describe()
     assert await description.static_summary() == run.summary()
     assert run.task[:40] in run.summary() and "openai-chat" in run.summary()
     execution = WorkflowExecution(workflow_id=run_id)
-    history = await client.workflow_service.get_workflow_execution_history(
-        GetWorkflowExecutionHistoryRequest(namespace=client.namespace, execution=execution)
+    history = await live.client.workflow_service.get_workflow_execution_history(
+        GetWorkflowExecutionHistoryRequest(namespace=live.client.namespace, execution=execution)
     )
     summaries = [
         json.loads(e.user_metadata.summary.data)
@@ -572,9 +497,9 @@ async def test_the_temporal_ui_reads_well(
     ]
     assert any(f"openai-chat {run_id} · turn 1" in s for s in summaries), summaries
     assert any(s.startswith("tools: send_reply") for s in summaries), summaries
-    metadata = await client.workflow_service.query_workflow(
+    metadata = await live.client.workflow_service.query_workflow(
         QueryWorkflowRequest(
-            namespace=client.namespace,
+            namespace=live.client.namespace,
             execution=execution,
             query=WorkflowQuery(query_type="__temporal_workflow_metadata"),
         )

@@ -9,40 +9,28 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from temporalio.client import Client
 
-from agentloop.contract import AgentRunInput, AgentRunResult, Principal, Reconciliation
+from agentloop.contract import AgentRunResult, Principal, Reconciliation
 from agentloop.demo.services import ExampleService
-from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import ScriptedToolCall, ScriptTurn
+from agentloop.testing.turns import call as scripted_call
 from agentloop.workflows.loop.state import Batch
+from tests.live import Live, agent_input, scripted
 from tests.support import approve_as_shown, result_of, start_run, wait_for_phase
 
 PRINCIPAL = Principal(subject="p-alice", scopes=["workshops:read", "workshops:write"])
 
 
-def call(call_id: str, name: str, **arguments: Any) -> ScriptedToolCall:
-    return ScriptedToolCall(id=call_id, name=name, arguments=arguments)
-
-
-async def run_batch(
-    client: Client,
-    worker: Settings,
-    provider: ScriptedProvider,
-    run_id: str,
-    calls: list[ScriptedToolCall],
-) -> AgentRunResult:
-    provider.register(
-        Script(name=run_id, turns=[ScriptTurn(tool_calls=calls), ScriptTurn(text="Done.")])
-    )
-    run_input = AgentRunInput(
-        task="Book p-carol into ws-101.",
-        provider="openai-chat",
-        model=run_id,
-        tools=sorted({c.name for c in calls}),
+async def run_batch(live: Live, run_id: str, calls: list[ScriptedToolCall]) -> AgentRunResult:
+    live.provider.register(scripted(run_id, ScriptTurn(tool_calls=calls), "Done."))
+    run_input = agent_input(
+        run_id,
+        "openai-chat",
+        "Book p-carol into ws-101.",
+        sorted({c.name for c in calls}),
         principal=PRINCIPAL,
     )
-    handle = await start_run(client, worker, run_id, run_input)
+    handle = await start_run(live.client, live.worker, run_id, run_input)
     view = await wait_for_phase(handle, "awaiting_approval")
     [pending] = view.pending_approvals
     await approve_as_shown(handle, pending, "workshop-lead")
@@ -61,59 +49,47 @@ def logged(service: ExampleService) -> list[dict[str, Any]]:
 
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
-async def test_a_read_after_a_write_runs_after_it(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-) -> None:
+async def test_a_read_after_a_write_runs_after_it(live: Live, run_id: str) -> None:
     await run_batch(
-        client,
-        worker,
-        scripted_provider,
+        live,
         run_id,
         [
-            call("c_res", "reserve_seat", workshop_id="ws-101", participant_id="p-carol"),
-            call("c_chk", "check_workshop", workshop_id="ws-101"),
+            scripted_call("reserve_seat", "c_res", workshop_id="ws-101", participant_id="p-carol"),
+            scripted_call("check_workshop", "c_chk", workshop_id="ws-101"),
         ],
     )
-    requests = logged(example_service)
+    requests = logged(live.service)
     # The precondition check reads the workshop first; then the write, then the read after it.
     reserve = next(i for i, r in enumerate(requests) if r["endpoint"] == "workshops.reserve")
     after = [r["endpoint"] for r in requests[reserve + 1 :]]
     assert after == ["workshops.get"], [r["endpoint"] for r in requests]
     assert requests[reserve]["finished_seq"] < requests[reserve + 1]["started_seq"]
-    assert example_service.records()["reservations"] == 1
+    assert live.service.records()["reservations"] == 1
 
 
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
 async def test_reads_before_a_write_run_together_and_the_read_after_it_waits_for_it(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
-    example_service.set_delay("weather", 300)
-    example_service.set_delay("trains", 300)
+    live.service.set_delay("weather", 300)
+    live.service.set_delay("trains", 300)
     try:
         await run_batch(
-            client,
-            worker,
-            scripted_provider,
+            live,
             run_id,
             [
-                call("c_w", "get_weather", city="Oslo", date="2026-12-01"),
-                call("c_t", "get_train_status", train_number="G1234", date="2026-12-01"),
-                call("c_res", "reserve_seat", workshop_id="ws-101", participant_id="p-carol"),
-                call("c_t2", "get_train_status", train_number="G5678", date="2026-12-01"),
+                scripted_call("get_weather", "c_w", city="Oslo", date="2026-12-01"),
+                scripted_call("get_train_status", "c_t", train_number="G1234", date="2026-12-01"),
+                scripted_call(
+                    "reserve_seat", "c_res", workshop_id="ws-101", participant_id="p-carol"
+                ),
+                scripted_call("get_train_status", "c_t2", train_number="G5678", date="2026-12-01"),
             ],
         )
     finally:
-        example_service.set_delay(None, 0)
-    requests = logged(example_service)
+        live.service.set_delay(None, 0)
+    requests = logged(live.service)
     names = [r["endpoint"] for r in requests]
     weather, first_train = requests[names.index("weather")], requests[names.index("trains")]
     reserve = requests[names.index("workshops.reserve")]

@@ -8,14 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
 
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal
-from agentloop.demo.services import ExampleService
-from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import Script, ScriptTurn
+from agentloop.testing.turns import call as scripted_call
 from tests.cli.test_cli import agentloop as agentloop_cli
 from tests.cli.test_cli import process_env
+from tests.live import Live, scripted
 from tests.operations.test_family_stats import listed_stats
 from tests.support import approve_as_shown, result_of, start_run, wait_for_phase
 
@@ -28,31 +27,21 @@ SEAT = {"workshop_id": "ws-101", "participant_id": "p-carol"}
 
 def giving_up(name: str) -> Script:
     """A read, then `give_up` beside another read (which must not run)."""
-    return Script(
-        name=name,
-        turns=[
-            ScriptTurn(
-                tool_calls=[ScriptedToolCall(id="call_t", name="get_train_status", arguments=TRAIN)]
-            ),
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(id="call_t2", name="get_train_status", arguments=TRAIN),
-                    ScriptedToolCall(id="call_g", name="give_up", arguments={"reason": REASON}),
-                ]
-            ),
+    return scripted(
+        name,
+        [scripted_call("get_train_status", "call_t", **TRAIN)],
+        [
+            scripted_call("get_train_status", "call_t2", **TRAIN),
+            scripted_call("give_up", "call_g", reason=REASON),
         ],
     )
 
 
 def booking(name: str) -> Script:
-    return Script(
-        name=name,
-        turns=[
-            ScriptTurn(
-                tool_calls=[ScriptedToolCall(id="call_r", name="reserve_seat", arguments=SEAT)]
-            ),
-            ScriptTurn(text="Booked: {{call_r.reservation_id}}"),
-        ],
+    return scripted(
+        name,
+        [scripted_call("reserve_seat", "call_r", **SEAT)],
+        "Booked: {{call_r.reservation_id}}",
     )
 
 
@@ -69,34 +58,29 @@ def run_input(model: str, **fields: object) -> AgentRunInput:
 
 
 async def test_a_run_the_model_gives_up_on_stops_blocked_and_status_exits_3(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-    tmp_path: Path,
+    live: Live, run_id: str, tmp_path: Path
 ) -> None:
-    scripted_provider.register(giving_up(run_id))
-    handle = await start_run(client, worker, run_id, run_input(run_id))
+    live.provider.register(giving_up(run_id))
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id))
     result = await result_of(handle)
 
     assert (result.status, result.stop_cause) == ("blocked", "give_up")
     assert result.stop_reason == f"give_up: {REASON}"
     assert f"Stopped: blocked — give_up: {REASON}" in result.report
     assert result.usage.model_calls == 2 and result.usage.tool_calls == 1
-    assert example_service.stats()["counts"]["trains"] == 1  # call_t2 never ran
+    assert live.service.stats()["counts"]["trains"] == 1  # call_t2 never ran
     assert {c.call_id: (c.decision, c.status) for c in result.calls} == {
         "call_t": ("allowed", "succeeded"),
         "call_t2": ("not_run", "rejected"),
         "call_g": ("allowed", "succeeded"),
     }
     # The model was offered give_up without the run naming it.
-    offered = [t["function"]["name"] for t in scripted_provider.requests[0]["body"]["tools"]]
+    offered = [t["function"]["name"] for t in live.provider.requests[0]["body"]["tools"]]
     assert "give_up" in offered
 
     env = process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
-        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
+        TEMPORAL_ADDRESS=live.client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=live.worker.task_queue,
     )
     status = await agentloop_cli("status", run_id, "--json", env=env, cwd=tmp_path)
     assert status.returncode == 3, status.explain()
@@ -107,16 +91,16 @@ async def test_a_run_the_model_gives_up_on_stops_blocked_and_status_exits_3(
 
 
 async def test_an_empty_answer_is_told_once_then_the_run_stops_blocked(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
-    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="")] * 3))
-    result = await result_of(await start_run(client, worker, run_id, run_input(run_id)))
+    live.provider.register(Script(name=run_id, turns=[ScriptTurn(text="")] * 3))
+    result = await result_of(await start_run(live.client, live.worker, run_id, run_input(run_id)))
 
     assert (result.status, result.stop_cause) == ("blocked", "empty_answer")
     assert result.usage.model_calls == 2
     notes = [
         m
-        for request in scripted_provider.requests
+        for request in live.provider.requests
         for m in request["body"]["messages"]
         if "Your final answer was empty" in json.dumps(m)
     ]
@@ -124,23 +108,18 @@ async def test_an_empty_answer_is_told_once_then_the_run_stops_blocked(
 
 
 async def test_stats_count_verified_unverified_and_blocked_runs_apart(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-    tmp_path: Path,
+    live: Live, run_id: str, tmp_path: Path
 ) -> None:
     family = f"blocked-{run_id[-8:]}"
     verified, unverified, blocked = (f"{run_id}-{n}" for n in ("v", "u", "b"))
-    scripted_provider.register(booking(verified))
-    scripted_provider.register(Script(name=unverified, turns=[ScriptTurn(text="On time.")]))
-    scripted_provider.register(giving_up(blocked))
+    live.provider.register(booking(verified))
+    live.provider.register(scripted(unverified, "On time."))
+    live.provider.register(giving_up(blocked))
     results: list[AgentRunResult] = []
 
     handle = await start_run(
-        client,
-        worker,
+        live.client,
+        live.worker,
         verified,
         run_input(
             verified,
@@ -154,7 +133,9 @@ async def test_stats_count_verified_unverified_and_blocked_runs_apart(
     await approve_as_shown(handle, view.pending_approvals[0], "workshop-lead")
     results.append(await result_of(handle))
     for name in (unverified, blocked):
-        started = await start_run(client, worker, name, run_input(name, task_family=family))
+        started = await start_run(
+            live.client, live.worker, name, run_input(name, task_family=family)
+        )
         results.append(await result_of(started))
     assert [(r.status, r.verified) for r in results] == [
         ("completed", True),
@@ -163,7 +144,7 @@ async def test_stats_count_verified_unverified_and_blocked_runs_apart(
     ]
     assert results[0].verified_by == "writes_applied" and results[0].verification
 
-    stats = await listed_stats(client, family, 3)
+    stats = await listed_stats(live.client, family, 3)
     assert stats.completed is not None and stats.verified is not None
     assert (stats.completed.runs, stats.verified.runs, stats.unverified, stats.blocked) == (
         2,
@@ -180,8 +161,8 @@ async def test_stats_count_verified_unverified_and_blocked_runs_apart(
     assert stats.source() == f"agentloop stats {family}: 1 verified completed of 3 runs"
 
     env = process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
-        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
+        TEMPORAL_ADDRESS=live.client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=live.worker.task_queue,
     )
     text = await agentloop_cli("stats", family, env=env, cwd=tmp_path)
     assert text.returncode == 0, text.explain()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from agentloop.adapters.openai_chat import CHAT_ITEM_ALLOWANCE
@@ -18,9 +18,10 @@ from agentloop.contract import Usage as RunUsage
 from agentloop.events import Usage
 from agentloop.policies import budgets
 from agentloop.pricing import DEFAULT_PRICES, PriceTable
-from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.scripted_provider.scripts import ScriptUsage
+from agentloop.testing.turns import call as scripted_call
+from tests.live import Live, agent_input, scripted
 from tests.loop.test_properties import examples
 from tests.support import result_of, start_run
 
@@ -60,14 +61,11 @@ def test_cost_blocks_the_next_model_call_once_spent() -> None:
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
 async def test_max_cost_stops_the_run_before_the_call_that_would_exceed_it(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
     model = f"priced-{run_id}"  # $1000 per million tokens: $0.001 a token
     weather = {"city": "Oslo", "date": "2026-12-01"}
-    scripted_provider.register(
+    live.provider.register(
         Script(
             name=model,
             turns=[
@@ -85,21 +83,21 @@ async def test_max_cost_stops_the_run_before_the_call_that_would_exceed_it(
             ],
         )
     )
-    run_input = AgentRunInput(
-        task="Weather in Oslo every day",
-        provider="anthropic",
-        model=model,
-        tools=["get_weather"],
+    run_input = agent_input(
+        model,
+        "anthropic",
+        "Weather in Oslo every day",
+        ["get_weather"],
         limits=Limits(max_cost_usd=5.0),
     )
-    handle = await start_run(client, worker, run_id, run_input)
+    handle = await start_run(live.client, live.worker, run_id, run_input)
     result = await result_of(handle)
     assert result.status == "limit_reached"
     # Stopped before a call whose input alone might pass the cap, saying by how much.
     assert result.stop_reason.startswith("max_cost_usd: the next model call could cost")
     assert "short)" in result.stop_reason
     assert result.usage.cost_usd <= 5.0
-    requests = [r for r in scripted_provider.requests if r["script"] == model]
+    requests = [r for r in live.provider.requests if r["script"] == model]
     assert 1 < len(requests) == result.usage.model_calls < 8
     assert result.usage.cost_usd == pytest.approx(0.9 * len(requests))
     # Each call was sent the output-token limit that keeps it within what was left.
@@ -115,15 +113,15 @@ async def test_max_cost_stops_the_run_before_the_call_that_would_exceed_it(
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
 async def test_a_cost_cap_on_a_model_without_a_price_fails_the_run_at_start(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     """Before, each of its calls cost 0 and the cap never bound.
     The worker knows its prices (its pricing file); the run refuses on what it says."""
-    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="Done.")]))
+    live.provider.register(scripted(run_id, "Done."))
     capped = AgentRunInput(
         task="Hello", provider="openai-chat", model=run_id, limits=Limits(max_cost_usd=1.0)
     )
-    handle = await start_run(client, worker, run_id, capped)
+    handle = await start_run(live.client, live.worker, run_id, capped)
     with pytest.raises(WorkflowFailureError) as failure:
         await result_of(handle)
     cause = failure.value.cause
@@ -131,10 +129,12 @@ async def test_a_cost_cap_on_a_model_without_a_price_fails_the_run_at_start(
     assert cause.type == "InvalidInput" and cause.non_retryable
     assert f"model {run_id!r} has no price" in cause.message
     assert "AGENTLOOP_PRICING_FILE" in cause.message and "[input, output]" in cause.message
-    assert not [r for r in scripted_provider.requests if r["script"] == run_id]
+    assert not [r for r in live.provider.requests if r["script"] == run_id]
     # Without a cap, the same model runs (its calls cost 0, as nothing binds them).
     uncapped = capped.model_copy(update={"limits": Limits()})
-    result = await result_of(await start_run(client, worker, f"{run_id}-uncapped", uncapped))
+    result = await result_of(
+        await start_run(live.client, live.worker, f"{run_id}-uncapped", uncapped)
+    )
     assert result.status == "completed" and result.usage.cost_usd == 0.0
 
 
@@ -228,45 +228,42 @@ turns = st.lists(
 
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
-async def test_generated_runs_end_at_or_under_their_token_cap(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
-) -> None:
+async def test_generated_runs_end_at_or_under_their_token_cap(live: Live, run_id: str) -> None:
     cases = examples(st.tuples(turns, st.integers(1_500, 12_000)), 12)
     for n, (script_turns, cap) in enumerate(cases):
         name = f"{run_id}-{n}"
-        scripted_provider.register(
-            Script(
-                name=name,
-                turns=[
-                    *(
-                        ScriptTurn(
-                            text="x" * prompt,  # padding the next request by as much
-                            tool_calls=[
-                                ScriptedToolCall(
-                                    id=f"c_{name}_{i}",
-                                    name="get_weather",
-                                    arguments={"city": "Oslo", "date": f"2026-12-{i + 1:02d}"},
-                                )
-                            ],
-                        )
-                        for i, (prompt, _) in enumerate(script_turns)
-                    ),
-                    # Never empty: an empty answer is sent back (blocked-not-completed).
-                    ScriptTurn(text="y" * max(1, script_turns[-1][1])),
-                ],
+        live.provider.register(
+            scripted(
+                name,
+                *(
+                    ScriptTurn(
+                        text="x" * prompt,  # padding the next request by as much
+                        tool_calls=[
+                            scripted_call(
+                                "get_weather",
+                                f"c_{name}_{i}",
+                                city="Oslo",
+                                date=f"2026-12-{i + 1:02d}",
+                            )
+                        ],
+                    )
+                    for i, (prompt, _) in enumerate(script_turns)
+                ),
+                # Never empty: an empty answer is sent back (blocked-not-completed).
+                ScriptTurn(text="y" * max(1, script_turns[-1][1])),
             )
         )
-        run_input = AgentRunInput(
-            task="Weather in Oslo, again and again.",
-            provider="openai-chat",
-            model=name,
-            tools=["get_weather"],
+        run_input = agent_input(
+            name,
+            "openai-chat",
+            "Weather in Oslo, again and again.",
+            ["get_weather"],
             limits=Limits(max_total_tokens=cap, max_model_calls=10, max_tool_calls=10),
         )
-        result = await result_of(await start_run(client, worker, name, run_input))
+        result = await result_of(await start_run(live.client, live.worker, name, run_input))
         used = result.usage.input_tokens + result.usage.output_tokens
         assert used <= cap, (cap, used, result.stop_reason)
-        requests = [r for r in scripted_provider.requests if r["script"] == name]
+        requests = [r for r in live.provider.requests if r["script"] == name]
         assert len(requests) == result.usage.model_calls
         # Each call was sent what was left of the cap after its input; once the transcript is
         # measured (from the second call), that shrinks as the budget is spent.
@@ -297,23 +294,18 @@ def counted(scripted_provider: ScriptedProvider, model: str) -> list[int]:
     ],
 )
 async def test_a_small_cap_asks_the_providers_count_when_the_bound_would_refuse(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    provider: str,
-    limits: Limits,
+    live: Live, run_id: str, provider: str, limits: Limits
 ) -> None:
     model = f"priced-{run_id}"
-    scripted_provider.register(Script(name=model, turns=[ScriptTurn(text="Mild, then rain.")]))
+    live.provider.register(scripted(model, "Mild, then rain."))
     assert len(LONG_TASK.encode()) > 2_000
     run_input = AgentRunInput.model_validate(
         {"task": LONG_TASK, "provider": provider, "model": model, "tools": [], "limits": limits}
     )
-    result = await result_of(await start_run(client, worker, run_id, run_input))
+    result = await result_of(await start_run(live.client, live.worker, run_id, run_input))
     assert result.status == "completed", result.stop_reason
-    [tokens] = counted(scripted_provider, model)  # the counter was asked once
-    requests = [r for r in scripted_provider.requests if r["script"] == model]
+    [tokens] = counted(live.provider, model)  # the counter was asked once
+    requests = [r for r in live.provider.requests if r["script"] == model]
     assert len(requests) == result.usage.model_calls == 1
     # A third of the bound. Chat Completions is counted in the Responses API's shape, given
     # some room per item (`CHAT_ITEM_ALLOWANCE`): the scripted provider bills the Chat shape.
@@ -333,22 +325,16 @@ async def test_a_small_cap_asks_the_providers_count_when_the_bound_would_refuse(
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
 async def test_a_call_whose_counted_input_does_not_fit_is_still_refused(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
-    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="never sent")]))
-    run_input = AgentRunInput(
-        task=LONG_TASK,
-        provider="anthropic",
-        model=run_id,
-        tools=[],
-        limits=Limits(max_total_tokens=500),
-    )
-    result = await result_of(await start_run(client, worker, run_id, run_input))
+    live.provider.register(scripted(run_id, "never sent"))
+    run_input = agent_input(run_id, "anthropic", LONG_TASK, [], limits=Limits(max_total_tokens=500))
+    result = await result_of(await start_run(live.client, live.worker, run_id, run_input))
     assert result.status == "limit_reached"
-    [tokens] = counted(scripted_provider, run_id)
+    [tokens] = counted(live.provider, run_id)
     assert result.stop_reason.startswith(
         f"max_total_tokens: the next model call needs up to {tokens} input"
     )
     assert result.stop_reason.endswith("(its input as the provider counted it)")
     assert result.usage.model_calls == 0
-    assert [r for r in scripted_provider.requests if r["script"] == run_id] == []
+    assert [r for r in live.provider.requests if r["script"] == run_id] == []

@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 import pytest
-from temporalio.client import Client
 
 from agentloop.context import (
     PREVIEW_CHARS,
@@ -18,13 +17,14 @@ from agentloop.context import (
     input_token_bound,
     size,
 )
-from agentloop.contract import AgentRunInput, ApprovalDecision, Principal
+from agentloop.contract import Principal
 from agentloop.events import ModelOutput, StateUpdate, ToolCall, ToolResult, UserInput
-from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import Script, ScriptedToolCall, ScriptTurn
 from agentloop.scripted_provider.scripts import ScriptUsage
 from agentloop.store import load_transcript, open_store
-from tests.support import result_of, start_run, wait_for_phase
+from agentloop.testing.turns import call as scripted_call
+from tests.live import Live, agent_input, scripted
+from tests.support import result_of, signal_approval, start_run, wait_for_phase
 
 
 def turn(i: int, chars: int) -> list[Any]:
@@ -127,50 +127,41 @@ def scripted_reads(run_id: str, prompt_tokens: int | None) -> Script:
         if prompt_tokens is None
         else ScriptUsage(prompt_tokens=prompt_tokens, completion_tokens=10)
     )
-    return Script(
-        name=run_id,
-        turns=[
-            *[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(
-                            id=f"call_t{i}", name="search_policy", arguments={"query": query}
-                        )
-                    ],
-                    usage=usage,
-                )
-                # The first result (998 characters) is long enough for its stub to be shorter.
-                for i, query in enumerate(["refund order", "damaged", "shipping"])
-            ],
-            ScriptTurn(text="done", usage=usage),
+    return scripted(
+        run_id,
+        *[
+            ScriptTurn(
+                tool_calls=[scripted_call("search_policy", f"call_t{i}", query=query)],
+                usage=usage,
+            )
+            # The first result (998 characters) is long enough for its stub to be shorter.
+            for i, query in enumerate(["refund order", "damaged", "shipping"])
         ],
+        ScriptTurn(text="done", usage=usage),
     )
 
 
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
-async def test_a_token_budget_follows_the_providers_own_count(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-) -> None:
+async def test_a_token_budget_follows_the_providers_own_count(live: Live, run_id: str) -> None:
     """Two runs with the same 1,500-token budget and the same conversation: the provider
     that counts many tokens per character gets its older results shortened."""
     elided: dict[str, bool] = {}
     for name, prompt_tokens in (("plain", None), ("dense", 50_000)):
-        scripted_provider.register(scripted_reads(f"{run_id}-{name}", prompt_tokens))
-        run_input = AgentRunInput(
-            task="Study the refund, damage and shipping policies.",
-            provider="openai-chat",
-            model=f"{run_id}-{name}",
-            tools=["search_policy"],
+        live.provider.register(scripted_reads(f"{run_id}-{name}", prompt_tokens))
+        run_input = agent_input(
+            f"{run_id}-{name}",
+            "openai-chat",
+            "Study the refund, damage and shipping policies.",
+            ["search_policy"],
             context_budget_tokens=1_500,
             principal=Principal(subject="agent", scopes=["tickets:read"]),
         )
-        result = await result_of(await start_run(client, worker, f"{run_id}-{name}", run_input))
+        result = await result_of(
+            await start_run(live.client, live.worker, f"{run_id}-{name}", run_input)
+        )
         assert result.status == "completed", result.stop_reason
-        last = scripted_provider.requests[-1]["body"]["messages"]
+        last = live.provider.requests[-1]["body"]["messages"]
         tools = {m["tool_call_id"]: m["content"] for m in last if m["role"] == "tool"}
         assert not tools["call_t2"].startswith('{"elided"')  # answered now: whole
         elided[name] = tools["call_t0"].startswith('{"elided"')
@@ -180,10 +171,7 @@ async def test_a_token_budget_follows_the_providers_own_count(
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
 async def test_a_long_run_is_sent_within_its_budget_with_the_facts_restated(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
     reply = {"ticket_id": "T-1001", "recipient": "dana@example.com", "body": "On its way."}
     reads = [  # distinct calls: repeating one would be a stall
@@ -193,48 +181,36 @@ async def test_a_long_run_is_sent_within_its_budget_with_the_facts_restated(
         ("read_ticket", {"ticket_id": "T-1003"}),
         ("search_policy", {"query": "shipping"}),
     ]
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
+    live.provider.register(
+        scripted(
+            run_id,
+            [ScriptedToolCall(id="call_reply", name="send_reply", arguments=reply)],
+            *[
                 ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(id="call_reply", name="send_reply", arguments=reply)
-                    ]
-                ),
-                *[
-                    ScriptTurn(
-                        tool_calls=[ScriptedToolCall(id=f"call_s{i}", name=name, arguments=args)]
-                    )
-                    for i, (name, args) in enumerate(reads)
-                ],
-                ScriptTurn(text="done"),
+                    tool_calls=[ScriptedToolCall(id=f"call_s{i}", name=name, arguments=args)]
+                )
+                for i, (name, args) in enumerate(reads)
             ],
+            "done",
         )
     )
-    run_input = AgentRunInput(
-        task="Answer T-1001, then study T-1002.",
-        provider="openai-chat",
-        model=run_id,
-        tools=["send_reply", "read_ticket", "search_policy"],
+    run_input = agent_input(
+        run_id,
+        "openai-chat",
+        "Answer T-1001, then study T-1002.",
+        ["send_reply", "read_ticket", "search_policy"],
         context_budget_chars=3_000,
         principal=Principal(subject="agent", scopes=["tickets:write", "tickets:read"]),
     )
-    handle = await start_run(client, worker, run_id, run_input)
+    handle = await start_run(live.client, live.worker, run_id, run_input)
     view = await wait_for_phase(handle, "awaiting_approval")
-    await handle.signal(
-        "approve",
-        ApprovalDecision(
-            call_id="call_reply",
-            args_digest=view.pending_approvals[0].args_digest,
-            approved=True,
-            approver="support-lead",
-        ),
+    await signal_approval(
+        handle, "call_reply", view.pending_approvals[0].args_digest, "support-lead"
     )
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
 
-    last = scripted_provider.requests[-1]["body"]["messages"]
+    last = live.provider.requests[-1]["body"]["messages"]
     tools = {m["tool_call_id"]: m["content"] for m in last if m["role"] == "tool"}
     assert json.loads(tools["call_s0"])["elided"] is True
     assert not tools["call_s3"].startswith('{"elided"')  # answered now: whole
@@ -242,7 +218,7 @@ async def test_a_long_run_is_sent_within_its_budget_with_the_facts_restated(
     assert facts and "call_reply was approved by support-lead" in facts[-1]
     assert "send_reply call_reply is succeeded" in facts[-1]
     # The store keeps every result whole.
-    store = open_store(worker.store_url)
+    store = open_store(live.worker.store_url)
     try:
         stored = await load_transcript(store, result.transcript_head)
     finally:

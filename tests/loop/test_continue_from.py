@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from temporalio import workflow
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
@@ -25,58 +25,39 @@ from agentloop.contract import (
     Provider,
     RunStatusView,
 )
-from agentloop.demo.services import ExampleService
 from agentloop.policies.checks import continue_from_problem
-from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import Script, ScriptedToolCall, ScriptTurn
+from agentloop.testing.turns import call as scripted_call
 from tests.cli.test_cli import agentloop, process_env
+from tests.live import Live, agent_input, scripted
 from tests.support import result_of, start_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
 
 def weather_script(name: str) -> Script:
-    return Script(
-        name=name,
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(
-                        id="call_w",
-                        name="get_weather",
-                        arguments={"city": "Oslo", "date": "2026-12-01"},
-                    )
-                ]
-            ),
-            ScriptTurn(text="Oslo: {{call_w.condition}}"),
-        ],
+    return scripted(
+        name,
+        [scripted_call("get_weather", "call_w", city="Oslo", date="2026-12-01")],
+        "Oslo: {{call_w.condition}}",
     )
 
 
 async def test_continue_from_a_run_that_ran_out_of_model_calls(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-    tmp_path: Path,
+    live: Live, run_id: str, tmp_path: Path
 ) -> None:
-    scripted_provider.register(weather_script(run_id))
-    first_input = AgentRunInput(
-        task="Weather in Oslo?",
-        provider="anthropic",
-        model=run_id,
-        tools=["get_weather"],
-        limits=Limits(max_model_calls=1),
+    live.provider.register(weather_script(run_id))
+    first_input = agent_input(
+        run_id, "anthropic", "Weather in Oslo?", ["get_weather"], limits=Limits(max_model_calls=1)
     )
-    first = await result_of(await start_run(client, worker, run_id, first_input))
+    first = await result_of(await start_run(live.client, live.worker, run_id, first_input))
     assert first.status == "limit_reached"
     assert [e.call_id for e in first.unsent] == ["call_w"]  # type: ignore[union-attr]
-    assert example_service.stats()["counts"]["weather"] == 1
+    assert live.service.stats()["counts"]["weather"] == 1
 
     env = process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
-        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
+        TEMPORAL_ADDRESS=live.client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=live.worker.task_queue,
     )
     continued_id = f"{run_id}-2"
     started = await agentloop(
@@ -91,13 +72,15 @@ async def test_continue_from_a_run_that_ran_out_of_model_calls(
         cwd=tmp_path,
     )
     assert started.returncode == 0, started.explain()
-    result = await client.get_workflow_handle(continued_id, result_type=AgentRunResult).result()
+    result = await live.client.get_workflow_handle(
+        continued_id, result_type=AgentRunResult
+    ).result()
     assert result.status == "completed", result.stop_reason
     assert isinstance(result.output, str) and result.output.startswith("Oslo: ")
     assert result.usage.model_calls == 1
     # The weather was read once, by the first run; the second run only told the model.
-    assert example_service.stats()["counts"]["weather"] == 1
-    last = scripted_provider.requests[-1]["body"]["messages"]
+    assert live.service.stats()["counts"]["weather"] == 1
+    last = live.provider.requests[-1]["body"]["messages"]
     assert last[-1]["role"] == "user"
     blocks = last[-1]["content"]
     assert blocks[0]["type"] == "tool_result" and blocks[0]["tool_use_id"] == "call_w"
@@ -108,12 +91,7 @@ async def test_continue_from_a_run_that_ran_out_of_model_calls(
 
 @pytest.mark.parametrize("provider", ["openai-chat", "openai-responses", "anthropic"])
 async def test_continue_from_a_run_stopped_on_repeated_call_ids(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-    provider: Provider,
+    live: Live, run_id: str, provider: Provider
 ) -> None:
     """The first run stops on its model's two calls under one id (nothing runs); the run that
     continues it sends that turn back without them, and a note for each: a conversation every
@@ -129,7 +107,7 @@ async def test_continue_from_a_run_stopped_on_repeated_call_ids(
         ],
     )
     # Repeated ids on purpose: registered without the script's own check.
-    scripted_provider.register(Script.model_construct(name=run_id, turns=[twice]))
+    live.provider.register(Script.model_construct(name=run_id, turns=[twice]))
     first_input = AgentRunInput(
         task="My train and the weather?",
         provider=provider,
@@ -139,44 +117,38 @@ async def test_continue_from_a_run_stopped_on_repeated_call_ids(
         # and two items under one name make a stream its final response disagrees with.
         stream=False,
     )
-    first = await result_of(await start_run(client, worker, run_id, first_input))
+    first = await result_of(await start_run(live.client, live.worker, run_id, first_input))
     assert first.status == "failed", first.stop_reason
     assert "protocol: tool calls without unique call ids" in first.stop_reason
     # The provider plays a script by model: the continuing run's starts with the first run's
     # turn as it is sent back, its text alone.
     continued_id = f"{run_id}-2"
-    scripted_provider.register(
-        Script(
-            name=continued_id, turns=[ScriptTurn(text=checking), ScriptTurn(text="Asking again.")]
-        )
-    )
-    second_input = AgentRunInput(
-        task="Go on.",
-        provider=provider,
-        model=continued_id,
-        tools=["get_weather", "get_train_status"],
+    live.provider.register(scripted(continued_id, ScriptTurn(text=checking), "Asking again."))
+    second_input = agent_input(
+        continued_id,
+        provider,
+        "Go on.",
+        ["get_weather", "get_train_status"],
         stream=False,
         continue_from=run_id,
         limits=Limits(max_model_calls=1),
     )
-    second = await result_of(await start_run(client, worker, continued_id, second_input))
+    second = await result_of(await start_run(live.client, live.worker, continued_id, second_input))
     assert second.status == "completed", second.stop_reason
     assert second.output == "Asking again."
-    assert not any(example_service.stats()["counts"].values())  # nothing ran, in either run
-    [sent] = [r["body"] for r in scripted_provider.requests if r["script"] == continued_id]
+    assert not any(live.service.stats()["counts"].values())  # nothing ran, in either run
+    [sent] = [r["body"] for r in live.provider.requests if r["script"] == continued_id]
     for tool in ("get_train_status", "get_weather"):
         assert f"Your call call_dup ({tool}) never ran" in json.dumps(sent)
 
 
 async def test_continuing_an_unknown_run_is_refused_naming_the_field(
-    client: Client,
-    worker: Settings,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
     run_input = AgentRunInput(
         task="x", provider="openai-chat", model="m", continue_from="no-such-run"
     )
-    handle = await start_run(client, worker, run_id, run_input)
+    handle = await start_run(live.client, live.worker, run_id, run_input)
     with pytest.raises(WorkflowFailureError) as failure:
         await result_of(handle)
     cause = failure.value.cause
@@ -185,31 +157,25 @@ async def test_continuing_an_unknown_run_is_refused_naming_the_field(
 
 
 async def test_a_continuation_is_given_its_budget_and_shows_the_whole_chains_usage(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
-    scripted_provider.register(weather_script(run_id))
-    first_input = AgentRunInput(
-        task="Weather in Oslo?",
-        provider="openai-chat",
-        model=run_id,
-        tools=["get_weather"],
-        limits=Limits(max_model_calls=1),
+    live.provider.register(weather_script(run_id))
+    first_input = agent_input(
+        run_id, "openai-chat", "Weather in Oslo?", ["get_weather"], limits=Limits(max_model_calls=1)
     )
-    first = await result_of(await start_run(client, worker, run_id, first_input))
+    first = await result_of(await start_run(live.client, live.worker, run_id, first_input))
     assert first.status == "limit_reached" and first.chain_usage is None
     following = AgentRunInput(
         task="Go on.", provider="openai-chat", model=run_id, continue_from=run_id
     )
     # From Python: the helper refuses a continuation without its limits, before starting.
     with pytest.raises(ValueError, match="limits: a run with continue_from must be given"):
-        await agentloop_start_run(client, following, id=f"{run_id}-2", task_queue=worker.task_queue)
+        await agentloop_start_run(
+            live.client, following, id=f"{run_id}-2", task_queue=live.worker.task_queue
+        )
     # Started any other way (here as JSON without `limits`), the run fails at once.
     raw = following.model_dump(mode="json", exclude_unset=True)
-    refused = await start_run(client, worker, f"{run_id}-raw", raw)
+    refused = await start_run(live.client, live.worker, f"{run_id}-raw", raw)
     with pytest.raises(WorkflowFailureError) as failure:
         await result_of(refused)
     cause = failure.value.cause
@@ -218,7 +184,7 @@ async def test_a_continuation_is_given_its_budget_and_shows_the_whole_chains_usa
 
     granted = following.model_copy(update={"limits": Limits(max_model_calls=2)})
     handle = await agentloop_start_run(
-        client, granted, id=f"{run_id}-2", task_queue=worker.task_queue
+        live.client, granted, id=f"{run_id}-2", task_queue=live.worker.task_queue
     )
     second = await result_of(handle)
     assert second.status == "completed", second.stop_reason
@@ -233,7 +199,7 @@ async def test_a_continuation_is_given_its_budget_and_shows_the_whole_chains_usa
     assert view.chain_usage == chain
     assert "With the runs it continued: 2 model calls, 1 tool calls" in second.report
     # The model calls the script saw are the chain's: one each.
-    assert len([r for r in scripted_provider.requests if r["script"] == run_id]) == 2
+    assert len([r for r in live.provider.requests if r["script"] == run_id]) == 2
 
 
 @workflow.defn(name="NotAnAgentRun")
@@ -244,25 +210,25 @@ class NotAnAgentRun:
 
 
 async def test_continuing_a_workflow_that_is_not_an_agentloop_run_is_refused_at_once(
-    client: Client, worker: Settings, run_id: str
+    live: Live, run_id: str
 ) -> None:
     """Before, its result failed to decode in the activity, which was retried for ever: the
     run sat in startup, with no deadline running yet."""
     other_queue = f"not-agentloop-{run_id[-8:]}"
     async with Worker(
-        client,
+        live.client,
         task_queue=other_queue,
         workflows=[NotAnAgentRun],
         workflow_runner=UnsandboxedWorkflowRunner(),
     ):
-        other = await client.execute_workflow(
+        other = await live.client.execute_workflow(
             NotAnAgentRun.run, id=f"{run_id}-other", task_queue=other_queue
         )
     assert other == "hello"
     run_input = AgentRunInput(
         task="x", provider="openai-chat", model="m", continue_from=f"{run_id}-other"
     )
-    handle = await start_run(client, worker, run_id, run_input)
+    handle = await start_run(live.client, live.worker, run_id, run_input)
     with pytest.raises(WorkflowFailureError) as failure:
         await result_of(handle)
     cause = failure.value.cause
@@ -271,14 +237,14 @@ async def test_continuing_a_workflow_that_is_not_an_agentloop_run_is_refused_at_
 
 
 async def test_a_run_started_under_the_same_id_between_reads_cannot_cross_tenants(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     """The loader's reads (describe, result, start event) each went to whatever run then had
     the id: a run of the asking tenant started under it between them made the tenant check
     see that run's principal while the continuation took the other tenant's transcript. The
     first read pins the run; the test starts the other run right after it."""
-    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="Globex plans.")]))
-    scripted_provider.register(Script(name=f"{run_id}-b", turns=[ScriptTurn(text="Mine.")]))
+    live.provider.register(scripted(run_id, "Globex plans."))
+    live.provider.register(scripted(f"{run_id}-b", "Mine."))
 
     def started(model: str, tenant: str) -> AgentRunInput:
         principal = Principal(subject="p-alice", tenant=tenant)
@@ -286,19 +252,21 @@ async def test_a_run_started_under_the_same_id_between_reads_cannot_cross_tenant
             task=f"{tenant}'s task", provider="openai-chat", model=model, principal=principal
         )
 
-    victim = await start_run(client, worker, run_id, started(run_id, "globex"))
+    victim = await start_run(live.client, live.worker, run_id, started(run_id, "globex"))
     theirs = await result_of(victim)
     interleaved: list[AgentRunResult] = []
 
     class Interleaved(RunActivities):
         async def read_run(self, handle: WorkflowHandle[Any, AgentRunResult]) -> PreviousRun:
-            other = await start_run(client, worker, run_id, started(f"{run_id}-b", "default"))
+            other = await start_run(
+                live.client, live.worker, run_id, started(f"{run_id}-b", "default")
+            )
             interleaved.append(await result_of(other))
             return await super().read_run(handle)
 
-    previous = await Interleaved(client).load_previous_run(run_id)
+    previous = await Interleaved(live.client).load_previous_run(run_id)
     [mine] = interleaved
-    latest = await client.get_workflow_handle(run_id).describe()
+    latest = await live.client.get_workflow_handle(run_id).describe()
     assert latest.run_id != victim.result_run_id  # the id now names the other run
     assert previous.principal is not None and previous.principal.tenant == "globex"
     assert previous.head == theirs.transcript_head != mine.transcript_head

@@ -28,10 +28,11 @@ from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from agentloop.contract import AgentRunResult, Limits, RunStatusView
-from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import ScriptedProvider, ScriptTurn
 from agentloop.scripted_provider.scripts import ScriptedError
+from agentloop.testing.turns import call as scripted_call
+from tests.live import Servers, scripted
 from tests.people import test_approvals
 from tests.people.test_approvals import decide, reservations, reserve_script, run_input
 from tests.support import deadline_timers, start_run, wait_for_phase, wait_for_status
@@ -72,23 +73,14 @@ def requests(provider: ScriptedProvider, script: str) -> int:
 
 
 async def test_a_model_call_kept_waiting_past_the_deadline_stops_the_run(
-    time_skipping: tuple[WorkflowEnvironment, Settings],
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    time_skipping: tuple[WorkflowEnvironment, Settings], servers: Servers, run_id: str
 ) -> None:
     env, settings = time_skipping
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(id="call_t", name="get_train_status", arguments=TRAIN)
-                    ]
-                ),
-                kept_waiting(),
-            ],
+    servers.provider.register(
+        scripted(
+            run_id,
+            [scripted_call("get_train_status", "call_t", **TRAIN)],
+            kept_waiting(),
         )
     )
     handle = await start_run(
@@ -110,8 +102,8 @@ async def test_a_model_call_kept_waiting_past_the_deadline_stops_the_run(
     # The deadline fired during the wait for the third attempt, not before the second.
     assert DEADLINE <= await run_seconds(handle) < 2 * RETRY_AFTER
     # Turn 1, then turn 2's attempts at 0 s and 400 s; the one due at 800 s never came.
-    assert requests(scripted_provider, run_id) == 1 + 2
-    assert example_service.stats()["counts"]["trains"] == 1
+    assert requests(servers.provider, run_id) == 1 + 2
+    assert servers.service.stats()["counts"]["trains"] == 1
     # One timer for the deadline across both turns and the tool call, which fired.
     assert await deadline_timers(handle) == {"started": 1, "fired": 1, "cancelled": 0}
     assert (result.usage.model_calls, result.usage.tool_calls) == (2, 1)
@@ -140,25 +132,22 @@ async def approval_waited_on(
 
 
 async def test_time_waiting_for_an_approval_does_not_count_against_the_deadline(
-    time_skipping: tuple[WorkflowEnvironment, Settings],
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    time_skipping: tuple[WorkflowEnvironment, Settings], servers: Servers, run_id: str
 ) -> None:
     env, settings = time_skipping
-    scripted_provider.register(reserve_script(run_id))
+    servers.provider.register(reserve_script(run_id))
     handle = await approval_waited_on(env, settings, run_id)
     view = await handle.query("status", result_type=RunStatusView)
     assert view.phase == "awaiting_approval"
-    assert reservations(example_service) == 0
+    assert reservations(servers.service) == 0
 
     await decide(handle, "call_reserve")
     result = await handle.result()
 
     assert result.status == "completed", result.stop_reason
     assert await run_seconds(handle) >= HUMAN_WAIT.total_seconds() > DEADLINE
-    assert requests(scripted_provider, run_id) == 2
-    assert reservations(example_service) == 1
+    assert requests(servers.provider, run_id) == 2
+    assert reservations(servers.service) == 1
     assert {c.call_id: c.status for c in result.calls} == {
         "call_check": "succeeded",
         "call_reserve": "succeeded",
@@ -166,18 +155,13 @@ async def test_time_waiting_for_an_approval_does_not_count_against_the_deadline(
 
 
 async def test_working_time_after_the_wait_still_counts(
-    time_skipping: tuple[WorkflowEnvironment, Settings],
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    time_skipping: tuple[WorkflowEnvironment, Settings], servers: Servers, run_id: str
 ) -> None:
     """The wait is left out, the deadline is not switched off: after two hours waiting for
     the approver, the next model call is kept waiting 400 s twice and the run stops at 600 s
     of working time, with the approved write listed as done."""
     env, settings = time_skipping
-    scripted_provider.register(
-        Script(name=run_id, turns=[reserve_script(run_id).turns[0], kept_waiting()])
-    )
+    servers.provider.register(scripted(run_id, reserve_script(run_id).turns[0], kept_waiting()))
     handle = await approval_waited_on(env, settings, run_id)
     await decide(handle, "call_reserve")
     result = await handle.result()
@@ -186,8 +170,8 @@ async def test_working_time_after_the_wait_still_counts(
     assert result.stop_reason == f"deadline: {float(DEADLINE)} s passed"
     waited = HUMAN_WAIT.total_seconds()
     assert waited + DEADLINE <= await run_seconds(handle) < waited + 2 * RETRY_AFTER
-    assert requests(scripted_provider, run_id) == 1 + 2
-    assert reservations(example_service) == 1
+    assert requests(servers.provider, run_id) == 1 + 2
+    assert reservations(servers.service) == 1
     assert [(e.call_id, e.status) for e in result.side_effects] == [("call_reserve", "succeeded")]
     # The deadline's timer fired during the wait, which did not count: it started again
     # for what was left when the wait ended, and fired at the deadline.
@@ -195,10 +179,7 @@ async def test_working_time_after_the_wait_still_counts(
 
 
 async def test_a_childs_wait_for_its_approver_does_not_cut_the_parents_next_calls(
-    time_skipping: tuple[WorkflowEnvironment, Settings],
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    time_skipping: tuple[WorkflowEnvironment, Settings], servers: Servers, run_id: str
 ) -> None:
     """A delegated child waits two hours for its approver, past the parent's 600 s deadline.
     The parent's deadline timer fires meanwhile: the child's wait is added to the parent's
@@ -209,23 +190,16 @@ async def test_a_childs_wait_for_its_approver_does_not_cut_the_parents_next_call
     env, settings = time_skipping
     delegation = delegate_call("call_d", "delegate", task="Book ws-101.", tools=["reserve_seat"])
     read = delegate_call("call_t", "get_train_status", **TRAIN)
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(tool_calls=[delegation]),
-                ScriptTurn(tool_calls=[read]),
-                ScriptTurn(text="Booked, and G1234 is {{call_t.status}}."),
-            ],
+    servers.provider.register(
+        scripted(
+            run_id,
+            [delegation],
+            [read],
+            "Booked, and G1234 is {{call_t.status}}.",
         )
     )
     booking = delegate_call("call_r", "reserve_seat", **RESERVE)
-    scripted_provider.register(
-        Script(
-            name=f"{run_id}-child",
-            turns=[ScriptTurn(tool_calls=[booking]), ScriptTurn(text="Booked.")],
-        )
-    )
+    servers.provider.register(scripted(f"{run_id}-child", [booking], "Booked."))
     limits = {"max_model_calls": 6, "max_tool_calls": 5, "deadline_seconds": DEADLINE}
     parent = await start_run(
         env.client, settings, run_id, parent_input(run_id, limits=limits), indexed=False
@@ -241,10 +215,10 @@ async def test_a_childs_wait_for_its_approver_does_not_cut_the_parents_next_call
         "call_d": "succeeded",
         "call_t": "succeeded",
     }
-    assert requests(scripted_provider, run_id) == 3
-    assert requests(scripted_provider, f"{run_id}-child") == 2
-    assert reservations(example_service) == 1
-    assert example_service.stats()["counts"]["trains"] == 1
+    assert requests(servers.provider, run_id) == 3
+    assert requests(servers.provider, f"{run_id}-child") == 2
+    assert reservations(servers.service) == 1
+    assert servers.service.stats()["counts"]["trains"] == 1
     assert await run_seconds(parent) >= HUMAN_WAIT.total_seconds() > DEADLINE
     # Fired during the child's wait, started again once the wait was counted; cancelled
     # when the run ended with time left.

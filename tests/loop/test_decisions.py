@@ -12,13 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client
 
 import agentloop
 from agentloop.cli.transcript import format_transcript
 from agentloop.contract import (
-    AgentRunInput,
-    ApprovalDecision,
     ApprovalRecord,
     Principal,
     RefusedApproval,
@@ -29,8 +26,6 @@ from agentloop.contract import (
     SideEffect,
 )
 from agentloop.events import UserInput
-from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import ScriptedProvider
 from agentloop.tool_spec import Outcome
 from agentloop.workflows import loop
 from agentloop.workflows.loop import Finish, LookupOutcome, RunTools
@@ -38,6 +33,7 @@ from agentloop.workflows.loop.state import LoopState
 from agentloop.workflows.loop.views import facts, side_effects
 from tests.cli.test_cli import agentloop as agentloop_cli
 from tests.cli.test_cli import process_env
+from tests.live import Live, agent_input
 from tests.loop.test_blocked_runs import booking
 from tests.loop.test_governance import (
     decide,
@@ -48,7 +44,7 @@ from tests.loop.test_governance import (
     resolve,
 )
 from tests.loop.test_loop import T0, model_turn, run_step, tool_output
-from tests.support import result_of, start_run, wait_for_phase
+from tests.support import result_of, signal_approval, start_run, wait_for_phase
 
 LATER = T0 + timedelta(minutes=5)
 
@@ -233,40 +229,29 @@ def test_run_state_from_before_the_typed_lists_reads_back_and_shows_the_same() -
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
 async def test_status_json_shows_who_approved_as_fields(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    tmp_path: Path,
+    live: Live, run_id: str, tmp_path: Path
 ) -> None:
-    scripted_provider.register(booking(run_id))
-    run_input = AgentRunInput(
-        task="Book p-carol into ws-101.",
-        provider="openai-chat",
-        model=run_id,
-        tools=["reserve_seat"],
+    live.provider.register(booking(run_id))
+    run_input = agent_input(
+        run_id,
+        "openai-chat",
+        "Book p-carol into ws-101.",
+        ["reserve_seat"],
         principal=Principal(subject="agent", scopes=["workshops:write"]),
     )
-    handle = await start_run(client, worker, run_id, run_input)
+    handle = await start_run(live.client, live.worker, run_id, run_input)
     view = await wait_for_phase(handle, "awaiting_approval")
     [pending] = view.pending_approvals
     assert view.calls[0].approval is None
-    await handle.signal(
-        "approve",
-        ApprovalDecision(
-            call_id="call_r",
-            args_digest=pending.args_digest,
-            approved=True,
-            approver="workshop-lead",
-            reason="the seat is free",
-        ),
+    await signal_approval(
+        handle, "call_r", pending.args_digest, "workshop-lead", reason="the seat is free"
     )
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
 
     env = process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
-        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
+        TEMPORAL_ADDRESS=live.client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=live.worker.task_queue,
     )
     status = await agentloop_cli("status", run_id, "--json", env=env, cwd=tmp_path)
     assert status.returncode == 0, status.explain()

@@ -37,7 +37,7 @@ from typing import Any, get_args
 import httpx2
 import openai
 import pytest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import WorkflowHandle
 
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal
 from agentloop.demo.services import ExampleService
@@ -50,6 +50,7 @@ from agentloop.scripted_provider.scripts import ScriptedError
 from agentloop.store import load_transcript, open_store
 from agentloop.workflows.loop import MAX_REFUSED_CALLS
 from agentloop.workflows.steps import LOOKUP_RETRY, MODEL_RETRY
+from tests.live import Live, agent_input
 from tests.people.test_approvals import decide
 from tests.support import result_of, start_run, wait_for_phase
 
@@ -608,20 +609,14 @@ def test_every_error_class_has_a_row() -> None:
 
 @pytest.mark.parametrize("row", ROWS.values(), ids=ROWS.keys())
 async def test_each_error_class_takes_its_recovery(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    monkeypatch: pytest.MonkeyPatch,
-    run_id: str,
-    row: Row,
+    live: Live, monkeypatch: pytest.MonkeyPatch, run_id: str, row: Row
 ) -> None:
     if row.unchecked_script:
-        scripted_provider.register(Script.model_construct(name=run_id, turns=row.turns))
+        live.provider.register(Script.model_construct(name=run_id, turns=row.turns))
     else:
-        scripted_provider.register(Script(name=run_id, turns=row.turns))
+        live.provider.register(Script(name=run_id, turns=row.turns))
     for endpoint, mode, count in row.faults:
-        example_service.inject_fault(endpoint, mode, count)
+        live.service.inject_fault(endpoint, mode, count)
     if row.patch is not None:
         row.patch(monkeypatch, run_id)
     run_input = AgentRunInput.model_validate(
@@ -634,7 +629,7 @@ async def test_each_error_class_takes_its_recovery(
             **row.overrides,
         }
     )
-    handle = await start_run(client, worker, run_id, run_input)
+    handle = await start_run(live.client, live.worker, run_id, run_input)
     if row.drive is not None:
         await row.drive(handle)
     result = await result_of(handle)
@@ -642,11 +637,11 @@ async def test_each_error_class_takes_its_recovery(
     assert result.status == row.status, result.stop_reason
     assert row.stop in result.stop_reason
     assert result.report.startswith(f"Stopped: {result.status} — {result.stop_reason}")
-    requests = [r for r in scripted_provider.requests if r["script"] == run_id]
+    requests = [r for r in live.provider.requests if r["script"] == run_id]
     assert len(requests) == row.model_requests
-    counted = {k: v for k, v in example_service.stats()["counts"].items() if v}
+    counted = {k: v for k, v in live.service.stats()["counts"].items() if v}
     assert counted == row.executions
-    held = example_service.records()
+    held = live.service.records()
     assert {kind: held[kind] for kind in row.records} == row.records
     assert {c.call_id: c.status for c in result.calls} == row.ledger
     # Every result the model saw answers a call of the turn before, once, under its id.
@@ -656,7 +651,7 @@ async def test_each_error_class_takes_its_recovery(
     unsent = [e for e in result.unsent if isinstance(e, ToolResult)]
     assert [(e.call_id, e.status, e.error_class) for e in unsent] == row.unsent
     if row.check is not None:
-        await row.check(result, Ctx(run_id, worker, scripted_provider, example_service))
+        await row.check(result, Ctx(run_id, live.worker, live.provider, live.service))
 
 
 def results_by_call_id(body: dict[str, Any]) -> dict[str, str]:
@@ -679,18 +674,12 @@ def results_by_call_id(body: dict[str, Any]) -> dict[str, str]:
     "name", ["protocol-stream-cut-inside-tool-arguments", "protocol-duplicate-call-ids"]
 )
 async def test_a_protocol_stop_names_the_provider_response(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    name: str,
+    live: Live, run_id: str, name: str
 ) -> None:
     row = ROWS[name]
-    scripted_provider.register(Script.model_construct(name=run_id, turns=row.turns))
-    run_input = AgentRunInput(
-        task="Is my train late?", provider="openai-chat", model=run_id, tools=TOOLS
-    )
-    result = await result_of(await start_run(client, worker, run_id, run_input))
+    live.provider.register(Script.model_construct(name=run_id, turns=row.turns))
+    run_input = agent_input(run_id, "openai-chat", "Is my train late?", TOOLS)
+    result = await result_of(await start_run(live.client, live.worker, run_id, run_input))
     assert result.status == row.status
     assert f"chatcmpl-{run_id}-0" in result.stop_reason
     assert f"chatcmpl-{run_id}-0" in result.report

@@ -25,18 +25,16 @@ from typing import Any
 import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import WorkflowTaskFailedCause
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import RawValue
 from temporalio.service import RPCError
 
 from agentloop.contract import AgentRunResult, ApprovalDecision, ApprovalVerdict
-from agentloop.demo.services import ExampleService
 from agentloop.policies.bounds import MAX_SIGNAL_BYTES, MAX_UPDATE_REQUEST_BYTES
 from agentloop.run_events import MAX_RETAINED_BYTES, MAX_RETAINED_ITEMS, TOPIC
-from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import ScriptedProvider
 from agentloop.workflows.stream import PUBLISH_SIGNAL
 from tests.fuzzing import SEED, case_rng, cases
+from tests.live import Live, Servers
 from tests.loop.test_fuzz_signals import SHAPES, TEXT_FIELD, WRONG_VALUES, failed_tasks
 from tests.loop.test_hardening import paused_for_approval
 from tests.support import wait_for_phase
@@ -245,10 +243,8 @@ class Waiting:
     args_digest: str
 
 
-async def waiting_run(
-    client: Client, worker: Settings, provider: ScriptedProvider, run_id: str
-) -> Waiting:
-    handle = await paused_for_approval(client, worker, provider, run_id)
+async def waiting_run(live: Live, run_id: str) -> Waiting:
+    handle = await paused_for_approval(live.client, live.worker, live.provider, run_id)
     [pending] = (await wait_for_phase(handle, "awaiting_approval")).pending_approvals
     return Waiting(handle, pending.call_id, pending.args_digest)
 
@@ -260,12 +256,12 @@ def retained(poll: dict[str, Any]) -> tuple[int, int]:
 
 
 async def assert_unharmed_then_completes(
-    client: Client, waiting: Waiting, example_service: ExampleService, outcomes: Counter[str]
+    servers: Servers, waiting: Waiting, outcomes: Counter[str]
 ) -> None:
     """The run was not terminated, still waits on the same call with its stream within its
     bounds, and one approval completes it with one write; no workflow task of its chain
     failed but by the server's own doing (printed)."""
-    latest: WorkflowHandle[Any, AgentRunResult] = client.get_workflow_handle(
+    latest: WorkflowHandle[Any, AgentRunResult] = servers.client.get_workflow_handle(
         waiting.handle.id, result_type=AgentRunResult
     )
     description = await latest.describe()
@@ -288,11 +284,11 @@ async def assert_unharmed_then_completes(
     assert verdict.accepted, (SEED, verdict.reason)
     result = await asyncio.wait_for(latest.result(), 120)
     assert result.status == "completed", (SEED, result.stop_reason)
-    assert example_service.records()["reservations"] == 1, SEED
+    assert servers.service.records()["reservations"] == 1, SEED
 
     first = waiting.handle.result_run_id or waiting.handle.run_id
     assert first is not None
-    failed = await failed_tasks(client, waiting.handle.id, first, tolerated=frozenset())
+    failed = await failed_tasks(servers.client, waiting.handle.id, first, tolerated=frozenset())
     unexpected = [f for f in failed if not f.startswith(tuple(map(cause_name, TOLERATED)))]
     assert unexpected == [], (SEED, unexpected)
     print(f"seed {SEED}: {sum(outcomes.values())} signals: {dict(outcomes)}; tolerated: {failed}")
@@ -303,18 +299,14 @@ def cause_name(cause: WorkflowTaskFailedCause.ValueType) -> str:
 
 
 async def test_generated_signals_one_at_a_time_near_every_limit_leave_the_run_waiting(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
-    waiting = await waiting_run(client, worker, scripted_provider, run_id)
+    waiting = await waiting_run(live, run_id)
     outcomes: Counter[str] = Counter()
     for n in range(cases(short=30, long=2_000)):
         signal = thrown(case_rng(f"single/{n}"), large=True)
         outcomes[f"{signal.kind}: {await send(waiting.handle, signal)}"] += 1
-    await assert_unharmed_then_completes(client, waiting, example_service, outcomes)
+    await assert_unharmed_then_completes(live, waiting, outcomes)
 
 
 @pytest.mark.parametrize(
@@ -330,18 +322,12 @@ async def test_generated_signals_one_at_a_time_near_every_limit_leave_the_run_wa
     ],
 )
 async def test_generated_floods_leave_the_run_waiting(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-    floods: int,
-    large: bool,
+    live: Live, run_id: str, floods: int, large: bool
 ) -> None:
-    waiting = await waiting_run(client, worker, scripted_provider, run_id)
+    waiting = await waiting_run(live, run_id)
     outcomes: Counter[str] = Counter()
     for n in range(floods):
         thrown_at_once = flood(case_rng(f"flood/{large}/{n}"), large)
         sent = await asyncio.gather(*(send(waiting.handle, s) for s in thrown_at_once))
         outcomes.update(f"{s.kind}: {o}" for s, o in zip(thrown_at_once, sent, strict=True))
-    await assert_unharmed_then_completes(client, waiting, example_service, outcomes)
+    await assert_unharmed_then_completes(live, waiting, outcomes)

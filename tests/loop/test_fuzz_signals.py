@@ -21,10 +21,9 @@ from temporalio.service import RPCError
 
 from agentloop.contract import AgentRunResult, ApprovalDecision
 from agentloop.policies.bounds import MAX_SIGNAL_BYTES
-from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import ScriptedProvider
 from agentloop.workflows.inbound import InboundRefused, parse
 from tests.fuzzing import cases
+from tests.live import Live
 from tests.loop.test_hardening import paused_for_approval, raw_json
 from tests.loop.test_properties import deep, examples, payloads
 from tests.support import result_of, wait_for_status, waited_for
@@ -131,16 +130,16 @@ async def failed_tasks(
 
 
 async def test_generated_payloads_at_every_signal_and_the_update_never_wedge_a_run(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
-    handle = await paused_for_approval(client, worker, scripted_provider, run_id)
+    handle = await paused_for_approval(live.client, live.worker, live.provider, run_id)
     thrown = generated(cases(short=20, long=2_000))
     outcomes = [(name, await send(handle, name, data)) for name, data in thrown]
     assert {name for name, _ in outcomes} == set(TARGETS)
     assert ("decide_approval", "rejected") in outcomes
 
     # The run still waits, answers `status`, and what it recorded is small.
-    latest: WorkflowHandle[Any, AgentRunResult] = client.get_workflow_handle(
+    latest: WorkflowHandle[Any, AgentRunResult] = live.client.get_workflow_handle(
         run_id, result_type=AgentRunResult
     )
     view = await wait_for_status(latest, lambda v: bool(v.refused_decisions), "refusals")
@@ -155,4 +154,4 @@ async def test_generated_payloads_at_every_signal_and_the_update_never_wedge_a_r
     assert result.status == "completed", result.stop_reason
     first = handle.result_run_id or handle.run_id
     assert first is not None
-    assert await failed_tasks(client, run_id, first) == []
+    assert await failed_tasks(live.client, run_id, first) == []

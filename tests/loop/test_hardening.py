@@ -35,7 +35,6 @@ from agentloop.contract import (
     RunStatusView,
 )
 from agentloop.demo.mcp_server import fanning_schema
-from agentloop.demo.services import ExampleService
 from agentloop.events import ModelOutput
 from agentloop.policies import checks
 from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS
@@ -52,12 +51,15 @@ from agentloop.scripted_provider import (
 from agentloop.scripted_provider.scripts import ScriptUsage
 from agentloop.store import load_artifact_text, load_transcript, open_store
 from agentloop.store.memory import MemoryStore
+from agentloop.testing.turns import call as scripted_call
 from agentloop.workflows.loop.delegation import child_run_id
 from tests.cli.test_cli import process_env, run_process
+from tests.live import Live, scripted
 from tests.loop.test_large_output import history_sizes
 from tests.support import (
     approve_as_shown,
     result_of,
+    signal_approval,
     start_run,
     wait_for_phase,
     wait_for_status,
@@ -102,12 +104,10 @@ async def paused_for_approval(
     client: Client, worker: Settings, provider: ScriptedProvider, run_id: str
 ) -> WorkflowHandle[Any, AgentRunResult]:
     provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(tool_calls=[call("c_res", "reserve_seat", **RESERVE)]),
-                ScriptTurn(text="Booked."),
-            ],
+        scripted(
+            run_id,
+            [call("c_res", "reserve_seat", **RESERVE)],
+            "Booked.",
         )
     )
     handle = await start_run(client, worker, run_id, run_input(run_id, ["reserve_seat"]))
@@ -123,9 +123,9 @@ async def refusals(handle: WorkflowHandle[Any, Any], count: int) -> list[Refused
 
 
 async def test_signals_without_a_payload_are_refused_and_recorded_and_a_bare_cancel_cancels(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
-    handle = await paused_for_approval(client, worker, scripted_provider, run_id)
+    handle = await paused_for_approval(live.client, live.worker, live.provider, run_id)
     await handle.signal("approve")
     await handle.signal("approve", None)
     await handle.signal("resolve", None)
@@ -150,7 +150,7 @@ async def test_signals_without_a_payload_are_refused_and_recorded_and_a_bare_can
     assert view.phase == "awaiting_approval" and len(view.refused_decisions) == 4
 
     # The operator's most natural command: no input at all. It cancels.
-    target = client.service_client.config.target_host
+    target = live.client.service_client.config.target_host
     sent = await run_process(
         temporal_binary(),
         "workflow",
@@ -194,9 +194,9 @@ MALFORMED: list[tuple[str, Any, str]] = [
 
 
 async def test_malformed_signals_and_updates_are_refused_naming_the_field(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
-    handle = await paused_for_approval(client, worker, scripted_provider, run_id)
+    handle = await paused_for_approval(live.client, live.worker, live.provider, run_id)
     for name, payload, _ in MALFORMED:
         await handle.signal(name, payload)
     refused = await refusals(handle, len(MALFORMED))
@@ -226,12 +226,12 @@ async def test_malformed_signals_and_updates_are_refused_naming_the_field(
 
 
 async def test_an_update_too_large_to_answer_is_rejected_and_the_run_goes_on(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     """Issue #33: a 3 MB `decide_approval` (under gRPC's 4 MiB, so the server admits it) failed
     every workflow task with PayloadsTooLarge, for good: any answer to an update carries its
     request back. The worker leaves it unanswered; Temporal rejects it, echoing nothing."""
-    handle = await paused_for_approval(client, worker, scripted_provider, run_id)
+    handle = await paused_for_approval(live.client, live.worker, live.provider, run_id)
     huge = {"call_id": "c_res", "args_digest": "x" * 3_000_000, "approved": True, "approver": "m"}
     with pytest.raises(WorkflowUpdateFailedError) as rejected:
         await waited_for(
@@ -256,55 +256,45 @@ async def test_an_update_too_large_to_answer_is_rejected_and_the_run_goes_on(
     await assert_never_wedged(handle)
 
 
-async def test_a_recipient_that_would_backtrack_is_refused_at_once(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-) -> None:
+async def test_a_recipient_that_would_backtrack_is_refused_at_once(live: Live, run_id: str) -> None:
     recipient = "x@" + "a." * 30_000 + "@"
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        call(
-                            "c_reply",
-                            "send_reply",
-                            ticket_id="T-1001",
-                            recipient=recipient,
-                            body="Hi",
-                        )
-                    ],
-                    fragment_chars=4096,
-                ),
-                ScriptTurn(text="Could not send."),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            ScriptTurn(
+                tool_calls=[
+                    call(
+                        "c_reply",
+                        "send_reply",
+                        ticket_id="T-1001",
+                        recipient=recipient,
+                        body="Hi",
+                    )
+                ],
+                fragment_chars=4096,
+            ),
+            "Could not send.",
         )
     )
-    handle = await start_run(client, worker, run_id, run_input(run_id, ["send_reply"]))
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id, ["send_reply"]))
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     [reply] = result.calls
     assert (reply.decision, reply.status) == ("invalid_arguments", "rejected")
     assert "recipient" in reply.result_summary
-    assert example_service.records()["replies"] == 0
+    assert live.service.records()["replies"] == 0
     await assert_never_wedged(handle)
 
 
 async def test_an_answer_nested_fifty_thousand_deep_is_refused_not_parsed(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     deep = "[" * 50_000 + "]" * 50_000
-    scripted_provider.register(
-        Script(
-            name=run_id, turns=[ScriptTurn(text=deep), ScriptTurn(text=deep), ScriptTurn(text=deep)]
-        )
+    live.provider.register(
+        scripted(run_id, ScriptTurn(text=deep), ScriptTurn(text=deep), ScriptTurn(text=deep))
     )
     handle = await start_run(
-        client, worker, run_id, run_input(run_id, [], output_schema={"type": "array"})
+        live.client, live.worker, run_id, run_input(run_id, [], output_schema={"type": "array"})
     )
     result = await result_of(handle)
     assert result.status == "failed"
@@ -331,10 +321,10 @@ async def test_an_answer_nested_fifty_thousand_deep_is_refused_not_parsed(
     ],
 )
 async def test_inputs_that_would_wedge_later_fail_the_run_at_start_naming_the_field(
-    client: Client, worker: Settings, run_id: str, fields: dict[str, Any], named: str
+    live: Live, run_id: str, fields: dict[str, Any], named: str
 ) -> None:
     raw = {"task": "x", "provider": "openai-chat", "model": "m", **fields}
-    handle = await start_run(client, worker, run_id, raw)
+    handle = await start_run(live.client, live.worker, run_id, raw)
     with pytest.raises(WorkflowFailureError) as failed:
         await result_of(handle)
     cause = failed.value.cause
@@ -343,10 +333,10 @@ async def test_inputs_that_would_wedge_later_fail_the_run_at_start_naming_the_fi
     await assert_never_wedged(handle)
 
 
-async def test_a_run_started_without_any_input_fails_at_once(
-    client: Client, worker: Settings, run_id: str
-) -> None:
-    handle = await client.start_workflow(WORKFLOW_NAME, id=run_id, task_queue=worker.task_queue)
+async def test_a_run_started_without_any_input_fails_at_once(live: Live, run_id: str) -> None:
+    handle = await live.client.start_workflow(
+        WORKFLOW_NAME, id=run_id, task_queue=live.worker.task_queue
+    )
     with pytest.raises(WorkflowFailureError) as failed:
         await result_of(handle)
     cause = failed.value.cause
@@ -375,12 +365,12 @@ def raw_json(data: bytes) -> RawValue:
     ],
 )
 async def test_input_no_json_parser_reads_fails_the_run_at_once_saying_why(
-    client: Client, worker: Settings, run_id: str, data: bytes, named: str
+    live: Live, run_id: str, data: bytes, named: str
 ) -> None:
     """Before, the data converter refused such input while decoding the run's arguments:
     every workflow task failed ("Failed decoding arguments") and the run never moved."""
-    handle = await client.start_workflow(
-        WORKFLOW_NAME, raw_json(data), id=run_id, task_queue=worker.task_queue
+    handle = await live.client.start_workflow(
+        WORKFLOW_NAME, raw_json(data), id=run_id, task_queue=live.worker.task_queue
     )
     with pytest.raises(WorkflowFailureError) as failed:
         await result_of(handle)
@@ -398,13 +388,13 @@ async def test_input_no_json_parser_reads_fails_the_run_at_once_saying_why(
     ],
 )
 async def test_a_second_start_argument_is_refused_never_taken_as_carried_state(
-    client: Client, worker: Settings, run_id: str, second: RawValue
+    live: Live, run_id: str, second: RawValue
 ) -> None:
     """Only continue-as-new hands a run its state: from a client, a second argument would
     skip every check made at start (input, limits, the worker's own tool specs)."""
     first = run_input(run_id, []).model_dump(mode="json")
-    handle = await client.start_workflow(
-        WORKFLOW_NAME, args=[first, second], id=run_id, task_queue=worker.task_queue
+    handle = await live.client.start_workflow(
+        WORKFLOW_NAME, args=[first, second], id=run_id, task_queue=live.worker.task_queue
     )
     with pytest.raises(WorkflowFailureError) as failed:
         await result_of(handle)
@@ -415,109 +405,76 @@ async def test_a_second_start_argument_is_refused_never_taken_as_carried_state(
 
 
 async def test_a_failed_precondition_in_a_batch_of_writes_leaves_the_batch(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        call(
-                            "c_full", "reserve_seat", workshop_id="ws-102", participant_id="p-carol"
-                        ),
-                        call("c_ok", "reserve_seat", **RESERVE),
-                    ]
-                ),
-                ScriptTurn(text="Booked one."),
+    live.provider.register(
+        scripted(
+            run_id,
+            [
+                call("c_full", "reserve_seat", workshop_id="ws-102", participant_id="p-carol"),
+                call("c_ok", "reserve_seat", **RESERVE),
             ],
+            "Booked one.",
         )
     )
-    handle = await start_run(client, worker, run_id, run_input(run_id, ["reserve_seat"]))
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id, ["reserve_seat"]))
     view = await wait_for_phase(handle, "awaiting_approval")
     assert [p.call_id for p in view.pending_approvals] == ["c_ok"]  # the refused one is out
     [pending] = view.pending_approvals
-    await handle.signal(
-        "approve",
-        ApprovalDecision(
-            call_id="c_ok",
-            args_digest=pending.args_digest,
-            approved=True,
-            approver="workshop-lead",
-        ),
-    )
+    await signal_approval(handle, "c_ok", pending.args_digest, "workshop-lead")
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     calls = {c.call_id: c for c in result.calls}
     assert (calls["c_full"].decision, calls["c_full"].attempts) == ("precondition_failed", 0)
     assert (calls["c_ok"].status, calls["c_ok"].attempts) == ("succeeded", 1)
-    assert example_service.records()["reservations"] == 1
+    assert live.service.records()["reservations"] == 1
     await assert_never_wedged(handle)
 
 
 async def test_a_reused_workflow_id_never_shares_a_write_key_with_the_earlier_run(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        call(
-                            "c_reply",
-                            "send_reply",
-                            ticket_id="T-1001",
-                            recipient="dana@example.com",
-                            body="Your refund is on its way.",
-                        )
-                    ]
-                ),
-                ScriptTurn(text="Replied."),
+    live.provider.register(
+        scripted(
+            run_id,
+            [
+                call(
+                    "c_reply",
+                    "send_reply",
+                    ticket_id="T-1001",
+                    recipient="dana@example.com",
+                    body="Your refund is on its way.",
+                )
             ],
+            "Replied.",
         )
     )
     results: list[AgentRunResult] = []
     for _ in range(2):  # the same workflow id, once the first run has closed
-        handle = await start_run(client, worker, run_id, run_input(run_id, ["send_reply"]))
+        handle = await start_run(
+            live.client, live.worker, run_id, run_input(run_id, ["send_reply"])
+        )
         view = await wait_for_phase(handle, "awaiting_approval")
-        await handle.signal(
-            "approve",
-            ApprovalDecision(
-                call_id="c_reply",
-                args_digest=view.pending_approvals[0].args_digest,
-                approved=True,
-                approver="support-lead",
-            ),
+        await signal_approval(
+            handle, "c_reply", view.pending_approvals[0].args_digest, "support-lead"
         )
         results.append(await result_of(handle))
     first, second = (r.calls[0] for r in results)
     assert first.status == second.status == "succeeded"
     assert first.idempotency_key != second.idempotency_key
-    assert example_service.records()["replies"] == 2  # each run's reply was really sent
+    assert live.service.records()["replies"] == 2  # each run's reply was really sent
 
 
 async def test_a_provider_error_echoing_the_api_key_is_masked_in_the_stop_and_history(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
-    key = worker.openai_api_key
+    key = live.worker.openai_api_key
     assert key
     echo = f"Incorrect API key provided: {key}. Find your key at the dashboard."
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[ScriptTurn(text="x", errors=[ScriptedError(status=401, message=echo)])],
-        )
+    live.provider.register(
+        scripted(run_id, ScriptTurn(text="x", errors=[ScriptedError(status=401, message=echo)]))
     )
-    handle = await start_run(client, worker, run_id, run_input(run_id, []))
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id, []))
     result = await result_of(handle)
 
     assert result.status == "failed"
@@ -529,9 +486,9 @@ async def test_a_provider_error_echoing_the_api_key_is_masked_in_the_stop_and_hi
 
 
 async def test_temporals_own_cancel_stops_the_run_with_its_result_and_report(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
-    handle = await paused_for_approval(client, worker, scripted_provider, run_id)
+    handle = await paused_for_approval(live.client, live.worker, live.provider, run_id)
     await handle.cancel()  # what the UI's Cancel button and `temporal workflow cancel` send
     result = await result_of(handle)
     assert result.status == "cancelled"
@@ -544,15 +501,9 @@ async def test_temporals_own_cancel_stops_the_run_with_its_result_and_report(
     await assert_never_wedged(handle)
 
 
-async def test_temporals_cancel_lets_a_write_in_flight_finish(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-) -> None:
-    handle = await paused_for_approval(client, worker, scripted_provider, run_id)
-    example_service.set_delay("workshops.reserve", 1_500)
+async def test_temporals_cancel_lets_a_write_in_flight_finish(live: Live, run_id: str) -> None:
+    handle = await paused_for_approval(live.client, live.worker, live.provider, run_id)
+    live.service.set_delay("workshops.reserve", 1_500)
     view = await handle.query("status", result_type=RunStatusView)
     decision = ApprovalDecision(
         call_id="c_res",
@@ -570,7 +521,7 @@ async def test_temporals_cancel_lets_a_write_in_flight_finish(
     assert (write.status, write.attempts) == ("succeeded", 1)  # finished, not cut short
     [effect] = result.side_effects
     assert (effect.call_id, effect.status) == ("c_res", "succeeded")
-    assert example_service.records()["reservations"] == 1
+    assert live.service.records()["reservations"] == 1
     await assert_never_wedged(handle)
 
 
@@ -580,13 +531,11 @@ REPLY = {"ticket_id": "T-1001", "recipient": "dana@example.com", "body": "Refund
 def reply_script(name: str) -> Script:
     """Turn 1 (the first run) sends the reply; turn 2 (the run continuing it) proposes the
     same reply under a new call id; turn 3 ends."""
-    return Script(
-        name=name,
-        turns=[
-            ScriptTurn(tool_calls=[call("c_first", "send_reply", **REPLY)]),
-            ScriptTurn(tool_calls=[call("c_again", "send_reply", **REPLY)]),
-            ScriptTurn(text="Sent."),
-        ],
+    return scripted(
+        name,
+        [call("c_first", "send_reply", **REPLY)],
+        [call("c_again", "send_reply", **REPLY)],
+        "Sent.",
     )
 
 
@@ -597,18 +546,14 @@ async def approve_the_pending(handle: WorkflowHandle[Any, AgentRunResult]) -> No
 
 
 async def test_continuing_an_unresolved_run_holds_the_same_write_instead_of_sending_it_again(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
-    scripted_provider.register(reply_script(run_id))
-    example_service.inject_fault("support.reply", "commit_then_drop")
-    example_service.inject_fault("support.operation", "unavailable", count=50)
+    live.provider.register(reply_script(run_id))
+    live.service.inject_fault("support.reply", "commit_then_drop")
+    live.service.inject_fault("support.operation", "unavailable", count=50)
     first = await start_run(
-        client,
-        worker,
+        live.client,
+        live.worker,
         run_id,
         run_input(run_id, ["send_reply"], reconciliation_timeout_seconds=1),
     )
@@ -617,34 +562,33 @@ async def test_continuing_an_unresolved_run_holds_the_same_write_instead_of_send
     assert stopped.status == "unresolved", stopped.stop_reason
     [unknown] = stopped.unresolved_writes
     assert (unknown.call_id, unknown.tool) == ("c_first", "send_reply")
-    assert example_service.records()["replies"] == 1  # it did go out, once
+    assert live.service.records()["replies"] == 1  # it did go out, once
 
     # The continuation's model proposes the same reply under a new call id.
-    example_service.clear_faults()
+    live.service.clear_faults()
     handle = await start_run(
-        client, worker, f"{run_id}-again", run_input(run_id, ["send_reply"], continue_from=run_id)
+        live.client,
+        live.worker,
+        f"{run_id}-again",
+        run_input(run_id, ["send_reply"], continue_from=run_id),
     )
     view = await wait_for_phase(handle, "awaiting_reconciliation")
     [held] = view.unresolved
     assert held.call_id == "c_again" and held.idempotency_key == unknown.idempotency_key
     assert "unknown outcome" in held.known
-    assert example_service.records()["replies"] == 1  # held, not sent
+    assert live.service.records()["replies"] == 1  # held, not sent
     await handle.signal("resolve", {"call_id": "c_again", "outcome": "applied", "operator": "ops"})
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert {c.call_id: c.status for c in result.calls} == {"c_again": "confirmed_after_query"}
     assert result.unresolved_writes == []  # settled by the operator's word
-    assert example_service.records()["replies"] == 1
+    assert live.service.records()["replies"] == 1
     await assert_never_wedged(handle)
 
 
-async def test_a_run_of_another_tenant_or_subject_is_not_continued(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
-) -> None:
-    scripted_provider.register(
-        Script(name=run_id, turns=[ScriptTurn(text="Secret plans."), ScriptTurn(text="Go on.")])
-    )
-    first = await start_run(client, worker, run_id, run_input(run_id, []))
+async def test_a_run_of_another_tenant_or_subject_is_not_continued(live: Live, run_id: str) -> None:
+    live.provider.register(scripted(run_id, "Secret plans.", "Go on."))
+    first = await start_run(live.client, live.worker, run_id, run_input(run_id, []))
     assert (await result_of(first)).status == "completed"
 
     cases = [
@@ -653,8 +597,8 @@ async def test_a_run_of_another_tenant_or_subject_is_not_continued(
     ]
     for index, (principal, other_subject, refused) in enumerate(cases):
         handle = await start_run(
-            client,
-            worker,
+            live.client,
+            live.worker,
             f"{run_id}-{index}",
             run_input(
                 run_id,
@@ -670,8 +614,8 @@ async def test_a_run_of_another_tenant_or_subject_is_not_continued(
         assert isinstance(cause, ApplicationError) and refused in cause.message, cause.message
     # Within the tenant, another subject may continue it when the input says so.
     allowed = await start_run(
-        client,
-        worker,
+        live.client,
+        live.worker,
         f"{run_id}-ok",
         run_input(
             run_id,
@@ -685,34 +629,28 @@ async def test_a_run_of_another_tenant_or_subject_is_not_continued(
 
 
 async def test_a_continued_run_reads_the_artifacts_its_inherited_transcript_refers_to(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
     from agentloop.contract import Limits
     from agentloop.store import artifact_key
     from tests.loop.test_large_output import WEATHER_ARGS, weather_body
 
-    example_service.set_padding("weather", 20_000)
+    live.service.set_padding("weather", 20_000)
     try:
-        full = await weather_body(example_service)
+        full = await weather_body(live.service)
         ref = artifact_key(full.encode("utf-8"))
         page = {"ref": ref, "offset": 0, "limit": 100}
-        scripted_provider.register(
-            Script(
-                name=run_id,
-                turns=[
-                    ScriptTurn(tool_calls=[call("c_big", "get_weather", **WEATHER_ARGS)]),
-                    ScriptTurn(tool_calls=[call("c_page", "read_artifact", **page)]),
-                    ScriptTurn(text="Read it."),
-                ],
+        live.provider.register(
+            scripted(
+                run_id,
+                [call("c_big", "get_weather", **WEATHER_ARGS)],
+                [call("c_page", "read_artifact", **page)],
+                "Read it.",
             )
         )
         first = await start_run(
-            client,
-            worker,
+            live.client,
+            live.worker,
             run_id,
             run_input(run_id, ["get_weather"], limits=Limits(max_model_calls=1)),
         )
@@ -720,14 +658,14 @@ async def test_a_continued_run_reads_the_artifacts_its_inherited_transcript_refe
         assert stopped.status == "limit_reached" and stopped.artifacts == [ref]
 
         handle = await start_run(
-            client,
-            worker,
+            live.client,
+            live.worker,
             f"{run_id}-2",
             run_input(run_id, ["get_weather"], continue_from=run_id),
         )
         result = await result_of(handle)
     finally:
-        example_service.set_padding(None, 0)
+        live.service.set_padding(None, 0)
     assert result.status == "completed", result.stop_reason
     [paged] = result.calls
     assert (paged.call_id, paged.decision, paged.status) == ("c_page", "allowed", "succeeded")
@@ -737,23 +675,21 @@ async def test_a_continued_run_reads_the_artifacts_its_inherited_transcript_refe
 
 
 async def test_a_message_sent_while_the_model_answers_reaches_the_next_model_call(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(tool_calls=[call("c_w", "get_weather", **WEATHER)], delay_ms=1_500),
-                ScriptTurn(text="Noted."),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            ScriptTurn(tool_calls=[call("c_w", "get_weather", **WEATHER)], delay_ms=1_500),
+            "Noted.",
         )
     )
-    handle = await start_run(client, worker, run_id, run_input(run_id, ["get_weather"]))
-    await wait_until(lambda: len(scripted_provider.requests) == 1, "the first model call")
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id, ["get_weather"]))
+    await wait_until(lambda: len(live.provider.requests) == 1, "the first model call")
     await handle.signal("message", {"text": "Also: I travel on Friday.", "sender": "p-alice"})
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
-    first, second = (r["body"]["messages"] for r in scripted_provider.requests)
+    first, second = (r["body"]["messages"] for r in live.provider.requests)
     said = [m for m in second if m["role"] == "user" and "Friday" in str(m["content"])]
     assert len(said) == 1 and not any("Friday" in str(m.get("content")) for m in first)
     # The message follows the tool result it arrived after, not before the call it raced.
@@ -767,24 +703,20 @@ LONG_ANSWER = "".join(f"line {i:06d} of a very long report\n" for i in range(10_
 
 @pytest.mark.parametrize("provider", ["openai-chat", "openai-responses", "anthropic"])
 async def test_a_very_long_answer_travels_by_reference_and_the_result_names_it(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    provider: str,
+    live: Live, run_id: str, provider: str
 ) -> None:
     # Counted within Anthropic's default output limit (4,096 tokens), which a longer answer
     # would be cut at, as the scripted provider cuts it.
     usage = ScriptUsage(prompt_tokens=50, completion_tokens=4_000)
-    scripted_provider.register(
-        Script(name=run_id, turns=[ScriptTurn(text=LONG_ANSWER, usage=usage)])
+    live.provider.register(scripted(run_id, ScriptTurn(text=LONG_ANSWER, usage=usage)))
+    handle = await start_run(
+        live.client, live.worker, run_id, run_input(run_id, [], provider=provider)
     )
-    handle = await start_run(client, worker, run_id, run_input(run_id, [], provider=provider))
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert result.output == LONG_ANSWER[:MAX_INLINE_ANSWER_CHARS]
     assert result.output_ref and f"{len(LONG_ANSWER)} characters" in result.stop_reason
-    store = open_store(worker.store_url)
+    store = open_store(live.worker.store_url)
     try:
         whole, _ = await load_artifact_text(store, result.output_ref)
         [answer] = [e for e in await load_transcript(store, result.transcript_head)
@@ -801,26 +733,22 @@ async def test_a_very_long_answer_travels_by_reference_and_the_result_names_it(
 
 
 async def test_a_very_long_answer_cannot_be_checked_against_output_schema_and_is_refused(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
-    scripted_provider.register(
-        Script(name=run_id, turns=[ScriptTurn(text=LONG_ANSWER), ScriptTurn(text='{"ok": 1}')])
-    )
+    live.provider.register(scripted(run_id, ScriptTurn(text=LONG_ANSWER), '{"ok": 1}'))
     schema = {"type": "object", "required": ["ok"]}
-    handle = await start_run(client, worker, run_id, run_input(run_id, [], output_schema=schema))
+    handle = await start_run(
+        live.client, live.worker, run_id, run_input(run_id, [], output_schema=schema)
+    )
     result = await result_of(handle)
     assert (result.status, result.output, result.output_ref) == ("completed", {"ok": 1}, None)
-    second = scripted_provider.requests[1]["body"]["messages"]
+    second = live.provider.requests[1]["body"]["messages"]
     told = [m["content"] for m in second if "can be checked against output_schema" in str(m)]
     assert told and f"{len(LONG_ANSWER)} characters" in str(told[0])
 
 
 async def test_tool_calls_whose_arguments_pass_the_output_bound_do_not_run(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
     body = "x" * 200_000  # each call is under the per-call bound; three are over the total
     calls = [
@@ -830,12 +758,12 @@ async def test_tool_calls_whose_arguments_pass_the_output_bound_do_not_run(
     # Streamed in 4 KB fragments, not the scripted default of 5 characters: 120,000 events
     # took 10 s and tested nothing more.
     turn = ScriptTurn(tool_calls=calls, fragment_chars=4096)
-    scripted_provider.register(Script(name=run_id, turns=[turn]))
-    handle = await start_run(client, worker, run_id, run_input(run_id, ["send_reply"]))
+    live.provider.register(scripted(run_id, turn))
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id, ["send_reply"]))
     result = await result_of(handle)
     assert result.status == "incomplete"
     assert "call c_2: the output's tool calls pass 512000 bytes" in result.stop_reason
-    assert example_service.records()["replies"] == 0 and result.calls == []
+    assert live.service.records()["replies"] == 0 and result.calls == []
     await assert_never_wedged(handle)
 
 
@@ -873,13 +801,9 @@ def test_lone_surrogates_from_the_model_are_refused_or_replaced_never_raised() -
     output.model_dump_json()  # now it can be recorded
 
 
-async def test_lone_surrogates_from_outside_never_reach_a_payload(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
-) -> None:
-    scripted_provider.register(
-        Script(name=run_id, turns=[ScriptTurn(text=f"Sunny{LONE}."), ScriptTurn(text="ok")])
-    )
-    handle = await paused_for_approval(client, worker, scripted_provider, f"{run_id}-a")
+async def test_lone_surrogates_from_outside_never_reach_a_payload(live: Live, run_id: str) -> None:
+    live.provider.register(scripted(run_id, f"Sunny{LONE}.", "ok"))
+    handle = await paused_for_approval(live.client, live.worker, live.provider, f"{run_id}-a")
     await handle.signal("message", escaped({"text": f"hi{LONE}", "sender": "p-alice"}))
     [refused] = await refusals(handle, 1)
     assert refused.signal == "message" and "lone surrogate" in refused.refused_because
@@ -888,15 +812,15 @@ async def test_lone_surrogates_from_outside_never_reach_a_payload(
     await assert_never_wedged(handle)
 
     bad_input = run_input(run_id, []).model_dump(mode="json") | {"task": f"go{LONE}"}
-    started = await client.start_workflow(
-        WORKFLOW_NAME, escaped(bad_input), id=f"{run_id}-b", task_queue=worker.task_queue
+    started = await live.client.start_workflow(
+        WORKFLOW_NAME, escaped(bad_input), id=f"{run_id}-b", task_queue=live.worker.task_queue
     )
     with pytest.raises(WorkflowFailureError) as failed:
         await result_of(started)
     assert "lone surrogate" in str(failed.value.cause)
     await assert_never_wedged(started)
 
-    answered = await start_run(client, worker, run_id, run_input(run_id, []))
+    answered = await start_run(live.client, live.worker, run_id, run_input(run_id, []))
     result = await result_of(answered)
     assert (result.status, result.output) == ("completed", "Sunny?.")
     await assert_never_wedged(answered)
@@ -949,19 +873,16 @@ def test_a_child_run_id_stays_within_temporals_limit_and_one_per_call() -> None:
 
 
 async def test_calls_with_enormous_tool_names_end_the_run_incomplete_with_a_small_result(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     """Nine calls each naming a 150,000-character tool: before, every name was copied into
     the records, refusals and `unsent` of a result over Temporal's 2 MB limit, which the run
     could not write."""
-    calls = [ScriptedToolCall(id=f"c{n}", name=LONG_NAME, arguments={}) for n in range(9)]
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[ScriptTurn(tool_calls=calls, undeclared_tools=[LONG_NAME])],
-        )
+    calls = [scripted_call(LONG_NAME, f"c{n}") for n in range(9)]
+    live.provider.register(
+        scripted(run_id, ScriptTurn(tool_calls=calls, undeclared_tools=[LONG_NAME]))
     )
-    handle = await start_run(client, worker, run_id, run_input(run_id, ["get_weather"]))
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id, ["get_weather"]))
     result = await result_of(handle)
     assert result.status == "incomplete", result.stop_reason
     assert "over 200 characters" in result.stop_reason
@@ -989,7 +910,7 @@ def test_a_principal_too_large_to_travel_with_each_call_is_named() -> None:
 
 
 async def test_a_principal_too_large_to_travel_with_each_call_fails_the_run_at_start(
-    client: Client, worker: Settings, run_id: str
+    live: Live, run_id: str
 ) -> None:
     """Before, 100 parallel reads under a 52 KB principal made a workflow task completion
     over Temporal's 4 MiB: Temporal terminated the run (GrpcMessageTooLarge), with no stop
@@ -997,7 +918,7 @@ async def test_a_principal_too_large_to_travel_with_each_call_fails_the_run_at_s
     scopes = [f"s{n:03}" + "x" * 190 for n in range(256)]
     principal = Principal(subject="p-alice", scopes=scopes).model_dump(mode="json")
     raw = {"task": "x", "provider": "openai-chat", "model": "m", "principal": principal}
-    handle = await start_run(client, worker, run_id, raw)
+    handle = await start_run(live.client, live.worker, run_id, raw)
     with pytest.raises(WorkflowFailureError) as failed:
         await result_of(handle)
     cause = failed.value.cause

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import WorkflowHistory
 from temporalio.testing import ActivityEnvironment
 
 from agentloop.activity_io import RunToolInput
@@ -29,10 +29,11 @@ from agentloop.demo.tools import EXAMPLE_TOOLS, ExampleDeps
 from agentloop.demo.tools.http import ServiceClient
 from agentloop.demo.tools.travel import get_weather
 from agentloop.events import ToolResult
-from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.store import artifact_key, open_store
+from agentloop.testing.turns import call as scripted_call
 from agentloop.tools.builtins import PAGE_CHARS
+from tests.live import Live, scripted
 from tests.support import result_of, start_run, tool_activities
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -80,17 +81,15 @@ async def dry_run_big_call(example_service: ExampleService, store_path: Path) ->
 
 
 def page_call(call_id: str, ref: str, offset: int, limit: int) -> ScriptedToolCall:
-    return ScriptedToolCall(
-        id=call_id, name="read_artifact", arguments={"ref": ref, "offset": offset, "limit": limit}
-    )
+    return scripted_call("read_artifact", call_id, ref=ref, offset=offset, limit=limit)
 
 
 def paging_script(name: str, ref: str, pages: list[tuple[str, int, int]]) -> Script:
     """The 1 MB read, then one `read_artifact` turn per (call id, offset, limit), then done."""
-    big = ScriptedToolCall(id=BIG_CALL, name="get_weather", arguments=WEATHER_ARGS)
+    big = scripted_call("get_weather", BIG_CALL, **WEATHER_ARGS)
     turns = [ScriptTurn(tool_calls=[big])]
     turns += [ScriptTurn(tool_calls=[page_call(c, ref, o, n)]) for c, o, n in pages]
-    return Script(name=name, turns=[*turns, ScriptTurn(text="done")])
+    return scripted(name, *turns, "done")
 
 
 def run_input(model: str) -> AgentRunInput:
@@ -163,55 +162,42 @@ def history_sizes(history: WorkflowHistory) -> tuple[int, int]:
 
 
 async def play_paging_run(
-    client: Client,
-    worker: Settings,
-    provider: ScriptedProvider,
-    example_service: ExampleService,
-    tmp_path: Path,
-    run_id: str,
-    limit: int,
+    live: Live, tmp_path: Path, run_id: str, limit: int
 ) -> tuple[AgentRunResult, str, ToolResult, list[dict[str, Any]], WorkflowHistory]:
     """Pad the weather answer to ~1 MB and play: the big read, two `read_artifact` pages of
     `limit` characters right after the preview, done. Returns the result, the full output,
     the dry run's result, the model requests and the history."""
-    example_service.set_padding("weather", PADDING_CHARS)
+    live.service.set_padding("weather", PADDING_CHARS)
     try:
-        full = await weather_body(example_service)
-        dry = await dry_run_big_call(example_service, tmp_path / "dry-run.db")
+        full = await weather_body(live.service)
+        dry = await dry_run_big_call(live.service, tmp_path / "dry-run.db")
     finally:
-        example_service.set_padding(None, 0)
+        live.service.set_padding(None, 0)
     ref = artifact_key(full.encode("utf-8"))
     assert dry.artifact_ref == ref
     preview = json.loads(dry.content)["preview"]
     assert full.startswith(preview)
     first = len(preview)
     pages = [("call_page_1", first, limit), ("call_page_2", first + limit, limit)]
-    provider.register(paging_script(run_id, ref, pages))
+    live.provider.register(paging_script(run_id, ref, pages))
 
-    reads_before = example_service.stats()["counts"]["weather"]
-    example_service.set_padding("weather", PADDING_CHARS)
+    reads_before = live.service.stats()["counts"]["weather"]
+    live.service.set_padding("weather", PADDING_CHARS)
     try:
-        handle = await start_run(client, worker, run_id, run_input(run_id))
+        handle = await start_run(live.client, live.worker, run_id, run_input(run_id))
         result = await result_of(handle)
     finally:
-        example_service.set_padding(None, 0)
-    assert example_service.stats()["counts"]["weather"] == reads_before + 1  # one real read
-    history = await client.get_workflow_handle(run_id).fetch_history()
-    return result, full, dry, requests_of(provider, run_id), history
+        live.service.set_padding(None, 0)
+    assert live.service.stats()["counts"]["weather"] == reads_before + 1  # one real read
+    history = await live.client.get_workflow_handle(run_id).fetch_history()
+    return result, full, dry, requests_of(live.provider, run_id), history
 
 
 async def test_a_one_megabyte_output_reaches_the_model_as_a_preview_it_can_page(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    tmp_path: Path,
-    run_id: str,
+    live: Live, tmp_path: Path, run_id: str
 ) -> None:
     limit = 3_000  # fits read_artifact's cap even re-escaped: comes back whole (next test: 4000)
-    result, full, dry, requests, history = await play_paging_run(
-        client, worker, scripted_provider, example_service, tmp_path, run_id, limit
-    )
+    result, full, dry, requests, history = await play_paging_run(live, tmp_path, run_id, limit)
     assert len(full) > PADDING_CHARS
 
     # The run completes; every call is recorded under its id.
@@ -272,18 +258,11 @@ async def test_a_one_megabyte_output_reaches_the_model_as_a_preview_it_can_page(
 
 
 async def test_a_full_page_of_escaped_text_reaches_the_model_whole(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    tmp_path: Path,
-    run_id: str,
+    live: Live, tmp_path: Path, run_id: str
 ) -> None:
     """The preview invites `limit=<up to 4000>`; a page that large must come back readable:
     whole, or shorter with `next_offset` saying where to go on (either fix passes)."""
-    result, full, dry, requests, _ = await play_paging_run(
-        client, worker, scripted_provider, example_service, tmp_path, run_id, PAGE_CHARS
-    )
+    result, full, dry, requests, _ = await play_paging_run(live, tmp_path, run_id, PAGE_CHARS)
     assert result.status == "completed", result.stop_reason
     offset = len(json.loads(dry.content)["preview"])
     page = json.loads(tool_content(requests[2], "call_page_1"))

@@ -40,6 +40,7 @@ from agentloop.workflows.loop import (
     results,
     stops,
 )
+from tests.live import agent_input
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 
@@ -300,7 +301,7 @@ def test_refused_calls_are_capped_per_run() -> None:
 def test_a_tools_own_per_run_cap_applies() -> None:
     capped = TRAIN.model_copy(update={"max_calls_per_run": 1})
     state = LoopState.start(
-        AgentRunInput(task="t", provider="openai-chat", model="m", tools=["get_train_status"]),
+        agent_input("m", "openai-chat", "t", ["get_train_status"]),
         [capped],
         T0,
     )
@@ -538,11 +539,11 @@ def test_a_write_sent_again_under_its_key_is_the_call_already_counted() -> None:
     not a second tool call."""
     send = ToolSpec(name="send_reply", effect="write", has_outcome_lookup=True)
     state = LoopState.start(
-        AgentRunInput(
-            task="reply",
-            provider="openai-chat",
-            model="m",
-            tools=["send_reply"],
+        agent_input(
+            "m",
+            "openai-chat",
+            "reply",
+            ["send_reply"],
             limits=Limits(max_tool_calls=1, per_tool={"send_reply": 1}),
         ),
         [send],
@@ -584,7 +585,7 @@ def approved_after_a_wait() -> LoopState:
         update={"has_precondition": True, "needs_approval": True, "approvers": ["lead"]}
     )
     state = LoopState.start(
-        AgentRunInput(task="t", provider="openai-chat", model="m", tools=["reserve_seat"]),
+        agent_input("m", "openai-chat", "t", ["reserve_seat"]),
         [checked],
         T0,
     )

@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from agentloop.contract import (
-    AgentRunInput,
     PendingCall,
     RefusedResolution,
     ResolveRequest,
@@ -25,6 +24,7 @@ from agentloop.workflows.loop import (
     LoopState,
     RunTools,
 )
+from tests.live import agent_input
 from tests.loop.test_governance import resolve
 from tests.loop.test_loop import T0, call, model_turn, tool_output
 
@@ -32,12 +32,8 @@ SEND = ToolSpec(name="send_reply", effect="write", has_outcome_lookup=True)
 
 
 def new_state() -> LoopState:
-    run_input = AgentRunInput(
-        task="reply",
-        provider="openai-chat",
-        model="m",
-        tools=["send_reply"],
-        reconciliation_timeout_seconds=600,
+    run_input = agent_input(
+        "m", "openai-chat", "reply", ["send_reply"], reconciliation_timeout_seconds=600
     )
     state = LoopState.start(run_input, [SEND], T0, "wf-7")
     model_turn(state, tool_output(call("w1", "send_reply", ticket_id="T-1", body="hi")))

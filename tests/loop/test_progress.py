@@ -3,11 +3,12 @@ again, earn one nudge and then stop the run `stalled`; declared polling is not a
 
 from __future__ import annotations
 
-from agentloop.contract import AgentRunInput, Limits
+from agentloop.contract import Limits
 from agentloop.events import StateUpdate, ToolResult
 from agentloop.tool_spec import ToolSpec
 from agentloop.workflows import loop
 from agentloop.workflows.loop import CallModel, Finish, LoopState, RunTools
+from tests.live import agent_input
 from tests.loop.test_loop import T0, call, model_turn, tool_output
 
 SEARCH = ToolSpec(name="search_policy", parameters={"type": "object"})
@@ -16,11 +17,11 @@ JOB = ToolSpec(name="job_status", parameters={"type": "object"}, poll_limit=4)
 
 def new_state() -> LoopState:
     state = LoopState.start(
-        AgentRunInput(
-            task="t",
-            provider="openai-chat",
-            model="m",
-            tools=["search_policy", "job_status"],
+        agent_input(
+            "m",
+            "openai-chat",
+            "t",
+            ["search_policy", "job_status"],
             limits=Limits(max_model_calls=30),
         ),
         [SEARCH, JOB],

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from temporalio.api.common.v1 import Payload
-from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.common import RawValue
 
 from agentloop.adapters._shared import ArgumentsError, parse_arguments
@@ -25,9 +25,8 @@ from agentloop.events import ToolCall
 from agentloop.policies.checks import input_problem
 from agentloop.policies.completion import check_output
 from agentloop.policies.validation import Allowed, Refused, validate_call
-from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import ScriptedProvider
 from agentloop.workflows.inbound import SIGNAL_SHAPES, InboundRefused, parse
+from tests.live import Live
 from tests.loop.test_hardening import assert_never_wedged, paused_for_approval
 from tests.support import result_of
 
@@ -165,10 +164,8 @@ def examples(strategy: st.SearchStrategy[Any], count: int) -> list[Any]:
 
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
-async def test_generated_signals_and_updates_never_wedge_a_run(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
-) -> None:
-    handle = await paused_for_approval(client, worker, scripted_provider, run_id)
+async def test_generated_signals_and_updates_never_wedge_a_run(live: Live, run_id: str) -> None:
+    handle = await paused_for_approval(live.client, live.worker, live.provider, run_id)
     cases = examples(
         st.tuples(st.sampled_from(["approve", "resolve", "message", "nope"]), payloads), 60
     )
@@ -187,9 +184,7 @@ async def test_generated_signals_and_updates_never_wedge_a_run(
 
 
 @pytest.mark.integration
-async def test_generated_run_inputs_never_wedge_a_run(
-    client: Client, worker: Settings, run_id: str
-) -> None:
+async def test_generated_run_inputs_never_wedge_a_run(live: Live, run_id: str) -> None:
     inputs = examples(
         payloads
         | st.builds(
@@ -203,8 +198,8 @@ async def test_generated_run_inputs_never_wedge_a_run(
         25,
     )
     for index, value in enumerate(inputs):
-        handle = await client.start_workflow(
-            WORKFLOW_NAME, value, id=f"{run_id}-{index}", task_queue=worker.task_queue
+        handle = await live.client.start_workflow(
+            WORKFLOW_NAME, value, id=f"{run_id}-{index}", task_queue=live.worker.task_queue
         )
         # InvalidInput naming the field, or a model that is not there: an ending either way.
         with contextlib.suppress(WorkflowFailureError):

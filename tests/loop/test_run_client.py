@@ -15,9 +15,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentloop.contract import ApprovalDecision
 from agentloop.run_client import RunClient
-from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import ScriptedProvider
 from tests.cli.test_cli import agentloop, process_env
+from tests.live import Live
 from tests.loop.test_continue_as_new import booking_input, booking_script
 from tests.support import wait_for_phase
 
@@ -25,27 +24,27 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
 
 async def test_a_continued_runs_start_input_and_tenant_are_its_first_runs(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    tmp_path: Path,
+    live: Live, run_id: str, tmp_path: Path
 ) -> None:
-    scripted_provider.register(booking_script(run_id))
+    live.provider.register(booking_script(run_id))
     started_with = booking_input(run_id, tenant="acme")
-    run = await RunClient.start(client, started_with, id=run_id, task_queue=worker.task_queue)
+    run = await RunClient.start(
+        live.client, started_with, id=run_id, task_queue=live.worker.task_queue
+    )
     waiting = await wait_for_phase(run.handle, "awaiting_approval")
     assert len(waiting.run_chain) >= 2, "no continue-as-new before the approval"
     newest = (await run.handle.describe()).run_id
     assert newest != waiting.run_chain[0]
     # What the newest run was started with: no input (its carried state holds it).
-    async for event in client.get_workflow_handle(run_id, run_id=newest).fetch_history_events():
+    async for event in live.client.get_workflow_handle(
+        run_id, run_id=newest
+    ).fetch_history_events():
         payloads = event.workflow_execution_started_event_attributes.input.payloads
         break
-    assert (await client.data_converter.decode(payloads[:1])) == [None]
+    assert (await live.client.data_converter.decode(payloads[:1])) == [None]
 
     assert await run.start_input() == started_with
-    assert await RunClient(client, run_id, run_id=newest).start_input() == started_with
+    assert await RunClient(live.client, run_id, run_id=newest).start_input() == started_with
 
     [pending] = waiting.pending_approvals
     decision = ApprovalDecision(
@@ -63,7 +62,7 @@ async def test_a_continued_runs_start_input_and_tenant_are_its_first_runs(
     # goes to a queue no worker polls: only its start input is read.
     continued_id = f"{run_id}-continued"
     env = process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
+        TEMPORAL_ADDRESS=live.client.service_client.config.target_host,
         AGENT_LOOP_TASK_QUEUE=f"{run_id}-unpolled",
     )
     continued = await agentloop(
@@ -71,23 +70,23 @@ async def test_a_continued_runs_start_input_and_tenant_are_its_first_runs(
     )
     assert continued.returncode == 0, continued.explain()
     try:
-        continuing = await RunClient(client, continued_id).start_input()
+        continuing = await RunClient(live.client, continued_id).start_input()
         assert continuing is not None
         assert continuing.principal == started_with.principal
         assert continuing.principal.tenant == "acme"
         assert continuing.continue_from == run_id
     finally:
-        await client.get_workflow_handle(continued_id).terminate("test over")
+        await live.client.get_workflow_handle(continued_id).terminate("test over")
 
     # Where the first run is no longer kept: the input the newest run carries in its state.
     first = waiting.run_chain[0]
-    await client.workflow_service.delete_workflow_execution(
+    await live.client.workflow_service.delete_workflow_execution(
         DeleteWorkflowExecutionRequest(
-            namespace=client.namespace,
+            namespace=live.client.namespace,
             workflow_execution=WorkflowExecution(workflow_id=run_id, run_id=first),
         )
     )
-    await until_not_found(client, run_id, first)
+    await until_not_found(live.client, run_id, first)
     assert await run.start_input() == started_with
 
 

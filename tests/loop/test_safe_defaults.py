@@ -14,12 +14,14 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from agentloop.contract import AgentRunInput, AgentRunResult, ResolveRequest
+from agentloop.contract import AgentRunResult, ResolveRequest
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import ScriptedProvider
+from agentloop.testing.turns import call as scripted_call
 from agentloop.tools.source import NO_LOOKUP
 from agentloop.worker import running_worker
+from tests.live import Servers, agent_input, scripted
 from tests.support import (
     result_of,
     start_run,
@@ -54,15 +56,13 @@ async def book(
     client: Client, settings: Settings, provider: ScriptedProvider, run_id: str, tool: str
 ) -> WorkflowHandle[Any, AgentRunResult]:
     provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(tool_calls=[ScriptedToolCall(id=CALL_ID, name=tool, arguments=SEAT)]),
-                ScriptTurn(text="Booked."),
-            ],
+        scripted(
+            run_id,
+            [scripted_call(tool, CALL_ID, **SEAT)],
+            "Booked.",
         )
     )
-    run_input = AgentRunInput(task="Book me.", provider="openai-chat", model=run_id, tools=[tool])
+    run_input = agent_input(run_id, "openai-chat", "Book me.", [tool])
     return await start_run(client, settings, run_id, run_input)
 
 
@@ -73,20 +73,16 @@ def bookings(example_service: ExampleService) -> tuple[int, int]:
 
 
 async def test_an_undeclared_tool_failing_after_its_commit_is_looked_up_never_retried(
-    client: Client,
-    undeclared: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    servers: Servers, undeclared: Settings, run_id: str
 ) -> None:
     """Before, it was a read: sent again (three attempts, no key) after the commit."""
-    held = bookings(example_service)[1]
-    handle = await book(client, undeclared, scripted_provider, run_id, "book_seat")
+    held = bookings(servers.service)[1]
+    handle = await book(servers.client, undeclared, servers.provider, run_id, "book_seat")
     result = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
-    assert bookings(example_service) == (1, held + 1)  # one request, one effect
-    assert example_service.stats()["counts"]["workshops.operation"] == 1
+    assert bookings(servers.service) == (1, held + 1)  # one request, one effect
+    assert servers.service.stats()["counts"]["workshops.operation"] == 1
     [call] = result.calls
     key = write_key(handle, CALL_ID)
     assert (call.status, call.attempts, call.idempotency_key) == ("confirmed_after_query", 1, key)
@@ -95,21 +91,17 @@ async def test_an_undeclared_tool_failing_after_its_commit_is_looked_up_never_re
 
 
 async def test_an_undeclared_tool_without_a_lookup_waits_for_an_operator(
-    client: Client,
-    undeclared: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    servers: Servers, undeclared: Settings, run_id: str
 ) -> None:
-    held = bookings(example_service)[1]
-    handle = await book(client, undeclared, scripted_provider, run_id, "book_seat_unchecked")
+    held = bookings(servers.service)[1]
+    handle = await book(servers.client, undeclared, servers.provider, run_id, "book_seat_unchecked")
     view = await wait_for_phase(handle, "awaiting_reconciliation")
 
     [waiting] = view.unresolved
     key = write_key(handle, CALL_ID)
     assert (waiting.call_id, waiting.idempotency_key) == (CALL_ID, key)
-    assert bookings(example_service) == (1, held + 1)
-    assert len(scripted_provider.requests) == 1  # the model is not asked while it waits
+    assert bookings(servers.service) == (1, held + 1)
+    assert len(servers.provider.requests) == 1  # the model is not asked while it waits
 
     await handle.signal(
         "resolve", ResolveRequest(call_id=CALL_ID, outcome="applied", operator="ops")
@@ -118,7 +110,7 @@ async def test_an_undeclared_tool_without_a_lookup_waits_for_an_operator(
     assert result.status == "completed", result.stop_reason
     [call] = result.calls
     assert (call.status, call.attempts) == ("confirmed_after_query", 1)
-    assert bookings(example_service) == (1, held + 1)
+    assert bookings(servers.service) == (1, held + 1)
 
 
 async def test_a_worker_says_at_start_each_tools_effect_and_which_writes_wait_for_an_operator(

@@ -13,12 +13,11 @@ from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal
-from agentloop.demo.services import ExampleService
-from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptTurn
 from agentloop.scripted_provider import ScriptedToolCall as call
+from agentloop.scripted_provider import ScriptTurn
 from agentloop.workflows.startup import CONTINUE_AS_NEW_MIN_INTERVAL
 from agentloop.workflows.stream import PUBLISH_SIGNAL
+from tests.live import Live, agent_input, scripted
 from tests.support import (
     approve_as_shown,
     eventually,
@@ -96,11 +95,11 @@ def reserve_turn() -> ScriptTurn:
 
 
 def reserve_input(run_id: str) -> AgentRunInput:
-    return AgentRunInput(
-        task="Book p-carol into ws-101.",
-        provider="openai-chat",
-        model=run_id,
-        tools=["reserve_seat"],
+    return agent_input(
+        run_id,
+        "openai-chat",
+        "Book p-carol into ws-101.",
+        ["reserve_seat"],
         principal=Principal(subject="p-alice", scopes=["workshops:write"]),
     )
 
@@ -114,27 +113,20 @@ def reserve_input(run_id: str) -> AgentRunInput:
 )
 @pytest.mark.parametrize("signal_name", [PUBLISH_SIGNAL, "noise"])
 async def test_forty_large_signals_at_a_waiting_run_never_get_it_terminated(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-    signal_name: str,
+    live: Live, run_id: str, signal_name: str
 ) -> None:
-    scripted_provider.register(
-        Script(name=run_id, turns=[reserve_turn(), ScriptTurn(text="Booked.")])
-    )
-    started = await start_run(client, worker, run_id, reserve_input(run_id))
+    live.provider.register(scripted(run_id, reserve_turn(), "Booked."))
+    started = await start_run(live.client, live.worker, run_id, reserve_input(run_id))
     [pending] = (await wait_for_phase(started, "awaiting_approval")).pending_approvals
-    latest = client.get_workflow_handle(run_id, result_type=AgentRunResult)
-    stopped = await flood(client, run_id, signal_name)
-    runs = [r async for r in client.list_workflows(f"WorkflowId = '{run_id}'")]
+    latest = live.client.get_workflow_handle(run_id, result_type=AgentRunResult)
+    stopped = await flood(live.client, run_id, signal_name)
+    runs = [r async for r in live.client.list_workflows(f"WorkflowId = '{run_id}'")]
     statuses = Counter(r.status for r in runs)
-    assert statuses[WorkflowExecutionStatus.TERMINATED] == 0, await chain(client, run_id)
+    assert statuses[WorkflowExecutionStatus.TERMINATED] == 0, await chain(live.client, run_id)
     assert stopped is None, stopped
 
     waiting = await wait_for_phase(latest, "awaiting_approval", seconds=180)
-    assert len(waiting.run_chain) > 1, await chain(client, run_id)
+    assert len(waiting.run_chain) > 1, await chain(live.client, run_id)
     assert [(p.call_id, p.args_digest) for p in waiting.pending_approvals] == [
         (pending.call_id, pending.args_digest)
     ]
@@ -143,22 +135,18 @@ async def test_forty_large_signals_at_a_waiting_run_never_get_it_terminated(
     result = await result_of(latest)
     assert result.status == "completed", result.stop_reason
     assert [(c.call_id, c.status) for c in result.calls] == [("c1", "succeeded")]
-    assert example_service.records()["reservations"] == 1
+    assert live.service.records()["reservations"] == 1
 
 
 async def test_a_waiting_run_continues_as_new_once_signals_brought_a_megabyte(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
     """Far below Temporal's suggestion (4 MiB): one signal at a time, each taken before the
     next, until the run has continued as new."""
-    scripted_provider.register(Script(name=run_id, turns=[reserve_turn(), ScriptTurn(text="Ok.")]))
-    started = await start_run(client, worker, run_id, reserve_input(run_id))
+    live.provider.register(scripted(run_id, reserve_turn(), "Ok."))
+    started = await start_run(live.client, live.worker, run_id, reserve_input(run_id))
     [pending] = (await wait_for_phase(started, "awaiting_approval")).pending_approvals
-    latest = client.get_workflow_handle(run_id, result_type=AgentRunResult)
+    latest = live.client.get_workflow_handle(run_id, result_type=AgentRunResult)
     # Within its first second a run does not continue as new for size (Temporal would hold
     # the next run's first task back while signals pile into it): signal an older run.
     started_at = (await started.describe()).start_time
@@ -176,7 +164,7 @@ async def test_a_waiting_run_continues_as_new_once_signals_brought_a_megabyte(
         )
         if len(view.run_chain) > 1:
             break
-    described = await client.get_workflow_handle(run_id, run_id=view.run_chain[0]).describe()
+    described = await live.client.get_workflow_handle(run_id, run_id=view.run_chain[0]).describe()
     assert len(view.run_chain) > 1
     assert described.raw_description.workflow_execution_info.history_size_bytes < 4 * 2**20
     # Temporal's suggestion comes at 4 MiB: this run continued on its own count.
@@ -184,26 +172,23 @@ async def test_a_waiting_run_continues_as_new_once_signals_brought_a_megabyte(
     await approve_as_shown(latest, pending, "workshop-lead")
     result = await result_of(latest)
     assert result.status == "completed", result.stop_reason
-    assert example_service.records()["reservations"] == 1
+    assert live.service.records()["reservations"] == 1
 
 
 async def test_updates_the_validator_rejects_leave_nothing_in_history(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
     """Ten `decide_approval` updates of 300,000 bytes each (under the 512,000 an update may
     hold, over the 256,000 a decision may): each rejected, and the history no larger."""
-    scripted_provider.register(Script(name=run_id, turns=[reserve_turn()]))
-    started = await start_run(client, worker, run_id, reserve_input(run_id))
+    live.provider.register(scripted(run_id, reserve_turn()))
+    started = await start_run(live.client, live.worker, run_id, reserve_input(run_id))
     [pending] = (await wait_for_phase(started, "awaiting_approval")).pending_approvals
-    before = await history_size(client, run_id)
+    before = await history_size(live.client, run_id)
     for n in range(10):
         decision = {"call_id": pending.call_id, "args_digest": "x" * 300_000, "n": n}
         with pytest.raises(WorkflowUpdateFailedError):
             await started.execute_update("decide_approval", decision)
-    assert await history_size(client, run_id) - before < 300_000
+    assert await history_size(live.client, run_id) - before < 300_000
     await started.cancel()
 
 
@@ -213,19 +198,15 @@ async def history_size(client: Client, workflow_id: str) -> int:
 
 
 async def test_a_flood_met_in_the_runs_first_second_continues_it_as_new_once_that_is_over(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
     """Signals that brought a megabyte while the run was too young to continue as new: the
     wait wakes when the run is old enough, with nothing more sent (before, it waited for the
     next signal to look again)."""
-    scripted_provider.register(Script(name=run_id, turns=[reserve_turn(), ScriptTurn(text="Ok.")]))
-    started = await start_run(client, worker, run_id, reserve_input(run_id))
+    live.provider.register(scripted(run_id, reserve_turn(), "Ok."))
+    started = await start_run(live.client, live.worker, run_id, reserve_input(run_id))
     [pending] = (await wait_for_phase(started, "awaiting_approval")).pending_approvals
-    latest = client.get_workflow_handle(run_id, result_type=AgentRunResult)
+    latest = live.client.get_workflow_handle(run_id, result_type=AgentRunResult)
     for n in range(3):
         await latest.signal("noise", {"n": n, "padding": "x" * 500_000})
     view = await wait_for_status(latest, lambda v: len(v.run_chain) > 1, "the run to continue")
@@ -234,4 +215,4 @@ async def test_a_flood_met_in_the_runs_first_second_continues_it_as_new_once_tha
     await approve_as_shown(latest, pending, "workshop-lead")
     result = await result_of(latest)
     assert result.status == "completed", result.stop_reason
-    assert example_service.records()["reservations"] == 1
+    assert live.service.records()["reservations"] == 1

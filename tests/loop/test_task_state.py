@@ -8,22 +8,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from temporalio.client import Client
 
-from agentloop.contract import AgentRunInput, ApprovalDecision, Principal, UserMessage
-from agentloop.demo.services import ExampleService
+from agentloop.contract import AgentRunInput, Principal, UserMessage
 from agentloop.policies import task_state
 from agentloop.policies.progress import TurnFingerprint, stall
-from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
-from tests.support import result_of, start_run, wait_for_phase, wait_for_status
+from agentloop.scripted_provider import Script, ScriptTurn
+from agentloop.testing.turns import call as scripted_call
+from tests.live import Live, scripted
+from tests.support import result_of, signal_approval, start_run, wait_for_phase, wait_for_status
 
 PRINCIPAL = Principal(subject="agent-7", scopes=["tickets:read", "tickets:write"])
 REPLY = {"ticket_id": "T-1001", "recipient": "dana@example.com", "body": "Refund on its way."}
-
-
-def call(call_id: str, name: str, **arguments: Any) -> ScriptedToolCall:
-    return ScriptedToolCall(id=call_id, name=name, arguments=arguments)
 
 
 def support_run(model: str, tools: list[str], **fields: Any) -> AgentRunInput:
@@ -42,24 +37,18 @@ def support_run(model: str, tools: list[str], **fields: Any) -> AgentRunInput:
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
 async def test_the_support_tools_set_the_task_state_and_the_verifier_reads_it(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(tool_calls=[call("c_read", "read_ticket", ticket_id="T-1001")]),
-                ScriptTurn(
-                    tool_calls=[call("c_policy", "search_policy", query="late refund")],
-                    delay_ms=1_000,  # time to look at the state the first step left
-                ),
-                ScriptTurn(tool_calls=[call("c_reply", "send_reply", **REPLY)]),
-                ScriptTurn(text="Answered."),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            [scripted_call("read_ticket", "c_read", ticket_id="T-1001")],
+            ScriptTurn(
+                tool_calls=[scripted_call("search_policy", "c_policy", query="late refund")],
+                delay_ms=1_000,  # time to look at the state the first step left
+            ),
+            [scripted_call("send_reply", "c_reply", **REPLY)],
+            "Answered.",
         )
     )
     run_input = support_run(
@@ -67,51 +56,41 @@ async def test_the_support_tools_set_the_task_state_and_the_verifier_reads_it(
         ["read_ticket", "search_policy", "send_reply"],
         completion_check="ticket_answered",
     )
-    handle = await start_run(client, worker, run_id, run_input)
+    handle = await start_run(live.client, live.worker, run_id, run_input)
     await wait_for_status(handle, lambda v: v.task_state == {"ticket": "T-1001"}, "the ticket")
     waiting = await wait_for_phase(handle, "awaiting_approval")
     policy = waiting.task_state["policy"]
     assert waiting.task_state == {"ticket": "T-1001", "policy": policy} and policy
     [pending] = waiting.pending_approvals
-    await handle.signal(
-        "approve",
-        ApprovalDecision(
-            call_id="c_reply",
-            args_digest=pending.args_digest,
-            approved=True,
-            approver="support-lead",
-        ),
-    )
+    await signal_approval(handle, "c_reply", pending.args_digest, "support-lead")
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert "completion_check ticket_answered passed" in result.stop_reason
     final = {"ticket": "T-1001", "policy": policy, "reply_sent_to": "dana@example.com"}
     assert result.task_state == final
     assert f'Task state: {{"policy": "{policy}", "reply_sent_to"' in result.report
-    assert example_service.records()["replies_by_ticket"] == {"T-1001": 1}
+    assert live.service.records()["replies_by_ticket"] == {"T-1001": 1}
     # The model saw the tools' outputs only: the state is run state, not conversation.
-    last = scripted_provider.requests[-1]["body"]["messages"]
+    last = live.provider.requests[-1]["body"]["messages"]
     assert not any("reply_sent_to" in str(m.get("content")) for m in last)
 
 
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
 async def test_a_verifier_refuses_an_answer_the_task_state_does_not_bear_out(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(tool_calls=[call("c_read", "read_ticket", ticket_id="T-1001")]),
-                ScriptTurn(text="Answered."),  # no reply was sent
-                ScriptTurn(text="Still answered."),
-                ScriptTurn(text="Answered, really."),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            [scripted_call("read_ticket", "c_read", ticket_id="T-1001")],
+            "Answered.",  # no reply was sent
+            "Still answered.",
+            "Answered, really.",
         )
     )
     run_input = support_run(run_id, ["read_ticket"], completion_check="ticket_answered")
-    result = await result_of(await start_run(client, worker, run_id, run_input))
+    result = await result_of(await start_run(live.client, live.worker, run_id, run_input))
     assert result.status != "completed"
     assert "task state shows no reply sent" in result.stop_reason, result.stop_reason
 
@@ -119,27 +98,27 @@ async def test_a_verifier_refuses_an_answer_the_task_state_does_not_bear_out(
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
 async def test_a_model_acting_without_changing_the_task_state_is_stopped_after_one_nudge(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     def weather(day: int) -> ScriptTurn:
         date = f"2026-12-{day:02d}"
-        return ScriptTurn(tool_calls=[call(f"c_w{day}", "get_weather", city="Oslo", date=date)])
+        return ScriptTurn(
+            tool_calls=[scripted_call("get_weather", f"c_w{day}", city="Oslo", date=date)]
+        )
 
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(tool_calls=[call("c_read", "read_ticket", ticket_id="T-1001")]),
-                *(weather(day) for day in range(1, 8)),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            [scripted_call("read_ticket", "c_read", ticket_id="T-1001")],
+            *(weather(day) for day in range(1, 8)),
         )
     )
     run_input = support_run(run_id, ["read_ticket", "get_weather"])
-    result = await result_of(await start_run(client, worker, run_id, run_input))
+    result = await result_of(await start_run(live.client, live.worker, run_id, run_input))
     assert result.status == "stalled", result.stop_reason
     assert "the task state did not change in 3 tool turns" in result.stop_reason
     # Read, three weather turns (the nudge), one more: stopped before the sixth model call.
-    requests = [r for r in scripted_provider.requests if r["script"] == run_id]
+    requests = [r for r in live.provider.requests if r["script"] == run_id]
     assert len(requests) == 5 == result.usage.model_calls
     nudges = [m for m in requests[-1]["body"]["messages"] if "No progress" in str(m.get("content"))]
     assert len(nudges) == 1
@@ -147,21 +126,19 @@ async def test_a_model_acting_without_changing_the_task_state_is_stopped_after_o
 
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
-async def test_a_model_alternating_two_calls_is_stopped(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
-) -> None:
+async def test_a_model_alternating_two_calls_is_stopped(live: Live, run_id: str) -> None:
     tickets = ["T-1001", "T-1002"] * 4
-    scripted_provider.register(
+    live.provider.register(
         Script(
             name=run_id,
             turns=[
-                ScriptTurn(tool_calls=[call(f"c_{n}", "read_ticket", ticket_id=ticket)])
+                ScriptTurn(tool_calls=[scripted_call("read_ticket", f"c_{n}", ticket_id=ticket)])
                 for n, ticket in enumerate(tickets)
             ],
         )
     )
     run_input = support_run(run_id, ["read_ticket"])
-    result = await result_of(await start_run(client, worker, run_id, run_input))
+    result = await result_of(await start_run(live.client, live.worker, run_id, run_input))
     assert result.status == "stalled", result.stop_reason
     assert result.usage.model_calls < len(tickets)
 
@@ -172,20 +149,16 @@ QUESTIONS = [f"Question {n}?" for n in range(1, 5)]
 def questions_then_over_budget(name: str) -> Script:
     """A run that sets the task state, asks the person four questions in a row, then
     proposes two reads when one tool call is left (the run's `max_tool_calls` is 2)."""
-    return Script(
-        name=name,
-        turns=[
-            ScriptTurn(tool_calls=[call("c_read", "read_ticket", ticket_id="T-1001")]),
-            *(
-                ScriptTurn(tool_calls=[call(f"c_ask{n}", "ask_user", question=question)])
-                for n, question in enumerate(QUESTIONS, start=1)
-            ),
-            ScriptTurn(
-                tool_calls=[
-                    call("c_weather", "get_weather", city="Oslo", date="2026-12-01"),
-                    call("c_train", "get_train_status", train_number="G1234", date="2026-12-01"),
-                ]
-            ),
+    return scripted(
+        name,
+        [scripted_call("read_ticket", "c_read", ticket_id="T-1001")],
+        *(
+            ScriptTurn(tool_calls=[scripted_call("ask_user", f"c_ask{n}", question=question)])
+            for n, question in enumerate(QUESTIONS, start=1)
+        ),
+        [
+            scripted_call("get_weather", "c_weather", city="Oslo", date="2026-12-01"),
+            scripted_call("get_train_status", "c_train", train_number="G1234", date="2026-12-01"),
         ],
     )
 
@@ -193,19 +166,15 @@ def questions_then_over_budget(name: str) -> Script:
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
 async def test_questions_in_a_row_are_not_a_stall_and_a_batch_over_budget_is_left_pending(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
-    scripted_provider.register(questions_then_over_budget(run_id))
+    live.provider.register(questions_then_over_budget(run_id))
     run_input = support_run(
         run_id,
         ["read_ticket", "get_weather", "get_train_status"],
         limits={"max_tool_calls": 2},
     )
-    handle = await start_run(client, worker, run_id, run_input)
+    handle = await start_run(live.client, live.worker, run_id, run_input)
     for n, question in enumerate(QUESTIONS, start=1):
         await wait_for_status(handle, lambda v, q=question: v.question == q, question)
         await handle.signal("message", UserMessage(text=f"Answer {n}.", sender="dana"))
@@ -213,7 +182,7 @@ async def test_questions_in_a_row_are_not_a_stall_and_a_batch_over_budget_is_lef
 
     assert result.status == "limit_reached", result.stop_reason
     assert result.stop_reason.startswith("max_tool_calls"), result.stop_reason
-    requests = [r for r in scripted_provider.requests if r["script"] == run_id]
+    requests = [r for r in live.provider.requests if r["script"] == run_id]
     assert len(requests) == 6 == result.usage.model_calls
     assert not any("No progress" in str(m.get("content")) for m in requests[-1]["body"]["messages"])
     # The over-budget calls are in the ledger, not run, and left pending at the stop.
@@ -221,7 +190,7 @@ async def test_questions_in_a_row_are_not_a_stall_and_a_batch_over_budget_is_lef
     assert ledger["c_weather"] == ledger["c_train"] == ("over_budget", "proposed")
     assert [p.call_id for p in result.pending] == ["c_weather", "c_train"]
     assert result.usage.tool_calls == 1
-    counts = example_service.stats()["counts"]
+    counts = live.service.stats()["counts"]
     assert counts["weather"] == counts["trains"] == 0
 
 

@@ -21,16 +21,15 @@ from agentloop.contract import (
 )
 from agentloop.events import Instruction, UserInput
 from agentloop.policies.bounds import MAX_INLINE_TEXT_CHARS, MAX_LEDGER_ARGUMENT_BYTES
-from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import (
     Script,
     ScriptedError,
-    ScriptedProvider,
-    ScriptedToolCall,
     ScriptTurn,
 )
 from agentloop.store import load_transcript, open_store
+from agentloop.testing.turns import call as scripted_call
 from agentloop.workflows.loop.humans import MAX_WAITING_MESSAGES
+from tests.live import Live, scripted
 from tests.loop.test_hardening import assert_never_wedged
 from tests.loop.test_large_output import payloads
 from tests.support import result_of, start_run, wait_for_phase, wait_for_status
@@ -46,15 +45,9 @@ PRINCIPAL = Principal(subject="p-alice", scopes=["workshops:read", "workshops:wr
 RESERVE = {"workshop_id": "ws-101", "participant_id": "p-carol"}
 
 
-def call(call_id: str, name: str, **arguments: Any) -> ScriptedToolCall:
-    return ScriptedToolCall(id=call_id, name=name, arguments=arguments)
-
-
 def booking(name: str, then: ScriptTurn) -> Script:
     """A script that books a seat (a write waiting for approval), then plays `then`."""
-    return Script(
-        name=name, turns=[ScriptTurn(tool_calls=[call("c_res", "reserve_seat", **RESERVE)]), then]
-    )
+    return scripted(name, [scripted_call("reserve_seat", "c_res", **RESERVE)], then)
 
 
 def run_input(model: str, tools: list[str], **fields: Any) -> AgentRunInput:
@@ -95,11 +88,14 @@ async def approve(handle: WorkflowHandle[Any, Any], call_id: str) -> None:
 
 
 async def test_long_texts_ride_in_history_only_where_they_came_in_and_reach_the_model_whole(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
-    scripted_provider.register(booking(run_id, ScriptTurn(text="Booked, and noted.")))
+    live.provider.register(booking(run_id, ScriptTurn(text="Booked, and noted.")))
     handle = await start_run(
-        client, worker, run_id, run_input(run_id, ["reserve_seat"], continue_as_new_after_events=20)
+        live.client,
+        live.worker,
+        run_id,
+        run_input(run_id, ["reserve_seat"], continue_as_new_after_events=20),
     )
     await wait_for_phase(handle, "awaiting_approval")
     await handle.signal("message", {"text": MESSAGE, "sender": "p-alice"})
@@ -110,7 +106,7 @@ async def test_long_texts_ride_in_history_only_where_they_came_in_and_reach_the_
 
     # The model saw each text whole, and once: the task and instructions in both calls (the
     # transcript), the message in the second only.
-    first, second = (r["body"]["messages"] for r in scripted_provider.requests)
+    first, second = (r["body"]["messages"] for r in live.provider.requests)
     for messages, texts in ((first, (INSTRUCTIONS, TASK)), (second, (INSTRUCTIONS, TASK, MESSAGE))):
         said = [m["content"] for m in messages if m["role"] in ("system", "developer", "user")]
         assert said == list(texts), [s[-20:] for s in said]
@@ -119,7 +115,7 @@ async def test_long_texts_ride_in_history_only_where_they_came_in_and_reach_the_
     # input of the one `store_texts` activity that put it in the store (an ordinary activity:
     # its input is recorded, where a local activity's was not; issue 42), and nowhere else: no
     # model call input, no continue-as-new, no result carries it.
-    chain = await histories(client, handle)
+    chain = await histories(live.client, handle)
     assert len(chain) >= 2, "the run did not continue as new"
     where: dict[str, list[str]] = {}
     for history in chain:
@@ -137,7 +133,7 @@ async def test_long_texts_ride_in_history_only_where_they_came_in_and_reach_the_
         assert sum(p.ByteSize() for p in carried.payloads) < 20_000
 
     # The transcript holds them whole, as the store keeps it.
-    store = open_store(worker.store_url)
+    store = open_store(live.worker.store_url)
     try:
         events = await load_transcript(store, result.transcript_head)
     finally:
@@ -145,16 +141,16 @@ async def test_long_texts_ride_in_history_only_where_they_came_in_and_reach_the_
     texts = [e.text for e in events if isinstance(e, Instruction | UserInput)]
     assert texts == [INSTRUCTIONS, TASK, MESSAGE]
     for history in chain:
-        await assert_never_wedged(client.get_workflow_handle(handle.id, run_id=history.run_id))
+        await assert_never_wedged(live.client.get_workflow_handle(handle.id, run_id=history.run_id))
 
 
 async def test_a_stopped_runs_unsent_texts_go_by_reference_and_a_continuing_run_sends_them(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     # The call that would have sent the message fails for good.
     failing = ScriptTurn(text="x", errors=[ScriptedError(status=400, message="bad request")])
-    scripted_provider.register(booking(run_id, failing))
-    handle = await start_run(client, worker, run_id, run_input(run_id, ["reserve_seat"]))
+    live.provider.register(booking(run_id, failing))
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id, ["reserve_seat"]))
     await wait_for_phase(handle, "awaiting_approval")
     await handle.signal("message", {"text": MESSAGE, "sender": "p-alice"})
     await wait_for_status(handle, lambda v: v.phase == "awaiting_approval", "the message")
@@ -168,8 +164,8 @@ async def test_a_stopped_runs_unsent_texts_go_by_reference_and_a_continuing_run_
 
     following = f"{run_id}-next"
     continued = await start_run(
-        client,
-        worker,
+        live.client,
+        live.worker,
         following,
         AgentRunInput(
             task="Go on.",
@@ -181,7 +177,7 @@ async def test_a_stopped_runs_unsent_texts_go_by_reference_and_a_continuing_run_
     )
     result = await result_of(continued)
     assert result.status == "completed", result.stop_reason
-    request = scripted_provider.requests[-1]["body"]["messages"]
+    request = live.provider.requests[-1]["body"]["messages"]
     users = [m["content"] for m in request if m["role"] == "user"]
     assert users[0] == TASK and users.count(MESSAGE) == 1 and users[-1] == "Go on."
     history = await continued.fetch_history()
@@ -199,11 +195,9 @@ async def _result_event(handle: WorkflowHandle[Any, Any]) -> Any:
     return history.events[-1]
 
 
-async def test_at_most_so_many_messages_wait_for_the_model(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
-) -> None:
-    scripted_provider.register(booking(run_id, ScriptTurn(text="Read them all.")))
-    handle = await start_run(client, worker, run_id, run_input(run_id, ["reserve_seat"]))
+async def test_at_most_so_many_messages_wait_for_the_model(live: Live, run_id: str) -> None:
+    live.provider.register(booking(run_id, ScriptTurn(text="Read them all.")))
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id, ["reserve_seat"]))
     await wait_for_phase(handle, "awaiting_approval")
     for n in range(MAX_WAITING_MESSAGES + 1):
         await handle.signal("message", {"text": f"note {n}", "sender": "p-alice"})
@@ -217,7 +211,7 @@ async def test_at_most_so_many_messages_wait_for_the_model(
     assert result.status == "completed", result.stop_reason
     notes = [
         m["content"]
-        for m in scripted_provider.requests[-1]["body"]["messages"]
+        for m in live.provider.requests[-1]["body"]["messages"]
         if m["role"] == "user" and m["content"].startswith("note ")
     ]
     assert notes == [f"note {n}" for n in range(MAX_WAITING_MESSAGES)]
@@ -225,23 +219,25 @@ async def test_at_most_so_many_messages_wait_for_the_model(
 
 
 async def test_a_run_whose_calls_would_hold_too_many_argument_bytes_stops_before_they_run(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     city = "Q" * 200_000
 
     def output(turn: str) -> ScriptTurn:
         return ScriptTurn(
             tool_calls=[
-                call(f"c_{turn}{n}", "get_weather", city=city, date="2026-12-01") for n in range(2)
+                scripted_call("get_weather", f"c_{turn}{n}", city=city, date="2026-12-01")
+                for n in range(2)
             ],
             fragment_chars=4096,  # not 5: 80,000 events a turn test nothing more
         )
 
-    scripted_provider.register(
-        Script(name=run_id, turns=[output("a"), output("b"), ScriptTurn(text="Never reached.")])
-    )
+    live.provider.register(scripted(run_id, output("a"), output("b"), "Never reached."))
     handle = await start_run(
-        client, worker, run_id, run_input(run_id, ["get_weather"], task="Weather, please.")
+        live.client,
+        live.worker,
+        run_id,
+        run_input(run_id, ["get_weather"], task="Weather, please."),
     )
     result = await result_of(handle)
     assert result.status == "limit_reached", result.stop_reason
@@ -256,7 +252,7 @@ async def test_a_run_whose_calls_would_hold_too_many_argument_bytes_stops_before
         "c_b1": ("over_budget", "proposed", 0),
     }
     assert [p.call_id for p in result.pending] == ["c_b0", "c_b1"]
-    assert len(scripted_provider.requests) == 2
+    assert len(live.provider.requests) == 2
     await assert_never_wedged(handle)
 
 
