@@ -23,14 +23,16 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.worker import Replayer
 
 from agentloop.client import start_run
-from agentloop.contract import AgentRunInput, AgentRunResult, Principal, UserMessage
+from agentloop.contract import AgentRunResult, Principal, UserMessage
 from agentloop.events import ToolResult
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptTurn
 from agentloop.store import load_transcript, open_store
 from agentloop.testing.patience import CEILING_SECONDS
+from agentloop.testing.turns import call as scripted_call
 from agentloop.worker import running_worker
 from agentloop.workflows.agent_run import AgentRun
+from tests.live import Servers, agent_input
 from tests.mcp.test_mcp_server import (
     SERVER,
     STDIO_START_SECONDS,
@@ -55,9 +57,9 @@ from tests.support import (
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
 PRINCIPAL = Principal(subject="agent-7", scopes=["tickets:read", "tickets:write"])
-FIND = ScriptedToolCall(id="c_find", name="tickets_find_ticket", arguments={"ticket_id": "T-1001"})
+FIND = scripted_call("tickets_find_ticket", "c_find", ticket_id="T-1001")
 NOTE_ARGS = {"ticket_id": "T-1001", "text": "Refund approved."}
-NOTE = ScriptedToolCall(id="c_note", name="tickets_add_note", arguments=NOTE_ARGS)
+NOTE = scripted_call("tickets_add_note", "c_note", **NOTE_ARGS)
 TOOLS = ["tickets_find_ticket", "tickets_add_note"]
 BUILTINS = {"read_artifact", "ask_user", "give_up"}
 
@@ -121,12 +123,8 @@ async def start(
     tools: list[str] = TOOLS,
 ) -> WorkflowHandle[Any, AgentRunResult]:
     provider.register(Script(name=run_id, turns=turns))
-    run_input = AgentRunInput(
-        task="Note the refund on ticket T-1001.",
-        provider="openai-chat",
-        model=run_id,
-        tools=tools,
-        principal=PRINCIPAL,
+    run_input = agent_input(
+        run_id, "openai-chat", "Note the refund on ticket T-1001.", tools, principal=PRINCIPAL
     )
     return await start_run(client, run_input, id=run_id, task_queue=settings.task_queue)
 
@@ -157,20 +155,15 @@ async def answered(settings: Settings, result: AgentRunResult) -> dict[str, Tool
 
 @pytest.mark.parametrize("transport", ["http", "stdio", "http-tasks"])
 async def test_a_run_reads_and_writes_through_an_mcp_server_each_call_once(
-    transport: str,
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    tmp_path: Path,
-    run_id: str,
+    transport: str, servers: Servers, worker_settings: Settings, tmp_path: Path, run_id: str
 ) -> None:
     state = tmp_path / "state.json"
     turns = [ScriptTurn(tool_calls=[FIND, NOTE]), ScriptTurn(text="Noted.")]
     tasks = ["--tasks"] if transport == "http-tasks" else []
     async with http_server(state, tasks) as url:
         config = transport_config(transport, state, url)
-        async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
-            handle = await start(client, scripted_provider, s, run_id, turns)
+        async with mcp_worker(servers.client, worker_settings, tmp_path, {"tickets": config}) as s:
+            handle = await start(servers.client, servers.provider, s, run_id, turns)
             result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert {c.call_id: (c.tool, c.status) for c in result.calls} == {
@@ -188,15 +181,11 @@ async def test_a_run_reads_and_writes_through_an_mcp_server_each_call_once(
     assert json.loads(results["c_note"].content)["note_id"] == note["note_id"]
     assert results["c_note"].side_effect and not results["c_find"].side_effect
     # The model saw each result under its own call id, in the provider's protocol.
-    assert scripted_provider.violations == []
+    assert servers.provider.violations == []
 
 
 async def test_a_run_keeps_the_tools_it_started_with_when_the_server_changes_them(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    tmp_path: Path,
-    run_id: str,
+    servers: Servers, worker_settings: Settings, tmp_path: Path, run_id: str
 ) -> None:
     """The approval is bound to the exact arguments; while the run waits for it the server
     deploys a new tool list. The run finishes on the list it started with, and its history
@@ -208,8 +197,8 @@ async def test_a_run_keeps_the_tools_it_started_with_when_the_server_changes_the
         ScriptTurn(text="Noted and checked."),
     ]
     needing = {"tools": {"add_note": {"needs_approval": True}}}
-    async with tickets_worker(client, worker_settings, tmp_path, **needing) as s:
-        handle = await start(client, scripted_provider, s, run_id, turns)
+    async with tickets_worker(servers.client, worker_settings, tmp_path, **needing) as s:
+        handle = await start(servers.client, servers.provider, s, run_id, turns)
         view = await wait_for_phase(handle, "awaiting_approval")
         [pending] = view.pending_approvals
         assert pending.call_id == "c_note" and pending.arguments == NOTE_ARGS
@@ -219,26 +208,21 @@ async def test_a_run_keeps_the_tools_it_started_with_when_the_server_changes_the
         result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert read_state(state)["calls"] == {"add_note": 1, "find_ticket": 1}
-    requests = [r["body"] for r in scripted_provider.requests if r["script"] == run_id]
+    requests = [r["body"] for r in servers.provider.requests if r["script"] == run_id]
     assert len(requests) == 3
     for body in requests:
         offered = {t["function"]["name"]: t["function"] for t in body["tools"]}
         assert "tickets_close_ticket" not in offered
         assert "(v2)" not in offered["tickets_find_ticket"]["description"]
     history = await handle.fetch_history()
-    await Replayer(workflows=[AgentRun], data_converter=client.data_converter).replay_workflow(
-        history
-    )
+    await Replayer(
+        workflows=[AgentRun], data_converter=servers.client.data_converter
+    ).replay_workflow(history)
 
 
 @pytest.mark.parametrize("with_lookup", [True, False])
 async def test_a_write_cut_off_after_the_server_committed_it_is_never_sent_again(
-    with_lookup: bool,
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    tmp_path: Path,
-    run_id: str,
+    with_lookup: bool, servers: Servers, worker_settings: Settings, tmp_path: Path, run_id: str
 ) -> None:
     """The server commits the note, then never answers: the call times out. With the server's
     lookup tool the run learns the note exists; without one it waits for a person."""
@@ -249,8 +233,10 @@ async def test_a_write_cut_off_after_the_server_committed_it_is_never_sent_again
         config = http_config(url, timeout_seconds=2)
         if not with_lookup:
             del config["lookup_tool"]
-        async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
-            handle = await start(client, scripted_provider, s, run_id, turns, ["tickets_add_note"])
+        async with mcp_worker(servers.client, worker_settings, tmp_path, {"tickets": config}) as s:
+            handle = await start(
+                servers.client, servers.provider, s, run_id, turns, ["tickets_add_note"]
+            )
             if with_lookup:
                 result = await result_of(handle)
             else:
@@ -270,22 +256,14 @@ async def test_a_write_cut_off_after_the_server_committed_it_is_never_sent_again
 
 
 async def test_large_and_image_results_are_kept_as_artifacts(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    tmp_path: Path,
-    run_id: str,
+    servers: Servers, worker_settings: Settings, tmp_path: Path, run_id: str
 ) -> None:
-    report = ScriptedToolCall(
-        id="c_report", name="tickets_ticket_report", arguments={"ticket_id": "T-1001"}
-    )
-    chart = ScriptedToolCall(
-        id="c_chart", name="tickets_ticket_chart", arguments={"ticket_id": "T-1001"}
-    )
+    report = scripted_call("tickets_ticket_report", "c_report", ticket_id="T-1001")
+    chart = scripted_call("tickets_ticket_chart", "c_chart", ticket_id="T-1001")
     turns = [ScriptTurn(tool_calls=[report, chart]), ScriptTurn(text="Read.")]
     tools = ["tickets_ticket_report", "tickets_ticket_chart"]
-    async with tickets_worker(client, worker_settings, tmp_path) as s:
-        handle = await start(client, scripted_provider, s, run_id, turns, tools)
+    async with tickets_worker(servers.client, worker_settings, tmp_path) as s:
+        handle = await start(servers.client, servers.provider, s, run_id, turns, tools)
         result = await result_of(handle)
         results = await answered(s, result)
         store = open_store(s.store_url)
@@ -328,9 +306,7 @@ async def test_a_server_down_at_start_fails_the_run_naming_it_unless_it_is_optio
             assert "MCP server 'tickets' is unreachable" in message, message
             assert "its start budget of 1 s is spent (start_budget_seconds;" in message, message
             # An optional server that is down leaves its tools out at once; the run goes on.
-            find = ScriptedToolCall(
-                id="c_find", name="notes_find_ticket", arguments={"ticket_id": "T-1001"}
-            )
+            find = scripted_call("notes_find_ticket", "c_find", ticket_id="T-1001")
             turns = [ScriptTurn(tool_calls=[find]), ScriptTurn(text="Found.")]
             handle = await start(
                 client,
@@ -360,16 +336,15 @@ async def test_a_server_down_at_start_fails_the_run_naming_it_unless_it_is_optio
 async def test_a_tool_whose_schema_fails_the_checks_fails_the_run_naming_server_and_tool(
     tool_set: str,
     why: str,
-    client: Client,
+    servers: Servers,
     worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
     tmp_path: Path,
     run_id: str,
 ) -> None:
     state = tmp_path / "state.json"
     steer(state, tool_set=tool_set)
-    async with tickets_worker(client, worker_settings, tmp_path) as s:
-        message = await failure_at_start(client, scripted_provider, s, run_id)
+    async with tickets_worker(servers.client, worker_settings, tmp_path) as s:
+        message = await failure_at_start(servers.client, servers.provider, s, run_id)
     assert "tickets_find_ticket of MCP server 'tickets' cannot be used" in message, message
     assert why in message, message
     assert read_state(state).get("calls", {}) == {}  # nothing was called
@@ -377,12 +352,7 @@ async def test_a_tool_whose_schema_fails_the_checks_fails_the_run_naming_server_
 
 @pytest.mark.parametrize("transport", ["http", "stdio"])
 async def test_a_listing_that_cannot_be_read_fails_the_run_at_once_saying_why(
-    transport: str,
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    tmp_path: Path,
-    run_id: str,
+    transport: str, servers: Servers, worker_settings: Settings, tmp_path: Path, run_id: str
 ) -> None:
     """The server lists a schema holding a number longer than the SDK's JSON parser reads.
     Over stdio that answer names no request: it used to be dropped, and the listing waited
@@ -391,8 +361,8 @@ async def test_a_listing_that_cannot_be_read_fails_the_run_at_once_saying_why(
     steer(state, tool_set="huge_number")
     async with http_server(state) as url:
         config = transport_config(transport, state, url)
-        async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
-            message = await failure_at_start(client, scripted_provider, s, run_id)
+        async with mcp_worker(servers.client, worker_settings, tmp_path, {"tickets": config}) as s:
+            message = await failure_at_start(servers.client, servers.provider, s, run_id)
     said = "MCP server 'tickets' could not list its tools: it sent a message that cannot be read"
     assert said in message, message
     assert "number out of range" in message and "input_value" not in message, message
@@ -401,12 +371,7 @@ async def test_a_listing_that_cannot_be_read_fails_the_run_at_once_saying_why(
 
 @pytest.mark.parametrize("transport", ["http", "stdio"])
 async def test_a_tool_nested_deeper_than_a_parser_reads_is_left_out_alone(
-    transport: str,
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    tmp_path: Path,
-    run_id: str,
+    transport: str, servers: Servers, worker_settings: Settings, tmp_path: Path, run_id: str
 ) -> None:
     """The server lists find_ticket with a schema 100 levels deep: its answer is past the
     200 levels the SDK's JSON parser reads. Before, the whole listing was unreadable
@@ -416,10 +381,10 @@ async def test_a_tool_nested_deeper_than_a_parser_reads_is_left_out_alone(
     turns = [ScriptTurn(tool_calls=[NOTE]), ScriptTurn(text="Noted.")]
     async with http_server(state) as url:
         config = transport_config(transport, state, url)
-        async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
-            message = await failure_at_start(client, scripted_provider, s, run_id)
+        async with mcp_worker(servers.client, worker_settings, tmp_path, {"tickets": config}) as s:
+            message = await failure_at_start(servers.client, servers.provider, s, run_id)
             handle = await start(
-                client, scripted_provider, s, f"{run_id}-note", turns, ["tickets_add_note"]
+                servers.client, servers.provider, s, f"{run_id}-note", turns, ["tickets_add_note"]
             )
             result = await result_of(handle)
     said = "tickets_find_ticket of MCP server 'tickets' cannot be used: its inputSchema nests"
@@ -431,12 +396,7 @@ async def test_a_tool_nested_deeper_than_a_parser_reads_is_left_out_alone(
 
 @pytest.mark.parametrize("transport", ["http", "stdio"])
 async def test_a_write_whose_answer_cannot_be_read_is_looked_up_at_once_and_runs_once(
-    transport: str,
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    tmp_path: Path,
-    run_id: str,
+    transport: str, servers: Servers, worker_settings: Settings, tmp_path: Path, run_id: str
 ) -> None:
     """The server writes the note, then answers with content too deep to parse: the call's
     outcome is unknown, and the run asks the lookup tool at once rather than after the call's
@@ -446,8 +406,10 @@ async def test_a_write_whose_answer_cannot_be_read_is_looked_up_at_once_and_runs
     turns = [ScriptTurn(tool_calls=[NOTE]), ScriptTurn(text="Noted.")]
     async with http_server(state) as url:
         config = transport_config(transport, state, url, timeout_seconds=60)
-        async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
-            handle = await start(client, scripted_provider, s, run_id, turns, ["tickets_add_note"])
+        async with mcp_worker(servers.client, worker_settings, tmp_path, {"tickets": config}) as s:
+            handle = await start(
+                servers.client, servers.provider, s, run_id, turns, ["tickets_add_note"]
+            )
             # Its 60 s timeout is not what ended the call: the history says why (below).
             result = await result_of(handle)
             results = await answered(s, result)
@@ -465,7 +427,7 @@ async def test_a_write_whose_answer_cannot_be_read_is_looked_up_at_once_and_runs
         if b"it sent a message that cannot be read" in e.SerializeToString()
     ]
     assert len(unknown) == 1  # the run_tool result that said why the outcome was unknown
-    assert scripted_provider.violations == []
+    assert servers.provider.violations == []
 
 
 def test_a_worker_with_a_bad_mcp_configuration_exits_2_before_polling(tmp_path: Path) -> None:
@@ -490,11 +452,7 @@ def test_a_worker_with_a_bad_mcp_configuration_exits_2_before_polling(tmp_path: 
 
 
 async def test_a_worker_killed_mid_read_and_mid_write_leaves_one_effect(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    tmp_path: Path,
-    run_id: str,
+    servers: Servers, worker_settings: Settings, tmp_path: Path, run_id: str
 ) -> None:
     """SIGKILL during an MCP read: the next worker runs the read again. SIGKILL during an MCP
     write the server committed: the next worker looks it up by its key; one note."""
@@ -510,11 +468,11 @@ async def test_a_worker_killed_mid_read_and_mid_write_leaves_one_effect(
             update={"task_queue": f"mcp-kill-{uuid.uuid4().hex[:8]}"}
         )
         env = {
-            **worker_env(client, settings, tmp_path / "store.db"),
+            **worker_env(servers.client, settings, tmp_path / "store.db"),
             "AGENTLOOP_MCP_SERVERS": json.dumps({"tickets": http_config(url)}),
         }
         async with worker_process(env) as first:
-            handle = await start(client, scripted_provider, settings, run_id, turns)
+            handle = await start(servers.client, servers.provider, settings, run_id, turns)
             await wait_until(lambda: calls("find_ticket") == 1, "the read at the server")
             first.send_signal(signal.SIGKILL)
         async with worker_process(env) as second:
@@ -533,17 +491,13 @@ async def test_a_worker_killed_mid_read_and_mid_write_leaves_one_effect(
 
 
 async def test_a_tool_error_from_the_server_is_told_to_the_model_under_its_call_id(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    tmp_path: Path,
-    run_id: str,
+    servers: Servers, worker_settings: Settings, tmp_path: Path, run_id: str
 ) -> None:
     state = tmp_path / "state.json"
     steer(state, fail_next="error")
     turns = [ScriptTurn(tool_calls=[FIND]), ScriptTurn(text="The ticket system is down.")]
-    async with tickets_worker(client, worker_settings, tmp_path) as s:
-        handle = await start(client, scripted_provider, s, run_id, turns)
+    async with tickets_worker(servers.client, worker_settings, tmp_path) as s:
+        handle = await start(servers.client, servers.provider, s, run_id, turns)
         result = await result_of(handle)
         results = await answered(s, result)
     assert result.status == "completed", result.stop_reason
@@ -554,11 +508,7 @@ async def test_a_tool_error_from_the_server_is_told_to_the_model_under_its_call_
 
 
 async def test_a_result_is_not_checked_against_an_output_schema_that_fans_out(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    tmp_path: Path,
-    run_id: str,
+    servers: Servers, worker_settings: Settings, tmp_path: Path, run_id: str
 ) -> None:
     """The SDK's client checks a result against the tool's outputSchema on the worker's event
     loop: this one would visit 2^40 schema nodes, stopping every call and heartbeat. agentloop
@@ -570,8 +520,8 @@ async def test_a_result_is_not_checked_against_an_output_schema_that_fans_out(
     # timeout of its own could fire, so a watchdog thread ends the process instead.
     faulthandler.dump_traceback_later(120, exit=True)
     try:
-        async with tickets_worker(client, worker_settings, tmp_path) as s:
-            handle = await start(client, scripted_provider, s, run_id, turns)
+        async with tickets_worker(servers.client, worker_settings, tmp_path) as s:
+            handle = await start(servers.client, servers.provider, s, run_id, turns)
             result = await result_of(handle)
             results = await answered(s, result)
     finally:
@@ -584,11 +534,7 @@ async def test_a_result_is_not_checked_against_an_output_schema_that_fans_out(
 
 
 async def test_a_write_whose_task_finished_as_the_server_died_is_resolved_by_its_status(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    tmp_path: Path,
-    run_id: str,
+    servers: Servers, worker_settings: Settings, tmp_path: Path, run_id: str
 ) -> None:
     """A server with the Tasks extension makes the note a task, finishes it and dies before
     anyone hears. The call gives up; the lookup asks the restarted server for the task the
@@ -599,8 +545,10 @@ async def test_a_write_whose_task_finished_as_the_server_died_is_resolved_by_its
     turns = [ScriptTurn(tool_calls=[NOTE]), ScriptTurn(text="Noted.")]
     async with http_server_process(state, ["--tasks"], port) as (url, first):
         config = {**http_config(url, timeout_seconds=2), "lookup_tool": None}
-        async with mcp_worker(client, worker_settings, tmp_path, {"tickets": config}) as s:
-            handle = await start(client, scripted_provider, s, run_id, turns, ["tickets_add_note"])
+        async with mcp_worker(servers.client, worker_settings, tmp_path, {"tickets": config}) as s:
+            handle = await start(
+                servers.client, servers.provider, s, run_id, turns, ["tickets_add_note"]
+            )
             assert await waited_for(first.wait(), "the server to exit") == 3  # done, then gone
             await wait_for_status(
                 handle, lambda v: [c.status for c in v.calls] == ["unknown"], "the call cut off"
@@ -617,19 +565,12 @@ async def test_a_write_whose_task_finished_as_the_server_died_is_resolved_by_its
     assert note["key"] == write_key(handle, "c_note")
 
 
-REASSIGN = ScriptedToolCall(
-    id="c_assign", name="tickets_reassign_ticket", arguments={"ticket_id": "T-1001"}
-)
+REASSIGN = scripted_call("tickets_reassign_ticket", "c_assign", ticket_id="T-1001")
 
 
 @pytest.mark.parametrize("reply", ["dana", "decline"])
 async def test_a_write_whose_server_asks_a_person_waits_for_the_answer_and_runs_once(
-    reply: str,
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    tmp_path: Path,
-    run_id: str,
+    reply: str, servers: Servers, worker_settings: Settings, tmp_path: Path, run_id: str
 ) -> None:
     """The server answers the write with `input_required`: the run waits `awaiting_input`
     with the server's question, the person's message goes back to the server with its state,
@@ -637,8 +578,8 @@ async def test_a_write_whose_server_asks_a_person_waits_for_the_answer_and_runs_
     state = tmp_path / "state.json"
     turns = [ScriptTurn(tool_calls=[REASSIGN]), ScriptTurn(text="Done.")]
     tools = ["tickets_reassign_ticket"]
-    async with tickets_worker(client, worker_settings, tmp_path) as s:
-        handle = await start(client, scripted_provider, s, run_id, turns, tools)
+    async with tickets_worker(servers.client, worker_settings, tmp_path) as s:
+        handle = await start(servers.client, servers.provider, s, run_id, turns, tools)
         view = await wait_for_phase(handle, "awaiting_input")
         assert view.question == "tickets_reassign_ticket asks: Who should take ticket T-1001?"
         assert read_state(state)["reassignments"] == {}  # asked before it acted
@@ -662,11 +603,11 @@ async def test_a_write_whose_server_asks_a_person_waits_for_the_answer_and_runs_
             "key": write_key(handle, "c_assign"),
         }
         assert json.loads(content) == {"ticket_id": "T-1001", "assignee": "dana"}
-    assert scripted_provider.violations == []
+    assert servers.provider.violations == []
     history = await handle.fetch_history()
-    await Replayer(workflows=[AgentRun], data_converter=client.data_converter).replay_workflow(
-        history
-    )
+    await Replayer(
+        workflows=[AgentRun], data_converter=servers.client.data_converter
+    ).replay_workflow(history)
 
 
 async def test_mcp_list_shows_each_tool_with_its_effect_and_why(tmp_path: Path) -> None:
