@@ -19,15 +19,12 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
-from temporalio.client import Client
 
 from agentloop.client import connect
-from agentloop.contract import AgentRunInput
 from agentloop.events import ToolResult, UserInput
 from agentloop.policies.bounds import MAX_INLINE_TEXT_CHARS
 from agentloop.runtime.codec import KeyRing
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import ScriptedProvider
 from agentloop.store import (
     ROOT,
     SealedBlobError,
@@ -44,6 +41,7 @@ from agentloop.store.sealing import seal_plaintext_rows
 from agentloop.transcript import append
 from agentloop.worker import running_worker
 from tests.cli.test_cli import agentloop, process_env
+from tests.live import Servers, agent_input
 from tests.operations.test_codec import (
     CANARY_CITY,
     CANARY_TRAIN,
@@ -166,27 +164,20 @@ async def stores(raw_store: RawStore) -> AsyncIterator[Callable[[KeyRing | None]
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
 async def test_a_run_leaves_no_plaintext_in_the_store_and_transcript_still_reads_it(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    raw_store: RawStore,
-    run_id: str,
-    tmp_path: Path,
+    servers: Servers, worker_settings: Settings, raw_store: RawStore, run_id: str, tmp_path: Path
 ) -> None:
     settings = worker_settings.model_copy(
         update={
             "task_queue": f"agent-loop-sealed-{uuid.uuid4().hex[:8]}",
             "codec_keys": RING_K2_K1,
             "store_url": raw_store.url,
-            "temporal_address": client.service_client.config.target_host,
+            "temporal_address": servers.client.service_client.config.target_host,
         }
     )
-    scripted_provider.register(travel_script(run_id))
+    servers.provider.register(travel_script(run_id))
     read_encrypted_with(KeyRing.parse(RING_K2_K1))  # the suite's replay audit reads this run
     codec_client = await connect(settings)
-    run = AgentRunInput(
-        task=TASK, provider="openai-chat", model=run_id, tools=["get_train_status", "get_weather"]
-    )
+    run = agent_input(run_id, "openai-chat", TASK, ["get_train_status", "get_weather"])
     async with running_worker(codec_client, settings):
         result = await result_of(await start_run(codec_client, settings, run_id, run))
     assert result.status == "completed", result.stop_reason
