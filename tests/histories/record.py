@@ -40,7 +40,9 @@ from agentloop.contract import (
 )
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import Script, ScriptTurn
+from agentloop.testing.turns import call as scripted_call
+from tests.live import scripted
 
 HERE = Path(__file__).parent
 RULE_TOOLS = "tests.histories.rule_tools"
@@ -53,299 +55,169 @@ QUESTIONS = [f"Question {n}?" for n in range(1, 5)]
 
 def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
     """name -> (scripts to register, run input overrides)."""
-    invalid = Script(
-        name="replay-invalid-calls",
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(id="call_unknown", name="book_flight", arguments={}),
-                    ScriptedToolCall(id="call_bad", name="get_weather", arguments={"city": "X"}),
-                    ScriptedToolCall(id="call_ok", name="get_weather", arguments=WEATHER),
-                ],
-                undeclared_tools=["book_flight"],
-            ),
-            ScriptTurn(text="done"),
-        ],
+    invalid = scripted(
+        "replay-invalid-calls",
+        ScriptTurn(
+            tool_calls=[
+                scripted_call("book_flight", "call_unknown"),
+                scripted_call("get_weather", "call_bad", city="X"),
+                scripted_call("get_weather", "call_ok", **WEATHER),
+            ],
+            undeclared_tools=["book_flight"],
+        ),
+        "done",
     )
     looping = Script(
         name="replay-limit",
         turns=[
-            ScriptTurn(
-                tool_calls=[ScriptedToolCall(id=f"call_{i}", name="get_weather", arguments=WEATHER)]
-            )
+            ScriptTurn(tool_calls=[scripted_call("get_weather", f"call_{i}", **WEATHER)])
             for i in range(3)
         ],
     )
-    delegating = Script(
-        name="replay-delegate",
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(
-                        id="call_d",
-                        name="delegate",
-                        arguments={"task": "The weather in Shanghai?", "tools": ["get_weather"]},
-                    )
-                ]
-            ),
-            ScriptTurn(text="{{call_d.output}}"),
+    delegating = scripted(
+        "replay-delegate",
+        [
+            scripted_call(
+                "delegate", "call_d", task="The weather in Shanghai?", tools=["get_weather"]
+            )
         ],
+        "{{call_d.output}}",
     )
-    delegated = Script(
-        name="replay-delegate-child",
-        turns=[
-            ScriptTurn(
-                tool_calls=[ScriptedToolCall(id="call_w", name="get_weather", arguments=WEATHER)]
-            ),
-            ScriptTurn(text="{{call_w.condition}} in Shanghai."),
-        ],
+    delegated = scripted(
+        "replay-delegate-child",
+        [scripted_call("get_weather", "call_w", **WEATHER)],
+        "{{call_w.condition}} in Shanghai.",
     )
-    reads = Script(
-        name="replay-reads",
-        turns=[
-            ScriptTurn(  # only reads: one batch
-                tool_calls=[
-                    ScriptedToolCall(id="call_w1", name="get_weather", arguments=WEATHER),
-                    ScriptedToolCall(id="call_w2", name="get_weather", arguments=BEIJING),
-                ]
-            ),
-            ScriptTurn(  # a read of another tool beside them
-                tool_calls=[
-                    ScriptedToolCall(id="call_t", name="get_train_status", arguments=TRAIN),
-                    ScriptedToolCall(id="call_w3", name="get_weather", arguments=WEATHER),
-                ]
-            ),
-            ScriptTurn(text="{{call_w1.condition}}, {{call_t.status}}"),
-        ],
+    reads = scripted(
+        "replay-reads",
+        ScriptTurn(  # only reads: one batch
+            tool_calls=[
+                scripted_call("get_weather", "call_w1", **WEATHER),
+                scripted_call("get_weather", "call_w2", **BEIJING),
+            ]
+        ),
+        ScriptTurn(  # a read of another tool beside them
+            tool_calls=[
+                scripted_call("get_train_status", "call_t", **TRAIN),
+                scripted_call("get_weather", "call_w3", **WEATHER),
+            ]
+        ),
+        "{{call_w1.condition}}, {{call_t.status}}",
     )
-    noting = Script(
-        name="replay-approval-rule",
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(
-                        id="call_note", name="note_for", arguments={"participant_id": "anonymous"}
-                    )
-                ]
-            ),
-            ScriptTurn(text="Noted."),
-        ],
+    noting = scripted(
+        "replay-approval-rule",
+        [scripted_call("note_for", "call_note", participant_id="anonymous")],
+        "Noted.",
     )
-    seating = Script(
-        name="replay-tools-ask",
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(
-                        id="call_seat", name="pick_seat", arguments={"train_number": "G1234"}
-                    )
-                ]
-            ),
-            ScriptTurn(text="Seat picked."),
-        ],
+    seating = scripted(
+        "replay-tools-ask",
+        [scripted_call("pick_seat", "call_seat", train_number="G1234")],
+        "Seat picked.",
     )
-    weather_only = Script(
-        name="replay-weather-only",
-        turns=[
-            ScriptTurn(
-                tool_calls=[ScriptedToolCall(id="call_w", name="get_weather", arguments=WEATHER)]
-            ),
-            ScriptTurn(text="The weather service is unavailable."),
-        ],
+    weather_only = scripted(
+        "replay-weather-only",
+        [scripted_call("get_weather", "call_w", **WEATHER)],
+        "The weather service is unavailable.",
     )
     nested: Any = "Shanghai"
     for _ in range(40):
         nested = [nested]
-    bounded = Script(
-        name="replay-bounded",
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(
-                        id="call_deep", name="get_weather", arguments={"city": nested}
-                    ),
-                    ScriptedToolCall(id="call_ok", name="get_weather", arguments=WEATHER),
-                ]
-            ),
-            ScriptTurn(text="{{call_ok.condition}}"),
+    bounded = scripted(
+        "replay-bounded",
+        [
+            scripted_call("get_weather", "call_deep", city=nested),
+            scripted_call("get_weather", "call_ok", **WEATHER),
         ],
+        "{{call_ok.condition}}",
     )
-    resolving = Script(
-        name="replay-resolution-checked",
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(
-                        id="call_res",
-                        name="reserve_seat",
-                        arguments={"workshop_id": "ws-101", "participant_id": "p-carol"},
-                    )
-                ],
-                expect_tool_results={"call_res": "ops says applied"},
-            ),
-            ScriptTurn(text="Booked."),
-        ],
-    )
-    reserving = Script(
-        name="replay-approval-checked",
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(
-                        id="call_res",
-                        name="reserve_seat",
-                        arguments={"workshop_id": "ws-101", "participant_id": "p-carol"},
-                    )
-                ]
-            ),
-            ScriptTurn(text="Booked."),
-        ],
-    )
-    memo_keeping = Script(
-        name="replay-inbox-memo",
-        turns=[
-            reserving.turns[0],
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(id=f"call_q{n}", name="ask_user", arguments={"question": q})
-                    for n, q in enumerate(QUESTIONS[:2], start=1)
-                ]
-            ),
-            ScriptTurn(text="Booked, and noted."),
-        ],
-    )
-    counting = Script(name="replay-exact-count", turns=[ScriptTurn(text="Mild, then rain.")])
-    answering = Script(
-        name="replay-bounded-schema-work", turns=[ScriptTurn(text='{"late": false}')]
-    )
-    booking_parent = Script(
-        name="replay-deadline-watch-resumes",
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(
-                        id="call_d",
-                        name="delegate",
-                        arguments={"task": "Book ws-101.", "tools": ["reserve_seat"]},
-                    )
-                ]
-            ),
-            ScriptTurn(
-                tool_calls=[ScriptedToolCall(id="call_t", name="get_train_status", arguments=TRAIN)]
-            ),
-            ScriptTurn(text="Booked; G1234 is {{call_t.status}}."),
-        ],
-    )
-    booking_child = Script(
-        name="replay-deadline-watch-resumes-child",
-        turns=[reserving.turns[0], ScriptTurn(text="Booked.")],
-    )
-    posting = Script(
-        name="replay-activity-tool-start-bounded",
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(id="call_p", name="post_notice", arguments={"text": "Hi"})
-                ]
-            ),
-            ScriptTurn(text="No one took the notice."),
-        ],
-    )
-    giving_up = Script(
-        name="replay-blocked",
-        turns=[
-            ScriptTurn(
-                tool_calls=[ScriptedToolCall(id="call_t", name="get_train_status", arguments=TRAIN)]
-            ),
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(id="call_w", name="get_weather", arguments=WEATHER),
-                    ScriptedToolCall(
-                        id="call_g",
-                        name="give_up",
-                        arguments={"reason": "the weather service is not one I may call today"},
-                    ),
-                ]
-            ),
-        ],
-    )
-    asking = Script(
-        name="replay-questions-not-stalls",
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(
-                        id="call_r", name="read_ticket", arguments={"ticket_id": "T-1001"}
-                    )
-                ]
-            ),
-            *(
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(
-                            id=f"call_q{n}", name="ask_user", arguments={"question": q}
-                        )
-                    ]
+    resolving = scripted(
+        "replay-resolution-checked",
+        ScriptTurn(
+            tool_calls=[
+                scripted_call(
+                    "reserve_seat", "call_res", workshop_id="ws-101", participant_id="p-carol"
                 )
-                for n, q in enumerate(QUESTIONS, start=1)
-            ),
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(id="call_w", name="get_weather", arguments=WEATHER),
-                    ScriptedToolCall(id="call_t", name="get_train_status", arguments=TRAIN),
-                ]
+            ],
+            expect_tool_results={"call_res": "ops says applied"},
+        ),
+        "Booked.",
+    )
+    reserving = scripted(
+        "replay-approval-checked",
+        [scripted_call("reserve_seat", "call_res", workshop_id="ws-101", participant_id="p-carol")],
+        "Booked.",
+    )
+    memo_keeping = scripted(
+        "replay-inbox-memo",
+        reserving.turns[0],
+        ScriptTurn(
+            tool_calls=[
+                scripted_call("ask_user", f"call_q{n}", question=q)
+                for n, q in enumerate(QUESTIONS[:2], start=1)
+            ]
+        ),
+        "Booked, and noted.",
+    )
+    counting = scripted("replay-exact-count", "Mild, then rain.")
+    answering = scripted("replay-bounded-schema-work", '{"late": false}')
+    booking_parent = scripted(
+        "replay-deadline-watch-resumes",
+        [scripted_call("delegate", "call_d", task="Book ws-101.", tools=["reserve_seat"])],
+        [scripted_call("get_train_status", "call_t", **TRAIN)],
+        "Booked; G1234 is {{call_t.status}}.",
+    )
+    booking_child = scripted("replay-deadline-watch-resumes-child", reserving.turns[0], "Booked.")
+    posting = scripted(
+        "replay-activity-tool-start-bounded",
+        [scripted_call("post_notice", "call_p", text="Hi")],
+        "No one took the notice.",
+    )
+    giving_up = scripted(
+        "replay-blocked",
+        [scripted_call("get_train_status", "call_t", **TRAIN)],
+        [
+            scripted_call("get_weather", "call_w", **WEATHER),
+            scripted_call(
+                "give_up", "call_g", reason="the weather service is not one I may call today"
             ),
         ],
     )
-    claiming = Script(
-        name="replay-write-failed",
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(id="call_claim", name="file_claim", arguments={"claim": "C-7"})
-                ]
-            ),
-            ScriptTurn(text="The claim could not be filed: {{call_claim.error}}"),
+    asking = scripted(
+        "replay-questions-not-stalls",
+        [scripted_call("read_ticket", "call_r", ticket_id="T-1001")],
+        *(
+            ScriptTurn(tool_calls=[scripted_call("ask_user", f"call_q{n}", question=q)])
+            for n, q in enumerate(QUESTIONS, start=1)
+        ),
+        [
+            scripted_call("get_weather", "call_w", **WEATHER),
+            scripted_call("get_train_status", "call_t", **TRAIN),
         ],
     )
-    drafting = Script(
-        name="replay-verifier",
-        turns=[ScriptTurn(text="Draft answer."), ScriptTurn(text="Checked answer: verified.")],
+    claiming = scripted(
+        "replay-write-failed",
+        [scripted_call("file_claim", "call_claim", claim="C-7")],
+        "The claim could not be filed: {{call_claim.error}}",
     )
-    ticketing = Script(
-        name="replay-mcp",
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(
-                        id="call_find",
-                        name="tickets_find_ticket",
-                        arguments={"ticket_id": "T-1001"},
-                    ),
-                    ScriptedToolCall(
-                        id="call_note",
-                        name="tickets_add_note",
-                        arguments={"ticket_id": "T-1001", "text": "Refund approved."},
-                    ),
-                ]
+    drafting = scripted("replay-verifier", "Draft answer.", "Checked answer: verified.")
+    ticketing = scripted(
+        "replay-mcp",
+        [
+            scripted_call("tickets_find_ticket", "call_find", ticket_id="T-1001"),
+            scripted_call(
+                "tickets_add_note", "call_note", ticket_id="T-1001", text="Refund approved."
             ),
-            ScriptTurn(text="Noted on {{call_find.subject}}."),
         ],
+        "Noted on {{call_find.subject}}.",
     )
-    booking_remote = Script(
-        name="replay-activity-tool",
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(
-                        id="call_book",
-                        name="book_seat_remote",
-                        arguments={"workshop_id": "ws-101", "participant_id": "p-carol"},
-                    )
-                ]
-            ),
-            ScriptTurn(text="Booked by {{call_book.served_by}}."),
+    booking_remote = scripted(
+        "replay-activity-tool",
+        [
+            scripted_call(
+                "book_seat_remote", "call_book", workshop_id="ws-101", participant_id="p-carol"
+            )
         ],
+        "Booked by {{call_book.served_by}}.",
     )
     writing = {
         "model": reserving.name,
