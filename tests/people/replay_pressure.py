@@ -43,6 +43,8 @@ from agentloop.demo.services import ExampleService
 from agentloop.policies.bounds import MAX_INLINE_TEXT_CHARS
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.testing.turns import call as scripted_call
+from tests.live import agent_input, scripted
 from tests.support import start_run, wait_for_status, write_key
 
 TICKET = "T-1001"
@@ -101,13 +103,11 @@ def write_call(n: int) -> ScriptedToolCall:
 def script(case: Case, name: str) -> Script:
     if case.phase.writes:
         calls = [write_call(n) for n in range(1, case.write_count + 1)]
-        return Script(name=name, turns=[ScriptTurn(tool_calls=calls), ScriptTurn(text="Sent.")])
-    ask = ScriptedToolCall(id="q1", name="ask_user", arguments={"question": "Send it?"})
+        return scripted(name, ScriptTurn(tool_calls=calls), "Sent.")
+    ask = scripted_call("ask_user", "q1", question="Send it?")
     turns = [ScriptTurn(tool_calls=[ask])]
     if case.phase is READS:
-        reads = [
-            ScriptedToolCall(id=f"r{n}", name="get_weather", arguments=WEATHER) for n in (1, 2)
-        ]
+        reads = [scripted_call("get_weather", f"r{n}", **WEATHER) for n in (1, 2)]
         turns.append(ScriptTurn(tool_calls=reads))
     turns.append(ScriptTurn(text="Done."))
     return Script(name=name, turns=turns)
@@ -117,13 +117,7 @@ def run_input(case: Case, name: str) -> AgentRunInput:
     tools = ["send_reply"] if case.phase.writes else []
     if case.phase is READS:
         tools = ["get_weather"]
-    return AgentRunInput(
-        task=f"Answer ticket {TICKET}.",
-        provider="openai-chat",
-        model=name,
-        tools=tools,
-        principal=PRINCIPAL,
-    )
+    return agent_input(name, "openai-chat", f"Answer ticket {TICKET}.", tools, principal=PRINCIPAL)
 
 
 def waiting(case: Case) -> Callable[[RunStatusView], bool]:

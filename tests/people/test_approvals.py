@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
+from temporalio.client import WithStartWorkflowOperation, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -30,12 +30,15 @@ from agentloop.contract import (
 )
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import Script, ScriptTurn
 from agentloop.scripted_provider.protocols import ANTHROPIC
+from agentloop.testing.turns import call as scripted_call
 from agentloop.worker import running_worker
 from tests.crash.test_crash_phases import requests_to
+from tests.live import Live, Servers, scripted
 from tests.support import (
     result_of,
+    signal_approval,
     start_run,
     wait_for_phase,
     wait_for_status,
@@ -48,10 +51,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
 ALL_SCOPES = ["workshops:read", "workshops:write", "tickets:read", "tickets:write"]
 RESERVE = {"workshop_id": "ws-101", "participant_id": "p-carol"}
-
-
-def call(call_id: str, name: str, **arguments: Any) -> ScriptedToolCall:
-    return ScriptedToolCall(id=call_id, name=name, arguments=arguments)
 
 
 def run_input(model: str, scopes: list[str] = ALL_SCOPES, **overrides: Any) -> AgentRunInput:
@@ -68,18 +67,16 @@ def run_input(model: str, scopes: list[str] = ALL_SCOPES, **overrides: Any) -> A
 
 
 def reserve_script(name: str) -> Script:
-    return Script(
-        name=name,
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    call("call_check", "check_workshop", workshop_id="ws-101"),
-                    call("call_reserve", "reserve_seat", **RESERVE),
-                ],
-                expect_tool_results={"call_check": "ws-101"},
-            ),
-            ScriptTurn(text="Booked: {{call_reserve.reservation_id}}"),
-        ],
+    return scripted(
+        name,
+        ScriptTurn(
+            tool_calls=[
+                scripted_call("check_workshop", "call_check", workshop_id="ws-101"),
+                scripted_call("reserve_seat", "call_reserve", **RESERVE),
+            ],
+            expect_tool_results={"call_check": "ws-101"},
+        ),
+        "Booked: {{call_reserve.reservation_id}}",
     )
 
 
@@ -93,15 +90,7 @@ async def decide(
     if digest is None:
         view = await handle.query("status", result_type=RunStatusView)
         digest = next(p.args_digest for p in view.pending_approvals if p.call_id == call_id)
-    await handle.signal(
-        "approve",
-        ApprovalDecision(
-            call_id=call_id,
-            args_digest=digest,
-            approved=approved,
-            approver=approver,
-        ),
-    )
+    await signal_approval(handle, call_id, digest, approver, approved=approved)
 
 
 def reservations(example_service: ExampleService) -> int:
@@ -109,14 +98,10 @@ def reservations(example_service: ExampleService) -> int:
 
 
 async def test_a_read_runs_while_the_gated_write_waits_then_approve_runs_it_once(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
-    scripted_provider.register(reserve_script(run_id))
-    handle = await start_run(client, worker, run_id, run_input(run_id))
+    live.provider.register(reserve_script(run_id))
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id))
     view = await wait_for_phase(handle, "awaiting_approval")
     assert {c.call_id: c.status for c in view.calls} == {
         "call_check": "succeeded",
@@ -131,13 +116,13 @@ async def test_a_read_runs_while_the_gated_write_waits_then_approve_runs_it_once
     assert pending.args_digest == next(
         c.args_digest for c in view.calls if c.call_id == "call_reserve"
     )
-    assert reservations(example_service) == 0
+    assert reservations(live.service) == 0
 
     await decide(handle, "call_reserve")
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
-    assert reservations(example_service) == 1
-    assert example_service.stats()["counts"]["workshops.reserve"] == 1
+    assert reservations(live.service) == 1
+    assert live.service.stats()["counts"]["workshops.reserve"] == 1
     [effect] = result.side_effects
     assert (effect.call_id, effect.status) == ("call_reserve", "succeeded")
     assert effect.confirmed_by == "the system's response"
@@ -147,24 +132,18 @@ async def test_a_read_runs_while_the_gated_write_waits_then_approve_runs_it_once
     )
 
 
-async def test_rejection_stops_the_run_and_the_write_never_runs(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-) -> None:
-    scripted_provider.register(reserve_script(run_id))
-    handle = await start_run(client, worker, run_id, run_input(run_id))
+async def test_rejection_stops_the_run_and_the_write_never_runs(live: Live, run_id: str) -> None:
+    live.provider.register(reserve_script(run_id))
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id))
     await wait_for_phase(handle, "awaiting_approval")
     await decide(handle, "call_reserve", approved=False)
     result = await result_of(handle)
     assert result.status == "rejected"
     assert "call_reserve" in result.stop_reason
-    assert reservations(example_service) == 0
-    assert example_service.stats()["counts"]["workshops.reserve"] == 0
+    assert reservations(live.service) == 0
+    assert live.service.stats()["counts"]["workshops.reserve"] == 0
     assert {c.call_id: c.status for c in result.calls}["call_reserve"] == "rejected"
-    assert len(scripted_provider.requests) == 1  # the model was not asked again
+    assert len(live.provider.requests) == 1  # the model was not asked again
 
 
 async def book_directly(example_service: ExampleService, workshop: str, participant: str) -> None:
@@ -182,31 +161,27 @@ async def book_directly(example_service: ExampleService, workshop: str, particip
 
 
 async def test_a_seat_taken_during_the_approval_wait_refuses_the_approved_call(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
     script = reserve_script(run_id)
     script.turns[0].expect_tool_results["call_reserve"] = "precondition no longer holds"
     script.turns[1] = ScriptTurn(text="ws-101 filled up before the approval: no seat.")
-    scripted_provider.register(script)
+    live.provider.register(script)
     for participant in ("p-alice", "p-bob"):  # ws-101 seats 3: one is left
-        await book_directly(example_service, "ws-101", participant)
-    handle = await start_run(client, worker, run_id, run_input(run_id))
+        await book_directly(live.service, "ws-101", participant)
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id))
     await wait_for_phase(handle, "awaiting_approval")
-    checks = len(requests_to(example_service, "workshops.eligibility"))
-    await book_directly(example_service, "ws-101", "p-dave")  # the last seat, meanwhile
+    checks = len(requests_to(live.service, "workshops.eligibility"))
+    await book_directly(live.service, "ws-101", "p-dave")  # the last seat, meanwhile
 
     await decide(handle, "call_reserve")
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     # Checked once before the wait and once after it; never sent.
-    assert len(requests_to(example_service, "workshops.eligibility")) == checks + 1 == 2
+    assert len(requests_to(live.service, "workshops.eligibility")) == checks + 1 == 2
     # Only the three direct bookings reached the service: none from the run.
-    assert len(requests_to(example_service, "workshops.reserve")) == 3
-    assert example_service.records()["reservations_by_workshop"]["ws-101"] == {
+    assert len(requests_to(live.service, "workshops.reserve")) == 3
+    assert live.service.records()["reservations_by_workshop"]["ws-101"] == {
         "p-alice": 1,
         "p-bob": 1,
         "p-dave": 1,
@@ -219,21 +194,17 @@ async def test_a_seat_taken_during_the_approval_wait_refuses_the_approved_call(
     assert (record.decision, record.status, record.attempts) == (why, "rejected", 0)
     assert result.side_effects == []
     # The model is told, under the call's own id.
-    told = ANTHROPIC.parse(scripted_provider.requests[-1]["body"]).result_texts()
+    told = ANTHROPIC.parse(live.provider.requests[-1]["body"]).result_texts()
     assert json.loads(told["call_reserve"]) == {
         "error": {"class": "precondition_failed", "message": why}
     }
 
 
 async def test_decisions_for_other_calls_digests_or_approvers_change_nothing(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
-    scripted_provider.register(reserve_script(run_id))
-    handle = await start_run(client, worker, run_id, run_input(run_id))
+    live.provider.register(reserve_script(run_id))
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id))
     view = await wait_for_phase(handle, "awaiting_approval")
     digest = view.pending_approvals[0].args_digest
     await decide(handle, "call_unknown", digest=digest)
@@ -256,7 +227,7 @@ async def test_decisions_for_other_calls_digests_or_approvers_change_nothing(
     assert "no call 'call_unknown'" in reasons[0]
     assert "stale" in reasons[1]
     assert "may not decide" in reasons[2] and "may not decide" in reasons[3]
-    assert reservations(example_service) == 0
+    assert reservations(live.service) == 0
 
     verdict = await handle.execute_update(
         "decide_approval",
@@ -267,36 +238,20 @@ async def test_decisions_for_other_calls_digests_or_approvers_change_nothing(
     )
     assert verdict.accepted
     assert (await result_of(handle)).status == "completed"
-    assert reservations(example_service) == 1
+    assert reservations(live.service) == 1
 
 
-async def test_a_changed_recipient_needs_a_new_approval(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-) -> None:
+async def test_a_changed_recipient_needs_a_new_approval(live: Live, run_id: str) -> None:
     reply = {"ticket_id": "T-1001", "body": "Your refund is on its way."}
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        call("call_r1", "send_reply", recipient="dana@example.com", **reply)
-                    ]
-                ),
-                ScriptTurn(
-                    tool_calls=[
-                        call("call_r2", "send_reply", recipient="mallory@evil.test", **reply)
-                    ]
-                ),
-                ScriptTurn(text="sent"),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            [scripted_call("send_reply", "call_r1", recipient="dana@example.com", **reply)],
+            [scripted_call("send_reply", "call_r2", recipient="mallory@evil.test", **reply)],
+            "sent",
         )
     )
-    handle = await start_run(client, worker, run_id, run_input(run_id))
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id))
     first = await wait_for_phase(handle, "awaiting_approval")
     await decide(handle, "call_r1")
     second = await wait_for_status(
@@ -307,7 +262,7 @@ async def test_a_changed_recipient_needs_a_new_approval(
     assert second.pending_approvals[0].arguments["recipient"] == "mallory@evil.test"
     first_digest = first.pending_approvals[0].args_digest
     assert second.pending_approvals[0].args_digest != first_digest
-    assert example_service.records()["replies"] == 1
+    assert live.service.records()["replies"] == 1
     # Re-using the first approval's digest for the new call counts for nothing.
     await decide(handle, "call_r2", digest=first_digest)
     view = await handle.query("status", result_type=RunStatusView)
@@ -318,18 +273,16 @@ async def test_a_changed_recipient_needs_a_new_approval(
     result = await result_of(handle)
     # send_reply tells the model about a rejection instead of stopping the run.
     assert result.status == "completed", result.stop_reason
-    assert example_service.records()["replies"] == 1
+    assert live.service.records()["replies"] == 1
 
 
 async def test_a_principal_without_the_scope_is_denied_and_nothing_runs(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
-    scripted_provider.register(reserve_script(run_id))
-    handle = await start_run(client, worker, run_id, run_input(run_id, scopes=["workshops:read"]))
+    live.provider.register(reserve_script(run_id))
+    handle = await start_run(
+        live.client, live.worker, run_id, run_input(run_id, scopes=["workshops:read"])
+    )
     result = await result_of(handle)
     assert result.status == "denied"
     assert "workshops:write" in result.stop_reason
@@ -337,22 +290,17 @@ async def test_a_principal_without_the_scope_is_denied_and_nothing_runs(
         "call_check": "denied",
         "call_reserve": "denied",
     }
-    assert sum(example_service.stats()["counts"].values()) == 0
+    assert sum(live.service.stats()["counts"].values()) == 0
 
 
 async def test_the_pending_approval_survives_a_killed_worker(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    tmp_path: Path,
-    run_id: str,
+    servers: Servers, worker_settings: Settings, tmp_path: Path, run_id: str
 ) -> None:
     settings = worker_settings.model_copy(update={"task_queue": f"kill-{uuid.uuid4().hex[:8]}"})
-    env = worker_env(client, settings, tmp_path / "store.db")
-    scripted_provider.register(reserve_script(run_id))
+    env = worker_env(servers.client, settings, tmp_path / "store.db")
+    servers.provider.register(reserve_script(run_id))
     async with worker_process(env) as first:
-        handle = await start_run(client, settings, run_id, run_input(run_id))
+        handle = await start_run(servers.client, settings, run_id, run_input(run_id))
         view = await wait_for_phase(handle, "awaiting_approval")
         first.send_signal(signal.SIGKILL)
         await first.wait()
@@ -361,8 +309,8 @@ async def test_the_pending_approval_survives_a_killed_worker(
     async with worker_process(env):
         result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
-    assert reservations(example_service) == 1
-    assert example_service.stats()["counts"]["workshops.get"] == 1
+    assert reservations(servers.service) == 1
+    assert servers.service.stats()["counts"]["workshops.get"] == 1
 
 
 @pytest.fixture
@@ -381,13 +329,10 @@ async def time_skipping(
 
 
 async def test_approval_timeout_on_the_time_skipping_server(
-    time_skipping: tuple[WorkflowEnvironment, Settings],
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    time_skipping: tuple[WorkflowEnvironment, Settings], servers: Servers, run_id: str
 ) -> None:
     env, settings = time_skipping
-    scripted_provider.register(reserve_script(run_id))
+    servers.provider.register(reserve_script(run_id))
     handle = await start_run(
         env.client,
         settings,
@@ -401,25 +346,25 @@ async def test_approval_timeout_on_the_time_skipping_server(
     assert [(p.call_id, p.status) for p in result.pending] == [
         ("call_reserve", "awaiting_approval")
     ]
-    assert reservations(example_service) == 0
+    assert reservations(servers.service) == 0
 
 
 async def test_a_decision_sent_with_the_start_is_answered_with_the_verdict_the_run_acts_on(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     """The update arrives in the run's first workflow task, before the run has its state.
     Before, it was answered "the run has not started yet" and then applied all the same;
     now it waits for the state and answers with the verdict the run records."""
-    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="Nothing to do.")]))
+    live.provider.register(scripted(run_id, "Nothing to do."))
     start = WithStartWorkflowOperation(
         WORKFLOW_NAME,
         run_input(run_id),
         id=run_id,
-        task_queue=worker.task_queue,
+        task_queue=live.worker.task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
         result_type=AgentRunResult,
     )
-    verdict = await client.execute_update_with_start_workflow(
+    verdict = await live.client.execute_update_with_start_workflow(
         "decide_approval",
         ApprovalDecision(
             call_id="call_early",

@@ -28,18 +28,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pytest
-from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from agentloop.activities.notices import SIGNATURE_HEADER, NoticeActivities
 from agentloop.activity_io import NOTICE_NOT_DELIVERED, DeliveryPolicy, NoticeCall, WaitingNotice
-from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.runtime.notice_routes import Webhook
-from agentloop.scripted_provider import ScriptedProvider
 from agentloop.worker import running_worker
 from tests.fuzzing import SEED, case_rng, cases
+from tests.live import Servers
 from tests.loop.test_fuzz_signals import failed_tasks
 from tests.people.test_inbox_notices import (
     INBOX_URL,
@@ -367,15 +365,10 @@ async def test_generated_receivers_each_get_the_notice_as_their_answers_deserve(
 
 @pytest.mark.usefixtures("clean_fakes")
 async def test_a_run_notifying_generated_receivers_still_waits_and_completes_after_approval(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    receivers: Receivers,
-    run_id: str,
+    servers: Servers, worker_settings: Settings, receivers: Receivers, run_id: str
 ) -> None:
     for n in range(cases(short=1, long=10)):
-        example_service.reset()  # each run books the same seat
+        servers.service.reset()  # each run books the same seat
         rng = case_rng(f"notified run/{n}")
         made = generated(receivers, rng, most=6)
         healthy_ones = [
@@ -385,9 +378,9 @@ async def test_a_run_notifying_generated_receivers_still_waits_and_completes_aft
         ]
         workflow_id = f"{run_id}-{n}"
         settings = notifying(worker_settings, workflow_id, *(w.url for w in made.webhooks))
-        async with running_worker(client, settings):
+        async with running_worker(servers.client, settings):
             handle = await start_run(
-                client, settings, workflow_id, booking(scripted_provider, workflow_id)
+                servers.client, settings, workflow_id, booking(servers.provider, workflow_id)
             )
             view = await wait_for_phase(handle, "awaiting_approval", seconds=60)
             await wait_until(
@@ -402,5 +395,5 @@ async def test_a_run_notifying_generated_receivers_still_waits_and_completes_aft
             assert not any(secret in failure for secret in made.secrets), (SEED, failure)
         first = handle.result_run_id or handle.run_id
         assert first is not None
-        assert await failed_tasks(client, workflow_id, first) == [], SEED
+        assert await failed_tasks(servers.client, workflow_id, first) == [], SEED
     assert receivers.target_hits == 0, SEED

@@ -16,15 +16,23 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from temporalio.client import Client
 
 from agentloop.activities.notices import SIGNATURE_HEADER
-from agentloop.contract import AgentRunInput, ApprovalDecision, Principal, RunStatusView
+from agentloop.contract import AgentRunInput, Principal, RunStatusView
 from agentloop.runtime.config import CONFIG_FILE_VARIABLE, ConfigError, Settings, load_config
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import ScriptedProvider
+from agentloop.testing.turns import call as scripted_call
 from agentloop.worker import running_worker
+from tests.live import Servers, agent_input, scripted
 from tests.operations.test_config import problems_of
-from tests.support import result_of, start_run, wait_for_phase, wait_for_status, wait_until
+from tests.support import (
+    result_of,
+    signal_approval,
+    start_run,
+    wait_for_phase,
+    wait_for_status,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -75,34 +83,23 @@ def notifying(settings: Settings, run_id: str, *urls: str) -> Settings:
 
 def booking(scripted_provider: ScriptedProvider, run_id: str) -> AgentRunInput:
     scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(id="c_res", name="reserve_seat", arguments=RESERVE)
-                    ]
-                ),
-                ScriptTurn(text="Booked."),
-            ],
+        scripted(
+            run_id,
+            [scripted_call("reserve_seat", "c_res", **RESERVE)],
+            "Booked.",
         )
     )
-    return AgentRunInput(
-        task="Book p-carol into ws-101.",
-        provider="openai-chat",
-        model=run_id,
-        tools=["reserve_seat"],
+    return agent_input(
+        run_id,
+        "openai-chat",
+        "Book p-carol into ws-101.",
+        ["reserve_seat"],
         principal=Principal(subject="p-alice", scopes=["workshops:read", "workshops:write"]),
     )
 
 
 async def approve(handle: Any, digest: str) -> None:
-    await handle.signal(
-        "approve",
-        ApprovalDecision(
-            call_id="c_res", args_digest=digest, approved=True, approver="workshop-lead"
-        ),
-    )
+    await signal_approval(handle, "c_res", digest, "workshop-lead")
 
 
 async def approved_to_completion(handle: Any, view: RunStatusView) -> None:
@@ -122,16 +119,14 @@ async def notice_failure(handle: Any) -> tuple[RunStatusView, str]:
 
 
 async def test_a_run_waiting_for_approval_sends_one_signed_notice(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    webhooks: tuple[Webhook, Webhook],
-    run_id: str,
+    servers: Servers, worker_settings: Settings, webhooks: tuple[Webhook, Webhook], run_id: str
 ) -> None:
     good, _ = webhooks
     settings = notifying(worker_settings, run_id, good.url)
-    async with running_worker(client, settings):
-        handle = await start_run(client, settings, run_id, booking(scripted_provider, run_id))
+    async with running_worker(servers.client, settings):
+        handle = await start_run(
+            servers.client, settings, run_id, booking(servers.provider, run_id)
+        )
         view = await wait_for_phase(handle, "awaiting_approval")
         await wait_until(lambda: len(good.received) == 1, "the notice")
         headers, body = good.received[0]
@@ -156,16 +151,14 @@ async def test_a_run_waiting_for_approval_sends_one_signed_notice(
 
 
 async def test_a_failing_webhook_neither_fails_nor_delays_the_run_and_status_says_so(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    webhooks: tuple[Webhook, Webhook],
-    run_id: str,
+    servers: Servers, worker_settings: Settings, webhooks: tuple[Webhook, Webhook], run_id: str
 ) -> None:
     good, bad = webhooks
     settings = notifying(worker_settings, run_id, bad.url, good.url)
-    async with running_worker(client, settings):
-        handle = await start_run(client, settings, run_id, booking(scripted_provider, run_id))
+    async with running_worker(servers.client, settings):
+        handle = await start_run(
+            servers.client, settings, run_id, booking(servers.provider, run_id)
+        )
         view = await wait_for_phase(handle, "awaiting_approval")
         assert view.notice_failures == []  # waiting already, the notice still being retried
         view, failure = await notice_failure(handle)

@@ -19,19 +19,20 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from agentloop.activities.notices import NoticeActivities
 from agentloop.activity_io import DeliveryPolicy, NoticeCall, WaitingNotice
-from agentloop.contract import AgentRunInput, AgentRunResult, CancelRequest, Principal
+from agentloop.contract import AgentRunResult, CancelRequest, Principal
 from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.runtime.audit import configure_logging, reset_logging
 from agentloop.runtime.config import Settings
 from agentloop.runtime.notice_routes import Webhook
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import ScriptedToolCall
 from agentloop.worker import running_worker
+from tests.live import Servers, agent_input, scripted
 from tests.people.test_inbox_notices import (
     RESERVE,
     SECRET,
@@ -161,16 +162,14 @@ async def notice_attempt(handle: WorkflowHandle[Any, Any]) -> int:
 
 
 async def test_two_hanging_webhooks_never_starve_a_healthy_one(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    receivers: Receivers,
-    run_id: str,
+    servers: Servers, worker_settings: Settings, receivers: Receivers, run_id: str
 ) -> None:
     urls = [receivers.url("hang/1"), receivers.url("hang/2"), receivers.url("ok/3")]
     settings = notifying(worker_settings, run_id, *urls)
-    async with running_worker(client, settings):
-        handle = await start_run(client, settings, run_id, booking(scripted_provider, run_id))
+    async with running_worker(servers.client, settings):
+        handle = await start_run(
+            servers.client, settings, run_id, booking(servers.provider, run_id)
+        )
         view = await wait_for_phase(handle, "awaiting_approval")
         await wait_until(lambda: receivers.count("ok/3") == 1, "the healthy webhook's notice")
         # Told before either hanging webhook's first attempt timed out, by the activity's
@@ -191,17 +190,15 @@ async def test_two_hanging_webhooks_never_starve_a_healthy_one(
 
 
 async def test_a_redirect_is_a_named_failure_and_never_followed(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    receivers: Receivers,
-    run_id: str,
+    servers: Servers, worker_settings: Settings, receivers: Receivers, run_id: str
 ) -> None:
     settings = notifying(
         worker_settings, run_id, receivers.url("redirect/1"), receivers.url("ok/2")
     )
-    async with running_worker(client, settings):
-        handle = await start_run(client, settings, run_id, booking(scripted_provider, run_id))
+    async with running_worker(servers.client, settings):
+        handle = await start_run(
+            servers.client, settings, run_id, booking(servers.provider, run_id)
+        )
         view, failure = await notice_failure(handle)
         assert f"webhook 1 ({receivers.base}) answered 307, a redirect (not followed)" in failure
         assert "(1 attempt)" in failure and "webhook 2" not in failure
@@ -211,20 +208,21 @@ async def test_a_redirect_is_a_named_failure_and_never_followed(
 
 
 async def test_a_redirect_loop_shows_no_part_of_the_webhooks_path_anywhere(
-    client: Client,
+    servers: Servers,
     worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
     receivers: Receivers,
     worker_log: io.StringIO,
     run_id: str,
 ) -> None:
     settings = notifying(worker_settings, run_id, receivers.url("/".join(SECRET_PATH)))
-    async with running_worker(client, settings):
-        handle = await start_run(client, settings, run_id, booking(scripted_provider, run_id))
+    async with running_worker(servers.client, settings):
+        handle = await start_run(
+            servers.client, settings, run_id, booking(servers.provider, run_id)
+        )
         view, failure = await notice_failure(handle)
         options = InboxOptions(auth_header="X-User", tenants={"lead": ["default"]})
         async with (
-            InboxServer(client, options, "127.0.0.1", 0) as inbox,
+            InboxServer(servers.client, options, "127.0.0.1", 0) as inbox,
             aiohttp.ClientSession() as http,
             http.get(f"{inbox.url}/runs/{run_id}", headers={"X-User": "lead"}) as page,
         ):
@@ -248,11 +246,7 @@ async def test_a_redirect_loop_shows_no_part_of_the_webhooks_path_anywhere(
 
 
 async def test_notices_are_routed_per_tool_and_per_tenant(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    receivers: Receivers,
-    run_id: str,
+    servers: Servers, worker_settings: Settings, receivers: Receivers, run_id: str
 ) -> None:
     routes = {
         "workshops": {"url": receivers.url("ok/workshops"), "tools": ["reserve_seat"]},
@@ -268,33 +262,29 @@ async def test_notices_are_routed_per_tool_and_per_tenant(
         update={"notify_routes": json.dumps(routes)}
     )
     reply = {"ticket_id": "T-1001", "recipient": "dana@example.com", "body": "Refunded."}
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(id="c_res", name="reserve_seat", arguments=RESERVE),
-                        ScriptedToolCall(id="c_reply", name="send_reply", arguments=reply),
-                    ]
-                ),
-                ScriptTurn(text="Done."),
+    servers.provider.register(
+        scripted(
+            run_id,
+            [
+                ScriptedToolCall(id="c_res", name="reserve_seat", arguments=RESERVE),
+                ScriptedToolCall(id="c_reply", name="send_reply", arguments=reply),
             ],
+            "Done.",
         )
     )
-    run_input = AgentRunInput(
-        task="Book p-carol and tell Dana.",
-        provider="openai-chat",
-        model=run_id,
-        tools=["reserve_seat", "send_reply"],
+    run_input = agent_input(
+        run_id,
+        "openai-chat",
+        "Book p-carol and tell Dana.",
+        ["reserve_seat", "send_reply"],
         principal=Principal(
             subject="p-alice",
             tenant="tenant-b",
             scopes=["workshops:read", "workshops:write", "tickets:read", "tickets:write"],
         ),
     )
-    async with running_worker(client, settings):
-        handle = await start_run(client, settings, run_id, run_input)
+    async with running_worker(servers.client, settings):
+        handle = await start_run(servers.client, settings, run_id, run_input)
         await wait_for_phase(handle, "awaiting_approval")
         await wait_until(
             lambda: all(receivers.count(f"ok/{n}") for n in ("all", "workshops", "desk-b")),

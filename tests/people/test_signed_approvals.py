@@ -39,7 +39,6 @@ from agentloop.runtime.signing import (
     sign_decision,
     sign_resolution,
 )
-from agentloop.scripted_provider import ScriptedProvider
 from agentloop.worker import running_worker
 from tests.cli.test_cli import agentloop, assert_no_traceback, process_env
 from tests.crash.test_exactly_once import (
@@ -50,6 +49,7 @@ from tests.crash.test_exactly_once import (
     the_call,
     write_script,
 )
+from tests.live import Live, Servers
 from tests.loop.test_hardening import assert_never_wedged, paused_for_approval, refusals
 from tests.support import result_of, scheduled_activity_types, start_run, wait_for_phase
 
@@ -261,13 +261,9 @@ async def run_of(handle: WorkflowHandle[Any, Any]) -> str:
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
 async def test_with_keys_only_the_approvers_signature_lets_the_write_run(
-    client: Client,
-    signing_worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    servers: Servers, signing_worker: Settings, run_id: str
 ) -> None:
-    handle = await paused_for_approval(client, signing_worker, scripted_provider, run_id)
+    handle = await paused_for_approval(servers.client, signing_worker, servers.provider, run_id)
     waiting = await handle.query("status", result_type=RunStatusView)
     assert waiting.approval_signing == "signed"
     unsigned = await pending_decision(handle)
@@ -290,7 +286,7 @@ async def test_with_keys_only_the_approvers_signature_lets_the_write_run(
     assert view.phase == "awaiting_approval" and view.pending_approvals
     # What status shows leaves the signature out.
     assert "signature" not in records[1].model_dump(mode="json")
-    assert reservations(example_service) == 0
+    assert reservations(servers.service) == 0
 
     good = sign_decision(unsigned, LEAD, workflow_id=handle.id, run=run)
     verdict = await handle.execute_update("decide_approval", good, result_type=ApprovalVerdict)
@@ -303,7 +299,7 @@ async def test_with_keys_only_the_approvers_signature_lets_the_write_run(
         "succeeded",
         "approved by workshop-lead",
     )
-    assert reservations(example_service) == 1
+    assert reservations(servers.service) == 1
     await assert_never_wedged(handle)
     events = [e async for e in handle.fetch_history_events()]
     checks = [t for t in scheduled_activity_types(events) if t == "check_approval"]
@@ -313,16 +309,11 @@ async def test_with_keys_only_the_approvers_signature_lets_the_write_run(
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
 async def test_agentloop_approve_with_key_signs_for_the_run(
-    client: Client,
-    signing_worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-    tmp_path: Path,
+    servers: Servers, signing_worker: Settings, run_id: str, tmp_path: Path
 ) -> None:
-    handle = await paused_for_approval(client, signing_worker, scripted_provider, run_id)
+    handle = await paused_for_approval(servers.client, signing_worker, servers.provider, run_id)
     env = process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
+        TEMPORAL_ADDRESS=servers.client.service_client.config.target_host,
         AGENT_LOOP_TASK_QUEUE=signing_worker.task_queue,
         AGENTLOOP_STORE_URL=signing_worker.store_url,
     )
@@ -338,7 +329,7 @@ async def test_agentloop_approve_with_key_signs_for_the_run(
         str(tmp_path / "intruder.pem"), env=env,
     )  # fmt: skip
     assert wrong.returncode == 1 and "the signature is not workshop-lead's" in wrong.stderr
-    assert reservations(example_service) == 0
+    assert reservations(servers.service) == 0
 
     lead_pem = tmp_path / "lead.pem"
     lead_pem.write_bytes(LEAD.private_bytes(*PKCS8))
@@ -350,20 +341,14 @@ async def test_agentloop_approve_with_key_signs_for_the_run(
     assert json.loads(approved.stdout)["accepted"] is True
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
-    assert reservations(example_service) == 1
+    assert reservations(servers.service) == 1
     await assert_never_wedged(handle)
 
 
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
-async def test_without_keys_status_says_approvals_are_unsigned(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-) -> None:
-    handle = await paused_for_approval(client, worker, scripted_provider, run_id)
+async def test_without_keys_status_says_approvals_are_unsigned(live: Live, run_id: str) -> None:
+    handle = await paused_for_approval(live.client, live.worker, live.provider, run_id)
     waiting = await handle.query("status", result_type=RunStatusView)
     assert waiting.approval_signing == "unsigned"  # said from the start, before any decision
     verdict = await handle.execute_update(
@@ -373,7 +358,7 @@ async def test_without_keys_status_says_approvals_are_unsigned(
     await result_of(handle)
     view = await handle.query("status", result_type=RunStatusView)
     assert view.approval_signing == "unsigned"
-    assert reservations(example_service) == 1
+    assert reservations(live.service) == 1
 
 
 def test_a_key_file_that_is_not_ed25519_is_refused(tmp_path: Path) -> None:
@@ -389,20 +374,15 @@ def test_a_key_file_that_is_not_ed25519_is_refused(tmp_path: Path) -> None:
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
 async def test_with_keys_only_a_signed_resolve_by_an_approver_settles_a_write(
-    client: Client,
-    signing_worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-    tmp_path: Path,
+    servers: Servers, signing_worker: Settings, run_id: str, tmp_path: Path
 ) -> None:
     """Issue #33: on a worker taking only signed approvals, an unsigned `resolve` saying a
     write that was sent was not applied settled it all the same; settling a write's outcome
     decides as much as approving it."""
-    scripted_provider.register(write_script(run_id, RESERVE, "workshop-lead says applied"))
-    example_service.inject_fault(RESERVE.write_endpoint, "commit_then_drop")
-    example_service.inject_fault(RESERVE.lookup_endpoint, "unavailable", count=LOOKUP_OUTAGE)
-    handle = await start_run(client, signing_worker, run_id, run_input(run_id, RESERVE))
+    servers.provider.register(write_script(run_id, RESERVE, "workshop-lead says applied"))
+    servers.service.inject_fault(RESERVE.write_endpoint, "commit_then_drop")
+    servers.service.inject_fault(RESERVE.lookup_endpoint, "unavailable", count=LOOKUP_OUTAGE)
+    handle = await start_run(servers.client, signing_worker, run_id, run_input(run_id, RESERVE))
     await wait_for_phase(handle, "awaiting_approval")
     run = await run_of(handle)
     approval = sign_decision(await pending_decision(handle), LEAD, workflow_id=handle.id, run=run)
@@ -437,7 +417,7 @@ async def test_with_keys_only_a_signed_resolve_by_an_approver_settles_a_write(
     lead_pem = tmp_path / "lead.pem"
     lead_pem.write_bytes(LEAD.private_bytes(*PKCS8))
     env = process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
+        TEMPORAL_ADDRESS=servers.client.service_client.config.target_host,
         AGENT_LOOP_TASK_QUEUE=signing_worker.task_queue,
         AGENTLOOP_STORE_URL=signing_worker.store_url,
     )
@@ -452,7 +432,7 @@ async def test_with_keys_only_a_signed_resolve_by_an_approver_settles_a_write(
     call = the_call(result.calls)
     assert call.status == "confirmed_after_query"
     assert "resolved: workshop-lead says applied: seen in the register" in call.decision
-    assert reservations(example_service) == 1
+    assert reservations(servers.service) == 1
     await assert_never_wedged(handle)
     events = [e async for e in handle.fetch_history_events()]
     checks = [t for t in scheduled_activity_types(events) if t == "check_resolution"]

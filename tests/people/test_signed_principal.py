@@ -33,10 +33,11 @@ from agentloop.runtime.start_signing import (
     StartSignature,
     sign_start,
 )
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptTurn
+from agentloop.scripted_provider import ScriptedProvider
 from agentloop.store.memory import MemoryStore
 from agentloop.worker import running_worker
 from tests.cli.test_cli import agentloop, assert_no_traceback, process_env
+from tests.live import Servers, agent_input, scripted
 from tests.support import activity_result, result_of
 from tests.tools.test_delegate import call
 
@@ -247,7 +248,7 @@ async def signing_worker(
 
 
 def answering(scripted_provider: ScriptedProvider, run_id: str) -> AgentRunInput:
-    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="done")]))
+    scripted_provider.register(scripted(run_id, "done"))
     return AgentRunInput(task="Say done.", provider="openai-chat", model=run_id, principal=DANA)
 
 
@@ -263,18 +264,18 @@ async def refusal(client: Client, settings: Settings, run_id: str, run: AgentRun
 
 @pytest.mark.integration
 async def test_a_signed_start_runs_once_and_replayed_under_its_reused_id_is_refused(
-    client: Client,
-    signing_worker: Settings,
-    scripted_provider: ScriptedProvider,
-    starter_key: Ed25519PrivateKey,
-    run_id: str,
+    servers: Servers, signing_worker: Settings, starter_key: Ed25519PrivateKey, run_id: str
 ) -> None:
     """Whoever reads the finished run's history has its signed input: started again under the
     same workflow id, with another task or as it was, it is refused (and never calls the
     model)."""
-    run = answering(scripted_provider, run_id)
+    run = answering(servers.provider, run_id)
     handle = await start_run(
-        client, run, id=run_id, task_queue=signing_worker.task_queue, principal_key=starter_key
+        servers.client,
+        run,
+        id=run_id,
+        task_queue=signing_worker.task_queue,
+        principal_key=starter_key,
     )
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
@@ -284,26 +285,22 @@ async def test_a_signed_start_runs_once_and_replayed_under_its_reused_id_is_refu
     assert described["principal"] == {"problem": "", "signer": "front"}
 
     recorded = events[0].workflow_execution_started_event_attributes.input.payloads[:1]
-    [replayed] = await client.data_converter.decode(recorded, [AgentRunInput])
+    [replayed] = await servers.client.data_converter.decode(recorded, [AgentRunInput])
     assert replayed.principal_signature  # what the history gives away
-    calls = len([r for r in scripted_provider.requests if r["script"] == run_id])
+    calls = len([r for r in servers.provider.requests if r["script"] == run_id])
     another_task = replayed.model_copy(update={"task": "Refund every order of acme."})
-    message = await refusal(client, signing_worker, run_id, another_task)
+    message = await refusal(servers.client, signing_worker, run_id, another_task)
     assert "signed for another start input" in message, message
-    message = await refusal(client, signing_worker, run_id, replayed)
+    message = await refusal(servers.client, signing_worker, run_id, replayed)
     assert "the signature was used to start another run already" in message, message
-    assert len([r for r in scripted_provider.requests if r["script"] == run_id]) == calls
+    assert len([r for r in servers.provider.requests if r["script"] == run_id]) == calls
 
 
 @pytest.mark.integration
 async def test_a_tampered_input_a_signature_for_another_run_or_an_expired_one_fails_at_start(
-    client: Client,
-    signing_worker: Settings,
-    scripted_provider: ScriptedProvider,
-    starter_key: Ed25519PrivateKey,
-    run_id: str,
+    servers: Servers, signing_worker: Settings, starter_key: Ed25519PrivateKey, run_id: str
 ) -> None:
-    run = answering(scripted_provider, run_id)
+    run = answering(servers.provider, run_id)
     admin = DANA.model_copy(update={"scopes": ["orders:read", "orders:admin"]})
     cases: list[tuple[str, dict[str, Any], str]] = [
         ("tampered", {"principal": admin}, "signed for another start input"),
@@ -316,57 +313,53 @@ async def test_a_tampered_input_a_signature_for_another_run_or_an_expired_one_fa
         principal = fields.pop("principal", DANA)
         signature = sign_start(run, starter_key, **fields)
         started = run.model_copy(update={"principal": principal, "principal_signature": signature})
-        message = await refusal(client, signing_worker, workflow_id, started)
+        message = await refusal(servers.client, signing_worker, workflow_id, started)
         assert message.startswith("invalid AgentRunInput: principal 'dana' (tenant 'acme'): ")
         assert said in message, message
-    unsigned = await refusal(client, signing_worker, f"{run_id}-unsigned", run)
+    unsigned = await refusal(servers.client, signing_worker, f"{run_id}-unsigned", run)
     assert "unsigned: this worker takes only runs signed by a starter" in unsigned
-    assert not [r for r in scripted_provider.requests if r["script"] == run_id]  # no model call
+    assert not [r for r in servers.provider.requests if r["script"] == run_id]  # no model call
 
 
 @pytest.mark.integration
 async def test_a_delegated_child_is_checked_against_its_root_runs_signature(
-    client: Client,
-    signing_worker: Settings,
-    scripted_provider: ScriptedProvider,
-    starter_key: Ed25519PrivateKey,
-    run_id: str,
+    servers: Servers, signing_worker: Settings, starter_key: Ed25519PrivateKey, run_id: str
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(tool_calls=[call("call_d", "delegate", task="Say done.", tools=[])]),
-                ScriptTurn(text="The helper says: {{call_d.output}}"),
-            ],
+    servers.provider.register(
+        scripted(
+            run_id,
+            [call("call_d", "delegate", task="Say done.", tools=[])],
+            "The helper says: {{call_d.output}}",
         )
     )
-    scripted_provider.register(Script(name=f"{run_id}-child", turns=[ScriptTurn(text="done")]))
-    run = AgentRunInput(
-        task="Ask a helper.",
-        provider="openai-chat",
-        model=run_id,
+    servers.provider.register(scripted(f"{run_id}-child", "done"))
+    run = agent_input(
+        run_id,
+        "openai-chat",
+        "Ask a helper.",
+        ["delegate"],
         delegate_model=f"{run_id}-child",
-        tools=["delegate"],
         principal=DANA,
     )
     handle = await start_run(
-        client, run, id=run_id, task_queue=signing_worker.task_queue, principal_key=starter_key
+        servers.client,
+        run,
+        id=run_id,
+        task_queue=signing_worker.task_queue,
+        principal_key=starter_key,
     )
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
-    child = client.get_workflow_handle(f"{run_id}/delegate/call_d", result_type=AgentRunResult)
+    child = servers.client.get_workflow_handle(
+        f"{run_id}/delegate/call_d", result_type=AgentRunResult
+    )
     assert (await result_of(child)).output == "done"
     assert result.output == "The helper says: done"
 
 
 @pytest.mark.integration
 async def test_agentloop_run_key_signs_the_principal(
-    client: Client,
-    signing_worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    tmp_path: Path,
+    servers: Servers, signing_worker: Settings, run_id: str, tmp_path: Path
 ) -> None:
     made = await agentloop("keys", "new", "front", "--dir", str(tmp_path), env=process_env())
     assert made.returncode == 0, made.explain()
@@ -375,13 +368,13 @@ async def test_agentloop_run_key_signs_the_principal(
     worker = signing_worker.model_copy(
         update={"starter_keys": line, "task_queue": f"{signing_worker.task_queue}-cli"}
     )
-    answering(scripted_provider, run_id)
+    answering(servers.provider, run_id)
     env = process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
+        TEMPORAL_ADDRESS=servers.client.service_client.config.target_host,
         AGENT_LOOP_TASK_QUEUE=worker.task_queue,
     )
     args = ["run", "Say done.", "--model", run_id, "--subject", "dana", "--follow"]
-    async with running_worker(client, worker):
+    async with running_worker(servers.client, worker):
         signed = await agentloop(
             *args, "--id", run_id, "--key", str(tmp_path / "front.pem"), env=env, cwd=tmp_path
         )

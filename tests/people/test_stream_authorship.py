@@ -31,9 +31,11 @@ from agentloop.run_events import (
     RunEvent,
 )
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptTurn
+from agentloop.testing.turns import call as scripted_call
 from tests.cli.test_cli import process_env
 from tests.cli.test_cli_runs import cli_process, read_until
+from tests.live import Live, scripted
 from tests.people.test_watch import collect, failed_workflow_tasks
 from tests.support import result_of, start_run, wait_for_status
 
@@ -56,15 +58,13 @@ FORGED = [
 
 
 def booking(run_id: str) -> tuple[Script, AgentRunInput]:
-    script = Script(
-        name=run_id,
-        turns=[
-            ScriptTurn(
-                text=FIRST_TEXT,
-                tool_calls=[ScriptedToolCall(id="call_res", name="reserve_seat", arguments=BOOK)],
-            ),
-            ScriptTurn(text="Booked."),
-        ],
+    script = scripted(
+        run_id,
+        ScriptTurn(
+            text=FIRST_TEXT,
+            tool_calls=[scripted_call("reserve_seat", "call_res", **BOOK)],
+        ),
+        "Booked.",
     )
     run_input = AgentRunInput.model_validate(
         {
@@ -131,22 +131,22 @@ async def wait_for_offset(handle: WorkflowHandle[Any, Any], offset: int) -> None
 
 
 async def test_a_forged_done_call_and_wait_end_no_watcher_and_show_as_nothing_of_the_run(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     """Forged while `agentloop watch` and `agentloop.watch` follow a run waiting for an
     approval: both keep watching past the forged `done`, and end on the run's own, the CLI
     with the run's code (rejected: not the forged `completed`'s 0)."""
-    handle, digest = await started_waiting(client, worker, scripted_provider, run_id)
+    handle, digest = await started_waiting(live.client, live.worker, live.provider, run_id)
     env = process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
-        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
+        TEMPORAL_ADDRESS=live.client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=live.worker.task_queue,
     )
-    watching = asyncio.create_task(collect(client, run_id))
+    watching = asyncio.create_task(collect(live.client, run_id))
     seen: list[str] = []
     async with cli_process("watch", run_id, env=env, cwd=Path.cwd()) as cli:
         await read_until(cli.stdout, seen, lambda text: ".. waiting for approval" in text, "wait")
         before = await stream_offset(handle)
-        await forge(client, run_id, FORGED)
+        await forge(live.client, run_id, FORGED)
         await wait_for_offset(handle, before + len(FORGED))  # in the stream (as foreign)
         await decide(handle, digest, approved=False)  # the run's real end comes after them
         assert cli.stdout is not None
@@ -168,13 +168,13 @@ async def test_a_forged_done_call_and_wait_end_no_watcher_and_show_as_nothing_of
 
 
 async def test_a_foreign_flood_a_huge_item_and_a_copied_seal_leave_the_run_its_own_items(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     """500 forged items, a publish of 1.4 MB and the run's own sealed text sent again out of
     its history: the run keeps every item of its own (a late subscriber reads them all, the
     text once), keeps at most `MAX_FOREIGN_ITEMS` of the rest, and no workflow task fails."""
-    handle, digest = await started_waiting(client, worker, scripted_provider, run_id)
-    await forge(client, run_id, [FORGED[n % len(FORGED)] for n in range(500)])
+    handle, digest = await started_waiting(live.client, live.worker, live.provider, run_id)
+    await forge(live.client, run_id, [FORGED[n % len(FORGED)] for n in range(500)])
     huge = Payload(metadata={"encoding": b"json/plain"}, data=b'"' + b"x" * 1_400_000 + b'"')
     wire = base64.b64encode(huge.SerializeToString()).decode()
     await handle.signal(PUBLISH_SIGNAL, {"items": [{"topic": TOPIC, "data": wire}]})
@@ -185,9 +185,9 @@ async def test_a_foreign_flood_a_huge_item_and_a_copied_seal_leave_the_run_its_o
         and e.workflow_execution_signaled_event_attributes.signal_name == PUBLISH_SIGNAL
         and FIRST_TEXT.encode() in base64.b64decode(published_data(e))
     ]
-    await client.workflow_service.signal_workflow_execution(
+    await live.client.workflow_service.signal_workflow_execution(
         SignalWorkflowExecutionRequest(
-            namespace=client.namespace,
+            namespace=live.client.namespace,
             workflow_execution=WorkflowExecution(workflow_id=run_id),
             signal_name=PUBLISH_SIGNAL,
             input=sealed_text.workflow_execution_signaled_event_attributes.input,
@@ -196,7 +196,7 @@ async def test_a_foreign_flood_a_huge_item_and_a_copied_seal_leave_the_run_its_o
     )
     await decide(handle, digest, approved=True)
     result = await asyncio.wait_for(handle.result(), 60)
-    events = await collect(client, run_id)
+    events = await collect(live.client, run_id)
 
     assert result.status == "completed", result.stop_reason
     assert await failed_workflow_tasks(handle) == 0

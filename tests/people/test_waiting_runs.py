@@ -17,12 +17,13 @@ from temporalio.worker import Worker
 import agentloop
 from agentloop import ToolContext
 from agentloop.contract import AgentRunInput, Principal
-from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import Script, ScriptTurn
+from agentloop.testing.turns import call as scripted_call
 from agentloop.tools.plugins import Plugin, Toolset, build_toolbox
 from agentloop.worker import running_worker, worker_parts
 from agentloop.workflows.agent_run import AgentRun
+from tests.live import Servers, agent_input, scripted
 from tests.support import approve_as_shown, result_of, start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -32,39 +33,24 @@ PRINCIPAL = Principal(subject="p-alice", scopes=["workshops:read", "workshops:wr
 
 
 def booking(name: str) -> Script:
-    return Script(
-        name=name,
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(
-                        id="c_check", name="check_workshop", arguments={"workshop_id": "ws-101"}
-                    ),
-                    ScriptedToolCall(id="c_res", name="reserve_seat", arguments=RESERVE),
-                ]
-            ),
-            ScriptTurn(text="Booked."),
+    return scripted(
+        name,
+        [
+            scripted_call("check_workshop", "c_check", workshop_id="ws-101"),
+            scripted_call("reserve_seat", "c_res", **RESERVE),
         ],
+        "Booked.",
     )
 
 
 def run_input(model: str, tools: list[str]) -> AgentRunInput:
-    return AgentRunInput(
-        task="Book p-carol into ws-101.",
-        provider="openai-chat",
-        model=model,
-        tools=tools,
-        principal=PRINCIPAL,
+    return agent_input(
+        model, "openai-chat", "Book p-carol into ws-101.", tools, principal=PRINCIPAL
     )
 
 
 async def test_a_run_evicted_while_awaiting_approval_resumes_without_running_anything_again(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-    monkeypatch: pytest.MonkeyPatch,
+    servers: Servers, worker_settings: Settings, run_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     constructed: list[str] = []
     built = AgentRun.__init__
@@ -78,30 +64,30 @@ async def test_a_run_evicted_while_awaiting_approval_resumes_without_running_any
     settings = worker_settings.model_copy(
         update={"max_cached_workflows": 1, "task_queue": f"one-cached-{run_id[-8:]}"}
     )
-    scripted_provider.register(booking(run_id))
-    async with running_worker(client, settings):
+    servers.provider.register(booking(run_id))
+    async with running_worker(servers.client, settings):
         waiting = await start_run(
-            client, settings, run_id, run_input(run_id, ["check_workshop", "reserve_seat"])
+            servers.client, settings, run_id, run_input(run_id, ["check_workshop", "reserve_seat"])
         )
         view = await wait_for_phase(waiting, "awaiting_approval")
-        before = dict(example_service.stats()["counts"])
+        before = dict(servers.service.stats()["counts"])
         # Other runs take the one cache slot: the waiting run is evicted.
         for n in range(3):
             other = f"{run_id}-other-{n}"
-            scripted_provider.register(Script(name=other, turns=[ScriptTurn(text="Hello.")]))
-            done = await start_run(client, settings, other, run_input(other, []))
+            servers.provider.register(scripted(other, "Hello."))
+            done = await start_run(servers.client, settings, other, run_input(other, []))
             assert (await result_of(done)).status == "completed"
         [pending] = view.pending_approvals
         assert pending.call_id == "c_res"
         await approve_as_shown(waiting, pending, "workshop-lead")
         result = await result_of(waiting)
     assert result.status == "completed", result.stop_reason
-    after = example_service.stats()["counts"]
+    after = servers.service.stats()["counts"]
     # The read ran once, before the wait; after it, the write's precondition is checked again,
     # then the write.
     changed = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
     assert changed == {"workshops.eligibility": 1, "workshops.reserve": 1}, changed
-    assert example_service.records()["reservations"] == 1
+    assert servers.service.records()["reservations"] == 1
     # It was built anew to resume: replayed from its history, not kept in memory.
     assert constructed.count(run_id) >= 2, constructed
 
@@ -141,7 +127,7 @@ async def count_in_flight(ctx: ToolContext[None], n: int) -> str:
 
 
 async def test_a_worker_with_two_activity_slots_runs_no_more_than_two_calls_at_once(
-    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+    servers: Servers, worker_settings: Settings, run_id: str
 ) -> None:
     """Four reads proposed at once, on a worker with two activity slots: all four run, never
     more than two at a time (counted inside the tool), each result under its own call id."""
@@ -152,26 +138,24 @@ async def test_a_worker_with_two_activity_slots_runs_no_more_than_two_calls_at_o
             "task_queue": f"two-slots-{run_id[-8:]}",
         }
     )
-    calls = [
-        ScriptedToolCall(id=f"c_{n}", name="count_in_flight", arguments={"n": n}) for n in range(4)
-    ]
-    scripted_provider.register(
-        Script(name=run_id, turns=[ScriptTurn(tool_calls=calls), ScriptTurn(text="All four.")])
-    )
+    calls = [scripted_call("count_in_flight", f"c_{n}", n=n) for n in range(4)]
+    servers.provider.register(scripted(run_id, ScriptTurn(tool_calls=calls), "All four."))
     SlotCount.now = SlotCount.most = 0
     toolbox = build_toolbox([Plugin("slots", Toolset(tools=[count_in_flight]))])
-    async with worker_parts(client, own, toolbox) as parts:
+    async with worker_parts(servers.client, own, toolbox) as parts:
         given = parts.worker_kwargs()
         assert (given["max_concurrent_activities"], given["max_concurrent_workflow_tasks"]) == (
             2,
             3,
         )
-        async with Worker(client, task_queue=own.task_queue, **given):
-            handle = await start_run(client, own, run_id, run_input(run_id, ["count_in_flight"]))
+        async with Worker(servers.client, task_queue=own.task_queue, **given):
+            handle = await start_run(
+                servers.client, own, run_id, run_input(run_id, ["count_in_flight"])
+            )
             result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert SlotCount.most == 2
-    _, second = [r for r in scripted_provider.requests if r["script"] == run_id]
+    _, second = [r for r in servers.provider.requests if r["script"] == run_id]
     answered = {
         m["tool_call_id"]: m["content"] for m in second["body"]["messages"] if m["role"] == "tool"
     }

@@ -25,26 +25,26 @@ from agentloop.contract import (
     WORKFLOW_NAME,
     AgentRunInput,
     AgentRunResult,
-    ApprovalDecision,
     RunStatusView,
 )
 from agentloop.run_events import MAX_FOREIGN_ITEMS, MAX_RETAINED_ITEMS, TOPIC, RunEvent
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import (
-    Script,
     ScriptedError,
-    ScriptedProvider,
     ScriptedToolCall,
     ScriptTurn,
 )
+from agentloop.testing.turns import call as scripted_call
 from agentloop.worker import running_worker
 from agentloop.workflows.agent_run import AgentRun
 from tests.cli.test_cli import agentloop as agentloop_cli
 from tests.cli.test_cli import process_env
 from tests.cli.test_cli_runs import cli_process
+from tests.live import Live, Servers, scripted
 from tests.support import (
     read_until,
     result_of,
+    signal_approval,
     start_run,
     wait_for_status,
     waited_for,
@@ -56,7 +56,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
 WEATHER = {"city": "Shanghai", "date": "2026-12-01"}
 TRAIN = {"train_number": "G1234", "date": "2026-12-01"}
-WEATHER_CALL = ScriptedToolCall(id="call_w", name="get_weather", arguments=WEATHER)
+WEATHER_CALL = scripted_call("get_weather", "call_w", **WEATHER)
 CITIES = ["Beijing", "Shanghai", "Oslo", "Paris", "Rome", "Lima"]
 ANSWER = "The train is on time, and Shanghai is " + "sunny and mild today. " * 12
 
@@ -89,30 +89,26 @@ def shown_text(events: list[RunEvent]) -> str:
 
 
 async def test_a_subscriber_sees_the_text_while_it_streams_then_each_call_and_the_end(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(id="call_t", name="get_train_status", arguments=TRAIN),
-                        ScriptedToolCall(id="call_w", name="get_weather", arguments=WEATHER),
-                    ]
-                ),
-                ScriptTurn(text=ANSWER, event_delay_ms=60),
+    live.provider.register(
+        scripted(
+            run_id,
+            [
+                scripted_call("get_train_status", "call_t", **TRAIN),
+                scripted_call("get_weather", "call_w", **WEATHER),
             ],
+            ScriptTurn(text=ANSWER, event_delay_ms=60),
         )
     )
-    release_end = scripted_provider.hold_stream_ends(run_id, turn=1)
-    handle = await start_run(client, worker, run_id, run_input(run_id))
+    release_end = live.provider.hold_stream_ends(run_id, turn=1)
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id))
     events: list[RunEvent] = []
     first_text_while_streaming: bool | None = None
     try:
-        async for event in agentloop.watch(client, run_id):
+        async for event in agentloop.watch(live.client, run_id):
             if event.kind == "text" and first_text_while_streaming is None:
-                first_text_while_streaming = scripted_provider.streaming > 0
+                first_text_while_streaming = live.provider.streaming > 0
                 release_end()
             events.append(event)
     finally:
@@ -140,12 +136,12 @@ async def test_a_subscriber_sees_the_text_while_it_streams_then_each_call_and_th
     assert (events[-1].status, events[-1].stop_reason) == ("completed", result.stop_reason)
 
     # Attached after the end, from offset 0: what the run kept, ending with `done`.
-    late = await collect(client, run_id)
+    late = await collect(live.client, run_id)
     assert [e.model_dump() for e in late] == [e.model_dump() for e in events]
 
 
 async def test_an_approval_wait_is_published_and_its_end_before_the_write_result(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     """Watched and asked for its status all the while (as `run --follow` and the inbox do),
     the run publishes its wait and its end, and its history replays: a watcher writes nothing
@@ -153,22 +149,16 @@ async def test_an_approval_wait_is_published_and_its_end_before_the_write_result
     local activities, a status query that split a workflow task with one in flight let the
     next task accept a poll before commands that replay then put first, TMPRL1100.)"""
     book = {"workshop_id": "ws-101", "participant_id": "p-carol"}
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(id="call_res", name="reserve_seat", arguments=book)
-                    ]
-                ),
-                ScriptTurn(text="Booked."),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            [ScriptedToolCall(id="call_res", name="reserve_seat", arguments=book)],
+            "Booked.",
         )
     )
     handle = await start_run(
-        client,
-        worker,
+        live.client,
+        live.worker,
         run_id,
         run_input(
             run_id,
@@ -176,19 +166,11 @@ async def test_an_approval_wait_is_published_and_its_end_before_the_write_result
             principal={"subject": "p-alice", "scopes": ["workshops:write"]},
         ),
     )
-    watching = asyncio.create_task(collect(client, run_id))
+    watching = asyncio.create_task(collect(live.client, run_id))
     asking = asyncio.create_task(ask_status_until_done(handle))
     view = await wait_for_status(handle, lambda v: bool(v.pending_approvals), "the approval")
     [pending] = view.pending_approvals
-    await handle.signal(
-        "approve",
-        ApprovalDecision(
-            call_id="call_res",
-            args_digest=pending.args_digest,
-            approved=True,
-            approver="workshop-lead",
-        ),
-    )
+    await signal_approval(handle, "call_res", pending.args_digest, "workshop-lead")
     result = await result_of(handle)
     events = await waited_for(watching, "the watcher's events")
     assert await waited_for(asking, "the status questions") >= 1
@@ -197,7 +179,7 @@ async def test_an_approval_wait_is_published_and_its_end_before_the_write_result
     history = await handle.fetch_history()
     accepted = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
     assert [e for e in history.events if e.event_type == accepted] == []
-    replayer = Replayer(workflows=[AgentRun], data_converter=client.data_converter)
+    replayer = Replayer(workflows=[AgentRun], data_converter=live.client.data_converter)
     await replayer.replay_workflow(history)
     seen = [(e.kind, e.reason, tuple(e.call_ids or ()), e.call_id) for e in events]
     waiting = seen.index(("waiting", "approval", ("call_res",), None))
@@ -220,18 +202,15 @@ async def ask_status_until_done(handle: Any) -> int:
 
 
 async def test_a_retried_model_call_says_so_and_its_text_is_replaced(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     """The first answer's connection is lost mid-text: the call is retried, the subscriber
     is told, and what it shows is the final output exactly once."""
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[ScriptTurn(text=ANSWER, drop_stream_after_events=12, event_delay_ms=30)],
-        )
+    live.provider.register(
+        scripted(run_id, ScriptTurn(text=ANSWER, drop_stream_after_events=12, event_delay_ms=30))
     )
-    handle = await start_run(client, worker, run_id, run_input(run_id, tools=[]))
-    events = await collect(client, run_id)
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id, tools=[]))
+    events = await collect(live.client, run_id)
     result = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
@@ -240,13 +219,13 @@ async def test_a_retried_model_call_says_so_and_its_text_is_replaced(
     before = [e for e in events[: events.index(retry)] if e.kind == "text"]
     assert before and "".join(e.delta or "" for e in before) != ANSWER  # cut mid-text
     assert shown_text(events) == ANSWER
-    assert len(scripted_provider.requests) == 2
+    assert len(live.provider.requests) == 2
 
 
-async def test_a_run_with_publishing_off_publishes_nothing(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
-) -> None:
-    handle = await start_run(client, worker, run_id, run_input("travel", publish_events=False))
+async def test_a_run_with_publishing_off_publishes_nothing(live: Live, run_id: str) -> None:
+    handle = await start_run(
+        live.client, live.worker, run_id, run_input("travel", publish_events=False)
+    )
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     offset = await handle.query("__temporal_workflow_stream_offset", result_type=int)
@@ -262,25 +241,19 @@ async def test_a_run_with_publishing_off_publishes_nothing(
 
 
 async def test_a_subscriber_follows_the_run_across_continue_as_new_without_a_gap(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     turns = [
         ScriptTurn(
             text=f"Looking at step {n}.",
-            tool_calls=[
-                ScriptedToolCall(
-                    id=f"call_{n}",
-                    name="get_weather",
-                    arguments={"city": city, "date": "2026-12-01"},
-                )
-            ],
+            tool_calls=[scripted_call("get_weather", f"call_{n}", city=city, date="2026-12-01")],
         )
         for n, city in enumerate(CITIES)
     ]
-    scripted_provider.register(Script(name=run_id, turns=[*turns, ScriptTurn(text="Done.")]))
+    live.provider.register(scripted(run_id, *turns, "Done."))
     handle = await start_run(
-        client,
-        worker,
+        live.client,
+        live.worker,
         run_id,
         run_input(
             run_id,
@@ -288,7 +261,7 @@ async def test_a_subscriber_follows_the_run_across_continue_as_new_without_a_gap
             limits={"max_model_calls": 10, "max_tool_calls": 10},
         ),
     )
-    events = await collect(client, run_id)
+    events = await collect(live.client, run_id)
     result = await result_of(handle)
     view = await handle.query("status", result_type=RunStatusView)
 
@@ -304,27 +277,25 @@ async def test_a_subscriber_follows_the_run_across_continue_as_new_without_a_gap
 
 
 async def test_what_others_publish_cannot_fail_the_run_and_what_it_keeps_is_bounded(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     """Anyone who may signal a run may publish to its stream: an item that is not a payload,
     and a flood of items, leave the run's workflow tasks healthy, its own items whole (the
     flood is foreign, bounded apart: nothing of the run's is evicted) and its stream within
     its bounds (`test_stream_authorship` forges the run's own kinds)."""
-    scripted_provider.register(
-        Script(name=run_id, turns=[ScriptTurn(text="Done.", delay_ms=1_500)])
-    )
-    handle = await start_run(client, worker, run_id, run_input(run_id, tools=[]))
+    live.provider.register(scripted(run_id, ScriptTurn(text="Done.", delay_ms=1_500)))
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id, tools=[]))
     await handle.signal(
         "__temporal_workflow_stream_publish",
         {"items": [{"topic": TOPIC, "data": "not base64 at all!"}], "publisher_id": "x"},
     )
-    flood = WorkflowStreamClient.create(client, run_id)
+    flood = WorkflowStreamClient.create(live.client, run_id)
     junk = flood.topic(TOPIC)
     async with flood:
         for n in range(MAX_RETAINED_ITEMS + 100):
             junk.publish({"kind": "text", "turn": 0, "delta": f"junk {n} "})
     result = await result_of(handle)
-    events = await collect(client, run_id, from_offset=0)
+    events = await collect(live.client, run_id, from_offset=0)
 
     assert result.status == "completed", result.stop_reason
     assert await failed_workflow_tasks(handle) == 0
@@ -342,18 +313,18 @@ async def test_what_others_publish_cannot_fail_the_run_and_what_it_keeps_is_boun
     ],
 )
 async def test_a_publish_sent_with_the_start_never_wedges_the_run(
-    publish: Any, client: Client, worker: Settings, run_id: str
+    publish: Any, live: Live, run_id: str
 ) -> None:
     """A publish signal that comes with the start (signal-with-start) reaches the run before
     its stream exists: the SDK took it as a dynamic signal and then gave it to the stream's
     own handler, which failed every workflow task for ever. The run takes it (or drops it)
     and goes on."""
     run = run_input("travel")
-    handle = await client.start_workflow(
+    handle = await live.client.start_workflow(
         WORKFLOW_NAME,
         run,
         id=run_id,
-        task_queue=worker.task_queue,
+        task_queue=live.worker.task_queue,
         result_type=AgentRunResult,
         start_signal="__temporal_workflow_stream_publish",
         start_signal_args=[publish],
@@ -361,7 +332,7 @@ async def test_a_publish_sent_with_the_start_never_wedges_the_run(
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert await failed_workflow_tasks(handle) == 0
-    events = await collect(client, run_id)
+    events = await collect(live.client, run_id)
     assert events[-1].kind == "done"
 
 
@@ -376,30 +347,24 @@ async def failed_workflow_tasks(handle: Any) -> int:
 
 
 async def test_a_worker_killed_mid_stream_the_subscriber_sees_retry_then_the_text_once(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    tmp_path: Path,
+    servers: Servers, worker_settings: Settings, run_id: str, tmp_path: Path
 ) -> None:
     """SIGKILL of the worker while the model's text streams: the model call runs again on the
     next worker, the subscriber is told (`retry`), and what it shows is the output once."""
     settings = worker_settings.model_copy(update={"task_queue": f"watch-{uuid.uuid4().hex[:8]}"})
-    env = worker_env(client, settings, tmp_path / "store.db")
-    scripted_provider.register(
-        Script(name=run_id, turns=[ScriptTurn(text=ANSWER, event_delay_ms=150)])
-    )
+    env = worker_env(servers.client, settings, tmp_path / "store.db")
+    servers.provider.register(scripted(run_id, ScriptTurn(text=ANSWER, event_delay_ms=150)))
     events: list[RunEvent] = []
     first_text = asyncio.Event()
 
     async def follow() -> None:
-        async for event in agentloop.watch(client, run_id):
+        async for event in agentloop.watch(servers.client, run_id):
             events.append(event)
             if event.kind == "text":
                 first_text.set()
 
     async with worker_process(env) as first:
-        handle = await start_run(client, settings, run_id, run_input(run_id, tools=[]))
+        handle = await start_run(servers.client, settings, run_id, run_input(run_id, tools=[]))
         following = asyncio.create_task(follow())
         await waited_for(first_text.wait(), "the first streamed text")
         first.send_signal(signal.SIGKILL)
@@ -417,27 +382,21 @@ async def test_a_worker_killed_mid_stream_the_subscriber_sees_retry_then_the_tex
 
 
 async def test_agentloop_watch_prints_the_text_as_it_streams_and_exits_with_the_run(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(id="call_w", name="get_weather", arguments=WEATHER)
-                    ]
-                ),
-                ScriptTurn(text=ANSWER, event_delay_ms=40),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            [scripted_call("get_weather", "call_w", **WEATHER)],
+            ScriptTurn(text=ANSWER, event_delay_ms=40),
         )
     )
     env = process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
-        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
+        TEMPORAL_ADDRESS=live.client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=live.worker.task_queue,
     )
-    release_end = scripted_provider.hold_stream_ends(run_id, turn=1)
-    handle = await start_run(client, worker, run_id, run_input(run_id))
+    release_end = live.provider.hold_stream_ends(run_id, turn=1)
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id))
     seen: list[str] = []
     async with cli_process("watch", run_id, env=env, cwd=Path.cwd()) as watching:
         try:
@@ -445,7 +404,7 @@ async def test_agentloop_watch_prints_the_text_as_it_streams_and_exits_with_the_
             assert watching.stdout is not None
             first = await waited_for(watching.stdout.read(20), "the watch's first output")
             # Part of the answer is on the screen while the provider still sends the rest.
-            assert scripted_provider.streaming == 1
+            assert live.provider.streaming == 1
         finally:
             release_end()
         rest = await waited_for(watching.stdout.read(), "the watch's output to end")
@@ -466,16 +425,16 @@ async def test_agentloop_watch_prints_the_text_as_it_streams_and_exits_with_the_
 
 
 async def test_a_worker_configured_not_to_publish_sends_no_text_and_the_cli_starts_runs_quiet(
-    client: Client, worker_settings: Settings, scripted_provider: ScriptedProvider, run_id: str
+    servers: Servers, worker_settings: Settings, run_id: str
 ) -> None:
     """AGENTLOOP_PUBLISH_EVENTS=off: the worker's model calls publish no text (no signal in
     the run's history), and `agentloop run` starts runs that publish nothing."""
     quiet = worker_settings.model_copy(
         update={"task_queue": f"quiet-{uuid.uuid4().hex[:8]}", "publish_events": "off"}
     )
-    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text=ANSWER)]))
-    async with running_worker(client, quiet):
-        handle = await start_run(client, quiet, run_id, run_input(run_id, tools=[]))
+    servers.provider.register(scripted(run_id, ScriptTurn(text=ANSWER)))
+    async with running_worker(servers.client, quiet):
+        handle = await start_run(servers.client, quiet, run_id, run_input(run_id, tools=[]))
         result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     signals = [
@@ -489,29 +448,21 @@ async def test_a_worker_configured_not_to_publish_sends_no_text_and_the_cli_star
     assert build_run_input(args, worker_settings).publish_events is True
 
 
-async def test_many_subscribers_leave_the_run_and_each_other_whole(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
-) -> None:
+async def test_many_subscribers_leave_the_run_and_each_other_whole(live: Live, run_id: str) -> None:
     """16 subscribers on one run at once (more than the 10 updates Temporal lets a run have
     in flight: they read by query) neither fail nor slow the run, write nothing to its
     history, and each gets every item after its offset once, ending with `done`."""
     book = {"workshop_id": "ws-101", "participant_id": "p-carol"}
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(id="call_res", name="reserve_seat", arguments=book)
-                    ]
-                ),
-                ScriptTurn(text="Booked."),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            [ScriptedToolCall(id="call_res", name="reserve_seat", arguments=book)],
+            "Booked.",
         )
     )
     handle = await start_run(
-        client,
-        worker,
+        live.client,
+        live.worker,
         run_id,
         run_input(
             run_id,
@@ -522,17 +473,11 @@ async def test_many_subscribers_leave_the_run_and_each_other_whole(
     view = await wait_for_status(handle, lambda v: bool(v.pending_approvals), "the approval")
     # From the end of what it published: each subscriber's poll waits there, in flight.
     offset = await handle.query("__temporal_workflow_stream_offset", result_type=int)
-    watchers = [asyncio.create_task(collect(client, run_id, from_offset=offset)) for _ in range(16)]
+    watchers = [
+        asyncio.create_task(collect(live.client, run_id, from_offset=offset)) for _ in range(16)
+    ]
     [pending] = view.pending_approvals
-    await handle.signal(
-        "approve",
-        ApprovalDecision(
-            call_id="call_res",
-            args_digest=pending.args_digest,
-            approved=True,
-            approver="workshop-lead",
-        ),
-    )
+    await signal_approval(handle, "call_res", pending.args_digest, "workshop-lead")
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     seen = await waited_for(asyncio.gather(*watchers), "every watcher to end")
@@ -558,40 +503,39 @@ async def test_many_subscribers_leave_the_run_and_each_other_whole(
     ],
 )
 async def test_a_carried_stream_that_does_not_read_starts_empty_never_wedging_the_run(
-    carried: Any, client: Client, worker: Settings, run_id: str
+    carried: Any, live: Live, run_id: str
 ) -> None:
     """The stream a run carries across continue-as-new is workflow input like any other: one
     whose items do not decode, or that is not a stream at all, is dropped."""
-    handle = await client.start_workflow(
+    handle = await live.client.start_workflow(
         WORKFLOW_NAME,
         args=[run_input("travel"), None, carried],
         id=run_id,
-        task_queue=worker.task_queue,
+        task_queue=live.worker.task_queue,
         result_type=AgentRunResult,
     )
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert await failed_workflow_tasks(handle) == 0
-    events = await collect(client, run_id)
+    events = await collect(live.client, run_id)
     assert [e.offset for e in events] == list(range(len(events)))  # nothing carried over
     assert events[-1].kind == "done"
 
 
 async def test_a_retried_call_made_without_streaming_still_shows_its_text_once(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     """A call the provider answers whole (`stream: false`) publishes its text once it is in;
     after a retry too (the `retry` item is not the turn's text)."""
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[ScriptTurn(text=ANSWER, errors=[ScriptedError(status=500)])],
-        )
+    live.provider.register(
+        scripted(run_id, ScriptTurn(text=ANSWER, errors=[ScriptedError(status=500)]))
     )
-    handle = await start_run(client, worker, run_id, run_input(run_id, tools=[], stream=False))
-    events = await collect(client, run_id)
+    handle = await start_run(
+        live.client, live.worker, run_id, run_input(run_id, tools=[], stream=False)
+    )
+    events = await collect(live.client, run_id)
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert [(e.kind, e.attempt) for e in events if e.kind == "retry"] == [("retry", 2)]
     assert [e.delta for e in events if e.kind == "text"] == [ANSWER]
-    assert len(scripted_provider.requests) == 2
+    assert len(live.provider.requests) == 2
