@@ -30,7 +30,7 @@ from temporalio.worker import Replayer
 from agentloop import search
 from agentloop.cli.parser import build_parser
 from agentloop.client import connect, data_converter
-from agentloop.contract import AgentRunInput, AgentRunResult, RunStatusView
+from agentloop.contract import AgentRunResult, RunStatusView
 from agentloop.demo.services import ExampleService
 from agentloop.runtime import converter as agentloop_converter
 from agentloop.runtime.codec import (
@@ -54,7 +54,8 @@ from agentloop.runtime.config import (
     load_config,
 )
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, free_port, temporal_binary
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptTurn
+from agentloop.testing.turns import call as scripted_call
 from agentloop.worker import running_worker
 from agentloop.workflows.agent_run import AgentRun
 from tests.cli.test_cli import (
@@ -64,6 +65,7 @@ from tests.cli.test_cli import (
     process_env,
     run_process,
 )
+from tests.live import agent_input, scripted
 from tests.replay_audit import replay_before_stop
 from tests.support import banner_process, result_of, start_run
 
@@ -360,23 +362,19 @@ async def encrypted_worker(
 
 
 def travel_script(name: str) -> Script:
-    return Script(
-        name=name,
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(
-                        id="call_train", name="get_train_status", arguments=TRAIN_ARGS
-                    ),
-                    ScriptedToolCall(id="call_weather", name="get_weather", arguments=WEATHER_ARGS),
-                ],
-                expect_tool_results={
-                    "call_train": f'"train_number": "{CANARY_TRAIN}"',
-                    "call_weather": f'"city": "{CANARY_CITY}"',
-                },
-            ),
-            ScriptTurn(text="{{call_train.train_number}} / {{call_weather.city}}"),
-        ],
+    return scripted(
+        name,
+        ScriptTurn(
+            tool_calls=[
+                scripted_call("get_train_status", "call_train", **TRAIN_ARGS),
+                scripted_call("get_weather", "call_weather", **WEATHER_ARGS),
+            ],
+            expect_tool_results={
+                "call_train": f'"train_number": "{CANARY_TRAIN}"',
+                "call_weather": f'"city": "{CANARY_CITY}"',
+            },
+        ),
+        "{{call_train.train_number}} / {{call_weather.city}}",
     )
 
 
@@ -393,12 +391,7 @@ async def encrypted_run(
     run_id = f"codec-travel-{uuid.uuid4().hex[:8]}"
     scripted_provider.register(travel_script(run_id))
     client = await connect(encrypted_worker)
-    run = AgentRunInput(
-        task=TASK,
-        provider="openai-chat",
-        model=run_id,
-        tools=["get_train_status", "get_weather"],
-    )
+    run = agent_input(run_id, "openai-chat", TASK, ["get_train_status", "get_weather"])
     result = await result_of(await start_run(client, encrypted_worker, run_id, run))
     assert result.status == "completed", result.stop_reason
     return run_id, client

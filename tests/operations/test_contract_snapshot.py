@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client
 
-from agentloop.demo.services import ExampleService
-from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import Script
+from agentloop.testing.turns import call as scripted_call
 from tests.cli.test_cli import Finished, agentloop, assert_no_traceback, process_env
+from tests.live import Live, scripted
 from tests.support import result_of, wait_for_phase, wait_for_status
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -45,23 +44,15 @@ STORE_KEYS = {"transcript_head", "output_ref", "tools_ref"}
 
 
 def workshop_script(name: str, participant: str) -> Script:
-    return Script(
-        name=name,
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(
-                        id="call_check", name="check_workshop", arguments={"workshop_id": "ws-101"}
-                    ),
-                    ScriptedToolCall(
-                        id="call_reserve",
-                        name="reserve_seat",
-                        arguments={"workshop_id": "ws-101", "participant_id": participant},
-                    ),
-                ]
+    return scripted(
+        name,
+        [
+            scripted_call("check_workshop", "call_check", workshop_id="ws-101"),
+            scripted_call(
+                "reserve_seat", "call_reserve", workshop_id="ws-101", participant_id=participant
             ),
-            ScriptTurn(text="Done."),
         ],
+        "Done.",
     )
 
 
@@ -90,24 +81,19 @@ def document(finished: Finished, exit_code: int) -> Any:
 
 
 async def test_status_and_result_json_stay_as_stored(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-    tmp_path: Path,
+    live: Live, run_id: str, tmp_path: Path
 ) -> None:
     env = process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
-        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
-        AGENTLOOP_STORE_URL=worker.store_url,
+        TEMPORAL_ADDRESS=live.client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=live.worker.task_queue,
+        AGENTLOOP_STORE_URL=live.worker.store_url,
     )
 
     async def cli(exit_code: int, *args: str) -> Any:
         return document(await agentloop(*args, "--json", env=env, cwd=tmp_path), exit_code)
 
     async def start(workflow_id: str, participant: str) -> str:
-        scripted_provider.register(workshop_script(workflow_id, participant))
+        live.provider.register(workshop_script(workflow_id, participant))
         await cli(
             0,
             "run",
@@ -127,7 +113,7 @@ async def test_status_and_result_json_stay_as_stored(
             "--scope",
             "workshops:write",
         )
-        handle = client.get_workflow_handle(workflow_id)
+        handle = live.client.get_workflow_handle(workflow_id)
         view = await wait_for_status(
             handle, lambda v: v.phase in ("awaiting_approval", "finished"), "the approval wait"
         )
@@ -135,8 +121,8 @@ async def test_status_and_result_json_stay_as_stored(
         [pending] = view.pending_approvals
         return str(pending.args_digest)
 
-    example_service.inject_fault("workshops.reserve", "commit_then_drop")
-    example_service.inject_fault("workshops.operation", "unavailable", count=LOOKUP_OUTAGE)
+    live.service.inject_fault("workshops.reserve", "commit_then_drop")
+    live.service.inject_fault("workshops.operation", "unavailable", count=LOOKUP_OUTAGE)
     seen: dict[str, Any] = {}
 
     # Run 1: a refused decision, an approval, an unknown write an operator settles.
@@ -148,7 +134,7 @@ async def test_status_and_result_json_stay_as_stored(
     seen["approve"] = await cli(
         0, "approve", run_id, "call_reserve", "--approver", "workshop-lead", "--digest", digest
     )
-    await wait_for_phase(client.get_workflow_handle(run_id), "awaiting_reconciliation")
+    await wait_for_phase(live.client.get_workflow_handle(run_id), "awaiting_reconciliation")
     seen["awaiting_reconciliation"] = await cli(4, "status", run_id)
     seen["resolve"] = await cli(
         0,
@@ -162,7 +148,7 @@ async def test_status_and_result_json_stay_as_stored(
         "--note",
         "seen in the ledger",
     )
-    resolved = client.get_workflow_handle(run_id, result_type=dict[str, Any])
+    resolved = live.client.get_workflow_handle(run_id, result_type=dict[str, Any])
     seen["result"] = await result_of(resolved)
     seen["finished"] = await cli(0, "status", run_id)
 
@@ -170,7 +156,7 @@ async def test_status_and_result_json_stay_as_stored(
     cancelled_id = f"{run_id}-cancelled"
     await start(cancelled_id, PARTICIPANTS[1])
     await cli(0, "cancel", cancelled_id, "--reason", "not this week")
-    cancelled = client.get_workflow_handle(cancelled_id, result_type=dict[str, Any])
+    cancelled = live.client.get_workflow_handle(cancelled_id, result_type=dict[str, Any])
     seen["cancelled_result"] = await result_of(cancelled)
     seen["cancelled"] = await cli(3, "status", cancelled_id)
 

@@ -32,6 +32,7 @@ from agentloop.runtime.config import ConfigError, Settings
 from agentloop.runtime.dev_server import free_port
 from agentloop.worker import PRODUCTION_BANNER
 from tests.cli.test_cli import AGENTLOOP, process_env
+from tests.live import Servers
 from tests.support import banner_process, worker_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -518,7 +519,7 @@ def test_workers_run_in_production_mode_with_the_keys_as_secrets(tmp_path: Path)
 
 
 async def test_the_worker_starts_as_compose_runs_it_in_production(
-    tmp_path: Path, client: Client, example_service: ExampleService
+    tmp_path: Path, servers: Servers
 ) -> None:
     """The worker service's command with its environment and the one-time step's secrets, on
     this test's Temporal (a SQLite store: no PostgreSQL here): it serves as a production
@@ -529,10 +530,10 @@ async def test_the_worker_starts_as_compose_runs_it_in_production(
     one_time_step(tmp_path)
     env = with_secrets(worker, container_env(worker, host_env={}), tmp_path)
     env.update(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
+        TEMPORAL_ADDRESS=servers.client.service_client.config.target_host,
         AGENT_LOOP_TASK_QUEUE=f"compose-worker-{tmp_path.name}",
         AGENTLOOP_STORE_URL=f"sqlite:///{tmp_path / 'store.db'}",
-        AGENTLOOP_EXAMPLE_SERVICE_URL=example_service.base_url,
+        AGENTLOOP_EXAMPLE_SERVICE_URL=servers.service.base_url,
     )
     async with worker_process(env, (*AGENTLOOP, *command[1:]), PRODUCTION_BANNER) as process:
         process.send_signal(signal.SIGTERM)

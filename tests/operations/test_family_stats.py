@@ -14,12 +14,13 @@ import pytest
 from temporalio.client import Client
 
 import agentloop
-from agentloop.contract import AgentRunInput, AgentRunResult, CallRecord, Limits, Usage
-from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.contract import AgentRunResult, CallRecord, Limits, Usage
+from agentloop.scripted_provider import Script, ScriptTurn
 from agentloop.task_families import FamilyStats, FinishedRun, summarize
+from agentloop.testing.turns import call as scripted_call
 from tests.cli.test_cli import agentloop as agentloop_cli
 from tests.cli.test_cli import process_env
+from tests.live import Live, agent_input, scripted
 from tests.support import result_of
 
 WEATHER_TOOLS = ["get_weather"]
@@ -88,32 +89,30 @@ def test_limits_are_learned_from_verified_completions_when_there_are_any() -> No
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
 async def test_stats_over_a_familys_runs_and_a_run_started_from_them(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    tmp_path: Path,
+    live: Live, run_id: str, tmp_path: Path
 ) -> None:
     family = f"weather-{run_id[-8:]}"
     results: list[AgentRunResult] = []
     for n in range(20):
         name = f"{run_id}-{n}"
-        scripted_provider.register(weather_reads(name, f"c_{n}_", 1 + n % 3))
+        live.provider.register(weather_reads(name, f"c_{n}_", 1 + n % 3))
         stopped = n % 4 == 3  # five of them run out of model calls
-        run_input = AgentRunInput(
-            task="Weather in Oslo for a few days?",
-            provider="openai-chat",
-            model=name,
-            tools=WEATHER_TOOLS,
+        run_input = agent_input(
+            name,
+            "openai-chat",
+            "Weather in Oslo for a few days?",
+            WEATHER_TOOLS,
             task_family=family,
             limits=Limits(max_model_calls=1 if stopped else 8),
         )
-        handle = await agentloop.start_run(client, run_input, id=name, task_queue=worker.task_queue)
+        handle = await agentloop.start_run(
+            live.client, run_input, id=name, task_queue=live.worker.task_queue
+        )
         results.append(await result_of(handle))
     completed = [r for r in results if r.status == "completed"]
     assert len(completed) == 15 and {r.status for r in results} == {"completed", "limit_reached"}
 
-    stats = await listed_stats(client, family, 20)
+    stats = await listed_stats(live.client, family, 20)
     assert stats.completed is not None and stats.not_completed is not None
     assert (stats.completed.runs, stats.not_completed.runs) == (15, 5)
     model_calls = sorted(r.usage.model_calls for r in completed)
@@ -127,8 +126,8 @@ async def test_stats_over_a_familys_runs_and_a_run_started_from_them(
     assert stats.suggested.per_tool == {"get_weather": math.ceil(3 * 1.25)}
 
     env = process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
-        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
+        TEMPORAL_ADDRESS=live.client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=live.worker.task_queue,
     )
     printed = await agentloop_cli("stats", family, "--json", env=env, cwd=tmp_path)
     assert printed.returncode == 0, printed.explain()
@@ -137,14 +136,14 @@ async def test_stats_over_a_familys_runs_and_a_run_started_from_them(
     assert "completed: 15 runs" in text.stdout and "suggested limits" in text.stdout
 
     learned_id = f"{run_id}-learned"
-    scripted_provider.register(Script(name=learned_id, turns=[ScriptTurn(text="Done.")]))
+    live.provider.register(scripted(learned_id, "Done."))
     started = await agentloop_cli(
         "run", "Weather?", "--model", learned_id, "--tool", "get_weather", "--family", family,
         "--limits-from", family, "--max-tool-calls", "2", "--id", learned_id, "--follow",
         env=env, cwd=tmp_path,
     )  # fmt: skip
     assert started.returncode == 0, started.explain()
-    start_input = await _start_input(client, learned_id)
+    start_input = await _start_input(live.client, learned_id)
     assert start_input["limits"]["max_model_calls"] == stats.suggested.max_model_calls
     assert start_input["limits"]["max_tool_calls"] == 2  # given on the command line: it wins
     assert start_input["limits_source"] == stats.source()
@@ -156,16 +155,14 @@ def weather_reads(name: str, call_prefix: str, reads: int) -> Script:
     turns = [
         ScriptTurn(
             tool_calls=[
-                ScriptedToolCall(
-                    id=f"{call_prefix}{i}",
-                    name="get_weather",
-                    arguments={"city": "Oslo", "date": f"2026-12-{i + 1:02d}"},
+                scripted_call(
+                    "get_weather", f"{call_prefix}{i}", city="Oslo", date=f"2026-12-{i + 1:02d}"
                 )
             ]
         )
         for i in range(reads)
     ]
-    return Script(name=name, turns=[*turns, ScriptTurn(text="Done.")])
+    return scripted(name, *turns, "Done.")
 
 
 async def listed_stats(client: Client, family: str, runs: int) -> FamilyStats:
@@ -189,32 +186,34 @@ async def _start_input(client: Client, workflow_id: str) -> dict[str, Any]:
 
 @pytest.mark.integration
 async def test_a_run_that_continued_as_new_is_timed_from_its_first_runs_start(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     """Its deadline counts from there, so the deadline its family suggests must too (the last
     run's own start would leave out every run before it)."""
     family = f"chain-{run_id[-8:]}"
-    scripted_provider.register(weather_reads(run_id, "c_", 4))
-    run_input = AgentRunInput(
-        task="Weather in Oslo for four days?",
-        provider="openai-chat",
-        model=run_id,
-        tools=WEATHER_TOOLS,
+    live.provider.register(weather_reads(run_id, "c_", 4))
+    run_input = agent_input(
+        run_id,
+        "openai-chat",
+        "Weather in Oslo for four days?",
+        WEATHER_TOOLS,
         task_family=family,
         continue_as_new_after_events=20,
     )
-    handle = await agentloop.start_run(client, run_input, id=run_id, task_queue=worker.task_queue)
+    handle = await agentloop.start_run(
+        live.client, run_input, id=run_id, task_queue=live.worker.task_queue
+    )
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
-    last = await client.get_workflow_handle(run_id).describe()
+    last = await live.client.get_workflow_handle(run_id).describe()
     first_run = last.raw_info.first_run_id
     assert first_run and first_run != last.run_id  # it continued as new
-    first = await client.get_workflow_handle(run_id, run_id=first_run).describe()
+    first = await live.client.get_workflow_handle(run_id, run_id=first_run).describe()
     assert first.start_time and last.start_time and last.close_time
     chain = (last.close_time - first.start_time).total_seconds() - result.paused_seconds
     own = (last.close_time - last.start_time).total_seconds()
     assert chain > own
 
-    stats = await listed_stats(client, family, 1)
+    stats = await listed_stats(live.client, family, 1)
     assert stats.completed is not None
     assert stats.completed.seconds.max == pytest.approx(chain, abs=0.001)

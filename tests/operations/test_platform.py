@@ -25,19 +25,19 @@ from agentloop.client import start_run
 from agentloop.contract import (
     AgentRunInput,
     AgentRunResult,
-    ApprovalDecision,
     CallRecord,
     Principal,
     UserMessage,
 )
-from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.testing.turns import call as scripted_call
 from agentloop.tools.plugins import Plugin, Toolset, build_toolbox
 from agentloop.worker import running_worker
 from tests.cli.test_cli import AGENTLOOP, run_process
 from tests.crash.test_crash_phases import held_under, requests_to, reservations
-from tests.support import result_of, wait_for_phase, worker_env, worker_process
+from tests.live import Servers, agent_input, scripted
+from tests.support import result_of, signal_approval, wait_for_phase, worker_env, worker_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -74,19 +74,10 @@ async def team(
         yield Team(settings, module_dir, env)
 
 
-def call(call_id: str, name: str, **arguments: Any) -> ScriptedToolCall:
-    return ScriptedToolCall(id=call_id, name=name, arguments=arguments)
-
-
 async def start(
-    client: Client,
-    team: Team,
-    provider: ScriptedProvider,
-    run_id: str,
-    turns: list[ScriptTurn],
-    **fields: Any,
+    servers: Servers, team: Team, run_id: str, turns: list[ScriptTurn], **fields: Any
 ) -> WorkflowHandle[Any, AgentRunResult]:
-    provider.register(Script(name=run_id, turns=turns))
+    servers.provider.register(Script(name=run_id, turns=turns))
     run_input = AgentRunInput.model_validate(
         {
             "task": "Handle it for the team.",
@@ -96,7 +87,9 @@ async def start(
             **fields,
         }
     )
-    return await start_run(client, run_input, id=run_id, task_queue=team.settings.task_queue)
+    return await start_run(
+        servers.client, run_input, id=run_id, task_queue=team.settings.task_queue
+    )
 
 
 def by_id(calls: list[CallRecord]) -> dict[str, CallRecord]:
@@ -115,22 +108,19 @@ def sent_result(provider: ScriptedProvider, run_id: str, call_id: str) -> Any:
 
 
 async def test_the_teams_read_and_write_run_with_its_key_and_principal(
-    client: Client,
-    team: Team,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    servers: Servers, team: Team, run_id: str
 ) -> None:
     handle = await start(
-        client,
+        servers,
         team,
-        scripted_provider,
         run_id,
         [
-            ScriptTurn(tool_calls=[call("c_read", "team_workshop", workshop_id="ws-101")]),
+            ScriptTurn(tool_calls=[scripted_call("team_workshop", "c_read", workshop_id="ws-101")]),
             ScriptTurn(
                 tool_calls=[
-                    call("c_book", "team_book", workshop_id="ws-101", participant_id="p-carol")
+                    scripted_call(
+                        "team_book", "c_book", workshop_id="ws-101", participant_id="p-carol"
+                    )
                 ]
             ),
             ScriptTurn(text="Booked."),
@@ -146,33 +136,30 @@ async def test_the_teams_read_and_write_run_with_its_key_and_principal(
         ("c_book", "succeeded"),
     ]
     # The handler saw the principal; the write went out once, under the run's key.
-    read = sent_result(scripted_provider, run_id, "c_read")
+    read = sent_result(servers.provider, run_id, "c_read")
     assert (read["asked_by"], read["tenant"]) == ("p-alice", "acme")
     key = calls["c_book"].idempotency_key
-    assert key and sent_result(scripted_provider, run_id, "c_book")["idempotency_key"] == key
-    assert len(requests_to(example_service, "workshops.reserve")) == 1
-    assert reservations(example_service) == 1
-    held = await held_under(example_service, "workshops", key)
+    assert key and sent_result(servers.provider, run_id, "c_book")["idempotency_key"] == key
+    assert len(requests_to(servers.service, "workshops.reserve")) == 1
+    assert reservations(servers.service) == 1
+    held = await held_under(servers.service, "workshops", key)
     assert held["state"] == "applied"
 
 
 async def test_a_dropped_answer_is_resolved_by_the_teams_own_lookup(
-    client: Client,
-    team: Team,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    servers: Servers, team: Team, run_id: str
 ) -> None:
-    example_service.inject_fault("workshops.reserve", "commit_then_drop")
+    servers.service.inject_fault("workshops.reserve", "commit_then_drop")
     handle = await start(
-        client,
+        servers,
         team,
-        scripted_provider,
         run_id,
         [
             ScriptTurn(
                 tool_calls=[
-                    call("c_book", "team_book", workshop_id="ws-101", participant_id="p-carol")
+                    scripted_call(
+                        "team_book", "c_book", workshop_id="ws-101", participant_id="p-carol"
+                    )
                 ]
             ),
             ScriptTurn(text="Booked."),
@@ -185,30 +172,27 @@ async def test_a_dropped_answer_is_resolved_by_the_teams_own_lookup(
     booked = by_id(result.calls)["c_book"]
     assert (booked.status, booked.attempts) == ("confirmed_after_query", 1)
     # The team's lookup answered (it marks what it found), and the write exists once.
-    assert sent_result(scripted_provider, run_id, "c_book")["record"]["found_by"] == "team"
-    assert len(requests_to(example_service, "workshops.reserve")) == 1
-    assert len(requests_to(example_service, "workshops.operation")) >= 1
-    assert reservations(example_service) == 1
+    assert sent_result(servers.provider, run_id, "c_book")["record"]["found_by"] == "team"
+    assert len(requests_to(servers.service, "workshops.reserve")) == 1
+    assert len(requests_to(servers.service, "workshops.operation")) >= 1
+    assert reservations(servers.service) == 1
     [effect] = result.side_effects
     assert (effect.call_id, effect.status) == ("c_book", "confirmed_after_query")
 
 
 async def test_another_tenants_object_is_refused_by_the_teams_check_and_never_touched(
-    client: Client,
-    team: Team,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    servers: Servers, team: Team, run_id: str
 ) -> None:
     handle = await start(
-        client,
+        servers,
         team,
-        scripted_provider,
         run_id,
         [
             ScriptTurn(
                 tool_calls=[
-                    call("c_book", "team_book", workshop_id="ws-103", participant_id="p-carol")
+                    scripted_call(
+                        "team_book", "c_book", workshop_id="ws-103", participant_id="p-carol"
+                    )
                 ]
             ),
             ScriptTurn(text="That workshop is not ours."),
@@ -224,32 +208,26 @@ async def test_another_tenants_object_is_refused_by_the_teams_check_and_never_to
         "rejected",
         0,
     )
-    told = sent_result(scripted_provider, run_id, "c_book")
+    told = sent_result(servers.provider, run_id, "c_book")
     assert "another tenant" in told["error"]["message"]
-    assert requests_to(example_service, "workshops.reserve") == []
-    assert reservations(example_service) == 0
+    assert requests_to(servers.service, "workshops.reserve") == []
+    assert reservations(servers.service) == 0
 
 
 async def test_the_teams_approval_rule_gates_only_the_long_reply_and_its_history_replays(
-    client: Client,
-    team: Team,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-    tmp_path: Path,
+    servers: Servers, team: Team, run_id: str, tmp_path: Path
 ) -> None:
     short = {"ticket_id": "T-1001", "body": "On its way."}
     long = {"ticket_id": "T-1001", "body": "Your refund of 40 EUR was issued today; " * 2}
     handle = await start(
-        client,
+        servers,
         team,
-        scripted_provider,
         run_id,
         [
             ScriptTurn(
                 tool_calls=[
-                    call("c_short", "team_reply", **short),
-                    call("c_long", "team_reply", **long),
+                    scripted_call("team_reply", "c_short", **short),
+                    scripted_call("team_reply", "c_long", **long),
                 ]
             ),
             ScriptTurn(text="Replied twice."),
@@ -258,19 +236,16 @@ async def test_the_teams_approval_rule_gates_only_the_long_reply_and_its_history
     )
     view = await wait_for_phase(handle, "awaiting_approval")
     assert [p.call_id for p in view.pending_approvals] == ["c_long"]
-    assert example_service.records()["replies"] == 0  # no write of the batch runs before it
+    assert servers.service.records()["replies"] == 0  # no write of the batch runs before it
     digest = view.pending_approvals[0].args_digest
-    await handle.signal(
-        "approve",
-        ApprovalDecision(call_id="c_long", args_digest=digest, approved=True, approver="lead"),
-    )
+    await signal_approval(handle, "c_long", digest, "lead")
     result = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
     calls = by_id(result.calls)
     assert (calls["c_short"].decision, calls["c_short"].status) == ("allowed", "succeeded")
     assert (calls["c_long"].decision, calls["c_long"].status) == ("approved by lead", "succeeded")
-    assert example_service.records()["replies"] == 2
+    assert servers.service.records()["replies"] == 2
 
     # The history replays where the team's module cannot even be imported.
     exported = tmp_path / "history.json"
@@ -285,22 +260,19 @@ async def test_the_teams_approval_rule_gates_only_the_long_reply_and_its_history
 
 
 async def test_the_teams_verifier_rejects_the_first_answer_and_accepts_the_second(
-    client: Client,
-    team: Team,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    servers: Servers, team: Team, run_id: str
 ) -> None:
     handle = await start(
-        client,
+        servers,
         team,
-        scripted_provider,
         run_id,
         [
             ScriptTurn(text="All done."),
             ScriptTurn(
                 tool_calls=[
-                    call("c_book", "team_book", workshop_id="ws-101", participant_id="p-bob")
+                    scripted_call(
+                        "team_book", "c_book", workshop_id="ws-101", participant_id="p-bob"
+                    )
                 ]
             ),
             ScriptTurn(text="Booked, now it is done."),
@@ -315,8 +287,8 @@ async def test_the_teams_verifier_rejects_the_first_answer_and_accepts_the_secon
     assert "completion_check seat_booked passed" in result.stop_reason
     # The rejected candidate cost a model call like any other.
     assert result.usage.model_calls == 3
-    assert reservations(example_service) == 1
-    second = [r for r in scripted_provider.requests if r["script"] == run_id][1]
+    assert reservations(servers.service) == 1
+    second = [r for r in servers.provider.requests if r["script"] == run_id][1]
     assert "no seat is booked yet" in json.dumps(second["body"])
 
 
@@ -401,15 +373,8 @@ async def start_returning(
     run_id: str,
     calls: list[ScriptedToolCall],
 ) -> WorkflowHandle[Any, AgentRunResult]:
-    provider.register(
-        Script(name=run_id, turns=[ScriptTurn(tool_calls=calls), ScriptTurn(text="Done.")])
-    )
-    run_input = AgentRunInput(
-        task="Go.",
-        provider="openai-chat",
-        model=run_id,
-        tools=sorted({c.name for c in calls}),
-    )
+    provider.register(scripted(run_id, ScriptTurn(tool_calls=calls), "Done."))
+    run_input = agent_input(run_id, "openai-chat", "Go.", sorted({c.name for c in calls}))
     return await start_run(client, run_input, id=run_id, task_queue=settings.task_queue)
 
 
@@ -429,12 +394,16 @@ async def returning(client: Client, worker_settings: Settings) -> AsyncIterator[
 
 
 async def test_a_write_returning_a_model_succeeded_once_and_the_model_reads_it_as_json(
-    client: Client, returning: Settings, scripted_provider: ScriptedProvider, run_id: str
+    servers: Servers, returning: Settings, run_id: str
 ) -> None:
     """Before, writing the model raised after the write happened: its outcome was looked up
     (`confirmed_after_query`) and what it returned was lost."""
     handle = await start_returning(
-        client, returning, scripted_provider, run_id, [call("c_1", "file_claim", order_id="7")]
+        servers.client,
+        returning,
+        servers.provider,
+        run_id,
+        [scripted_call("file_claim", "c_1", order_id="7")],
     )
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
@@ -442,7 +411,7 @@ async def test_a_write_returning_a_model_succeeded_once_and_the_model_reads_it_a
     assert (filed.status, filed.activity_attempts) == ("succeeded", 1)
     assert [e.status for e in result.side_effects] == ["succeeded"]
     assert len(FILED) == 1 and LOOKED_UP == []
-    assert sent_result(scripted_provider, run_id, "c_1") == {
+    assert sent_result(servers.provider, run_id, "c_1") == {
         "claim_id": "cl-7",
         "filed_at": "2024-01-02T03:04:00",
         "tags": ["new"],
@@ -450,41 +419,45 @@ async def test_a_write_returning_a_model_succeeded_once_and_the_model_reads_it_a
 
 
 async def test_what_cannot_be_written_fails_a_read_once_and_leaves_a_write_succeeded(
-    client: Client, returning: Settings, scripted_provider: ScriptedProvider, run_id: str
+    servers: Servers, returning: Settings, run_id: str
 ) -> None:
     """Before, the write waited `awaiting_reconciliation` for a person, though it answered;
     the read ran three times; a pending no JSON writer knows failed the call the same way."""
     calls = [
-        call("c_write", "stamp_order", order_id="7"),
-        call("c_read", "peek_order", order_id="7"),
-        call("c_ask", "asks_badly", order_id="7"),
+        scripted_call("stamp_order", "c_write", order_id="7"),
+        scripted_call("peek_order", "c_read", order_id="7"),
+        scripted_call("asks_badly", "c_ask", order_id="7"),
     ]
-    handle = await start_returning(client, returning, scripted_provider, run_id, calls)
+    handle = await start_returning(servers.client, returning, servers.provider, run_id, calls)
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     by_call = by_id(result.calls)
     assert (by_call["c_write"].status, by_call["c_write"].activity_attempts) == ("succeeded", 1)
     assert [e.status for e in result.side_effects] == ["succeeded"] and len(FILED) == 1
-    told = sent_result(scripted_provider, run_id, "c_write")
+    told = sent_result(servers.provider, run_id, "c_write")
     assert told["done"] is True and "stamp_order returned a dict" in told["not_shown"]
     assert "Opaque" in told["not_shown"], told
     for call_id, named in [("c_read", "peek_order returned a Opaque"), ("c_ask", "pending")]:
         assert (by_call[call_id].status, by_call[call_id].activity_attempts) == ("failed", 1)
-        error = sent_result(scripted_provider, run_id, call_id)["error"]
+        error = sent_result(servers.provider, run_id, call_id)["error"]
         assert error["class"] == "internal" and named in error["message"], error
         assert "Opaque" in error["message"], error
     assert (
         "asks_badly: its InputNeeded.pending"
-        in sent_result(scripted_provider, run_id, "c_ask")["error"]["message"]
+        in sent_result(servers.provider, run_id, "c_ask")["error"]["message"]
     )
 
 
 async def test_a_tool_keeping_a_date_while_it_asks_gets_it_back_as_json(
-    client: Client, returning: Settings, scripted_provider: ScriptedProvider, run_id: str
+    servers: Servers, returning: Settings, run_id: str
 ) -> None:
     """Before, the date failed the call (`internal`, after three attempts) instead of asking."""
     handle = await start_returning(
-        client, returning, scripted_provider, run_id, [call("c_1", "orders_since", order_id="7")]
+        servers.client,
+        returning,
+        servers.provider,
+        run_id,
+        [scripted_call("orders_since", "c_1", order_id="7")],
     )
     view = await wait_for_phase(handle, "awaiting_input")
     assert view.question == "orders_since asks: Since when?"
@@ -492,22 +465,26 @@ async def test_a_tool_keeping_a_date_while_it_asks_gets_it_back_as_json(
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert ASKED_AGAIN == [{"since": "2024-01-01", "of": "7"}]
-    assert sent_result(scripted_provider, run_id, "c_1") == {"orders_since": "March"}
+    assert sent_result(servers.provider, run_id, "c_1") == {"orders_since": "March"}
 
 
 async def test_an_approval_rule_that_raises_is_named_and_the_write_never_runs(
-    client: Client, returning: Settings, scripted_provider: ScriptedProvider, run_id: str
+    servers: Servers, returning: Settings, run_id: str
 ) -> None:
     """Before, the model and the ledger were told the tool's precondition was not checked
     (the tool has none): the team's rule, which broke, went unnamed."""
     handle = await start_returning(
-        client, returning, scripted_provider, run_id, [call("c_1", "refund_order", order_id="7")]
+        servers.client,
+        returning,
+        servers.provider,
+        run_id,
+        [scripted_call("refund_order", "c_1", order_id="7")],
     )
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     [refused] = result.calls
     assert refused.status == "rejected" and FILED == []
-    error = sent_result(scripted_provider, run_id, "c_1")["error"]
+    error = sent_result(servers.provider, run_id, "c_1")["error"]
     assert error["message"] == (
         "approval not assessed: approval rule 'over_amount' raised KeyError: 'amount'"
     ), error

@@ -14,15 +14,15 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
-from temporalio.client import Client
 
-from agentloop.contract import AgentRunInput, AgentRunResult, Principal
-from agentloop.demo.services import ExampleService
+from agentloop.contract import AgentRunResult, Principal
 from agentloop.events import ModelOutput, ToolResult
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import Script
 from agentloop.store import load_transcript
 from agentloop.store.postgres import PostgresStore, with_search_path
+from agentloop.testing.turns import call as scripted_call
+from tests.live import Servers, agent_input, scripted
 from tests.store.test_store import postgres_url
 from tests.support import (
     approve_as_shown,
@@ -54,32 +54,24 @@ def schema(postgres_url: str) -> Iterator[str]:
 
 def reply(n: int) -> Script:
     body = f"Refund {n} is on its way."
-    return Script(
-        name=f"scale-{n}",
-        turns=[
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(
-                        id=f"c_reply_{n}",
-                        name="send_reply",
-                        arguments={
-                            "ticket_id": "T-1001",
-                            "recipient": "dana@example.com",
-                            "body": body,
-                        },
-                    )
-                ]
-            ),
-            ScriptTurn(text=f"Replied ({n})."),
+    return scripted(
+        f"scale-{n}",
+        [
+            scripted_call(
+                "send_reply",
+                f"c_reply_{n}",
+                ticket_id="T-1001",
+                recipient="dana@example.com",
+                body=body,
+            )
         ],
+        f"Replied ({n}).",
     )
 
 
 async def test_two_workers_on_one_postgres_store_survive_a_sigkill_with_every_write_once(
-    client: Client,
+    servers: Servers,
     worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
     postgres_url: str,
     schema: str,
     run_id: str,
@@ -87,7 +79,7 @@ async def test_two_workers_on_one_postgres_store_survive_a_sigkill_with_every_wr
 ) -> None:
     settings = worker_settings.model_copy(update={"task_queue": f"scale-{run_id[-8:]}"})
     env = {
-        **worker_env(client, settings, tmp_path / "unused.db"),
+        **worker_env(servers.client, settings, tmp_path / "unused.db"),
         "AGENTLOOP_STORE_URL": with_search_path(postgres_url, schema),
     }
     suffix = run_id[-8:]
@@ -95,15 +87,15 @@ async def test_two_workers_on_one_postgres_store_survive_a_sigkill_with_every_wr
         handles = []
         for n in range(RUNS):
             script = reply(n).model_copy(update={"name": f"scale-{n}-{suffix}"})
-            scripted_provider.register(script)
-            run_input = AgentRunInput(
-                task="Answer ticket T-1001.",
-                provider="openai-chat",
-                model=script.name,
-                tools=["send_reply"],
+            servers.provider.register(script)
+            run_input = agent_input(
+                script.name,
+                "openai-chat",
+                "Answer ticket T-1001.",
+                ["send_reply"],
                 principal=PRINCIPAL,
             )
-            handles.append(await start_run(client, settings, f"{run_id}-{n}", run_input))
+            handles.append(await start_run(servers.client, settings, f"{run_id}-{n}", run_input))
         views = await asyncio.gather(*(wait_for_phase(h, "awaiting_approval") for h in handles))
         for handle, view in zip(handles, views, strict=True):
             [pending] = view.pending_approvals
@@ -117,8 +109,8 @@ async def test_two_workers_on_one_postgres_store_survive_a_sigkill_with_every_wr
         [write] = result.calls
         assert write.status in ("succeeded", "confirmed_after_query"), write
     # Each approved write had exactly one effect at the service.
-    assert example_service.records()["replies_by_ticket"] == {"T-1001": RUNS}
-    replies = [r for r in example_service.stats()["requests"] if r["endpoint"] == "support.reply"]
+    assert servers.service.records()["replies_by_ticket"] == {"T-1001": RUNS}
+    replies = [r for r in servers.service.stats()["requests"] if r["endpoint"] == "support.reply"]
     assert len({r["path"] for r in replies}) == 1 and len(replies) == RUNS  # none sent twice
     # Each transcript reads back from the shared store: the reply's result under its id, then
     # the final answer.

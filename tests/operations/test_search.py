@@ -21,18 +21,19 @@ from agentloop.contract import (
     WORKFLOW_NAME,
     AgentRunInput,
     AgentRunResult,
-    ApprovalDecision,
     Principal,
 )
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import temporal_binary
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.testing.turns import call as scripted_call
 from agentloop.worker import running_worker
 from tests.cli.test_cli import agentloop, assert_no_traceback, process_env, run_process
+from tests.live import Live, Servers, agent_input, scripted
 from tests.support import (
     register_bare_namespace,
     result_of,
     scheduled_activity_types,
+    signal_approval,
     start_run,
     wait_for_phase,
 )
@@ -93,36 +94,24 @@ def test_a_searchable_value_is_quoted_as_written(value: str) -> None:
 
 
 async def test_list_awaiting_approval_finds_exactly_the_waiting_runs(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    tmp_path: Path,
+    live: Live, run_id: str, tmp_path: Path
 ) -> None:
-    reserve = ScriptedToolCall(
-        id="call_r",
-        name="reserve_seat",
-        arguments={"workshop_id": "ws-101", "participant_id": "p-carol"},
+    reserve = scripted_call(
+        "reserve_seat", "call_r", workshop_id="ws-101", participant_id="p-carol"
     )
-    scripted_provider.register(Script(name=f"{run_id}-w", turns=[ScriptTurn(tool_calls=[reserve])]))
-    scripted_provider.register(Script(name=f"{run_id}-d", turns=[ScriptTurn(text="done")]))
+    live.provider.register(scripted(f"{run_id}-w", [reserve]))
+    live.provider.register(scripted(f"{run_id}-d", "done"))
     principal = Principal(subject="agent", tenant=run_id, scopes=["workshops:write"])
 
     def run_input(model: str) -> AgentRunInput:
-        return AgentRunInput(
-            task="book",
-            provider="anthropic",
-            model=model,
-            tools=["reserve_seat"],
-            principal=principal,
-        )
+        return agent_input(model, "anthropic", "book", ["reserve_seat"], principal=principal)
 
-    waiting = await start_run(client, worker, f"{run_id}-w", run_input(f"{run_id}-w"))
-    done = await start_run(client, worker, f"{run_id}-d", run_input(f"{run_id}-d"))
+    waiting = await start_run(live.client, live.worker, f"{run_id}-w", run_input(f"{run_id}-w"))
+    done = await start_run(live.client, live.worker, f"{run_id}-d", run_input(f"{run_id}-d"))
     await wait_for_phase(waiting, "awaiting_approval")
     assert (await result_of(done)).status == "completed"
 
-    env = process_env(TEMPORAL_ADDRESS=client.service_client.config.target_host)
+    env = process_env(TEMPORAL_ADDRESS=live.client.service_client.config.target_host)
 
     async def listed(*flags: str) -> list[dict[str, str]]:
         finished = await agentloop(
@@ -150,31 +139,22 @@ async def test_list_awaiting_approval_finds_exactly_the_waiting_runs(
     await waiting.cancel()
 
 
-async def test_a_run_is_indexed_in_the_phase_it_waits_in(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
-) -> None:
+async def test_a_run_is_indexed_in_the_phase_it_waits_in(live: Live, run_id: str) -> None:
     """Visibility sees a run's search attributes as each workflow task ends, which is when
     the run starts to wait: on its model (`calling_model`), on an ordinary tool
     (`executing_tools`)."""
-    weather = ScriptedToolCall(id="call_w", name="get_weather", arguments=WEATHER)
-    train = ScriptedToolCall(id="call_t", name="get_train_status", arguments=TRAIN)
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(tool_calls=[weather]),
-                ScriptTurn(tool_calls=[train]),
-                ScriptTurn(text="done"),
-            ],
+    weather = scripted_call("get_weather", "call_w", **WEATHER)
+    train = scripted_call("get_train_status", "call_t", **TRAIN)
+    live.provider.register(
+        scripted(
+            run_id,
+            [weather],
+            [train],
+            "done",
         )
     )
-    run_input = AgentRunInput(
-        task="travel",
-        provider="openai-chat",
-        model=run_id,
-        tools=["get_weather", "get_train_status"],
-    )
-    handle = await start_run(client, worker, run_id, run_input)
+    run_input = agent_input(run_id, "openai-chat", "travel", ["get_weather", "get_train_status"])
+    handle = await start_run(live.client, live.worker, run_id, run_input)
     assert (await result_of(handle)).status == "completed"
 
     indexed = "calling_model"  # what the run was started with
@@ -221,43 +201,35 @@ async def wait_until_listed(client: Client, query: str, workflow_id: str) -> Non
 
 
 async def test_a_run_started_without_search_attributes_is_found_in_its_phase_and_finished(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    tmp_path: Path,
+    live: Live, run_id: str, tmp_path: Path
 ) -> None:
     """A plain `start_workflow`, as the getting-started page says one may: no search attributes.
     The worker finds them registered on the namespace and the run indexes itself as it
     starts, before its first model call, so `agentloop list` finds it waiting for approval,
     then finished; and not one workflow task failed for it."""
-    reserve = ScriptedToolCall(
-        id="call_r",
-        name="reserve_seat",
-        arguments={"workshop_id": "ws-101", "participant_id": "p-carol"},
+    reserve = scripted_call(
+        "reserve_seat", "call_r", workshop_id="ws-101", participant_id="p-carol"
     )
-    scripted_provider.register(
-        Script(name=run_id, turns=[ScriptTurn(tool_calls=[reserve]), ScriptTurn(text="booked")])
-    )
-    run_input = AgentRunInput(
-        task="book",
-        provider="anthropic",
-        model=run_id,
-        tools=["reserve_seat"],
+    live.provider.register(scripted(run_id, [reserve], "booked"))
+    run_input = agent_input(
+        run_id,
+        "anthropic",
+        "book",
+        ["reserve_seat"],
         principal=Principal(subject="agent", tenant=run_id, scopes=["workshops:write"]),
     )
-    handle = await client.start_workflow(
+    handle = await live.client.start_workflow(
         WORKFLOW_NAME,
         run_input,
         id=run_id,
-        task_queue=worker.task_queue,
+        task_queue=live.worker.task_queue,
         result_type=AgentRunResult,
     )
     view = await wait_for_phase(handle, "awaiting_approval")
 
     awaiting = search.list_query(phase="awaiting_approval", tenant=run_id)
-    await wait_until_listed(client, awaiting, run_id)
-    env = process_env(TEMPORAL_ADDRESS=client.service_client.config.target_host)
+    await wait_until_listed(live.client, awaiting, run_id)
+    env = process_env(TEMPORAL_ADDRESS=live.client.service_client.config.target_host)
     finished = await agentloop(
         "list", "--awaiting-approval", "--tenant", run_id, "--json", env=env, cwd=tmp_path
     )
@@ -272,20 +244,12 @@ async def test_a_run_started_without_search_attributes_is_found_in_its_phase_and
     )
 
     [pending] = view.pending_approvals
-    await handle.signal(
-        "approve",
-        ApprovalDecision(
-            call_id="call_r",
-            args_digest=pending.args_digest,
-            approved=True,
-            approver="workshop-lead",
-        ),
-    )
+    await signal_approval(handle, "call_r", pending.args_digest, "workshop-lead")
     assert (await result_of(handle)).status == "completed"
     await wait_until_listed(
-        client, search.list_query(phase="finished", status="completed", tenant=run_id), run_id
+        live.client, search.list_query(phase="finished", status="completed", tenant=run_id), run_id
     )
-    assert run_id not in await listed_ids(client, awaiting)
+    assert run_id not in await listed_ids(live.client, awaiting)
 
     events = [e async for e in handle.fetch_history_events()]
     kinds = [EventType.Name(e.event_type) for e in events]
@@ -317,45 +281,39 @@ def agent_attributes(event: HistoryEvent) -> dict[str, str]:
 
 
 async def test_a_run_that_indexed_itself_stays_indexed_across_continue_as_new(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     """The next run of a chain starts with the attributes its predecessor had (Temporal
     carries them over), so it is found in the phase it waits in after the boundary."""
-    train = ScriptedToolCall(id="c1", name="get_train_status", arguments=TRAIN)
-    again = ScriptedToolCall(id="c2", name="get_train_status", arguments=TRAIN)
-    reserve = ScriptedToolCall(
-        id="c3",
-        name="reserve_seat",
-        arguments={"workshop_id": "ws-101", "participant_id": "p-carol"},
-    )
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(tool_calls=[train]),
-                ScriptTurn(tool_calls=[again]),
-                ScriptTurn(tool_calls=[reserve]),
-            ],
+    train = scripted_call("get_train_status", "c1", **TRAIN)
+    again = scripted_call("get_train_status", "c2", **TRAIN)
+    reserve = scripted_call("reserve_seat", "c3", workshop_id="ws-101", participant_id="p-carol")
+    live.provider.register(
+        scripted(
+            run_id,
+            [train],
+            [again],
+            [reserve],
         )
     )
-    handle = await client.start_workflow(
+    handle = await live.client.start_workflow(
         WORKFLOW_NAME,
-        AgentRunInput(
-            task="book",
-            provider="openai-chat",
-            model=run_id,
-            tools=["get_train_status", "reserve_seat"],
+        agent_input(
+            run_id,
+            "openai-chat",
+            "book",
+            ["get_train_status", "reserve_seat"],
             principal=Principal(subject="agent", tenant=run_id, scopes=["workshops:write"]),
             continue_as_new_after_events=20,
         ),
         id=run_id,
-        task_queue=worker.task_queue,
+        task_queue=live.worker.task_queue,
         result_type=AgentRunResult,
     )
     view = await wait_for_phase(handle, "awaiting_approval")
     assert len(view.run_chain) >= 2, "no continue-as-new before the approval"
     await wait_until_listed(
-        client, search.list_query(phase="awaiting_approval", tenant=run_id), run_id
+        live.client, search.list_query(phase="awaiting_approval", tenant=run_id), run_id
     )
     await handle.cancel()
 
@@ -367,17 +325,13 @@ async def bare_namespace(client: Client, run_id: str) -> str:
 
 
 async def test_on_a_namespace_without_the_attributes_a_run_is_left_unindexed_and_runs(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    bare_namespace: str,
-    run_id: str,
+    servers: Servers, worker_settings: Settings, bare_namespace: str, run_id: str
 ) -> None:
     """The worker finds the attributes missing, so the run started without them never
     upserts them (which would fail every workflow task): it runs to its end unindexed."""
-    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="done")]))
+    servers.provider.register(scripted(run_id, "done"))
     bare = await Client.connect(
-        client.service_client.config.target_host,
+        servers.client.service_client.config.target_host,
         namespace=bare_namespace,
         data_converter=pydantic_data_converter,
     )
@@ -387,7 +341,7 @@ async def test_on_a_namespace_without_the_attributes_a_run_is_left_unindexed_and
     async with running_worker(bare, settings):
         handle = await bare.start_workflow(
             WORKFLOW_NAME,
-            AgentRunInput(task="hi", provider="openai-chat", model=run_id, tools=[]),
+            agent_input(run_id, "openai-chat", "hi", []),
             id=run_id,
             task_queue=settings.task_queue,
             result_type=AgentRunResult,
@@ -465,27 +419,21 @@ async def test_stats_and_list_on_a_value_with_a_quote_or_backslash_refuse_it_cle
     ],
 )
 async def test_a_run_whose_tenant_or_family_could_never_be_searched_fails_at_start(
-    principal: dict[str, str],
-    family: str | None,
-    said: str,
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
+    principal: dict[str, str], family: str | None, said: str, live: Live, run_id: str
 ) -> None:
     """Started by a plain `start_workflow` (the client refuses it before): before feature
     `searchable-names` it ran, and no `list` or `stats` could find it by that value."""
-    scripted_provider.register(Script(name=run_id, turns=[ScriptTurn(text="done")]))
+    live.provider.register(scripted(run_id, "done"))
     raw = {"task": "x", "provider": "openai-chat", "model": run_id, "principal": principal}
     if family is not None:
         raw["task_family"] = family
     with pytest.raises(ValueError, match=re.escape(said)):
-        await agentloop_start_run(client, AgentRunInput.model_validate(raw), id=run_id)
-    handle = await start_run(client, worker, run_id, raw)
+        await agentloop_start_run(live.client, AgentRunInput.model_validate(raw), id=run_id)
+    handle = await start_run(live.client, live.worker, run_id, raw)
     with pytest.raises(WorkflowFailureError) as failed:
         await result_of(handle)
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
     assert f"invalid AgentRunInput: {said}" in cause.message, cause.message
     assert f"it may hold only {search.SEARCHABLE}" in cause.message
-    assert [r for r in scripted_provider.requests if r["script"] == run_id] == []  # no model call
+    assert [r for r in live.provider.requests if r["script"] == run_id] == []  # no model call

@@ -16,13 +16,15 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from agentloop.contract import AgentRunInput, ApprovalDecision, Principal
-from agentloop.demo.services import ExampleService
+from agentloop.contract import Principal
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import ScriptedProvider
+from agentloop.testing.turns import call as scripted_call
+from tests.live import Servers, agent_input, scripted
 from tests.support import (
     WORKER_READY_LINE,
     result_of,
+    signal_approval,
     start_run,
     wait_for_phase,
     wait_until,
@@ -86,12 +88,7 @@ REQUIRED = {
 
 
 async def test_no_key_in_history_or_log_and_every_audit_field_present(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    tmp_path: Path,
-    run_id: str,
+    servers: Servers, worker_settings: Settings, tmp_path: Path, run_id: str
 ) -> None:
     settings = worker_settings.model_copy(
         update={
@@ -105,23 +102,23 @@ async def test_no_key_in_history_or_log_and_every_audit_field_present(
             sys.executable,
             "-m",
             "agentloop.worker",
-            env={**os.environ, **worker_env(client, settings, tmp_path / "store.db")},
+            env={**os.environ, **worker_env(servers.client, settings, tmp_path / "store.db")},
             stdout=log,
             stderr=log,
         )
         try:
             await wait_until(lambda: WORKER_READY_LINE in log_path.read_text(), "the worker")
-            await _run_with_an_approved_write(client, settings, scripted_provider, run_id)
+            await _run_with_an_approved_write(servers.client, settings, servers.provider, run_id)
         finally:
             worker.send_signal(signal.SIGTERM)
             await waited_for(worker.wait(), "the worker to stop on SIGTERM")
 
-    history = (await client.get_workflow_handle(run_id).fetch_history()).to_json()
+    history = (await servers.client.get_workflow_handle(run_id).fetch_history()).to_json()
     logged = log_path.read_text()
     assert API_KEY not in history
     assert API_KEY not in logged
     assert "dana@example.com" not in logged  # personal data is not logged in clear
-    assert example_service.records()["replies"] == 1
+    assert servers.service.records()["replies"] == 1
 
     records = [json.loads(line) for line in logged.splitlines() if line.startswith("{")]
     audit = [r for r in records if r.get("kind") == "audit" and r.get("workflow_id") == run_id]
@@ -147,42 +144,30 @@ async def _run_with_an_approved_write(
     client: Client, settings: Settings, scripted_provider: ScriptedProvider, run_id: str
 ) -> None:
     scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(
-                            id="call_reply",
-                            name="send_reply",
-                            arguments={
-                                "ticket_id": "T-1001",
-                                "recipient": "dana@example.com",
-                                "body": "Refund sent.",
-                            },
-                        )
-                    ]
-                ),
-                ScriptTurn(text="Replied."),
+        scripted(
+            run_id,
+            [
+                scripted_call(
+                    "send_reply",
+                    "call_reply",
+                    ticket_id="T-1001",
+                    recipient="dana@example.com",
+                    body="Refund sent.",
+                )
             ],
+            "Replied.",
         )
     )
-    run_input = AgentRunInput(
-        task="Answer ticket T-1001",
-        provider="openai-chat",
-        model=run_id,
-        tools=["send_reply"],
+    run_input = agent_input(
+        run_id,
+        "openai-chat",
+        "Answer ticket T-1001",
+        ["send_reply"],
         principal=Principal(subject="agent", scopes=["tickets:write"]),
     )
     handle = await start_run(client, settings, run_id, run_input)
     view = await wait_for_phase(handle, "awaiting_approval")
-    await handle.signal(
-        "approve",
-        ApprovalDecision(
-            call_id="call_reply",
-            args_digest=view.pending_approvals[0].args_digest,
-            approved=True,
-            approver="support-lead",
-        ),
+    await signal_approval(
+        handle, "call_reply", view.pending_approvals[0].args_digest, "support-lead"
     )
     assert (await result_of(handle)).status == "completed"

@@ -26,9 +26,11 @@ from agentloop.contract import AgentRunInput
 from agentloop.runtime import tracing
 from agentloop.runtime.config import ConfigError, Settings
 from agentloop.runtime.config_checks import OTEL_MODULES, OtelMode
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import ScriptedProvider
+from agentloop.testing.turns import call as scripted_call
 from agentloop.worker import running_worker
 from tests.cli.test_cli import agentloop, assert_no_traceback
+from tests.live import Live, Servers, agent_input, scripted
 from tests.operations.test_config import clean_env, problems_of
 from tests.support import result_of, start_run, waited_for, worker_env, worker_process
 
@@ -95,25 +97,14 @@ def settings_for(
 def one_tool_run(scripted_provider: ScriptedProvider, run_id: str) -> AgentRunInput:
     """A run of two model calls around one `get_train_status` call."""
     scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(
-                            id="call_train", name="get_train_status", arguments=TRAIN_ARGS
-                        )
-                    ]
-                ),
-                ScriptTurn(text="G1234 is {{call_train.status}}."),
-            ],
+        scripted(
+            run_id,
+            [scripted_call("get_train_status", "call_train", **TRAIN_ARGS)],
+            "G1234 is {{call_train.status}}.",
         )
     )
-    return AgentRunInput(
-        task="Is train G1234 late on 2026-12-01?",
-        provider="openai-chat",
-        model=run_id,
-        tools=["get_train_status"],
+    return agent_input(
+        run_id, "openai-chat", "Is train G1234 late on 2026-12-01?", ["get_train_status"]
     )
 
 
@@ -130,17 +121,13 @@ def parent_names(spans: Sequence[ReadableSpan]) -> dict[str, set[str]]:
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
 async def test_a_traced_run_is_one_trace_from_start_to_each_tool(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    spans: ProcessSpans,
-    run_id: str,
+    servers: Servers, worker_settings: Settings, spans: ProcessSpans, run_id: str
 ) -> None:
-    settings = settings_for(client, worker_settings, "global")
+    settings = settings_for(servers.client, worker_settings, "global")
     traced = await connect(settings)
     assert [type(i) for i in traced.config()["interceptors"]] == [TracingInterceptor]
 
-    run = one_tool_run(scripted_provider, run_id)
+    run = one_tool_run(servers.provider, run_id)
     async with running_worker(traced, settings):  # inherits the client's interceptor
         result = await result_of(await start_run(traced, settings, run_id, run))
     assert result.status == "completed", result.stop_reason
@@ -177,20 +164,16 @@ async def test_a_traced_run_is_one_trace_from_start_to_each_tool(
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
 async def test_with_tracing_off_no_interceptor_is_added_and_no_span_recorded(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    spans: ProcessSpans,
-    run_id: str,
+    live: Live, spans: ProcessSpans, run_id: str
 ) -> None:
-    settings = settings_for(client, worker, "off", own_queue=False)
+    settings = settings_for(live.client, live.worker, "off", own_queue=False)
     assert settings.otel == Settings().otel == "off"  # the default
     assert tracing.interceptors(settings) == []
     plain = await connect(settings)
     assert list(plain.config()["interceptors"]) == []
 
     # The process has a TracerProvider, yet nothing reaches it from an untraced run.
-    run = one_tool_run(scripted_provider, run_id)
+    run = one_tool_run(live.provider, run_id)
     result = await result_of(await start_run(plain, settings, run_id, run))
     assert result.status == "completed", result.stop_reason
     assert spans.of_run(run_id) == []
@@ -199,17 +182,15 @@ async def test_with_tracing_off_no_interceptor_is_added_and_no_span_recorded(
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
 async def test_a_console_worker_process_prints_its_spans_in_the_starters_trace(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    spans: ProcessSpans,
-    run_id: str,
-    tmp_path: Path,
+    servers: Servers, worker_settings: Settings, spans: ProcessSpans, run_id: str, tmp_path: Path
 ) -> None:
-    settings = settings_for(client, worker_settings, "global")
-    env = {**worker_env(client, settings, tmp_path / "store.db"), "AGENTLOOP_OTEL": "console"}
+    settings = settings_for(servers.client, worker_settings, "global")
+    env = {
+        **worker_env(servers.client, settings, tmp_path / "store.db"),
+        "AGENTLOOP_OTEL": "console",
+    }
     starter = await connect(settings)
-    run = one_tool_run(scripted_provider, run_id)
+    run = one_tool_run(servers.provider, run_id)
     async with worker_process(env, drained=False) as worker:
         result = await result_of(await start_run(starter, settings, run_id, run))
         assert result.status == "completed", result.stop_reason
