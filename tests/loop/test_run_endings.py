@@ -14,12 +14,12 @@ from temporalio.exceptions import ApplicationError
 
 from agentloop.contract import RUN_FAILED, AgentRunInput
 from agentloop.run_client import RunClient
-from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptTurn
+from agentloop.scripted_provider import ScriptTurn
 from agentloop.search import AGENT_PHASE, AGENT_STATUS
 from agentloop.worker import running_worker
 from tests.cli.test_cli import agentloop, process_env
 from tests.cli.test_cli_runs import one_document
+from tests.live import Live, scripted
 from tests.support import result_of, start_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -33,11 +33,11 @@ def run_input(model: str, **fields: object) -> AgentRunInput:
     )
 
 
-def cli_env(client: Client, worker: Settings) -> dict[str, str]:
+def cli_env(live: Live) -> dict[str, str]:
     return process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
-        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
-        AGENTLOOP_STORE_URL=worker.store_url,
+        TEMPORAL_ADDRESS=live.client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=live.worker.task_queue,
+        AGENTLOOP_STORE_URL=live.worker.store_url,
     )
 
 
@@ -52,10 +52,10 @@ async def failure_event_stack(client: Client, workflow_id: str) -> str:
 
 
 async def test_a_failed_run_is_a_failed_workflow_and_its_result_is_still_read(
-    client: Client, worker: Settings, run_id: str, tmp_path: Path
+    live: Live, run_id: str, tmp_path: Path
 ) -> None:
     # No script by this name: the provider answers 404, and the run ends `failed`.
-    handle = await start_run(client, worker, run_id, run_input(run_id))
+    handle = await start_run(live.client, live.worker, run_id, run_input(run_id))
     result = await result_of(handle)  # read from the failure's details
     assert result.status == "failed" and result.stop_reason.startswith("model_error")
     assert result.usage.model_calls == 1 and "model_error" in result.report
@@ -69,10 +69,18 @@ async def test_a_failed_run_is_a_failed_workflow_and_its_result_is_still_read(
     cause = failure.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == RUN_FAILED
     assert result.stop_reason in cause.message and "Book me a train." in cause.message
-    assert await failure_event_stack(client, run_id) == ""
-    assert (await RunClient(client, run_id).result()) == result
+    assert await failure_event_stack(live.client, run_id) == ""
+    assert (await RunClient(live.client, run_id).result()) == result
 
-    status = await agentloop("status", run_id, "--json", env=cli_env(client, worker), cwd=tmp_path)
+    status = await agentloop(
+        "status",
+        run_id,
+        "--json",
+        env=cli_env(
+            live,
+        ),
+        cwd=tmp_path,
+    )
     assert status.returncode == 1, status.explain()
     snapshot = one_document(status)
     assert snapshot["execution"] == "FAILED"
@@ -80,29 +88,29 @@ async def test_a_failed_run_is_a_failed_workflow_and_its_result_is_still_read(
     assert snapshot["result"]["stop_reason"] == result.stop_reason
 
 
-async def test_a_worker_may_keep_failed_runs_completed_workflows(
-    client: Client, worker: Settings, run_id: str
-) -> None:
-    kept = worker.model_copy(
-        update={"task_queue": f"{worker.task_queue}-complete", "failed_runs": "complete"}
+async def test_a_worker_may_keep_failed_runs_completed_workflows(live: Live, run_id: str) -> None:
+    kept = live.worker.model_copy(
+        update={"task_queue": f"{live.worker.task_queue}-complete", "failed_runs": "complete"}
     )
-    async with running_worker(client, kept):
-        handle = await start_run(client, kept, run_id, run_input(run_id))
+    async with running_worker(live.client, kept):
+        handle = await start_run(live.client, kept, run_id, run_input(run_id))
         result = await handle.result()  # as earlier builds: the workflow completed with it
     assert result.status == "failed"
     assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
 
 
 async def test_a_run_refused_at_its_start_is_not_listed_running_and_says_why_plainly(
-    client: Client, worker: Settings, run_id: str
+    live: Live, run_id: str
 ) -> None:
-    handle = await start_run(client, worker, run_id, run_input(run_id, tools=["get_wether"]))
+    handle = await start_run(
+        live.client, live.worker, run_id, run_input(run_id, tools=["get_wether"])
+    )
     with pytest.raises(WorkflowFailureError) as failure:
         await result_of(handle)
     cause = failure.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
     assert "unknown tool 'get_wether'; did you mean 'get_weather'?" in cause.message
-    assert await failure_event_stack(client, run_id) == ""
+    assert await failure_event_stack(live.client, run_id) == ""
     attributes = (await handle.describe()).typed_search_attributes
     assert attributes.get(AGENT_STATUS) == "failed"
     assert attributes.get(AGENT_PHASE) == "finished"
@@ -110,22 +118,23 @@ async def test_a_run_refused_at_its_start_is_not_listed_running_and_says_why_pla
 
 @pytest.mark.parametrize("required", [True, False], ids=["required", "not-required"])
 async def test_a_decline_in_words_ends_unverified_only_when_verification_is_required(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    tmp_path: Path,
-    required: bool,
+    live: Live, run_id: str, tmp_path: Path, required: bool
 ) -> None:
     # The model declines in words twice: no give_up, no completion check.
-    scripted_provider.register(
-        Script(name=run_id, turns=[ScriptTurn(text=DECLINE), ScriptTurn(text=DECLINE)])
-    )
+    live.provider.register(scripted(run_id, ScriptTurn(text=DECLINE), ScriptTurn(text=DECLINE)))
     handle = await start_run(
-        client, worker, run_id, run_input(run_id, require_verification=required)
+        live.client, live.worker, run_id, run_input(run_id, require_verification=required)
     )
     result = await result_of(handle)
-    status = await agentloop("status", run_id, "--json", env=cli_env(client, worker), cwd=tmp_path)
+    status = await agentloop(
+        "status",
+        run_id,
+        "--json",
+        env=cli_env(
+            live,
+        ),
+        cwd=tmp_path,
+    )
     if not required:
         assert (result.status, result.verified, result.usage.model_calls) == ("completed", False, 1)
         assert status.returncode == 0, status.explain()
@@ -133,7 +142,7 @@ async def test_a_decline_in_words_ends_unverified_only_when_verification_is_requ
     assert result.status == "unverified" and result.stop_cause == "verification"
     assert result.output == DECLINE and result.usage.model_calls == 2
     # Told once, as for an empty answer: the second request carries the runner's note.
-    second = scripted_provider.requests[1]["body"]
+    second = live.provider.requests[1]["body"]
     assert "was not accepted" in str(second) and "verified answer" in str(second)
     assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
     assert status.returncode == 7, status.explain()
