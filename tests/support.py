@@ -10,6 +10,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -66,15 +67,18 @@ async def start_run(
     run_input: AgentRunInput | dict[str, Any],
     *,
     indexed: bool = True,
+    task_timeout: timedelta | None = None,
 ) -> WorkflowHandle[Any, AgentRunResult]:
     """Start a run as the CLI does: with its UI summary and, unless `indexed` is False (a
-    server without agentloop's search attributes), its search attributes."""
+    server without agentloop's search attributes), its search attributes; its workflow tasks
+    time out after `task_timeout` (Temporal's 10 s when None)."""
     return await client.start_workflow(
         WORKFLOW_NAME,
         run_input,
         id=workflow_id,
         task_queue=settings.task_queue,
         result_type=AgentRunResult,
+        task_timeout=task_timeout,
         static_summary=run_input.summary() if isinstance(run_input, AgentRunInput) else None,
         search_attributes=search.initial(run_input)
         if isinstance(run_input, AgentRunInput) and indexed

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -53,6 +54,22 @@ SLOW_HTTP = 30.0
 """The tool HTTP timeout of workers that must still be waiting when they are killed."""
 STICKY_TIMEOUT = "TIMEOUT_TYPE_SCHEDULE_TO_START"
 """A workflow task that waited on a dead worker's sticky queue (none was lost half done)."""
+TASK_TIMEOUT = timedelta(seconds=60)
+"""The workflow task timeout of every run the cases start (a continued run inherits it): a
+live worker starved of CPU (the suite beside six busy processes, `make test-under-load`) may
+take longer than Temporal's 10 s over a task, replaying a history it took over, and the check
+that no task timed out but a killed worker's (`lost_workflow_tasks`) would take that for a
+lost task. No case kills a worker holding a started task, so no case waits this out; and it
+stays under the ceiling of a wait for a result (`CEILING_SECONDS`), so one that did would
+still finish in time."""
+STARVED_WORKER = {"TEMPORAL_DEBUG": "1"}
+"""The environment that turns the Python SDK's deadlock detector off in a case's worker
+processes (`debug_mode`; activations then run on the worker's event loop instead of a thread).
+The detector fails a workflow task whose activation took over 2 s, which a worker replaying a
+history at load 13 on two cores does without any deadlock; a failed workflow task is what the
+cases' histories must never hold (`lost_workflow_tasks`), so it stays a failure for every
+other cause (a nondeterministic replay above all). A real deadlock would still show: its task
+would time out held by a live worker (`TASK_TIMEOUT`), which `lost_workflow_tasks` refuses."""
 
 
 def identity(process: asyncio.subprocess.Process) -> str:
@@ -308,7 +325,14 @@ def make_env(
     if slow_http:
         updates["tool_http_timeout_seconds"] = SLOW_HTTP
     settings = place.settings.model_copy(update=updates)
-    return settings, worker_env(client, settings, place.folder / "store.db")
+    return settings, {**worker_env(client, settings, place.folder / "store.db"), **STARVED_WORKER}
+
+
+async def start_case_run(
+    client: Client, settings: Settings, workflow_id: str, started: AgentRunInput
+) -> WorkflowHandle[Any, AgentRunResult]:
+    """A run of a case, its workflow tasks given `TASK_TIMEOUT`."""
+    return await start_run(client, settings, workflow_id, started, task_timeout=TASK_TIMEOUT)
 
 
 class Phase:
@@ -327,6 +351,14 @@ class Phase:
 
     def run_input(self, run_id: str) -> AgentRunInput:
         return run_input(run_id, list(self.tools))
+
+    async def measured_input(
+        self, place: Place, settings: Settings, model: ScriptedProvider, service: ExampleService
+    ) -> AgentRunInput:
+        """The input the run starts with, asked with the first worker up and before
+        `prepare`: a case may first run a run of its own on the case's worker and fakes to
+        measure it, and then clear the fakes' logs and the service's records."""
+        return self.run_input(place.run_id)
 
     def prepare(self, service: ExampleService) -> None:
         """The service's delays and faults, set before the run starts. Its delays hold the
@@ -353,10 +385,10 @@ class Phase:
             settings, env = make_env(place.client, place, model, service, slow_http=self.slow_http)
             for script in self.scripts(place.run_id):
                 model.register(script)
-            self.prepare(service)
             async with worker(place, env) as first:
-                started = self.run_input(place.run_id)
-                handle = await start_run(place.client, settings, place.run_id, started)
+                started = await self.measured_input(place, settings, model, service)
+                self.prepare(service)
+                handle = await start_case_run(place.client, settings, place.run_id, started)
                 key = write_key(handle, "call_reserve")
                 run = Crash(place.client, model, service, place.run_id, handle, key)
                 await self.until_killed(run)
@@ -483,7 +515,7 @@ class ServerRestart(Phase):
                 self.prepare(service)
                 async with worker(place, env) as process:
                     started = self.run_input(place.run_id)
-                    handle = await start_run(client, settings, place.run_id, started)
+                    handle = await start_case_run(client, settings, place.run_id, started)
                     key = write_key(handle, "call_reserve")
                     run = Crash(client, model, service, place.run_id, handle, key)
                     await self.before_restart(run)

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 
 from agentloop.activity_io import MODEL_CALLS
@@ -59,6 +60,7 @@ from tests.crash.crashing import (
     reserve_script,
     result_of,
     run_input,
+    start_case_run,
     task_identities,
 )
 from tests.support import wait_for_phase, wait_for_status, wait_until
@@ -68,12 +70,6 @@ pytestmark = pytest.mark.integration
 
 REPLY = {"ticket_id": "T-1001", "recipient": "dana@example.com", "body": "Refund issued."}
 DATE = "2026-12-01"
-CONTINUE_AFTER_EVENTS = 55
-"""The history length past which the continue-as-new case's first run continues: its write's
-workflow task starts at about 54 events (run start 4; describe_run 6; each model call, precondition
-check, approval check and tool call 3 and a workflow task of 3; the phase upserts; the approval
-wait's timer, update and memo written and removed), so the run continues right after the write
-or after the next model call, never before the write."""
 
 
 def final_turn_requests(model: ScriptedProvider) -> int:
@@ -435,6 +431,58 @@ class WhileAChildRunWrites(Phase):
 # --- (j) across a continue-as-new ----------------------------------------------------------
 
 
+def continued_script(name: str, *, delay_ms: int) -> Script:
+    """Reserve a seat; then check ws-101 and answer, each model turn after the write taking
+    `delay_ms`."""
+    return Script(
+        name=name,
+        turns=[
+            ScriptTurn(
+                tool_calls=[call("call_reserve", "reserve_seat", RESERVE)],
+                expect_tool_results={"call_reserve": f"{name}/"},
+            ),
+            ScriptTurn(
+                tool_calls=[call("call_check", "check_workshop", {"workshop_id": "ws-101"})],
+                expect_tool_results={"call_check": "p-carol"},
+                delay_ms=delay_ms,
+            ),
+            ScriptTurn(
+                text="{{call_check.title}}: {{call_reserve.reservation_id}}", delay_ms=delay_ms
+            ),
+        ],
+    )
+
+
+def write_result_task(events: list[HistoryEvent]) -> int:
+    """The event id of the workflow task that took the write `call_reserve`'s result in a
+    run's history: the history's length as that task's workflow code sees it (Temporal's
+    `get_current_history_length`), so a run told to continue as new past that many events
+    (`continue_as_new_after_events`) continues at the first safe point after its write, and
+    at none before it. Fails when the history holds no such result."""
+    scheduled = [
+        (e.event_id, e.activity_task_scheduled_event_attributes)
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    writes = {
+        event_id
+        for event_id, attributes in scheduled
+        if attributes.activity_type.name == "run_tool"
+        and b'"call_reserve"' in attributes.input.SerializeToString()
+    }
+    [completed] = [
+        e.event_id
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+        and e.activity_task_completed_event_attributes.scheduled_event_id in writes
+    ]
+    return next(
+        e.event_id
+        for e in events
+        if e.event_id > completed and e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+    )
+
+
 class RightAfterAContinueAsNew(Phase):
     """The continued run finishes intact, its ledger carried over."""
 
@@ -442,34 +490,25 @@ class RightAfterAContinueAsNew(Phase):
     slow_http = True
 
     def scripts(self, run_id: str) -> list[Script]:
-        return [
-            Script(
-                name=run_id,
-                turns=[
-                    ScriptTurn(
-                        tool_calls=[call("call_reserve", "reserve_seat", RESERVE)],
-                        expect_tool_results={"call_reserve": f"{run_id}/"},
-                    ),
-                    ScriptTurn(
-                        tool_calls=[
-                            call("call_check", "check_workshop", {"workshop_id": "ws-101"})
-                        ],
-                        expect_tool_results={"call_check": "p-carol"},
-                        delay_ms=3_000,
-                    ),
-                    ScriptTurn(
-                        text="{{call_check.title}}: {{call_reserve.reservation_id}}",
-                        delay_ms=3_000,
-                    ),
-                ],
-            )
-        ]
+        return [continued_script(run_id, delay_ms=3_000)]
 
-    def run_input(self, run_id: str) -> AgentRunInput:
-        # See CONTINUE_AFTER_EVENTS.
-        return run_input(
-            run_id, list(self.tools), continue_as_new_after_events=CONTINUE_AFTER_EVENTS
-        )
+    async def measured_input(
+        self, place: Place, settings: Settings, model: ScriptedProvider, service: ExampleService
+    ) -> AgentRunInput:
+        """The run continues as new once its history is as long as that of a run of the same
+        script (without delays, on the same worker) when its write's result came in: right
+        after the write, wherever a change to the loop moves that (`write_result_task`)."""
+        measured_id = f"{place.run_id}-measured"
+        model.register(continued_script(measured_id, delay_ms=0))
+        measured = self.run_input(measured_id)
+        handle = await start_case_run(place.client, settings, measured_id, measured)
+        await approve_pending(handle, "call_reserve")
+        result = await result_of(handle)
+        assert result.status == "completed", result.stop_reason
+        boundary = write_result_task(await history(handle))
+        model.reset()
+        service.reset()  # its write and its requests are not the case's
+        return run_input(place.run_id, list(self.tools), continue_as_new_after_events=boundary)
 
     def prepare(self, service: ExampleService) -> None:
         # Every step after the write takes seconds, so the one the continued run starts with
@@ -531,6 +570,8 @@ class RightAfterAContinueAsNew(Phase):
         attempts = [a for _, events in chain for a, _ in activity_attempts(events, *MODEL_CALLS)]
         assert model_requests <= len(run.model.requests) <= sum(attempts)
         (_, first_run), (_, continued) = chain
+        # The first run took the write's result in before it continued (else this fails).
+        assert write_result_task(first_run) < first_run[-1].event_id
         # The killed worker ran the first run to its continue-as-new and started the continued
         # run; the new worker took the continued run over and finished it.
         assert set(task_identities(first_run)) == {run.killed}
