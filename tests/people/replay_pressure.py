@@ -43,6 +43,7 @@ from agentloop.demo.services import ExampleService
 from agentloop.policies.bounds import MAX_INLINE_TEXT_CHARS
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.testing.patience import CEILING_SECONDS
 from agentloop.testing.turns import call as scripted_call
 from tests.live import agent_input, scripted
 from tests.support import start_run, wait_for_status, write_key
@@ -280,14 +281,14 @@ async def decide(handle: WorkflowHandle[Any, AgentRunResult], case: Case, reads:
     """Once the run waits for them, the case's inputs (none when its worker cannot answer
     queries any more: `reads` says why)."""
     try:
-        view = await wait_for_status(handle, waiting(case), f"{case.label} to wait", 90)
+        view = await wait_for_status(handle, waiting(case), f"{case.label} to wait")
         await send_inputs(handle, case, view)
     except WorkflowQueryFailedError as exc:
         reads.saw(exc)
 
 
 async def finished(
-    handle: WorkflowHandle[Any, AgentRunResult], reads: Reads, seconds: float = 120
+    handle: WorkflowHandle[Any, AgentRunResult], reads: Reads, seconds: float = CEILING_SECONDS
 ) -> AgentRunResult | None:
     """The run's result; None as soon as its readers see it wedged (bounded either way)."""
     result = asyncio.ensure_future(handle.result())

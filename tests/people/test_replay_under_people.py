@@ -4,10 +4,11 @@ At each place a run waits or reads (`replay_pressure.PHASES`), runs receive two 
 of each kind it takes there, 0, 20, 50 and 100 ms apart, while four readers query `status`
 every 5-20 ms; every history is then replayed against today's `AgentRun`, and every write is
 counted at the example service. Before the fix (local activities answered early when a query
-came), about one run in ten at 20-50 ms did not replay.
+came), about one run in ten at 20-50 ms did not replay: 5 to 8 of 40 runs that got two
+decisions 20 ms apart (docs/upstream/local-activity-query-split).
 
-CI runs `REPEATS` runs per (kind, inputs, spacing), more under `make soak` (AGENTLOOP_FUZZ=long,
-the `soak` marker)."""
+CI runs the slice where that bug showed most (`ci_cases`); `make soak` (AGENTLOOP_FUZZ=long,
+the `soak` marker) runs the whole matrix, `SOAK_REPEATS` runs per (kind, inputs, spacing)."""
 
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ from agentloop.contract import AgentRunResult
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import ScriptedProvider
+from agentloop.testing.patience import CEILING_SECONDS
 from agentloop.worker import running_worker
 from agentloop.workflows.steps import LOOKUP_RETRY
-from tests.fuzzing import cases
+from tests.fuzzing import LONG, cases
 from tests.people.replay_pressure import (
     APPROVAL,
     PHASES,
@@ -50,19 +52,32 @@ pytestmark = [
 
 SPACINGS_MS = (0, 20, 50, 100)
 INPUTS = (2, 3)
-REPEATS = cases(short=4, long=20)
-"""Runs per (kind, inputs, spacing): with two input counts, 8 per (kind, spacing) in CI (about
-230 runs in all), 40 under `make soak` (1,120 runs: a 1-in-10 divergence of one (kind,
-spacing) goes unseen with probability 0.9**40, 1.5%)."""
+SOAK_REPEATS = cases(short=20, long=20)
+"""Runs per (kind, inputs, spacing) under `make soak`: 40 per (kind, spacing), 1,120 runs in all
+(a 1-in-10 divergence of one (kind, spacing) goes unseen with probability 0.9**40, 1.5%)."""
+CI_SPACING_MS = 20
+CI_DECISIONS = ("approve", "decide_approval")
+CI_DECISION_RUNS = 16
+"""Runs per kind of decision (a signal, an update) in CI, two decisions `CI_SPACING_MS` apart:
+32 runs where the old bug diverged 5 to 8 of 40, so it would go unseen with probability
+0.875**32, under 1.5%."""
+CI_OTHER_RUNS = 4
+"""Runs in CI of every other kind of input (a cancel, a message, a long answer, answers read
+by the next step, an operator's word), two `CI_SPACING_MS` apart: each kind still replays."""
 AT_ONCE = 8
 """Runs in flight together: the machine's dev server and worker are shared with the suite."""
 
 
 def phase_cases(phase: Phase) -> list[Case]:
+    """Under `make soak`, every (kind, inputs, spacing) `SOAK_REPEATS` times; in CI, the slice
+    around the old bug (`CI_DECISION_RUNS`, `CI_OTHER_RUNS`): 52 runs in all."""
+    if LONG:
+        grid = itertools.product(phase.kinds, INPUTS, SPACINGS_MS)
+        return [Case(phase, *cell) for cell in grid for _ in range(SOAK_REPEATS)]
     return [
-        Case(phase, kind, inputs, spacing)
-        for kind, inputs, spacing in itertools.product(phase.kinds, INPUTS, SPACINGS_MS)
-        for _ in range(REPEATS)
+        Case(phase, kind, 2, CI_SPACING_MS)
+        for kind in phase.kinds
+        for _ in range(CI_DECISION_RUNS if kind in CI_DECISIONS else CI_OTHER_RUNS)
     ]
 
 
@@ -112,7 +127,7 @@ async def finish_read(
 ) -> tuple[AgentRunResult | None, str | None]:
     """The run's result, read while it finishes; (None, why) when it wedged."""
     async with reading(handle) as reads:
-        return await finished(handle, reads, seconds=90), reads.failure
+        return await finished(handle, reads, seconds=CEILING_SECONDS), reads.failure
 
 
 RESTART_ROUNDS = cases(short=1, long=10)
