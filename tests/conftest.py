@@ -20,6 +20,7 @@ from agentloop.runtime.config import Settings
 from agentloop.runtime.converter import data_converter as agentloop_data_converter
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, temporal_binary
 from agentloop.scripted_provider import ScriptedProvider
+from agentloop.testing.patience import SERVER_START
 from agentloop.worker import running_worker
 from tests import replay_audit
 from tests.live import Live, Servers
@@ -79,6 +80,7 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_extra_args=FAST_DEV_SERVER,
         search_attributes=search.REGISTERED,
         data_converter=agentloop_data_converter,
+        dev_server_startup_timeout=SERVER_START,
     )
     async with env:
         yield env

@@ -40,7 +40,7 @@ from agentloop.runtime.converter import data_converter as agentloop_data_convert
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, temporal_binary
 from agentloop.scripted_provider import RecordedRequest, Script, ScriptedProvider
 from agentloop.scripted_provider.playback import Violation
-from agentloop.testing.patience import CEILING_SECONDS, status_or_why_not
+from agentloop.testing.patience import CEILING_SECONDS, SERVER_START, status_or_why_not
 from agentloop.testing.turns import Turn, script_turns
 from agentloop.worker import running_worker, workflow_runner
 from agentloop.workflows.agent_run import AgentRun
@@ -105,6 +105,7 @@ class Harness:
                 dev_server_extra_args=FAST_DEV_SERVER,
                 search_attributes=search.REGISTERED,
                 data_converter=agentloop_data_converter,
+                dev_server_startup_timeout=SERVER_START,
             )
         )
         await self.model.start(host="127.0.0.1", port=0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import WorkflowHandle
@@ -42,6 +43,10 @@ def patience(environ: dict[str, str] | None = None) -> float:
 
 CEILING_SECONDS = BASE_CEILING_SECONDS * patience()
 """How long a test waits for anything before it gives up, saying what it waited for."""
+SERVER_START = timedelta(seconds=CEILING_SECONDS)
+"""How long a test waits for a Temporal dev or test server it starts to answer (the SDK's
+`dev_server_startup_timeout`): its own 5 s is less than one takes to start beside six busy
+processes on two cores."""
 
 
 QUERY_SECONDS = 15.0

@@ -55,6 +55,7 @@ from agentloop.runtime.config import (
 )
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, free_port, temporal_binary
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptTurn
+from agentloop.testing.patience import SERVER_START
 from agentloop.testing.turns import call as scripted_call
 from agentloop.worker import running_worker
 from agentloop.workflows.agent_run import AgentRun
@@ -334,6 +335,7 @@ async def encrypted_env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_extra_args=FAST_DEV_SERVER,
         search_attributes=search.REGISTERED,
         data_converter=data_converter(Settings(codec_keys=RING_K2_K1)),
+        dev_server_startup_timeout=SERVER_START,
     )
     async with env:
         yield env

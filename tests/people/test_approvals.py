@@ -32,6 +32,7 @@ from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptTurn
 from agentloop.scripted_provider.protocols import ANTHROPIC
+from agentloop.testing.patience import SERVER_START
 from agentloop.testing.turns import call as scripted_call
 from agentloop.worker import running_worker
 from tests.crash.test_crash_phases import requests_to
@@ -321,7 +322,9 @@ async def time_skipping(
 
     server = Path(temporal_binary()).with_name("temporal-test-server")
     env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=str(server), data_converter=pydantic_data_converter
+        test_server_existing_path=str(server),
+        data_converter=pydantic_data_converter,
+        test_server_startup_timeout=SERVER_START,
     )
     settings = worker_settings.model_copy(update={"task_queue": f"skip-{uuid.uuid4().hex[:8]}"})
     async with env, running_worker(env.client, settings):
