@@ -114,7 +114,7 @@ class DuringAModelCall(Phase):
 
 
 class DuringARead(Phase):
-    """The read runs again, and the write runs once."""
+    """The read runs again, and the write runs once; the model gets one result per call."""
 
     tools = ("check_workshop", "reserve_seat")
     slow_http = True
@@ -145,6 +145,11 @@ class DuringARead(Phase):
         assert [r["status"] for r in requests_to(run.service, "workshops.get")] == [None, 200]
         assert found["workshops.reserve"] == 1
         assert reservations(run.service) == 1
+        # The model's answer came after exactly one result of each call of the turn the kill
+        # cut short, each under its call id.
+        last = run.model.requests[-1]["body"]["messages"]
+        told = sorted(m["tool_call_id"] for m in last if m["role"] == "tool")
+        assert told == ["call_check", "call_reserve"]
         await lost_only_while_waiting(run)
 
 
