@@ -6,7 +6,6 @@ the message applied again."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -32,7 +31,7 @@ from agentloop.scripted_provider import ScriptedProvider
 from agentloop.worker import running_worker
 from tests.cli.test_cli import agentloop, assert_no_traceback, process_env
 from tests.cli.test_cli_runs import one_document, question_script
-from tests.support import eventually, wait_for_phase
+from tests.support import eventually, result_of, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -91,7 +90,7 @@ async def wedged_run(
             "run", "When?", "--model", run_id, "--id", run_id, "--tenant", run_id, env=env
         )
         assert started.returncode == 0, started.explain()
-        await wait_for_phase(handle, "awaiting_input", seconds=60)
+        await wait_for_phase(handle, "awaiting_input")
     worker = Worker(
         client,
         task_queue=settings.task_queue,
@@ -206,7 +205,7 @@ async def test_a_wedged_run_is_listed_with_its_error_and_reset_to_its_last_good_
             run_id, run_id=done["new_run_id"], result_type=AgentRunResult
         )
         # The answer sent before the run wedged is read after the question, as it came.
-        result = await asyncio.wait_for(new_run.result(), 60)
+        result = await result_of(new_run)
         assert result.status == "completed" and result.output == "Noted: 2026-12-01", result
     # A run that is not wedged (this one has completed) is not reset without --to.
     healthy = await agentloop("reset", run_id, env=env)
@@ -243,9 +242,9 @@ async def test_a_run_whose_history_today_s_code_cannot_replay_is_reset_to_an_eve
         )
         # The run works from its start again and asks again: the answer given before the reset
         # is applied again after the reset point, before the question, so it is asked for again.
-        await wait_for_phase(new_run, "awaiting_input", seconds=60)
+        await wait_for_phase(new_run, "awaiting_input")
         await answer(run_id, env)
-        result = await asyncio.wait_for(new_run.result(), 60)
+        result = await result_of(new_run)
         assert result.status == "completed" and result.output == "Noted: 2026-12-01", result
 
 
