@@ -8,8 +8,7 @@ from typing import Any
 
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 
-from agentloop.contract import AgentRunResult
-from agentloop.workflows.failures import result_in
+from agentloop.contract import AgentRunResult, result_in
 
 
 async def read_result(

@@ -16,10 +16,10 @@ from agentloop.contract import (
     AgentRunInput,
     AgentRunResult,
     CancelRequest,
+    result_in,
 )
 from agentloop.events import ToolCall
 from agentloop.search import AGENT_PHASE, initial
-from agentloop.workflows.failures import result_in
 from agentloop.workflows.loop import ChildOutcome, LoopState, RunTools, ToolOutcome
 from agentloop.workflows.tool_activities import start_tool, tool_outcome
 from agentloop.workflows.visibility import audit

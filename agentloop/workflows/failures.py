@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import cast, get_args
 
-from pydantic import ValidationError
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
@@ -82,14 +81,3 @@ def run_failed(result: AgentRunResult, task: str) -> ApplicationError:
         type=RUN_FAILED,
         non_retryable=True,
     )
-
-
-def result_in(failure: BaseException | None) -> AgentRunResult | None:
-    """The result inside the failure of a run that ended `failed` (`run_failed`); None for
-    any other failure. Pure: the workflow reads a child run's with it, clients a run's."""
-    if not isinstance(failure, ApplicationError) or failure.type != RUN_FAILED:
-        return None
-    try:
-        return AgentRunResult.model_validate(failure.details[0])
-    except (IndexError, ValidationError):
-        return None

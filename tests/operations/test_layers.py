@@ -66,14 +66,26 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     # name to its tool source; a kind of source named there would be a branch beside it.
     # And the run client: `load_previous_run` reads the run a new one continues as a client.
     "activities": frozenset(
-        {"vocabulary", "policies", "runtime", "store", "adapters", "tools", "client", "run_client"}
+        {
+            "vocabulary",
+            "policies",
+            "runtime",
+            "store",
+            "adapters",
+            "tools",
+            "client",
+            "run_client",
+            "run_results",
+        }
     ),
     "scripted_provider": frozenset({"vocabulary"}),
     "demo": frozenset({"vocabulary", "policies", "runtime", "store", "tools"}),
-    "client": frozenset({"vocabulary", "runtime"}),
+    # How a client reads a run's result, a failed run's included: over Temporal, no run code.
+    "run_results": frozenset({"vocabulary"}),
+    "client": frozenset({"vocabulary", "runtime", "run_results"}),
     # What an operator asks of Temporal about runs (a wedged run, its reset): no run code.
     "operations": frozenset({"vocabulary", "runtime"}),
-    "run_client": frozenset({"vocabulary", "runtime", "client"}),
+    "run_client": frozenset({"vocabulary", "runtime", "client", "run_results"}),
 }
 # A worker serves real tools to real models: the example tools and the scripted model are
 # what `agentloop dev` (the CLI) and the tests put beside it.
