@@ -18,6 +18,7 @@ from agentloop.contract import (
     describe_validation_error,
 )
 from agentloop.events import Event, ModelOutput
+from agentloop.policies.reminders import MAX_ROUTES, NoticeTimers
 from agentloop.tool_spec import Outcome, ToolSpec
 
 # Activity names: each one constant, read by the activity's `@activity.defn` and by the workflow
@@ -333,6 +334,9 @@ class RunDescription(BaseModel):
     """Whether the worker takes only signed approvals (None: a worker from before it said)."""
     notify: bool = False
     """Whether the worker sends notices of runs waiting for a person (it has webhooks)."""
+    notice_timers: list[NoticeTimers] = Field(default_factory=list, max_length=MAX_ROUTES)
+    """The reminders and escalations of the worker's notice routes (none: a notice is sent
+    once)."""
     output_schema_problem: str | None = None
     """Why the run's `output_schema` cannot be checked at a bounded cost (asked for with it)."""
     unpriced_problem: str | None = None
@@ -366,6 +370,11 @@ class WaitingNotice(BaseModel):
     tenant: str | None = None
     """The run's tenant, which notices are routed by (None: a notice from before routing,
     told only to the webhooks of every tenant)."""
+    stage: Literal["notice", "reminder", "escalation"] = "notice"
+    to: str | None = None
+    """The one route a reminder or an escalation is sent to, told of every call in it (None:
+    a first notice, routed by tool and tenant to every webhook but the `escalation_only`
+    ones)."""
 
 
 @dataclass(frozen=True)

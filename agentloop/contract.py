@@ -31,6 +31,9 @@ from agentloop.ledger import (
     CallRecord as CallRecord,
 )
 from agentloop.ledger import (
+    NoticeSent as NoticeSent,
+)
+from agentloop.ledger import (
     PendingApproval as PendingApproval,
 )
 from agentloop.ledger import (
@@ -451,6 +454,8 @@ class RunStatusView(BaseModel):
     """Notices of this run waiting for a person that could not be delivered to the webhooks
     (`AGENTLOOP_NOTIFY_WEBHOOKS`, `AGENTLOOP_NOTIFY_ROUTES`), each saying of what, which
     webhooks (by name and host only: a webhook URL is a secret) and why."""
+    notices_sent: list[NoticeSent] = Field(default_factory=list)
+    """The reminders and escalations sent while the run waits (the routes' timers)."""
 
 
 class CancelRequest(BaseModel):

@@ -216,6 +216,19 @@ and when (`at`). Each shape requires fields the others lack, so a recorded line 
 the one it was (a line from before lines named their signal, as its approval or resolution)."""
 
 
+class NoticeSent(BaseModel):
+    """A reminder or an escalation a run waiting for people sent (`agentloop.policies.
+    reminders`): started when it fell due, delivered like every notice."""
+
+    stage: Literal["reminder", "escalation"]
+    route: str
+    """The notice route whose timer it was."""
+    to: str
+    """The route told: `route` itself for a reminder, its `escalate_to` for an escalation."""
+    call_ids: list[str] = Field(default_factory=list)
+    at: AwareDatetime
+
+
 class UnresolvedWrite(BaseModel):
     """A write whose outcome stayed unknown when its run stopped: a run that continues that
     one holds the same action for an operator's word instead of sending it again."""

@@ -56,6 +56,7 @@ from agentloop.runtime.config import VARIABLES, ConfigError, Settings
 from agentloop.runtime.config_checks import SandboxMode
 from agentloop.runtime.indexing import Registration
 from agentloop.runtime.mcp_config import McpServerConfig
+from agentloop.runtime.notice_routes import notice_timers
 from agentloop.store import UNUSABLE, Store, open_store, why_unusable
 from agentloop.tools.plugins import PluginError, Toolbox, load_toolbox
 from agentloop.workflows.agent_run import AgentRun
@@ -258,9 +259,8 @@ async def worker_parts(
                 publish=settings.publish_events == "on",
             )
             approver_keys = settings.approvers()
-            notices = NoticeActivities(
-                settings.notice_webhooks(), settings.notify_secret or "", settings.inbox_url
-            )
+            webhooks = settings.notice_webhooks()
+            notices = NoticeActivities(webhooks, settings.notify_secret or "", settings.inbox_url)
             tool_activities = ToolActivities(opened, store, sources=[mcp])
             descriptions = RunDescriptions(
                 opened,
@@ -271,6 +271,7 @@ async def worker_parts(
                 principals=principals,
                 nonces=store,
                 notify=notices.sends,
+                notice_timers=notice_timers(webhooks),
                 failed_runs_complete=settings.failed_runs == "complete",
                 verification_required=settings.requires_verification,
             )

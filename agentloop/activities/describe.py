@@ -17,6 +17,7 @@ from temporalio.exceptions import ApplicationError
 from agentloop.activities.heartbeat import keep_heartbeating
 from agentloop.activities.principals import check_principal
 from agentloop.activity_io import DESCRIBE_RUN, DescribeToolsInput, RunDescription
+from agentloop.policies.reminders import NoticeTimers
 from agentloop.policies.schema_cost import output_schema_cost_problem
 from agentloop.pricing import PriceTable
 from agentloop.runtime.audit import audit
@@ -47,6 +48,7 @@ class RunDescriptions:
         principals: PrincipalSignatures | None = None,
         nonces: StartNonces | None = None,
         notify: bool = False,
+        notice_timers: Sequence[NoticeTimers] = (),
         failed_runs_complete: bool = False,
         verification_required: Callable[[str | None], bool] = lambda family: False,
     ) -> None:
@@ -58,6 +60,7 @@ class RunDescriptions:
         run's principal is taken (by default as given); `nonces`, where the nonces of signed
         starts are remembered (the store the workers share; by default this process's
         memory); `notify`, whether the worker sends notices of runs waiting for a person;
+        `notice_timers`, the reminders and escalations of its notice routes;
         `failed_runs_complete`, whether a run ending `failed` completes its workflow (the
         worker's `failed_runs`); `verification_required`, whether the worker requires
         verification of a run of a task family (`Settings.requires_verification`)."""
@@ -69,6 +72,7 @@ class RunDescriptions:
         self._principals = principals or PrincipalSignatures()
         self._nonces = nonces or MemoryStore()
         self._notify = notify
+        self._notice_timers = list(notice_timers)
         self._failed_runs_complete = failed_runs_complete
         self._verification_required = verification_required
 
@@ -99,6 +103,7 @@ class RunDescriptions:
             family_indexable=family,
             approval_signing=self._signing,
             notify=self._notify,
+            notice_timers=self._notice_timers,
             failed_runs_complete=self._failed_runs_complete,
             require_verification=self._verification_required(request.task_family),
             output_schema_problem=problem,

@@ -3,7 +3,9 @@
 Each webhook (`agentloop.runtime.notice_routes`: every notice, or the calls of some tools in
 the runs of some tenants) gets one JSON POST: the run, what it waits on (`kind`: approval,
 question, unknown_write), each of its calls with its tool, args digest and who may decide,
-the inbox link, and a `text` line for chat tools; signed with HMAC-SHA256 over the exact body
+the inbox link, and a `text` line for chat tools; its `stage`: the first `notice`, or a
+`reminder` or an `escalation` a route's timers sent later (`agentloop.policies.reminders`), each
+sent only to the route it names; signed with HMAC-SHA256 over the exact body
 under `AGENTLOOP_NOTIFY_SECRET`, in `X-Agentloop-Signature: sha256=HEX`.
 
 Every webhook has its own delivery, all of them at once (`NOTICE_DELIVERY`: its own timeout
@@ -55,6 +57,8 @@ KIND_WORDS = {
     "unknown_write": "needs to know whether this write happened:",
 }
 
+STAGE_WORDS = {"reminder": "Reminder, still unanswered", "escalation": "Escalated, unanswered"}
+
 
 def signature(secret: str, body: bytes) -> str:
     """What the `X-Agentloop-Signature` header holds for `body`: a receiver computes the same
@@ -68,10 +72,16 @@ def notice_body(notice: WaitingNotice, inbox_url: str) -> bytes:
     deciders = sorted({a for c in notice.calls for a in c.approvers})
     who = f"; who may decide: {', '.join(deciders)}" if deciders else ""
     text = f"Run {notice.workflow_id} {KIND_WORDS[notice.kind]} {tools}{who}. {link}"
+    first_call = notice.calls[0].call_id if notice.calls else ""
+    notice_id = f"{notice.workflow_id}/{first_call}"
+    if notice.stage != "notice":  # a receiver dedupes by id: each stage is a notice of its own
+        notice_id += f"/{notice.stage}"
+        text = f"{STAGE_WORDS[notice.stage]}: {text}"
     document = {
-        "id": f"{notice.workflow_id}/{notice.calls[0].call_id if notice.calls else ''}",
+        "id": notice_id,
         "run": notice.workflow_id,
         "kind": notice.kind,
+        "stage": notice.stage,
         "task": notice.task,
         "calls": [c.model_dump() for c in notice.calls],
         "question": notice.question,
@@ -82,7 +92,13 @@ def notice_body(notice: WaitingNotice, inbox_url: str) -> bytes:
 
 
 def routed(notice: WaitingNotice, webhook: Webhook) -> WaitingNotice | None:
-    """The notice as `webhook` is told of it: only the calls routed there (None: none is)."""
+    """The notice as `webhook` is told of it (None: not at all). A reminder or an escalation
+    goes to the one route it names, whole (the run routed its calls); a first notice to every
+    webhook but the `escalation_only` ones, with only the calls routed there."""
+    if notice.to is not None:
+        return notice if webhook.name == notice.to else None
+    if webhook.escalation_only:
+        return None
     calls = [c for c in notice.calls if webhook.takes(notice.tenant, c.tool)]
     return notice.model_copy(update={"calls": calls}) if calls else None
 

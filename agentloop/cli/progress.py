@@ -111,6 +111,7 @@ def status_lines(
         _usage_lines(view.usage, view.limits_left, paused=view.phase in PAUSED_PHASES),
         _call_lines(view.calls, recent_calls),
         _wait_lines(view, now),
+        _reminder_lines(view),
         [_approval_line(run_id, pending) for pending in view.pending_approvals],
         _question_lines(run_id, view.question),
         [_unresolved_line(run_id, write) for write in view.unresolved],
@@ -315,6 +316,16 @@ def _wait_lines(view: RunStatusView, now: datetime | None) -> list[Line]:
         until = view.wait_until.astimezone().strftime("%H:%M:%S")
         text += f"; {_TIMEOUTS[view.phase]} timeout in {_duration(left)} (at {until})"
     return [Line("wait", text, "yellow", ticking=True)]
+
+
+def _reminder_lines(view: RunStatusView) -> list[Line]:
+    """The reminders and escalations the run sent (`reminded desk of c_1 at 18:40:44`)."""
+    said = [
+        (f"reminded {sent.to}" if sent.stage == "reminder" else f"escalated to {sent.to}")
+        + f" of {', '.join(sent.call_ids)} at {sent.at.astimezone().strftime('%H:%M:%S')}"
+        for sent in view.notices_sent
+    ]
+    return [Line("reminders", "; ".join(said), "yellow")] if said else []
 
 
 def _duration(seconds: float) -> str:

@@ -6,7 +6,17 @@ the named routes of `AGENTLOOP_NOTIFY_ROUTES` (the notices of some tools, of som
 url = "https://hooks.example.com/services/T000/B000/XXXX"
 tools = ["reserve_seat"]          # only the calls of these tools (none: every tool)
 tenants = ["tenant-b"]            # only the runs of these tenants (none: every tenant)
+remind_after_seconds = 3600       # remind this webhook of a call unanswered this long
+escalate_after_seconds = 14400    # then tell `escalate_to` of it, this long after its notice
+escalate_to = "leads"
+
+[notify_routes.leads]
+url = "https://hooks.example.com/services/T000/B000/YYYY"
+escalation_only = true            # told only of escalations sent to it by name
 ```
+
+A route's timers run inside each waiting run (`agentloop.policies.reminders`): the worker
+tells a run them as it starts (without the URLs).
 
 A webhook URL is a secret: chat incoming webhooks carry their token in the path. Whatever
 names a webhook (a failure, a log line, `status`, the inbox, `agentloop config`) names it by
@@ -23,13 +33,18 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentloop.contract import MAX_WAIT_SECONDS
+from agentloop.policies.reminders import MAX_ROUTES, NoticeTimers, routes_call
 from agentloop.runtime.config_checks import check_webhooks, http_url_check
 
 ROUTE_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 """A route's name: lower case, no space (so it is never taken for a listed `webhook N`)."""
 ROUTES_SHAPE = (
-    'expected a JSON object of route name -> {"url": URL, "tools": [...], "tenants": [...]}'
+    'expected a JSON object of route name -> {"url": URL, "tools": [...], "tenants": [...],'
+    ' "remind_after_seconds": S, "escalate_after_seconds": S, "escalate_to": ROUTE,'
+    ' "escalation_only": BOOL}'
 )
+
 check_webhook_url = http_url_check("https://hooks.example.com/services/T000/B000/XXXX")
 
 
@@ -57,6 +72,11 @@ class Webhook(BaseModel):
     """The tools whose calls it is told of (empty: every tool's)."""
     tenants: tuple[str, ...] = ()
     """The tenants whose runs it is told of (empty: every tenant's)."""
+    remind_after_seconds: float | None = None
+    escalate_after_seconds: float | None = None
+    escalate_to: str | None = None
+    escalation_only: bool = False
+    """Told only of the escalations sent to it by name, never of a first notice."""
 
     @property
     def label(self) -> str:
@@ -65,9 +85,25 @@ class Webhook(BaseModel):
     def takes(self, tenant: str | None, tool: str) -> bool:
         """Whether a call of `tool` in a run of `tenant` is routed here (a notice from before
         notices carried the tenant, None, only to webhooks for every tenant)."""
-        if self.tenants and tenant not in self.tenants:
-            return False
-        return not self.tools or tool in self.tools
+        return routes_call(self.tools, self.tenants, tenant, tool)
+
+    def timers(self) -> NoticeTimers | None:
+        """What a run needs of this route to remind and escalate (None: it has no timer)."""
+        if self.remind_after_seconds is None and self.escalate_after_seconds is None:
+            return None
+        return NoticeTimers(
+            route=self.name,
+            tools=self.tools,
+            tenants=self.tenants,
+            remind_after_seconds=self.remind_after_seconds,
+            escalate_after_seconds=self.escalate_after_seconds,
+            escalate_to=self.escalate_to,
+        )
+
+
+def notice_timers(webhooks: list[Webhook]) -> list[NoticeTimers]:
+    """The timers of the routes that have some, as each run is told them."""
+    return [t for t in (w.timers() for w in webhooks) if t is not None]
 
 
 class _Route(BaseModel):
@@ -76,6 +112,24 @@ class _Route(BaseModel):
     url: str
     tools: list[str] = Field(default_factory=list)
     tenants: list[str] = Field(default_factory=list)
+    remind_after_seconds: float | None = Field(default=None, gt=0, le=MAX_WAIT_SECONDS)
+    escalate_after_seconds: float | None = Field(default=None, gt=0, le=MAX_WAIT_SECONDS)
+    escalate_to: str | None = None
+    escalation_only: bool = False
+
+    def timer_problem(self, name: str, names: set[str]) -> str | None:
+        """What is wrong with the route's reminder and escalation (None: nothing)."""
+        timed = self.remind_after_seconds is not None or self.escalate_after_seconds is not None
+        if self.escalation_only and timed:
+            return "an escalation_only route has no timers of its own"
+        if (self.escalate_after_seconds is None) != (self.escalate_to is None):
+            return "escalate_after_seconds and escalate_to go together"
+        if self.escalate_to is not None and self.escalate_to not in names - {name}:
+            return f"escalate_to {self.escalate_to!r} is not another route"
+        remind, escalate = self.remind_after_seconds, self.escalate_after_seconds
+        if remind is not None and escalate is not None and escalate <= remind:
+            return "escalate_after_seconds must be longer than remind_after_seconds"
+        return None
 
 
 def listed_webhooks(value: str | None) -> list[Webhook]:
@@ -96,6 +150,8 @@ def parse_routes(value: str | None) -> list[Webhook]:
         raise ValueError(f"not JSON ({exc.msg}): {ROUTES_SHAPE}") from None
     if not isinstance(data, dict):
         raise ValueError(ROUTES_SHAPE)
+    if len(data) > MAX_ROUTES:
+        raise ValueError(f"{len(data)} routes: at most {MAX_ROUTES}")
     routes = []
     for name, route in data.items():
         if not ROUTE_NAME.match(name):
@@ -115,9 +171,19 @@ def parse_routes(value: str | None) -> list[Webhook]:
         problem = check_webhook_url(parsed.url)
         if problem:
             raise ValueError(f"route {name!r}: url: {problem}")
+        problem = parsed.timer_problem(name, set(data))
+        if problem:
+            raise ValueError(f"route {name!r}: {problem}")
         routes.append(
             Webhook(
-                name=name, url=parsed.url, tools=tuple(parsed.tools), tenants=tuple(parsed.tenants)
+                name=name,
+                url=parsed.url,
+                tools=tuple(parsed.tools),
+                tenants=tuple(parsed.tenants),
+                remind_after_seconds=parsed.remind_after_seconds,
+                escalate_after_seconds=parsed.escalate_after_seconds,
+                escalate_to=parsed.escalate_to,
+                escalation_only=parsed.escalation_only,
             )
         )
     return routes
@@ -146,7 +212,12 @@ def mask_routes(value: str) -> str:
     except ValueError:
         return "***"
     shown: dict[str, Any] = {
-        r.name: {"url": f"{site(r.url)}/…", "tools": list(r.tools), "tenants": list(r.tenants)}
+        r.name: {
+            **r.model_dump(exclude={"name", "url"}, exclude_defaults=True, mode="json"),
+            "url": f"{site(r.url)}/…",
+            "tools": list(r.tools),
+            "tenants": list(r.tenants),
+        }
         for r in routes
     }
     return json.dumps(shown, ensure_ascii=False)

@@ -105,6 +105,7 @@ async def start(run_input: AgentRunInput) -> LoopState:
     state = LoopState.start(run_input, described.tools, workflow.now(), info.workflow_id, builtins)
     state.approval_signing = described.approval_signing or ""
     state.notify = described.notify
+    state.notice_timers = described.notice_timers
     state.require_verification = run_input.require_verification or described.require_verification
     state.failed_runs_complete = described.failed_runs_complete
     if described.indexable:

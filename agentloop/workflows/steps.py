@@ -11,10 +11,9 @@ goes to the pure loop once and comes back once.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from datetime import timedelta
-from typing import Any, Literal
+from datetime import datetime, timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
@@ -26,23 +25,19 @@ from agentloop.activity_io import (
     LOOKUP_OUTCOME,
     MODEL_CALL,
     MODEL_CALL_BY_REF,
-    NOTICE_DELIVERY,
-    NOTIFY_WAITING,
     OVER_BUDGET,
     READ_TEAM_OUTCOME,
     STORE_TEXTS,
     VERIFY_COMPLETION,
     CallModelInput,
     CallModelResult,
-    NoticeCall,
     StoreTextsInput,
     Verdict,
     VerifyInput,
-    WaitingNotice,
 )
 from agentloop.contract import AgentRunResult, Phase
 from agentloop.tool_spec import Outcome
-from agentloop.workflows import visibility
+from agentloop.workflows import notices, visibility
 from agentloop.workflows.deadline import RunDeadline
 from agentloop.workflows.failures import (
     attempts_made,
@@ -242,7 +237,7 @@ async def await_humans(state: LoopState, step: AwaitHumans, phase: Phase, inflow
     visibility.show_phase(state, until=step.deadline)
     visibility.show_waiting(state, step.deadline)
     if state.notify:
-        notify_waiting(state, step, phase)
+        notices.notify_waiting(state, step, phase)
     waiting = set(step.call_ids)
     since = workflow.now()
     loop.record_pause_started(state, since)
@@ -266,91 +261,40 @@ async def await_humans(state: LoopState, step: AwaitHumans, phase: Phase, inflow
         # `young`: the wait already ends when the run is old enough to continue as new.
         return over_or_changed() or (not young and flood_waits_for_min_interval(inflow))
 
-    with contextlib.suppress(TimeoutError):
-        while True:
-            left = step.deadline - workflow.now()
-            # A flood met while the run was too young to continue as new: the wait ends once
-            # it is old enough (its timeout), and the run continues as new then.
-            young = flood_waits_for_min_interval(inflow)
-            if young:
-                left = min(left, until_past_min_interval())
+    while True:
+        if state.notify:
+            notices.send_due(state, step, phase)
+        young = flood_waits_for_min_interval(inflow)
+        until, summary, for_notice = _wake_up(state, step, young)
+        try:
             await workflow.wait_condition(
                 functools.partial(woken, young),
-                timeout=max(left.total_seconds(), 0.001),
-                timeout_summary=loop.wait_summary(state, step.deadline),
+                timeout=max((until - workflow.now()).total_seconds(), 0.001),
+                timeout_summary=summary,
             )
-            if over():
-                break
-            shown = loop.awaiting_humans(state)
-            visibility.show_waiting(state, step.deadline)
+        except TimeoutError:
+            if for_notice:
+                continue  # a reminder or an escalation fell due: sent, and the wait goes on
+            break
+        if over():
+            break
+        shown = loop.awaiting_humans(state)
+        visibility.show_waiting(state, step.deadline)
     loop.record_pause(state, (workflow.now() - since).total_seconds())
 
 
-# Each webhook's own attempts run inside the activity (`NOTICE_DELIVERY`); the activity is
-# tried again only when its worker is lost, and resumes from its heartbeats.
-NOTICE_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), backoff_coefficient=2, maximum_attempts=3
-)
-NOTICE_START_TO_CLOSE = timedelta(seconds=NOTICE_DELIVERY.longest_seconds + 15)
-NOTICE_HEARTBEAT = timedelta(seconds=10)
-NOTICE_KINDS: dict[Phase, Literal["approval", "question", "unknown_write"]] = {
-    "awaiting_approval": "approval",
-    "awaiting_input": "question",
-    "awaiting_reconciliation": "unknown_write",
-}
-
-
-def notify_waiting(state: LoopState, step: AwaitHumans, phase: Phase) -> None:
-    """Start the notice of the calls this wait is the first to hold, and go on waiting: the
-    run never waits on a notice, and one that fails after its retries only says so in
-    `notice_failures`."""
-    new = [c for c in step.call_ids if c not in state.notified]
-    if not new:
-        return
-    state.notified.extend(new)
-    kind = NOTICE_KINDS[phase]
-    pending = {a.call_id: a for a in loop.pending_approvals(state)}
-    calls = [
-        NoticeCall(
-            call_id=c,
-            tool=state.call(c).name,
-            args_digest=state.call(c).args_digest,
-            approvers=list(pending[c].approvers) if c in pending else [],
-        )
-        for c in new
-    ]
-    notice = WaitingNotice(
-        workflow_id=state.workflow_id,
-        kind=kind,
-        task=state.run_input.summary(),
-        calls=calls,
-        question=loop.question(state) if kind == "question" else None,
-        tenant=state.run_input.principal.tenant,
-    )
-    sending = workflow.start_activity(
-        NOTIFY_WAITING,
-        notice,
-        start_to_close_timeout=NOTICE_START_TO_CLOSE,
-        heartbeat_timeout=NOTICE_HEARTBEAT,
-        retry_policy=NOTICE_RETRY,
-        summary=f"notify: {kind} {', '.join(new)}",
-    )
-
-    def delivered(done: Any) -> None:
-        if done.cancelled() or done.exception() is None:
-            return
-        failure = done.exception()
-        reason = describe_failure(failure) if isinstance(failure, ActivityError) else str(failure)
-        what = f"the notice of {kind} {', '.join(new)} was not delivered: {reason}"
-        state.notice_failures.append(what[:MAX_NOTICE_FAILURE_CHARS])
-        del state.notice_failures[:-MAX_NOTICE_FAILURES]
-        audit("notice_failed", kind=kind, call_ids=new)
-
-    sending.add_done_callback(delivered)
-
-
-MAX_NOTICE_FAILURES = 20
-MAX_NOTICE_FAILURE_CHARS = 1_000
+def _wake_up(state: LoopState, step: AwaitHumans, young: bool) -> tuple[datetime, str, bool]:
+    """When a wait nothing answers wakes up, the summary of its timer, and whether it wakes
+    for a reminder or an escalation (and goes on) rather than to end."""
+    until = step.deadline
+    if young:
+        # A flood met while the run was too young to continue as new: the wait ends once it
+        # is old enough (its timeout), and the run continues as new then.
+        until = min(until, workflow.now() + until_past_min_interval())
+    reminder = notices.next_due(state, step) if state.notify else None
+    if reminder is not None and reminder[0] < until:
+        return reminder[0], reminder[1], True
+    return until, loop.wait_summary(state, step.deadline), False
 
 
 async def verify(state: LoopState, step: Verify) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, Field
 
 from agentloop.activity_io import InputReply
 from agentloop.contract import (
@@ -21,6 +21,7 @@ from agentloop.contract import (
     ApprovalDecision,
     CallRecord,
     Limits,
+    NoticeSent,
     PendingApproval,
     Phase,
     Reconciliation,
@@ -41,6 +42,7 @@ from agentloop.events import (
     UserInput,
 )
 from agentloop.policies.progress import TurnFingerprint
+from agentloop.policies.reminders import NoticeTimers
 from agentloop.tool_spec import BUILTIN_TOOLS, ToolSpec
 from agentloop.transcript import ROOT
 
@@ -221,6 +223,13 @@ class LoopState(BaseModel):
     """Calls a notice was started for: each is told of once."""
     notice_failures: list[str] = Field(default_factory=list)
     """Notices that could not be delivered, each saying of what and why."""
+    notice_timers: list[NoticeTimers] = Field(default_factory=list)
+    """The reminders and escalations of the worker's notice routes (it said so at the start)."""
+    notified_at: dict[str, AwareDatetime] = Field(default_factory=dict)
+    """When each call's first notice was started, while some route has timers: its reminders
+    and escalations count from then."""
+    notices_sent: list[NoticeSent] = Field(default_factory=list)
+    """The reminders and escalations sent, each once per call and route."""
     artifacts: list[str] = Field(default_factory=list)
     """References of the artifacts this run's tool results were cut into (`read_artifact`
     reads only these)."""

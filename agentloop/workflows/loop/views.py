@@ -305,6 +305,7 @@ def status_view(state: LoopState | None, now: datetime) -> RunStatusView:
         waiting_since=state.paused_since,
         wait_until=wait_until(state),
         notice_failures=state.notice_failures,
+        notices_sent=state.notices_sent,
     )
 
 

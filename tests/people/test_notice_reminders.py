@@ -1,0 +1,141 @@
+"""Reminders and escalations (issue 47, part 2): a notice route with timers reminds its own
+webhook of a call nobody answered, then tells its `escalate_to` group, each once, from durable
+timers in the run; an answer cancels what is left. Real dev server, worker and scripted
+provider; the webhooks are local aiohttp servers (`Receivers`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+
+from agentloop.cli.progress import status_lines
+from agentloop.contract import AgentRunResult
+from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import ScriptedProvider
+from agentloop.worker import running_worker
+from tests.people import test_notice_delivery
+from tests.people.test_inbox_notices import approved_to_completion, booking, notifying
+from tests.people.test_notice_delivery import Receivers, wait_for_notice_end
+from tests.support import start_run, wait_for_phase, wait_for_status, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
+receivers = test_notice_delivery.receivers
+"""The local webhooks (a fixture)."""
+
+
+def routed(receivers: Receivers, run_id: str, remind: float, escalate: float) -> dict[str, Any]:
+    """A route for the booking's tool that reminds after `remind` s and escalates after
+    `escalate` s to `leads`, a group told of nothing else."""
+    return {
+        "desk": {
+            "url": receivers.url("ok/desk"),
+            "tools": ["reserve_seat"],
+            "remind_after_seconds": remind,
+            "escalate_after_seconds": escalate,
+            "escalate_to": "leads",
+        },
+        "leads": {"url": receivers.url("ok/leads"), "escalation_only": True},
+    }
+
+
+def stages(receivers: Receivers) -> list[tuple[str, str, list[str]]]:
+    """Every notice the receivers got, in order: path, stage, call ids."""
+    told = []
+    for path in receivers.arrivals:
+        body = json.loads(receivers.bodies[path][len([t for t in told if t[0] == path])])
+        told.append((path, body["stage"], [c["call_id"] for c in body["calls"]]))
+    return told
+
+
+async def notify_activities(handle: WorkflowHandle[Any, AgentRunResult]) -> list[str]:
+    """The summaries of the run's `notify_waiting` activities, in order."""
+    summaries = []
+    async for event in handle.fetch_history_events():
+        scheduled = event.activity_task_scheduled_event_attributes
+        if scheduled.activity_type.name == "notify_waiting":
+            summaries.append(json.loads(event.user_metadata.summary.data))
+    return summaries
+
+
+async def test_an_unanswered_call_is_reminded_then_escalated_each_once(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    receivers: Receivers,
+    run_id: str,
+) -> None:
+    settings = notifying(worker_settings, run_id).model_copy(
+        update={"notify_routes": json.dumps(routed(receivers, run_id, 2, 4))}
+    )
+    async with running_worker(client, settings):
+        handle = await start_run(client, settings, run_id, booking(scripted_provider, run_id))
+        await wait_for_phase(handle, "awaiting_approval")
+        await wait_until(lambda: receivers.count("ok/leads") == 1, "the escalation", seconds=60)
+        view = await wait_for_status(
+            handle, lambda v: len(v.notices_sent) == 2, "the reminder and escalation in status"
+        )
+        [reminder, escalation] = view.notices_sent
+        assert (reminder.stage, reminder.route, reminder.to) == ("reminder", "desk", "desk")
+        assert (escalation.stage, escalation.route, escalation.to) == (
+            "escalation",
+            "desk",
+            "leads",
+        )
+        assert reminder.call_ids == escalation.call_ids == ["c_res"]
+        assert view.waiting_since is not None and view.waiting_since < reminder.at < escalation.at
+        shown = "\n".join(line.text for line in status_lines(run_id, view))
+        assert "reminded desk of c_res at" in shown, shown
+        assert "escalated to leads of c_res at" in shown, shown
+        await approved_to_completion(handle, view)
+        await wait_for_notice_end(handle)
+        summaries = await notify_activities(handle)
+    assert stages(receivers) == [
+        ("ok/desk", "notice", ["c_res"]),
+        ("ok/desk", "reminder", ["c_res"]),
+        ("ok/leads", "escalation", ["c_res"]),
+    ]
+    assert summaries == [
+        "notify: approval c_res",
+        "reminder to desk: approval c_res",
+        "escalation to leads: approval c_res",
+    ]
+    first, escalated = (json.loads(receivers.bodies[path][0]) for path in ("ok/desk", "ok/leads"))
+    assert escalated["id"] == f"{first['id']}/escalation"
+    assert escalated["text"].startswith("Escalated, unanswered: Run ")
+
+
+async def test_an_answer_before_the_reminder_cancels_the_rest(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    receivers: Receivers,
+    run_id: str,
+) -> None:
+    # Timers far longer than the test: the answer comes first on any machine.
+    settings = notifying(worker_settings, run_id).model_copy(
+        update={"notify_routes": json.dumps(routed(receivers, run_id, 600, 1200))}
+    )
+    async with running_worker(client, settings):
+        handle = await start_run(client, settings, run_id, booking(scripted_provider, run_id))
+        view = await wait_for_phase(handle, "awaiting_approval")
+        await wait_until(lambda: receivers.count("ok/desk") == 1, "the first notice")
+        await approved_to_completion(handle, view)
+        timers = [
+            (e.timer_started_event_attributes.timer_id, json.loads(e.user_metadata.summary.data))
+            async for e in handle.fetch_history_events()
+            if e.HasField("timer_started_event_attributes")
+        ]
+        canceled = [
+            e.timer_canceled_event_attributes.timer_id
+            async for e in handle.fetch_history_events()
+            if e.HasField("timer_canceled_event_attributes")
+        ]
+        summaries = await notify_activities(handle)
+    # The wait slept until the reminder, and the answer cancelled that timer.
+    [reminder_timer] = [timer_id for timer_id, summary in timers if summary == "remind desk"]
+    assert reminder_timer in canceled
+    assert summaries == ["notify: approval c_res"]
+    assert stages(receivers) == [("ok/desk", "notice", ["c_res"])]
