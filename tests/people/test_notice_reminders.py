@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import aiohttp
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
 from agentloop.cli.progress import status_lines
 from agentloop.contract import AgentRunResult
+from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import ScriptedProvider
 from agentloop.worker import running_worker
@@ -89,6 +91,13 @@ async def test_an_unanswered_call_is_reminded_then_escalated_each_once(
         shown = "\n".join(line.text for line in status_lines(run_id, view))
         assert "reminded desk of c_res at" in shown, shown
         assert "escalated to leads of c_res at" in shown, shown
+        options = InboxOptions(auth_header="X-User", tenants={"lead": ["default"]})
+        async with (
+            InboxServer(client, options, "127.0.0.1", 0) as inbox,
+            aiohttp.ClientSession() as http,
+            http.get(f"{inbox.url}/runs/{run_id}", headers={"X-User": "lead"}) as page,
+        ):
+            inbox_page = await page.text()
         await approved_to_completion(handle, view)
         await wait_for_notice_end(handle)
         summaries = await notify_activities(handle)
@@ -102,6 +111,8 @@ async def test_an_unanswered_call_is_reminded_then_escalated_each_once(
         "reminder to desk: approval c_res",
         "escalation to leads: approval c_res",
     ]
+    assert f"reminded desk of c_res at {reminder.at:%Y-%m-%d %H:%M:%S} UTC" in inbox_page
+    assert f"escalated to leads of c_res at {escalation.at:%Y-%m-%d %H:%M:%S} UTC" in inbox_page
     first, escalated = (json.loads(receivers.bodies[path][0]) for path in ("ok/desk", "ok/leads"))
     assert escalated["id"] == f"{first['id']}/escalation"
     assert escalated["text"].startswith("Escalated, unanswered: Run ")
