@@ -183,7 +183,10 @@ class Settings(BaseModel):
     notify_routes: str | None = Field(default=None, repr=False)
     """A JSON object of route name -> `{"url": URL, "tools": [...], "tenants": [...]}`: a
     webhook told only of the calls of those tools (none: every tool) in the runs of those
-    tenants (none: every tenant), beside `notify_webhooks`; in the TOML file the
+    tenants (none: every tenant), beside `notify_webhooks`; with `remind_after_seconds`,
+    `escalate_after_seconds` and `escalate_to` (another route, which `escalation_only` keeps
+    to escalations) it is reminded of a call unanswered, then the call is escalated; in the
+    TOML file the
     `[notify_routes.NAME]` tables (`agentloop.runtime.notice_routes`). Shown like
     `notify_webhooks`."""
     notify_secret: str | None = Field(default=None, repr=False)

@@ -33,6 +33,7 @@ CONTRACT_NAMES = [
     "UnresolvedWrite",
     "RunStatusView",
     "LimitsLeft",
+    "NoticeSent",
     "ApprovalDecision",
     "ApprovalVerdict",
     "ResolveRequest",
