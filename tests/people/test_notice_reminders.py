@@ -28,10 +28,12 @@ receivers = test_notice_delivery.receivers
 """The local webhooks (a fixture)."""
 
 
-def routed(receivers: Receivers, run_id: str, remind: float, escalate: float) -> dict[str, Any]:
-    """A route for the booking's tool that reminds after `remind` s and escalates after
-    `escalate` s to `leads`, a group told of nothing else."""
-    return {
+def routed(
+    settings: Settings, receivers: Receivers, run_id: str, remind: float, escalate: float
+) -> Settings:
+    """`settings` with one route for the booking's tool that reminds after `remind` s and
+    escalates after `escalate` s to `leads`, a group told of nothing else."""
+    routes = {
         "desk": {
             "url": receivers.url("ok/desk"),
             "tools": ["reserve_seat"],
@@ -41,6 +43,7 @@ def routed(receivers: Receivers, run_id: str, remind: float, escalate: float) ->
         },
         "leads": {"url": receivers.url("ok/leads"), "escalation_only": True},
     }
+    return notifying(settings, run_id).model_copy(update={"notify_routes": json.dumps(routes)})
 
 
 def stages(receivers: Receivers) -> list[tuple[str, str, list[str]]]:
@@ -69,9 +72,7 @@ async def test_an_unanswered_call_is_reminded_then_escalated_each_once(
     receivers: Receivers,
     run_id: str,
 ) -> None:
-    settings = notifying(worker_settings, run_id).model_copy(
-        update={"notify_routes": json.dumps(routed(receivers, run_id, 2, 4))}
-    )
+    settings = routed(worker_settings, receivers, run_id, remind=2, escalate=4)
     async with running_worker(client, settings):
         handle = await start_run(client, settings, run_id, booking(scripted_provider, run_id))
         await wait_for_phase(handle, "awaiting_approval")
@@ -126,9 +127,7 @@ async def test_an_answer_before_the_reminder_cancels_the_rest(
     run_id: str,
 ) -> None:
     # Timers far longer than the test: the answer comes first on any machine.
-    settings = notifying(worker_settings, run_id).model_copy(
-        update={"notify_routes": json.dumps(routed(receivers, run_id, 600, 1200))}
-    )
+    settings = routed(worker_settings, receivers, run_id, remind=600, escalate=1200)
     async with running_worker(client, settings):
         handle = await start_run(client, settings, run_id, booking(scripted_provider, run_id))
         view = await wait_for_phase(handle, "awaiting_approval")
