@@ -246,6 +246,11 @@ class AgentRunInput(_Strict):
     published, and the run's history has the shape it had before streams."""
     model_settings: ModelParameters = Field(default_factory=ModelParameters)
     approval_timeout_seconds: float = Field(default=86400, gt=0, le=MAX_WAIT_SECONDS)
+    on_approval_timeout: Literal["end", "reject", "escalate", "blocked"] = "end"
+    """What a call undecided after `approval_timeout_seconds` does: `end` the run
+    `approval_timeout`; `reject` it (rejected by `approval_timeout`, told to the model like an
+    approver's rejection); `escalate` it to the `escalate_to` group of each notice route it
+    goes to and wait `approval_timeout_seconds` more, then end; end the run `blocked`."""
     reconciliation_timeout_seconds: float = Field(default=86400, gt=0, le=MAX_WAIT_SECONDS)
     """How long a write whose outcome stayed unknown waits for a `resolve` signal before the
     run stops `unresolved`."""

@@ -45,7 +45,8 @@ class NoticeTimers(BaseModel):
     remind_after_seconds: float | None = None
     escalate_after_seconds: float | None = None
     escalate_to: str | None = None
-    """The route told of an escalation (`escalate_after_seconds` is set with it)."""
+    """The route told of an escalation: after `escalate_after_seconds`, or when the approval
+    timeout escalates (`AgentRunInput.on_approval_timeout`)."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,30 @@ def due_notices(
         )
         notice.call_ids.append(timer.call_id)
     return list(due.values())
+
+
+def escalations_now(
+    routes: Sequence[NoticeTimers],
+    tenant: str | None,
+    tools: Mapping[str, str],
+    sent: Sequence[NoticeSent],
+) -> list[DueNotice]:
+    """The escalations of the calls of `tools` (call id -> its tool) not sent yet, all at
+    once, whatever the timers (an approval timeout that escalates): one per route with an
+    `escalate_to`."""
+    escalated = {(s.route, c) for s in sent if s.stage == "escalation" for c in s.call_ids}
+    due = []
+    for route in routes:
+        calls = [
+            call_id
+            for call_id, tool in tools.items()
+            if route.escalate_to is not None
+            and (route.route, call_id) not in escalated
+            and routes_call(route.tools, route.tenants, tenant, tool)
+        ]
+        if route.escalate_to is not None and calls:
+            due.append(DueNotice("escalation", route.route, route.escalate_to, calls))
+    return due
 
 
 def next_notice_at(

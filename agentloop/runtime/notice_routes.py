@@ -8,7 +8,7 @@ tools = ["reserve_seat"]          # only the calls of these tools (none: every t
 tenants = ["tenant-b"]            # only the runs of these tenants (none: every tenant)
 remind_after_seconds = 3600       # remind this webhook of a call unanswered this long
 escalate_after_seconds = 14400    # then tell `escalate_to` of it, this long after its notice
-escalate_to = "leads"
+escalate_to = "leads"              # also where an approval timeout that escalates goes
 
 [notify_routes.leads]
 url = "https://hooks.example.com/services/T000/B000/YYYY"
@@ -88,8 +88,8 @@ class Webhook(BaseModel):
         return routes_call(self.tools, self.tenants, tenant, tool)
 
     def timers(self) -> NoticeTimers | None:
-        """What a run needs of this route to remind and escalate (None: it has no timer)."""
-        if self.remind_after_seconds is None and self.escalate_after_seconds is None:
+        """What a run needs of this route to remind and escalate (None: it does neither)."""
+        if self.remind_after_seconds is None and self.escalate_to is None:
             return None
         return NoticeTimers(
             route=self.name,
@@ -122,8 +122,10 @@ class _Route(BaseModel):
         timed = self.remind_after_seconds is not None or self.escalate_after_seconds is not None
         if self.escalation_only and timed:
             return "an escalation_only route has no timers of its own"
-        if (self.escalate_after_seconds is None) != (self.escalate_to is None):
-            return "escalate_after_seconds and escalate_to go together"
+        if self.escalate_after_seconds is not None and self.escalate_to is None:
+            return "escalate_after_seconds needs escalate_to (the route escalated to)"
+        if self.escalation_only and self.escalate_to is not None:
+            return "an escalation_only route does not escalate further"
         if self.escalate_to is not None and self.escalate_to not in names - {name}:
             return f"escalate_to {self.escalate_to!r} is not another route"
         remind, escalate = self.remind_after_seconds, self.escalate_after_seconds

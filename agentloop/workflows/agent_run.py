@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     import agentloop.workflows.inbound as inbound
     import agentloop.workflows.loop as loop
     import agentloop.workflows.loop.watching as watching
+    import agentloop.workflows.notices as notices
     import agentloop.workflows.startup as startup
     import agentloop.workflows.steps as steps
     import agentloop.workflows.tool_calls as tool_calls
@@ -59,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         LookupOutcome,
         LoopState,
         RunTools,
+        TimeOutApprovals,
         Verify,
         Work,
     )
@@ -156,6 +158,8 @@ class AgentRun:
                 await tool_calls.run_tools(state, step, deadline)
             case AwaitApproval():
                 await steps.await_humans(state, step, "awaiting_approval", self._inflow)
+            case TimeOutApprovals():
+                notices.time_out_approvals(state, step)
             case Verify():
                 await steps.verify(state, step)
             case AwaitInput():

@@ -21,7 +21,7 @@ from agentloop.activity_io import NOTICE_DELIVERY, NOTIFY_WAITING, NoticeCall, W
 from agentloop.contract import NoticeSent, Phase
 from agentloop.policies import reminders
 from agentloop.workflows.failures import describe_failure
-from agentloop.workflows.loop import AwaitHumans, LoopState
+from agentloop.workflows.loop import AwaitHumans, LoopState, TimeOutApprovals
 from agentloop.workflows.visibility import audit
 
 # Each webhook's own attempts run inside the activity (`NOTICE_DELIVERY`); the activity is
@@ -61,7 +61,15 @@ def send_due(state: LoopState, step: AwaitHumans, phase: Phase) -> None:
     due = reminders.due_notices(
         state.notice_timers, tenant, _waiting(state, step), state.notices_sent, now
     )
-    kind = NOTICE_KINDS[phase]
+    _send_due(state, due, NOTICE_KINDS[phase], now)
+
+
+def _send_due(
+    state: LoopState,
+    due: list[reminders.DueNotice],
+    kind: Literal["approval", "question", "unknown_write"],
+    now: datetime,
+) -> None:
     for notice in due:
         sent = NoticeSent(
             stage=notice.stage, route=notice.route, to=notice.to, call_ids=notice.call_ids, at=now
@@ -82,6 +90,19 @@ def next_due(state: LoopState, step: AwaitHumans) -> tuple[datetime, str] | None
     return reminders.next_notice_at(
         state.notice_timers, tenant, _waiting(state, step), state.notices_sent
     )
+
+
+def time_out_approvals(state: LoopState, step: TimeOutApprovals) -> None:
+    """Carry out what the approval timeout does (`on_approval_timeout`): reject the calls, or
+    escalate them at once to the groups their routes escalate to (those not told of them
+    yet) and wait once more."""
+    loop.record_approval_timeout(state, step, workflow.now())
+    if step.action != "escalate" or not state.notify:
+        return
+    tools = {c: state.call(c).name for c in step.call_ids}
+    tenant = state.run_input.principal.tenant
+    escalations = reminders.escalations_now(state.notice_timers, tenant, tools, state.notices_sent)
+    _send_due(state, escalations, "approval", workflow.now())
 
 
 def _waiting(state: LoopState, step: AwaitHumans) -> dict[str, tuple[str, datetime]]:

@@ -21,7 +21,7 @@ from agentloop.worker import running_worker
 from tests.people import test_notice_delivery
 from tests.people.test_inbox_notices import approved_to_completion, booking, notifying
 from tests.people.test_notice_delivery import Receivers, wait_for_notice_end
-from tests.support import start_run, wait_for_phase, wait_for_status, wait_until
+from tests.support import result_of, start_run, wait_for_phase, wait_for_status, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 receivers = test_notice_delivery.receivers
@@ -149,3 +149,41 @@ async def test_an_answer_before_the_reminder_cancels_the_rest(
     assert reminder_timer in canceled
     assert summaries == ["notify: approval c_res"]
     assert stages(receivers) == [("ok/desk", "notice", ["c_res"])]
+
+
+async def test_an_approval_timeout_may_reject_block_or_escalate_then_end(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    receivers: Receivers,
+    run_id: str,
+) -> None:
+    # No timers of its own: `desk` escalates only when the approval timeout does.
+    settings = routed(worker_settings, receivers, run_id, remind=600, escalate=1200)
+    routes = json.loads(settings.notify_routes or "")
+    del routes["desk"]["remind_after_seconds"], routes["desk"]["escalate_after_seconds"]
+    settings = settings.model_copy(update={"notify_routes": json.dumps(routes)})
+    results = {}
+    async with running_worker(client, settings):
+        for action in ("reject", "blocked", "escalate"):
+            name = f"{run_id}-{action}"
+            run_input = booking(scripted_provider, name).model_copy(
+                update={"approval_timeout_seconds": 1, "on_approval_timeout": action}
+            )
+            handle = await start_run(client, settings, name, run_input)
+            results[action] = await result_of(handle)
+        summaries = await notify_activities(handle)
+    rejected = results["reject"]
+    assert rejected.status == "rejected", rejected.stop_reason
+    assert rejected.stop_reason == "rejected: c_res by approval_timeout: no decision within 1 s"
+    [call] = rejected.calls
+    assert call.approval is not None and call.approval.approver == "approval_timeout"
+    assert call.status != "succeeded" and rejected.side_effects == []
+    blocked = results["blocked"]
+    assert (blocked.status, blocked.stop_cause) == ("blocked", "approval_timeout")
+    # Escalated at the first timeout, once; the second ends the run as `end` would.
+    escalated = results["escalate"]
+    assert (escalated.status, escalated.stop_cause) == ("approval_timeout", "approval_timeout")
+    assert summaries == ["notify: approval c_res", "escalation to leads: approval c_res"]
+    assert [stage for path, stage, _ in stages(receivers) if path == "ok/leads"] == ["escalation"]
+    assert [stage for path, stage, _ in stages(receivers) if path == "ok/desk"] == ["notice"] * 3

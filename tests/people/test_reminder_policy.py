@@ -97,7 +97,7 @@ def test_a_route_s_timers_are_what_a_run_is_told_and_shown_without_urls() -> Non
     [
         ({"escalate_to": "nobody"}, "escalate_to 'nobody' is not another route"),
         ({"escalate_to": "desk"}, "escalate_to 'desk' is not another route"),
-        ({"escalate_to": None}, "escalate_after_seconds and escalate_to go together"),
+        ({"escalate_to": None}, "escalate_after_seconds needs escalate_to"),
         ({"escalate_after_seconds": 30}, "must be longer than remind_after_seconds"),
         ({"remind_after_seconds": 0}, "remind_after_seconds: Input should be greater than 0"),
         ({"escalation_only": True}, "an escalation_only route has no timers of its own"),

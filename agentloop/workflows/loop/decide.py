@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import assert_never
 
+from agentloop.contract import RunStatus
 from agentloop.events import ModelOutput
 from agentloop.policies import authorization, budgets
 from agentloop.workflows.loop.next_step import (
@@ -24,6 +25,7 @@ from agentloop.workflows.loop.next_step import (
     LookupOutcome,
     NextStep,
     RunTools,
+    TimeOutApprovals,
     Verify,
 )
 from agentloop.workflows.loop.state import (
@@ -156,6 +158,16 @@ def _final_candidate(state: LoopState, output: ModelOutput) -> Finish:
     )
 
 
+def _approval_timed_out(state: LoopState, batch: Batch, undecided: list[str]) -> NextStep:
+    """What the approval timeout does with the calls nobody decided (`on_approval_timeout`)."""
+    action = state.run_input.on_approval_timeout
+    if action == "reject" or (action == "escalate" and not batch.timeout_escalated):
+        return TimeOutApprovals(undecided, action)
+    reason = f"approval_timeout: no decision on {undecided}"
+    status: RunStatus = "blocked" if action == "blocked" else "approval_timeout"
+    return Finish(status, reason, cause="approval_timeout")
+
+
 def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
     """The batch's pipeline: preconditions, reads, questions, approvals, lookups, writes (and
     after each write, the reads it comes before).
@@ -181,8 +193,7 @@ def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
     if undecided:
         deadline = approval_deadline(state, batch)
         if now >= deadline:
-            reason = f"approval_timeout: no decision on {undecided}"
-            return Finish("approval_timeout", reason, cause="approval_timeout")
+            return _approval_timed_out(state, batch, undecided)
         return AwaitApproval(undecided, deadline)
     rejection = stopping_rejection(state, batch)
     if rejection is not None:

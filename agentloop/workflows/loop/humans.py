@@ -22,6 +22,7 @@ from agentloop.contract import (
 from agentloop.events import ToolResult, UserInput
 from agentloop.policies import approval
 from agentloop.workflows.loop import results
+from agentloop.workflows.loop.next_step import TimeOutApprovals
 from agentloop.workflows.loop.plan import action_digest
 from agentloop.workflows.loop.settle import close_if_answered, settle
 from agentloop.workflows.loop.state import DecisionToCheck, LoopState
@@ -160,6 +161,31 @@ def _apply_decision(state: LoopState, decision: ApprovalDecision, now: datetime)
         settle(state, batch, results.refusal(call, "rejected_action", message))
         close_if_answered(state)
     return ApprovalVerdict(accepted=True)
+
+
+TIMEOUT_APPROVER = "approval_timeout"
+"""Who rejected a call its approval timeout rejected (`on_approval_timeout="reject"`)."""
+
+
+def record_approval_timeout(state: LoopState, step: TimeOutApprovals, now: datetime) -> None:
+    """The approval timeout of `step`'s calls: each rejected, as an approver's rejection is
+    (the model is told; a tool whose `on_reject` is `stop` stops the run); or the batch
+    escalated, which gives its calls one more `approval_timeout_seconds`."""
+    batch = state.batch
+    assert batch is not None
+    if step.action == "escalate":
+        batch.timeout_escalated = True
+        return
+    waited = f"no decision within {state.run_input.approval_timeout_seconds:g} s"
+    for call_id in step.call_ids:
+        rejection = ApprovalDecision(
+            call_id=call_id,
+            args_digest=state.calls[call_id].args_digest,
+            approved=False,
+            approver=TIMEOUT_APPROVER,
+            reason=waited,
+        )
+        _apply_decision(state, rejection, now)
 
 
 def record_message(state: LoopState, message: UserMessage, now: datetime) -> None:

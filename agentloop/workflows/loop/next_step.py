@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from agentloop.contract import RunStatus, StopCause
 from agentloop.events import ToolCall
@@ -49,6 +49,15 @@ class RunTools:
 class AwaitApproval:
     call_ids: list[str]
     deadline: datetime
+
+
+@dataclass(frozen=True)
+class TimeOutApprovals:
+    """The approval timeout of `call_ids` fell due, and the run's `on_approval_timeout` goes
+    on: reject them, or escalate them and wait once more."""
+
+    call_ids: list[str]
+    action: Literal["reject", "escalate"]
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,7 @@ Work = (
     | CheckApprovals
     | RunTools
     | AwaitApproval
+    | TimeOutApprovals
     | AwaitInput
     | Verify
     | LookupOutcome

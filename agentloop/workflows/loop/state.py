@@ -136,6 +136,9 @@ class Batch(BaseModel):
     """Allowed writes not run yet, in the model's order."""
     approvals: dict[str, PendingApproval] = Field(default_factory=dict)
     decisions: dict[str, ApprovalDecision] = Field(default_factory=dict)
+    timeout_escalated: bool = False
+    """The approval timeout escalated the undecided calls (`on_approval_timeout`): they wait
+    one more `approval_timeout_seconds`."""
     to_check: list[DecisionToCheck] = Field(default_factory=list)
     """Decisions the worker has not checked yet."""
     questions: list[str] = Field(default_factory=list)

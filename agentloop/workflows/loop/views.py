@@ -33,7 +33,8 @@ def input_deadline(state: LoopState, batch: Batch) -> datetime:
 def approval_deadline(state: LoopState, batch: Batch) -> datetime:
     """When the batch's undecided calls stop the run `approval_timeout` (some must wait)."""
     requested = min(batch.approvals[c].requested_at for c in batch.undecided())
-    return requested + seconds(state.run_input.approval_timeout_seconds)
+    waits = 2 if batch.timeout_escalated else 1
+    return requested + seconds(state.run_input.approval_timeout_seconds * waits)
 
 
 def reconciliation_deadline(state: LoopState, batch: Batch) -> datetime:
