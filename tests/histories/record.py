@@ -310,6 +310,23 @@ def scenarios() -> dict[str, tuple[list[Script], dict[str, Any]]]:
                 "principal": {"subject": "p-alice", "scopes": ["workshops:write"]},
             },
         ),
+        # On a worker whose route for the tenant `reminded` has timers (`REMINDED_ROUTES`):
+        # nobody answers; the run reminds after 1 s, its approval timeout (3 s) escalates the
+        # call to the second group, and the second timeout ends the run `approval_timeout`.
+        "reminded_then_escalated": (
+            [reserving],
+            {
+                "model": reserving.name,
+                "tools": ["reserve_seat"],
+                "principal": {
+                    "subject": "p-alice",
+                    "tenant": "reminded",
+                    "scopes": ["workshops:write"],
+                },
+                "approval_timeout_seconds": 3,
+                "on_approval_timeout": "escalate",
+            },
+        ),
         # the principal's
         # size is checked at start, and the calls carry it as before.
         "bounded_principal": (
@@ -659,6 +676,21 @@ async def notice_receiver() -> AsyncIterator[str]:
         await runner.cleanup()
 
 
+def reminded_routes(webhook: str) -> str:
+    """The recorder's notice routes: timers only for the runs of the tenant `reminded`, so
+    every other scenario's commands stay as they were."""
+    routes = {
+        "desk": {
+            "url": webhook,
+            "tenants": ["reminded"],
+            "remind_after_seconds": 1,
+            "escalate_to": "leads",
+        },
+        "leads": {"url": webhook, "escalation_only": True},
+    }
+    return json.dumps(routes)
+
+
 async def record(only: set[str]) -> None:
     with tempfile.TemporaryDirectory() as state_dir:
         async with notice_receiver() as webhook:
@@ -667,6 +699,7 @@ async def record(only: set[str]) -> None:
                     "mcp_servers": mcp_servers(Path(state_dir)),
                     # Notices of waiting runs go to the recorder's webhook (`notify-waiting`).
                     "notify_webhooks": webhook,
+                    "notify_routes": reminded_routes(webhook),
                     "notify_secret": "recording",
                 }
             )
