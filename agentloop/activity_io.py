@@ -18,7 +18,7 @@ from agentloop.contract import (
     describe_validation_error,
 )
 from agentloop.events import Event, ModelOutput
-from agentloop.policies.reminders import MAX_ROUTES, NoticeTimers
+from agentloop.notice_timers import MAX_ROUTES, NoticeTimers
 from agentloop.tool_spec import Outcome, ToolSpec
 
 # Activity names: each one constant, read by the activity's `@activity.defn` and by the workflow

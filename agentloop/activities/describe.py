@@ -17,7 +17,7 @@ from temporalio.exceptions import ApplicationError
 from agentloop.activities.heartbeat import keep_heartbeating
 from agentloop.activities.principals import check_principal
 from agentloop.activity_io import DESCRIBE_RUN, DescribeToolsInput, RunDescription
-from agentloop.policies.reminders import NoticeTimers
+from agentloop.notice_timers import NoticeTimers
 from agentloop.policies.schema_cost import output_schema_cost_problem
 from agentloop.pricing import PriceTable
 from agentloop.runtime.audit import audit

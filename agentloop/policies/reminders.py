@@ -15,40 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from agentloop.contract import NoticeSent
+from agentloop.notice_timers import NoticeTimers, routes_call
 
 Stage = Literal["reminder", "escalation"]
-MAX_ROUTES = 64
-"""Notice routes a worker takes: every run is told their timers, so they are bounded."""
-
-
-def routes_call(
-    tools: Sequence[str], tenants: Sequence[str], tenant: str | None, tool: str
-) -> bool:
-    """Whether a route of `tools` and `tenants` (empty: every one) takes a call of `tool` in a
-    run of `tenant` (a run without a tenant, None, only routes of every tenant)."""
-    if tenants and tenant not in tenants:
-        return False
-    return not tools or tool in tools
-
-
-class NoticeTimers(BaseModel):
-    """A route's timers, as a run is told them at its start (its URL is not part of it)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    route: str
-    tools: tuple[str, ...] = ()
-    tenants: tuple[str, ...] = ()
-    remind_after_seconds: float | None = None
-    escalate_after_seconds: float | None = None
-    escalate_to: str | None = None
-    """The route told of an escalation: after `escalate_after_seconds`, or when the approval
-    timeout escalates (`AgentRunInput.on_approval_timeout`)."""
-
-
 @dataclass(frozen=True)
 class DueNotice:
     stage: Stage

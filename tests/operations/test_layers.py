@@ -38,6 +38,7 @@ VOCABULARY = frozenset(
         "contract",
         "digests",
         "ledger",
+        "notice_timers",
         "events",
         "pricing",
         "reporting",

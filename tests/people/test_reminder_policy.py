@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from agentloop.contract import NoticeSent
-from agentloop.policies.reminders import NoticeTimers, due_notices, next_notice_at
+from agentloop.notice_timers import NoticeTimers
+from agentloop.policies.reminders import due_notices, next_notice_at
 from agentloop.runtime.notice_routes import mask_routes, notice_timers, parse_routes
 
 T0 = datetime(2026, 12, 8, 9, 0, tzinfo=UTC)

@@ -41,8 +41,8 @@ from agentloop.events import (
     ToolResult,
     UserInput,
 )
+from agentloop.notice_timers import NoticeTimers
 from agentloop.policies.progress import TurnFingerprint
-from agentloop.policies.reminders import NoticeTimers
 from agentloop.tool_spec import BUILTIN_TOOLS, ToolSpec
 from agentloop.transcript import ROOT
 
