@@ -20,7 +20,6 @@ from pydantic import (
     ValidationError,
     model_serializer,
 )
-from temporalio.exceptions import ApplicationError
 
 from agentloop.digests import canonical_json, sha256_hex
 from agentloop.events import Event
@@ -520,14 +519,3 @@ class ApprovalVerdict(BaseModel):
 
     accepted: bool
     reason: str = ""
-
-
-def result_in(failure: BaseException | None) -> AgentRunResult | None:
-    """The result inside the failure of a run that ended `failed` (type `RUN_FAILED`); None
-    for any other failure. Pure: the workflow reads a child run's with it, clients a run's."""
-    if not isinstance(failure, ApplicationError) or failure.type != RUN_FAILED:
-        return None
-    try:
-        return AgentRunResult.model_validate(failure.details[0])
-    except (IndexError, ValidationError):
-        return None

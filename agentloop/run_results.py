@@ -8,7 +8,8 @@ from typing import Any
 
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 
-from agentloop.contract import AgentRunResult, result_in
+from agentloop.contract import AgentRunResult
+from agentloop.run_failure import result_in
 
 
 async def read_result(

@@ -16,9 +16,9 @@ from agentloop.contract import (
     AgentRunInput,
     AgentRunResult,
     CancelRequest,
-    result_in,
 )
 from agentloop.events import ToolCall
+from agentloop.run_failure import result_in
 from agentloop.search import AGENT_PHASE, initial
 from agentloop.workflows.loop import ChildOutcome, LoopState, RunTools, ToolOutcome
 from agentloop.workflows.tool_activities import start_tool, tool_outcome

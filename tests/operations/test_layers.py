@@ -44,6 +44,7 @@ VOCABULARY = frozenset(
         "reporting",
         "releases",
         "run_events",
+        "run_failure",
         "search",
         "stream_seals",
         "task_families",
