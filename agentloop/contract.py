@@ -30,6 +30,9 @@ from agentloop.ledger import (
     CallRecord as CallRecord,
 )
 from agentloop.ledger import (
+    CompensationLine as CompensationLine,
+)
+from agentloop.ledger import (
     NoticeSent as NoticeSent,
 )
 from agentloop.ledger import (
@@ -138,6 +141,7 @@ Phase = Literal[
     "awaiting_reconciliation",
     "awaiting_input",
     "verifying",
+    "compensating",
     "finished",
 ]
 
@@ -176,6 +180,11 @@ MAX_LIST_ITEMS = 256
 """Tools, scopes, per-tool limits."""
 
 Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+
+CompensatePolicy = Literal["never", "ask", "always"]
+"""What a run that ends without delivering does with the writes it made that declared an
+undo (docs/concepts/compensation.md): leave them as they are, offer each undo for a
+person's approval (`ask`), or run each undo without asking (`always`)."""
 
 
 class Principal(_Strict):
@@ -286,6 +295,15 @@ class AgentRunInput(_Strict):
     """A final answer no completion check accepted (none named, or `completion_check` said
     no) ends the run `unverified`, never `completed`: the model is told once first. The
     worker may require it too, for every run or a task family (`require_verification`)."""
+    compensate: CompensatePolicy = "ask"
+    """When the run ends without delivering (any status but `completed`): what becomes of
+    the writes that succeeded and declared an undo (`compensate=` on the tool). `ask`: each
+    undo waits for a person's approval, with its exact arguments, like any write."""
+    compensate_per_tool: dict[Name, CompensatePolicy] = Field(
+        default_factory=dict, max_length=MAX_LIST_ITEMS
+    )
+    """`compensate` for the writes of one tool (by the original tool's name), over the
+    run's."""
 
     def unbudgeted_continuation(self) -> str | None:
         """Why this run may not start as given, when it continues another without being
@@ -389,6 +407,9 @@ class AgentRunResult(BaseModel):
     chain_usage: Usage | None = None
     """For a run that continued another (`continue_from`): the usage of the whole chain of
     runs, this one's included (None: a run that continued none, or from before)."""
+    compensation: list[CompensationLine] = Field(default_factory=list)
+    """For a run that ended without delivering: each write it made, newest first, and what
+    became of it (undone by which call, not undone and why, or left as is)."""
 
 
 class PreviousRun(BaseModel):
@@ -460,6 +481,9 @@ class RunStatusView(BaseModel):
     webhooks (by name and host only: a webhook URL is a secret) and why."""
     notices_sent: list[NoticeSent] = Field(default_factory=list)
     """The reminders and escalations sent while the run waits (the routes' timers)."""
+    compensation: list[CompensationLine] = Field(default_factory=list)
+    """While the run undoes what it wrote (`compensating`) and once it stopped: as
+    `AgentRunResult.compensation`."""
 
 
 class CancelRequest(BaseModel):

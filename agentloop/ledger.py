@@ -89,6 +89,9 @@ class CallRecord(BaseModel):
     decided, or a decision from before it was recorded so)."""
     resolution: ResolutionRecord | None = None
     """Who said whether the write happened after its outcome stayed unknown, and what."""
+    undoes: str = ""
+    """For an undo the runner offered when the run ended without delivering: the call id of
+    the write it undoes (docs/concepts/compensation.md)."""
 
     def people_said(self) -> str:
         """What people decided on the call, in words from the typed fields: the approver's
@@ -122,6 +125,25 @@ class SideEffect(BaseModel):
         if self.via is None:
             fields.pop("via", None)
         return fields
+
+
+CompensationOutcome = Literal["undone", "not_undone", "left_as_is"]
+
+
+class CompensationLine(BaseModel):
+    """A write of a run that ended without delivering, and what became of it."""
+
+    call_id: str
+    tool: str
+    outcome: CompensationOutcome
+    """`undone` (its undo succeeded), `not_undone` (its undo was offered and rejected,
+    failed, or its outcome is not known) or `left_as_is` (no undo was run)."""
+    undo_call_id: str = ""
+    undo_tool: str = ""
+    undo_status: str = ""
+    """The undo's ledger status (`succeeded`, `confirmed_after_query`, `rejected`, ...)."""
+    why: str = ""
+    """What decided it: who approved or rejected the undo, the policy, or why none exists."""
 
 
 class PendingCall(BaseModel):

@@ -7,7 +7,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 
-from agentloop.contract import AgentRunResult, CallRecord, Usage
+from agentloop.contract import AgentRunResult, CallRecord, CompensationLine, Usage
 
 CONTINUABLE = frozenset(
     {"limit_reached", "stalled", "incomplete", "input_timeout", "failed", "blocked", "unverified"}
@@ -32,6 +32,19 @@ def decisions(calls: Iterable[CallRecord]) -> list[str]:
         if said:
             lines.append(f"{call.tool} {call.call_id}: {'; '.join(said)}")
     return lines
+
+
+COMPENSATION_SAID = {"undone": "undone", "not_undone": "not undone", "left_as_is": "left as is"}
+
+
+def compensation_said(line: CompensationLine) -> str:
+    """One write of a run that did not deliver, and what became of it."""
+    said = f"{line.tool} {line.call_id}: {COMPENSATION_SAID[line.outcome]}"
+    if line.undo_call_id:
+        said += f" by {line.undo_tool} {line.undo_call_id}"
+        if line.undo_status:
+            said += f" ({line.undo_status})"
+    return f"{said} — {line.why}" if line.why else said
 
 
 def stop_report(result: AgentRunResult, workflow_id: str) -> str:
@@ -75,6 +88,9 @@ def stop_report(result: AgentRunResult, workflow_id: str) -> str:
         ]
     else:
         lines.append("Side effects: none")
+    if result.compensation:
+        lines.append("Compensation (newest first):")
+        lines += [f"  {compensation_said(line)}" for line in result.compensation]
     if result.pending:
         lines.append(
             "Pending: " + ", ".join(f"{p.tool} {p.call_id} ({p.status})" for p in result.pending)

@@ -103,12 +103,20 @@ class ToolSpec(BaseModel):
     applied: a queue no worker polls (a typo, a worker not deployed) is told, not waited on
     for ever."""
 
+    compensate: str | None = None
+    """For a write: the tool that undoes it (docs/concepts/compensation.md), offered when a
+    run ends without delivering. It is called with those of its parameters the original
+    call's result (a JSON object) or arguments name, the result's first, and
+    `original_idempotency_key` with the original call's key."""
+
     @model_validator(mode="after")
     def _activity_tools_are_complete(self) -> ToolSpec:
         if self.activity is not None and not self.task_queue:
             raise ValueError(f"tool {self.name}: an activity tool names its task queue")
         if self.activity is not None and self.has_precondition:
             raise ValueError(f"tool {self.name}: an activity tool has no precondition")
+        if self.compensate is not None and self.effect != "write":
+            raise ValueError(f"tool {self.name}: only a write has something to undo")
         return self
 
     @property

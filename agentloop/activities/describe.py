@@ -120,6 +120,11 @@ class RunDescriptions:
         A run naming a tool or a completion check this worker lacks fails here, at once."""
         try:
             offered = await self._tools.offer(request.names)
+            # The undos the run's writes declare come with them: the run calls them only to
+            # undo (docs/concepts/compensation.md), never offers them to the model.
+            undos = [s.compensate for s in offered.specs if s.compensate]
+            undos = list(dict.fromkeys(u for u in undos if u not in request.names))
+            undo_specs = (await self._tools.offer(undos)).specs if undos else []
         except Exception as exc:
             # Never retried: `describe_run` has no end to its retries, and a run must not
             # wait forever on a source's answer it cannot use.
@@ -129,7 +134,7 @@ class RunDescriptions:
             raise ApplicationError(why, type="InvalidInput", non_retryable=True) from None
         for source, absent in offered.absent.items():
             audit(f"{source}.tools_absent", workflow_id=activity.info().workflow_id, absent=absent)
-        specs = offered.specs
+        specs = [*offered.specs, *undo_specs]
         # As a payload carries them: JSON with what is not ASCII escaped (6 bytes a character).
         size = sum(len(json.dumps(spec.model_dump(mode="json"))) for spec in specs)
         if size > MAX_SPECS_BYTES:

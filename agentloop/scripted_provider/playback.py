@@ -256,11 +256,27 @@ class Playback:
 
 
 def _fill(turn: ScriptTurn, results: dict[str, str]) -> tuple[ScriptTurn, list[str]]:
-    """The turn with its text's placeholders filled, and the placeholders without a value."""
-    if turn.text is None:
-        return turn, []
-    text, missing = render_placeholders(turn.text, results)
-    return turn.model_copy(update={"text": text}), missing
+    """The turn with the placeholders of its text and of its calls' string arguments filled
+    (a call may use what an earlier one returned, as a model would), and the placeholders
+    without a value."""
+    missing: list[str] = []
+    update: dict[str, Any] = {}
+    if turn.text is not None:
+        update["text"], missing = render_placeholders(turn.text, results)
+    calls = []
+    for call in turn.tool_calls:
+        if isinstance(call.arguments, dict):
+            arguments: dict[str, Any] = {}
+            for name, value in call.arguments.items():
+                if isinstance(value, str):
+                    value, unfilled = render_placeholders(value, results)
+                    missing += unfilled
+                arguments[name] = value
+            call = call.model_copy(update={"arguments": arguments})
+        calls.append(call)
+    if turn.tool_calls:
+        update["tool_calls"] = calls
+    return (turn.model_copy(update=update) if update else turn), missing
 
 
 def _within_limit(

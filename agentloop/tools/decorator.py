@@ -191,6 +191,10 @@ def tool(
             an artifact the model pages through.
         poll_limit: a polling tool may repeat the same call this often before it is a stall.
         version: recorded with every call (the audit and the call ledger).
+        compensate: a write's undo, the name of another tool: offered (under the run's
+            `compensate` policy) when the run ends without delivering; it is called with the
+            parameters this call's result or arguments name, and `original_idempotency_key`
+            (docs/concepts/compensation.md).
         precondition: `async def check(ctx, <the tool's arguments>)` raising
             `BusinessRefusal` or `PermissionDenied` when the call must not go ahead: run
             before approval or execution, against the system of record.

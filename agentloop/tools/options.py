@@ -41,6 +41,9 @@ class ToolOptions(TypedDict, total=False):
     max_result_chars: int
     poll_limit: int | None
     version: str
+    compensate: str
+    """A write's undo: the name of another tool (`@agentloop.tool` or an activity tool) the
+    runner offers to call when a run ends without delivering (docs/concepts/compensation.md)."""
 
 
 class UndeclaredEffectWarning(UserWarning):

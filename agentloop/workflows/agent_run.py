@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         CallModel,
         CheckApprovals,
         CheckPreconditions,
+        Compensate,
         DecisionToCheck,
         Finish,
         LookupOutcome,
@@ -106,6 +107,7 @@ class AgentRun:
             visibility.show_failed_start(refused.message, startup.task_of(raw_input))
             raise
         state.tools = shared_specs(state.tools.values())
+        state.undo_tools = shared_specs(state.undo_tools.values())
         loop.record_run_started(state, workflow.info().run_id)
         self._state = state
         self._told = watching.Told.of(state)
@@ -168,6 +170,8 @@ class AgentRun:
                 await steps.lookup_outcome(state, step)
             case AwaitReconciliation():
                 await steps.await_humans(state, step, "awaiting_reconciliation", self._inflow)
+            case Compensate():
+                loop.start_compensation(state, step, workflow.now())
             case _:
                 assert_never(step)
 

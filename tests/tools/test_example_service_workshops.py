@@ -83,6 +83,8 @@ async def test_seeded_workshops(svc: ExampleService, http: aiohttp.ClientSession
         "reservations_by_workshop": {},
         "replies": 0,
         "replies_by_ticket": {},
+        "bookings": 0,
+        "bookings_cancelled": 0,
     }
 
 

@@ -23,7 +23,7 @@ from agentloop.demo.services.control import CONTROL_KEY, Control
 from agentloop.demo.services.db import DB_KEY, Database, open_database
 
 DOMAIN_SCHEMAS = (travel.SCHEMA, workshops.SCHEMA, support.SCHEMA)
-SEEDED_DOMAINS = (workshops, support)
+SEEDED_DOMAINS = (workshops, support, travel)
 
 
 def build_app(db_path: str | Path) -> web.Application:

@@ -263,7 +263,8 @@ class Control:
         """Forget delays, padding, faults and the log, and put the seeded domains back to their
         seed.
 
-        Travel answers are kept: they are deterministic, so keeping them changes nothing."""
+        Travel answers are kept (they are deterministic, so keeping them changes nothing);
+        travel bookings are not."""
         self._delays_ms.clear()
         self._padding_chars.clear()
         self.faults.clear()

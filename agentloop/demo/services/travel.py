@@ -1,23 +1,39 @@
-"""Travel: train status and weather, public data, no auth.
+"""Travel: train status and weather, public data, no auth; and train bookings, which can be
+paid and cancelled (idempotent writes, looked up by key at `/travel/operations/{key}`).
 
 Any well-formed question gets an answer. The first answer for a key is synthesized from a
 sha256 of the inputs (never `random`, so every fresh database agrees) and stored; from then on
-the stored row is the answer, as with a real system of record.
+the stored row is the answer, as with a real system of record. A payment with the token
+`pm-declined` is refused for good (the card is declined): what a booking's undo is for.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import sqlite3
 import time
 import unicodedata
+import uuid
 from datetime import date
 from typing import Any
 
 from aiohttp import web
 
-from agentloop.demo.services.control import invalid_argument
+from agentloop.demo.services.control import (
+    ApiError,
+    Apply,
+    forget_operations,
+    idempotency_key,
+    invalid_argument,
+    operation_handler,
+    read_json_object,
+    utc_now_iso,
+    write_once,
+)
 from agentloop.demo.services.db import DB_KEY, Database
+
+DOMAIN = "travel"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS train_status (
@@ -43,7 +59,21 @@ CREATE TABLE IF NOT EXISTS weather_report (
     created_at           REAL NOT NULL,
     PRIMARY KEY (city_key, date)
 );
+CREATE TABLE IF NOT EXISTS bookings (
+    booking_id   TEXT PRIMARY KEY,
+    operation_id TEXT NOT NULL,
+    train_number TEXT NOT NULL,
+    date         TEXT NOT NULL,
+    traveller    TEXT NOT NULL,
+    status       TEXT NOT NULL,
+    paid         INTEGER NOT NULL DEFAULT 0,
+    created_at   TEXT NOT NULL
+);
 """
+
+DECLINED_TOKEN = "pm-declined"
+"""The payment token whose card is always declined."""
+_TRAVELLER_RE = re.compile(r"[A-Za-z][A-Za-z0-9 .'-]{0,63}")
 
 TRAIN_FIELDS = (
     "train_number",
@@ -227,6 +257,127 @@ def weather_report(db: Database, city: str, day: date) -> dict[str, Any]:
     return row
 
 
+# --- bookings (idempotent writes) -----------------------------------------------------------
+
+
+def seed(db: Database) -> None:
+    """Nothing is seeded: bookings exist only once made."""
+
+
+def reset(db: Database) -> None:
+    """Bookings and their recorded operations are gone (train and weather answers stay)."""
+    with db.transaction() as conn:
+        conn.execute("DELETE FROM bookings")
+        forget_operations(conn, DOMAIN)
+
+
+def records(db: Database) -> dict[str, Any]:
+    """Bookings made through the API, and how many of them are cancelled."""
+    rows = db.fetch_all("SELECT status, COUNT(*) AS n FROM bookings GROUP BY status")
+    by_status = {row["status"]: row["n"] for row in rows}
+    return {
+        "bookings": sum(by_status.values()),
+        "bookings_cancelled": by_status.get("cancelled", 0),
+    }
+
+
+def _booking(conn: sqlite3.Connection, booking_id: str) -> dict[str, Any]:
+    row = conn.execute(
+        "SELECT booking_id, train_number, date, traveller, status, paid FROM bookings"
+        " WHERE booking_id = ?",
+        (booking_id,),
+    ).fetchone()
+    if row is None:
+        raise ApiError(404, "not_found", f"booking {booking_id!r} not found")
+    return {**dict(row), "paid": bool(row["paid"])}
+
+
+def _book(train_number: str, day: date, traveller: str, operation_id: str) -> Apply:
+    def apply(conn: sqlite3.Connection) -> dict[str, Any]:
+        record = {
+            "booking_id": f"b-{uuid.uuid4().hex[:12]}",
+            "operation_id": operation_id,
+            "train_number": train_number,
+            "date": day.isoformat(),
+            "traveller": traveller,
+            "status": "booked",
+            "created_at": utc_now_iso(),
+        }
+        conn.execute(
+            "INSERT INTO bookings (booking_id, operation_id, train_number, date, traveller,"
+            " status, created_at) VALUES (:booking_id, :operation_id, :train_number, :date,"
+            " :traveller, :status, :created_at)",
+            record,
+        )
+        return record
+
+    return apply
+
+
+def _cancel(booking_id: str) -> Apply:
+    def apply(conn: sqlite3.Connection) -> dict[str, Any]:
+        booking = _booking(conn, booking_id)
+        if booking["status"] == "cancelled":
+            raise ApiError(409, "already_cancelled", f"booking {booking_id} is already cancelled")
+        conn.execute("UPDATE bookings SET status = 'cancelled' WHERE booking_id = ?", (booking_id,))
+        return {**booking, "status": "cancelled", "cancelled_at": utc_now_iso()}
+
+    return apply
+
+
+def _pay(booking_id: str, token: str) -> Apply:
+    def apply(conn: sqlite3.Connection) -> dict[str, Any]:
+        booking = _booking(conn, booking_id)
+        if booking["status"] != "booked" or booking["paid"]:
+            raise ApiError(409, "not_payable", f"booking {booking_id} is {booking['status']}")
+        if token == DECLINED_TOKEN:
+            raise ApiError(402, "card_declined", "the card was declined; it will be declined again")
+        conn.execute("UPDATE bookings SET paid = 1 WHERE booking_id = ?", (booking_id,))
+        return {**booking, "paid": True, "paid_at": utc_now_iso()}
+
+    return apply
+
+
+def _text_field(body: dict[str, Any], name: str) -> str:
+    value = body.get(name)
+    if not isinstance(value, str):
+        raise invalid_argument(f"{name} must be a string")
+    return value
+
+
+async def _create_booking(request: web.Request) -> web.Response:
+    key = idempotency_key(request)
+    body = await read_json_object(request)
+    if set(body) != {"train_number", "date", "traveller"}:
+        raise invalid_argument("body must be {train_number, date, traveller} and nothing else")
+    train_number = parse_train_number(_text_field(body, "train_number"))
+    day = parse_date(_text_field(body, "date"))
+    traveller = _text_field(body, "traveller")
+    if not _TRAVELLER_RE.fullmatch(traveller):
+        raise invalid_argument("traveller must be a name of 1-64 letters, digits, spaces or .'-")
+    return write_once(
+        request.app[DB_KEY], DOMAIN, key, body, _book(train_number, day, traveller, key)
+    )
+
+
+async def _cancel_booking(request: web.Request) -> web.Response:
+    key = idempotency_key(request)
+    booking_id = request.match_info["booking_id"]
+    fields = {"booking_id": booking_id, "cancel": True}
+    return write_once(request.app[DB_KEY], DOMAIN, key, fields, _cancel(booking_id))
+
+
+async def _pay_booking(request: web.Request) -> web.Response:
+    key = idempotency_key(request)
+    body = await read_json_object(request)
+    if set(body) != {"payment_token"}:
+        raise invalid_argument("body must be {payment_token} and nothing else")
+    booking_id = request.match_info["booking_id"]
+    token = _text_field(body, "payment_token")
+    fields = {"booking_id": booking_id, "payment_token": token}
+    return write_once(request.app[DB_KEY], DOMAIN, key, fields, _pay(booking_id, token))
+
+
 # --- routes --------------------------------------------------------------------------------
 
 
@@ -246,3 +397,11 @@ def add_routes(app: web.Application) -> None:
     # The route names are the endpoint names of the request log and the delay knob.
     app.router.add_get("/travel/trains/{train_number}", _trains, name="trains")
     app.router.add_get("/travel/weather/{city}", _weather, name="weather")
+    app.router.add_get(
+        "/travel/operations/{key}", operation_handler(DOMAIN), name="travel.operation"
+    )
+    app.router.add_post("/travel/bookings", _create_booking, name="travel.book")
+    app.router.add_post(
+        "/travel/bookings/{booking_id}/cancellation", _cancel_booking, name="travel.cancel"
+    )
+    app.router.add_post("/travel/bookings/{booking_id}/payment", _pay_booking, name="travel.pay")

@@ -10,7 +10,13 @@ import aiohttp
 
 from agentloop.demo.tools.http import ExampleDeps, ServiceClient
 from agentloop.demo.tools.support import read_ticket, search_policy, send_reply, ticket_answered
-from agentloop.demo.tools.travel import get_train_status, get_weather
+from agentloop.demo.tools.travel import (
+    book_train,
+    cancel_booking,
+    get_train_status,
+    get_weather,
+    pay_booking,
+)
 from agentloop.demo.tools.workshops import check_workshop, reserve_seat
 from agentloop.runtime.config import Settings
 from agentloop.tools.decorator import dependencies
@@ -18,6 +24,9 @@ from agentloop.tools.decorator import dependencies
 EXAMPLE_TOOLS = (
     get_train_status,
     get_weather,
+    book_train,
+    cancel_booking,
+    pay_booking,
     check_workshop,
     reserve_seat,
     read_ticket,

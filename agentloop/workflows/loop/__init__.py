@@ -6,6 +6,7 @@ the results the runner writes itself (`results`), long texts by reference (`text
 step exchanges with Temporal (`exchange`) and the read-only views (`views`). `decide` reads the
 state and imports no fold. This face hands on the names the workflow shell uses."""
 
+from agentloop.workflows.loop.compensation import start_compensation
 from agentloop.workflows.loop.decide import decide
 from agentloop.workflows.loop.exchange import (
     ChildOutcome,
@@ -50,6 +51,7 @@ from agentloop.workflows.loop.next_step import (
     CallModel,
     CheckApprovals,
     CheckPreconditions,
+    Compensate,
     Finish,
     LookupOutcome,
     NextStep,
@@ -97,6 +99,7 @@ __all__ = [
     "CheckApprovals",
     "CheckPreconditions",
     "ChildOutcome",
+    "Compensate",
     "DecisionToCheck",
     "Finish",
     "LookupOutcome",
@@ -142,6 +145,7 @@ __all__ = [
     "record_tool_results",
     "record_verdict",
     "side_effects",
+    "start_compensation",
     "start_model_call",
     "start_tools",
     "state_to_carry",

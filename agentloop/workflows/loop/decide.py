@@ -8,12 +8,14 @@ refusals, a cancel, the deadline), then the open batch, then the model's last ou
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import assert_never
 
 from agentloop.contract import RunStatus
 from agentloop.events import ModelOutput
 from agentloop.policies import authorization, budgets
+from agentloop.policies.compensation import Offered
 from agentloop.workflows.loop.next_step import (
     AwaitApproval,
     AwaitInput,
@@ -21,6 +23,7 @@ from agentloop.workflows.loop.next_step import (
     CallModel,
     CheckApprovals,
     CheckPreconditions,
+    Compensate,
     Finish,
     LookupOutcome,
     NextStep,
@@ -31,6 +34,7 @@ from agentloop.workflows.loop.next_step import (
 from agentloop.workflows.loop.state import (
     MAX_REFUSED_CALLS,
     Batch,
+    Compensation,
     LoopState,
 )
 from agentloop.workflows.loop.stops import (
@@ -41,12 +45,42 @@ from agentloop.workflows.loop.stops import (
 from agentloop.workflows.loop.views import (
     approval_deadline,
     input_deadline,
+    planned_compensation,
     reconciliation_deadline,
     refused_calls,
 )
 
 
 def decide(state: LoopState, now: datetime) -> NextStep:
+    """A run that ends without delivering first offers its writes' undos (`Compensate`,
+    decided by `policies.compensation`); while they run, only they are decided."""
+    if state.compensation is not None:
+        return _compensating(state, state.compensation, now)
+    step = _next(state, now)
+    if isinstance(step, Finish):
+        decided = planned_compensation(state, step.status)
+        if any(isinstance(d, Offered) for d in decided):
+            return Compensate(step, decided)
+    return step
+
+
+def _compensating(state: LoopState, compensation: Compensation, now: datetime) -> NextStep:
+    """The undos' batch, through the same pipeline as any write (approval, key, lookup,
+    reconciliation); then the stop the run was going to make. A cancel, or a wait for a
+    person that times out, stops the undos not run yet (they are reported not undone)."""
+    stop = Finish(compensation.status, compensation.stop_reason, cause=compensation.cause)
+    if compensation.closed:
+        return stop
+    if state.cancel_reason is not None:
+        why = state.cancel_reason or "no reason given"
+        return replace(stop, stop_reason=f"{stop.stop_reason}; undos cancelled: {why}")
+    step = _next_in_batch(state, state.open_batch(), now)
+    if isinstance(step, Finish):
+        return replace(stop, stop_reason=f"{stop.stop_reason}; undos stopped: {step.stop_reason}")
+    return step
+
+
+def _next(state: LoopState, now: datetime) -> NextStep:
     limits = state.run_input.limits
     if state.failure is not None:
         return _failed(state, state.failure)

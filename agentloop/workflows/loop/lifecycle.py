@@ -9,9 +9,11 @@ from agentloop.contract import AgentRunResult, PreviousRun, StopCause
 from agentloop.events import CONTINUED, Event, StateUpdate
 from agentloop.reporting import stop_report
 from agentloop.transcript import by_reference
+from agentloop.workflows.loop.compensation import end_compensation
 from agentloop.workflows.loop.next_step import Finish
 from agentloop.workflows.loop.state import MAX_RUN_CHAIN_IDS, LoopState
 from agentloop.workflows.loop.views import (
+    compensation_lines,
     pending_at_stop,
     side_effects,
     unresolved_writes,
@@ -60,6 +62,7 @@ def continue_transcript(state: LoopState, previous: PreviousRun) -> None:
 
 def record_finish(state: LoopState, step: Finish) -> AgentRunResult:
     """The run stops: its result, with the stop report."""
+    end_compensation(state)  # undos not run yet stay so: the run stops as it was going to
     state.phase = "finished"
     state.stop_reason = step.stop_reason
     state.stop_cause = step.cause
@@ -88,6 +91,7 @@ def record_finish(state: LoopState, step: Finish) -> AgentRunResult:
         artifacts=state.artifacts,
         chain_usage=state.chain_usage(),
         task_state=state.task_state,
+        compensation=compensation_lines(state, step.status),
     )
     result.report = stop_report(result, state.workflow_id)
     return result

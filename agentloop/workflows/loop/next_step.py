@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from agentloop.contract import RunStatus, StopCause
 from agentloop.events import ToolCall
+from agentloop.policies.compensation import Decided
 from agentloop.tool_spec import ToolSpec
 from agentloop.workflows.loop.state import DecisionToCheck
 
@@ -102,6 +103,16 @@ class Finish:
     """`stop_reason` as a code (None: a failure recorded before codes were)."""
 
 
+@dataclass(frozen=True)
+class Compensate:
+    """The run ends without delivering (`finish`): first the undos of its writes are offered
+    (`decided`, newest first; docs/concepts/compensation.md). No Temporal call: the undos
+    then go through the batch pipeline like any write."""
+
+    finish: Finish
+    decided: list[Decided]
+
+
 AwaitHumans = AwaitApproval | AwaitInput | AwaitReconciliation
 """The steps that wait for a person (their time does not count against the deadline)."""
 
@@ -116,6 +127,7 @@ Work = (
     | Verify
     | LookupOutcome
     | AwaitReconciliation
+    | Compensate
 )
 """Every step but the last: what the shell carries out before it asks `decide` again."""
 

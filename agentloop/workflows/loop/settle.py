@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from agentloop.events import StateUpdate, ToolResult
 from agentloop.policies import progress, task_state
+from agentloop.workflows.loop.compensation import close_compensation, keep_undo
 from agentloop.workflows.loop.state import SUMMARY_CHARS, Batch, LoopState
 from agentloop.workflows.loop.stops import stopping_rejection
 
@@ -22,6 +23,7 @@ def settle(state: LoopState, batch: Batch, result: ToolResult) -> None:
     record = state.calls[result.call_id]
     record.status = result.status
     record.result_summary = result.content[:SUMMARY_CHARS]
+    keep_undo(state, result)
 
 
 def leave_batch(batch: Batch, call_id: str) -> None:
@@ -34,7 +36,11 @@ def leave_batch(batch: Batch, call_id: str) -> None:
 
 
 def close_if_answered(state: LoopState) -> None:
-    """Once every call id has its result, the results go to the model in the call order."""
+    """Once every call id has its result, the results go to the model in the call order
+    (the undos of a run that stops go to no model: `close_compensation`)."""
+    if state.compensation is not None:
+        close_compensation(state)
+        return
     batch = state.batch
     if batch is None or batch.denied is not None or batch.gave_up is not None:
         return  # the run stops: nothing more goes to the model

@@ -20,6 +20,7 @@ from agentloop.contract import (
     AgentRunInput,
     ApprovalDecision,
     CallRecord,
+    CompensationLine,
     Limits,
     NoticeSent,
     PendingApproval,
@@ -27,6 +28,7 @@ from agentloop.contract import (
     Reconciliation,
     RefusedDecision,
     ResolveRequest,
+    RunStatus,
     SideEffect,
     StopCause,
     UnresolvedWrite,
@@ -180,6 +182,34 @@ class Batch(BaseModel):
         return ready
 
 
+class Undo(BaseModel):
+    """A write that succeeded and declared an undo: the undo call prepared as the write's
+    result came in (`policies.compensation.undo_arguments`), or why none could be."""
+
+    call_id: str
+    tool: str
+    undo_tool: str
+    arguments: dict[str, Any] | None = None
+    problem: str = ""
+
+
+class Compensation(BaseModel):
+    """A run that ended without delivering, undoing what it wrote before it stops: the stop
+    it was going to make, and what the undos interrupted (put back before it stops, so the
+    stop reports what it would have)."""
+
+    status: RunStatus
+    stop_reason: str
+    cause: StopCause | None = None
+    lines: list[CompensationLine] = Field(default_factory=list)
+    """Every write of the run, newest first, with what is decided for it (an offered undo's
+    line is completed from the ledger as its undo ends)."""
+    interrupted_batch: Batch | None = None
+    interrupted_output: ModelOutput | None = None
+    closed: bool = False
+    """Every undo offered has its result: the run stops."""
+
+
 class LoopState(BaseModel):
     """Run state (docs/concepts/design.md §1): everything the runner decides from, nothing the
     model reads."""
@@ -297,6 +327,13 @@ class LoopState(BaseModel):
     """Set when a batch could not be reserved in the budget: nothing of it started."""
     stop_reason: str | None = None
     stop_cause: StopCause | None = None
+    undo_tools: dict[str, ToolSpec] = Field(default_factory=dict)
+    """The tools that undo this run's writes (`ToolSpec.compensate`), which the model is not
+    offered."""
+    undos: list[Undo] = Field(default_factory=list)
+    """The writes that succeeded and declared an undo, oldest first."""
+    compensation: Compensation | None = None
+    """Set once the run, ending without delivering, offered its writes' undos."""
 
     @classmethod
     def start(
@@ -311,11 +348,14 @@ class LoopState(BaseModel):
         if run_input.instructions:
             outbox.append(Instruction(text=run_input.instructions))
         outbox.append(UserInput(text=run_input.task, sender=run_input.principal.subject))
+        builtins = list(BUILTIN_TOOLS) if builtin_tools is None else builtin_tools
+        offered = {*run_input.tools, *builtins}
         return cls(
             run_input=run_input,
             workflow_id=workflow_id,
-            tools={spec.name: spec for spec in tools},
-            builtin_tools=list(BUILTIN_TOOLS) if builtin_tools is None else builtin_tools,
+            tools={spec.name: spec for spec in tools if spec.name in offered},
+            undo_tools={spec.name: spec for spec in tools if spec.name not in offered},
+            builtin_tools=builtins,
             started_at=now,
             outbox=outbox,
         )
@@ -359,7 +399,15 @@ class LoopState(BaseModel):
         return self.batch
 
     def spec_of(self, call_id: str) -> ToolSpec:
-        return self.tools[self.calls[call_id].tool]
+        name = self.calls[call_id].tool
+        spec = self.tool_spec(name)
+        if spec is None:
+            raise KeyError(name)
+        return spec
+
+    def tool_spec(self, name: str) -> ToolSpec | None:
+        """A tool of the run's, or an undo of one of its writes (None: neither)."""
+        return self.tools.get(name) or self.undo_tools.get(name)
 
     def call(self, call_id: str) -> ToolCall:
         """The proposed call `call_id` of the output being acted on."""

@@ -47,7 +47,10 @@ def empty_answer(output: ModelOutput) -> bool:
 
 def stopping_rejection(state: LoopState, batch: Batch) -> tuple[str, ApprovalDecision] | None:
     """The first rejection in `batch` that stops the run (its tool's `on_reject` is `stop`),
-    with its call id; None when every rejection so far is only told to the model."""
+    with its call id; None when every rejection so far is only told to the model. A run
+    undoing its writes is already stopping: a rejected undo leaves only its write as is."""
+    if state.compensation is not None:
+        return None
     for call_id, decision in batch.decisions.items():
         if not decision.approved and state.spec_of(call_id).on_reject == "stop":
             return call_id, decision

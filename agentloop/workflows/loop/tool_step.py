@@ -73,7 +73,7 @@ def start_tools(state: LoopState, step: RunTools, now: datetime) -> ToolsToRun:
     """The calls are reserved in the budget the moment they start (a write with its
     idempotency key); a `delegate` call gets its child run's input and slice."""
     batch = state.open_batch()
-    state.phase = "executing_tools"
+    state.phase = "compensating" if state.compensation is not None else "executing_tools"
     replies: dict[str, InputReply] = {}
     for call, spec in step.calls:
         record = state.calls[call.call_id]

@@ -7,8 +7,10 @@ from datetime import datetime
 
 from agentloop.contract import (
     CallRecord,
+    CompensationLine,
     PendingApproval,
     PendingCall,
+    RunStatus,
     RunStatusView,
     SideEffect,
     UnresolvedWrite,
@@ -18,6 +20,7 @@ from agentloop.digests import canonical_json
 from agentloop.events import Event
 from agentloop.policies import budgets
 from agentloop.policies.bounds import as_text, clipped
+from agentloop.policies.compensation import Decided, LeftAsIs, Offered, Written, plan_compensation
 from agentloop.waiting import MAX_MEMO_TEXT_CHARS, MAX_WAITING_MEMO_BYTES, WaitingCall, WaitingMemo
 from agentloop.workflows.loop import results
 from agentloop.workflows.loop.plan import action_digest
@@ -86,10 +89,15 @@ def side_effects(state: LoopState) -> list[SideEffect]:
             confirmed_by=_confirmation(r),
         )
         for r in state.calls.values()
-        if r.tool in state.tools
-        and state.tools[r.tool].effect == "write"
+        if _is_write(state, r.tool)
         and r.status in ("succeeded", "confirmed_after_query", "unknown")
     ] + delegated
+
+
+def _is_write(state: LoopState, tool: str) -> bool:
+    """A write of the run's tools, or an undo of one (an undo is a write too)."""
+    spec = state.tool_spec(tool)
+    return spec is not None and spec.effect == "write"
 
 
 def _confirmation(record: CallRecord) -> str:
@@ -307,6 +315,7 @@ def status_view(state: LoopState | None, now: datetime) -> RunStatusView:
         wait_until=wait_until(state),
         notice_failures=state.notice_failures,
         notices_sent=state.notices_sent,
+        compensation=compensation_lines(state),
     )
 
 
@@ -315,14 +324,14 @@ def unresolved_writes(state: LoopState) -> list[UnresolvedWrite]:
     nobody resolved."""
     own = [
         UnresolvedWrite(
-            action_digest=action_digest(state.tools[r.tool], r.arguments),
+            action_digest=action_digest(state.spec_of(r.call_id), r.arguments),
             tool=r.tool,
             call_id=r.call_id,
             idempotency_key=r.idempotency_key,
             workflow_id=state.workflow_id,
         )
         for r in state.calls.values()
-        if r.status == "unknown" and r.tool in state.tools
+        if r.status == "unknown" and state.tool_spec(r.tool) is not None
     ]
     return [*state.inherited_unresolved.values(), *own]
 
@@ -356,3 +365,94 @@ def unsent_events(state: LoopState, stop_reason: str) -> list[Event]:
             result = results.not_run(call, status == "unknown", stop_reason)
         events.append(result)
     return events
+
+
+def written(state: LoopState) -> list[Written]:
+    """The run's own writes that happened (or may have), in the ledger's order, each with the
+    undo prepared when its result came in (`LoopState.undos`); undos themselves are not."""
+    undos = {undo.call_id: undo for undo in state.undos}
+    found: list[Written] = []
+    for record in state.calls.values():
+        spec = state.tools.get(record.tool)
+        if record.undoes or spec is None or spec.effect != "write":
+            continue
+        if record.status not in ("succeeded", "confirmed_after_query", "unknown"):
+            continue
+        undo = undos.get(record.call_id)
+        found.append(
+            Written(
+                call_id=record.call_id,
+                tool=record.tool,
+                status=record.status,
+                undo_tool=spec.compensate,
+                undo_arguments=undo.arguments if undo else None,
+                problem=undo.problem if undo else "no result was kept to prepare it from",
+            )
+        )
+    return found
+
+
+def planned_compensation(state: LoopState, status: RunStatus) -> list[Decided]:
+    """What becomes of the run's writes if it stops `status` (`plan_compensation`)."""
+    run_input = state.run_input
+    return plan_compensation(
+        status, written(state), run_input.compensate, run_input.compensate_per_tool
+    )
+
+
+def compensation_line(decided: Decided) -> CompensationLine:
+    """A write's line as compensation starts: an offered undo is `not_undone` until its
+    result says otherwise (`compensation_lines`)."""
+    if isinstance(decided, LeftAsIs):
+        return CompensationLine(
+            call_id=decided.call_id, tool=decided.tool, outcome="left_as_is", why=decided.why
+        )
+    return CompensationLine(
+        call_id=decided.call_id,
+        tool=decided.tool,
+        outcome="not_undone",
+        undo_call_id=decided.undo_call_id,
+        undo_tool=decided.undo_tool,
+        why="a person approves the undo" if decided.ask else "compensate: always",
+    )
+
+
+def compensation_lines(state: LoopState, status: RunStatus | None = None) -> list[CompensationLine]:
+    """Each write of a run that ended (or ends, `status`) without delivering, newest first,
+    and what became of it; an offered undo's line from its ledger record. Empty for a run
+    that delivers, or that has not stopped and undoes nothing."""
+    compensation = state.compensation
+    if compensation is None:
+        if status is None:
+            return []
+        # Nothing was offered (or the run would have compensated): every write stays as is.
+        return [
+            compensation_line(LeftAsIs(d.call_id, d.tool, "not offered"))
+            if isinstance(d, Offered)
+            else compensation_line(d)
+            for d in planned_compensation(state, status)
+        ]
+    return [_undo_told(state, line) for line in compensation.lines]
+
+
+def _undo_told(state: LoopState, line: CompensationLine) -> CompensationLine:
+    record = state.calls.get(line.undo_call_id) if line.undo_call_id else None
+    if record is None:
+        return line
+    undone = record.status in ("succeeded", "confirmed_after_query")
+    said = record.people_said()
+    if undone:
+        why = said or line.why
+    elif record.status in ("proposed", "pending"):
+        why = "its undo was not run: " + (said or "nobody decided on it before the run stopped")
+    else:
+        why = f"its undo ended {record.status}" + (f" ({said})" if said else "")
+        if record.result_summary and record.status != "rejected":
+            why += f": {record.result_summary}"
+    return line.model_copy(
+        update={
+            "outcome": "undone" if undone else "not_undone",
+            "undo_status": record.status,
+            "why": why,
+        }
+    )

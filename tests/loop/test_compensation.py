@@ -1,0 +1,264 @@
+"""Compensation (issue #46 item 1), over a real server, the official client against the
+scripted provider and the example service over HTTP: a dependent sequence book -> pay where
+pay fails for good, then the model gives up. The booking's undo (`cancel_booking`) is offered
+under the run's `compensate` policy: `ask` waits for a person (approved here through the
+CLI, with the exact arguments shown), `always` asks nobody, `never` leaves the booking as it
+is; an undo whose answer is lost is looked up by its own key."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from temporalio.client import Client
+
+from agentloop.contract import AgentRunInput, AgentRunResult, Principal
+from agentloop.demo.services import ExampleService
+from agentloop.inbox import InboxOptions, InboxServer
+from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from tests.cli.test_cli import agentloop as agentloop_cli
+from tests.cli.test_cli import process_env
+from tests.inbox.test_inbox import USER_HEADER, as_user, csrf_token, decide
+from tests.support import result_of, start_run, wait_for_phase, write_key
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
+
+BOOK = {"train_number": "G1234", "date": "2026-12-01", "traveller": "Ada Lovelace"}
+DECLINED = "the card was declined, and it will be declined again"
+
+
+def book_then_pay(name: str) -> Script:
+    """Book, pay that booking with a card that is declined for good, then give up."""
+    pay = {"booking_id": "{{call_book.booking_id}}", "payment_token": "pm-declined"}
+    return Script(
+        name=name,
+        turns=[
+            ScriptTurn(
+                tool_calls=[ScriptedToolCall(id="call_book", name="book_train", arguments=BOOK)]
+            ),
+            ScriptTurn(
+                tool_calls=[ScriptedToolCall(id="call_pay", name="pay_booking", arguments=pay)]
+            ),
+            ScriptTurn(
+                tool_calls=[
+                    ScriptedToolCall(id="call_g", name="give_up", arguments={"reason": DECLINED})
+                ]
+            ),
+        ],
+    )
+
+
+def run_input(model: str, **fields: Any) -> AgentRunInput:
+    return AgentRunInput.model_validate(
+        {
+            "task": "Book me on G1234 on 2026-12-01 and pay with my card.",
+            "provider": "openai-chat",
+            "model": model,
+            "tools": ["book_train", "pay_booking"],
+            "principal": Principal(subject="ada", scopes=["travel:write"]),
+            **fields,
+        }
+    )
+
+
+async def started(
+    client: Client, worker: Settings, model: ScriptedProvider, run_id: str, **fields: Any
+) -> Any:
+    model.register(book_then_pay(run_id))
+    return await start_run(client, worker, run_id, run_input(run_id, **fields))
+
+
+def booking_id(result: AgentRunResult) -> str:
+    [book] = [c for c in result.calls if c.call_id == "call_book"]
+    assert book.status == "succeeded", book
+    return str(book.result_summary.split('"booking_id": "')[1].split('"')[0])
+
+
+def assert_stopped_blocked(result: AgentRunResult) -> None:
+    assert (result.status, result.stop_cause) == ("blocked", "give_up"), result.stop_reason
+    statuses = {c.call_id: c.status for c in result.calls}
+    assert (statuses["call_book"], statuses["call_pay"]) == ("succeeded", "failed")
+
+
+async def test_ask_waits_for_a_person_and_the_approved_undo_cancels_the_booking_once(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+    tmp_path: Path,
+) -> None:
+    handle = await started(client, worker, scripted_provider, run_id)  # `ask` by default
+
+    view = await wait_for_phase(handle, "awaiting_approval")
+    [pending] = view.pending_approvals
+    assert (pending.call_id, pending.tool) == ("undo-call_book", "cancel_booking")
+    booked = example_service.records()
+    assert (booked["bookings"], booked["bookings_cancelled"]) == (1, 0)
+    assert [line.outcome for line in view.compensation] == ["not_undone"]
+
+    env = process_env(
+        TEMPORAL_ADDRESS=client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
+    )
+    approved = await agentloop_cli(
+        "approve", run_id, "undo-call_book", "--approver", "ops", env=env, cwd=tmp_path
+    )
+    assert approved.returncode == 0, approved.explain()
+    assert f'"booking_id": "{pending.arguments["booking_id"]}"' in approved.stdout  # shown
+    result = await result_of(handle)
+
+    assert_stopped_blocked(result)
+    assert pending.arguments == {"booking_id": booking_id(result)}
+    undo = {c.call_id: c for c in result.calls}["undo-call_book"]
+    assert (undo.tool, undo.status, undo.undoes) == ("cancel_booking", "succeeded", "call_book")
+    assert undo.approval is not None and undo.approval.approver == "ops"
+    assert undo.idempotency_key == write_key(handle, "undo-call_book")
+    [line] = result.compensation
+    assert (line.call_id, line.outcome, line.undo_call_id, line.undo_status) == (
+        "call_book",
+        "undone",
+        "undo-call_book",
+        "succeeded",
+    )
+    assert "book_train call_book: undone by cancel_booking undo-call_book" in result.report
+    assert "approved by ops" in result.report
+    # The service saw one cancel, and the booking is cancelled.
+    assert example_service.stats()["counts"]["travel.cancel"] == 1
+    assert example_service.records()["bookings_cancelled"] == 1
+    assert result.usage.human_waits == 1
+    # The undo's result went to no model: the model saw three turns, and no undo call.
+    assert len(scripted_provider.requests) == 3
+    assert "undo-call_book" not in str(scripted_provider.requests[-1]["body"])
+
+
+async def test_always_asks_nobody_and_a_tool_can_say_it_over_the_run(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    handle = await started(
+        client,
+        worker,
+        scripted_provider,
+        run_id,
+        compensate="never",
+        compensate_per_tool={"book_train": "always"},
+    )
+    result = await result_of(handle)
+
+    assert_stopped_blocked(result)
+    undo = {c.call_id: c for c in result.calls}["undo-call_book"]
+    assert (undo.status, undo.approval, undo.arguments) == (
+        "succeeded",
+        None,
+        {"booking_id": booking_id(result)},
+    )
+    assert result.usage.human_waits == 0
+    [line] = result.compensation
+    assert (line.outcome, line.why) == ("undone", "compensate: always")
+    assert example_service.stats()["counts"]["travel.cancel"] == 1
+    assert example_service.records()["bookings_cancelled"] == 1
+
+
+async def test_never_leaves_the_booking_as_is(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    handle = await started(client, worker, scripted_provider, run_id, compensate="never")
+    result = await result_of(handle)
+
+    assert_stopped_blocked(result)
+    assert "undo-call_book" not in {c.call_id for c in result.calls}
+    [line] = result.compensation
+    assert (line.call_id, line.outcome, line.why) == (
+        "call_book",
+        "left_as_is",
+        "compensate: never",
+    )
+    assert "book_train call_book: left as is — compensate: never" in result.report
+    assert example_service.stats()["counts"]["travel.cancel"] == 0
+    records = example_service.records()
+    assert (records["bookings"], records["bookings_cancelled"]) == (1, 0)
+
+
+async def test_an_undo_whose_answer_is_lost_is_looked_up_by_its_key(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    # The cancel commits, and its answer never reaches the tool: outcome unknown.
+    example_service.inject_fault("travel.cancel", "commit_then_drop")
+    handle = await started(client, worker, scripted_provider, run_id, compensate="always")
+    result = await result_of(handle)
+
+    assert_stopped_blocked(result)
+    undo = {c.call_id: c for c in result.calls}["undo-call_book"]
+    assert (undo.status, undo.attempts) == ("confirmed_after_query", 1)
+    key = write_key(handle, "undo-call_book")
+    lookups = [
+        r["path"]
+        for r in example_service.stats()["requests"]
+        if r["endpoint"] == "travel.operation"
+    ]
+    assert lookups == [f"/travel/operations/{key}"]
+    assert example_service.stats()["counts"]["travel.cancel"] == 1  # never sent again
+    assert example_service.records()["bookings_cancelled"] == 1
+    [line] = result.compensation
+    assert (line.outcome, line.undo_status) == ("undone", "confirmed_after_query")
+
+
+async def test_the_inbox_shows_the_undo_with_what_it_undoes_and_approving_there_undoes_it(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    handle = await started(client, worker, scripted_provider, run_id)
+    [pending] = (await wait_for_phase(handle, "awaiting_approval")).pending_approvals
+    options = InboxOptions(auth_header=USER_HEADER, tenants={"ops": ["default"]})
+    async with (
+        InboxServer(client, options, "127.0.0.1", 0) as inbox,
+        aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http,
+    ):
+        page_url = f"{inbox.url}/runs/{run_id}"
+        token = await csrf_token(http, page_url, "ops")
+        async with http.get(page_url, headers=as_user("ops")) as response:
+            page = html.unescape(await response.text())
+        assert "Approve cancel_booking (undo-call_book)?" in page
+        assert "This undoes book_train call_book" in page
+        assert pending.arguments["booking_id"] in page
+        status, _ = await decide(
+            http,
+            inbox,
+            run_id,
+            "ops",
+            csrf=token,
+            call_id="undo-call_book",
+            args_digest=pending.args_digest,
+        )
+        assert status in (200, 303), status
+        result = await result_of(handle)
+        async with http.get(page_url, headers=as_user("ops")) as response:
+            shown = html.unescape(await response.text())
+
+    assert_stopped_blocked(result)
+    [line] = result.compensation
+    assert (line.outcome, line.why) == ("undone", "approved by ops")
+    assert (
+        '<table id="compensation">' in shown
+        and "cancel_booking undo-call_book (succeeded)" in shown
+    )
+    assert example_service.records()["bookings_cancelled"] == 1
