@@ -32,7 +32,13 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 
 from agentloop.activity_io import MODEL_CALLS
-from agentloop.contract import AgentRunInput, AgentRunResult, ResolveRequest, RunStatusView
+from agentloop.contract import (
+    AgentRunInput,
+    AgentRunResult,
+    Principal,
+    ResolveRequest,
+    RunStatusView,
+)
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptTurn
@@ -63,7 +69,8 @@ from tests.crash.crashing import (
     start_case_run,
     task_identities,
 )
-from tests.support import wait_for_phase, wait_for_status, wait_until
+from tests.loop.test_compensation import book_then_pay
+from tests.support import wait_for_phase, wait_for_status, wait_until, write_key
 from tests.tools.test_delegate import child_waiting_for_approval, delegation_result, parent_input
 
 pytestmark = pytest.mark.integration
@@ -654,6 +661,58 @@ class ServerRestartedWhileAWriteIsInFlight(ServerRestart):
         assert activity_attempts(events, "run_tool") == [(1, run.second)]
 
 
+# --- (h) during an undo --------------------------------------------------------------------
+
+
+class DuringAnUndo(Phase):
+    """A run ending without delivering undoes its booking (`compensate: always`), and the
+    worker dies while the cancel is held before its commit: the undo is looked up by its own
+    key, sent again under it, and cancels the booking once."""
+
+    tools = ("book_train", "pay_booking")
+    slow_http = True
+
+    def scripts(self, run_id: str) -> list[Script]:
+        return [book_then_pay(run_id)]
+
+    def run_input(self, run_id: str) -> AgentRunInput:
+        return run_input(
+            run_id,
+            list(self.tools),
+            compensate="always",
+            principal=Principal(subject="ada", scopes=["travel:write"]),
+        )
+
+    def prepare(self, service: ExampleService) -> None:
+        service.set_delay("travel.cancel", 30_000)
+
+    async def until_killed(self, run: Crash) -> None:
+        await wait_until(
+            lambda: counts(run.service)["travel.cancel"] == 1, "the undo to reach the service"
+        )
+
+    async def before_second(self, run: Crash) -> None:
+        await wait_until(
+            lambda: requests_to(run.service, "travel.cancel")[0]["finished_seq"] is not None,
+            "the service to drop the abandoned undo",
+        )
+        assert run.service.records()["bookings_cancelled"] == 0
+
+    async def check(self, run: Crash, result: AgentRunResult) -> None:
+        assert (result.status, result.stop_cause) == ("blocked", "give_up"), result.stop_reason
+        key = write_key(run.handle, "undo-call_book")
+        undo = by_id(result.calls)["undo-call_book"]
+        assert (undo.status, undo.attempts, undo.idempotency_key) == ("succeeded", 2, key)
+        found = counts(run.service)
+        assert (found["travel.cancel"], found["travel.operation"]) == (2, 1)
+        assert run.service.records()["bookings_cancelled"] == 1
+        held = await held_under(run.service, "travel", key)
+        assert (held["state"], held["record"]["status"]) == ("applied", "cancelled")
+        [line] = result.compensation
+        assert (line.outcome, line.undo_status) == ("undone", "succeeded")
+        await lost_only_while_waiting(run)
+
+
 # --- the table -----------------------------------------------------------------------------
 
 PHASES = [
@@ -666,6 +725,7 @@ PHASES = [
     pytest.param(DuringAnOutcomeLookup(), id="killed-during-an-outcome-lookup"),
     pytest.param(WhileAChildRunWrites(), id="killed-while-a-child-run-writes"),
     pytest.param(RightAfterAContinueAsNew(), id="killed-right-after-a-continue-as-new"),
+    pytest.param(DuringAnUndo(), id="killed-during-an-undo"),
     pytest.param(ServerRestartedMidRun(), id="server-restarted-mid-run"),
     pytest.param(ServerRestartedWhileAWriteIsInFlight(), id="server-restarted-mid-write"),
 ]
