@@ -13,13 +13,19 @@ from typing import Any
 
 import aiohttp
 import pytest
+from temporalio import activity
 from temporalio.client import Client
+from temporalio.worker import Worker
 
+import agentloop
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal
 from agentloop.demo.services import ExampleService
+from agentloop.demo.tools.travel import BookingArgs, BookTrainArgs
 from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.tools.plugins import Plugin, Toolset, build_toolbox
+from agentloop.worker import running_worker
 from tests.cli.test_cli import agentloop as agentloop_cli
 from tests.cli.test_cli import process_env
 from tests.inbox.test_inbox import USER_HEADER, as_user, csrf_token, decide
@@ -261,4 +267,110 @@ async def test_the_inbox_shows_the_undo_with_what_it_undoes_and_approving_there_
         '<table id="compensation">' in shown
         and "cancel_booking undo-call_book (succeeded)" in shown
     )
+    assert example_service.records()["bookings_cancelled"] == 1
+
+
+class TeamTravel:
+    """A team's own Temporal activities on a queue of theirs, over the example service: a
+    booking, and its undo. agentloop's runs call them as activity tools."""
+
+    def __init__(self, service_url: str) -> None:
+        self.service_url = service_url
+        self.cancels: list[dict[str, Any]] = []
+
+    async def _post(self, path: str, body: dict[str, Any], key: str) -> dict[str, Any]:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                self.service_url + path, json=body, headers={"Idempotency-Key": key}
+            ) as resp,
+        ):
+            resp.raise_for_status()
+            answer: dict[str, Any] = await resp.json()
+            return answer
+
+    @activity.defn(name="team_book_train")
+    async def book(self, request: dict[str, Any]) -> dict[str, Any]:
+        return await self._post(
+            "/travel/bookings", request["arguments"], request["idempotency_key"]
+        )
+
+    @activity.defn(name="team_cancel_booking")
+    async def cancel(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.cancels.append(request)
+        booking = request["arguments"]["booking_id"]
+        return await self._post(
+            f"/travel/bookings/{booking}/cancellation", {}, request["idempotency_key"]
+        )
+
+
+async def test_an_activity_tools_undo_is_a_temporal_activity_on_the_teams_queue(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+    tmp_path: Path,
+) -> None:
+    team_queue = f"team-travel-{run_id[-8:]}"
+    book = agentloop.activity_tool(
+        "team_book",
+        activity="team_book_train",
+        parameters=BookTrainArgs,
+        description="Book a train.",
+        task_queue=team_queue,
+        compensate="team_cancel",
+    )
+    cancel = agentloop.activity_tool(
+        "team_cancel",
+        activity="team_cancel_booking",
+        parameters=BookingArgs,
+        description="Cancel a booking.",
+        task_queue=team_queue,
+    )
+    toolbox = build_toolbox([Plugin("team", Toolset(tools=[book, cancel]))])
+    settings = worker_settings.model_copy(
+        update={
+            "task_queue": f"agentloop-{run_id[-8:]}",
+            "store_url": f"sqlite:///{tmp_path / 'store.db'}",
+        }
+    )
+    team = TeamTravel(example_service.base_url)
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[ScriptedToolCall(id="call_book", name="team_book", arguments=BOOK)]
+                ),
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(id="call_g", name="give_up", arguments={"reason": "no"})
+                    ]
+                ),
+            ],
+        )
+    )
+    started_input = run_input(run_id, tools=["team_book"], compensate="always")
+    async with (
+        Worker(client, task_queue=team_queue, activities=[team.book, team.cancel]),
+        running_worker(client, settings, toolbox),
+    ):
+        handle = await start_run(client, settings, run_id, started_input)
+        result = await result_of(handle)
+
+    assert (result.status, result.stop_cause) == ("blocked", "give_up"), result.stop_reason
+    [cancelled] = team.cancels
+    undo = {c.call_id: c for c in result.calls}["undo-call_book"]
+    assert undo.status == "succeeded" and undo.tool == "team_cancel"
+    assert cancelled["idempotency_key"] == write_key(handle, "undo-call_book")
+    assert cancelled["arguments"] == {"booking_id": booking_id(result)}
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        for e in (await handle.fetch_history()).events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert ("team_cancel_booking", team_queue) in [
+        (s.activity_type.name, s.task_queue.name) for s in scheduled
+    ]
     assert example_service.records()["bookings_cancelled"] == 1
