@@ -77,16 +77,21 @@ async def get_weather(ctx: ToolContext[ExampleDeps], args: WeatherArgs) -> Any:
     return await ctx.deps.example.get_json(f"/travel/weather/{city}", {"date": args.date})
 
 
-async def _booking_outcome(ctx: ToolContext[ExampleDeps], args: BookTrainArgs) -> Outcome:
+async def _operation(ctx: ToolContext[ExampleDeps], asked: dict[str, Any]) -> Outcome:
+    """What the service holds under the call's idempotency key, for the request `asked`."""
     path = f"/travel/operations/{_q(ctx.idempotency_key)}"
-    return await lookup_operation(ctx.deps.example, path, args.model_dump())
+    return await lookup_operation(ctx.deps.example, path, asked)
+
+
+async def _booking_outcome(ctx: ToolContext[ExampleDeps], args: BookTrainArgs) -> Outcome:
+    return await _operation(ctx, args.model_dump())
 
 
 @tool(
     effect="write",
     scopes=["travel:write"],
-    action="travel.book",
     timeout_seconds=WRITE_TOOL_TIMEOUT_SECONDS,
+    action="travel.book",
     lookup_outcome=_booking_outcome,
     compensate="cancel_booking",
 )
@@ -99,16 +104,14 @@ async def book_train(ctx: ToolContext[ExampleDeps], args: BookTrainArgs) -> Any:
 
 
 async def _cancellation_outcome(ctx: ToolContext[ExampleDeps], args: BookingArgs) -> Outcome:
-    path = f"/travel/operations/{_q(ctx.idempotency_key)}"
-    asked = {"booking_id": args.booking_id, "cancel": True}
-    return await lookup_operation(ctx.deps.example, path, asked)
+    return await _operation(ctx, {"booking_id": args.booking_id, "cancel": True})
 
 
 @tool(
     effect="write",
     scopes=["travel:write"],
-    action="travel.cancel",
     timeout_seconds=WRITE_TOOL_TIMEOUT_SECONDS,
+    action="travel.cancel",
     lookup_outcome=_cancellation_outcome,
 )
 async def cancel_booking(ctx: ToolContext[ExampleDeps], args: BookingArgs) -> Any:
@@ -119,15 +122,14 @@ async def cancel_booking(ctx: ToolContext[ExampleDeps], args: BookingArgs) -> An
 
 
 async def _payment_outcome(ctx: ToolContext[ExampleDeps], args: PayBookingArgs) -> Outcome:
-    path = f"/travel/operations/{_q(ctx.idempotency_key)}"
-    return await lookup_operation(ctx.deps.example, path, args.model_dump())
+    return await _operation(ctx, args.model_dump())
 
 
 @tool(
     effect="write",
     scopes=["travel:write"],
-    action="travel.pay",
     timeout_seconds=WRITE_TOOL_TIMEOUT_SECONDS,
+    action="travel.pay",
     lookup_outcome=_payment_outcome,
 )
 async def pay_booking(ctx: ToolContext[ExampleDeps], args: PayBookingArgs) -> Any:
