@@ -192,6 +192,7 @@ async def test_never_leaves_the_booking_as_is(
         "compensate: never",
     )
     assert "book_train call_book: left as is — compensate: never" in result.report
+    assert (await wait_for_phase(handle, "finished")).compensation == result.compensation
     assert example_service.stats()["counts"]["travel.cancel"] == 0
     records = example_service.records()
     assert (records["bookings"], records["bookings_cancelled"]) == (1, 0)

@@ -93,6 +93,7 @@ def record_finish(state: LoopState, step: Finish) -> AgentRunResult:
         task_state=state.task_state,
         compensation=compensation_lines(state, step.status),
     )
+    state.compensation_at_stop = result.compensation
     result.report = stop_report(result, state.workflow_id)
     return result
 

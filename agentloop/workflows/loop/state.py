@@ -334,6 +334,8 @@ class LoopState(BaseModel):
     """The writes that succeeded and declared an undo, oldest first."""
     compensation: Compensation | None = None
     """Set once the run, ending without delivering, offered its writes' undos."""
+    compensation_at_stop: list[CompensationLine] = Field(default_factory=list)
+    """What became of each write, as the run's result says it (`status` shows it after)."""
 
     @classmethod
     def start(

@@ -315,7 +315,7 @@ def status_view(state: LoopState | None, now: datetime) -> RunStatusView:
         wait_until=wait_until(state),
         notice_failures=state.notice_failures,
         notices_sent=state.notices_sent,
-        compensation=compensation_lines(state),
+        compensation=state.compensation_at_stop or compensation_lines(state),
     )
 
 
