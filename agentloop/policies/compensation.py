@@ -40,6 +40,8 @@ class Written:
     """What the undo is called with, prepared when the write's result came in."""
     problem: str = ""
     """Why no undo call could be prepared."""
+    undo_denied: str | None = None
+    """Why the run's principal may not call the undo tool (None: it may)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,8 @@ def plan_compensation(
             why = "no undo declared"
         elif write.undo_arguments is None:
             why = f"its undo could not be prepared: {write.problem}"
+        elif write.undo_denied is not None:
+            why = f"its undo is not allowed: {write.undo_denied}"
         elif said == "never":
             why = "compensate: never"
         else:

@@ -49,6 +49,15 @@ def test_every_other_stop_offers_the_undos_newest_first_and_leaves_the_rest_sayi
     ]
 
 
+def test_an_undo_the_principal_may_not_call_is_not_offered() -> None:
+    denied = Written(
+        "c1", "book_train", "succeeded", "cancel_booking", UNDO, undo_denied="no scope"
+    )
+    assert plan_compensation("cancelled", [denied], "always", {}) == [
+        LeftAsIs("c1", "book_train", "its undo is not allowed: no scope")
+    ]
+
+
 def test_a_tools_policy_wins_over_the_runs() -> None:
     decided = plan_compensation(
         "blocked", WRITTEN[:3], "never", {"book_hotel": "always", "send_reply": "always"}

@@ -18,7 +18,7 @@ from agentloop.contract import (
 )
 from agentloop.digests import canonical_json
 from agentloop.events import Event
-from agentloop.policies import budgets
+from agentloop.policies import authorization, budgets
 from agentloop.policies.bounds import as_text, clipped
 from agentloop.policies.compensation import Decided, LeftAsIs, Offered, Written, plan_compensation
 from agentloop.waiting import MAX_MEMO_TEXT_CHARS, MAX_WAITING_MEMO_BYTES, WaitingCall, WaitingMemo
@@ -379,6 +379,7 @@ def written(state: LoopState) -> list[Written]:
         if record.status not in ("succeeded", "confirmed_after_query", "unknown"):
             continue
         undo = undos.get(record.call_id)
+        undo_spec = state.tool_spec(spec.compensate) if spec.compensate else None
         found.append(
             Written(
                 call_id=record.call_id,
@@ -387,6 +388,9 @@ def written(state: LoopState) -> list[Written]:
                 undo_tool=spec.compensate,
                 undo_arguments=undo.arguments if undo else None,
                 problem=undo.problem if undo else "no result was kept to prepare it from",
+                undo_denied=authorization.denial(undo_spec, state.run_input.principal)
+                if undo_spec
+                else None,
             )
         )
     return found
