@@ -375,3 +375,24 @@ async def test_an_activity_tools_undo_is_a_temporal_activity_on_the_teams_queue(
         (s.activity_type.name, s.task_queue.name) for s in scheduled
     ]
     assert example_service.records()["bookings_cancelled"] == 1
+
+
+async def test_a_run_out_of_budget_undoes_its_booking_past_its_limits(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    # Two model calls: the booking, the declined payment; the third is over the budget.
+    limits = {"max_model_calls": 2, "max_tool_calls": 2}
+    handle = await started(
+        client, worker, scripted_provider, run_id, compensate="always", limits=limits
+    )
+    result = await result_of(handle)
+
+    assert (result.status, result.stop_cause) == ("limit_reached", "budget"), result.stop_reason
+    assert result.usage.tool_calls == 3  # the undo is counted, and no limit refused it
+    [line] = result.compensation
+    assert (line.outcome, line.undo_status) == ("undone", "succeeded")
+    assert example_service.records()["bookings_cancelled"] == 1
