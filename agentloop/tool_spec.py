@@ -25,6 +25,11 @@ GIVE_UP = "give_up"
 """The built-in tool the model says it cannot finish with: the run stops `blocked` (offered
 unless the run's input says `offer_give_up: false`)."""
 
+ROLL_BACK = "roll_back"
+"""The built-in tool the model asks, mid-run, to undo the writes it made with: their undos
+are offered as when a run ends without delivering, and the run goes on (offered in runs with
+a tool that declares an undo; docs/concepts/compensation.md)."""
+
 PROVIDER_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """A name every provider takes for a tool: OpenAI's function names and Anthropic's tool names
 are both ASCII letters, digits, '_' and '-', OpenAI's at most 64 of them. Matched whole

@@ -25,7 +25,7 @@ from agentloop.runtime.indexing import Registration
 from agentloop.runtime.start_signing import PrincipalSignatures
 from agentloop.store.base import StartNonces
 from agentloop.store.memory import MemoryStore
-from agentloop.tool_spec import ToolSpec
+from agentloop.tool_spec import ROLL_BACK, ToolSpec
 from agentloop.tools.plugins import OpenedToolbox
 from agentloop.tools.source import ToolSource, ToolSourceError
 
@@ -121,10 +121,12 @@ class RunDescriptions:
         try:
             offered = await self._tools.offer(request.names)
             # The undos the run's writes declare come with them: the run calls them only to
-            # undo (docs/concepts/compensation.md), never offers them to the model.
+            # undo (docs/concepts/compensation.md), never offers them to the model; it offers
+            # it `roll_back` instead.
             undos = [s.compensate for s in offered.specs if s.compensate]
-            undos = list(dict.fromkeys(u for u in undos if u not in request.names))
-            undo_specs = (await self._tools.offer(undos)).specs if undos else []
+            extra = [*undos, ROLL_BACK] if undos else []
+            extra = list(dict.fromkeys(u for u in extra if u not in request.names))
+            undo_specs = (await self._tools.offer(extra)).specs if extra else []
         except Exception as exc:
             # Never retried: `describe_run` has no end to its retries, and a run must not
             # wait forever on a source's answer it cannot use.

@@ -70,14 +70,15 @@ Decided = Offered | LeftAsIs
 
 
 def plan_compensation(
-    status: RunStatus,
+    status: RunStatus | None,
     written: list[Written],
     policy: CompensatePolicy,
     per_tool: dict[str, CompensatePolicy],
 ) -> list[Decided]:
-    """What becomes of each write of a run that stops `status`, newest first: nothing after
-    a delivery; otherwise each undo that can be offered is, under its tool's policy (or the
-    run's), and every other write is left as is with the reason."""
+    """What becomes of each write of a run that stops `status` (None: the model asked to roll
+    back, and the run goes on), newest first: nothing after a delivery; otherwise each undo
+    that can be offered is, under its tool's policy (or the run's), and every other write is
+    left as is with the reason."""
     if status in DELIVERED:
         return []
     decided: list[Decided] = []

@@ -1,7 +1,8 @@
 """The built-in tools every worker has: `read_artifact` (page through a large tool output kept
 in the store), `ask_user` (the run waits for the user's answer), `give_up` (the model cannot
-finish: the run stops `blocked`) and `delegate` (a sub-task for a child run). The runner answers
-`ask_user` and `give_up` and carries out `delegate` itself: no activity ever runs them."""
+finish: the run stops `blocked`), `roll_back` (the model asks to undo its writes) and
+`delegate` (a sub-task for a child run). The runner answers `ask_user`, `give_up` and
+`roll_back` and carries out `delegate` itself: no activity ever runs them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentloop.store import StoreError
-from agentloop.tool_spec import ASK_USER, DELEGATE, GIVE_UP, READ_ARTIFACT
+from agentloop.tool_spec import ASK_USER, DELEGATE, GIVE_UP, READ_ARTIFACT, ROLL_BACK
 from agentloop.tools.contract import BusinessRefusal, ToolContext
 from agentloop.tools.decorator import tool
 
@@ -89,6 +90,21 @@ async def give_up(ctx: ToolContext[Any], args: GiveUpArgs) -> Any:
     raise RuntimeError("give_up is answered by the runner, never executed")
 
 
+class RollBackArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(
+        min_length=1, max_length=MAX_GIVE_UP_REASON_CHARS, description="why they must be undone"
+    )
+
+
+@tool(name=ROLL_BACK, effect="read")  # the undos it leads to are writes of their own
+async def roll_back(ctx: ToolContext[Any], args: RollBackArgs) -> Any:
+    """Undo the writes you made in this run (a booking that turned out wrong, say), then go on:
+    each write whose tool can undo it is undone (a person may have to approve it first), and
+    this call's result says what was undone and what was left as it is."""
+    raise RuntimeError("roll_back is answered by the runner, never executed")
+
+
 class DelegateArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
     task: str = Field(min_length=1, max_length=8_000, description="the sub-task, self-contained")
@@ -111,4 +127,4 @@ async def delegate(ctx: ToolContext[Any], args: DelegateArgs) -> Any:
     raise RuntimeError("delegate runs as a child workflow, never as an activity")
 
 
-BUILTIN_TOOLS = (read_artifact, ask_user, give_up, delegate)
+BUILTIN_TOOLS = (read_artifact, ask_user, give_up, roll_back, delegate)

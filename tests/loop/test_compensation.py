@@ -396,3 +396,53 @@ async def test_a_run_out_of_budget_undoes_its_booking_past_its_limits(
     [line] = result.compensation
     assert (line.outcome, line.undo_status) == ("undone", "succeeded")
     assert example_service.records()["bookings_cancelled"] == 1
+
+
+async def test_the_model_rolls_back_its_booking_and_goes_on(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    again = {**BOOK, "date": "2026-12-02"}
+    scripted_provider.register(
+        Script(
+            name=run_id,
+            turns=[
+                ScriptTurn(
+                    tool_calls=[ScriptedToolCall(id="c1", name="book_train", arguments=BOOK)]
+                ),
+                ScriptTurn(
+                    tool_calls=[
+                        ScriptedToolCall(
+                            id="c2", name="roll_back", arguments={"reason": "wrong date"}
+                        ),
+                        ScriptedToolCall(id="c3", name="book_train", arguments=again),
+                    ],
+                    expect_tool_results={"c2": '"outcome": "undone"', "c3": "not_run"},
+                ),
+                ScriptTurn(
+                    tool_calls=[ScriptedToolCall(id="c4", name="book_train", arguments=again)]
+                ),
+                ScriptTurn(text="Booked on the 2nd: {{c4.booking_id}}."),
+            ],
+        )
+    )
+    handle = await start_run(client, worker, run_id, run_input(run_id, compensate="always"))
+    result = await result_of(handle)
+
+    assert result.status == "completed", result.stop_reason
+    calls = {c.call_id: c for c in result.calls}
+    assert (calls["undo-c1"].status, calls["undo-c1"].undoes) == ("succeeded", "c1")
+    assert (calls["c3"].status, calls["c4"].status) == ("rejected", "succeeded")
+    assert "undo-c4" not in calls  # a delivered run keeps its writes
+    # The model was offered roll_back, and its result said what was undone; the undo's own
+    # result went to no model.
+    offered = [t["function"]["name"] for t in scripted_provider.requests[0]["body"]["tools"]]
+    assert "roll_back" in offered and "cancel_booking" not in offered
+    assert "undo-c1" not in str(scripted_provider.requests[-1]["body"])
+    [line] = result.compensation
+    assert (line.call_id, line.outcome, line.undo_call_id) == ("c1", "undone", "undo-c1")
+    records = example_service.records()
+    assert (records["bookings"], records["bookings_cancelled"]) == (2, 1)

@@ -68,6 +68,8 @@ def _compensating(state: LoopState, compensation: Compensation, now: datetime) -
     """The undos' batch, through the same pipeline as any write (approval, key, lookup,
     reconciliation); then the stop the run was going to make. A cancel, or a wait for a
     person that times out, stops the undos not run yet (they are reported not undone)."""
+    if compensation.status is None:  # a roll back the model asked for: the run goes on
+        return _next(state, now)
     stop = Finish(compensation.status, compensation.stop_reason, cause=compensation.cause)
     if compensation.closed:
         return stop
@@ -210,6 +212,8 @@ def _next_in_batch(state: LoopState, batch: Batch, now: datetime) -> NextStep:
         return Finish("denied", f"denied: {batch.denied}", cause="denied")
     if batch.gave_up is not None:
         return Finish("blocked", f"give_up: {batch.gave_up}", cause="give_up")
+    if batch.roll_back is not None and state.compensation is None:
+        return Compensate(None, planned_compensation(state, None))
     if batch.to_check:
         return CheckApprovals(list(batch.to_check))
     if batch.unchecked:

@@ -9,8 +9,8 @@ from agentloop.contract import AgentRunResult, PreviousRun, StopCause
 from agentloop.events import CONTINUED, Event, StateUpdate
 from agentloop.reporting import stop_report
 from agentloop.transcript import by_reference
-from agentloop.workflows.loop.compensation import end_compensation
 from agentloop.workflows.loop.next_step import Finish
+from agentloop.workflows.loop.settle import end_compensation
 from agentloop.workflows.loop.state import MAX_RUN_CHAIN_IDS, LoopState
 from agentloop.workflows.loop.views import (
     compensation_lines,

@@ -105,11 +105,13 @@ class Finish:
 
 @dataclass(frozen=True)
 class Compensate:
-    """The run ends without delivering (`finish`): first the undos of its writes are offered
+    """The run ends without delivering (`finish`), or the model asked to roll back: first the
+    undos of its writes are offered
     (`decided`, newest first; docs/concepts/compensation.md). No Temporal call: the undos
     then go through the batch pipeline like any write."""
 
-    finish: Finish
+    finish: Finish | None
+    """None: the model asked to roll back (`roll_back`), and the run goes on after."""
     decided: list[Decided]
 
 

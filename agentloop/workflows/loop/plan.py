@@ -18,7 +18,7 @@ from agentloop.events import ModelOutput, ToolCall, ToolResult
 from agentloop.policies import approval, authorization, budgets
 from agentloop.policies.bounds import MAX_LEDGER_ARGUMENT_BYTES
 from agentloop.policies.validation import MAX_CHECK_STEPS, Allowed, Refused, validate_call
-from agentloop.tool_spec import ASK_USER, DELEGATE, GIVE_UP, READ_ARTIFACT, ToolSpec
+from agentloop.tool_spec import ASK_USER, DELEGATE, GIVE_UP, READ_ARTIFACT, ROLL_BACK, ToolSpec
 from agentloop.workflows.loop import results
 from agentloop.workflows.loop.state import Batch, LoopState
 
@@ -120,6 +120,9 @@ def plan_batch(state: LoopState, output: ModelOutput, now: datetime) -> PlanOutc
     gave_up = next((call for call, _ in allowed if call.name == GIVE_UP), None)
     if gave_up is not None:
         return _give_up(planned, output, gave_up)
+    rolling_back = next((call for call, _ in allowed if call.name == ROLL_BACK), None)
+    if rolling_back is not None:
+        return _roll_back(planned, output, rolling_back)
     questions = [call for call, _ in allowed if call.name == ASK_USER]
     allowed = [(call, spec) for call, spec in allowed if call.name != ASK_USER]
     blocked = budgets.tool_batch_blocked(
@@ -226,11 +229,22 @@ def _give_up(planned: Planned, output: ModelOutput, gave_up: ToolCall) -> Planne
     """The model said it cannot finish (`give_up`): every call id of the batch is answered,
     none of the others runs, and the run stops `blocked` with the model's reason."""
     reason = str(gave_up.arguments["reason"])
-    for call in output.tool_calls:
-        if call is gave_up:
-            planned.batch.results[call.call_id] = results.gave_up(call, reason)
-        elif call.call_id not in planned.batch.results:
-            message = f"not run: the model gave up in call {gave_up.call_id} of the same output"
-            planned.refuse(call, results.refusal(call, "not_run", message), "not_run")
+    planned.batch.results[gave_up.call_id] = results.gave_up(gave_up, reason)
     planned.batch.gave_up = reason
+    return _alone(planned, output, gave_up, "the model gave up")
+
+
+def _roll_back(planned: Planned, output: ModelOutput, rolling_back: ToolCall) -> Planned:
+    """The model asked to undo its writes (`roll_back`): none of the batch's other calls
+    runs; the undos are offered, and the call's result says what became of each write."""
+    planned.batch.roll_back = rolling_back.call_id
+    return _alone(planned, output, rolling_back, "the model asked to roll back")
+
+
+def _alone(planned: Planned, output: ModelOutput, kept: ToolCall, what: str) -> Planned:
+    """Every call of the batch but `kept` is answered as not run, saying `what` happened."""
+    for call in output.tool_calls:
+        if call is not kept and call.call_id not in planned.batch.results:
+            message = f"not run: {what} in call {kept.call_id} of the same output"
+            planned.refuse(call, results.refusal(call, "not_run", message), "not_run")
     return planned

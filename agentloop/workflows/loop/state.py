@@ -45,7 +45,7 @@ from agentloop.events import (
 )
 from agentloop.notice_timers import NoticeTimers
 from agentloop.policies.progress import TurnFingerprint
-from agentloop.tool_spec import BUILTIN_TOOLS, ToolSpec
+from agentloop.tool_spec import BUILTIN_TOOLS, ROLL_BACK, ToolSpec
 from agentloop.transcript import ROOT
 
 MAX_REFUSED_CALLS = 8
@@ -165,6 +165,9 @@ class Batch(BaseModel):
     gave_up: str | None = None
     """The model's reason when it called `give_up`: the whole
     batch is answered and the run stops `blocked`."""
+    roll_back: str | None = None
+    """The call id of the model's `roll_back`: the batch's other calls are answered as not
+    run, and the undos of the run's writes are offered before the call is answered."""
 
     def undecided(self) -> list[str]:
         return [call_id for call_id in self.approvals if call_id not in self.decisions]
@@ -198,8 +201,9 @@ class Compensation(BaseModel):
     it was going to make, and what the undos interrupted (put back before it stops, so the
     stop reports what it would have)."""
 
-    status: RunStatus
-    stop_reason: str
+    status: RunStatus | None = None
+    """None: the model asked to roll back (`roll_back`), and the run goes on after."""
+    stop_reason: str = ""
     cause: StopCause | None = None
     lines: list[CompensationLine] = Field(default_factory=list)
     """Every write of the run, newest first, with what is decided for it (an offered undo's
@@ -334,6 +338,8 @@ class LoopState(BaseModel):
     """The writes that succeeded and declared an undo, oldest first."""
     compensation: Compensation | None = None
     """Set once the run, ending without delivering, offered its writes' undos."""
+    rolled_back: list[CompensationLine] = Field(default_factory=list)
+    """What the model's `roll_back` calls did to the run's writes, newest first."""
     compensation_at_stop: list[CompensationLine] = Field(default_factory=list)
     """What became of each write, as the run's result says it (`status` shows it after)."""
 
@@ -351,6 +357,8 @@ class LoopState(BaseModel):
             outbox.append(Instruction(text=run_input.instructions))
         outbox.append(UserInput(text=run_input.task, sender=run_input.principal.subject))
         builtins = list(BUILTIN_TOOLS) if builtin_tools is None else builtin_tools
+        if any(spec.name == ROLL_BACK for spec in tools):  # the worker offers it with undos
+            builtins = [*builtins, ROLL_BACK]
         offered = {*run_input.tools, *builtins}
         return cls(
             run_input=run_input,

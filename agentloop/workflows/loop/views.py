@@ -369,12 +369,16 @@ def unsent_events(state: LoopState, stop_reason: str) -> list[Event]:
 
 def written(state: LoopState) -> list[Written]:
     """The run's own writes that happened (or may have), in the ledger's order, each with the
-    undo prepared when its result came in (`LoopState.undos`); undos themselves are not."""
+    undo prepared when its result came in (`LoopState.undos`); undos themselves are not, nor
+    are the writes a roll back already decided on."""
     undos = {undo.call_id: undo for undo in state.undos}
+    rolled_back = {line.call_id for line in state.rolled_back}
     found: list[Written] = []
     for record in state.calls.values():
         spec = state.tools.get(record.tool)
         if record.undoes or spec is None or spec.effect != "write":
+            continue
+        if record.call_id in rolled_back:  # decided when the model rolled back
             continue
         if record.status not in ("succeeded", "confirmed_after_query", "unknown"):
             continue
@@ -396,8 +400,9 @@ def written(state: LoopState) -> list[Written]:
     return found
 
 
-def planned_compensation(state: LoopState, status: RunStatus) -> list[Decided]:
-    """What becomes of the run's writes if it stops `status` (`plan_compensation`)."""
+def planned_compensation(state: LoopState, status: RunStatus | None) -> list[Decided]:
+    """What becomes of the run's writes if it stops `status` (None: the model asked to roll
+    back) (`plan_compensation`)."""
     run_input = state.run_input
     return plan_compensation(
         status, written(state), run_input.compensate, run_input.compensate_per_tool
@@ -426,17 +431,19 @@ def compensation_lines(state: LoopState, status: RunStatus | None = None) -> lis
     and what became of it; an offered undo's line from its ledger record. Empty for a run
     that delivers, or that has not stopped and undoes nothing."""
     compensation = state.compensation
-    if compensation is None:
-        if status is None:
-            return []
+    if compensation is not None:
+        now = [_undo_told(state, line) for line in compensation.lines]
+    elif status is None:
+        now = []
+    else:
         # Nothing was offered (or the run would have compensated): every write stays as is.
-        return [
+        now = [
             compensation_line(LeftAsIs(d.call_id, d.tool, "not offered"))
             if isinstance(d, Offered)
             else compensation_line(d)
             for d in planned_compensation(state, status)
         ]
-    return [_undo_told(state, line) for line in compensation.lines]
+    return [*now, *state.rolled_back]
 
 
 def _undo_told(state: LoopState, line: CompensationLine) -> CompensationLine:
