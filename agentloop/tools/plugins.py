@@ -5,10 +5,10 @@ declared at its top level; `module:attribute` names one of them, or a `Toolset`.
 declaration gets as `ctx.deps` the `dependencies=` of a `Toolset` naming it, else the
 `@dependencies` of the module that declares it, when that module has them, else those of the
 module that loads it; one object reached through several sources is one declaration. The
-built-ins (`read_artifact`, `ask_user`, `delegate`, the rules `always` and
-`for_someone_else`, the verifier `writes_applied`) are always there. Everything is checked
-when the worker starts, before it polls: a problem is a `PluginError` naming the module, the
-object and what is wrong.
+built-ins (`read_artifact`, `ask_user`, `give_up`, `roll_back`, `delegate`, the rules
+`always` and `for_someone_else`, the verifier `writes_applied`) are always there. Everything
+is checked when the worker starts, before it polls: a problem is a `PluginError` naming the
+module, the object and what is wrong.
 """
 
 from __future__ import annotations

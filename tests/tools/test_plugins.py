@@ -237,6 +237,7 @@ async def test_a_module_brings_its_tools_rules_verifiers_and_dependencies(module
         "give_up",
         "lookup_order",
         "read_artifact",
+        "roll_back",
     ]
     assert {"always", "for_someone_else", "big_refund"} <= set(box.rules)
     assert box.verifier_names() == ["order_closed", "writes_applied"]
