@@ -92,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--model",
         help="the model; with the scripted provider (no API key), the script it plays"
-        " (built in: travel, refunds; or a file of `agentloop dev --scripts DIR`)",
+        " (built in: travel, travel_booking, refunds; or a file of `agentloop dev --scripts"
+        " DIR`)",
     )
     run.add_argument(
         "--tool", action="append", default=[], dest="tools", help="allow this tool (repeat)"
@@ -105,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-model-calls", type=int)
     run.add_argument("--max-tool-calls", type=int)
     run.add_argument("--no-stream", action="store_true")
+    run.add_argument(
+        "--compensate",
+        choices=["never", "ask", "always"],
+        help="if the run does not deliver, what becomes of its writes that declared an undo:"
+        " leave them, undo each once a person approves (default: ask), or undo each",
+    )
     run.add_argument("--family", help="the run's task family (indexed as AgentTaskFamily)")
     run.add_argument(
         "--require-verification",

@@ -59,7 +59,8 @@ def run_model(args: argparse.Namespace, settings: Settings) -> str:
     raise CommandError(
         f"agentloop {args.command}: --model is needed: without {key_field.upper()} the"
         " model is the scripted provider's, and --model names the script it plays (built in:"
-        " travel, refunds; or a file of the folder given to `agentloop dev --scripts DIR`)",
+        " travel, travel_booking, refunds; or a file of the folder given to `agentloop dev"
+        " --scripts DIR`)",
         ExitCode.USAGE,
     )
 
@@ -84,6 +85,7 @@ def build_run_input(args: argparse.Namespace, settings: Settings) -> AgentRunInp
         publish_events=settings.publish_events == "on",
         task_family=args.family,
         require_verification=args.require_verification,
+        **({"compensate": args.compensate} if args.compensate else {}),
     )
     problem = search.run_input_problem(run_input)
     if problem:

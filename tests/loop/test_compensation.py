@@ -179,8 +179,18 @@ async def test_never_leaves_the_booking_as_is(
     scripted_provider: ScriptedProvider,
     example_service: ExampleService,
     run_id: str,
+    tmp_path: Path,
 ) -> None:
-    handle = await started(client, worker, scripted_provider, run_id, compensate="never")
+    # Started from the command line, playing the built-in script `travel_booking`.
+    env = process_env(
+        TEMPORAL_ADDRESS=client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
+    )
+    argv = ["--model", "travel_booking", "--tool", "book_train", "--tool", "pay_booking"]
+    argv += ["--scope", "travel:write", "--compensate", "never", "--id", run_id]
+    started_run = await agentloop_cli("run", "Book and pay.", *argv, env=env, cwd=tmp_path)
+    assert started_run.returncode == 0, started_run.explain()
+    handle = client.get_workflow_handle(run_id, result_type=AgentRunResult)
     result = await result_of(handle)
 
     assert_stopped_blocked(result)
