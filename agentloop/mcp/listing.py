@@ -107,6 +107,11 @@ def offered(server: str, config: McpServerConfig, listed: list[ListedTool]) -> l
 
 def _configured_names(config: McpServerConfig) -> list[tuple[str, str]]:
     named = [(name, "tools") for name in config.tools]
+    named += [
+        (override.compensate, "compensate")
+        for override in config.tools.values()
+        if override.compensate is not None and override.compensate not in config.tools
+    ]
     named += [(name, "include") for name in config.include or () if name not in config.tools]
     if config.lookup_tool is not None:
         named.append((config.lookup_tool, "lookup_tool"))
@@ -145,6 +150,8 @@ def offer(
             value = getattr(override, key)
             if value is not None:
                 fields[key] = value
+        if override.compensate is not None:
+            fields["compensate"] = exposed_name(server, override.compensate)
     try:
         spec = ToolSpec(**fields)
     except ValidationError as exc:

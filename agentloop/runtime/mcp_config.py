@@ -12,6 +12,7 @@ exclude = ["delete_ticket"]
 [mcp_servers.tickets.tools.add_note]
 needs_approval = true
 scopes = ["tickets:write"]
+compensate = "delete_note"                 # the write's undo, another tool of this server
 ```
 
 A server is `url` (streamable HTTP, with `headers` and a bearer token read from the
@@ -57,6 +58,9 @@ class ToolOverride(BaseModel):
     approvers: list[str] | None = None
     max_result_chars: int | None = Field(default=None, ge=200, le=1_000_000)
     timeout_seconds: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_SECONDS)
+    compensate: str | None = None
+    """A write's undo: another tool of this server (its own name, unprefixed), offered when a
+    run ends without delivering (docs/concepts/compensation.md)."""
 
 
 class McpServerConfig(BaseModel):

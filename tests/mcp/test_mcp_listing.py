@@ -93,6 +93,21 @@ def test_an_offered_tool_has_the_server_prefix_a_schema_hash_version_and_the_ove
     assert server_of("other_add_note", {"tickets": config}) is None
 
 
+def test_a_write_names_its_undo_among_the_servers_tools_by_configuration() -> None:
+    config = server(tools={"add_note": {"compensate": "delete_note"}})
+    tools = [listed("add_note", hint=False), listed("delete_note", hint=False)]
+    [note, delete] = offered("tickets", config, tools)
+    assert note.spec is not None and note.spec.compensate == "tickets_delete_note"
+    assert delete.spec is not None and delete.spec.compensate is None
+    # An undo the server does not list is shown left out; a read has nothing to undo.
+    [_, missing] = offered("tickets", config, tools[:1])
+    assert (missing.tool, missing.spec) == ("delete_note", None)
+    assert missing.problem is not None and "(compensate)" in missing.problem
+    reading = server(tools={"find_ticket": {"effect": "read", "compensate": "x"}})
+    [read, _] = offered("tickets", reading, [listed()])
+    assert read.spec is None and "only a write has something to undo" in (read.problem or "")
+
+
 def test_include_and_exclude_choose_what_runs_may_have() -> None:
     tools = [listed("a"), listed("b"), listed("c")]
     assert [o.tool for o in offered("s", server(include=["a", "c"]), tools)] == ["a", "c"]
