@@ -78,6 +78,14 @@ async def started(
     return await start_run(client, worker, run_id, run_input(run_id, **fields))
 
 
+def cli_env(client: Client, worker: Settings) -> dict[str, str]:
+    """The environment `agentloop` commands reach this session's server and queue with."""
+    return process_env(
+        TEMPORAL_ADDRESS=client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
+    )
+
+
 def booking_id(result: AgentRunResult) -> str:
     [book] = [c for c in result.calls if c.call_id == "call_book"]
     assert book.status == "succeeded", book
@@ -107,10 +115,7 @@ async def test_ask_waits_for_a_person_and_the_approved_undo_cancels_the_booking_
     assert (booked["bookings"], booked["bookings_cancelled"]) == (1, 0)
     assert [line.outcome for line in view.compensation] == ["not_undone"]
 
-    env = process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
-        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
-    )
+    env = cli_env(client, worker)
     approved = await agentloop_cli(
         "approve", run_id, "undo-call_book", "--approver", "ops", env=env, cwd=tmp_path
     )
@@ -182,10 +187,7 @@ async def test_never_leaves_the_booking_as_is(
     tmp_path: Path,
 ) -> None:
     # Started from the command line, playing the built-in script `travel_booking`.
-    env = process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
-        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
-    )
+    env = cli_env(client, worker)
     argv = ["--model", "travel_booking", "--tool", "book_train", "--tool", "pay_booking"]
     argv += ["--scope", "travel:write", "--compensate", "never", "--id", run_id]
     started_run = await agentloop_cli("run", "Book and pay.", *argv, env=env, cwd=tmp_path)
