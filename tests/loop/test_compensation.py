@@ -332,6 +332,7 @@ async def test_an_activity_tools_undo_is_a_temporal_activity_on_the_teams_queue(
         parameters=BookTrainArgs,
         description="Book a train.",
         task_queue=team_queue,
+        effect="write",
         compensate="team_cancel",
     )
     cancel = agentloop.activity_tool(
@@ -340,6 +341,7 @@ async def test_an_activity_tools_undo_is_a_temporal_activity_on_the_teams_queue(
         parameters=BookingArgs,
         description="Cancel a booking.",
         task_queue=team_queue,
+        effect="write",
     )
     toolbox = build_toolbox([Plugin("team", Toolset(tools=[book, cancel]))])
     settings = worker_settings.model_copy(
