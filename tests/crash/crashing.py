@@ -36,6 +36,7 @@ from agentloop.contract import (
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.runtime.dev_server import FAST_DEV_SERVER, free_port, temporal_binary
+from agentloop.runtime.queue_peers import TOOLS_MARK
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.testing.patience import CEILING_SECONDS
 from tests.support import (
@@ -74,8 +75,14 @@ would time out held by a live worker (`TASK_TIMEOUT`), which `lost_workflow_task
 
 def identity(process: asyncio.subprocess.Process) -> str:
     """A worker process's Temporal identity (its client's default, `PID@HOST`), as history
-    names who started a workflow or activity task."""
+    names who started a workflow or activity task (`process_of`)."""
     return f"{process.pid}@{socket.gethostname()}"
+
+
+def process_of(named: str) -> str:
+    """The `PID@HOST` of a worker identity in history: an agentloop worker names its tool set
+    after it (`queue_peers.identity`)."""
+    return named.split(TOOLS_MARK)[0]
 
 
 async def kill(process: asyncio.subprocess.Process) -> str:
@@ -128,11 +135,11 @@ def lost_workflow_tasks(events: list[HistoryEvent], *killed: str) -> list[str]:
         timed_out = event.workflow_task_timed_out_event_attributes
         if timed_out.started_event_id:
             started = by_id[timed_out.started_event_id]
-            holder = started.workflow_task_started_event_attributes.identity
+            holder = process_of(started.workflow_task_started_event_attributes.identity)
         else:  # never started: it waited on a sticky queue, named `IDENTITY-UUID`
             scheduled = by_id[timed_out.scheduled_event_id]
             queue = scheduled.workflow_task_scheduled_event_attributes.task_queue.name
-            holder = queue.rpartition("-")[0]
+            holder = process_of(queue.rpartition("-")[0])
         assert holder in killed, f"workflow task {event.event_id} of {holder} timed out"
         lost.append(TimeoutType.Name(timed_out.timeout_type))
     return lost
@@ -141,7 +148,7 @@ def lost_workflow_tasks(events: list[HistoryEvent], *killed: str) -> list[str]:
 def task_identities(events: list[HistoryEvent]) -> list[str]:
     """Who started each workflow task of a run, in order."""
     return [
-        e.workflow_task_started_event_attributes.identity
+        process_of(e.workflow_task_started_event_attributes.identity)
         for e in events
         if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
     ]
@@ -159,7 +166,7 @@ def activity_attempts(events: list[HistoryEvent], *activity_types: str) -> list[
     return [
         (
             e.activity_task_started_event_attributes.attempt,
-            e.activity_task_started_event_attributes.identity,
+            process_of(e.activity_task_started_event_attributes.identity),
         )
         for e in events
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
