@@ -214,6 +214,13 @@ as new younger than this gets no workflow task until that long after this one st
 whatever is signalled meanwhile piles up in its history, for one large first task to take."""
 
 
+HISTORY_BYTES_TO_CONTINUE = 4 * 2**20
+"""A run's history size past which it continues as new whether or not Temporal suggests it:
+Temporal's default suggestion point (`limit.historySize.suggestContinueAsNew`), kept should a
+server suggest later or never, 46 MB short of the 50 MB at which Temporal terminates a run
+(two dozen signals at the payload limit that arrive before the run can continue)."""
+
+
 def _past_min_interval() -> bool:
     return until_past_min_interval() <= timedelta(0)
 
@@ -230,13 +237,17 @@ def flood_waits_for_min_interval(inflow: Inflow) -> bool:
 
 
 def time_to_continue_as_new(state: LoopState, inflow: Inflow) -> bool:
-    """When Temporal suggests it or signals brought in more than a run takes (`Inflow`), once the
-    run is older than `CONTINUE_AS_NEW_MIN_INTERVAL`; or past the run's own event count: history
-    stays small. Not while a decision waits for the worker's check (its update waits for the
-    verdict)."""
+    """When Temporal suggests it, its history passed `HISTORY_BYTES_TO_CONTINUE` or signals
+    brought in more than a run takes (`Inflow`), once the run is older than
+    `CONTINUE_AS_NEW_MIN_INTERVAL`; or past the run's own event count: history stays small. Not
+    while a decision waits for the worker's check (its update waits for the verdict)."""
     info = workflow.info()
     every = state.run_input.continue_as_new_after_events
-    grown = info.is_continue_as_new_suggested() or inflow.flooded()
+    grown = (
+        info.is_continue_as_new_suggested()
+        or info.get_current_history_size() > HISTORY_BYTES_TO_CONTINUE
+        or inflow.flooded()
+    )
     due = (grown and _past_min_interval()) or (
         every is not None and info.get_current_history_length() >= every
     )
