@@ -117,6 +117,8 @@ class AgentRun:
         self._early = []
         while True:
             due = startup.time_to_continue_as_new(state, self._inflow)
+            if due and await self._inflow.defer():
+                continue  # looked at again from a light workflow task
             if due and await steps.store_long_texts(state):
                 # A safe point: nothing is in flight, and everything is in `state` (its long
                 # texts in the store, carried by reference).
