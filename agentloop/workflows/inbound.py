@@ -62,10 +62,10 @@ history small, its worker cache warm: half of Temporal's payload limit, so one s
 that limit is enough (docs/concepts/limits.md, "A flood of signals")."""
 
 
-HEAVY_TASK_SIGNALS = 2
-"""Signals one workflow task brought that make it a heavy one: Temporal fails the task in
-flight once 2 MiB of signals wait behind it (two near the payload limit), and the task after
-that (on any worker: it loses its sticky queue) replays the run's whole history."""
+HEAVY_TASK_BYTES = 2 * 2**20
+"""Signal bytes one workflow task brought that make it a heavy one: as much as Temporal lets
+wait behind a task in flight before it fails that task (`history.maximumBufferedEventsSizeInBytes`),
+after which the next task (on any worker: it lost its sticky queue) replays the whole history."""
 DEFER_UNDER_HISTORY_BYTES = 25_000_000
 """Past this history size a run continues as new from whatever task it is in (`Inflow.defer`):
 half of the 50 MB at which Temporal terminates it."""
@@ -81,14 +81,17 @@ class Inflow:
         self.bytes = 0
         self._task = -1
         """The history length of the workflow task that brought the last signal."""
-        self._in_task = 0
-        """Signals that task brought."""
+        self._task_bytes = 0
+        """Signal bytes that task brought."""
+        self._deferred = False
+        """The last `defer` handed the run to the next task (it is never deferred twice)."""
 
     def take(self, args: Sequence[RawValue]) -> None:
+        size = sum(len(raw.payload.data) for raw in args)
         self.signals += 1
-        self.bytes += sum(len(raw.payload.data) for raw in args)
+        self.bytes += size
         task = workflow.info().get_current_history_length()
-        self._in_task = self._in_task + 1 if task == self._task else 1
+        self._task_bytes = self._task_bytes + size if task == self._task else size
         self._task = task
 
     def flooded(self) -> bool:
@@ -97,21 +100,23 @@ class Inflow:
 
     async def defer(self) -> bool:
         """Before continuing as new: True when this workflow task is a heavy one
-        (`HEAVY_TASK_SIGNALS`), after handing the run to a light one (a timer of 1 ms: the
-        task continuing as new then carries only what arrived in between).
+        (`HEAVY_TASK_BYTES`), after handing the run to a light one (a timer of 1 ms: the task
+        continuing as new then carries only what arrived in between); never twice in a row.
 
         Temporal refuses a task that continues as new if a single signal arrived while it was
-        in flight, and a heavy task takes long (it replayed the whole history: measured 1 to 4 s
-        for 10 to 36 MB on a loaded machine, against 30 to 700 ms for a task bringing one
+        in flight, and a heavy task takes long (it replayed the whole history: measured 0.2 to
+        3.8 s for 6 to 46 MB on a loaded machine, against 30 to 700 ms for a task bringing one
         signal); a task that does not continue as new is refused only once 2 MiB wait behind
         it. Decided from history alone (the signals of one task share its history length), so
         replay takes the same path."""
         info = workflow.info()
         heavy = (
-            self._task == info.get_current_history_length()
-            and self._in_task >= HEAVY_TASK_SIGNALS
+            not self._deferred
+            and self._task == info.get_current_history_length()
+            and self._task_bytes > HEAVY_TASK_BYTES
             and info.get_current_history_size() < DEFER_UNDER_HISTORY_BYTES
         )
+        self._deferred = heavy
         if heavy:
             await workflow.sleep(NEXT_TASK)
         return heavy
