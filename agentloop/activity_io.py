@@ -18,7 +18,7 @@ from agentloop.contract import (
     describe_validation_error,
 )
 from agentloop.events import Event, ModelOutput
-from agentloop.notice_timers import MAX_ROUTES, NoticeTimers
+from agentloop.signed_words import SignedWord
 from agentloop.tool_spec import Outcome, ToolSpec
 
 # Activity names: each one constant, read by the activity's `@activity.defn` and by the workflow
@@ -58,6 +58,9 @@ CHECK_APPROVAL = "check_approval"
 """Whether an approval decision counts, by the worker's approver keys."""
 CHECK_RESOLUTION = "check_resolution"
 """Whether an operator's word on an unknown write counts, the same way."""
+CHECK_WORD = "check_word"
+"""Whether a person's `message` or `cancel` counts, the same way (only where the worker takes
+only signed ones)."""
 NOTIFY_WAITING = "notify_waiting"
 """The webhooks told that a run started waiting for a person."""
 
@@ -307,6 +310,13 @@ class CheckResolutionInput(BaseModel):
     """The run chain's first run id: what a signed word is bound to."""
     approvers: list[str] = Field(default_factory=list)
     """The tool's approvers: with keys, only they may settle its write."""
+
+
+class CheckWordInput(BaseModel):
+    word: SignedWord
+    workflow_id: str
+    run: str
+    """The run chain's first run id: what a signed word is bound to."""
 
 
 class ApprovalCheck(BaseModel):

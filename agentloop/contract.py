@@ -19,6 +19,7 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     ValidationError,
     model_serializer,
+    model_validator,
 )
 
 from agentloop.digests import canonical_json, sha256_hex
@@ -78,6 +79,9 @@ MESSAGE_SIGNAL: Final = "message"
 CANCEL_SIGNAL: Final = "cancel"
 DECIDE_UPDATE: Final = "decide_approval"
 """The `approve` signal's twin, which answers whether the decision counted."""
+DELIVER_UPDATE: Final = "deliver"
+"""The `message`, `resolve` and `cancel` signals' twin (`Delivery`), which answers whether
+what it carries counted (after the worker's check, when it has one)."""
 STATUS_QUERY: Final = "status"
 RUN_FAILED: Final = "RunFailed"
 """The type of the failure a workflow fails with when its run ends `failed`: the failure's
@@ -486,8 +490,39 @@ class RunStatusView(BaseModel):
     `AgentRunResult.compensation`."""
 
 
-class CancelRequest(BaseModel):
+class _SignedWord(BaseModel):
+    """A message that decides something and may be signed (`agentloop.runtime.signing`):
+    with approver keys, the worker takes it only signed."""
+
+    @model_serializer(mode="wrap")
+    def _unsigned_as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # An unsigned word goes out as it did before signing existed: a worker on older code
+        # (which forbids unknown fields) still takes it.
+        fields: dict[str, Any] = handler(self)
+        if not fields.get("signature") and fields.get("expires_at") is None:
+            fields.pop("signature", None)
+            fields.pop("expires_at", None)
+        return fields
+
+
+class CancelRequest(_SignedWord):
+    """The `cancel` signal: the run stops at its next step (a write in flight finishes)."""
+
     reason: str = Field(default="", max_length=MAX_NOTE_CHARS)
+    requested_by: str = Field(default="", max_length=MAX_NAME_CHARS)
+    """Who asks (a signed cancel counts only when signed by this name's key)."""
+    expires_at: AwareDatetime | None = None
+    """Until when a signed cancel counts (`agentloop.runtime.signing`)."""
+    signature: str = Field(default="", max_length=MAX_SIGNATURE_CHARS)
+    """`requested_by`'s Ed25519 signature (base64), for a worker configured with approver
+    keys; empty when unsigned."""
+
+    @model_serializer(mode="wrap")
+    def _unsigned_as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        fields: dict[str, Any] = super()._unsigned_as_before(handler)
+        if not fields.get("requested_by"):
+            fields.pop("requested_by", None)
+        return fields
 
 
 class ApprovalDecision(_Strict):
@@ -506,7 +541,7 @@ class ApprovalDecision(_Strict):
     approver keys; empty for unsigned approvals."""
 
 
-class ResolveRequest(_Strict):
+class ResolveRequest(_Strict, _SignedWord):
     """The `resolve` signal: an operator's word on a write whose outcome stayed unknown."""
 
     call_id: Name
@@ -519,23 +554,39 @@ class ResolveRequest(_Strict):
     """The operator's Ed25519 signature (base64) of the word, for a worker configured with
     approver keys; empty when unsigned."""
 
-    @model_serializer(mode="wrap")
-    def _unsigned_as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # An unsigned word goes out as it did before signing existed: a worker on older code
-        # (which forbids unknown fields) still takes it.
-        fields: dict[str, Any] = handler(self)
-        if not self.signature and self.expires_at is None:
-            fields.pop("signature", None)
-            fields.pop("expires_at", None)
-        return fields
 
-
-class UserMessage(_Strict):
+class UserMessage(_Strict, _SignedWord):
     """The `message` signal: answers the question a run is waiting on (`awaiting_input`), or
     is a later message from the user, seen at the next model call."""
 
     text: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
     sender: Name
+    expires_at: AwareDatetime | None = None
+    """Until when a signed message counts (`agentloop.runtime.signing`)."""
+    signature: str = Field(default="", max_length=MAX_SIGNATURE_CHARS)
+    """The sender's Ed25519 signature (base64) of the message, for a worker configured with
+    approver keys; empty when unsigned."""
+
+
+class Delivery(_Strict):
+    """The `deliver` update: one `message`, `resolve` or `cancel`, answered with whether it
+    counted (`ApprovalVerdict`) once the run applied or refused it."""
+
+    message: UserMessage | None = None
+    resolve: ResolveRequest | None = None
+    cancel: CancelRequest | None = None
+
+    @model_validator(mode="after")
+    def _one_word(self) -> Delivery:
+        if sum(word is not None for word in (self.message, self.resolve, self.cancel)) != 1:
+            raise ValueError("a delivery carries exactly one of message, resolve, cancel")
+        return self
+
+    @property
+    def word(self) -> UserMessage | ResolveRequest | CancelRequest:
+        word = self.message or self.resolve or self.cancel
+        assert word is not None
+        return word
 
 
 class ApprovalVerdict(BaseModel):

@@ -184,6 +184,8 @@ class WriteAwaitingOperator(Reconciliation):
     arguments it was sent with."""
 
     arguments: dict[str, Any] = Field(default_factory=dict)
+    approvers: list[str] = Field(default_factory=list)
+    """Who may settle it: the tool's approvers (empty: anyone who may act on the run)."""
 
 
 class _Refused(BaseModel):

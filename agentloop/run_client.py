@@ -6,6 +6,7 @@ a run's start input is read one way, through continue-as-new.
     run = await RunClient.start(client, run_input, id="my-run")
     view = await run.status()
     verdict = await run.decide(decision)  # whether it counted
+    verdict = await run.deliver(message)  # an answer, resolve or cancel: whether it counted
     async for event in run.watch():
         ...
 """
@@ -27,6 +28,7 @@ from agentloop.contract import (
     APPROVE_SIGNAL,
     CANCEL_SIGNAL,
     DECIDE_UPDATE,
+    DELIVER_UPDATE,
     MESSAGE_SIGNAL,
     RESOLVE_SIGNAL,
     STATUS_QUERY,
@@ -35,6 +37,7 @@ from agentloop.contract import (
     ApprovalDecision,
     ApprovalVerdict,
     CancelRequest,
+    Delivery,
     ResolveRequest,
     RunStatusView,
     UserMessage,
@@ -86,6 +89,21 @@ class RunClient:
         counted (raises `WorkflowUpdateFailedError` for one the run rejects unread)."""
         verdict: ApprovalVerdict = await self.handle.execute_update(
             DECIDE_UPDATE, decision, result_type=ApprovalVerdict
+        )
+        return verdict
+
+    async def deliver(self, word: UserMessage | ResolveRequest | CancelRequest) -> ApprovalVerdict:
+        """An answer, an operator's word or a cancel through the `deliver` update: the verdict
+        says whether it counted, after the worker's check where it takes only signed ones
+        (raises `WorkflowUpdateFailedError` for one the run rejects unread)."""
+        if isinstance(word, UserMessage):
+            delivery = Delivery(message=word)
+        elif isinstance(word, ResolveRequest):
+            delivery = Delivery(resolve=word)
+        else:
+            delivery = Delivery(cancel=word)
+        verdict: ApprovalVerdict = await self.handle.execute_update(
+            DELIVER_UPDATE, delivery, result_type=ApprovalVerdict
         )
         return verdict
 

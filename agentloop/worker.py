@@ -292,6 +292,7 @@ async def worker_parts(
                     verifiers.verify_completion,
                     approvals.check_approval,
                     approvals.check_resolution,
+                    approvals.check_word,
                     notices.notify_waiting,
                 ],
                 workflow_runner=workflow_runner(settings.workflow_sandbox),

@@ -1,5 +1,6 @@
-"""`check_approval` and `check_resolution`: whether an approval decision, or an operator's word
-on an unknown write, counts, by the worker's approver keys.
+"""`check_approval`, `check_resolution` and `check_word`: whether an approval decision, an
+operator's word on an unknown write, or a person's answer or cancel, counts, by the worker's
+approver keys.
 
 The signature check runs here, in the worker, never in the workflow: the workflow acts on the
 verdict recorded in history, so a replay needs neither the keys nor the crypto. The keys are
@@ -15,9 +16,11 @@ from temporalio import activity
 from agentloop.activity_io import (
     CHECK_APPROVAL,
     CHECK_RESOLUTION,
+    CHECK_WORD,
     ApprovalCheck,
     CheckApprovalInput,
     CheckResolutionInput,
+    CheckWordInput,
 )
 from agentloop.runtime.audit import audit
 from agentloop.runtime.signing import ApproverKeys
@@ -60,6 +63,22 @@ class ApprovalActivities:
             workflow_id=request.workflow_id,
             call_id=resolution.call_id,
             operator=resolution.operator,
+            signing=signing,
+            counts=problem is None,
+        )
+        return ApprovalCheck(problem=problem or "", signing=signing)
+
+    @activity.defn(name=CHECK_WORD)
+    async def check_word(self, request: CheckWordInput) -> ApprovalCheck:
+        word = request.word
+        problem = self._keys.word_problem(
+            word, workflow_id=request.workflow_id, run=request.run, now=datetime.now(UTC)
+        )
+        signing = "signed" if self._keys.signing else "unsigned"
+        audit(
+            f"{word.kind}.checked",
+            workflow_id=request.workflow_id,
+            signer=word.signer,
             signing=signing,
             counts=problem is None,
         )

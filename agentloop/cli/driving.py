@@ -34,7 +34,13 @@ from agentloop.contract import (
     UserMessage,
 )
 from agentloop.run_client import RunClient
-from agentloop.runtime.signing import SigningError, load_private_key, sign_decision, sign_resolution
+from agentloop.runtime.signing import (
+    SigningError,
+    load_private_key,
+    sign_decision,
+    sign_resolution,
+    sign_word,
+)
 
 
 def private_key(args: argparse.Namespace, variable: str) -> Ed25519PrivateKey | None:
@@ -95,19 +101,38 @@ async def decide(run: RunClient, args: argparse.Namespace, request: ApprovalDeci
     return report_decision(decision, as_json=args.json)
 
 
-async def resolve(run: RunClient, args: argparse.Namespace, request: ResolveRequest) -> int:
-    """The `resolve` signal, signed with `--key` (or $AGENTLOOP_APPROVER_KEY) for this run
-    chain: a worker with approver keys takes only a signed word."""
+async def send_word(
+    run: RunClient,
+    args: argparse.Namespace,
+    request: ResolveRequest | UserMessage | CancelRequest,
+    done: str,
+) -> int:
+    """`resolve`, `message` and `cancel`, signed with `--key` (or $AGENTLOOP_APPROVER_KEY) for
+    this run chain: a worker with approver keys takes only signed ones."""
     key = private_key(args, "AGENTLOOP_APPROVER_KEY")
     if key is not None:
+        if isinstance(request, CancelRequest) and not request.requested_by:
+            raise CommandError(
+                "agentloop cancel --key: say whose key it is with --by NAME", ExitCode.USAGE
+            )
         found = await read_snapshot(run)
         if found.status is None:
-            raise run_ended(found, SIGNAL_NOUNS[RESOLVE_SIGNAL])
+            raise run_ended(found, SIGNAL_NOUNS[signal_of(request)])
         chain = found.status.run_chain
         first = chain[0] if chain else ""
-        request = sign_resolution(request, key, workflow_id=run.id, run=first)
-    done = f"resolution sent for {args.call_id}: {args.outcome}"
+        if isinstance(request, ResolveRequest):
+            request = sign_resolution(request, key, workflow_id=run.id, run=first)
+        elif isinstance(request, UserMessage):
+            request = sign_word(request, key, workflow_id=run.id, run=first)
+        else:
+            request = sign_word(request, key, workflow_id=run.id, run=first)
     return await send_signal(run, request, done, as_json=args.json)
+
+
+def signal_of(request: ResolveRequest | UserMessage | CancelRequest) -> str:
+    if isinstance(request, ResolveRequest):
+        return RESOLVE_SIGNAL
+    return CANCEL_SIGNAL if isinstance(request, CancelRequest) else MESSAGE_SIGNAL
 
 
 def report_decision(decision: Decision, as_json: bool) -> int:
@@ -129,12 +154,13 @@ async def send_signal(
 ) -> int:
     """`resolve`, `cancel` and `message`: delivered is all a signal can tell; the run acts in
     its own time."""
+    name = signal_of(request)
     if isinstance(request, ResolveRequest):
-        name, sending = RESOLVE_SIGNAL, run.resolve(request)
+        sending = run.resolve(request)
     elif isinstance(request, CancelRequest):
-        name, sending = CANCEL_SIGNAL, run.cancel(request)
+        sending = run.cancel(request)
     else:
-        name, sending = MESSAGE_SIGNAL, run.answer(request)
+        sending = run.answer(request)
     await unless_ended(run, SIGNAL_NOUNS[name], sending)
     if as_json:
         print_json(SignalSent(workflow_id=run.id, signal=name, request=request))

@@ -184,6 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     cancel = commands.add_parser("cancel", help="cancel a run")
     cancel.add_argument("run_id")
     cancel.add_argument("--reason", default="")
+    cancel.add_argument(
+        "--by", default="", help="who asks (with --key: the name whose key signs the cancel)"
+    )
+    add_key_flag(cancel, "cancel", "--by")
     add_json_flag(cancel)
 
     message = commands.add_parser(
@@ -192,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     message.add_argument("run_id")
     message.add_argument("--text", required=True)
     message.add_argument("--sender", required=True)
+    add_key_flag(message, "message", "--sender")
     add_json_flag(message)
 
     for name, text in (("approve", "approve a pending call"), ("reject", "reject a pending call")):
@@ -384,3 +389,12 @@ def add_tools_option(parser: argparse.ArgumentParser, where: str) -> None:
 
 def add_json_flag(parser: argparse.ArgumentParser, text: str = "print it as JSON") -> None:
     parser.add_argument("--json", action="store_true", help=text + " (for scripts)")
+
+
+def add_key_flag(parser: argparse.ArgumentParser, what: str, signer: str) -> None:
+    parser.add_argument(
+        "--key",
+        help=f"sign the {what} with the private key of {signer} (PEM, from `agentloop keys "
+        "new`; default: $AGENTLOOP_APPROVER_KEY): needed when the workers have "
+        "AGENTLOOP_APPROVER_KEYS",
+    )

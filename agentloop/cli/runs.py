@@ -11,7 +11,7 @@ from typing import TypeAlias
 
 from temporalio.client import Client
 
-from agentloop.cli.driving import decide, resolve, send_signal
+from agentloop.cli.driving import decide, send_word
 from agentloop.cli.reading import (
     export_history,
     list_runs,
@@ -56,7 +56,7 @@ def build_request(args: argparse.Namespace) -> Request | None:
     if args.command == "message":
         return UserMessage(text=args.text, sender=args.sender)
     if args.command == "cancel":
-        return CancelRequest(reason=args.reason)
+        return CancelRequest(reason=args.reason, requested_by=args.by)
     return None
 
 
@@ -87,10 +87,10 @@ async def client_command(
     if isinstance(request, ApprovalDecision):
         return await decide(run, args, request)
     if isinstance(request, ResolveRequest):
-        return await resolve(run, args, request)
-    if isinstance(request, UserMessage):
+        done = f"resolution sent for {args.call_id}: {args.outcome}"
+    elif isinstance(request, UserMessage):
         done = f"message sent to {args.run_id}"
-        return await send_signal(run, request, done, as_json=args.json)
-    assert isinstance(request, CancelRequest), args.command
-    done = f"cancel requested for {args.run_id}"
-    return await send_signal(run, request, done, as_json=args.json)
+    else:
+        assert isinstance(request, CancelRequest), args.command
+        done = f"cancel requested for {args.run_id}"
+    return await send_word(run, args, request, done)

@@ -15,12 +15,23 @@ where `run` is the first run id of the run chain (`status.run_chain[0]`): a deci
 for one run never counts for another run reusing its workflow id.
 
 An operator's `resolve` (their word on a write whose outcome stayed unknown) decides as much
-as an approval: with keys, it counts only when signed by the key of the operator it names (and,
-when the tool names approvers, one of them), for exactly this run chain, call, outcome and
-note. What is signed (`resolution_bytes`) is another prefix (an approval's signature never
-passes for a resolution) and the canonical JSON of
+as an approval: when the tool names approvers, only one of them may settle its write (keys or
+not); with keys, it counts only when signed by the key of the operator it names, for exactly
+this run chain, call, outcome and note. What is signed (`resolution_bytes`) is another prefix
+(an approval's signature never passes for a resolution) and the canonical JSON of
 
     {"call_id", "expires_at", "note", "operator", "outcome", "run", "workflow_id"}
+
+A person's answer (`message`) and a `cancel` decide as much: with keys, each counts only when
+signed by the key of the name it gives (`sender`, `requested_by`: any name with a key), for
+exactly this run chain and content. What is signed (`word_bytes`) is the kind's own prefix and
+the canonical JSON of
+
+    message: {"expires_at", "run", "sender", "text_sha256", "workflow_id"}
+    cancel:  {"expires_at", "reason", "requested_by", "run", "workflow_id"}
+
+(a message binds its text by its SHA-256, hex, so the worker is asked with the digest only:
+the text is in history once, where it came in).
 
 Keys as text: `ed25519:BASE64` (the 32 raw bytes of the public key); a private key is a PEM
 file (`agentloop keys new NAME`). Used by the worker (checking), the CLI and `sign_decision`
@@ -37,21 +48,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from agentloop.contract import ApprovalDecision, ResolveRequest
+from agentloop.contract import ApprovalDecision, CancelRequest, ResolveRequest, UserMessage
+from agentloop.signed_words import SignedWord, word_of
 
 SIGNED_PREFIX = b"agentloop approval v1\n"
 RESOLUTION_PREFIX = b"agentloop resolution v1\n"
+WORD_PREFIXES = {"message": b"agentloop message v1\n", "cancel": b"agentloop cancel v1\n"}
 KEY_PREFIX = "ed25519:"
 DEFAULT_LIFETIME = timedelta(minutes=15)
 """How long a signature made by the CLI counts."""
 MAX_LIFETIME = timedelta(hours=24)
 """A signature that claims to count for longer is refused (a leaked one must expire)."""
 APPROVER_NAME = re.compile(r"[A-Za-z0-9_.@-]{1,200}")
+Word = TypeVar("Word", UserMessage, CancelRequest)
 _KEYS_SHAPE = "expected NAME=ed25519:BASE64[,NAME=ed25519:BASE64...] (agentloop keys new NAME)"
 
 
@@ -88,6 +103,17 @@ def resolution_bytes(request: ResolveRequest, *, workflow_id: str, run: str) -> 
     return RESOLUTION_PREFIX + _canonical(fields)
 
 
+def word_bytes(word: SignedWord, *, workflow_id: str, run: str) -> bytes:
+    """What the sender signs for a `message` or `cancel` on run chain `workflow_id`/`run`."""
+    fields = {
+        **word.fields,
+        "expires_at": _instant(word.expires_at),
+        "run": run,
+        "workflow_id": workflow_id,
+    }
+    return WORD_PREFIXES[word.kind] + _canonical(fields)
+
+
 def _canonical(fields: Mapping[str, object]) -> bytes:
     return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
@@ -120,6 +146,22 @@ def sign_resolution(
     """`request` with `expires_at` and its signature, like `sign_decision`."""
     unsigned = request.model_copy(update={"expires_at": expiry(now, lifetime), "signature": ""})
     signature = key.sign(resolution_bytes(unsigned, workflow_id=workflow_id, run=run))
+    return unsigned.model_copy(update={"signature": base64.b64encode(signature).decode()})
+
+
+def sign_word(
+    word: Word,
+    key: Ed25519PrivateKey,
+    *,
+    workflow_id: str,
+    run: str,
+    now: datetime | None = None,
+    lifetime: timedelta = DEFAULT_LIFETIME,
+) -> Word:
+    """A `message` or `cancel` with `expires_at` and its signature, like `sign_decision`
+    (a cancel's `requested_by` names the signer)."""
+    unsigned = word.model_copy(update={"expires_at": expiry(now, lifetime), "signature": ""})
+    signature = key.sign(word_bytes(word_of(unsigned), workflow_id=workflow_id, run=run))
     return unsigned.model_copy(update={"signature": base64.b64encode(signature).decode()})
 
 
@@ -174,6 +216,25 @@ class ApproverKeys:
             command="agentloop approve --key",
         )
 
+    def word_problem(
+        self, word: SignedWord, *, workflow_id: str, run: str, now: datetime
+    ) -> str | None:
+        """Why a `message` or `cancel` does not count under these keys, or None when it does:
+        signed by the key of the name it gives."""
+        if not self.keys:
+            return None
+        if word.signature and not word.signer:
+            return f"a signed {word.kind} names who signed it"
+        return self._signature_problem(
+            word.signer,
+            word.signature,
+            word.expires_at,
+            word_bytes(word, workflow_id=workflow_id, run=run),
+            now,
+            what=(word.kind, f"{word.kind}s", "text" if word.kind == "message" else "reason"),
+            command=f"agentloop {word.kind} --key",
+        )
+
     def resolution_problem(
         self,
         request: ResolveRequest,
@@ -183,14 +244,15 @@ class ApproverKeys:
         now: datetime,
         approvers: Sequence[str] = (),
     ) -> str | None:
-        """Why an operator's `request` does not count under these keys, or None when it does:
-        signed by a key holder, and by one of the tool's `approvers` when it names some."""
-        if not self.keys:
-            return None
+        """Why an operator's `request` does not count, or None when it does: by one of the
+        tool's `approvers` when it names some (signed or not), and signed by a key holder
+        under keys."""
         if approvers and request.operator not in approvers:
             return f"{request.operator!r} may not settle this write; approvers: " + ", ".join(
                 approvers
             )
+        if not self.keys:
+            return None
         return self._signature_problem(
             request.operator,
             request.signature,

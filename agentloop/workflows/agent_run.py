@@ -34,12 +34,14 @@ with workflow.unsafe.imports_passed_through():
     from agentloop.contract import (
         APPROVE_SIGNAL,
         DECIDE_UPDATE,
+        DELIVER_UPDATE,
         STATUS_QUERY,
         WORKFLOW_NAME,
         AgentRunResult,
         ApprovalDecision,
         ApprovalVerdict,
         CancelRequest,
+        Delivery,
         ResolveRequest,
         RunStatusView,
         UserMessage,
@@ -205,17 +207,25 @@ class AgentRun:
                 loop.record_refused_input(
                     state, name, request.shown, request.reason, workflow.now()
                 )
-            case CancelRequest():
-                if state.cancel_reason is None:
-                    state.cancel_reason = request.reason
             case ApprovalDecision():
                 self._decide(request)
-            case UserMessage():
-                loop.record_message(state, request, workflow.now())
-            case ResolveRequest():
-                loop.record_resolution(state, request, workflow.now())
+            case CancelRequest() | UserMessage() | ResolveRequest():
+                self._take(request)
+            case Delivery():  # an update's shape, never a signal's (`SIGNAL_SHAPES`)
+                raise AssertionError("a delivery comes by the deliver update")
             case _:
                 assert_never(request)
+
+    def _take(
+        self, word: CancelRequest | UserMessage | ResolveRequest
+    ) -> ApprovalVerdict | DecisionToCheck:
+        """An answer, a cancel or an operator's word: its verdict, or the word held for the
+        worker's check."""
+        state = self._state
+        assert state is not None
+        if isinstance(word, ResolveRequest):
+            return loop.receive_resolution(state, word, workflow.now())
+        return loop.receive_word(state, word, workflow.now())
 
     @workflow.update(name=DECIDE_UPDATE)
     async def decide_approval(self, raw: RawValue = inbound.NOTHING) -> ApprovalVerdict:
@@ -227,7 +237,31 @@ class AgentRun:
         decision = self._decision(raw)
         if self._state is None:
             await workflow.wait_condition(lambda: self._state is not None)
-        held = self._decide(decision)
+        return await self._verdict(self._decide(decision))
+
+    @workflow.update(name=DELIVER_UPDATE)
+    async def deliver(self, raw: RawValue = inbound.NOTHING) -> ApprovalVerdict:
+        """The `message`, `resolve` and `cancel` signals' twin for callers that want to know
+        if what they sent counted (the inbox): answers once it is applied or refused (after
+        the worker's check, when it has one). One that came before the run had its state
+        waits for it."""
+        word = self._delivery(raw).word
+        if self._state is None:
+            await workflow.wait_condition(lambda: self._state is not None)
+        return await self._verdict(self._take(word))
+
+    @deliver.validator
+    def _check_delivery(self, raw: RawValue = inbound.NOTHING) -> None:
+        """A delivery that is not one is rejected here, naming the field (nothing recorded)."""
+        self._delivery(raw)
+
+    def _delivery(self, raw: RawValue) -> Delivery:
+        parsed = self._parsed(DELIVER_UPDATE, raw)
+        assert isinstance(parsed, Delivery)
+        return parsed
+
+    async def _verdict(self, held: ApprovalVerdict | DecisionToCheck) -> ApprovalVerdict:
+        """`held`'s verdict, once the worker checked it (or the run stopped before)."""
         if isinstance(held, ApprovalVerdict):
             return held
         self._awaited.add(held.ticket)
@@ -236,7 +270,7 @@ class AgentRun:
         finally:
             self._awaited.discard(held.ticket)
         return self._checked.pop(held.ticket, None) or ApprovalVerdict(
-            accepted=False, reason="the run stopped before the worker checked the decision"
+            accepted=False, reason="the run stopped before the worker checked it"
         )
 
     @decide_approval.validator
@@ -245,12 +279,16 @@ class AgentRun:
         self._decision(raw)
 
     def _decision(self, raw: RawValue) -> ApprovalDecision:
-        try:
-            parsed = inbound.parse(DECIDE_UPDATE, [raw], inbound.UPDATE_SHAPES)
-        except InboundRefused as refused:
-            raise ValueError(refused.reason) from None
+        parsed = self._parsed(DECIDE_UPDATE, raw)
         assert isinstance(parsed, ApprovalDecision)
         return parsed
+
+    @staticmethod
+    def _parsed(name: str, raw: RawValue) -> inbound.Inbound:
+        try:
+            return inbound.parse(name, [raw], inbound.UPDATE_SHAPES)
+        except InboundRefused as refused:
+            raise ValueError(refused.reason) from None
 
     def _decide(self, decision: ApprovalDecision) -> ApprovalVerdict | DecisionToCheck:
         """A human's decision on one pending call, bound to the args digest they were shown:

@@ -1,6 +1,6 @@
-"""The Temporal side of approval decisions and operators' `resolve`: the worker's check of each
-one (`check_approval`, `check_resolution`: the signature against the worker's approver
-keys), and its audit record.
+"""The Temporal side of approval decisions, operators' `resolve` and (in signed mode) people's
+answers and cancels: the worker's check of each one (`check_approval`, `check_resolution`,
+`check_word`: the signature against the worker's approver keys), and its audit record.
 
 Workflow code (deterministic). The workflow never verifies a signature: it acts on the
 verdict the activity recorded, so replay needs neither keys nor crypto.
@@ -19,11 +19,20 @@ import agentloop.workflows.loop as loop
 from agentloop.activity_io import (
     CHECK_APPROVAL,
     CHECK_RESOLUTION,
+    CHECK_WORD,
     ApprovalCheck,
     CheckApprovalInput,
     CheckResolutionInput,
+    CheckWordInput,
 )
-from agentloop.contract import ApprovalDecision, ApprovalVerdict, ResolveRequest
+from agentloop.contract import (
+    ApprovalDecision,
+    ApprovalVerdict,
+    CancelRequest,
+    ResolveRequest,
+    UserMessage,
+)
+from agentloop.signed_words import word_of
 from agentloop.workflows.failures import describe_failure
 from agentloop.workflows.loop import CheckApprovals, DecisionToCheck, LoopState
 from agentloop.workflows.visibility import audit
@@ -33,19 +42,31 @@ CHECK_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempt
 
 
 async def check_approvals(state: LoopState, step: CheckApprovals) -> dict[int, ApprovalVerdict]:
-    """Each held decision (and operator's `resolve`) checked by the worker, in parallel, then
-    applied in the order they arrived (the first that counts decides its call); the approval
-    verdicts by ticket."""
+    """Each held decision (and operator's `resolve`, answer or cancel) checked by the worker,
+    in parallel, then applied in the order they arrived (the first that counts decides its
+    call); the verdicts by ticket."""
     checks = await asyncio.gather(*(_check(state, held) for held in step.decisions))
     verdicts: dict[int, ApprovalVerdict] = {}
     for held, check in zip(step.decisions, checks, strict=True):
         now = workflow.now()
-        if isinstance(held.decision, ResolveRequest):
+        asked = held.decision
+        if isinstance(asked, ResolveRequest):
             refused = loop.record_checked_resolution(state, held, check.problem, check.signing, now)
-            _audit_resolution(held.decision, refused, check.signing)
-            continue
-        verdict = loop.record_checked_decision(state, held, check.problem, check.signing, now)
-        audit_decision(held.decision, verdict, signing=check.signing)
+            _audit_resolution(asked, refused, check.signing)
+            verdict = ApprovalVerdict(accepted=refused is None, reason=refused or "")
+        elif isinstance(asked, UserMessage | CancelRequest):
+            verdict = loop.record_checked_word(state, held, check.problem, check.signing, now)
+            word = word_of(asked)
+            audit(
+                f"{word.kind}.decided",
+                signer=word.signer,
+                accepted=verdict.accepted,
+                refused_because=verdict.reason,
+                signing=check.signing,
+            )
+        else:
+            verdict = loop.record_checked_decision(state, held, check.problem, check.signing, now)
+            audit_decision(asked, verdict, signing=check.signing)
         verdicts[held.ticket] = verdict
     return verdicts
 
@@ -69,6 +90,16 @@ async def _check(state: LoopState, held: DecisionToCheck) -> ApprovalCheck:
                 start_to_close_timeout=CHECK_TIMEOUT,
                 retry_policy=CHECK_RETRY,
                 summary=f"check resolve of {asked.call_id} by {asked.operator}",
+            )
+        elif isinstance(asked, UserMessage | CancelRequest):
+            word = word_of(asked)
+            check = await workflow.execute_activity(
+                CHECK_WORD,
+                CheckWordInput(word=word, workflow_id=info.workflow_id, run=run),
+                result_type=ApprovalCheck,
+                start_to_close_timeout=CHECK_TIMEOUT,
+                retry_policy=CHECK_RETRY,
+                summary=f"check {word.kind} by {word.signer or 'no one named'}",
             )
         else:
             check = await workflow.execute_activity(

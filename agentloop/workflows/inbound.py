@@ -22,10 +22,12 @@ from agentloop.contract import (
     APPROVE_SIGNAL,
     CANCEL_SIGNAL,
     DECIDE_UPDATE,
+    DELIVER_UPDATE,
     MESSAGE_SIGNAL,
     RESOLVE_SIGNAL,
     ApprovalDecision,
     CancelRequest,
+    Delivery,
     ResolveRequest,
     UserMessage,
     describe_validation_error,
@@ -49,9 +51,12 @@ SIGNAL_SHAPES: dict[str, type[BaseModel]] = {
     CANCEL_SIGNAL: CancelRequest,
 }
 """The run's signals and what each takes."""
-UPDATE_SHAPES: dict[str, type[BaseModel]] = {DECIDE_UPDATE: ApprovalDecision}
+UPDATE_SHAPES: dict[str, type[BaseModel]] = {
+    DECIDE_UPDATE: ApprovalDecision,
+    DELIVER_UPDATE: Delivery,
+}
 
-Inbound = ApprovalDecision | ResolveRequest | UserMessage | CancelRequest
+Inbound = ApprovalDecision | ResolveRequest | UserMessage | CancelRequest | Delivery
 
 SIGNALLED_BYTES_TO_CONTINUE = 1_000_000
 """Signal payload bytes one run takes in before it continues as new (`Inflow`), far below

@@ -39,6 +39,7 @@ CONTRACT_NAMES = [
     "ResolveRequest",
     "UserMessage",
     "CancelRequest",
+    "Delivery",
 ]
 """The contract page's shapes, in reading order: input, result, status, signal payloads."""
 

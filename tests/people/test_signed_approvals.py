@@ -169,12 +169,17 @@ def test_a_resolve_counts_when_signed_by_a_key_holder_the_tool_allows() -> None:
         update={"signature": approval.signature, "expires_at": approval.expires_at}
     )
     assert "the signature is not" in (resolution_problem(borrowed) or "")
+    # Without keys a name counts as given, but only a name the tool allows (issue #44 item 3).
+    unsigned_keys = ApproverKeys.parse(None)
     assert (
-        ApproverKeys.parse(None).resolution_problem(
-            resolution(None), workflow_id="w", run="r", now=NOW, approvers=("ops",)
+        unsigned_keys.resolution_problem(
+            resolution(None, operator="ops"), workflow_id="w", run="r", now=NOW, approvers=("ops",)
         )
         is None
     )
+    assert unsigned_keys.resolution_problem(
+        resolution(None), workflow_id="w", run="r", now=NOW, approvers=("ops",)
+    ) == ("'workshop-lead' may not settle this write; approvers: ops")
 
 
 @pytest.mark.parametrize(

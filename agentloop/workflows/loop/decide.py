@@ -16,6 +16,7 @@ from agentloop.contract import RunStatus
 from agentloop.events import ModelOutput
 from agentloop.policies import authorization, budgets
 from agentloop.policies.compensation import Offered
+from agentloop.workflows.loop.humans import decisions_to_check
 from agentloop.workflows.loop.next_step import (
     AwaitApproval,
     AwaitInput,
@@ -100,6 +101,10 @@ def _next(state: LoopState, now: datetime) -> NextStep:
             f"invalid_calls: {refused} tool calls refused before running",
             cause="invalid_calls",
         )
+    if state.words_to_check:
+        # An answer or cancel held for the worker's check (signed mode): checked before
+        # anything else, whatever the run was doing when it came.
+        return CheckApprovals(decisions_to_check(state))
     if state.cancel_reason is not None:
         reason = f"cancelled: {state.cancel_reason or 'no reason given'}"
         return Finish("cancelled", reason, cause="cancelled")

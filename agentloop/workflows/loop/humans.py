@@ -11,6 +11,7 @@ from agentloop.contract import (
     ApprovalDecision,
     ApprovalRecord,
     ApprovalVerdict,
+    CancelRequest,
     RefusedApproval,
     RefusedDecision,
     RefusedResolution,
@@ -113,7 +114,67 @@ def record_checked_decision(
 
 
 def decisions_to_check(state: LoopState) -> list[DecisionToCheck]:
-    return list(state.batch.to_check) if state.batch is not None else []
+    """Everything held for the worker's check: answers and cancels first (a cancel applies
+    whatever the run does), then the batch's decisions."""
+    held = list(state.words_to_check)
+    return held + (list(state.batch.to_check) if state.batch is not None else [])
+
+
+def receive_word(
+    state: LoopState, word: UserMessage | CancelRequest, now: datetime
+) -> ApprovalVerdict | DecisionToCheck:
+    """A person's answer or cancel as it arrives: where the worker takes only signed ones
+    (it said so at the start, or at its last check), held for its check, which
+    `record_checked_word` then applies; elsewhere applied at once."""
+    if state.approval_signing != "signed":
+        return _apply_word(state, word, now)
+    if len(state.words_to_check) >= MAX_DECISIONS_TO_CHECK:
+        reason = f"{MAX_DECISIONS_TO_CHECK} answers and cancels already wait for the worker's check"
+        record_refused_input(state, _signal_of(word), _shown(word), reason, now)
+        return ApprovalVerdict(accepted=False, reason=reason)
+    state.decisions_received += 1
+    held = DecisionToCheck(ticket=state.decisions_received, decision=word)
+    state.words_to_check.append(held)
+    return held
+
+
+def record_checked_word(
+    state: LoopState, held: DecisionToCheck, problem: str, signing: str | None, now: datetime
+) -> ApprovalVerdict:
+    """The worker's word on a held answer or cancel: applied, or refused and recorded with
+    the worker's reason."""
+    word = held.decision
+    assert isinstance(word, UserMessage | CancelRequest)
+    if held in state.words_to_check:
+        state.words_to_check.remove(held)
+    if signing:
+        state.approval_signing = signing
+    if problem:
+        record_refused_input(state, _signal_of(word), _shown(word), problem, now)
+        return ApprovalVerdict(accepted=False, reason=problem)
+    return _apply_word(state, word, now)
+
+
+def _apply_word(
+    state: LoopState, word: UserMessage | CancelRequest, now: datetime
+) -> ApprovalVerdict:
+    if isinstance(word, CancelRequest):
+        if state.cancel_reason is None:
+            state.cancel_reason = word.reason
+        return ApprovalVerdict(accepted=True)
+    refused = record_message(state, word, now)
+    return ApprovalVerdict(accepted=refused is None, reason=refused or "")
+
+
+def _signal_of(word: UserMessage | CancelRequest) -> str:
+    return "message" if isinstance(word, UserMessage) else "cancel"
+
+
+def _shown(word: UserMessage | CancelRequest) -> str:
+    """What the record keeps of a refused answer or cancel."""
+    if isinstance(word, UserMessage):
+        return f"{word.sender}: {word.text[:200]}"
+    return f"{word.requested_by or 'someone'}: {word.reason[:200]}"
 
 
 def _judged(state: LoopState, decision: ApprovalDecision) -> str | None:
@@ -188,18 +249,18 @@ def record_approval_timeout(state: LoopState, step: TimeOutApprovals, now: datet
         _apply_decision(state, rejection, now)
 
 
-def record_message(state: LoopState, message: UserMessage, now: datetime) -> None:
+def record_message(state: LoopState, message: UserMessage, now: datetime) -> str | None:
     """A user's message answers the pending question (an `ask_user` call's, or what a tool
     asked), or waits for the next model call (while the text waiting for it stays under
-    `MAX_WAITING_MESSAGE_CHARS`)."""
+    `MAX_WAITING_MESSAGE_CHARS`). Returns why it was refused, if it was."""
     batch = state.batch
     if batch is None or not batch.questions:
         reason = _waiting_problem(state, message)
         if reason:
             record_refused_input(state, "message", message.text[:200], reason, now)
-            return
+            return reason
         state.outbox.append(UserInput(text=message.text, sender=message.sender))
-        return
+        return None
     allowed = answer_room(batch.answer_chars, len(batch.questions))
     if len(message.text) > allowed:
         reason = (
@@ -208,7 +269,7 @@ def record_message(state: LoopState, message: UserMessage, now: datetime) -> Non
             "still waits, answer it shorter"
         )
         record_refused_input(state, "message", message.text[:200], reason, now)
-        return
+        return reason
     batch.answer_chars += len(message.text)
     call_id = batch.questions.pop(0)
     asked = batch.asking.pop(call_id, None)
@@ -220,7 +281,7 @@ def record_message(state: LoopState, message: UserMessage, now: datetime) -> Non
         if call_id not in batch.writes:  # a write that asked kept its place
             batch.reads.insert(0, call_id)
         state.calls[call_id].status = "pending"
-        return
+        return None
     call = state.call(call_id)
     answer = {"answer": message.text, "from": message.sender}
     settle(
@@ -229,6 +290,7 @@ def record_message(state: LoopState, message: UserMessage, now: datetime) -> Non
         ToolResult(call_id=call_id, tool=call.name, content=json.dumps(answer, ensure_ascii=False)),
     )
     close_if_answered(state)
+    return None
 
 
 def answer_room(held: int, waiting: int) -> int:
@@ -263,6 +325,17 @@ def record_resolution(state: LoopState, request: ResolveRequest, now: datetime) 
         reason = TOO_MANY_TO_CHECK
     _refused_resolution(state, request, reason, now)
     return reason
+
+
+def receive_resolution(
+    state: LoopState, request: ResolveRequest, now: datetime
+) -> ApprovalVerdict | DecisionToCheck:
+    """`record_resolution`, for the `deliver` update: its verdict, or the word held."""
+    refused = record_resolution(state, request, now)
+    if refused is not None:
+        return ApprovalVerdict(accepted=False, reason=refused)
+    assert state.batch is not None
+    return state.batch.to_check[-1]
 
 
 def record_checked_resolution(

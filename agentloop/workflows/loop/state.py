@@ -20,6 +20,7 @@ from agentloop.contract import (
     AgentRunInput,
     ApprovalDecision,
     CallRecord,
+    CancelRequest,
     CompensationLine,
     Limits,
     NoticeSent,
@@ -33,6 +34,7 @@ from agentloop.contract import (
     StopCause,
     UnresolvedWrite,
     Usage,
+    UserMessage,
 )
 from agentloop.events import (
     Event,
@@ -104,12 +106,13 @@ class CheckedAnswer(BaseModel):
 
 
 class DecisionToCheck(BaseModel):
-    """An approval decision (or an operator's `resolve`) that passed the workflow's own
-    checks, waiting for the worker's word (`check_approval`, `check_resolution`); `ticket`
-    tells the `decide_approval` update waiting on it."""
+    """An approval decision (or an operator's `resolve`, or in signed mode an answer or a
+    cancel) that passed the workflow's own checks, waiting for the worker's word
+    (`check_approval`, `check_resolution`, `check_word`); `ticket` tells the update waiting
+    on it (`decide_approval`, `deliver`)."""
 
     ticket: int
-    decision: ApprovalDecision | ResolveRequest
+    decision: ApprovalDecision | ResolveRequest | UserMessage | CancelRequest
 
 
 class Batch(BaseModel):
@@ -254,6 +257,9 @@ class LoopState(BaseModel):
     approval_signing: str = ""
     """How the worker takes approvals, `signed` or `unsigned`: as it said at the start and the
     last time it checked a decision."""
+    words_to_check: list[DecisionToCheck] = Field(default_factory=list)
+    """Answers and cancels the worker has not checked yet (held only where it takes only
+    signed ones; never carried: the run does not continue as new while any waits)."""
     notify: bool = False
     """The worker sends notices of runs waiting for a person (it said so at the start)."""
     notified: list[str] = Field(default_factory=list)

@@ -116,7 +116,9 @@ def unresolved(state: LoopState) -> list[WriteAwaitingOperator]:
     if batch is None:
         return []
     return [
-        WriteAwaitingOperator(**dict(r), arguments=state.calls[c].arguments)
+        WriteAwaitingOperator(
+            **dict(r), arguments=state.calls[c].arguments, approvers=state.spec_of(c).approvers
+        )
         for c, r in batch.reconciling.items()
     ]
 
