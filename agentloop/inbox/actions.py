@@ -1,7 +1,9 @@
-"""The inbox's actions (POST), each the message the CLI sends: `decide_approval`, `message`,
-`resolve`, `cancel`; and, in signed mode, the bytes a browser signs a decision over.
+"""The inbox's actions (POST), each the message the CLI sends: `decide_approval`, and
+`message`, `resolve`, `cancel` by the `deliver` update (each answered with the run's verdict);
+and, in signed mode, the bytes a browser signs each over.
 
-A user decides only calls whose tool names them as an approver (or names none)."""
+A user decides, and settles the unknown writes of, only calls whose tool names them as an
+approver (or names none)."""
 
 from __future__ import annotations
 
@@ -28,7 +30,13 @@ from agentloop.inbox.access import Handler, Refused, form_of, inbox_of, workflow
 from agentloop.inbox.pages import Notice, Viewer, render
 from agentloop.inbox.reading import RunStory
 from agentloop.run_client import RunClient
-from agentloop.runtime.signing import DEFAULT_LIFETIME, signed_bytes
+from agentloop.runtime.signing import (
+    DEFAULT_LIFETIME,
+    resolution_bytes,
+    signed_bytes,
+    word_bytes,
+)
+from agentloop.signed_words import word_of
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,16 @@ def check_approver(viewer: Viewer, story: RunStory, call_id: str) -> None:
         raise Refused(403, f"only {', '.join(approvers)} may decide {call_id}")
 
 
+def check_settler(viewer: Viewer, story: RunStory, call_id: str) -> None:
+    """Refused before the run is asked: who may settle an unknown write is who may approve
+    it, the tool's approvers (the worker checks it again in the run)."""
+    assert story.view is not None
+    unknown = next((u for u in story.view.unresolved if u.call_id == call_id), None)
+    approvers = unknown.approvers if unknown is not None else []
+    if approvers and viewer.user not in approvers:
+        raise Refused(403, f"only {', '.join(approvers)} may settle {call_id}")
+
+
 def decision_of(viewer: Viewer, form: Mapping[str, Any]) -> ApprovalDecision:
     """The decision a form describes, by the viewer; raises ValidationError."""
     return ApprovalDecision(
@@ -97,24 +115,71 @@ def decision_of(viewer: Viewer, form: Mapping[str, Any]) -> ApprovalDecision:
         approver=viewer.user,
         reason=str(form.get("reason", "")),
         expires_at=form.get("expires_at") or None,
+        signature=str(form.get("signature", "")),
     )
 
 
+def answer_of(viewer: Viewer, form: Mapping[str, Any]) -> UserMessage:
+    return UserMessage(
+        text=str(form.get("text", "")),
+        sender=viewer.user,
+        expires_at=form.get("expires_at") or None,
+        signature=str(form.get("signature", "")),
+    )
+
+
+def resolution_of(viewer: Viewer, form: Mapping[str, Any]) -> ResolveRequest:
+    return ResolveRequest(
+        call_id=str(form.get("call_id", "")),
+        outcome=form.get("outcome"),  # validated here
+        operator=viewer.user,
+        note=str(form.get("note", "")),
+        expires_at=form.get("expires_at") or None,
+        signature=str(form.get("signature", "")),
+    )
+
+
+def cancel_of(viewer: Viewer, form: Mapping[str, Any]) -> CancelRequest:
+    return CancelRequest(
+        reason=str(form.get("reason", "")),
+        requested_by=viewer.user,
+        expires_at=form.get("expires_at") or None,
+        signature=str(form.get("signature", "")),
+    )
+
+
+def _signed(kind: str, viewer: Viewer, story: RunStory, form: Mapping[str, Any]) -> bytes:
+    """The bytes the worker checks for the action `kind` the form describes."""
+    assert story.view is not None
+    run = story.view.run_chain[0] if story.view.run_chain else ""
+    chain = {"workflow_id": story.workflow_id, "run": run}
+    if kind == "answer":
+        return word_bytes(word_of(answer_of(viewer, form)), **chain)
+    if kind == "cancel":
+        return word_bytes(word_of(cancel_of(viewer, form)), **chain)
+    if kind == "resolve":
+        check_settler(viewer, story, str(form.get("call_id", "")))
+        return resolution_bytes(resolution_of(viewer, form), **chain)
+    if kind == "decide":
+        check_approver(viewer, story, str(form.get("call_id", "")))
+        return signed_bytes(decision_of(viewer, form), **chain)
+    raise Refused(400, f"no action {kind!r} to sign: decide, answer, resolve or cancel")
+
+
 async def signing_message(request: Request, viewer: Viewer) -> Response:
-    """Signed mode: the exact bytes `agentloop.runtime.signing` checks, for the decision the
-    form describes on the run the page showed, so the browser signs only bytes."""
+    """Signed mode: the exact bytes `agentloop.runtime.signing` checks, for the action
+    (`?for=decide|answer|resolve|cancel`) the form describes on the run the page showed, so
+    the browser signs only bytes."""
     story = await inbox_of(request).story_for(viewer, workflow_id_of(request))
     if story.view is None:
         raise Refused(409, "the run has ended")
     form = await form_of(request)
-    check_approver(viewer, story, str(form.get("call_id", "")))
     expires = datetime.now(UTC) + DEFAULT_LIFETIME
+    kind = request.query_params.get("for", "decide")
     try:
-        decision = decision_of(viewer, {**form, "expires_at": expires.isoformat()})
+        message = _signed(kind, viewer, story, {**form, "expires_at": expires.isoformat()})
     except ValidationError as exc:
         raise Refused(400, describe_validation_error(exc)) from None
-    run = story.view.run_chain[0] if story.view.run_chain else ""
-    message = signed_bytes(decision, workflow_id=story.workflow_id, run=run)
     return JSONResponse(
         {"message": base64.b64encode(message).decode(), "expires_at": expires.isoformat()}
     )
@@ -123,9 +188,7 @@ async def signing_message(request: Request, viewer: Viewer) -> Response:
 async def decide(acting: Acting) -> Notice:
     viewer, call_id = acting.viewer, acting.field("call_id")
     check_approver(viewer, acting.story, call_id)
-    decision = decision_of(viewer, acting.form).model_copy(
-        update={"signature": acting.field("signature")}
-    )
+    decision = decision_of(viewer, acting.form)
     verdict = await acting.run.decide(decision)
     if not verdict.accepted:
         return Notice(False, f"decision refused: {verdict.reason}")
@@ -133,20 +196,29 @@ async def decide(acting: Acting) -> Notice:
     return Notice(True, f"{word} {call_id} as {viewer.user}")
 
 
+# Answers, resolutions and cancels go by the `deliver` update: the page says "sent" only for
+# what the run took (after the worker's check of its signature, in signed mode), and otherwise
+# the run's reason, which its record of refusals keeps too.
+
+
 async def answer(acting: Acting) -> Notice:
-    message = UserMessage(text=acting.field("text"), sender=acting.viewer.user)
-    await acting.run.answer(message)
+    verdict = await acting.run.deliver(answer_of(acting.viewer, acting.form))
+    if not verdict.accepted:
+        return Notice(False, f"answer refused: {verdict.reason}")
     return Notice(True, f"answer sent as {acting.viewer.user}")
 
 
 async def resolve(acting: Acting) -> Notice:
-    outcome, call_id = acting.field("outcome"), acting.field("call_id")
-    operator, note = acting.viewer.user, acting.field("note")
-    resolution = ResolveRequest(call_id=call_id, outcome=outcome, operator=operator, note=note)
-    await acting.run.resolve(resolution)
-    return Notice(True, f"resolution sent for {call_id}: {outcome}")
+    check_settler(acting.viewer, acting.story, acting.field("call_id"))
+    resolution = resolution_of(acting.viewer, acting.form)
+    verdict = await acting.run.deliver(resolution)
+    if not verdict.accepted:
+        return Notice(False, f"resolution refused: {verdict.reason}")
+    return Notice(True, f"resolution sent for {resolution.call_id}: {resolution.outcome}")
 
 
 async def cancel(acting: Acting) -> Notice:
-    await acting.run.cancel(CancelRequest(reason=acting.field("reason")))
+    verdict = await acting.run.deliver(cancel_of(acting.viewer, acting.form))
+    if not verdict.accepted:
+        return Notice(False, f"cancel refused: {verdict.reason}")
     return Notice(True, f"cancel requested by {acting.viewer.user}")

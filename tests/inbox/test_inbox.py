@@ -294,7 +294,9 @@ async def test_a_state_changing_request_without_its_sessions_token_is_refused(
             "X-Forwarded-Host": "inbox.example.com",
         },
     ) as response:
-        assert response.status == 200  # taken (the run refuses a resolve of no such call)
+        # Past the token check: the run was asked, and refused a resolve of no such call.
+        assert response.status == 409
+        assert "resolution refused: no write &#39;c_none&#39;" in await response.text()
 
     async with http.post(
         f"{inbox.url}/runs/{run_id}/cancel", data={"csrf": token}, headers=as_user(user)

@@ -1,7 +1,8 @@
 // The inbox's one script: the inbox table follows the runs (its rows every 2 s, as the
 // server's template renders them), a running run's page shows what the run does as it happens
 // (the inbox's server-sent events, one subscription per run on the server), and, where the
-// workers take only signed decisions, decisions are signed here with the approver's Ed25519
+// workers take only signed decisions, each action (a decision, an answer, an operator's word
+// on an unknown write, a cancel) is signed here with the person's Ed25519
 // key (WebCrypto; imported non-extractable and kept in IndexedDB, so the inbox server never
 // holds it). What the script itself shows from outside goes in as text (textContent, text
 // nodes), never as HTML.
@@ -217,14 +218,18 @@ function hidden(form, name, value) {
   form.appendChild(input);
 }
 
-async function signAndSend(form, verdict) {
+async function signAndSend(form, submitter) {
   const key = await showKey();
   if (!key) {
-    problem("load your key file first: a decision counts only when signed");
+    problem("load your key file first: in signed mode only what is signed counts");
     return;
   }
+  // The button pressed says what is decided (Approve/Reject, Applied/Not applied): it is
+  // signed with the rest of the form, and sent with it.
   const fields = new FormData(form);
-  fields.set("verdict", verdict);
+  if (submitter && submitter.name) {
+    fields.set(submitter.name, submitter.value);
+  }
   const response = await fetch(form.dataset.sign, {method: "POST", body: fields});
   if (!response.ok) {
     problem(`the inbox would not prepare the signature (HTTP ${response.status})`);
@@ -232,7 +237,9 @@ async function signAndSend(form, verdict) {
   }
   const prepared = await response.json();
   const signature = await crypto.subtle.sign({name: "Ed25519"}, key, bytesOf(prepared.message));
-  hidden(form, "verdict", verdict);
+  if (submitter && submitter.name) {
+    hidden(form, submitter.name, submitter.value);
+  }
   hidden(form, "expires_at", prepared.expires_at);
   hidden(form, "signature", base64Of(signature));
   form.submit();
@@ -244,8 +251,7 @@ document.addEventListener("submit", (event) => {
     return;
   }
   event.preventDefault();
-  const verdict = event.submitter ? event.submitter.value : "";
-  signAndSend(form, verdict).catch((error) => problem(`not signed: ${error}`));
+  signAndSend(form, event.submitter).catch((error) => problem(`not signed: ${error}`));
 });
 
 document.addEventListener("DOMContentLoaded", () => {
