@@ -33,7 +33,12 @@ if TYPE_CHECKING:
     from agentloop.run_events import RunEvent
     from agentloop.run_results import read_result
     from agentloop.runtime.config import Settings
-    from agentloop.runtime.signing import load_private_key, sign_decision, sign_resolution
+    from agentloop.runtime.signing import (
+        load_private_key,
+        sign_decision,
+        sign_resolution,
+        sign_word,
+    )
     from agentloop.runtime.start_signing import sign_start
     from agentloop.store import open_store
     from agentloop.tool_spec import Outcome
@@ -84,6 +89,7 @@ _EXPORTS = {
     "load_private_key": "agentloop.runtime.signing",
     "sign_decision": "agentloop.runtime.signing",
     "sign_resolution": "agentloop.runtime.signing",
+    "sign_word": "agentloop.runtime.signing",
     "sign_start": "agentloop.runtime.start_signing",
     "Outcome": "agentloop.tool_spec",
     "activity_tool": "agentloop.tools.activity_tools",
@@ -151,6 +157,7 @@ __all__ = [
     "sign_decision",
     "sign_resolution",
     "sign_start",
+    "sign_word",
     "start_run",
     "tool",
     "verifier",
