@@ -342,6 +342,8 @@ class RunDescription(BaseModel):
     """`AgentTaskFamily` is registered too (a run naming its `task_family` upserts it)."""
     approval_signing: Literal["signed", "unsigned"] | None = None
     """Whether the worker takes only signed approvals (None: a worker from before it said)."""
+    operators: list[str] = Field(default_factory=list)
+    """Who may settle any of the run's unknown writes besides its tool's approvers."""
     notify: bool = False
     """Whether the worker sends notices of runs waiting for a person (it has webhooks)."""
     notice_timers: list[NoticeTimers] = Field(default_factory=list, max_length=MAX_ROUTES)

@@ -502,6 +502,8 @@ class _SignedWord(BaseModel):
         if not fields.get("signature") and fields.get("expires_at") is None:
             fields.pop("signature", None)
             fields.pop("expires_at", None)
+        if "requested_by" in fields and not fields["requested_by"]:
+            del fields["requested_by"]  # a cancel naming no one
         return fields
 
 
@@ -516,13 +518,6 @@ class CancelRequest(_SignedWord):
     signature: str = Field(default="", max_length=MAX_SIGNATURE_CHARS)
     """`requested_by`'s Ed25519 signature (base64), for a worker configured with approver
     keys; empty when unsigned."""
-
-    @model_serializer(mode="wrap")
-    def _unsigned_as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        fields: dict[str, Any] = super()._unsigned_as_before(handler)
-        if not fields.get("requested_by"):
-            fields.pop("requested_by", None)
-        return fields
 
 
 class ApprovalDecision(_Strict):

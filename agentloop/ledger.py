@@ -185,7 +185,8 @@ class WriteAwaitingOperator(Reconciliation):
 
     arguments: dict[str, Any] = Field(default_factory=dict)
     approvers: list[str] = Field(default_factory=list)
-    """Who may settle it: the tool's approvers (empty: anyone who may act on the run)."""
+    """Who may settle it: the tool's approvers and the workers' operators (`AGENTLOOP_OPERATORS`;
+    empty: anyone who may act on the run)."""
 
 
 class _Refused(BaseModel):

@@ -267,6 +267,7 @@ async def worker_parts(
                 Registration(client),
                 sources=[mcp],
                 approvals_signed=approver_keys.signing,
+                operators=settings.operator_names(),
                 prices=prices,
                 principals=principals,
                 nonces=store,

@@ -36,16 +36,13 @@ class ApprovalActivities:
         problem = self._keys.problem(
             decision, workflow_id=request.workflow_id, run=request.run, now=datetime.now(UTC)
         )
-        signing = "signed" if self._keys.signing else "unsigned"
-        audit(
+        return self._checked(
+            problem,
             "approval.checked",
             workflow_id=request.workflow_id,
             call_id=decision.call_id,
             approver=decision.approver,
-            signing=signing,
-            counts=problem is None,
         )
-        return ApprovalCheck(problem=problem or "", signing=signing)
 
     @activity.defn(name=CHECK_RESOLUTION)
     async def check_resolution(self, request: CheckResolutionInput) -> ApprovalCheck:
@@ -57,16 +54,13 @@ class ApprovalActivities:
             now=datetime.now(UTC),
             approvers=request.approvers,
         )
-        signing = "signed" if self._keys.signing else "unsigned"
-        audit(
+        return self._checked(
+            problem,
             "resolution.checked",
             workflow_id=request.workflow_id,
             call_id=resolution.call_id,
             operator=resolution.operator,
-            signing=signing,
-            counts=problem is None,
         )
-        return ApprovalCheck(problem=problem or "", signing=signing)
 
     @activity.defn(name=CHECK_WORD)
     async def check_word(self, request: CheckWordInput) -> ApprovalCheck:
@@ -74,12 +68,12 @@ class ApprovalActivities:
         problem = self._keys.word_problem(
             word, workflow_id=request.workflow_id, run=request.run, now=datetime.now(UTC)
         )
-        signing = "signed" if self._keys.signing else "unsigned"
-        audit(
-            f"{word.kind}.checked",
-            workflow_id=request.workflow_id,
-            signer=word.signer,
-            signing=signing,
-            counts=problem is None,
+        return self._checked(
+            problem, f"{word.kind}.checked", workflow_id=request.workflow_id, signer=word.signer
         )
+
+    def _checked(self, problem: str | None, record: str, **fields: str) -> ApprovalCheck:
+        """The verdict, with its audit `record`."""
+        signing = "signed" if self._keys.signing else "unsigned"
+        audit(record, **fields, signing=signing, counts=problem is None)
         return ApprovalCheck(problem=problem or "", signing=signing)

@@ -44,6 +44,7 @@ class RunDescriptions:
         *,
         sources: Sequence[ToolSource] = (),
         approvals_signed: bool = False,
+        operators: Sequence[str] = (),
         prices: PriceTable | None = None,
         principals: PrincipalSignatures | None = None,
         nonces: StartNonces | None = None,
@@ -55,7 +56,8 @@ class RunDescriptions:
         """`registration` tells whether a run's namespace has agentloop's search attributes
         (None: never, as for a worker with no server to ask); `sources`, the tool sources of
         this worker beside its toolbox's (its MCP servers); `approvals_signed`, whether the
-        worker has approver keys (a run's `status` says so from its start); `prices`, what the
+        worker has approver keys (a run's `status` says so from its start); `operators`, who
+        may settle any unknown write besides its tool's approvers; `prices`, what the
         worker's model calls are charged (default: the built-in table); `principals`, how a
         run's principal is taken (by default as given); `nonces`, where the nonces of signed
         starts are remembered (the store the workers share; by default this process's
@@ -68,6 +70,7 @@ class RunDescriptions:
         self._tools = toolbox.registry.routing(*sources)
         self._registration = registration
         self._signing: Literal["signed", "unsigned"] = "signed" if approvals_signed else "unsigned"
+        self._operators = list(operators)
         self._prices = prices or PriceTable()
         self._principals = principals or PrincipalSignatures()
         self._nonces = nonces or MemoryStore()
@@ -102,6 +105,7 @@ class RunDescriptions:
             indexable=indexable,
             family_indexable=family,
             approval_signing=self._signing,
+            operators=self._operators,
             notify=self._notify,
             notice_timers=self._notice_timers,
             failed_runs_complete=self._failed_runs_complete,

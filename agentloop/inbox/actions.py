@@ -114,17 +114,23 @@ def decision_of(viewer: Viewer, form: Mapping[str, Any]) -> ApprovalDecision:
         approved=form.get("verdict") == "approve",
         approver=viewer.user,
         reason=str(form.get("reason", "")),
-        expires_at=form.get("expires_at") or None,
-        signature=str(form.get("signature", "")),
+        **signed_fields(form),
     )
+
+
+def signed_fields(form: Mapping[str, Any]) -> dict[str, Any]:
+    """The expiry and signature a signed-mode page sends with its form (none: unsigned)."""
+    return {
+        "expires_at": form.get("expires_at") or None,
+        "signature": str(form.get("signature", "")),
+    }
 
 
 def answer_of(viewer: Viewer, form: Mapping[str, Any]) -> UserMessage:
     return UserMessage(
         text=str(form.get("text", "")),
         sender=viewer.user,
-        expires_at=form.get("expires_at") or None,
-        signature=str(form.get("signature", "")),
+        **signed_fields(form),
     )
 
 
@@ -134,8 +140,7 @@ def resolution_of(viewer: Viewer, form: Mapping[str, Any]) -> ResolveRequest:
         outcome=form.get("outcome"),  # validated here
         operator=viewer.user,
         note=str(form.get("note", "")),
-        expires_at=form.get("expires_at") or None,
-        signature=str(form.get("signature", "")),
+        **signed_fields(form),
     )
 
 
@@ -143,8 +148,7 @@ def cancel_of(viewer: Viewer, form: Mapping[str, Any]) -> CancelRequest:
     return CancelRequest(
         reason=str(form.get("reason", "")),
         requested_by=viewer.user,
-        expires_at=form.get("expires_at") or None,
-        signature=str(form.get("signature", "")),
+        **signed_fields(form),
     )
 
 

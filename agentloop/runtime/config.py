@@ -44,7 +44,7 @@ from agentloop.runtime.config_variables import VARIABLES as VARIABLES
 from agentloop.runtime.config_variables import present, shown_value
 from agentloop.runtime.mcp_config import McpConfigError, McpServerConfig, parse_servers
 from agentloop.runtime.notice_routes import Webhook, listed_webhooks, parse_routes
-from agentloop.runtime.signing import ApproverKeys, SigningError
+from agentloop.runtime.signing import ApproverKeys, SigningError, parse_names
 from agentloop.runtime.start_signing import PrincipalSignatures, PrincipalSigning
 
 DEFAULT_STORE_URL = "sqlite:///.agentloop/store.db"
@@ -159,6 +159,10 @@ class Settings(BaseModel):
     """`NAME=ed25519:BASE64,...`: the approvers whose signed decisions count. With it, the
     worker refuses unsigned or wrongly signed approvals (`agentloop.runtime.signing`);
     without, any signaller may name any approver. In the TOML file also an array."""
+    operators: str | None = None
+    """`NAME,...`: the operators' role: who may settle any run's unknown write (`resolve`)
+    besides its tool's approvers (`agentloop.runtime.signing`). Unset: only the approvers (or
+    anyone, for a tool that names none). In the TOML file also an array."""
     scripts_dir: str | None = None
     """A folder of script files (`*.json`, `*.toml`) the scripted provider of `agentloop dev`
     and `agentloop.testing.Harness` plays, beside the built-in ones; read again on change."""
@@ -285,6 +289,14 @@ class Settings(BaseModel):
             return ApproverKeys.parse(self.approver_keys)
         except SigningError as exc:
             raise ConfigError([f"{VARIABLES['approver_keys'].name}: {exc}"]) from None
+
+    def operator_names(self) -> list[str]:
+        """The names of `operators` (none when unset); raises `ConfigError` naming
+        AGENTLOOP_OPERATORS when one is not a name."""
+        try:
+            return parse_names(self.operators)
+        except SigningError as exc:
+            raise ConfigError([f"{VARIABLES['operators'].name}: {exc}"]) from None
 
     def principal_signatures(self) -> PrincipalSignatures:
         """How the worker takes a run's principal; raises `ConfigError` when `starter_keys` is

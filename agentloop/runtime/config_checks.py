@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from agentloop.runtime.codec import KeyRing, KeyRingError
-from agentloop.runtime.signing import ApproverKeys, SigningError
+from agentloop.runtime.signing import ApproverKeys, SigningError, parse_names
 from agentloop.runtime.start_signing import PrincipalSigning
 
 OtelMode = Literal["off", "console", "global"]
@@ -162,6 +162,14 @@ def check_codec_keys(value: str) -> str | None:
     try:
         KeyRing.parse(value)
     except KeyRingError as exc:
+        return str(exc)
+    return None
+
+
+def check_operators(value: str) -> str | None:
+    try:
+        parse_names(value)
+    except SigningError as exc:
         return str(exc)
     return None
 

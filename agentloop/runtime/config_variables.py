@@ -18,6 +18,7 @@ from agentloop.runtime.config_checks import (
     check_failed_runs,
     check_host_port,
     check_log_level,
+    check_operators,
     check_otel,
     check_pem_file,
     check_positive_number,
@@ -95,6 +96,7 @@ VARIABLES: dict[str, Variable] = {
     "log_level": Variable("AGENTLOOP_LOG_LEVEL", check_log_level),
     "tools": Variable("AGENTLOOP_TOOLS", check_tool_modules),
     "approver_keys": Variable("AGENTLOOP_APPROVER_KEYS", check_approver_keys),
+    "operators": Variable("AGENTLOOP_OPERATORS", check_operators),
     "scripts_dir": Variable("AGENTLOOP_SCRIPTS_DIR", check_scripts_dir),
     "mcp_servers": Variable("AGENTLOOP_MCP_SERVERS", check_servers, secret=True, mask=mask_servers),
     "starter_keys": Variable("AGENTLOOP_STARTER_KEYS", check_approver_keys),
@@ -129,7 +131,14 @@ NUMBER_FIELDS = frozenset(
     }
 )
 LIST_FIELDS = frozenset(
-    {"tools", "approver_keys", "starter_keys", "notify_webhooks", "require_verification"}
+    {
+        "tools",
+        "approver_keys",
+        "operators",
+        "starter_keys",
+        "notify_webhooks",
+        "require_verification",
+    }
 )
 TABLE_FIELDS = frozenset({"mcp_servers", "inbox_tenants", "notify_routes"})
 """Given in the file as a table, kept as its JSON text (the variable's form)."""

@@ -44,7 +44,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -68,6 +68,16 @@ MAX_LIFETIME = timedelta(hours=24)
 APPROVER_NAME = re.compile(r"[A-Za-z0-9_.@-]{1,200}")
 Word = TypeVar("Word", UserMessage, CancelRequest)
 _KEYS_SHAPE = "expected NAME=ed25519:BASE64[,NAME=ed25519:BASE64...] (agentloop keys new NAME)"
+
+
+def parse_names(text: str | None) -> list[str]:
+    """`NAME,NAME,...` (None or blank: none): the operators who may settle any unknown write
+    (`AGENTLOOP_OPERATORS`). Raises `SigningError` naming the first that is not a name."""
+    names = [name.strip() for name in (text or "").split(",") if name.strip()]
+    for name in names:
+        if not APPROVER_NAME.fullmatch(name):
+            raise SigningError(f"{name[:40]!r} is not a name (letters, digits, _ . @ -)")
+    return list(dict.fromkeys(names))
 
 
 class SigningError(ValueError):
@@ -129,9 +139,9 @@ def sign_decision(
 ) -> ApprovalDecision:
     """`decision` with `expires_at` (now + `lifetime`) and its signature, for run chain
     `workflow_id`/`run` (the run's first run id: `status.run_chain[0]`)."""
-    unsigned = decision.model_copy(update={"expires_at": expiry(now, lifetime), "signature": ""})
-    signature = key.sign(signed_bytes(unsigned, workflow_id=workflow_id, run=run))
-    return unsigned.model_copy(update={"signature": base64.b64encode(signature).decode()})
+    return _signed(
+        decision, key, lambda d: signed_bytes(d, workflow_id=workflow_id, run=run), now, lifetime
+    )
 
 
 def sign_resolution(
@@ -144,9 +154,9 @@ def sign_resolution(
     lifetime: timedelta = DEFAULT_LIFETIME,
 ) -> ResolveRequest:
     """`request` with `expires_at` and its signature, like `sign_decision`."""
-    unsigned = request.model_copy(update={"expires_at": expiry(now, lifetime), "signature": ""})
-    signature = key.sign(resolution_bytes(unsigned, workflow_id=workflow_id, run=run))
-    return unsigned.model_copy(update={"signature": base64.b64encode(signature).decode()})
+    return _signed(
+        request, key, lambda r: resolution_bytes(r, workflow_id=workflow_id, run=run), now, lifetime
+    )
 
 
 def sign_word(
@@ -160,8 +170,24 @@ def sign_word(
 ) -> Word:
     """A `message` or `cancel` with `expires_at` and its signature, like `sign_decision`
     (a cancel's `requested_by` names the signer)."""
-    unsigned = word.model_copy(update={"expires_at": expiry(now, lifetime), "signature": ""})
-    signature = key.sign(word_bytes(word_of(unsigned), workflow_id=workflow_id, run=run))
+    return _signed(
+        word, key, lambda w: word_bytes(word_of(w), workflow_id=workflow_id, run=run), now, lifetime
+    )
+
+
+Signable = TypeVar("Signable", ApprovalDecision, ResolveRequest, UserMessage, CancelRequest)
+
+
+def _signed(
+    said: Signable,
+    key: Ed25519PrivateKey,
+    message: Callable[[Signable], bytes],
+    now: datetime | None,
+    lifetime: timedelta,
+) -> Signable:
+    """`said` with `expires_at` and the signature of its `message` bytes."""
+    unsigned = said.model_copy(update={"expires_at": expiry(now, lifetime), "signature": ""})
+    signature = key.sign(message(unsigned))
     return unsigned.model_copy(update={"signature": base64.b64encode(signature).decode()})
 
 

@@ -75,41 +75,32 @@ async def _check(state: LoopState, held: DecisionToCheck) -> ApprovalCheck:
     info = workflow.info()
     run = state.run_chain[0] if state.run_chain else info.run_id
     asked = held.decision
+    asking: CheckApprovalInput | CheckResolutionInput | CheckWordInput
+    if isinstance(asked, ResolveRequest):
+        approvers = state.settlers(asked.call_id)
+        activity, summary = (
+            CHECK_RESOLUTION,
+            f"check resolve of {asked.call_id} by {asked.operator}",
+        )
+        asking = CheckResolutionInput(
+            resolution=asked, workflow_id=info.workflow_id, run=run, approvers=approvers
+        )
+    elif isinstance(asked, UserMessage | CancelRequest):
+        word = word_of(asked)
+        activity, summary = CHECK_WORD, f"check {word.kind} by {word.signer or 'no one named'}"
+        asking = CheckWordInput(word=word, workflow_id=info.workflow_id, run=run)
+    else:
+        activity, summary = CHECK_APPROVAL, f"check approval of {asked.call_id} by {asked.approver}"
+        asking = CheckApprovalInput(decision=asked, workflow_id=info.workflow_id, run=run)
     try:
-        check: ApprovalCheck
-        if isinstance(asked, ResolveRequest):
-            check = await workflow.execute_activity(
-                CHECK_RESOLUTION,
-                CheckResolutionInput(
-                    resolution=asked,
-                    workflow_id=info.workflow_id,
-                    run=run,
-                    approvers=state.with_specs([asked.call_id])[0][1].approvers,
-                ),
-                result_type=ApprovalCheck,
-                start_to_close_timeout=CHECK_TIMEOUT,
-                retry_policy=CHECK_RETRY,
-                summary=f"check resolve of {asked.call_id} by {asked.operator}",
-            )
-        elif isinstance(asked, UserMessage | CancelRequest):
-            word = word_of(asked)
-            check = await workflow.execute_activity(
-                CHECK_WORD,
-                CheckWordInput(word=word, workflow_id=info.workflow_id, run=run),
-                result_type=ApprovalCheck,
-                start_to_close_timeout=CHECK_TIMEOUT,
-                retry_policy=CHECK_RETRY,
-                summary=f"check {word.kind} by {word.signer or 'no one named'}",
-            )
-        else:
-            check = await workflow.execute_activity(
-                CHECK_APPROVAL,
-                CheckApprovalInput(decision=asked, workflow_id=info.workflow_id, run=run),
-                result_type=ApprovalCheck,
-                start_to_close_timeout=CHECK_TIMEOUT,
-                retry_policy=CHECK_RETRY,
-                summary=f"check approval of {asked.call_id} by {asked.approver}",
-            )
+        check: ApprovalCheck = await workflow.execute_activity(
+            activity,
+            asking,
+            result_type=ApprovalCheck,
+            start_to_close_timeout=CHECK_TIMEOUT,
+            retry_policy=CHECK_RETRY,
+            summary=summary,
+        )
     except ActivityError as exc:
         # A decision nobody could check does not count; the approver may send it again.
         return ApprovalCheck(problem=f"the worker could not check it: {describe_failure(exc)}")

@@ -104,6 +104,7 @@ async def start(run_input: AgentRunInput) -> LoopState:
     info = workflow.info()
     state = LoopState.start(run_input, described.tools, workflow.now(), info.workflow_id, builtins)
     state.approval_signing = described.approval_signing or ""
+    state.operators = described.operators
     state.notify = described.notify
     state.notice_timers = described.notice_timers
     state.require_verification = run_input.require_verification or described.require_verification

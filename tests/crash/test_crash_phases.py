@@ -289,7 +289,7 @@ class WhileAwaitingReconciliation(Phase):
     """The resolution lands on the new worker, and the write is never sent again."""
 
     def scripts(self, run_id: str) -> list[Script]:
-        return [reserve_script(run_id, "ops says applied")]
+        return [reserve_script(run_id, "workshop-lead says applied")]
 
     def prepare(self, service: ExampleService) -> None:
         service.inject_fault("workshops.reserve", "commit_then_drop")
@@ -308,7 +308,8 @@ class WhileAwaitingReconciliation(Phase):
             ("call_reserve", run.key)
         ]
         await run.handle.signal(
-            "resolve", ResolveRequest(call_id="call_reserve", outcome="applied", operator="ops")
+            "resolve",
+            ResolveRequest(call_id="call_reserve", outcome="applied", operator="workshop-lead"),
         )
 
     async def check(self, run: Crash, result: AgentRunResult) -> None:

@@ -299,7 +299,7 @@ async def test_an_inconclusive_lookup_waits_for_the_operator_and_never_resends(
     run_id: str,
     case: WriteCase,
 ) -> None:
-    scripted_provider.register(write_script(run_id, case, "ops says applied"))
+    scripted_provider.register(write_script(run_id, case, "workshop-lead says applied"))
     example_service.inject_fault(case.write_endpoint, "commit_then_drop")
     example_service.inject_fault(case.lookup_endpoint, "unavailable", count=LOOKUP_OUTAGE)
 
@@ -323,7 +323,7 @@ async def test_an_inconclusive_lookup_waits_for_the_operator_and_never_resends(
     assert len(scripted_provider.requests) == 1  # the model is not asked while it waits
 
     await handle.signal(
-        "resolve", ResolveRequest(call_id=CALL_ID, outcome="applied", operator="ops")
+        "resolve", ResolveRequest(call_id=CALL_ID, outcome="applied", operator="workshop-lead")
     )
     result = await result_of(handle)
 
@@ -332,10 +332,11 @@ async def test_an_inconclusive_lookup_waits_for_the_operator_and_never_resends(
     assert counts(example_service)[case.write_endpoint] == 1
     call = the_call(result.calls)
     assert (call.status, call.attempts, call.idempotency_key) == ("confirmed_after_query", 1, key)
-    assert "resolved: ops says applied" in call.decision
+    assert "resolved: workshop-lead says applied" in call.decision
     assert call.resolution is not None
-    assert (call.resolution.operator, call.resolution.outcome) == ("ops", "applied")
-    check_effect(result, key, case, "confirmed_after_query", "operator (ops says applied)")
+    assert (call.resolution.operator, call.resolution.outcome) == ("workshop-lead", "applied")
+    confirmed_by = "operator (workshop-lead says applied)"
+    check_effect(result, key, case, "confirmed_after_query", confirmed_by)
 
 
 @both_writes

@@ -134,6 +134,23 @@ async def waiting_booking(
     return handle
 
 
+async def unknown_write_waiting_approval(
+    client: Client,
+    worker: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    workflow_id: str,
+) -> WorkflowHandle[Any, AgentRunResult]:
+    """A booking run waiting for the approval of a write whose outcome will stay unknown: it
+    commits but its answer is lost, and no lookup can tell."""
+    scripted_provider.register(booking(workflow_id))
+    example_service.inject_fault("workshops.reserve", "commit_then_drop")
+    example_service.inject_fault("workshops.operation", "unavailable", count=50)
+    handle = await start_run(client, worker, workflow_id, booking_input(workflow_id))
+    await wait_for_phase(handle, "awaiting_approval")
+    return handle
+
+
 async def approve_on_page(page: Watched) -> None:
     """Approves the call the run page shows, and sees the inbox say so."""
     await page.page.locator(".approval").get_by_role("button", name="Approve").click()
@@ -247,12 +264,9 @@ async def test_an_unknown_write_is_resolved_as_applied_in_the_browser(
     live: Live, inbox: InboxServer, page: Watched, run_id: str
 ) -> None:
     expect = playwright_api.expect
-    live.provider.register(booking(run_id))
-    # The write commits but its answer is lost, and no lookup can tell: the outcome is unknown.
-    live.service.inject_fault("workshops.reserve", "commit_then_drop")
-    live.service.inject_fault("workshops.operation", "unavailable", count=50)
-    handle = await start_run(live.client, live.worker, run_id, booking_input(run_id))
-    await wait_for_phase(handle, "awaiting_approval")
+    handle = await unknown_write_waiting_approval(
+        live.client, live.worker, live.provider, live.service, run_id
+    )
     await page.page.goto(f"{inbox.url}/runs/{run_id}")
     await page.page.locator(".approval").get_by_role("button", name="Approve").click()
     await expect(page.page.locator("#notice.ok")).to_contain_text("approved c_res")

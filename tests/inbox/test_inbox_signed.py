@@ -25,9 +25,9 @@ from tests.inbox.test_inbox_browser import (  # noqa: F401  (the browser fixture
     APPROVER,
     USER_HEADER,
     Watched,
-    booking,
     booking_input,
     browser,
+    unknown_write_waiting_approval,
 )
 from tests.loop.test_hardening import refusals
 from tests.support import result_of, start_run, wait_for_phase
@@ -148,12 +148,9 @@ async def test_an_unknown_write_is_settled_only_by_an_approver_and_signed_in_the
     run_id: str,
 ) -> None:
     expect = playwright_api.expect
-    scripted_provider.register(booking(run_id))
-    # The write commits but its answer is lost, and no lookup can tell: the outcome is unknown.
-    example_service.inject_fault("workshops.reserve", "commit_then_drop")
-    example_service.inject_fault("workshops.operation", "unavailable", count=50)
-    handle = await start_run(client, signed_worker, run_id, booking_input(run_id))
-    await wait_for_phase(handle, "awaiting_approval")
+    handle = await unknown_write_waiting_approval(
+        client, signed_worker, scripted_provider, example_service, run_id
+    )
     run_page = f"{inbox.url}/runs/{run_id}"
     await page.page.goto(run_page)
     await load_key(page, approver_key[0])

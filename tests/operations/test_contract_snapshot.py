@@ -144,7 +144,7 @@ async def test_status_and_result_json_stay_as_stored(
         "--outcome",
         "applied",
         "--operator",
-        "ops",
+        "workshop-lead",  # reserve_seat's approver: who may settle its write (issue 44)
         "--note",
         "seen in the ledger",
     )

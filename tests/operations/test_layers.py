@@ -46,6 +46,7 @@ VOCABULARY = frozenset(
         "run_events",
         "run_failure",
         "search",
+        "signed_words",
         "stream_seals",
         "task_families",
         "tool_spec",

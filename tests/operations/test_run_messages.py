@@ -88,7 +88,7 @@ def test_only_the_run_client_sends_a_run_a_message() -> None:
 def test_the_workflow_takes_its_messages_by_the_contracts_names() -> None:
     definition = workflow._Definition.from_class(AgentRun)
     assert definition is not None
-    assert set(definition.updates) == {contract.DECIDE_UPDATE}
+    assert set(definition.updates) == {contract.DECIDE_UPDATE, contract.DELIVER_UPDATE}
     assert contract.STATUS_QUERY in definition.queries
     assert set(inbound.SIGNAL_SHAPES) == {
         contract.APPROVE_SIGNAL,
@@ -96,7 +96,7 @@ def test_the_workflow_takes_its_messages_by_the_contracts_names() -> None:
         contract.MESSAGE_SIGNAL,
         contract.CANCEL_SIGNAL,
     }
-    assert set(inbound.UPDATE_SHAPES) == {contract.DECIDE_UPDATE}
+    assert set(inbound.UPDATE_SHAPES) == {contract.DECIDE_UPDATE, contract.DELIVER_UPDATE}
 
 
 def test_the_name_checks_find_a_spelled_name_and_a_sender(tmp_path: Path) -> None:

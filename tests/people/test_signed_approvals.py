@@ -248,6 +248,20 @@ async def signing_worker(client: Client, worker_settings: Settings) -> AsyncIter
         yield settings
 
 
+def lead_key_for_the_cli(
+    client: Client, settings: Settings, tmp_path: Path
+) -> tuple[Path, dict[str, str]]:
+    """workshop-lead's key file, and the environment the CLI reaches `settings`' worker with."""
+    lead_pem = tmp_path / "lead.pem"
+    lead_pem.write_bytes(LEAD.private_bytes(*PKCS8))
+    env = process_env(
+        TEMPORAL_ADDRESS=client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=settings.task_queue,
+        AGENTLOOP_STORE_URL=settings.store_url,
+    )
+    return lead_pem, env
+
+
 def reservations(example_service: ExampleService) -> int:
     return int(example_service.records()["reservations"])
 
@@ -317,11 +331,7 @@ async def test_agentloop_approve_with_key_signs_for_the_run(
     servers: Servers, signing_worker: Settings, run_id: str, tmp_path: Path
 ) -> None:
     handle = await paused_for_approval(servers.client, signing_worker, servers.provider, run_id)
-    env = process_env(
-        TEMPORAL_ADDRESS=servers.client.service_client.config.target_host,
-        AGENT_LOOP_TASK_QUEUE=signing_worker.task_queue,
-        AGENTLOOP_STORE_URL=signing_worker.store_url,
-    )
+    lead_pem, env = lead_key_for_the_cli(servers.client, signing_worker, tmp_path)
     unsigned = await agentloop("approve", run_id, "c_res", "--approver", "workshop-lead", env=env)
     assert unsigned.returncode == 1, unsigned.explain()
     assert "decision refused: unsigned: this worker takes only signed approvals" in (
@@ -336,8 +346,6 @@ async def test_agentloop_approve_with_key_signs_for_the_run(
     assert wrong.returncode == 1 and "the signature is not workshop-lead's" in wrong.stderr
     assert reservations(servers.service) == 0
 
-    lead_pem = tmp_path / "lead.pem"
-    lead_pem.write_bytes(LEAD.private_bytes(*PKCS8))
     approved = await agentloop(
         "approve", run_id, "c_res", "--approver", "workshop-lead", "--json",
         env={**env, "AGENTLOOP_APPROVER_KEY": str(lead_pem)},
@@ -419,13 +427,7 @@ async def test_with_keys_only_a_signed_resolve_by_an_approver_settles_a_write(
     assert view.phase == "awaiting_reconciliation" and the_call(view.calls).status == "unknown"
 
     # `agentloop resolve --key` signs for the run chain, as `approve --key` does.
-    lead_pem = tmp_path / "lead.pem"
-    lead_pem.write_bytes(LEAD.private_bytes(*PKCS8))
-    env = process_env(
-        TEMPORAL_ADDRESS=servers.client.service_client.config.target_host,
-        AGENT_LOOP_TASK_QUEUE=signing_worker.task_queue,
-        AGENTLOOP_STORE_URL=signing_worker.store_url,
-    )
+    lead_pem, env = lead_key_for_the_cli(servers.client, signing_worker, tmp_path)
     resolved = await agentloop(
         "resolve", run_id, CALL_ID, "--outcome", "applied", "--operator", "workshop-lead",
         "--note", "seen in the register", "--key", str(lead_pem), "--json", env=env,

@@ -18,26 +18,44 @@ from temporalio.client import Client, WorkflowHandle
 from agentloop.contract import (
     AgentRunInput,
     AgentRunResult,
+    ApprovalDecision,
     CancelRequest,
     Principal,
     RefusedSignal,
+    ResolveRequest,
     UserMessage,
 )
+from agentloop.demo.services import ExampleService
 from agentloop.run_client import RunClient
-from agentloop.runtime.config import Settings
+from agentloop.runtime.config import ConfigError, Settings
 from agentloop.runtime.signing import ApproverKeys, sign_word, word_bytes
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.signed_words import word_of
-from tests.cli.test_cli import agentloop, process_env
+from agentloop.worker import running_worker
+from tests.cli.test_cli import agentloop
+from tests.crash.test_exactly_once import (
+    CALL_ID,
+    LOOKUP_OUTAGE,
+    RESERVE,
+    run_input,
+    the_call,
+    write_script,
+)
 from tests.loop.test_hardening import assert_never_wedged, refusals
 from tests.people.test_signed_approvals import (  # noqa: F401  (the fixture)
     INTRUDER,
     KEYS,
     LEAD,
-    PKCS8,
+    lead_key_for_the_cli,
     signing_worker,
 )
-from tests.support import result_of, scheduled_activity_types, start_run, wait_for_status
+from tests.support import (
+    result_of,
+    scheduled_activity_types,
+    start_run,
+    wait_for_phase,
+    wait_for_status,
+)
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 QUESTION = "Refund 5,000 EUR to account X? (yes/no)"
@@ -190,13 +208,7 @@ async def test_signed_mode_refuses_unsigned_answers_and_cancels_and_takes_signed
     await asked(handle, 2)
 
     # `agentloop cancel --key --by` signs for the run chain; the run stops cancelled.
-    lead_pem = tmp_path / "lead.pem"
-    lead_pem.write_bytes(LEAD.private_bytes(*PKCS8))
-    env = process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
-        AGENT_LOOP_TASK_QUEUE=signing_worker.task_queue,
-        AGENTLOOP_STORE_URL=signing_worker.store_url,
-    )
+    lead_pem, env = lead_key_for_the_cli(client, signing_worker, tmp_path)
     cancelled = await agentloop(
         "cancel", run_id, "--reason", "the customer withdrew", "--by", "workshop-lead",
         "--key", str(lead_pem), "--json", env=env,
@@ -212,3 +224,65 @@ async def test_signed_mode_refuses_unsigned_answers_and_cancels_and_takes_signed
     events = [e async for e in handle.fetch_history_events()]
     checks = [t for t in scheduled_activity_types(events) if t == "check_word"]
     assert len(checks) == 5  # three refused, two taken: each checked by the worker once
+
+
+# --- who may settle an unknown write (issue #44, item 3) ----------------------------------------
+
+
+def test_the_operators_role_is_a_list_of_names() -> None:
+    assert Settings(operators=" night-ops, ops@acme ,night-ops").operator_names() == [
+        "night-ops",
+        "ops@acme",
+    ]
+    assert Settings().operator_names() == []
+    with pytest.raises(ConfigError, match="AGENTLOOP_OPERATORS: 'night ops' is not a name"):
+        Settings(operators="night ops").operator_names()
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("clean_fakes")
+async def test_only_the_tools_approvers_and_the_operators_settle_an_unknown_write_unsigned_too(
+    client: Client,
+    worker_settings: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    """Without keys a name counts as given, but only a name allowed to settle the write: the
+    tool's approvers, and the workers' operators (`AGENTLOOP_OPERATORS`)."""
+    settings = worker_settings.model_copy(
+        update={"operators": "night-ops", "task_queue": f"operators-{run_id[-8:]}"}
+    )
+    async with running_worker(client, settings):
+        scripted_provider.register(write_script(run_id, RESERVE, "night-ops says applied"))
+        example_service.inject_fault(RESERVE.write_endpoint, "commit_then_drop")
+        example_service.inject_fault(RESERVE.lookup_endpoint, "unavailable", count=LOOKUP_OUTAGE)
+        handle = await start_run(client, settings, run_id, run_input(run_id, RESERVE))
+        await wait_for_phase(handle, "awaiting_approval")
+        run = RunClient(client, run_id)
+        pending = (await run.status()).pending_approvals[0]
+        decision = ApprovalDecision(
+            call_id=CALL_ID, args_digest=pending.args_digest, approved=True, approver="x"
+        )
+        assert (await run.decide(decision)).accepted is False  # not workshop-lead: refused
+        approved = decision.model_copy(update={"approver": "workshop-lead"})
+        assert (await run.decide(approved)).accepted is True
+        view = await wait_for_phase(handle, "awaiting_reconciliation")
+        assert view.approval_signing == "unsigned"
+        assert [u.approvers for u in view.unresolved] == [["workshop-lead", "night-ops"]]
+
+        def word(operator: str) -> ResolveRequest:
+            return ResolveRequest(call_id=CALL_ID, outcome="applied", operator=operator)
+
+        refused = await run.deliver(word("mallory"))
+        assert not refused.accepted
+        assert refused.reason == (
+            "'mallory' may not settle this write; approvers: workshop-lead, night-ops"
+        )
+        assert (await run.deliver(word("night-ops"))).accepted
+        result = await result_of(handle)
+    assert result.status == "completed", result.stop_reason
+    call = the_call(result.calls)
+    assert call.status == "confirmed_after_query" and call.resolution is not None
+    assert call.resolution.operator == "night-ops"
+    assert int(example_service.records()["reservations"]) == 1

@@ -17,7 +17,6 @@ from agentloop.workflows.loop.exchange import (
 )
 from agentloop.workflows.loop.humans import (
     awaiting_humans,
-    decisions_to_check,
     receive_decision,
     receive_resolution,
     receive_word,
@@ -70,6 +69,7 @@ from agentloop.workflows.loop.state import (
     MAX_RUN_CHAIN_IDS,
     DecisionToCheck,
     LoopState,
+    decisions_to_check,
 )
 from agentloop.workflows.loop.texts import record_texts_stored, state_to_carry, texts_to_store
 from agentloop.workflows.loop.tool_step import (

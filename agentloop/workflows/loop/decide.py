@@ -16,7 +16,6 @@ from agentloop.contract import RunStatus
 from agentloop.events import ModelOutput
 from agentloop.policies import authorization, budgets
 from agentloop.policies.compensation import Offered
-from agentloop.workflows.loop.humans import decisions_to_check
 from agentloop.workflows.loop.next_step import (
     AwaitApproval,
     AwaitInput,
@@ -37,6 +36,7 @@ from agentloop.workflows.loop.state import (
     Batch,
     Compensation,
     LoopState,
+    decisions_to_check,
 )
 from agentloop.workflows.loop.stops import (
     empty_answer,

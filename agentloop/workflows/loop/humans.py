@@ -87,11 +87,20 @@ def _held_for_check(
     """`asked`, held for the worker's check; None when too many already wait."""
     batch = state.batch
     assert batch is not None
-    if len(batch.to_check) >= MAX_DECISIONS_TO_CHECK:
+    return _hold(state, asked, batch.to_check)
+
+
+def _hold(
+    state: LoopState,
+    asked: ApprovalDecision | ResolveRequest | UserMessage | CancelRequest,
+    holding: list[DecisionToCheck],
+) -> DecisionToCheck | None:
+    """`asked` added to `holding` under the next ticket; None when `holding` is full."""
+    if len(holding) >= MAX_DECISIONS_TO_CHECK:
         return None
     state.decisions_received += 1
     held = DecisionToCheck(ticket=state.decisions_received, decision=asked)
-    batch.to_check.append(held)
+    holding.append(held)
     return held
 
 
@@ -113,13 +122,6 @@ def record_checked_decision(
     return _apply_decision(state, decision, now)
 
 
-def decisions_to_check(state: LoopState) -> list[DecisionToCheck]:
-    """Everything held for the worker's check: answers and cancels first (a cancel applies
-    whatever the run does), then the batch's decisions."""
-    held = list(state.words_to_check)
-    return held + (list(state.batch.to_check) if state.batch is not None else [])
-
-
 def receive_word(
     state: LoopState, word: UserMessage | CancelRequest, now: datetime
 ) -> ApprovalVerdict | DecisionToCheck:
@@ -128,13 +130,11 @@ def receive_word(
     `record_checked_word` then applies; elsewhere applied at once."""
     if state.approval_signing != "signed":
         return _apply_word(state, word, now)
-    if len(state.words_to_check) >= MAX_DECISIONS_TO_CHECK:
+    held = _hold(state, word, state.words_to_check)
+    if held is None:
         reason = f"{MAX_DECISIONS_TO_CHECK} answers and cancels already wait for the worker's check"
         record_refused_input(state, _signal_of(word), _shown(word), reason, now)
         return ApprovalVerdict(accepted=False, reason=reason)
-    state.decisions_received += 1
-    held = DecisionToCheck(ticket=state.decisions_received, decision=word)
-    state.words_to_check.append(held)
     return held
 
 

@@ -257,6 +257,9 @@ class LoopState(BaseModel):
     approval_signing: str = ""
     """How the worker takes approvals, `signed` or `unsigned`: as it said at the start and the
     last time it checked a decision."""
+    operators: list[str] = Field(default_factory=list)
+    """Who may settle any unknown write besides its tool's approvers (`settlers`), as the
+    worker said at the start (`AGENTLOOP_OPERATORS`)."""
     words_to_check: list[DecisionToCheck] = Field(default_factory=list)
     """Answers and cancels the worker has not checked yet (held only where it takes only
     signed ones; never carried: the run does not continue as new while any waits)."""
@@ -425,6 +428,11 @@ class LoopState(BaseModel):
         """A tool of the run's, or an undo of one of its writes (None: neither)."""
         return self.tools.get(name) or self.undo_tools.get(name)
 
+    def settlers(self, call_id: str) -> list[str]:
+        """Who may settle `call_id`'s unknown write: its tool's approvers and the operators
+        (none named: anyone who may act on the run)."""
+        return list(dict.fromkeys([*self.spec_of(call_id).approvers, *self.operators]))
+
     def call(self, call_id: str) -> ToolCall:
         """The proposed call `call_id` of the output being acted on."""
         assert self.last_output is not None
@@ -437,6 +445,13 @@ class LoopState(BaseModel):
         assert self.last_output is not None
         calls = {call.call_id: call for call in self.last_output.tool_calls}
         return [(calls[call_id], self.spec_of(call_id)) for call_id in call_ids]
+
+
+def decisions_to_check(state: LoopState) -> list[DecisionToCheck]:
+    """Everything held for the worker's check: answers and cancels first (a cancel applies
+    whatever the run does), then the batch's decisions."""
+    held = list(state.words_to_check)
+    return held + (list(state.batch.to_check) if state.batch is not None else [])
 
 
 def started_per_tool(calls: Iterable[CallRecord]) -> Counter[str]:

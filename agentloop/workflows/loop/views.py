@@ -117,7 +117,7 @@ def unresolved(state: LoopState) -> list[WriteAwaitingOperator]:
         return []
     return [
         WriteAwaitingOperator(
-            **dict(r), arguments=state.calls[c].arguments, approvers=state.spec_of(c).approvers
+            **dict(r), arguments=state.calls[c].arguments, approvers=state.settlers(c)
         )
         for c, r in batch.reconciling.items()
     ]
