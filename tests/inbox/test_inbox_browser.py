@@ -18,6 +18,7 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal, UserMessage
+from agentloop.demo.services import ExampleService
 from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.policies.bounds import clipped
 from agentloop.runtime.config import Settings
