@@ -18,6 +18,7 @@ from agentloop.contract import (
     describe_validation_error,
 )
 from agentloop.events import Event, ModelOutput
+from agentloop.notice_timers import MAX_ROUTES, NoticeTimers
 from agentloop.signed_words import SignedWord
 from agentloop.tool_spec import Outcome, ToolSpec
 
