@@ -16,14 +16,20 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
     ValidationError,
-    model_serializer,
-    model_validator,
 )
 
 from agentloop.digests import canonical_json, sha256_hex
 from agentloop.events import Event
+from agentloop.input_limits import (
+    MAX_LIST_ITEMS,
+    MAX_NAME_CHARS,
+    MAX_NOTE_CHARS,
+    MAX_TEXT_CHARS,
+    MAX_WAIT_SECONDS,
+    Name,
+    StrictInput,
+)
 from agentloop.ledger import (
     ApprovalRecord as ApprovalRecord,
 )
@@ -68,6 +74,24 @@ from agentloop.ledger import (
 )
 from agentloop.ledger import (
     WriteAwaitingOperator as WriteAwaitingOperator,
+)
+from agentloop.people_messages import (
+    ApprovalDecision as ApprovalDecision,
+)
+from agentloop.people_messages import (
+    ApprovalVerdict as ApprovalVerdict,
+)
+from agentloop.people_messages import (
+    CancelRequest as CancelRequest,
+)
+from agentloop.people_messages import (
+    Delivery as Delivery,
+)
+from agentloop.people_messages import (
+    ResolveRequest as ResolveRequest,
+)
+from agentloop.people_messages import (
+    UserMessage as UserMessage,
 )
 
 WORKFLOW_NAME = "AgentRun"
@@ -163,27 +187,6 @@ def describe_validation_error(exc: ValidationError, names: Mapping[str, str] = {
     return "; ".join(parts)
 
 
-class _Strict(BaseModel):
-    # Unknown fields in a caller's input are a mistake worth naming, not something to ignore.
-    model_config = ConfigDict(extra="forbid")
-
-
-MAX_TEXT_CHARS = 200_000
-"""A run's task and its instructions."""
-MAX_MESSAGE_CHARS = 100_000
-"""A `message` signal's text."""
-MAX_NAME_CHARS = 200
-"""Names: a tool, a model, a subject, an approver, a call id..."""
-MAX_NOTE_CHARS = 4_000
-"""A reason or a note a person gives with a decision."""
-MAX_SIGNATURE_CHARS = 200
-"""A signed approval's signature, base64 (an Ed25519 signature is 88 characters)."""
-MAX_WAIT_SECONDS = 10 * 365 * 86_400.0
-"""The longest a run waits for anything (a deadline, an approval, an answer): ten years."""
-MAX_LIST_ITEMS = 256
-"""Tools, scopes, per-tool limits."""
-
-Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
 
 CompensatePolicy = Literal["never", "ask", "always"]
 """What a run that ends without delivering does with the writes it made that declared an
@@ -191,13 +194,13 @@ undo (docs/concepts/compensation.md): leave them as they are, offer each undo fo
 person's approval (`ask`), or run each undo without asking (`always`)."""
 
 
-class Principal(_Strict):
+class Principal(StrictInput):
     subject: Name
     tenant: str = Field(default="default", max_length=MAX_NAME_CHARS)
     scopes: list[Name] = Field(default_factory=list, max_length=MAX_LIST_ITEMS)
 
 
-class Limits(_Strict):
+class Limits(StrictInput):
     max_model_calls: int = Field(default=8, ge=1)
     max_tool_calls: int = Field(default=32, ge=0)
     max_total_tokens: int | None = Field(default=None, ge=1)
@@ -213,7 +216,7 @@ MAX_EXTRA_CHARS = 4_000
 ReasoningEffort = Literal["minimal", "low", "medium", "high"]
 
 
-class ModelParameters(_Strict):
+class ModelParameters(StrictInput):
     """A run's model parameters (`AgentRunInput.model_settings`), sent on every model call.
     Checked per provider when the run starts (`checks.model_settings_problem`): a parameter
     the provider does not take fails the run at once, naming it."""
@@ -234,7 +237,7 @@ class ModelParameters(_Strict):
     JSON; none agentloop sets itself)."""
 
 
-class AgentRunInput(_Strict):
+class AgentRunInput(StrictInput):
     """The run's input. Every field has a maximum (the constants above): an input beyond one
     fails the run at once, naming the field, instead of wedging it later."""
 
@@ -488,104 +491,3 @@ class RunStatusView(BaseModel):
     compensation: list[CompensationLine] = Field(default_factory=list)
     """While the run undoes what it wrote (`compensating`) and once it stopped: as
     `AgentRunResult.compensation`."""
-
-
-class _SignedWord(BaseModel):
-    """A message that decides something and may be signed (`agentloop.runtime.signing`):
-    with approver keys, the worker takes it only signed."""
-
-    @model_serializer(mode="wrap")
-    def _unsigned_as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # An unsigned word goes out as it did before signing existed: a worker on older code
-        # (which forbids unknown fields) still takes it.
-        fields: dict[str, Any] = handler(self)
-        if not fields.get("signature") and fields.get("expires_at") is None:
-            fields.pop("signature", None)
-            fields.pop("expires_at", None)
-        if "requested_by" in fields and not fields["requested_by"]:
-            del fields["requested_by"]  # a cancel naming no one
-        return fields
-
-
-class CancelRequest(_SignedWord):
-    """The `cancel` signal: the run stops at its next step (a write in flight finishes)."""
-
-    reason: str = Field(default="", max_length=MAX_NOTE_CHARS)
-    requested_by: str = Field(default="", max_length=MAX_NAME_CHARS)
-    """Who asks (a signed cancel counts only when signed by this name's key)."""
-    expires_at: AwareDatetime | None = None
-    """Until when a signed cancel counts (`agentloop.runtime.signing`)."""
-    signature: str = Field(default="", max_length=MAX_SIGNATURE_CHARS)
-    """`requested_by`'s Ed25519 signature (base64), for a worker configured with approver
-    keys; empty when unsigned."""
-
-
-class ApprovalDecision(_Strict):
-    """The `approve` signal (and `decide_approval` update): a decision on one pending call,
-    bound to the args digest the approver was shown in `status`."""
-
-    call_id: Name
-    args_digest: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    approved: bool
-    approver: Name
-    reason: str = Field(default="", max_length=MAX_NOTE_CHARS)
-    expires_at: AwareDatetime | None = None
-    """Until when a signed decision counts (`agentloop.runtime.signing`)."""
-    signature: str = Field(default="", max_length=MAX_SIGNATURE_CHARS)
-    """The approver's Ed25519 signature (base64) of the decision, for a worker configured with
-    approver keys; empty for unsigned approvals."""
-
-
-class ResolveRequest(_Strict, _SignedWord):
-    """The `resolve` signal: an operator's word on a write whose outcome stayed unknown."""
-
-    call_id: Name
-    outcome: Literal["applied", "not_applied"]
-    operator: Name
-    note: str = Field(default="", max_length=MAX_NOTE_CHARS)
-    expires_at: AwareDatetime | None = None
-    """Until when a signed word counts (`agentloop.runtime.signing`)."""
-    signature: str = Field(default="", max_length=MAX_SIGNATURE_CHARS)
-    """The operator's Ed25519 signature (base64) of the word, for a worker configured with
-    approver keys; empty when unsigned."""
-
-
-class UserMessage(_Strict, _SignedWord):
-    """The `message` signal: answers the question a run is waiting on (`awaiting_input`), or
-    is a later message from the user, seen at the next model call."""
-
-    text: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
-    sender: Name
-    expires_at: AwareDatetime | None = None
-    """Until when a signed message counts (`agentloop.runtime.signing`)."""
-    signature: str = Field(default="", max_length=MAX_SIGNATURE_CHARS)
-    """The sender's Ed25519 signature (base64) of the message, for a worker configured with
-    approver keys; empty when unsigned."""
-
-
-class Delivery(_Strict):
-    """The `deliver` update: one `message`, `resolve` or `cancel`, answered with whether it
-    counted (`ApprovalVerdict`) once the run applied or refused it."""
-
-    message: UserMessage | None = None
-    resolve: ResolveRequest | None = None
-    cancel: CancelRequest | None = None
-
-    @model_validator(mode="after")
-    def _one_word(self) -> Delivery:
-        if sum(word is not None for word in (self.message, self.resolve, self.cancel)) != 1:
-            raise ValueError("a delivery carries exactly one of message, resolve, cancel")
-        return self
-
-    @property
-    def word(self) -> UserMessage | ResolveRequest | CancelRequest:
-        word = self.message or self.resolve or self.cancel
-        assert word is not None
-        return word
-
-
-class ApprovalVerdict(BaseModel):
-    """What the `decide_approval` update answers: whether the decision counted."""
-
-    accepted: bool
-    reason: str = ""

@@ -17,7 +17,7 @@ import httpx2
 from pydantic_core import PydanticSerializationError
 
 from agentloop.adapters.base import ProviderError, UnsupportedEventError
-from agentloop.contract import MAX_NAME_CHARS, ModelSettings
+from agentloop.contract import ModelSettings
 from agentloop.digests import args_digest
 from agentloop.events import (
     CONTINUED,
@@ -30,6 +30,7 @@ from agentloop.events import (
     ToolResult,
     UserInput,
 )
+from agentloop.input_limits import MAX_NAME_CHARS
 from agentloop.policies.bounds import (
     MAX_ARGUMENT_CHARS,
     MAX_OUTPUT_ARGUMENT_BYTES,

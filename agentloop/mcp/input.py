@@ -17,7 +17,7 @@ from typing import Any
 import mcp_types as types
 from pydantic import ValidationError
 
-from agentloop.contract import MAX_MESSAGE_CHARS
+from agentloop.input_limits import MAX_MESSAGE_CHARS
 from agentloop.policies.bounds import loads_bounded
 from agentloop.policies.schema_cost import schema_cost_problem
 from agentloop.policies.validation import MAX_CHECK_STEPS, schema_problem, schema_problems

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentloop.contract import MAX_WAIT_SECONDS
+from agentloop.input_limits import MAX_WAIT_SECONDS
 from agentloop.notice_timers import MAX_ROUTES, NoticeTimers, routes_call
 from agentloop.runtime.config_checks import check_webhooks, http_url_check
 

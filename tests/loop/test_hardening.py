@@ -24,7 +24,6 @@ from agentloop.activities.verify import VerifierActivities
 from agentloop.activity_io import UnreadableJSON, VerifyInput
 from agentloop.adapters._shared import make_tool_call, make_tool_calls, text_safe
 from agentloop.contract import (
-    MAX_NAME_CHARS,
     WORKFLOW_NAME,
     AgentRunInput,
     AgentRunResult,
@@ -36,6 +35,7 @@ from agentloop.contract import (
 )
 from agentloop.demo.mcp_server import fanning_schema
 from agentloop.events import ModelOutput
+from agentloop.input_limits import MAX_NAME_CHARS
 from agentloop.policies import checks
 from agentloop.policies.bounds import MAX_INLINE_ANSWER_CHARS
 from agentloop.runtime.config import Settings
