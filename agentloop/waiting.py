@@ -4,8 +4,11 @@ and every decision read the run's own `status`."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, Field
 
@@ -53,6 +56,9 @@ class WaitingMemo(BaseModel):
     left_out: int = 0
     """Calls waiting that the memo had no room for (`MAX_WAITING_MEMO_BYTES`): the inbox
     asks such a run's `status` instead."""
+    seal: str = ""
+    """The worker's vouching for the rest (`vouched`): an HMAC-SHA256 under its memo key, over
+    the workflow id and every other field. Empty: written where no worker key was (a replay)."""
 
 
 MAX_MEMO_TEXT_CHARS = 120
@@ -60,6 +66,49 @@ MAX_MEMO_TEXT_CHARS = 120
 MAX_WAITING_MEMO_BYTES = 1_800
 """How large a `WaitingMemo` grows, as JSON: every waiting run's memo comes with each
 visibility list, and Temporal logs a warning for each memo past 2 KB (`limit.memoSize.warn`)."""
+SEAL_BYTES = len(',"seal":""') + 64
+"""What the seal adds to a memo, as JSON (64 hex digits)."""
+
+
+# Who wrote a memo. Anyone who may start a workflow may start an `AgentRun` with any memo and
+# search attributes (on a task queue no worker polls, it never runs: nothing it claims is ever
+# corrected). So the inbox lists a run only when its memo is sealed by a worker: the workflow
+# seals what it upserts with a key derived from the worker's stream key (`memo_key`: a holder
+# of it checks seals and makes memo seals, never stream seals), over the workflow id and the
+# memo, which names its run id: a memo copied onto another run does not hold there.
+def memo_key(worker_key: bytes | None) -> bytes | None:
+    """The key a worker holding `worker_key` (`stream_seals.worker_key`) seals memos with
+    (None: no key, none)."""
+    if worker_key is None:
+        return None
+    return hmac.new(worker_key, b"agentloop waiting memo", hashlib.sha256).digest()
+
+
+def _memo_seal(key: bytes, workflow_id: str, fields: dict[str, Any]) -> str:
+    signed = json.dumps(
+        [workflow_id, fields], sort_keys=True, separators=(",", ":"), ensure_ascii=True
+    )
+    return hmac.new(key, signed.encode(), hashlib.sha256).hexdigest()
+
+
+def sealed_memo(key: bytes | None, workflow_id: str, memo: dict[str, Any]) -> dict[str, Any]:
+    """`memo` (a `WaitingMemo` as JSON) as the workflow upserts it: sealed under `key`
+    (None: unsealed, as a replay without the key writes it)."""
+    fields = {name: value for name, value in memo.items() if name != "seal"}
+    if key is None:
+        return fields
+    return {**fields, "seal": _memo_seal(key, workflow_id, fields)}
+
+
+def vouched(key: bytes | None, workflow_id: str, memo: object) -> bool:
+    """`memo` (as decoded from a run's memo) was sealed under `key` for `workflow_id`."""
+    if key is None or not isinstance(memo, dict):
+        return False
+    seal = memo.get("seal")
+    if not isinstance(seal, str):
+        return False
+    fields = {name: value for name, value in memo.items() if name != "seal"}
+    return hmac.compare_digest(seal.encode(), _memo_seal(key, workflow_id, fields).encode())
 
 
 # A run's page in the inbox, whatever its workflow id holds (the inbox's links and the

@@ -16,6 +16,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -322,7 +323,15 @@ async def inbox(args: argparse.Namespace, settings: Settings) -> int:
     127.0.0.1 without --auth-header, or the port is taken."""
     from agentloop.inbox import InboxOptions, InboxServer, check_exposure
 
-    options = InboxOptions(auth_header=args.auth_header, tenants=settings.inbox_tenant_map())
+    problems = settings.inbox_problems()
+    if problems:
+        raise ConfigError(problems)
+    options = InboxOptions(
+        auth_header=args.auth_header,
+        tenants=settings.inbox_tenant_map(),
+        key=settings.inbox_memo_key(),
+        wait=timedelta(seconds=settings.inbox_wait_seconds),
+    )
     check_exposure(args.host, options)
     client = await connect_checked(settings)
     stop = asyncio.Event()
@@ -389,7 +398,10 @@ async def dev(args: argparse.Namespace, settings: Settings) -> int:
     ports = DevStackPorts(args.port, args.ui_port, args.example_port, args.provider_port)
     ensure_port_free(args.inbox_port, "the inbox", "--inbox-port")  # before anything starts
     inbox_url = f"http://127.0.0.1:{args.inbox_port}"
-    options = InboxOptions(tenants=settings.inbox_tenant_map())
+    # No key: the inbox checks with its own process's worker's (`InboxOptions.memo_key`).
+    options = InboxOptions(
+        tenants=settings.inbox_tenant_map(), wait=timedelta(seconds=settings.inbox_wait_seconds)
+    )
     settings = settings.model_copy(update={"inbox_url": inbox_url})
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,8 +1,9 @@
-"""`agentloop keys`: an approver's Ed25519 key pair for signed approvals.
+"""`agentloop keys`: an approver's Ed25519 key pair for signed approvals, and the inbox's key.
 
 `keys new NAME` writes NAME.pem (the private key, readable by its owner only) and prints the
 line that goes into the workers' AGENTLOOP_APPROVER_KEYS; `keys public NAME FILE` prints that
-line again from the private key file.
+line again from the private key file. `keys inbox` prints the inbox's AGENTLOOP_INBOX_KEY from
+the workers' AGENTLOOP_STREAM_KEY (`waiting.memo_key`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import sys
 from pathlib import Path
 
 from agentloop.cli.output import ApproverKey, ExitCode, print_json
+from agentloop.runtime.config import ConfigError, load_config
+from agentloop.runtime.config_variables import VARIABLES, present
 from agentloop.runtime.signing import (
     APPROVER_NAME,
     SigningError,
@@ -20,9 +23,13 @@ from agentloop.runtime.signing import (
     new_private_key_pem,
     public_key_text,
 )
+from agentloop.stream_seals import derived_key
+from agentloop.waiting import memo_key
 
 
 def approver_keys(args: argparse.Namespace) -> int:
+    if args.keys_command == "inbox":
+        return _inbox_key()
     if not APPROVER_NAME.fullmatch(args.approver):
         print(
             f"agentloop keys: {args.approver!r} is not an approver name "
@@ -66,4 +73,25 @@ def _new(approver: str, folder: Path, as_json: bool) -> int:
         file.write(pem)
     print(f"wrote {path} (the private key: keep it to {approver})", file=sys.stderr)
     _show(approver, public, path, as_json=as_json)
+    return ExitCode.OK
+
+
+def _inbox_key() -> int:
+    """The inbox's key, from the stream key this command's configuration holds."""
+    try:
+        stream_key = load_config(skip=set(VARIABLES) - {"stream_key"}).settings.stream_key
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return ExitCode.USAGE
+    if present(stream_key) is None:
+        print(
+            "agentloop keys inbox: AGENTLOOP_STREAM_KEY (or AGENTLOOP_STREAM_KEY_FILE) is not"
+            " set: set it to the workers' stream key",
+            file=sys.stderr,
+        )
+        return ExitCode.USAGE
+    assert stream_key is not None
+    key = memo_key(derived_key(stream_key))
+    assert key is not None
+    print(key.hex())
     return ExitCode.OK

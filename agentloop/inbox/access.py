@@ -13,6 +13,7 @@ import re
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 from starlette.datastructures import FormData
@@ -22,12 +23,13 @@ from starlette.responses import RedirectResponse, Response
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentloop import stream_seals
 from agentloop.inbox.guards import MAX_BODY_BYTES, MAX_FORM_FIELDS
 from agentloop.inbox.live import LiveRuns
 from agentloop.inbox.pages import Viewer, error_page
 from agentloop.inbox.reading import RunInputs, RunStory, read_story
 from agentloop.runtime.signing import APPROVER_NAME
-from agentloop.waiting import decode_id
+from agentloop.waiting import decode_id, memo_key
 
 SESSION_COOKIE = "agentloop_inbox_session"
 SESSION_SHAPE = re.compile(r"[A-Za-z0-9_-]{32,128}")
@@ -44,6 +46,14 @@ class InboxOptions:
     """The request header an authenticating proxy names the user in; None: local mode."""
     tenants: Mapping[str, Sequence[str]] = field(default_factory=dict)
     """User -> the tenants whose runs they see (`inbox_tenants`)."""
+    key: bytes | None = None
+    """The key the runs' memo seals are checked with (`Settings.inbox_memo_key`); None: the
+    one of the worker in this process (`agentloop dev`), if any (else no run is listed)."""
+    wait: timedelta = timedelta(seconds=2)
+    """How long a view waits, in all, for runs to answer (`inbox_wait_seconds`)."""
+
+    def memo_key(self) -> bytes | None:
+        return self.key if self.key is not None else memo_key(stream_seals.worker_key())
 
     def tenants_of(self, user: str) -> Sequence[str] | None:
         """None: every tenant (an unmapped user in local mode); behind a proxy an unmapped
@@ -119,7 +129,7 @@ class Inbox:
     async def story_for(self, viewer: Viewer, workflow_id: str) -> RunStory:
         """The run, when it exists and the viewer may see it."""
         try:
-            story = await read_story(self.client, self.inputs, workflow_id)
+            story = await read_story(self.client, self.inputs, workflow_id, self.options.wait)
         except RPCError as exc:
             if exc.status == RPCStatusCode.NOT_FOUND:
                 raise Refused(404, f"no run {workflow_id!r}") from None

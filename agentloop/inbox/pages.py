@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
-from agentloop.inbox.reading import KIND_NAMES, WaitingItem
+from agentloop.inbox.reading import KIND_NAMES, Waiting, WaitingItem
 from agentloop.waiting import WAITING_PHASES, run_path
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -98,15 +98,28 @@ def filtered(items: list[WaitingItem], filters: dict[str, str]) -> list[WaitingI
     ]
 
 
-def counts_text(items: list[WaitingItem]) -> str:
+def counts_text(items: list[WaitingItem], waiting: Waiting) -> str:
     counts = {k: sum(1 for i in items if i.kind == k) for k in KIND_NAMES}
     parts = [f"{n} {KIND_NAMES[k]}{'s' if n != 1 else ''}" for k, n in counts.items()]
-    return f"{len(items)} waiting: " + ", ".join(parts)
+    text = f"{len(items)} waiting: " + ", ".join(parts)
+    if waiting.silent:
+        runs = ", ".join(waiting.silent[:MAX_SILENT_NAMED])
+        more = len(waiting.silent) - MAX_SILENT_NAMED
+        text += f"; not answering, shown from what they last wrote: {runs}"
+        text += f" and {more} more" if more > 0 else ""
+    if waiting.unvouched:
+        n = waiting.unvouched
+        text += (
+            f"; {n:,} run{'s' if n != 1 else ''} said to wait that no worker vouches for"
+            " (not listed)"
+        )
+    return text
 
 
-def rows_context(
-    items: list[WaitingItem], filters: dict[str, str], now: datetime
-) -> dict[str, Any]:
+MAX_SILENT_NAMED = 5
+
+
+def rows_context(waiting: Waiting, filters: dict[str, str], now: datetime) -> dict[str, Any]:
     """What the inbox's rows (inbox_rows.html) are rendered from, on the page and when polled."""
-    shown = filtered(items, filters)
-    return {"items": shown, "counts": counts_text(shown), "now": now}
+    shown = filtered(waiting.items, filters)
+    return {"items": shown, "counts": counts_text(shown, waiting), "now": now}

@@ -6,7 +6,7 @@ a run."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -36,6 +36,7 @@ from agentloop.waiting import (
     WaitingCall,
     WaitingKind,
     WaitingMemo,
+    vouched,
 )
 
 KIND_NAMES: dict[WaitingKind, str] = {
@@ -43,12 +44,9 @@ KIND_NAMES: dict[WaitingKind, str] = {
     "question": "question",
     "unknown_write": "unknown write",
 }
-QUERY_TIMEOUT = timedelta(seconds=3)
-"""A run whose `status` query takes longer (no worker polling) is listed without its items."""
 CONCURRENT_QUERIES = 16
-LISTED_RUNS = 2_000
-"""At most this many waiting runs are read per inbox view (visibility lists the most
-recently started first)."""
+PAGE_SIZE = 1_000
+"""Visibility records read per request (every page is read)."""
 MAX_MEMO_READ_BYTES = 4 * MAX_WAITING_MEMO_BYTES
 """A memo under `WAITING_MEMO` larger than this was not written by a run (runs write at most
 `MAX_WAITING_MEMO_BYTES`, a codec may add to it): it is not read, the run is asked."""
@@ -162,91 +160,122 @@ def tenant_of(run_input: AgentRunInput | None) -> str | None:
     return run_input.principal.tenant if run_input is not None else None
 
 
+@dataclass
+class Waiting:
+    """What an inbox view lists: the items of the runs a worker vouches for, and what it
+    left out."""
+
+    items: list[WaitingItem] = field(default_factory=list)
+    unvouched: int = 0
+    """Runs visibility says wait whose memo no worker sealed (a starter's made-up run, or a
+    worker with another key): neither listed nor asked anything."""
+    silent: list[str] = field(default_factory=list)
+    """Vouched runs whose memo had no room for every call and that did not answer their
+    `status` in time: listed with the calls their memo holds."""
+
+
 async def waiting_items(
-    client: Client, inputs: RunInputs, tenants: Sequence[str] | None
-) -> list[WaitingItem]:
-    """Everything waiting for a person in the runs of `tenants` (None: all), oldest first,
-    from one visibility list: each run as its memo says. A run whose memo is not there, or
-    left calls out, is asked its `status`, at most `CONCURRENT_QUERIES` at a time."""
+    client: Client, key: bytes | None, tenants: Sequence[str] | None, wait: timedelta
+) -> Waiting:
+    """Everything waiting for a person in the runs of `tenants` (None: all), oldest first:
+    every page of one visibility list, each run as the memo its worker sealed under `key`
+    (`waiting.vouched`) says; a run whose memo is not sealed is counted, never asked. A
+    vouched run whose memo left calls out is asked its `status`, at most `CONCURRENT_QUERIES`
+    at a time, all of them within `wait`."""
+    found = Waiting()
+    partial: list[tuple[str, WaitingMemo]] = []
+    async for info in waiting_runs(client, tenants):
+        workflow_id = info.execution.workflow_id
+        memo = await memo_of(client, key, info)
+        if memo is None:
+            found.unvouched += 1
+        elif tenants is None or memo.tenant in tenants:  # the run's own word over the index
+            if memo.left_out:
+                partial.append((workflow_id, memo))
+            else:
+                found.items += items_of(workflow_id, memo.tenant, memo.task, memo.until, memo.calls)
+    answered = await asked_items(client, partial, wait)
+    for workflow_id, memo in partial:
+        if workflow_id in answered:
+            found.items += answered[workflow_id]
+        else:
+            found.items += items_of(workflow_id, memo.tenant, memo.task, memo.until, memo.calls)
+            found.silent.append(workflow_id)
+    found.items.sort(key=lambda i: i.since or datetime.max.replace(tzinfo=UTC))
+    return found
+
+
+async def asked_items(
+    client: Client, partial: list[tuple[str, WaitingMemo]], wait: timedelta
+) -> dict[str, list[WaitingItem]]:
+    """The items of each run of `partial` (workflow id, its vouched memo) from its `status`,
+    by workflow id, for the runs that answered within `wait` (all asked at once, at most
+    `CONCURRENT_QUERIES` in flight)."""
     asking = asyncio.Semaphore(CONCURRENT_QUERIES)
 
-    async def items(info: WorkflowExecutionInfo) -> list[WaitingItem]:
-        workflow_id = info.execution.workflow_id
-        memo = await memo_of(client, info)
-        if memo is not None:
-            if tenants is not None and memo.tenant not in tenants:
-                return []  # the index said otherwise than the run (from its input): the run wins
-            return items_of(workflow_id, memo.tenant, memo.task, memo.until, memo.calls)
+    async def ask(workflow_id: str, memo: WaitingMemo) -> list[WaitingItem]:
         async with asking:
-            return await asked_items(client, inputs, tenants, info)
+            view = await RunClient(client, workflow_id, run_id=memo.run_id).status(timeout=wait)
+        return items_of(workflow_id, memo.tenant, memo.task, view.wait_until, calls_of(view))
 
-    listed = await waiting_runs(client, tenants)
-    found = [i for each in await asyncio.gather(*map(items, listed)) for i in each]
-    return sorted(found, key=lambda i: i.since or datetime.max.replace(tzinfo=UTC))
+    if not partial:
+        return {}
+    tasks = {workflow_id: asyncio.create_task(ask(workflow_id, m)) for workflow_id, m in partial}
+    await asyncio.wait(tasks.values(), timeout=wait.total_seconds())
+    answered = {}
+    for workflow_id, task in tasks.items():
+        if not task.done():
+            task.cancel()  # no answer in time: shown from its memo
+        elif isinstance(task.exception(), RPCError | WorkflowQueryFailedError):
+            pass  # ended meanwhile, or no worker answers now: shown from its memo
+        else:
+            answered[workflow_id] = task.result()  # raises anything else
+    await asyncio.gather(*tasks.values(), return_exceptions=True)
+    return answered
 
 
 async def waiting_runs(
     client: Client, tenants: Sequence[str] | None
-) -> list[WorkflowExecutionInfo]:
-    """The visibility records of the waiting runs (at most `LISTED_RUNS`), as Temporal sends
-    them: `Client.list_workflows` would decode every search attribute of every run, which
-    costs more than the list itself for a thousand runs, and the inbox reads only the memo."""
-    found: list[WorkflowExecutionInfo] = []
+) -> AsyncIterator[WorkflowExecutionInfo]:
+    """The visibility records of the waiting runs, page by page to the last, as Temporal
+    sends them: `Client.list_workflows` would decode every search attribute of every run,
+    which costs more than the list itself for a thousand runs, and the inbox reads only the
+    memo."""
     token = b""
-    while len(found) < LISTED_RUNS:
+    while True:
         page = await client.workflow_service.list_workflow_executions(
             ListWorkflowExecutionsRequest(
                 namespace=client.namespace,
                 query=waiting_query(tenants),
-                page_size=LISTED_RUNS - len(found),
+                page_size=PAGE_SIZE,
                 next_page_token=token,
             ),
             retry=True,
         )
-        found += page.executions
+        for info in page.executions:
+            yield info
         token = page.next_page_token
         if not token:
-            break
-    return found[:LISTED_RUNS]
+            return
 
 
-async def memo_of(client: Client, info: WorkflowExecutionInfo) -> WaitingMemo | None:
-    """What the run's memo says it waits for, when the run itself wrote it (it names the run)
-    and it holds every call waiting; else None."""
+async def memo_of(
+    client: Client, key: bytes | None, info: WorkflowExecutionInfo
+) -> WaitingMemo | None:
+    """What the run's memo says it waits for, when a worker sealed it under `key` for this
+    workflow (`waiting.vouched`) and it names this run; else None."""
     raw = info.memo.fields.get(WAITING_MEMO)
-    if raw is None or raw.ByteSize() > MAX_MEMO_READ_BYTES:
+    if key is None or raw is None or raw.ByteSize() > MAX_MEMO_READ_BYTES:
         return None
     try:
         [value] = await client.data_converter.decode([raw])
+        if not vouched(key, info.execution.workflow_id, value):
+            return None
         memo = WaitingMemo.model_validate(value)
     # Whatever a memo holds that does not decode (a starter may set any) is as good as none.
     except (ValidationError, ValueError, TypeError, KeyError, RuntimeError):
         return None
-    if memo.run_id != info.execution.run_id or memo.left_out:
-        return None
-    return memo
-
-
-async def asked_items(
-    client: Client,
-    inputs: RunInputs,
-    tenants: Sequence[str] | None,
-    info: WorkflowExecutionInfo,
-) -> list[WaitingItem]:
-    """The run's items from its `status` and its chain's start input (the task, the
-    tenant)."""
-    execution = info.execution
-    run = RunClient(client, execution.workflow_id, run_id=execution.run_id)
-    run_input = await inputs.of(run, info.first_run_id or execution.run_id)
-    tenant = tenant_of(run_input)
-    if tenant is None or (tenants is not None and tenant not in tenants):
-        return []  # the index said otherwise than the run's own input: the input wins
-    try:
-        view = await run.status(timeout=QUERY_TIMEOUT)
-    except (RPCError, WorkflowQueryFailedError):
-        return []  # ended meanwhile, or no worker answers now: the next poll asks again
-    task = run_input.task if run_input is not None else ""
-    return items_of(run.id, tenant, task, view.wait_until, calls_of(view))
+    return memo if memo.run_id == info.execution.run_id else None
 
 
 def items_of(
@@ -330,8 +359,11 @@ class RunStory:
         return tenant_of(self.run_input)
 
 
-async def read_story(client: Client, inputs: RunInputs, workflow_id: str) -> RunStory:
-    """Raises RPCError (NOT_FOUND) for a run that does not exist."""
+async def read_story(
+    client: Client, inputs: RunInputs, workflow_id: str, wait: timedelta
+) -> RunStory:
+    """Raises RPCError (NOT_FOUND) for a run that does not exist. A running run that does
+    not answer its `status` within `wait` is shown as such."""
     run = RunClient(client, workflow_id)
     description = await run.handle.describe()
     execution = description.status.name if description.status else "UNKNOWN"
@@ -341,7 +373,7 @@ async def read_story(client: Client, inputs: RunInputs, workflow_id: str) -> Run
         if wedged is not None:
             return RunStory(workflow_id, execution, run_input, failure=wedged)
         try:
-            view = await run.status(timeout=QUERY_TIMEOUT)
+            view = await run.status(timeout=wait)
         except (RPCError, WorkflowQueryFailedError) as exc:
             return RunStory(workflow_id, execution, run_input, failure=f"status unreadable: {exc}")
         return RunStory(workflow_id, execution, run_input, view=view)

@@ -26,7 +26,7 @@ from agentloop.inbox.access import (
 from agentloop.inbox.guards import BadHeader
 from agentloop.inbox.live import MEDIA_TYPE, Busy, end_frame, last_event_id
 from agentloop.inbox.pages import FILTERS, Viewer, error_page, render, rows_context, templates
-from agentloop.inbox.reading import recent_runs, tenant_of, waiting_items
+from agentloop.inbox.reading import Waiting, recent_runs, tenant_of, waiting_items
 from agentloop.run_client import RunClient
 from agentloop.runtime.signing import APPROVER_NAME
 
@@ -35,9 +35,14 @@ def filters_of(request: Request) -> dict[str, str]:
     return {k: request.query_params.get(k, "") for k in FILTERS}
 
 
-async def inbox_page(request: Request, viewer: Viewer) -> Response:
+async def waiting_of(request: Request, viewer: Viewer) -> Waiting:
     inbox = inbox_of(request)
-    items = await waiting_items(inbox.client, inbox.inputs, viewer.tenants)
+    options = inbox.options
+    return await waiting_items(inbox.client, options.memo_key(), viewer.tenants, options.wait)
+
+
+async def inbox_page(request: Request, viewer: Viewer) -> Response:
+    waiting = await waiting_of(request, viewer)
     filters = filters_of(request)
     return render(
         request,
@@ -45,18 +50,17 @@ async def inbox_page(request: Request, viewer: Viewer) -> Response:
         "Inbox",
         viewer,
         filters=filters,
-        tools=sorted({i.tool for i in items if i.tool}),
-        tenants=sorted({i.tenant for i in items}),
+        tools=sorted({i.tool for i in waiting.items if i.tool}),
+        tenants=sorted({i.tenant for i in waiting.items}),
         poll_query=urlencode({k: v for k, v in filters.items() if v}),
-        **rows_context(items, filters, datetime.now(UTC)),
+        **rows_context(waiting, filters, datetime.now(UTC)),
     )
 
 
 async def inbox_rows(request: Request, viewer: Viewer) -> Response:
     """The inbox's rows as the page shows them, for its script to put in place."""
-    inbox = inbox_of(request)
-    items = await waiting_items(inbox.client, inbox.inputs, viewer.tenants)
-    context = rows_context(items, filters_of(request), datetime.now(UTC))
+    waiting = await waiting_of(request, viewer)
+    context = rows_context(waiting, filters_of(request), datetime.now(UTC))
     return templates.TemplateResponse(request, "inbox_rows.html", context)
 
 

@@ -216,6 +216,16 @@ class Settings(BaseModel):
         names = {name.strip() for name in (self.require_verification or "").split(",")}
         return "all" in names or (family is not None and family in names)
 
+    inbox_key: str | None = Field(default=None, repr=False)
+    """The key `agentloop inbox` checks that a worker vouches for each run it lists with (64
+    hex digits, `agentloop keys inbox` derives them from the workers' `stream_key`: it checks
+    the runs' memo seals and can seal nothing on a stream). Unset: the inbox lists no run but
+    those of a worker in its own process (`agentloop dev`); a production inbox refuses to
+    start without it."""
+    inbox_wait_seconds: float = 2.0
+    """How long an inbox view waits, in all, for runs to answer its `status` queries: a run
+    that does not answer by then (no worker polls its task queue) is shown as such."""
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """The environment (default `os.environ`) over `AGENTLOOP_CONFIG`'s file over the
@@ -350,6 +360,23 @@ class Settings(BaseModel):
                 " text)"
             )
         return problems
+
+    def inbox_problems(self) -> list[str]:
+        """What a production inbox lacks (none in development)."""
+        if self.env != "production" or present(self.inbox_key) is not None:
+            return []
+        return [
+            f"{VARIABLES['env'].name}=production: {_or_file('inbox_key')} is not set: a"
+            " production inbox lists only the runs a worker vouches for: set it to what"
+            " `agentloop keys inbox` prints with the workers' AGENTLOOP_STREAM_KEY"
+        ]
+
+    def inbox_memo_key(self) -> bytes | None:
+        """`inbox_key` as bytes (None when unset)."""
+        if present(self.inbox_key) is None:
+            return None
+        assert self.inbox_key is not None
+        return bytes.fromhex(self.inbox_key.strip())
 
     def check_production(self) -> None:
         """Raises one `ConfigError` listing `production_problems`, if any."""

@@ -106,6 +106,16 @@ def check_positive_number(value: Any) -> str | None:
     return None if math.isfinite(number) and number > 0 else expected
 
 
+def check_inbox_key(value: str) -> str | None:
+    try:
+        key = bytes.fromhex(value.strip())
+    except ValueError:
+        key = b""
+    if len(key) != 32:
+        return "expected 64 hex digits, as `agentloop keys inbox` prints them"
+    return None
+
+
 def whole_number_check(minimum: int, example: int) -> Check:
     """A whole number of at least `minimum`."""
     expected = f"expected a whole number, {minimum} or more, e.g. {example}"

@@ -17,6 +17,7 @@ from agentloop.runtime.config_checks import (
     check_count,
     check_failed_runs,
     check_host_port,
+    check_inbox_key,
     check_log_level,
     check_operators,
     check_otel,
@@ -115,6 +116,8 @@ VARIABLES: dict[str, Variable] = {
     "inbox_tenants": Variable("AGENTLOOP_INBOX_TENANTS", check_tenant_map),
     "failed_runs": Variable("AGENTLOOP_FAILED_RUNS", check_failed_runs),
     "require_verification": Variable("AGENTLOOP_REQUIRE_VERIFICATION", check_verification_rule),
+    "inbox_key": Variable("AGENTLOOP_INBOX_KEY", check_inbox_key, secret=True),
+    "inbox_wait_seconds": Variable("AGENTLOOP_INBOX_WAIT_SECONDS", check_positive_number),
 }
 """Settings field -> its environment variable (and file key: the field name)."""
 FILE_SUFFIX = "_FILE"
@@ -128,6 +131,7 @@ NUMBER_FIELDS = frozenset(
         "sticky_timeout_seconds",
         "max_concurrent_activities",
         "max_concurrent_workflow_tasks",
+        "inbox_wait_seconds",
     }
 )
 LIST_FIELDS = frozenset(

@@ -14,9 +14,10 @@ from typing import Any
 from temporalio import workflow
 
 import agentloop.workflows.loop as loop
+from agentloop import stream_seals
 from agentloop.contract import RunStatus
 from agentloop.search import AGENT_PHASE, AGENT_STATUS, AGENT_TASK_FAMILY, initial
-from agentloop.waiting import WAITING_MEMO, WAITING_PHASES
+from agentloop.waiting import WAITING_MEMO, WAITING_PHASES, memo_key, sealed_memo
 from agentloop.workflows.loop import LoopState
 
 
@@ -73,10 +74,17 @@ def _index_phase(state: LoopState) -> None:
 def show_waiting(state: LoopState, until: datetime) -> None:
     """What the run waits for people for now, in its memo, for the inbox to list it from without
     asking it: written only when it changed, and only by an indexed run (the inbox finds waiting
-    runs by their phase attribute, in the same visibility record)."""
+    runs by their phase attribute, in the same visibility record). Sealed with this worker's
+    key (`waiting.vouched`): a run a starter made up lists nothing; a process without the key
+    (a replay) writes it unsealed, a difference in a command's content, which no replay checks."""
     if not indexed():
         return
-    memo = loop.waiting_memo(state, workflow.info().run_id, until).model_dump(mode="json")
+    info = workflow.info()
+    memo = sealed_memo(
+        memo_key(stream_seals.worker_key()),
+        info.workflow_id,
+        loop.waiting_memo(state, info.run_id, until).model_dump(mode="json"),
+    )
     # Compared as payloads: a memo under this key that a starter set need not even decode.
     if workflow.info().raw_memo.get(WAITING_MEMO) != workflow.payload_converter().to_payload(memo):
         workflow.upsert_memo({WAITING_MEMO: memo})

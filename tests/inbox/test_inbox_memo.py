@@ -1,14 +1,13 @@
 """The inbox lists waiting runs from the memo each keeps, not by asking
 each its `status`: with the worker stopped (a `status` query then has nobody to answer it),
 the list still holds every waiting call with its tool, who may decide, the task and when the
-wait times out. A run from before the feature keeps no memo and is asked, as before. Against
-the real dev server, worker and scripted provider."""
+wait times out. Against the real dev server, worker and scripted provider."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -21,7 +20,8 @@ from agentloop.contract import (
     Principal,
     UserMessage,
 )
-from agentloop.inbox.reading import RunInputs, WaitingItem, waiting_items
+from agentloop.inbox import InboxOptions
+from agentloop.inbox.reading import WaitingItem, waiting_items
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import ScriptedProvider, ScriptTurn
 from agentloop.testing.turns import call as scripted_call
@@ -34,6 +34,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
 RESERVE = {"workshop_id": "ws-101", "participant_id": "p-carol"}
 TENANT = "tenant-memo"
+WAIT = timedelta(seconds=2)
 
 
 def booking(scripted_provider: ScriptedProvider, name: str) -> AgentRunInput:
@@ -65,8 +66,8 @@ async def listed(
     indexes an upsert a moment after the workflow task that made it; bounded)."""
     items: list[WaitingItem] = []
     for _ in range(100):
-        every = await waiting_items(client, RunInputs(), [TENANT])
-        items = [i for i in every if i.workflow_id in run_ids]
+        every = await waiting_items(client, InboxOptions().memo_key(), [TENANT], WAIT)
+        items = [i for i in every.items if i.workflow_id in run_ids]
         if holds(items):
             return items
         await asyncio.sleep(0.1)

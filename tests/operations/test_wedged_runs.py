@@ -178,7 +178,7 @@ async def test_a_wedged_run_is_listed_with_its_error_and_reset_to_its_last_good_
         with pytest.raises((RPCError, WorkflowQueryFailedError)):
             await handle.query("status", rpc_timeout=timedelta(seconds=10))
 
-        story = await read_story(client, RunInputs(), run_id)
+        story = await read_story(client, RunInputs(), run_id, timedelta(seconds=2))
         assert story.execution == "RUNNING" and story.view is None, story
         assert story.failure is not None and story.failure.startswith("Wedged:"), story
         assert BROKEN in story.failure and f"agentloop reset {run_id}" in story.failure

@@ -21,7 +21,13 @@ from agentloop.events import Event
 from agentloop.policies import authorization, budgets
 from agentloop.policies.bounds import as_text, clipped
 from agentloop.policies.compensation import Decided, LeftAsIs, Offered, Written, plan_compensation
-from agentloop.waiting import MAX_MEMO_TEXT_CHARS, MAX_WAITING_MEMO_BYTES, WaitingCall, WaitingMemo
+from agentloop.waiting import (
+    MAX_MEMO_TEXT_CHARS,
+    MAX_WAITING_MEMO_BYTES,
+    SEAL_BYTES,
+    WaitingCall,
+    WaitingMemo,
+)
 from agentloop.workflows.loop import results
 from agentloop.workflows.loop.plan import action_digest
 from agentloop.workflows.loop.state import Batch, LoopState, seconds
@@ -180,7 +186,7 @@ def waiting_memo(state: LoopState, run_id: str, until: datetime) -> WaitingMemo:
         task=clipped(as_text(state.run_input.task), MAX_MEMO_TEXT_CHARS),
         until=until,
     )
-    room = MAX_WAITING_MEMO_BYTES - _json_bytes(memo)
+    room = MAX_WAITING_MEMO_BYTES - SEAL_BYTES - _json_bytes(memo)  # sealed as upserted
     waiting = waiting_calls(state)
     for call in waiting:
         shown = call.model_copy(update={"text": clipped(as_text(call.text), MAX_MEMO_TEXT_CHARS)})

@@ -1,0 +1,258 @@
+"""The inbox lists only runs a worker vouches for (issue 44, problem 7): a client that may only
+start workflows starts 2,000 `AgentRun`s on a task queue nobody polls, with the waiting phase
+and a tenant as search attributes (some with a real run's memo copied on), and the real
+approval is still listed, the page answers, and no fake is asked anything: no `status` query,
+no `describe`, no history read (counted at the client). A run opened that does not answer is
+shown as such, and every wait on a run is bounded by the inbox's setting. Against the real dev
+server and worker; the fakes are deleted at the end (the session's replay audit never reads
+them). The page's timing with and without the fakes is `make bench` section 14's."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import aiohttp
+import pytest
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
+from temporalio.client import (
+    Client,
+    DescribeWorkflowInput,
+    FetchWorkflowHistoryEventsInput,
+    Interceptor,
+    OutboundInterceptor,
+    QueryWorkflowInput,
+    WorkflowHistoryEventAsyncIterator,
+)
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.service import RPCError, RPCStatusCode
+
+from agentloop import search
+from agentloop.contract import WORKFLOW_NAME, AgentRunInput, Principal
+from agentloop.inbox import InboxOptions, InboxServer
+from agentloop.inbox.reading import (
+    RunInputs,
+    asked_items,
+    read_story,
+    waiting_query,
+)
+from agentloop.runtime.config import Settings
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.stream_seals import derived_key
+from agentloop.waiting import WAITING_MEMO, WaitingMemo, memo_key, sealed_memo, vouched
+from agentloop.worker import running_worker
+from tests.cli.test_cli import agentloop, process_env
+from tests.support import eventually, start_run, wait_for_phase
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
+
+FAKES = 2_000
+STARTS_AT_ONCE = 100
+WAIT = timedelta(seconds=0.5)
+USER_HEADER = "X-Inbox-User"
+
+
+class Asked(Interceptor):
+    """Counts, by workflow id, what a client asks of runs: queries (with their timeout),
+    describes and history reads."""
+
+    def __init__(self) -> None:
+        self.asked: Counter[str] = Counter()
+        self.query_timeouts: list[timedelta | None] = []
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        return _Counting(next, self)
+
+
+class _Counting(OutboundInterceptor):
+    def __init__(self, next: OutboundInterceptor, counts: Asked) -> None:
+        super().__init__(next)
+        self.counts = counts
+
+    async def query_workflow(self, input: QueryWorkflowInput) -> Any:
+        self.counts.asked[input.id] += 1
+        self.counts.query_timeouts.append(input.rpc_timeout)
+        return await super().query_workflow(input)
+
+    async def describe_workflow(self, input: DescribeWorkflowInput) -> Any:
+        self.counts.asked[input.id] += 1
+        return await super().describe_workflow(input)
+
+    def fetch_workflow_history_events(
+        self, input: FetchWorkflowHistoryEventsInput
+    ) -> WorkflowHistoryEventAsyncIterator:
+        self.counts.asked[input.id] += 1
+        return super().fetch_workflow_history_events(input)
+
+
+def counting(client: Client, counts: Asked) -> Client:
+    """`client`, its asks of runs counted in `counts` (it holds no key of any kind)."""
+    return Client(
+        client.service_client,
+        namespace=client.namespace,
+        data_converter=client.data_converter,
+        interceptors=[counts],
+    )
+
+
+def booking(scripted_provider: ScriptedProvider, name: str, tenant: str) -> AgentRunInput:
+    call = ScriptedToolCall(
+        id="c_res",
+        name="reserve_seat",
+        arguments={"workshop_id": "ws-101", "participant_id": "p-carol"},
+    )
+    scripted_provider.register(
+        Script(name=name, turns=[ScriptTurn(tool_calls=[call]), ScriptTurn(text="Booked.")])
+    )
+    return AgentRunInput(
+        task="Book p-carol into ws-101.",
+        provider="openai-chat",
+        model=name,
+        tools=["reserve_seat"],
+        principal=Principal(subject="p-alice", tenant=tenant, scopes=["workshops:write"]),
+    )
+
+
+async def start_fakes(
+    client: Client, prefix: str, tenant: str, copied_memo: dict[str, Any]
+) -> None:
+    """`FAKES` runs no worker will ever take, said by their search attributes to wait for an
+    approval in `tenant`; every other one carries the real run's sealed memo."""
+    queue = f"nobody-polls-{uuid.uuid4().hex[:8]}"
+    attributes = TypedSearchAttributes(
+        [
+            SearchAttributePair(search.AGENT_PHASE, "awaiting_approval"),
+            SearchAttributePair(search.AGENT_STATUS, "running"),
+            SearchAttributePair(search.AGENT_TENANT, tenant),
+        ]
+    )
+    gate = asyncio.Semaphore(STARTS_AT_ONCE)
+
+    async def one(n: int) -> None:
+        async with gate:
+            await client.start_workflow(
+                WORKFLOW_NAME,
+                {"task": f"fake {n}"},
+                id=f"{prefix}-{n}",
+                task_queue=queue,
+                search_attributes=attributes,
+                memo={WAITING_MEMO: copied_memo} if n % 2 else {},
+            )
+
+    await asyncio.gather(*map(one, range(FAKES)))
+
+
+async def delete_fakes(client: Client, prefix: str, tenant: str) -> None:
+    gate = asyncio.Semaphore(STARTS_AT_ONCE)
+
+    async def one(n: int) -> None:
+        async with gate:
+            try:
+                await client.workflow_service.delete_workflow_execution(
+                    DeleteWorkflowExecutionRequest(
+                        namespace=client.namespace,
+                        workflow_execution=WorkflowExecution(workflow_id=f"{prefix}-{n}"),
+                    )
+                )
+            except RPCError as exc:  # never started (the test failed before)
+                if exc.status != RPCStatusCode.NOT_FOUND:
+                    raise
+
+    await asyncio.gather(*map(one, range(FAKES)))
+    query = waiting_query([tenant]) + f" AND WorkflowId STARTS_WITH '{prefix}'"
+
+    async def gone() -> bool:
+        return (await client.count_workflows(query)).count == 0
+
+    await eventually(gone, "the fakes gone from visibility")
+
+
+async def test_two_thousand_fake_waiting_runs_are_neither_listed_nor_asked(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    tenant = f"vouched-{run_id[-8:]}"
+    real_id, prefix = f"{run_id}-real", f"{run_id}-fake"
+    real = await start_run(client, worker, real_id, booking(scripted_provider, real_id, tenant))
+    await wait_for_phase(real, "awaiting_approval")
+    copied = await (await real.describe()).memo_value(WAITING_MEMO)
+    assert copied["seal"]  # the real run's memo, sealed by its worker
+    counted = Asked()
+    keyless = counting(client, counted)
+    await start_fakes(keyless, prefix, tenant, copied)
+    try:
+        everyone = waiting_query([tenant])
+
+        async def all_listed() -> bool:
+            return (await client.count_workflows(everyone)).count == FAKES + 1
+
+        await eventually(all_listed, "the fakes in visibility")
+        options = InboxOptions(auth_header=USER_HEADER, tenants={"lead": [tenant]}, wait=WAIT)
+        async with (
+            InboxServer(keyless, options, "127.0.0.1", 0) as inbox,
+            aiohttp.ClientSession(headers={USER_HEADER: "lead"}) as http,
+        ):
+            for path in ("/", "/api/inbox"):  # the page, and what its 2 s poll reads
+                async with http.get(inbox.url + path) as response:
+                    body = await response.text()
+                    assert response.status == 200, body[:300]
+                assert body.count('<tr class="item') == 1 and f">{real_id}</a>" in body
+                assert f"{FAKES:,} runs said to wait that no worker vouches for" in body
+            assert not any(k.startswith(prefix) for k in counted.asked), counted.asked
+
+        # A fake opened by its address is read as any run, and shown as not answering,
+        # within the inbox's wait (the one query it is sent carries that timeout).
+        fake = f"{prefix}-1"
+        story = await read_story(keyless, RunInputs(), fake, WAIT)
+        assert story.view is None and (story.failure or "").startswith("status unreadable")
+        assert counted.query_timeouts == [WAIT]
+    finally:
+        await delete_fakes(client, prefix, tenant)
+        await real.terminate("test over")
+
+
+async def test_a_vouched_run_is_asked_its_status_only_within_the_inbox_wait(
+    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    """A run whose memo left calls out is asked its `status` within the inbox's wait; with
+    nobody to answer for it, it is not asked longer (and `waiting_items` shows it from its
+    memo, naming it as not answering)."""
+    tenant = f"silent-{run_id[-8:]}"
+    settings = worker.model_copy(update={"task_queue": f"silent-{run_id[-8:]}"})
+    counted = Asked()
+    asking = counting(client, counted)
+    async with running_worker(client, settings):
+        real = await start_run(client, settings, run_id, booking(scripted_provider, run_id, tenant))
+        await wait_for_phase(real, "awaiting_approval")
+        memo = WaitingMemo.model_validate(await (await real.describe()).memo_value(WAITING_MEMO))
+        assert await asked_items(asking, [(run_id, memo)], WAIT) != {}  # served: it answers
+    # No worker polls its queue now: the query gets no answer within the wait.
+    assert await asked_items(asking, [(run_id, memo)], WAIT) == {}
+    assert counted.query_timeouts == [WAIT, WAIT]
+    await real.terminate("test over")
+
+
+def test_a_memo_holds_only_for_the_run_and_worker_key_it_was_sealed_for() -> None:
+    key = memo_key(derived_key("the workers' stream key"))
+    memo = {"run_id": "r1", "tenant": "acme", "task": "Book.", "calls": [], "left_out": 0}
+    sealed = sealed_memo(key, "wf-1", memo)
+    assert vouched(key, "wf-1", sealed)
+    assert not vouched(key, "wf-2", sealed)  # copied onto another workflow
+    assert not vouched(key, "wf-1", {**sealed, "tenant": "globex"})
+    assert not vouched(memo_key(derived_key("another key")), "wf-1", sealed)
+    assert not vouched(key, "wf-1", memo) and not vouched(None, "wf-1", sealed)
+    assert sealed_memo(None, "wf-1", sealed) == memo  # a replay without the key: unsealed
+
+
+async def test_a_production_inbox_needs_its_key_and_keys_inbox_derives_it() -> None:
+    problems = Settings(env="production").inbox_problems()
+    assert len(problems) == 1 and "AGENTLOOP_INBOX_KEY" in problems[0]
+    assert Settings(env="production", inbox_key="ab" * 32).inbox_problems() == []
+    assert Settings().inbox_problems() == []
+    printed = await agentloop("keys", "inbox", env=process_env(AGENTLOOP_STREAM_KEY="s3cret"))
+    assert printed.returncode == 0, printed.explain()
+    key = memo_key(derived_key("s3cret"))
+    assert key is not None and printed.stdout.strip() == key.hex()
