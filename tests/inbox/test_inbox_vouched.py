@@ -256,3 +256,5 @@ async def test_a_production_inbox_needs_its_key_and_keys_inbox_derives_it() -> N
     assert printed.returncode == 0, printed.explain()
     key = memo_key(derived_key("s3cret"))
     assert key is not None and printed.stdout.strip() == key.hex()
+    refused = await agentloop("inbox", env=process_env(AGENTLOOP_ENV="production"))
+    assert refused.returncode == 2 and "AGENTLOOP_INBOX_KEY" in refused.stderr, refused.explain()

@@ -120,8 +120,8 @@ def container_env(service: Mapping[str, Any], host_env: Mapping[str, str]) -> di
 
 def one_time_step(project: Path) -> Path:
     """The deploying guide's one-time step, in `project` (where the compose file would be): the
-    codec key, an approver's public line (from the real `agentloop keys new`) and the workers'
-    stream key in ./secrets."""
+    codec key, an approver's public line (from the real `agentloop keys new`), the workers'
+    stream key and the inbox's key derived from it (`agentloop keys inbox`) in ./secrets."""
     secrets = project / "secrets"
     secrets.mkdir(mode=0o700)
     (secrets / "codec_keys").write_text(f"k1:{new_key()}\n")
@@ -133,6 +133,14 @@ def one_time_step(project: Path) -> Path:
         check=True,
     )
     (secrets / "approver_keys").write_text(made.stdout)
+    derived = subprocess.run(
+        [*AGENTLOOP, "keys", "inbox"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**process_env(), "AGENTLOOP_STREAM_KEY_FILE": str(secrets / "stream_key")},
+    )
+    (secrets / "inbox_key").write_text(derived.stdout)
     return secrets
 
 
@@ -608,6 +616,7 @@ async def test_the_inbox_runs_behind_a_proxy_taking_the_user_from_its_header(
     port = int(command[command.index("--port") + 1])
     assert published_host_ports(inbox) == {port: "127.0.0.1"}, "only a proxy may reach it"
     assert "codec_keys" in inbox["secrets"]  # it reads what the workers encrypt
+    assert "inbox_key" in inbox["secrets"]  # it checks what the workers vouch for
     assert dependencies(inbox).get("temporal") == "service_healthy"
     found = re.search(r"http://[^'\" ]+", healthcheck_text(inbox))
     assert found, "no URL in the inbox's healthcheck"
@@ -619,6 +628,7 @@ async def test_the_inbox_runs_behind_a_proxy_taking_the_user_from_its_header(
     env["AGENTLOOP_INBOX_TENANTS"] = '{"alice": ["default"]}'
     settings = Settings.load(env)
     assert settings.codec_key_ring() is not None
+    assert settings.env == "production" and settings.inbox_problems() == []
     worker_env = container_env(all_services["worker"], host_env={})
     assert urlsplit(worker_env["AGENTLOOP_INBOX_URL"]).port == port  # the notices' links
 
