@@ -4,8 +4,11 @@ and to the whole inbox page (an HTTP GET of `/` through the inbox's ASGI app on 
 Chromium (its `load` event, when /usr/bin/chromium is there), the runs listed from the
 memo each keeps (feature `inbox-memo`: one visibility list) against the inbox before it,
 which asked each run its `status` (measured in the same run, on the same runs, by the same
-server with the memo ignored). The runs wait on one worker process; the inbox, its client
-and the Temporal dev server share this machine."""
+server, each memo taken as if it left calls out). Then the same page with 2,000 fake
+waiting runs beside them (issue 44: `AgentRun`s a keyless client started on a task queue
+nobody polls, said by their search attributes to wait for approval in the same tenant, every
+other one carrying a real run's sealed memo), against none. The runs wait on one worker
+process; the inbox, its client and the Temporal dev server share this machine."""
 
 from __future__ import annotations
 
@@ -18,7 +21,12 @@ from pathlib import Path
 from unittest import mock
 
 import aiohttp
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflow.v1 import WorkflowExecutionInfo
+from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import Client
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.service import RPCError, RPCStatusCode
 
 from agentloop import search
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, Principal
@@ -26,6 +34,8 @@ from agentloop.inbox import InboxOptions, InboxServer, reading
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedToolCall, ScriptTurn
 from agentloop.scripted_provider.server import ScriptedProvider
+from agentloop.stream_seals import derived_key
+from agentloop.waiting import WAITING_MEMO, WaitingMemo, memo_key
 from bench.processes import agentloop_worker
 from bench.report import Figure, Section, ratio
 
@@ -37,12 +47,19 @@ VIEWS = 5
 """Views of the page timed each way after the first (which the old way spends partly reading
 each run's start input, kept for later views)."""
 ROW = '<tr class="item'
+STREAM_KEY = "bench: the worker's stream key"
+FAKES_AT_ONCE = 100
 CHROMIUM = Path("/usr/bin/chromium")
 """Debian's Chromium (CI installs it); Playwright never downloads a browser of its own here."""
 
 
 async def measure(
-    client: Client, settings: Settings, provider: ScriptedProvider, work: Path, runs: int
+    client: Client,
+    settings: Settings,
+    provider: ScriptedProvider,
+    work: Path,
+    runs: int,
+    fakes: int,
 ) -> Section:
     section = Section(
         "inbox",
@@ -51,8 +68,12 @@ async def measure(
     )
     queue = f"bench-inbox-{uuid.uuid4().hex[:8]}"
     tenant = queue  # the bench's runs only, whatever else the server holds
-    options = InboxOptions(auth_header=USER_HEADER, tenants={USER: [tenant]})
-    async with agentloop_worker(settings, work, queue):
+    options = InboxOptions(
+        auth_header=USER_HEADER,
+        tenants={USER: [tenant]},
+        key=memo_key(derived_key(STREAM_KEY)),
+    )
+    async with agentloop_worker(settings, work, queue, {"AGENTLOOP_STREAM_KEY": STREAM_KEY}):
         started = time.perf_counter()
         gate = asyncio.Semaphore(STARTS_AT_ONCE)
         await asyncio.gather(
@@ -67,10 +88,15 @@ async def measure(
             url = f"{inbox.url}/"
             memo = await _views(http, url, nullcontext())
             rendered = await _rendered(url, nullcontext())
-            # The inbox before the memo: every run is asked (`memo_of` finds none).
-            no_memo = mock.patch.object(reading, "memo_of", _no_memo)
+            # The inbox before the memo: every run is asked (as if its memo left calls out).
+            no_memo = mock.patch.object(reading, "memo_of", _partial_memo)
             asked = await _views(http, url, no_memo)
             rendered_asking = await _rendered(url, no_memo)
+            copied = await client.get_workflow_handle(f"{queue}-0").describe()
+            prefix = f"{queue}-fake"
+            await start_fakes(client, prefix, tenant, fakes, await copied.memo_value(WAITING_MEMO))
+            faked = await _views(http, url, nullcontext())
+        await delete_fakes(client, prefix, fakes)
         await _terminate(client, queue, runs, gate)
     section.add(
         Figure("runs listed (from memos)", memo.rows, runs, ratio(memo.rows, runs)),
@@ -79,6 +105,17 @@ async def measure(
         *_compared(f"median of {VIEWS} views", memo.median, asked.median),
         Figure("page bytes", memo.size, asked.size, ratio(memo.size, asked.size)),
         Figure("seconds to start the runs until all wait", round(waiting, 1)),
+    )
+    per_fake = (faked.median[1] - memo.median[1]) / fakes
+    section.add(
+        Figure(f"runs listed with {fakes:,} fakes", faked.rows, runs, ratio(faked.rows, runs)),
+        Figure(
+            f"median of {VIEWS} views with {fakes:,} fakes (ms; baseline: none)",
+            faked.median[1] * 1e3,
+            memo.median[1] * 1e3,
+            ratio(faked.median[1], memo.median[1]),
+        ),
+        Figure("time a fake adds to a view (ms)", per_fake * 1e3),
     )
     if rendered is not None and rendered_asking is not None:
         section.add(
@@ -160,8 +197,64 @@ async def _views(
     return Views(timings, page.count(ROW.encode()), len(page))
 
 
-async def _no_memo(client: object, info: object) -> None:
-    return None
+_vouched_memo = reading.memo_of
+
+
+async def _partial_memo(
+    client: Client, key: bytes | None, info: WorkflowExecutionInfo
+) -> WaitingMemo | None:
+    memo = await _vouched_memo(client, key, info)
+    return memo.model_copy(update={"left_out": 1}) if memo is not None else None
+
+
+async def start_fakes(
+    client: Client, prefix: str, tenant: str, fakes: int, copied_memo: object
+) -> None:
+    """`fakes` runs (`PREFIX-N`) as a client that may only start workflows makes them: on a
+    task queue no worker polls, said by their search attributes to wait for an approval in
+    `tenant`; every other one carries `copied_memo` (a real run's sealed memo)."""
+    queue = f"nobody-polls-{uuid.uuid4().hex[:8]}"
+    attributes = TypedSearchAttributes(
+        [
+            SearchAttributePair(search.AGENT_PHASE, "awaiting_approval"),
+            SearchAttributePair(search.AGENT_STATUS, "running"),
+            SearchAttributePair(search.AGENT_TENANT, tenant),
+        ]
+    )
+    gate = asyncio.Semaphore(FAKES_AT_ONCE)
+
+    async def one(n: int) -> None:
+        async with gate:
+            await client.start_workflow(
+                WORKFLOW_NAME,
+                {"task": f"fake {n}"},
+                id=f"{prefix}-{n}",
+                task_queue=queue,
+                search_attributes=attributes,
+                memo={WAITING_MEMO: copied_memo} if n % 2 else {},
+            )
+
+    await asyncio.gather(*map(one, range(fakes)))
+
+
+async def delete_fakes(client: Client, prefix: str, fakes: int) -> None:
+    """The fakes of `start_fakes` deleted (a replay audit reading the server never sees
+    them); any that was never started is skipped."""
+    gate = asyncio.Semaphore(FAKES_AT_ONCE)
+
+    async def one(n: int) -> None:
+        request = DeleteWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=f"{prefix}-{n}"),
+        )
+        async with gate:
+            try:
+                await client.workflow_service.delete_workflow_execution(request)
+            except RPCError as exc:
+                if exc.status != RPCStatusCode.NOT_FOUND:
+                    raise
+
+    await asyncio.gather(*map(one, range(fakes)))
 
 
 async def _start(

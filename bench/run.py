@@ -82,6 +82,8 @@ class Plan:
     """Section 13: turns of the streamed runs, and concurrent watched runs."""
     inbox_runs: int = 1_000
     """Section 14: runs waiting for approval that the inbox page lists."""
+    inbox_fakes: int = 2_000
+    """Section 14: fake waiting runs (no worker vouches for them) beside them."""
 
 
 def plan(args: argparse.Namespace) -> Plan:
@@ -111,6 +113,7 @@ def plan(args: argparse.Namespace) -> Plan:
             stream_turns=5,
             stream_runs=5,
             inbox_runs=20,
+            inbox_fakes=50,
         )
     return Plan(
         False,
@@ -208,7 +211,9 @@ async def measure(p: Plan) -> tuple[list[Section], int]:
             streaming_section = await streaming.measure(
                 client, settings, provider, p.stream_turns, p.stream_runs
             )
-            inbox_section = await inbox.measure(client, settings, provider, work, p.inbox_runs)
+            inbox_section = await inbox.measure(
+                client, settings, provider, work, p.inbox_runs, p.inbox_fakes
+            )
             issue_42_section = await local_activities.measure(
                 client,
                 settings,

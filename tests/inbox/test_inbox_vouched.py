@@ -9,16 +9,12 @@ them). The page's timing with and without the fakes is `make bench` section 14's
 
 from __future__ import annotations
 
-import asyncio
-import uuid
 from collections import Counter
 from datetime import timedelta
 from typing import Any
 
 import aiohttp
 import pytest
-from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import (
     Client,
     DescribeWorkflowInput,
@@ -28,11 +24,8 @@ from temporalio.client import (
     QueryWorkflowInput,
     WorkflowHistoryEventAsyncIterator,
 )
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.service import RPCError, RPCStatusCode
 
-from agentloop import search
-from agentloop.contract import WORKFLOW_NAME, AgentRunInput, Principal
+from agentloop.contract import AgentRunInput, Principal
 from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.inbox.reading import (
     RunInputs,
@@ -45,13 +38,13 @@ from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCa
 from agentloop.stream_seals import derived_key
 from agentloop.waiting import WAITING_MEMO, WaitingMemo, memo_key, sealed_memo, vouched
 from agentloop.worker import running_worker
+from bench import inbox as bench_inbox
 from tests.cli.test_cli import agentloop, process_env
 from tests.support import eventually, start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
 FAKES = 2_000
-STARTS_AT_ONCE = 100
 WAIT = timedelta(seconds=0.5)
 USER_HEADER = "X-Inbox-User"
 
@@ -117,52 +110,9 @@ def booking(scripted_provider: ScriptedProvider, name: str, tenant: str) -> Agen
     )
 
 
-async def start_fakes(
-    client: Client, prefix: str, tenant: str, copied_memo: dict[str, Any]
-) -> None:
-    """`FAKES` runs no worker will ever take, said by their search attributes to wait for an
-    approval in `tenant`; every other one carries the real run's sealed memo."""
-    queue = f"nobody-polls-{uuid.uuid4().hex[:8]}"
-    attributes = TypedSearchAttributes(
-        [
-            SearchAttributePair(search.AGENT_PHASE, "awaiting_approval"),
-            SearchAttributePair(search.AGENT_STATUS, "running"),
-            SearchAttributePair(search.AGENT_TENANT, tenant),
-        ]
-    )
-    gate = asyncio.Semaphore(STARTS_AT_ONCE)
-
-    async def one(n: int) -> None:
-        async with gate:
-            await client.start_workflow(
-                WORKFLOW_NAME,
-                {"task": f"fake {n}"},
-                id=f"{prefix}-{n}",
-                task_queue=queue,
-                search_attributes=attributes,
-                memo={WAITING_MEMO: copied_memo} if n % 2 else {},
-            )
-
-    await asyncio.gather(*map(one, range(FAKES)))
-
-
 async def delete_fakes(client: Client, prefix: str, tenant: str) -> None:
-    gate = asyncio.Semaphore(STARTS_AT_ONCE)
-
-    async def one(n: int) -> None:
-        async with gate:
-            try:
-                await client.workflow_service.delete_workflow_execution(
-                    DeleteWorkflowExecutionRequest(
-                        namespace=client.namespace,
-                        workflow_execution=WorkflowExecution(workflow_id=f"{prefix}-{n}"),
-                    )
-                )
-            except RPCError as exc:  # never started (the test failed before)
-                if exc.status != RPCStatusCode.NOT_FOUND:
-                    raise
-
-    await asyncio.gather(*map(one, range(FAKES)))
+    """The fakes deleted, and gone from visibility (the session's replay audit lists it)."""
+    await bench_inbox.delete_fakes(client, prefix, FAKES)
     query = waiting_query([tenant]) + f" AND WorkflowId STARTS_WITH '{prefix}'"
 
     async def gone() -> bool:
@@ -182,7 +132,7 @@ async def test_two_thousand_fake_waiting_runs_are_neither_listed_nor_asked(
     assert copied["seal"]  # the real run's memo, sealed by its worker
     counted = Asked()
     keyless = counting(client, counted)
-    await start_fakes(keyless, prefix, tenant, copied)
+    await bench_inbox.start_fakes(keyless, prefix, tenant, FAKES, copied)
     try:
         everyone = waiting_query([tenant])
 
