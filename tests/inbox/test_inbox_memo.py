@@ -37,8 +37,8 @@ TENANT = "tenant-memo"
 WAIT = timedelta(seconds=2)
 
 
-def booking(scripted_provider: ScriptedProvider, name: str) -> AgentRunInput:
-    """A run whose reservation waits for the workshop lead's approval."""
+def booking(scripted_provider: ScriptedProvider, name: str, tenant: str = TENANT) -> AgentRunInput:
+    """A run (of `tenant`) whose reservation waits for the workshop lead's approval."""
     call = scripted_call("reserve_seat", "c_res", **RESERVE)
     scripted_provider.register(scripted(name, [call], "Booked."))
     return agent_input(
@@ -46,7 +46,7 @@ def booking(scripted_provider: ScriptedProvider, name: str) -> AgentRunInput:
         "openai-chat",
         "Book p-carol into ws-101. " + "Context. " * 40,
         ["reserve_seat"],
-        principal=Principal(subject="p-alice", tenant=TENANT, scopes=["workshops:write"]),
+        principal=Principal(subject="p-alice", tenant=tenant, scopes=["workshops:write"]),
     )
 
 

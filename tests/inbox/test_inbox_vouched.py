@@ -25,7 +25,6 @@ from temporalio.client import (
     WorkflowHistoryEventAsyncIterator,
 )
 
-from agentloop.contract import AgentRunInput, Principal
 from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.inbox.reading import (
     RunInputs,
@@ -34,12 +33,13 @@ from agentloop.inbox.reading import (
     waiting_query,
 )
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import ScriptedProvider
 from agentloop.stream_seals import derived_key
 from agentloop.waiting import WAITING_MEMO, WaitingMemo, memo_key, sealed_memo, vouched
 from agentloop.worker import running_worker
 from bench import inbox as bench_inbox
 from tests.cli.test_cli import agentloop, process_env
+from tests.inbox.test_inbox_memo import booking
 from tests.support import eventually, start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -89,24 +89,6 @@ def counting(client: Client, counts: Asked) -> Client:
         namespace=client.namespace,
         data_converter=client.data_converter,
         interceptors=[counts],
-    )
-
-
-def booking(scripted_provider: ScriptedProvider, name: str, tenant: str) -> AgentRunInput:
-    call = ScriptedToolCall(
-        id="c_res",
-        name="reserve_seat",
-        arguments={"workshop_id": "ws-101", "participant_id": "p-carol"},
-    )
-    scripted_provider.register(
-        Script(name=name, turns=[ScriptTurn(tool_calls=[call]), ScriptTurn(text="Booked.")])
-    )
-    return AgentRunInput(
-        task="Book p-carol into ws-101.",
-        provider="openai-chat",
-        model=name,
-        tools=["reserve_seat"],
-        principal=Principal(subject="p-alice", tenant=tenant, scopes=["workshops:write"]),
     )
 
 
