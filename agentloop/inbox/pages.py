@@ -113,6 +113,8 @@ def counts_text(items: list[WaitingItem], waiting: Waiting) -> str:
             f"; {n:,} run{'s' if n != 1 else ''} said to wait that no worker vouches for"
             " (not listed)"
         )
+        if waiting.keyless:
+            text += ": this inbox has no AGENTLOOP_INBOX_KEY to check them with"
     return text
 
 

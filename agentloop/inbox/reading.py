@@ -172,6 +172,8 @@ class Waiting:
     silent: list[str] = field(default_factory=list)
     """Vouched runs whose memo had no room for every call and that did not answer their
     `status` in time: listed with the calls their memo holds."""
+    keyless: bool = False
+    """The inbox had no key to check seals with: no run was listed."""
 
 
 async def waiting_items(
@@ -182,7 +184,7 @@ async def waiting_items(
     (`waiting.vouched`) says; a run whose memo is not sealed is counted, never asked. A
     vouched run whose memo left calls out is asked its `status`, at most `CONCURRENT_QUERIES`
     at a time, all of them within `wait`."""
-    found = Waiting()
+    found = Waiting(keyless=key is None)
     partial: list[tuple[str, WaitingMemo]] = []
     async for info in waiting_runs(client, tenants):
         workflow_id = info.execution.workflow_id

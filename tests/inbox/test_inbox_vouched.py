@@ -26,8 +26,10 @@ from temporalio.client import (
 )
 
 from agentloop.inbox import InboxOptions, InboxServer
+from agentloop.inbox.pages import counts_text
 from agentloop.inbox.reading import (
     RunInputs,
+    Waiting,
     asked_items,
     read_story,
     waiting_query,
@@ -190,3 +192,18 @@ async def test_a_production_inbox_needs_its_key_and_keys_inbox_derives_it() -> N
     assert key is not None and printed.stdout.strip() == key.hex()
     refused = await agentloop("inbox", env=process_env(AGENTLOOP_ENV="production"))
     assert refused.returncode == 2 and "AGENTLOOP_INBOX_KEY" in refused.stderr, refused.explain()
+
+
+def test_the_counts_say_what_was_left_out_and_why() -> None:
+    """Runs not vouched for are counted (and, with no key to check, the page says so); runs
+    that did not answer are named."""
+    silent = [f"run-{n}" for n in range(7)]
+    text = counts_text([], Waiting(unvouched=1, silent=silent))
+    assert "not answering, shown from what they last wrote: run-0, run-1" in text
+    assert "run-4 and 2 more" in text and "run-5" not in text
+    assert text.endswith("; 1 run said to wait that no worker vouches for (not listed)")
+    keyless = counts_text([], Waiting(unvouched=2_000, keyless=True))
+    assert keyless.endswith(
+        "2,000 runs said to wait that no worker vouches for (not listed): this inbox has no"
+        " AGENTLOOP_INBOX_KEY to check them with"
+    )
