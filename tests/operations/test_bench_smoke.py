@@ -134,6 +134,7 @@ SECTIONS = {
             "runs listed (from memos)",
             "first view: time to first byte (ms)",
             "median of 5 views: time to whole page (ms)",
+            "time a fake adds to a view (ms)",
         ],
     ),
     15: (
