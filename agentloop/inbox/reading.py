@@ -1,7 +1,7 @@
-"""What the inbox reads from Temporal: the runs waiting for a person (one visibility list on
-agentloop's search attributes, each run read from the memo it keeps while it waits, or asked
-its `status` when it keeps none), one run's story, and the recent runs. Nothing here changes
-a run."""
+"""What the inbox reads from Temporal: the runs waiting for a person (every page of one
+visibility list on agentloop's search attributes, each run read from the memo its worker
+sealed while it waits; a run no worker vouches for is counted, never asked), one run's
+story, and the recent runs. Nothing here changes a run."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ PAGE_SIZE = 1_000
 """Visibility records read per request (every page is read)."""
 MAX_MEMO_READ_BYTES = 4 * MAX_WAITING_MEMO_BYTES
 """A memo under `WAITING_MEMO` larger than this was not written by a run (runs write at most
-`MAX_WAITING_MEMO_BYTES`, a codec may add to it): it is not read, the run is asked."""
+`MAX_WAITING_MEMO_BYTES`, a codec may add to it): it is not read, the run not listed."""
 
 
 @dataclass(frozen=True)
