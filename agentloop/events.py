@@ -163,6 +163,15 @@ class ToolResult(_Frozen):
     input_request: InputRequest | None = None
     """Set instead of an outcome when the tool asks a person first: the call has not happened
     yet (transport only, never settled as the call's result)."""
+    trusted: bool = False
+    """Its tool declared its output trusted: the model is sent it without the provenance
+    envelope (`adapters.envelope`). False for every result the runner made itself."""
+    redacted: dict[str, int] = Field(default_factory=dict)
+    """How many values of each kind (`card_number`, `api_key`, ...) were replaced in `content`
+    before the model or the store saw it (`agentloop.redaction`)."""
+    original_ref: str = ""
+    """The artifact keeping the output as it was before redaction, readable only by the
+    tool's approvers (empty: nothing was redacted, or the policy keeps no original)."""
 
 
 class StateUpdate(_Frozen):

@@ -92,6 +92,21 @@ class CallRecord(BaseModel):
     undoes: str = ""
     """For an undo the runner offered when the run ended without delivering: the call id of
     the write it undoes (docs/concepts/compensation.md)."""
+    redacted: dict[str, int] = Field(default_factory=dict)
+    """How many values of each kind were hidden from the model and the transcript in the
+    call's result (`agentloop.redaction`); absent from the JSON when none were."""
+    redacted_original: str = ""
+    """The artifact keeping the result as it was, readable only by the tool's approvers
+    (`agentloop.redaction.read_original`); absent from the JSON when none is kept."""
+
+    @model_serializer(mode="wrap")
+    def _redaction_when_any(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A call whose result hid nothing never carried these: its JSON stays as it was.
+        fields: dict[str, Any] = handler(self)
+        for name in ("redacted", "redacted_original"):
+            if not fields.get(name):
+                fields.pop(name, None)
+        return fields
 
     def people_said(self) -> str:
         """What people decided on the call, in words from the typed fields: the approver's

@@ -113,6 +113,15 @@ class ToolSpec(BaseModel):
     run ends without delivering. It is called with those of its parameters the original
     call's result (a JSON object) or arguments name, the result's first, and
     `original_idempotency_key` with the original call's key."""
+    trusted: bool = False
+    """Its output reaches the model as it came, without the provenance envelope that marks
+    every other tool's output as data, not instructions (`adapters.envelope`)."""
+    redact: list[str] = Field(default_factory=list)
+    """Redactors (`agentloop.redaction.PATTERNS`) its output passes through beside the
+    worker's (`AGENTLOOP_REDACT`)."""
+    keep_redacted: Literal["approvers", "nobody"] = "approvers"
+    """Where the output as it was before redaction goes: an artifact only `approvers` may
+    read (none is kept for a tool that names no approver), or nowhere."""
 
     @model_validator(mode="after")
     def _activity_tools_are_complete(self) -> ToolSpec:

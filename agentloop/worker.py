@@ -44,6 +44,7 @@ from agentloop.mcp.listing import name_clashes
 from agentloop.mcp.source import McpServers
 from agentloop.policies.bounds import MAX_UPDATE_REQUEST_BYTES
 from agentloop.pricing import PriceTable
+from agentloop.redaction import redactor_names
 from agentloop.runtime import queue_peers, tracing
 from agentloop.runtime.audit import (
     DEFAULT_REDACT_FIELDS,
@@ -261,7 +262,9 @@ async def worker_parts(
             approver_keys = settings.approvers()
             webhooks = settings.notice_webhooks()
             notices = NoticeActivities(webhooks, settings.notify_secret or "", settings.inbox_url)
-            tool_activities = ToolActivities(opened, store, sources=[mcp])
+            tool_activities = ToolActivities(
+                opened, store, sources=[mcp], redact=redactor_names(settings.redact)
+            )
             descriptions = RunDescriptions(
                 opened,
                 Registration(client),

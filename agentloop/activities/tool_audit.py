@@ -106,3 +106,16 @@ def state_refused(request: RunToolInput, problem: str) -> None:
         tool=request.tool,
         problem=problem,
     )
+
+
+def redacted(request: RunToolInput, counts: dict[str, int], *, kept: bool) -> None:
+    """Values a tool's output carried that neither the model nor the transcript will see:
+    how many of each kind, and whether the original is kept for the tool's approvers."""
+    audit(
+        "tool.redacted",
+        workflow_id=request.workflow_id,
+        call_id=request.call_id,
+        tool=request.tool,
+        counts=counts,
+        original_kept=kept,
+    )

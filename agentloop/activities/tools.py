@@ -22,6 +22,7 @@ from agentloop.activities.tool_audit import (
     executed,
     outcome_looked_up,
     precondition_checked,
+    redacted,
     state_refused,
 )
 from agentloop.activity_io import (
@@ -41,6 +42,7 @@ from agentloop.contract import Principal
 from agentloop.events import InputRequest, ToolResult
 from agentloop.policies import task_state
 from agentloop.policies.bounds import as_text
+from agentloop.redaction import DEFAULT_REDACT, ORIGINAL_MEDIA_TYPE, original_record, redact
 from agentloop.store import Store, stored_by_reference
 from agentloop.tool_spec import Outcome, ToolSpec, bounded, record_within
 from agentloop.tools.activity_results import read_answer
@@ -93,10 +95,17 @@ def context_fields(
 
 class ToolActivities:
     def __init__(
-        self, toolbox: OpenedToolbox, store: Store, *, sources: Sequence[ToolSource] = ()
+        self,
+        toolbox: OpenedToolbox,
+        store: Store,
+        *,
+        sources: Sequence[ToolSource] = (),
+        redact: Sequence[str] = DEFAULT_REDACT,
     ) -> None:
         """`sources`: the tool sources of this worker beside its toolbox's (its MCP servers),
-        each tool name routed by the registry."""
+        each tool name routed by the registry. `redact`: the redactors every tool's output
+        passes through here (`AGENTLOOP_REDACT`), beside each tool's own."""
+        self._redact = tuple(redact)
         self._toolbox = toolbox
         self._registry = toolbox.registry
         self._tools = toolbox.registry.routing(*sources)
@@ -204,8 +213,9 @@ class ToolActivities:
                 # Raised so Temporal retries it (reads only; writes get one attempt).
                 attempt_failed(request, tool.spec, exc.error_class)
                 raise ApplicationError(str(exc), type=f"Tool:{exc.error_class}") from exc
-            failure = _failure(request, tool.spec, exc.error_class, str(exc))
-            return executed(request, tool.spec, failure)
+            message, screened = await self._screened(request, tool.spec, str(exc))
+            failure = _failure(request, tool.spec, exc.error_class, message)
+            return executed(request, tool.spec, failure.model_copy(update=screened))
         except Exception as exc:
             # A crash in the handler: Temporal retries it (a write's outcome is looked up).
             attempt_failed(request, tool.spec, type(exc).__name__)
@@ -299,6 +309,8 @@ class ToolActivities:
             # The write happened and answered: it succeeded, only its answer cannot be shown.
             # (Raising would leave it an unknown outcome, looked up or waiting on a person.)
             text = json.dumps({"done": True, "not_shown": why}, ensure_ascii=False)
+        output_chars = len(text)
+        text, screened = await self._screened(request, spec, text)
         content, artifact = await self._bounded(request, text, spec)
         result = ToolResult(
             call_id=request.call_id,
@@ -308,9 +320,33 @@ class ToolActivities:
             artifact_ref=artifact,
             side_effect=spec.effect == "write",
             state=state,
+            **screened,
         )
         result = await stored_by_reference(self._store, result)
-        return executed(request, spec, result, output_chars=len(text))
+        return executed(request, spec, result, output_chars=output_chars)
+
+    async def _screened(
+        self, request: RunToolInput, spec: ToolSpec, text: str
+    ) -> tuple[str, dict[str, Any]]:
+        """`text` with the sensitive values the worker's and the tool's redactors find
+        replaced, before the model or the store sees it; and what the result records of it
+        (its trust, the counts, where the original is kept for the tool's approvers)."""
+        found = redact(text, [*self._redact, *spec.redact])
+        screened: dict[str, Any] = {"trusted": spec.trusted}
+        if not found.counts:
+            return text, screened
+        screened["redacted"] = found.counts
+        if spec.keep_redacted == "approvers" and spec.approvers:
+            original = original_record(
+                text,
+                workflow_id=request.workflow_id,
+                call_id=request.call_id,
+                tool=request.tool,
+                readers=spec.approvers,
+            )
+            screened["original_ref"] = await self._store.put_artifact(original, ORIGINAL_MEDIA_TYPE)
+        redacted(request, found.counts, kept=bool(screened.get("original_ref")))
+        return found.text, screened
 
     async def _bounded(
         self, request: RunToolInput, text: str, spec: ToolSpec

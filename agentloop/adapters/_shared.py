@@ -17,6 +17,7 @@ import httpx2
 from pydantic_core import PydanticSerializationError
 
 from agentloop.adapters.base import ProviderError, UnsupportedEventError
+from agentloop.adapters.envelope import enveloped
 from agentloop.contract import ModelSettings
 from agentloop.digests import args_digest
 from agentloop.events import (
@@ -280,7 +281,7 @@ def _not_sent_note(result: ToolResult) -> StateUpdate:
     return StateUpdate(
         kind="call_not_sent",
         text=f"Your call {result.call_id} ({result.tool}) never ran and is left out of this "
-        f"conversation: its call id was not unique in the run. Its result: {result.content}",
+        f"conversation: its call id was not unique in the run. Its result: {enveloped(result)}",
     )
 
 

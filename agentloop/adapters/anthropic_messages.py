@@ -39,6 +39,7 @@ from agentloop.adapters.base import (
     TextSink,
     UnsupportedEventError,
 )
+from agentloop.adapters.envelope import ENVELOPE_NOTE, enveloped, needs_note
 from agentloop.digests import canonical_json
 from agentloop.events import (
     Event,
@@ -75,6 +76,8 @@ def build_request(request: ModelRequest) -> dict[str, Any]:
     on every call: nothing may change them in place."""
     settings = request.settings
     system, messages = _map_events(request.events)
+    if needs_note(request.events, bool(request.tools)):
+        system.append(ENVELOPE_NOTE)
     kwargs: dict[str, Any] = {
         "model": request.model,
         "max_tokens": settings.max_output_tokens or DEFAULT_MAX_TOKENS,
@@ -152,7 +155,7 @@ def _text(text: str) -> list[Block]:
 def _map_tool_result(result: ToolResult) -> Block:
     block: Block = {"type": "tool_result", "tool_use_id": result.call_id}
     if result.content:  # an empty string is not valid content: leave it out
-        block["content"] = result.content
+        block["content"] = enveloped(result)
     if result.status not in _SUCCEEDED:
         block["is_error"] = True
     return block

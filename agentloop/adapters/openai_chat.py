@@ -26,6 +26,7 @@ from agentloop.adapters._shared import (
     runner_note,
 )
 from agentloop.adapters.base import ModelRequest, TextSink
+from agentloop.adapters.envelope import ENVELOPE_NOTE, enveloped, needs_note
 from agentloop.adapters.openai_responses import build_request as responses_request
 from agentloop.digests import canonical_json
 from agentloop.events import (
@@ -57,7 +58,7 @@ def build_request(request: ModelRequest) -> dict[str, Any]:
     settings = request.settings
     kwargs: dict[str, Any] = {
         "model": request.model,
-        "messages": _map_events(request.events),
+        "messages": _with_note(_map_events(request.events), request),
         "stream": settings.stream,
     }
     if settings.stream:
@@ -72,6 +73,16 @@ def build_request(request: ModelRequest) -> dict[str, Any]:
     )
     # Provider fields passed through: checked at start not to touch any of the above.
     return {**settings.extra, **kwargs}
+
+
+def _with_note(messages: list[Message], request: ModelRequest) -> list[Message]:
+    """`messages` with what the envelope means said once, as a system message after the
+    run's own instructions."""
+    if not needs_note(request.events, bool(request.tools)):
+        return messages
+    at = next((i for i, m in enumerate(messages) if m.get("role") != "system"), len(messages))
+    messages.insert(at, {"role": "system", "content": ENVELOPE_NOTE})
+    return messages
 
 
 def _map_tool_spec(spec: ToolSpec) -> dict[str, Any]:
@@ -105,7 +116,8 @@ def _map_segment(segment: Segment) -> list[Message]:
         case ToolTurn(output=output, results=results):
             # This API's rule: one `tool` message per call, right after the assistant message.
             return [_assistant_message(output)] + [
-                {"role": "tool", "tool_call_id": r.call_id, "content": r.content} for r in results
+                {"role": "tool", "tool_call_id": r.call_id, "content": enveloped(r)}
+                for r in results
             ]
         case _:
             assert_never(segment)

@@ -29,6 +29,7 @@ from agentloop.adapters._shared import (
     runner_note,
 )
 from agentloop.adapters.base import ModelRequest, ProviderError, TextSink
+from agentloop.adapters.envelope import ENVELOPE_NOTE, enveloped, needs_note
 from agentloop.digests import canonical_json
 from agentloop.events import (
     Instruction,
@@ -77,6 +78,8 @@ def build_request(request: ModelRequest) -> dict[str, Any]:
     if reasons(request.model):
         kwargs["include"] = ["reasoning.encrypted_content"]
     instructions = [s.text for s in segments if isinstance(s, Instruction) and s.text]
+    if needs_note(request.events, bool(request.tools)):
+        instructions.append(ENVELOPE_NOTE)
     if instructions:
         kwargs["instructions"] = "\n\n".join(instructions)
     if request.tools:
@@ -112,7 +115,7 @@ def _map_segment(segment: Segment) -> list[Item]:
         case ToolTurn(output=output, results=results):
             # This API's rule: one `function_call_output` per call, keyed by `call_id`.
             return _output_items(output) + [
-                {"type": "function_call_output", "call_id": r.call_id, "output": r.content}
+                {"type": "function_call_output", "call_id": r.call_id, "output": enveloped(r)}
                 for r in results
             ]
         case _:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import assert_never
 
+from agentloop.adapters.envelope import enveloped
 from agentloop.contract import CallRecord
 from agentloop.events import (
     Event,
@@ -110,7 +111,8 @@ def _describe(event: Event) -> tuple[str, list[str]]:
         case ToolCall():
             return "tool call", [_call_line(event)]
         case ToolResult():
-            return _result_heading(event), [event.content]
+            # As the model was sent it: in its provenance envelope unless its tool is trusted.
+            return _result_heading(event), [enveloped(event)]
         case StateUpdate():
             data = json.dumps(event.data, ensure_ascii=False) if event.data else ""
             return f"runner note ({event.kind or 'note'})", [event.text, data]
@@ -140,4 +142,10 @@ def _result_heading(result: ToolResult) -> str:
         facts.append("side effect")
     if result.artifact_ref:
         facts.append(f"artifact {result.artifact_ref}")
+    if result.redacted:
+        hidden = ", ".join(f"{count} {kind}" for kind, count in sorted(result.redacted.items()))
+        kept = f", original kept in {result.original_ref}" if result.original_ref else ""
+        facts.append(f"redacted {hidden}{kept}")
+    if result.trusted:
+        facts.append("trusted")
     return f"tool result {result.call_id} {result.tool}: {', '.join(facts)}"

@@ -143,6 +143,9 @@ def offer(
         "has_outcome_lookup": effect == "write"
         and config.lookup_tool is not None
         and lookup_listed,
+        "trusted": config.trusted,
+        "redact": list(config.redact),
+        "keep_redacted": config.keep_redacted,
     }
     if override is not None:
         fields["required_scopes"] = override.scopes or []

@@ -28,6 +28,7 @@ from jsonschema.exceptions import SchemaError
 from agentloop.digests import canonical_json
 from agentloop.events import ToolCall
 from agentloop.policies.bounds import MAX_ARGUMENT_CHARS, MAX_DEPTH, clipped, value_depth
+from agentloop.policies.placeholders import placeholder_problem
 from agentloop.tool_spec import ToolSpec
 
 MAX_SCHEMA_ERRORS = 5
@@ -88,6 +89,9 @@ def validate_call(
     if problems:
         message = "arguments do not match the schema: " + "; ".join(problems)
         return Refused("invalid_arguments", message)
+    hidden = placeholder_problem(call.arguments)
+    if hidden:
+        return Refused("invalid_arguments", hidden)
     return Allowed(spec)
 
 

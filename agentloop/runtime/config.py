@@ -146,6 +146,10 @@ class Settings(BaseModel):
     """`off`: this worker's model calls publish no text on their run's stream, and the runs
     `agentloop run` starts publish nothing (`publish_events: false`); `on`: what each run's
     input says (by default it publishes)."""
+    redact: str = "card_number,api_key"
+    """`NAME,...` or `none`: the redactors every tool's output passes through in this worker
+    before the model or the store sees it (`agentloop.redaction`), beside each tool's own
+    `redact`. Known: card_number (Luhn-checked), iban (mod-97-checked), api_key, email."""
     workflow_sandbox: SandboxMode = "off"
     """`on`: workers (and `agentloop replay`) run AgentRun in Temporal's workflow sandbox;
     `off`: outside it, the workflow's imports checked by tests instead."""

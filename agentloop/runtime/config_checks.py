@@ -300,6 +300,16 @@ def check_publish_mode(value: str) -> str | None:
     return None
 
 
+def check_redactors(value: str) -> str | None:
+    from agentloop.redaction import PATTERNS, redactor_names
+
+    unknown = [n for n in redactor_names(value) if n not in PATTERNS]
+    if unknown:
+        known = ", ".join(PATTERNS)
+        return f"no redactor {', '.join(unknown)}: expected none, or names from {known}"
+    return None
+
+
 def check_sandbox_mode(value: str) -> str | None:
     if value not in get_args(SandboxMode):
         return "expected off (AgentRun runs unsandboxed, the default) or on (in Temporal's sandbox)"

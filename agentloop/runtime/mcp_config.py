@@ -31,6 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentloop.contract import describe_validation_error
+from agentloop.redaction import PATTERNS, unknown_redactors
 from agentloop.tool_spec import Effect
 
 SERVER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
@@ -97,9 +98,18 @@ class McpServerConfig(BaseModel):
     the run fails naming the server and this budget. An optional server is asked once, that
     once within this budget, and its tools are left out when it fails."""
     tools: dict[str, ToolOverride] = Field(default_factory=dict)
+    trusted: bool = False
+    """This server's output reaches the model as it came, without the envelope that marks
+    tool output as data, not instructions (only for a server no outsider writes through)."""
+    redact: list[str] = Field(default_factory=list)
+    """Redactors its tools' output passes through beside the worker's (`AGENTLOOP_REDACT`)."""
+    keep_redacted: Literal["approvers", "nobody"] = "approvers"
+    """Where an output as it was before redaction goes: its tool's approvers only, or nowhere."""
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:
+        if unknown := unknown_redactors(self.redact):
+            raise ValueError(f"no redactor {', '.join(unknown)} (known: {', '.join(PATTERNS)})")
         if (self.url is None) == (self.command is None):
             raise ValueError("give `url` (streamable HTTP) or `command` (stdio), exactly one")
         if self.url is not None and not re.match(r"^https?://[^\s/]+", self.url):

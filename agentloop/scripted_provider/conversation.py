@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentloop.adapters.envelope import unwrapped
+
 
 @dataclass(frozen=True)
 class Text:
@@ -103,7 +105,9 @@ class Conversation:
         return len(self.turns)
 
     def result_texts(self) -> dict[str, str]:
-        return {result.call_id: result.content for result in self.results}
+        """Each call's result as its tool gave it: out of the provenance envelope the runner
+        sends it in, so a script's placeholders read the tool's own JSON."""
+        return {result.call_id: unwrapped(result.content) for result in self.results}
 
 
 def role_of(message: Any) -> str | None:

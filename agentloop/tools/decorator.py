@@ -195,6 +195,12 @@ def tool(
             `compensate` policy) when the run ends without delivering; it is called with the
             parameters this call's result or arguments name, and `original_idempotency_key`
             (docs/concepts/compensation.md).
+        trusted: its output reaches the model as it came, not in the envelope that marks
+            tool output as data, not instructions (only for output no outsider writes).
+        redact: redactors its output passes through beside the worker's `AGENTLOOP_REDACT`
+            (`card_number`, `iban`, `api_key`, `email`).
+        keep_redacted: `approvers` (the output as it was is kept for the tool's approvers
+            only) or `nobody` (not kept at all).
         precondition: `async def check(ctx, <the tool's arguments>)` raising
             `BusinessRefusal` or `PermissionDenied` when the call must not go ahead: run
             before approval or execution, against the system of record.

@@ -15,6 +15,7 @@ from jsonschema.exceptions import SchemaError
 from pydantic import ValidationError
 
 from agentloop.contract import describe_validation_error
+from agentloop.redaction import PATTERNS, unknown_redactors
 from agentloop.tool_spec import Effect, ToolSpec, tool_name_problem
 
 
@@ -44,6 +45,9 @@ class ToolOptions(TypedDict, total=False):
     compensate: str
     """A write's undo: the name of another tool (`@agentloop.tool` or an activity tool) the
     runner offers to call when a run ends without delivering (docs/concepts/compensation.md)."""
+    trusted: bool
+    redact: Sequence[str]
+    keep_redacted: Literal["approvers", "nobody"]
 
 
 class UndeclaredEffectWarning(UserWarning):
@@ -104,6 +108,13 @@ def declared_spec(
         raise ToolDefinitionError(f"{what} {name}: only a write has an outcome to look up")
     fields["required_scopes"] = list(fields.pop("scopes", ()))
     fields["approvers"] = list(fields.get("approvers", ()))
+    fields["redact"] = list(fields.get("redact", ()))
+    if unknown_redactors(fields["redact"]):
+        known = ", ".join(PATTERNS)
+        raise ToolDefinitionError(
+            f"{what} {name}: no redactor {', '.join(unknown_redactors(fields['redact']))} "
+            f"(known: {known})"
+        )
     if fields.get("timeout_seconds") is None:
         fields.pop("timeout_seconds", None)
     try:

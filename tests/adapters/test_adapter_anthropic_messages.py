@@ -29,6 +29,7 @@ from agentloop.adapters.anthropic_messages import (
     parse_response,
 )
 from agentloop.adapters.base import ModelRequest, ProviderError, UnsupportedEventError
+from agentloop.adapters.envelope import ENVELOPE_NOTE, enveloped, unwrapped
 from agentloop.contract import ModelSettings
 from agentloop.digests import args_digest
 from agentloop.events import (
@@ -113,7 +114,9 @@ def result(call_id: str, content: str = "ok", status: ToolStatus = "succeeded") 
 
 
 def tool_result(call_id: str, content: str = "ok", error: bool = False) -> Json:
-    block = {"type": "tool_result", "tool_use_id": call_id, "content": content}
+    """A `tool_result` block as sent: the result in its provenance envelope."""
+    wrapped = enveloped(ToolResult(call_id=call_id, tool="get_weather", content=content))
+    block = {"type": "tool_result", "tool_use_id": call_id, "content": wrapped}
     return {**block, "is_error": True} if error else block
 
 
@@ -138,7 +141,7 @@ def test_system_is_top_level_and_defaults() -> None:
     }
 
 
-def test_settings_tools_and_no_system_when_none() -> None:
+def test_settings_tools_and_no_system_but_the_envelope_note_when_none() -> None:
     spec = ToolSpec(
         name="get_weather",
         description="Weather for a city on a date.",
@@ -149,7 +152,8 @@ def test_settings_tools_and_no_system_when_none() -> None:
             UserInput(text="x"), tools=[spec], stream=False, max_output_tokens=256, temperature=0.2
         )
     )
-    assert "system" not in kwargs
+    # Offering tools, the request says what their results' envelope means; nothing else.
+    assert kwargs["system"] == ENVELOPE_NOTE
     assert (kwargs["stream"], kwargs["max_tokens"]) == (False, 256)
     # API version 2026-10-21 answers 400 to any sampling parameter: none is sent.
     assert "temperature" not in kwargs and "top_p" not in kwargs
@@ -291,7 +295,7 @@ def test_an_output_refused_for_its_call_ids_is_sent_without_its_calls(reused: bo
     assert [block["type"] for block in notes] == ["text"] * len(tools)
     for block, tool in zip(notes, tools, strict=True):
         assert block["text"].startswith(f"[agentloop] Your call toolu_a ({tool}) never ran")
-        assert block["text"].endswith("Its result: not run")
+        assert unwrapped(block["text"].split("Its result: ")[1]) == "not run"
 
 
 @pytest.mark.parametrize(
@@ -328,7 +332,7 @@ def test_round_trip_of_every_event_kind() -> None:
         StateUpdate(kind="verdict", text="answer rejected: not JSON"),
     ]
     kwargs = build_request(request(*events))
-    assert kwargs["system"] == "sys"
+    assert kwargs["system"] == "sys\n\n" + ENVELOPE_NOTE
     assert kwargs["messages"] == [
         {"role": "user", "content": [text("weather in Oslo?")]},
         {"role": "assistant", "content": answer["content"]},

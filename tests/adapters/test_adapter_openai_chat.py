@@ -21,6 +21,7 @@ from agentloop.adapters._openai import OPENAI_ERRORS
 from agentloop.adapters._shared import SdkErrors, map_sdk_errors, parse_arguments
 from agentloop.adapters.anthropic_messages import ANTHROPIC_ERRORS
 from agentloop.adapters.base import ModelRequest, ProviderError, UnsupportedEventError
+from agentloop.adapters.envelope import ENVELOPE_NOTE, enveloped
 from agentloop.adapters.openai_chat import (
     ChatStreamAssembler,
     OpenAIChatAdapter,
@@ -55,8 +56,26 @@ def request(*events: Event, tools: list[ToolSpec] | None = None, **kw: Any) -> M
 
 
 def messages(*events: Event) -> list[dict[str, Any]]:
+    """The conversation as sent, without the envelope note (said once, after the run's own
+    instructions, whenever a result is sent: `test_envelope_note_once_after_instructions`)."""
     result: list[dict[str, Any]] = build_request(request(*events))["messages"]
-    return result
+    return without_note(result)
+
+
+NOTE = {"role": "system", "content": ENVELOPE_NOTE}
+
+
+def without_note(sent: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if NOTE not in sent:
+        return sent
+    assert sent.count(NOTE) == 1
+    return [m for m in sent if m != NOTE]
+
+
+def tool_message(call_id: str, content: str) -> dict[str, Any]:
+    """A `tool` message as sent: the result in its provenance envelope."""
+    wrapped = enveloped(ToolResult(call_id=call_id, tool="get_weather", content=content))
+    return {"role": "tool", "tool_call_id": call_id, "content": wrapped}
 
 
 def completion(
@@ -222,11 +241,11 @@ def test_tool_messages_follow_their_assistant_turn_and_notes_wait() -> None:
         "system", "user", "assistant", "tool", "tool", "user", "user", "assistant", "tool",
     ]  # fmt: skip
     # results keyed by call id and sent in the model's call order, whatever order they arrived in
-    assert sent[3] == {"role": "tool", "tool_call_id": "call_a", "content": "A"}
-    assert sent[4] == {"role": "tool", "tool_call_id": "call_b", "content": "B"}
+    assert sent[3] == tool_message("call_a", "A")
+    assert sent[4] == tool_message("call_b", "B")
     assert sent[5] == {"role": "user", "content": "[agentloop] approved by ops"}
     assert sent[6] == {"role": "user", "content": "also this"}
-    assert sent[8] == {"role": "tool", "tool_call_id": "call_c", "content": "C"}
+    assert sent[8] == tool_message("call_c", "C")
 
 
 @pytest.mark.parametrize(
@@ -701,7 +720,7 @@ async def test_complete_streamed() -> None:
     transcript = [UserInput(text="go"), output, result("call_a", "A")]
     as_it_was = [event.model_dump() for event in transcript]
     await model.complete(request(*transcript))
-    assert sent[1]["messages"][1] == output.provider_ref.raw_items[0]
+    assert without_note(sent[1]["messages"])[1] == output.provider_ref.raw_items[0]
     # The body shared the output's own message; sending it changed nothing in the transcript.
     assert [event.model_dump() for event in transcript] == as_it_was
 
@@ -747,10 +766,10 @@ async def test_parallel_calls_a_compatible_server_streams_on_one_index_stay_apar
     # Results pair with their calls by id, whatever order they come in.
     answers = [result(call_id, f"answer to {call_id}") for call_id, _, _ in OLLAMA_CALLS]
     await model.complete(request(UserInput(text="go"), output, *reversed(answers)))
-    assistant, *tool_messages = sent[1]["messages"][1:]
+    assistant, *tool_messages = without_note(sent[1]["messages"])[1:]
     assert [c["id"] for c in assistant["tool_calls"]] == [i for i, _, _ in OLLAMA_CALLS]
     assert tool_messages == [
-        {"role": "tool", "tool_call_id": call_id, "content": f"answer to {call_id}"}
+        tool_message(call_id, f"answer to {call_id}")
         for call_id, _, _ in OLLAMA_CALLS
     ]
 

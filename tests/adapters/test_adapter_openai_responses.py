@@ -21,6 +21,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from agentloop.adapters.base import ModelRequest, ProviderError, UnsupportedEventError
+from agentloop.adapters.envelope import enveloped, unwrapped
 from agentloop.adapters.openai_responses import (
     OpenAIResponsesAdapter,
     ResponsesStreamAssembler,
@@ -137,7 +138,9 @@ def result(call_id: str, content: str = "ok") -> ToolResult:
 
 
 def output_of(call_id: str, content: str = "ok") -> Wire:
-    return {"type": "function_call_output", "call_id": call_id, "output": content}
+    """A result as sent: in its provenance envelope."""
+    wrapped = enveloped(ToolResult(call_id=call_id, tool="get_weather", content=content))
+    return {"type": "function_call_output", "call_id": call_id, "output": wrapped}
 
 
 # ----------------------------------------------------------------------- build_request
@@ -352,7 +355,7 @@ def test_an_output_refused_for_its_call_ids_is_sent_without_its_calls(reused: bo
     for item, tool in zip(tail[2:-2], tools, strict=True):
         assert item["role"] == "user"
         assert item["content"].startswith(f"[agentloop] Your call call_a ({tool}) never ran")
-        assert item["content"].endswith("Its result: not run")
+        assert unwrapped(item["content"].split("Its result: ")[1]) == "not run"
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,8 @@ def settle(state: LoopState, batch: Batch, result: ToolResult) -> None:
     record.status = result.status
     record.result_summary = result.content[:SUMMARY_CHARS]
     keep_undo(state, result)
+    record.redacted = dict(result.redacted)
+    record.redacted_original = result.original_ref
 
 
 def leave_batch(batch: Batch, call_id: str) -> None:
