@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
+from agentloop.adapters.envelope import ENVELOPE_NOTE, enveloped, needs_note
 from agentloop.events import Event, ModelOutput, StateUpdate, ToolResult
 from agentloop.tool_spec import ToolSpec
 
@@ -173,7 +174,9 @@ def input_token_bound(
     `elided_through`) that this one sends whole, when its budget grew or the facts to restate
     outgrew what eliding saves: the provider counted their stubs, so their whole bytes are
     added (the stubs, counted twice then, err on the safe side)."""
-    whole = _byte_bound(sent.events) + _byte_bound(tools)
+    # The envelope note, counted as new too: the last call may not have said it.
+    note = _note_bytes(sent.events, tools)
+    whole = _byte_bound(sent.events) + _byte_bound(tools) + note
     if context_tokens is None:
         return whole
     sent_whole_again = [
@@ -181,7 +184,7 @@ def input_token_bound(
         for index, event in enumerate(sent.events[:elided_before])
         if _shortenable(event) and index not in sent.elided
     ]
-    new = _byte_bound([*new_events, *sent.added, *sent_whole_again])
+    new = _byte_bound([*new_events, *sent.added, *sent_whole_again]) + note
     return min(whole, context_tokens + new)
 
 
@@ -189,11 +192,22 @@ def _byte_bound(items: Sequence[Event | ToolSpec]) -> int:
     return sum(len(_as_sent(item).encode("utf-8", "replace")) + FRAMING_TOKENS for item in items)
 
 
+def _note_bytes(events: Sequence[Event], tools: Sequence[ToolSpec]) -> int:
+    if not needs_note(events, bool(tools)):
+        return 0
+    return len(ENVELOPE_NOTE.encode("utf-8")) + FRAMING_TOKENS
+
+
 def _as_sent(item: Event | ToolSpec) -> str:
-    """What of `item` a provider is sent (of a tool: its name, description and parameters)."""
+    """What of `item` a provider is sent (of a tool: its name, description and parameters; of
+    a tool's result, its envelope too)."""
     if isinstance(item, ToolSpec):
         return item.name + item.description + json.dumps(item.parameters, ensure_ascii=False)
-    return item.model_dump_json(exclude_defaults=True)
+    sent = item.model_dump_json(exclude_defaults=True)
+    if isinstance(item, ToolResult):
+        # The envelope's marks: their length does not depend on what they wrap.
+        sent += enveloped(item.model_copy(update={"content": ""}))
+    return sent
 
 
 def _elided(result: ToolResult) -> str:

@@ -69,8 +69,9 @@ class Pattern:
 PATTERNS: dict[str, Pattern] = {
     p.kind: p
     for p in (
-        Pattern("card_number", r"\b\d(?:[ -]?\d){12,18}\b", _card),
+        # An IBAN first: its digits may pass for a card number's.
         Pattern("iban", r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b", _iban),
+        Pattern("card_number", r"\b\d(?:[ -]?\d){12,18}\b", _card),
         Pattern(
             "api_key",
             r"\b(?:sk-(?:ant-|proj-)?[A-Za-z0-9_-]{20,200}|AKIA[0-9A-Z]{16}"
@@ -81,7 +82,8 @@ PATTERNS: dict[str, Pattern] = {
         Pattern("email", r"\b[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})+\b"),
     )
 }
-"""The redactors every worker knows, by the name a tool or the worker lists them under."""
+"""The redactors every worker knows, by the name a tool or the worker lists them under, in
+the order they run."""
 DEFAULT_REDACT = ("card_number", "api_key")
 """On in every worker unless its configuration says otherwise (`AGENTLOOP_REDACT`)."""
 
@@ -117,7 +119,7 @@ def redact(text: str, kinds: Sequence[str]) -> Redacted:
         cut = len(text) - MAX_SCANNED_CHARS
         text = text[:MAX_SCANNED_CHARS] + f"\n[cut: {cut} characters past the redaction scan]"
     counts: dict[str, int] = {}
-    for kind in dict.fromkeys(kinds):
+    for kind in [kind for kind in PATTERNS if kind in kinds]:
         text, found = _replaced(text, PATTERNS[kind], _compiled(kind))
         if found:
             counts[kind] = found

@@ -769,8 +769,7 @@ async def test_parallel_calls_a_compatible_server_streams_on_one_index_stay_apar
     assistant, *tool_messages = without_note(sent[1]["messages"])[1:]
     assert [c["id"] for c in assistant["tool_calls"]] == [i for i, _, _ in OLLAMA_CALLS]
     assert tool_messages == [
-        tool_message(call_id, f"answer to {call_id}")
-        for call_id, _, _ in OLLAMA_CALLS
+        tool_message(call_id, f"answer to {call_id}") for call_id, _, _ in OLLAMA_CALLS
     ]
 
 

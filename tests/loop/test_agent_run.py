@@ -20,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from agentloop.adapters.envelope import unwrapped
 from agentloop.contract import AgentRunInput, Limits, RunStatusView
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
@@ -70,7 +71,7 @@ def tool_messages(provider: ScriptedProvider, script: str) -> dict[str, list[str
     last = [r for r in provider.requests if r["script"] == script][-1]
     for message in last["body"]["messages"]:
         if message["role"] == "tool":
-            seen.setdefault(message["tool_call_id"], []).append(message["content"])
+            seen.setdefault(message["tool_call_id"], []).append(unwrapped(message["content"]))
     return seen
 
 

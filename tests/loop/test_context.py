@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from agentloop.adapters.envelope import unwrapped
 from agentloop.context import (
     PREVIEW_CHARS,
     Measured,
@@ -162,7 +163,7 @@ async def test_a_token_budget_follows_the_providers_own_count(live: Live, run_id
         )
         assert result.status == "completed", result.stop_reason
         last = live.provider.requests[-1]["body"]["messages"]
-        tools = {m["tool_call_id"]: m["content"] for m in last if m["role"] == "tool"}
+        tools = {m["tool_call_id"]: unwrapped(m["content"]) for m in last if m["role"] == "tool"}
         assert not tools["call_t2"].startswith('{"elided"')  # answered now: whole
         elided[name] = tools["call_t0"].startswith('{"elided"')
     assert elided == {"plain": False, "dense": True}
@@ -211,7 +212,7 @@ async def test_a_long_run_is_sent_within_its_budget_with_the_facts_restated(
     assert result.status == "completed", result.stop_reason
 
     last = live.provider.requests[-1]["body"]["messages"]
-    tools = {m["tool_call_id"]: m["content"] for m in last if m["role"] == "tool"}
+    tools = {m["tool_call_id"]: unwrapped(m["content"]) for m in last if m["role"] == "tool"}
     assert json.loads(tools["call_s0"])["elided"] is True
     assert not tools["call_s3"].startswith('{"elided"')  # answered now: whole
     facts = [m["content"] for m in last if m["role"] == "user" and "Facts from run" in m["content"]]

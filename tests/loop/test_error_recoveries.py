@@ -39,6 +39,7 @@ import openai
 import pytest
 from temporalio.client import WorkflowHandle
 
+from agentloop.adapters.envelope import unwrapped
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal
 from agentloop.demo.services import ExampleService
 from agentloop.demo.tools.http import ServiceClient
@@ -666,7 +667,7 @@ def results_by_call_id(body: dict[str, Any]) -> dict[str, str]:
         following = messages[i + 1 : i + 1 + len(asked)]
         assert sorted(m.get("tool_call_id") for m in following) == sorted(asked)
         assert all(m["role"] == "tool" for m in following)
-        found.update((m["tool_call_id"], m["content"]) for m in following)
+        found.update((m["tool_call_id"], unwrapped(m["content"])) for m in following)
     return found
 
 

@@ -22,6 +22,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.testing import ActivityEnvironment
 
 from agentloop.activity_io import RunToolInput
+from agentloop.adapters.envelope import unwrapped
 from agentloop.contract import AgentRunInput, AgentRunResult
 from agentloop.demo.services import ExampleService
 from agentloop.demo.services.control import padding_text
@@ -115,7 +116,7 @@ def tool_content(body: dict[str, Any], call_id: str) -> str:
         if m["role"] == "tool" and m["tool_call_id"] == call_id
     ]
     assert len(found) == 1, f"{call_id}: {len(found)} tool messages"
-    content: str = found[0]
+    content: str = unwrapped(found[0])  # the tool's own output, out of its envelope
     return content
 
 

@@ -21,6 +21,7 @@ from temporalio.client import Client, WorkflowHandle
 
 import agentloop
 from agentloop import Outcome, ToolContext
+from agentloop.adapters.envelope import unwrapped
 from agentloop.client import start_run
 from agentloop.contract import (
     AgentRunInput,
@@ -103,7 +104,7 @@ def sent_result(provider: ScriptedProvider, run_id: str, call_id: str) -> Any:
             continue
         for message in request["body"]["messages"]:
             if message.get("role") == "tool" and message.get("tool_call_id") == call_id:
-                return json.loads(message["content"])
+                return json.loads(unwrapped(message["content"]))
     raise AssertionError(f"the model was never sent a result for {call_id}")
 
 

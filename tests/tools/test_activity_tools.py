@@ -28,6 +28,7 @@ from temporalio.common import RawValue
 from temporalio.worker import Interceptor, Worker
 
 import agentloop
+from agentloop.adapters.envelope import unwrapped
 from agentloop.client import start_run
 from agentloop.contract import AgentRunInput, AgentRunResult, Limits, Principal
 from agentloop.runtime.config import Settings
@@ -274,7 +275,9 @@ async def calls_to_a_team_tool(
         return result, [], handle
     _, second = [r for r in provider.requests if r["script"] == run_id]
     told = {
-        m["tool_call_id"]: m["content"] for m in second["body"]["messages"] if m["role"] == "tool"
+        m["tool_call_id"]: unwrapped(m["content"])
+        for m in second["body"]["messages"]
+        if m["role"] == "tool"
     }
     return result, [told[c.id] for c in called], handle
 

@@ -12,6 +12,7 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
+from agentloop.adapters.envelope import unwrapped
 from agentloop.contract import (
     AgentRunInput,
     AgentRunResult,
@@ -88,7 +89,7 @@ def delegation_result(scripted_provider: ScriptedProvider, call_id: str) -> dict
     messages = scripted_provider.requests[-1]["body"]["messages"]
     found = [m for m in messages if m["role"] == "tool" and m["tool_call_id"] == call_id]
     assert len(found) == 1, messages
-    return dict(json.loads(found[0]["content"]))
+    return dict(json.loads(unwrapped(found[0]["content"])))
 
 
 async def test_a_child_run_that_ends_failed_still_reports_its_result_to_the_parent(

@@ -25,6 +25,7 @@ from temporalio.common import RawValue
 from temporalio.worker import Interceptor, Worker
 
 import agentloop
+from agentloop.adapters.envelope import unwrapped
 from agentloop.client import start_run
 from agentloop.contract import AgentRunResult, Limits, Principal
 from agentloop.runtime.config import Settings
@@ -234,7 +235,8 @@ async def play_batch(
     assert result.status == "completed", (SEED, result.stop_reason)
     _, second = [r for r in provider.requests if r["script"] == run_id]
     told = [m for m in second["body"]["messages"] if m["role"] == "tool"]
-    by_id = {m["tool_call_id"]: m["content"] for m in told}
+    # The tools' own output, out of its envelope: that is what the result cap bounds.
+    by_id = {m["tool_call_id"]: unwrapped(m["content"]) for m in told}
     assert sorted(by_id) == sorted(c.id for c in calls) and len(told) == len(calls), SEED
     assert all(len(shown) <= DEFAULT_MAX_RESULT_CHARS for shown in by_id.values()), SEED
     return result, by_id
