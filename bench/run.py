@@ -28,6 +28,7 @@ from agentloop.cli.dev import DevStack, DevStackPorts
 from bench import (
     adapters,
     counted,
+    envelope,
     history,
     inbox,
     local_activities,
@@ -240,6 +241,7 @@ async def measure(p: Plan) -> tuple[list[Section], int]:
         done(streaming_section)
         done(inbox_section)
         done(issue_42_section)
+        done(envelope.measure())
     return sections, one.failures
 
 

@@ -141,6 +141,14 @@ SECTIONS = {
         "issue 42",
         ["per-turn wall (ms), after vs before", "per-turn worker CPU (ms), after vs before"],
     ),
+    16: (
+        "Provenance envelope",
+        [
+            "note, said once (bytes)",
+            "anthropic, 200-char outputs: bytes one envelope adds",
+            "openai-chat, 8,000-char outputs: request bytes",
+        ],
+    ),
 }
 NUMBER = re.compile(r"\d")
 
@@ -221,5 +229,6 @@ def test_the_short_benchmark_prints_every_figure(request: pytest.FixtureRequest)
         "streaming",
         "inbox",
         "issue_42_local_activities",
+        "envelope",
     ]
     assert all(section["figures"] for section in document["sections"])
