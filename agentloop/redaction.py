@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import re2
 
-from agentloop.policies.placeholders import placeholder
+from agentloop.policies.placeholders import PLACEHOLDER_PREFIX, placeholder
 
 if TYPE_CHECKING:
     from agentloop.store import Store
@@ -112,9 +112,10 @@ class Redacted:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def redact(text: str, kinds: Sequence[str]) -> Redacted:
-    """`text` with every value of `kinds` (pattern names) replaced by its placeholder, and how
-    many of each."""
+def redact(text: str, kinds: Sequence[str], team: Sequence[Callable[[str], str]] = ()) -> Redacted:
+    """`text` with every value of `kinds` (pattern names) replaced by its placeholder, then
+    passed through the `team`'s own redactors; and how many of each were hidden. A team's
+    redactor that raises withholds the whole output: nothing unscreened is ever sent."""
     if len(text) > MAX_SCANNED_CHARS:
         cut = len(text) - MAX_SCANNED_CHARS
         text = text[:MAX_SCANNED_CHARS] + f"\n[cut: {cut} characters past the redaction scan]"
@@ -123,6 +124,19 @@ def redact(text: str, kinds: Sequence[str]) -> Redacted:
         text, found = _replaced(text, PATTERNS[kind], _compiled(kind))
         if found:
             counts[kind] = found
+    for function in team:
+        kind = getattr(function, "__name__", "team_redactor")
+        try:
+            screened = function(text)
+            if not isinstance(screened, str):
+                raise TypeError(f"returned a {type(screened).__name__}, not the text")
+        except Exception as exc:
+            counts[kind] = 1
+            return Redacted(f"{placeholder(kind)} (the whole output: {type(exc).__name__})", counts)
+        if screened != text:
+            added = screened.count(PLACEHOLDER_PREFIX) - text.count(PLACEHOLDER_PREFIX)
+            counts[kind] = max(added, 1)
+            text = screened
     return Redacted(text, counts)
 
 

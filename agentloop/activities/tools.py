@@ -213,14 +213,14 @@ class ToolActivities:
                 # Raised so Temporal retries it (reads only; writes get one attempt).
                 attempt_failed(request, tool.spec, exc.error_class)
                 raise ApplicationError(str(exc), type=f"Tool:{exc.error_class}") from exc
-            message, screened = await self._screened(request, tool.spec, str(exc))
+            message, screened = await self._screened(request, tool, str(exc))
             failure = _failure(request, tool.spec, exc.error_class, message)
             return executed(request, tool.spec, failure.model_copy(update=screened))
         except Exception as exc:
             # A crash in the handler: Temporal retries it (a write's outcome is looked up).
             attempt_failed(request, tool.spec, type(exc).__name__)
             raise
-        return await self._succeeded(request, tool.spec, value)
+        return await self._succeeded(request, tool, value)
 
     async def _reply(self, request: RunToolInput) -> Reply | None:
         """The person's reply to what the call's tool asked when it last ran, with what the
@@ -258,11 +258,11 @@ class ToolActivities:
 
     async def _frame(self, request: ToolOutput) -> ToolResult:
         """An activity tool's output, bounded like any tool's."""
-        spec = self._registry.get(request.tool).spec
+        tool = self._registry.get(request.tool)
         as_run = RunToolInput(
             workflow_id=request.workflow_id, call_id=request.call_id, tool=request.tool
         )
-        return await self._succeeded(as_run, spec, request.output)
+        return await self._succeeded(as_run, tool, request.output)
 
     @activity.defn(name=FRAME_TEAM_ANSWER)
     async def frame_team_answer(self, request: ToolOutput, answer: RawValue) -> ToolResult:
@@ -283,9 +283,10 @@ class ToolActivities:
         record = record_within(outcome.record, spec.max_result_chars)
         return outcome.model_copy(update={"record": record})
 
-    async def _succeeded(self, request: RunToolInput, spec: ToolSpec, value: Any) -> ToolResult:
+    async def _succeeded(self, request: RunToolInput, tool: Tool, value: Any) -> ToolResult:
         """A tool's output as its result: kept whole as an artifact when over the tool's cap,
         stored once, referred to by the next model call."""
+        spec = tool.spec
         state: dict[str, Any] = {}
         if isinstance(value, WithState):
             problem = task_state.update_problem(value.state)
@@ -310,7 +311,7 @@ class ToolActivities:
             # (Raising would leave it an unknown outcome, looked up or waiting on a person.)
             text = json.dumps({"done": True, "not_shown": why}, ensure_ascii=False)
         output_chars = len(text)
-        text, screened = await self._screened(request, spec, text)
+        text, screened = await self._screened(request, tool, text)
         content, artifact = await self._bounded(request, text, spec)
         result = ToolResult(
             call_id=request.call_id,
@@ -326,12 +327,13 @@ class ToolActivities:
         return executed(request, spec, result, output_chars=output_chars)
 
     async def _screened(
-        self, request: RunToolInput, spec: ToolSpec, text: str
+        self, request: RunToolInput, tool: Tool, text: str
     ) -> tuple[str, dict[str, Any]]:
         """`text` with the sensitive values the worker's and the tool's redactors find
         replaced, before the model or the store sees it; and what the result records of it
         (its trust, the counts, where the original is kept for the tool's approvers)."""
-        found = redact(text, [*self._redact, *spec.redact])
+        spec = tool.spec
+        found = redact(text, [*self._redact, *spec.redact], tool.redactors)
         screened: dict[str, Any] = {"trusted": spec.trusted}
         if not found.counts:
             return text, screened

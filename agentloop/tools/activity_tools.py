@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from agentloop.tool_spec import DEFAULT_START_TIMEOUT_SECONDS, ToolSpec
 from agentloop.tools.contract import Tool, ToolContext
-from agentloop.tools.options import ToolOptions, declared_spec
+from agentloop.tools.options import ToolOptions, declared_spec, team_redactors
 from agentloop.tools.source import RegisteredTools, ToolLine
 
 
@@ -84,4 +84,4 @@ def activity_tool(
         heartbeat_seconds=heartbeat_seconds,
         start_timeout_seconds=start_timeout_seconds,
     )
-    return Tool(spec=spec, handler=_scheduled_by_the_run)
+    return Tool(spec=spec, handler=_scheduled_by_the_run, redactors=team_redactors(options))

@@ -163,6 +163,10 @@ class WithState:
     state: Mapping[str, Any]
 
 
+TeamRedactor = Callable[[str], str]
+"""A team's redactor: a tool's output in, the same with what it hides replaced out (by
+`[redacted:KIND]`, `agentloop.redaction.placeholder`). Runs in the worker, never in the
+workflow; its name is the kind the ledger counts when it hides nothing else."""
 ToolHandler = Callable[[dict[str, Any], ToolContext[Any]], Awaitable[Any]]
 """How the activities call a tool: its arguments (checked against its schema) and context."""
 Precondition = Callable[[dict[str, Any], ToolContext[Any]], Awaitable[None]]
@@ -179,6 +183,9 @@ class Tool:
     handler: ToolHandler
     precondition: Precondition | None = None
     lookup_outcome: OutcomeLookup | None = None
+    redactors: tuple[TeamRedactor, ...] = ()
+    """The team's own redactors its output passes through in the worker, after the patterns
+    its spec names (`agentloop.redaction`)."""
     function: Callable[..., Awaitable[Any]] | None = field(default=None, compare=False)
     """The decorated function, as written (`Tool` is callable like it, for the team's own
     unit tests)."""

@@ -28,7 +28,12 @@ from agentloop.tools.contract import (
     ToolContext,
     ToolHandler,
 )
-from agentloop.tools.options import ToolDefinitionError, ToolOptions, declared_spec
+from agentloop.tools.options import (
+    ToolDefinitionError,
+    ToolOptions,
+    declared_spec,
+    team_redactors,
+)
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
@@ -197,8 +202,11 @@ def tool(
             (docs/concepts/compensation.md).
         trusted: its output reaches the model as it came, not in the envelope that marks
             tool output as data, not instructions (only for output no outsider writes).
-        redact: redactors its output passes through beside the worker's `AGENTLOOP_REDACT`
-            (`card_number`, `iban`, `api_key`, `email`).
+        redact: redactors its output passes through beside the worker's `AGENTLOOP_REDACT`:
+            pattern names (`card_number`, `iban`, `api_key`, `email`) or the team's own
+            functions, `def mask(text: str) -> str` returning the text with what it hides
+            replaced by `agentloop.redaction.placeholder(kind)` (run in the worker; one that
+            raises withholds the whole output).
         keep_redacted: `approvers` (the output as it was is kept for the tool's approvers
             only) or `nobody` (not kept at all).
         precondition: `async def check(ctx, <the tool's arguments>)` raising
@@ -233,6 +241,7 @@ def tool(
             lookup_outcome=(
                 _adapt(lookup_outcome, lookup, arguments) if lookup_outcome is not None else None
             ),
+            redactors=team_redactors(options),
             function=function,
         )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
@@ -46,7 +46,8 @@ class ToolOptions(TypedDict, total=False):
     """A write's undo: the name of another tool (`@agentloop.tool` or an activity tool) the
     runner offers to call when a run ends without delivering (docs/concepts/compensation.md)."""
     trusted: bool
-    redact: Sequence[str]
+    redact: Sequence[str | Callable[[str], str]]
+    """Pattern names, or the team's own functions (`TeamRedactor`)."""
     keep_redacted: Literal["approvers", "nobody"]
 
 
@@ -82,6 +83,11 @@ def _declaration_level() -> int:
 _HERE = str(Path(__file__).parent)
 
 
+def team_redactors(options: ToolOptions) -> tuple[Callable[[str], str], ...]:
+    """The team's own functions among a tool's `redact` (the rest are pattern names)."""
+    return tuple(kind for kind in options.get("redact", ()) if callable(kind))
+
+
 def declared_spec(
     what: str,
     name: str,
@@ -108,7 +114,7 @@ def declared_spec(
         raise ToolDefinitionError(f"{what} {name}: only a write has an outcome to look up")
     fields["required_scopes"] = list(fields.pop("scopes", ()))
     fields["approvers"] = list(fields.get("approvers", ()))
-    fields["redact"] = list(fields.get("redact", ()))
+    fields["redact"] = [kind for kind in fields.get("redact", ()) if isinstance(kind, str)]
     if unknown_redactors(fields["redact"]):
         known = ", ".join(PATTERNS)
         raise ToolDefinitionError(

@@ -12,6 +12,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from agentloop.activity_io import STORE_TEXTS
+from agentloop.adapters.envelope import ENVELOPE_NOTE
 from agentloop.contract import (
     AgentRunInput,
     AgentRunResult,
@@ -109,7 +110,8 @@ async def test_long_texts_ride_in_history_only_where_they_came_in_and_reach_the_
     first, second = (r["body"]["messages"] for r in live.provider.requests)
     for messages, texts in ((first, (INSTRUCTIONS, TASK)), (second, (INSTRUCTIONS, TASK, MESSAGE))):
         said = [m["content"] for m in messages if m["role"] in ("system", "developer", "user")]
-        assert said == list(texts), [s[-20:] for s in said]
+        # The envelope note follows the instructions (the run offers tools).
+        assert said == [texts[0], ENVELOPE_NOTE, *texts[1:]], [s[-20:] for s in said]
 
     # In history, each text is where it came in (the start input, the signal) and in the
     # input of the one `store_texts` activity that put it in the store (an ordinary activity:

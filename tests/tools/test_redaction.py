@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import agentloop
 from agentloop.ledger import CallRecord
 from agentloop.policies.placeholders import placeholder_problem
 from agentloop.redaction import (
@@ -15,11 +16,13 @@ from agentloop.redaction import (
     ORIGINAL_MEDIA_TYPE,
     NotAReader,
     original_record,
+    placeholder,
     read_original,
     redact,
     redactor_names,
 )
 from agentloop.store import SqliteStore
+from agentloop.tools.options import ToolDefinitionError
 
 VISA = "4111 1111 1111 1111"
 NOT_LUHN = "4111 1111 1111 1112"
@@ -50,6 +53,38 @@ def test_ibans_and_e_mail_addresses_when_asked() -> None:
     found = redact(f"pay {IBAN} and write to ops.team+x@example.co.uk", kinds)
     assert found.text == "pay [redacted:iban] and write to [redacted:email]"
     assert found.counts == {"iban": 1, "email": 1}
+
+
+def test_a_teams_redactor_runs_after_the_patterns_and_withholds_all_when_it_fails() -> None:
+    def mask_ids(text: str) -> str:
+        return text.replace("acc-7", placeholder("account"))
+
+    def broken(text: str) -> str:
+        raise RuntimeError("bug")
+
+    found = redact(f"acc-7 paid with {VISA}", DEFAULT_REDACT, [mask_ids])
+    assert found.text == "[redacted:account] paid with [redacted:card_number]"
+    assert found.counts == {"card_number": 1, "mask_ids": 1}
+    withheld = redact(f"acc-7 paid with {VISA}", (), [broken])
+    assert withheld.text == "[redacted:broken] (the whole output: RuntimeError)"
+    assert withheld.counts == {"broken": 1}
+
+
+def test_a_tool_names_known_redactors_or_its_own_functions() -> None:
+    with pytest.raises(ToolDefinitionError, match="no redactor phone"):
+
+        @agentloop.tool(effect="read", redact=["phone"])
+        async def look(ctx: agentloop.ToolContext[None], q: str) -> str:
+            return q
+
+    def mask(text: str) -> str:
+        return text
+
+    @agentloop.tool(effect="read", redact=["iban", mask])
+    async def find(ctx: agentloop.ToolContext[None], q: str) -> str:
+        return q
+
+    assert find.spec.redact == ["iban"] and find.redactors == (mask,)
 
 
 def test_the_scan_is_bounded() -> None:

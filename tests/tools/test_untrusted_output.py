@@ -174,8 +174,14 @@ async def test_card_numbers_and_api_keys_reach_neither_the_model_nor_the_transcr
     assert card not in history and key not in history
 
     calls = {c.call_id: c for c in result.calls}
-    for call_id in ("call_kept", "call_unkept"):
-        assert calls[call_id].redacted == {"card_number": 1, "api_key": 1}
+    assert calls["call_kept"].redacted == {"card_number": 1, "api_key": 1, "mask_holder": 1}
+    assert calls["call_unkept"].redacted == {"card_number": 1, "api_key": 1}
+    # The team's redactor ran in the worker, on the one tool that names it.
+    told = results_sent("openai-responses", sent_requests(scripted_provider, run_id)[-1])
+    assert (
+        untrusted_tools.HOLDER not in told["call_kept"] and "[redacted:holder]" in told["call_kept"]
+    )
+    assert untrusted_tools.HOLDER in told["call_unkept"]
     # The placeholder was refused before anything ran, the model told what to do instead.
     assert calls["call_pay"].decision == "invalid_arguments"
     assert untrusted_tools.TRANSFERS == []
