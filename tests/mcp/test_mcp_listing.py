@@ -147,6 +147,18 @@ def test_a_tool_the_loop_cannot_check_is_left_out_with_the_reason(
     assert result.spec is None and result.problem is not None and problem in result.problem
 
 
+def test_a_server_configured_trusted_or_redacting_gives_its_tools_that_policy() -> None:
+    plain = offer("s", server(), listed()).spec
+    assert plain is not None
+    assert (plain.trusted, plain.redact, plain.keep_redacted) == (False, [], "approvers")
+    config = server(trusted=True, redact=["email"], keep_redacted="nobody")
+    spec = offer("s", config, listed()).spec
+    assert spec is not None
+    assert (spec.trusted, spec.redact, spec.keep_redacted) == (True, ["email"], "nobody")
+    with pytest.raises(ValidationError, match="no redactor phone"):
+        server(redact=["phone"])
+
+
 def test_a_long_description_is_cut() -> None:
     tool = ListedTool("t", "d" * 50_000, OBJECT, None)
     spec = offer("s", server(), tool).spec

@@ -213,6 +213,7 @@ def test_from_env_checks_types_but_not_files_or_formats(tmp_path: Path) -> None:
         ("AGENTLOOP_OTEL", "on", "expected off, console"),
         ("AGENTLOOP_WORKFLOW_SANDBOX", "yes", "expected off (AgentRun runs unsandboxed"),
         ("AGENTLOOP_LOG_LEVEL", "LOUD", "expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+        ("AGENTLOOP_REDACT", "card_number,phone", "no redactor phone: expected none, or names"),
     ],
 )
 def test_each_bad_value_is_named_with_its_variable_and_the_fix(
