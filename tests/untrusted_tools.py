@@ -53,6 +53,12 @@ async def read_statement_unkept(ctx: ToolContext[Any], account: str) -> dict[str
     return STATEMENT
 
 
+@agentloop.tool(effect="read")
+async def check_card(ctx: ToolContext[Any], account: str) -> str:
+    """Whether the account's card is good: its refusal quotes the card."""
+    raise agentloop.BusinessRefusal(f"card {CARD} is declined")
+
+
 @agentloop.tool(effect="read", trusted=True)
 async def read_own_config(ctx: ToolContext[Any]) -> str:
     """The team's own settings text: trusted, sent without an envelope."""

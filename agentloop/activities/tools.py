@@ -206,14 +206,16 @@ class ToolActivities:
         except InputNeeded as asked:
             return executed(request, tool.spec, await self._asking(request, tool.spec, asked))
         except ToolError as exc:
-            if tool.spec.effect == "write" and (isinstance(exc, OutcomeUnknown) or exc.retryable):
-                # It may have happened: the runner asks the system of record, never resends.
-                return executed(request, tool.spec, _unknown(request, tool.spec, str(exc)))
-            if exc.retryable:
+            if exc.retryable and tool.spec.effect != "write":
                 # Raised so Temporal retries it (reads only; writes get one attempt).
                 attempt_failed(request, tool.spec, exc.error_class)
                 raise ApplicationError(str(exc), type=f"Tool:{exc.error_class}") from exc
+            # What the tool said reaches the model: screened like its output.
             message, screened = await self._screened(request, tool, str(exc))
+            if tool.spec.effect == "write" and (isinstance(exc, OutcomeUnknown) or exc.retryable):
+                # It may have happened: the runner asks the system of record, never resends.
+                unknown = _unknown(request, tool.spec, message)
+                return executed(request, tool.spec, unknown.model_copy(update=screened))
             failure = _failure(request, tool.spec, exc.error_class, message)
             return executed(request, tool.spec, failure.model_copy(update=screened))
         except Exception as exc:

@@ -140,6 +140,7 @@ async def test_card_numbers_and_api_keys_reach_neither_the_model_nor_the_transcr
                         ScriptedToolCall(
                             id="call_unkept", name="read_statement_unkept", arguments=account
                         ),
+                        ScriptedToolCall(id="call_check", name="check_card", arguments=account),
                     ]
                 ),
                 # The model copies what it was shown into a write.
@@ -160,7 +161,7 @@ async def test_card_numbers_and_api_keys_reach_neither_the_model_nor_the_transcr
         task="Pay with the card on my statement.",
         provider="openai-responses",
         model=run_id,
-        tools=["read_statement", "read_statement_unkept", "wire_transfer"],
+        tools=["read_statement", "read_statement_unkept", "check_card", "wire_transfer"],
     )
     handle = await start_run(client, untrusted, run_id, run_input)
     result = await result_of(handle)
@@ -176,6 +177,11 @@ async def test_card_numbers_and_api_keys_reach_neither_the_model_nor_the_transcr
     calls = {c.call_id: c for c in result.calls}
     assert calls["call_kept"].redacted == {"card_number": 1, "api_key": 1, "mask_holder": 1}
     assert calls["call_unkept"].redacted == {"card_number": 1, "api_key": 1}
+    # What a tool's refusal says is screened like its output.
+    assert (calls["call_check"].status, calls["call_check"].redacted) == (
+        "failed",
+        {"card_number": 1},
+    )
     # The team's redactor ran in the worker, on the one tool that names it.
     told = results_sent("openai-responses", sent_requests(scripted_provider, run_id)[-1])
     assert (
