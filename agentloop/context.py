@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
-from agentloop.adapters.envelope import ENVELOPE_NOTE, enveloped, needs_note
+from agentloop.envelope import ENVELOPE_NOTE, enveloped, needs_note
 from agentloop.events import Event, ModelOutput, StateUpdate, ToolResult
 from agentloop.tool_spec import ToolSpec
 

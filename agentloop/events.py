@@ -165,7 +165,7 @@ class ToolResult(_Frozen):
     yet (transport only, never settled as the call's result)."""
     trusted: bool = False
     """Its tool declared its output trusted: the model is sent it without the provenance
-    envelope (`adapters.envelope`). False for every result the runner made itself."""
+    envelope (`agentloop.envelope`). False for every result the runner made itself."""
     redacted: dict[str, int] = Field(default_factory=dict)
     """How many values of each kind (`card_number`, `api_key`, ...) were replaced in `content`
     before the model or the store saw it (`agentloop.redaction`)."""

@@ -97,7 +97,7 @@ class CallRecord(BaseModel):
     call's result (`agentloop.redaction`); absent from the JSON when none were."""
     redacted_original: str = ""
     """The artifact keeping the result as it was, readable only by the tool's approvers
-    (`agentloop.redaction.read_original`); absent from the JSON when none is kept."""
+    (`agentloop.store.originals.read_original`); absent from the JSON when none is kept."""
 
     @model_serializer(mode="wrap")
     def _redaction_when_any(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

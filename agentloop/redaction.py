@@ -7,7 +7,7 @@ linear-time patterns. Each kind is a pattern and, where one exists, a check that
 alarms down: card numbers pass the Luhn check, IBANs the ISO 7064 mod-97 check. A match
 becomes `[redacted:KIND]` (`policies.placeholders`), and the counts go to the call's ledger
 line. The output as it was is kept, by the tool's policy (`keep_redacted`), in an artifact
-only the tool's approvers may read (`read_original`), or not at all.
+only the tool's approvers may read (`store.originals.read_original`), or not at all.
 """
 
 from __future__ import annotations
@@ -15,15 +15,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import re2
 
-from agentloop.policies.placeholders import PLACEHOLDER_PREFIX, placeholder
-
-if TYPE_CHECKING:
-    from agentloop.store import Store
-
+PLACEHOLDER_PREFIX = "[redacted:"
+"""How every stand-in for a redacted value begins (`[redacted:KIND]`)."""
 MAX_SCANNED_CHARS = 4_000_000
 """The most of one output scanned: what lies past it is cut (and the cut said), never sent
 unscanned."""
@@ -32,6 +29,10 @@ ORIGINAL_MEDIA_TYPE = "application/vnd.agentloop.redacted-original+json"
 
 _OPTIONS = re2.Options()
 _OPTIONS.max_mem = 8 << 20
+
+
+def placeholder(kind: str) -> str:
+    return f"{PLACEHOLDER_PREFIX}{kind}]"
 
 
 def _luhn(digits: str) -> bool:
@@ -167,23 +168,3 @@ def original_record(
         "text": text,
     }
     return json.dumps(record, ensure_ascii=False).encode("utf-8")
-
-
-class NotAReader(PermissionError):
-    """Someone not among an original's readers asked for it (or it is not kept)."""
-
-
-async def read_original(store: Store, ref: str, reader: str) -> str:
-    """The output `ref` keeps as it was before redaction, for `reader` if the tool's approvers
-    include them; `NotAReader` otherwise (and for an artifact that is not such an original:
-    `read_artifact` and this never read each other's)."""
-    found = await store.get_artifact(ref)
-    if found is None or found[1] != ORIGINAL_MEDIA_TYPE:
-        raise NotAReader(f"{ref} is not a kept original")
-    record = json.loads(found[0])
-    if reader not in record["readers"]:
-        raise NotAReader(
-            f"{reader!r} may not read the original of {record['tool']} call "
-            f"{record['call_id']}: only its approvers may ({', '.join(record['readers'])})"
-        )
-    return str(record["text"])

@@ -115,7 +115,7 @@ class ToolSpec(BaseModel):
     `original_idempotency_key` with the original call's key."""
     trusted: bool = False
     """Its output reaches the model as it came, without the provenance envelope that marks
-    every other tool's output as data, not instructions (`adapters.envelope`)."""
+    every other tool's output as data, not instructions (`agentloop.envelope`)."""
     redact: list[str] = Field(default_factory=list)
     """Redactors (`agentloop.redaction.PATTERNS`) its output passes through beside the
     worker's (`AGENTLOOP_REDACT`)."""

@@ -15,8 +15,8 @@ from typing import Any
 
 from agentloop.adapters import anthropic_messages, openai_chat, openai_responses
 from agentloop.adapters.base import ModelRequest
-from agentloop.adapters.envelope import ENVELOPE_NOTE
 from agentloop.contract import ModelSettings, Provider
+from agentloop.envelope import ENVELOPE_NOTE
 from agentloop.events import Event, Instruction, ModelOutput, ToolCall, ToolResult, UserInput
 from agentloop.tool_spec import ToolSpec
 from bench.report import Figure, Section, ratio, render

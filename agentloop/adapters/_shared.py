@@ -17,9 +17,9 @@ import httpx2
 from pydantic_core import PydanticSerializationError
 
 from agentloop.adapters.base import ProviderError, UnsupportedEventError
-from agentloop.adapters.envelope import enveloped
 from agentloop.contract import ModelSettings
 from agentloop.digests import args_digest
+from agentloop.envelope import enveloped
 from agentloop.events import (
     CONTINUED,
     Event,

@@ -39,8 +39,8 @@ from agentloop.adapters.base import (
     TextSink,
     UnsupportedEventError,
 )
-from agentloop.adapters.envelope import ENVELOPE_NOTE, enveloped, needs_note
 from agentloop.digests import canonical_json
+from agentloop.envelope import ENVELOPE_NOTE, enveloped, needs_note
 from agentloop.events import (
     Event,
     Instruction,

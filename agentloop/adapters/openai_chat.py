@@ -26,9 +26,9 @@ from agentloop.adapters._shared import (
     runner_note,
 )
 from agentloop.adapters.base import ModelRequest, TextSink
-from agentloop.adapters.envelope import ENVELOPE_NOTE, enveloped, needs_note
 from agentloop.adapters.openai_responses import build_request as responses_request
 from agentloop.digests import canonical_json
+from agentloop.envelope import ENVELOPE_NOTE, enveloped, needs_note
 from agentloop.events import (
     Event,
     Instruction,

@@ -29,8 +29,8 @@ from agentloop.adapters._shared import (
     runner_note,
 )
 from agentloop.adapters.base import ModelRequest, ProviderError, TextSink
-from agentloop.adapters.envelope import ENVELOPE_NOTE, enveloped, needs_note
 from agentloop.digests import canonical_json
+from agentloop.envelope import ENVELOPE_NOTE, enveloped, needs_note
 from agentloop.events import (
     Instruction,
     ModelOutput,

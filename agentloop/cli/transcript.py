@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import assert_never
 
-from agentloop.adapters.envelope import enveloped
 from agentloop.contract import CallRecord
+from agentloop.envelope import enveloped
 from agentloop.events import (
     Event,
     Instruction,

@@ -8,12 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-PLACEHOLDER_PREFIX = "[redacted:"
-"""How every stand-in for a redacted value begins (`[redacted:KIND]`)."""
-
-
-def placeholder(kind: str) -> str:
-    return f"{PLACEHOLDER_PREFIX}{kind}]"
+from agentloop.redaction import PLACEHOLDER_PREFIX
 
 
 def placeholder_problem(arguments: Mapping[str, Any]) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentloop.adapters.envelope import unwrapped
+from agentloop.envelope import unwrapped
 
 
 @dataclass(frozen=True)

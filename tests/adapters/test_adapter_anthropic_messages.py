@@ -29,9 +29,9 @@ from agentloop.adapters.anthropic_messages import (
     parse_response,
 )
 from agentloop.adapters.base import ModelRequest, ProviderError, UnsupportedEventError
-from agentloop.adapters.envelope import ENVELOPE_NOTE, enveloped, unwrapped
 from agentloop.contract import ModelSettings
 from agentloop.digests import args_digest
+from agentloop.envelope import ENVELOPE_NOTE, enveloped, unwrapped
 from agentloop.events import (
     Event,
     Instruction,

@@ -21,7 +21,6 @@ from agentloop.adapters._openai import OPENAI_ERRORS
 from agentloop.adapters._shared import SdkErrors, map_sdk_errors, parse_arguments
 from agentloop.adapters.anthropic_messages import ANTHROPIC_ERRORS
 from agentloop.adapters.base import ModelRequest, ProviderError, UnsupportedEventError
-from agentloop.adapters.envelope import ENVELOPE_NOTE, enveloped
 from agentloop.adapters.openai_chat import (
     ChatStreamAssembler,
     OpenAIChatAdapter,
@@ -30,6 +29,7 @@ from agentloop.adapters.openai_chat import (
 )
 from agentloop.contract import ModelSettings
 from agentloop.digests import args_digest
+from agentloop.envelope import ENVELOPE_NOTE, enveloped
 from agentloop.events import (
     Event,
     Instruction,

@@ -21,7 +21,6 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from agentloop.adapters.base import ModelRequest, ProviderError, UnsupportedEventError
-from agentloop.adapters.envelope import enveloped, unwrapped
 from agentloop.adapters.openai_responses import (
     OpenAIResponsesAdapter,
     ResponsesStreamAssembler,
@@ -31,6 +30,7 @@ from agentloop.adapters.openai_responses import (
 )
 from agentloop.contract import ModelSettings
 from agentloop.digests import args_digest
+from agentloop.envelope import enveloped, unwrapped
 from agentloop.events import (
     Event,
     Instruction,

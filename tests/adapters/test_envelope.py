@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from agentloop.adapters import anthropic_messages, openai_chat, openai_responses
 from agentloop.adapters.base import ModelRequest
-from agentloop.adapters.envelope import (
+from agentloop.contract import ModelSettings
+from agentloop.envelope import (
     CLOSE,
     ENVELOPE_NOTE,
     OPEN,
@@ -19,7 +20,6 @@ from agentloop.adapters.envelope import (
     seal_of,
     unwrapped,
 )
-from agentloop.contract import ModelSettings
 from agentloop.events import Instruction, ModelOutput, ToolCall, ToolResult, UserInput
 from agentloop.tool_spec import ToolSpec
 

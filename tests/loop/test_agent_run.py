@@ -20,9 +20,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from agentloop.adapters.envelope import unwrapped
 from agentloop.contract import AgentRunInput, Limits, RunStatusView
 from agentloop.demo.services import ExampleService
+from agentloop.envelope import unwrapped
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.worker import BoundedUpdatesRunner, running_worker, workflow_runner

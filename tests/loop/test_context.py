@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from agentloop.adapters.envelope import unwrapped
 from agentloop.context import (
     PREVIEW_CHARS,
     Measured,
@@ -19,6 +18,7 @@ from agentloop.context import (
     size,
 )
 from agentloop.contract import Principal
+from agentloop.envelope import unwrapped
 from agentloop.events import ModelOutput, StateUpdate, ToolCall, ToolResult, UserInput
 from agentloop.scripted_provider import Script, ScriptedToolCall, ScriptTurn
 from agentloop.scripted_provider.scripts import ScriptUsage

@@ -39,10 +39,10 @@ import openai
 import pytest
 from temporalio.client import WorkflowHandle
 
-from agentloop.adapters.envelope import unwrapped
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal
 from agentloop.demo.services import ExampleService
 from agentloop.demo.tools.http import ServiceClient
+from agentloop.envelope import unwrapped
 from agentloop.events import ErrorClass, ModelOutput, ToolResult
 from agentloop.policies.errors import classify_connection_error, classify_http_error
 from agentloop.runtime.config import Settings

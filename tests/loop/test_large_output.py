@@ -22,13 +22,13 @@ from temporalio.client import WorkflowHistory
 from temporalio.testing import ActivityEnvironment
 
 from agentloop.activity_io import RunToolInput
-from agentloop.adapters.envelope import unwrapped
 from agentloop.contract import AgentRunInput, AgentRunResult
 from agentloop.demo.services import ExampleService
 from agentloop.demo.services.control import padding_text
 from agentloop.demo.tools import EXAMPLE_TOOLS, ExampleDeps
 from agentloop.demo.tools.http import ServiceClient
 from agentloop.demo.tools.travel import get_weather
+from agentloop.envelope import unwrapped
 from agentloop.events import ToolResult
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.store import artifact_key, open_store

@@ -12,7 +12,6 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from agentloop.activity_io import STORE_TEXTS
-from agentloop.adapters.envelope import ENVELOPE_NOTE
 from agentloop.contract import (
     AgentRunInput,
     AgentRunResult,
@@ -20,6 +19,7 @@ from agentloop.contract import (
     Principal,
     RefusedSignal,
 )
+from agentloop.envelope import ENVELOPE_NOTE
 from agentloop.events import Instruction, UserInput
 from agentloop.policies.bounds import MAX_INLINE_TEXT_CHARS, MAX_LEDGER_ARGUMENT_BYTES
 from agentloop.scripted_provider import (

@@ -21,7 +21,6 @@ from temporalio.client import Client, WorkflowHandle
 
 import agentloop
 from agentloop import Outcome, ToolContext
-from agentloop.adapters.envelope import unwrapped
 from agentloop.client import start_run
 from agentloop.contract import (
     AgentRunInput,
@@ -30,6 +29,7 @@ from agentloop.contract import (
     Principal,
     UserMessage,
 )
+from agentloop.envelope import unwrapped
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.testing.turns import call as scripted_call

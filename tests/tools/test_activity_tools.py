@@ -28,9 +28,9 @@ from temporalio.common import RawValue
 from temporalio.worker import Interceptor, Worker
 
 import agentloop
-from agentloop.adapters.envelope import unwrapped
 from agentloop.client import start_run
 from agentloop.contract import AgentRunInput, AgentRunResult, Limits, Principal
+from agentloop.envelope import unwrapped
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.store import load_artifact_text

@@ -12,7 +12,6 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
-from agentloop.adapters.envelope import unwrapped
 from agentloop.contract import (
     AgentRunInput,
     AgentRunResult,
@@ -20,6 +19,7 @@ from agentloop.contract import (
     Principal,
     RunStatusView,
 )
+from agentloop.envelope import unwrapped
 from agentloop.run_results import read_result
 from agentloop.scripted_provider import ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.testing.patience import CEILING_SECONDS

@@ -25,9 +25,9 @@ from temporalio.common import RawValue
 from temporalio.worker import Interceptor, Worker
 
 import agentloop
-from agentloop.adapters.envelope import unwrapped
 from agentloop.client import start_run
 from agentloop.contract import AgentRunResult, Limits, Principal
+from agentloop.envelope import unwrapped
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.testing.patience import CEILING_SECONDS

@@ -14,14 +14,13 @@ from agentloop.redaction import (
     DEFAULT_REDACT,
     MAX_SCANNED_CHARS,
     ORIGINAL_MEDIA_TYPE,
-    NotAReader,
     original_record,
     placeholder,
-    read_original,
     redact,
     redactor_names,
 )
 from agentloop.store import SqliteStore
+from agentloop.store.originals import NotAReader, read_original
 from agentloop.tools.options import ToolDefinitionError
 
 VISA = "4111 1111 1111 1111"

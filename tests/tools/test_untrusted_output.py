@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from agentloop.adapters.envelope import CLOSE, ENVELOPE_NOTE, OPEN
 from agentloop.contract import AgentRunInput, AgentRunResult
-from agentloop.redaction import NotAReader, read_original
+from agentloop.envelope import CLOSE, ENVELOPE_NOTE, OPEN
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
 from agentloop.store import load_transcript, open_store
+from agentloop.store.originals import NotAReader, read_original
 from agentloop.worker import running_worker
 from tests import untrusted_tools
 from tests.support import result_of, start_run
