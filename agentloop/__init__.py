@@ -40,6 +40,14 @@ if TYPE_CHECKING:
         sign_word,
     )
     from agentloop.runtime.start_signing import sign_start
+    from agentloop.schedules import (
+        create_schedule,
+        delete_schedule,
+        list_schedules,
+        pause_schedule,
+        resume_schedule,
+        trigger_schedule,
+    )
     from agentloop.store import open_store
     from agentloop.tool_spec import Outcome
     from agentloop.tools.activity_results import ActivityToolResults
@@ -91,6 +99,12 @@ _EXPORTS = {
     "sign_resolution": "agentloop.runtime.signing",
     "sign_word": "agentloop.runtime.signing",
     "sign_start": "agentloop.runtime.start_signing",
+    "create_schedule": "agentloop.schedules",
+    "delete_schedule": "agentloop.schedules",
+    "list_schedules": "agentloop.schedules",
+    "pause_schedule": "agentloop.schedules",
+    "resume_schedule": "agentloop.schedules",
+    "trigger_schedule": "agentloop.schedules",
     "Outcome": "agentloop.tool_spec",
     "activity_tool": "agentloop.tools.activity_tools",
     "BusinessRefusal": "agentloop.tools.contract",
@@ -147,12 +161,17 @@ __all__ = [
     "activity_tool",
     "approval_rule",
     "connect",
+    "create_schedule",
+    "delete_schedule",
     "dependencies",
     "family_stats",
     "limits_from",
+    "list_schedules",
     "load_private_key",
     "open_store",
+    "pause_schedule",
     "read_result",
+    "resume_schedule",
     "running_worker",
     "sign_decision",
     "sign_resolution",
@@ -160,6 +179,7 @@ __all__ = [
     "sign_word",
     "start_run",
     "tool",
+    "trigger_schedule",
     "verifier",
     "watch",
     "worker_parts",

@@ -1,0 +1,122 @@
+"""Runs on a schedule (issue #48 item 2), on the session's real dev server: a schedule firing
+every second starts normal runs, one per firing (distinct ids, none started twice across a
+worker restart), found by the schedule's name and its task family; paused, it starts none."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from temporalio.client import Client, ScheduleHandle
+
+from agentloop import schedules
+from agentloop.contract import AgentRunInput, Principal
+from agentloop.run_client import RunClient
+from agentloop.runtime.config import Settings
+from agentloop.search import family_query
+from agentloop.worker import running_worker
+from tests.live import Servers, agent_input, scripted
+from tests.support import eventually
+
+
+async def ids_of(client: Client, query: str) -> list[str]:
+    return [execution.id async for execution in client.list_workflows(query)]
+
+
+async def completed_runs(client: Client, name: str) -> list[str]:
+    query = f"{schedules.runs_query(name)} AND ExecutionStatus = 'Completed'"
+    return await ids_of(client, query)
+
+
+async def every_second(servers: Servers, name: str, settings: Settings) -> ScheduleHandle:
+    """A schedule `name` firing every second, its runs playing the script `name` once."""
+    servers.provider.register(scripted(name, "Reconciled."))
+    run_input = agent_input(
+        name,
+        "openai-chat",
+        "Reconcile yesterday's refunds.",
+        [],
+        principal=Principal(subject="ops"),
+    )
+    return await schedules.create_schedule(
+        servers.client,
+        name,
+        run_input,
+        every=timedelta(seconds=1),
+        task_queue=settings.task_queue,
+        overlap="allow_all",  # the runs a stopped worker leaves waiting do not skip firings
+    )
+
+
+async def firings(handle: ScheduleHandle) -> int:
+    return (await handle.describe()).info.num_actions
+
+
+async def test_a_schedule_starts_one_run_per_firing_across_a_worker_restart_and_pause_stops_it(
+    servers: Servers, worker_settings: Settings
+) -> None:
+    name = f"nightly-{uuid.uuid4().hex[:8]}"
+    settings = worker_settings.model_copy(update={"task_queue": f"scheduled-{name}"})
+    handle = await every_second(servers, name, settings)
+    witness: ScheduleHandle | None = None
+    try:
+        async with running_worker(servers.client, settings):
+            await eventually(lambda: _completed(servers.client, name, 2), "two scheduled runs")
+        # No worker: the server still fires; the runs wait for one.
+        fired_while_down = await firings(handle) + 1
+        await eventually(
+            lambda: _firings_reach(handle, fired_while_down), "a firing while no worker polls"
+        )
+        async with running_worker(servers.client, settings):
+            await schedules.pause_schedule(servers.client, name, note="test: stop firing")
+            paused_at = await firings(handle)
+            # Three firings of another schedule: three seconds of the server's time passed.
+            witness = await every_second(servers, f"{name}-witness", settings)
+            await eventually(lambda: _firings_reach(witness, 3), "three firings of the witness")
+            await schedules.pause_schedule(servers.client, f"{name}-witness")
+            witnessed = await firings(witness)
+            await eventually(
+                lambda: _completed(servers.client, f"{name}-witness", witnessed),
+                "the witness's runs to complete",
+            )
+            await eventually(
+                lambda: _completed(servers.client, name, paused_at),
+                "every run fired before the pause to complete",
+            )
+        description = await handle.describe()
+        assert description.schedule.state.paused
+        assert await firings(handle) == paused_at
+        runs = await completed_runs(servers.client, name)
+        assert len(runs) == paused_at == len(set(runs)), runs  # one run per firing, no twice
+        assert all(run.startswith(f"{name}-") for run in runs)  # NAME-<scheduled time>
+        model_calls = [r for r in servers.provider.requests if r["script"] == name]
+        assert len(model_calls) == paused_at  # each run called the model once: none ran twice
+        family = await ids_of(servers.client, family_query(name))
+        assert sorted(family) == sorted(runs)  # the schedule's family: `agentloop stats NAME`
+        started: AgentRunInput | None = await RunClient(servers.client, runs[0]).start_input()
+        assert started is not None and started.task_family == name
+    finally:
+        await handle.delete()
+        if witness is not None:
+            await witness.delete()
+    assert name not in [s.name for s in await schedules.list_schedules(servers.client)]
+
+
+async def _completed(client: Client, name: str, count: int) -> bool:
+    return len(await completed_runs(client, name)) >= count
+
+
+async def _firings_reach(handle: ScheduleHandle, count: int) -> bool:
+    return await firings(handle) >= count
+
+
+def test_a_signed_input_or_an_unsearchable_name_is_refused() -> None:
+    signed = AgentRunInput(task="t", model="m", provider="openai-chat", principal_signature="v2.x")
+    with pytest.raises(ValueError, match="cannot be signed"):
+        schedules.scheduled_input("ok", signed)
+    plain = AgentRunInput(task="t", model="m", provider="openai-chat")
+    with pytest.raises(ValueError, match="schedule name"):
+        schedules.scheduled_input("it's", plain)
+    fired = schedules.scheduled_input("nightly", plain)
+    assert fired.task_family == "nightly"
