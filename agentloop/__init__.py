@@ -40,7 +40,7 @@ if TYPE_CHECKING:
         sign_word,
     )
     from agentloop.runtime.start_signing import sign_start
-    from agentloop.schedules import (
+    from agentloop.operations.schedules import (
         create_schedule,
         delete_schedule,
         list_schedules,
@@ -48,6 +48,12 @@ if TYPE_CHECKING:
         resume_schedule,
         trigger_schedule,
     )
+    from agentloop.run_client import RunClient, watch
+    from agentloop.run_events import RunEvent
+    from agentloop.run_results import read_result
+    from agentloop.runtime.config import Settings
+    from agentloop.runtime.signing import load_private_key, sign_decision, sign_resolution
+    from agentloop.runtime.start_signing import sign_start
     from agentloop.store import open_store
     from agentloop.tool_spec import Outcome
     from agentloop.tools.activity_results import ActivityToolResults
@@ -99,12 +105,12 @@ _EXPORTS = {
     "sign_resolution": "agentloop.runtime.signing",
     "sign_word": "agentloop.runtime.signing",
     "sign_start": "agentloop.runtime.start_signing",
-    "create_schedule": "agentloop.schedules",
-    "delete_schedule": "agentloop.schedules",
-    "list_schedules": "agentloop.schedules",
-    "pause_schedule": "agentloop.schedules",
-    "resume_schedule": "agentloop.schedules",
-    "trigger_schedule": "agentloop.schedules",
+    "create_schedule": "agentloop.operations.schedules",
+    "delete_schedule": "agentloop.operations.schedules",
+    "list_schedules": "agentloop.operations.schedules",
+    "pause_schedule": "agentloop.operations.schedules",
+    "resume_schedule": "agentloop.operations.schedules",
+    "trigger_schedule": "agentloop.operations.schedules",
     "Outcome": "agentloop.tool_spec",
     "activity_tool": "agentloop.tools.activity_tools",
     "BusinessRefusal": "agentloop.tools.contract",

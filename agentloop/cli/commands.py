@@ -28,6 +28,7 @@ from agentloop.cli.keys import approver_keys
 from agentloop.cli.output import CommandError, ExitCode, ReplayedHistory, print_json
 from agentloop.cli.parser import build_parser
 from agentloop.cli.runs import build_request, client_command
+from agentloop.cli.scheduling import check_signing, schedule_command
 from agentloop.cli.starting import build_run_input, run
 from agentloop.cli.stats import with_learned_limits
 from agentloop.client import StartupError, connect_checked
@@ -144,17 +145,23 @@ async def with_settings(args: argparse.Namespace, settings: Settings) -> int:
 
         return await mcp_command(settings, args)
     # Bad input is reported before anything else, Temporal reachable or not.
-    run_input = build_run_input(args, settings) if args.command == "run" else None
+    run_input = build_run_input(args, settings) if starts_runs(args) else None
+    if run_input is not None and args.command == "schedule":
+        check_signing(settings)
     request = build_request(args)
     client = await connect_checked(settings)
+    if run_input is not None:
+        run_input = await with_learned_limits(client, args, run_input)
+    if args.command == "schedule":
+        return await schedule_command(client, settings, args, run_input)
     if run_input is None:
         return await client_command(client, settings, args, request)
-    if args.limits_from:
-        try:
-            run_input = await with_learned_limits(client, args, run_input)
-        except ValueError as exc:
-            raise CommandError(f"--limits-from: {exc}", ExitCode.USAGE) from None
     return await run(client, settings, args, run_input)
+
+
+def starts_runs(args: argparse.Namespace) -> bool:
+    """`run` and `schedule create`: both read the run options (`add_run_input_options`)."""
+    return args.command == "run" or getattr(args, "schedule_command", None) == "create"
 
 
 RUN_INPUT_MODELS = frozenset({"AgentRunInput", "Principal", "Limits"})

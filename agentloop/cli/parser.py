@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from datetime import timedelta
 from pathlib import Path
 
 from agentloop.cli.output import exit_codes_help
+from agentloop.operations.schedules import DEFAULT_CATCHUP_WINDOW, OVERLAPS
 
 DESCRIPTION = "The `agentloop` command: a dev stack, a worker, and the client side of runs."
 
@@ -88,49 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = run_parser(commands, "run", help="start an agent run and print its id and UI link")
     run.add_argument("task")
-    run.add_argument("--provider", default="openai-chat")
-    run.add_argument(
-        "--model",
-        help="the model; with the scripted provider (no API key), the script it plays"
-        " (built in: travel, travel_booking, refunds; or a file of `agentloop dev --scripts"
-        " DIR`)",
-    )
-    run.add_argument(
-        "--tool", action="append", default=[], dest="tools", help="allow this tool (repeat)"
-    )
-    run.add_argument("--instructions", default="")
+    add_run_input_options(run)
     run.add_argument("--id", help="workflow id (default: a new one)")
-    run.add_argument("--subject", default="cli-user")
-    run.add_argument("--tenant", default="default", help="the principal's tenant")
-    run.add_argument("--scope", action="append", default=[], dest="scopes")
-    run.add_argument("--max-model-calls", type=int)
-    run.add_argument("--max-tool-calls", type=int)
-    run.add_argument("--no-stream", action="store_true")
-    run.add_argument(
-        "--compensate",
-        choices=["never", "ask", "always"],
-        help="if the run does not deliver, what becomes of its writes that declared an undo:"
-        " leave them, undo each once a person approves (default: ask), or undo each",
-    )
-    run.add_argument("--family", help="the run's task family (indexed as AgentTaskFamily)")
-    run.add_argument(
-        "--require-verification",
-        action="store_true",
-        help="an answer no completion check accepted ends the run unverified (exit 7),"
-        " never completed",
-    )
-    run.add_argument(
-        "--limits-from",
-        metavar="FAMILY",
-        help="take the limits FAMILY's finished runs suggest (see `stats`); "
-        "--max-model-calls and --max-tool-calls still win",
-    )
-    run.add_argument(
-        "--no-index",
-        dest="index",
-        action="store_false",
-        help="start without the search attributes (a namespace without them)",
-    )
+
+    add_schedule_commands(commands)
 
     stats = commands.add_parser(
         "stats",
@@ -344,6 +307,122 @@ def build_parser() -> argparse.ArgumentParser:
         "front (without it: local mode, a name typed once per browser, 127.0.0.1 only)",
     )
     return parser
+
+
+def add_run_input_options(parser: argparse.ArgumentParser) -> None:
+    """What a run is started with (`run`, `schedule create`: `starting.build_run_input`)."""
+    parser.add_argument("--provider", default="openai-chat")
+    parser.add_argument(
+        "--model",
+        help="the model; with the scripted provider (no API key), the script it plays"
+        " (built in: travel, travel_booking, refunds; or a file of `agentloop dev --scripts"
+        " DIR`)",
+    )
+    parser.add_argument(
+        "--tool", action="append", default=[], dest="tools", help="allow this tool (repeat)"
+    )
+    parser.add_argument("--instructions", default="")
+    parser.add_argument("--subject", default="cli-user")
+    parser.add_argument("--tenant", default="default", help="the principal's tenant")
+    parser.add_argument("--scope", action="append", default=[], dest="scopes")
+    parser.add_argument("--max-model-calls", type=int)
+    parser.add_argument("--max-tool-calls", type=int)
+    parser.add_argument("--no-stream", action="store_true")
+    parser.add_argument(
+        "--compensate",
+        choices=["never", "ask", "always"],
+        help="if the run does not deliver, what becomes of its writes that declared an undo:"
+        " leave them, undo each once a person approves (default: ask), or undo each",
+    )
+    parser.add_argument("--family", help="the run's task family (indexed as AgentTaskFamily)")
+    parser.add_argument(
+        "--require-verification",
+        action="store_true",
+        help="an answer no completion check accepted ends the run unverified (exit 7),"
+        " never completed",
+    )
+    parser.add_argument(
+        "--limits-from",
+        metavar="FAMILY",
+        help="take the limits FAMILY's finished runs suggest (see `stats`); "
+        "--max-model-calls and --max-tool-calls still win",
+    )
+    parser.add_argument(
+        "--no-index",
+        dest="index",
+        action="store_false",
+        help="start without the search attributes (a namespace without them)",
+    )
+
+
+def add_schedule_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    """`schedule create|list|pause|resume|trigger|delete` (`agentloop.operations.schedules`)."""
+    schedule = commands.add_parser(
+        "schedule", help="runs on a schedule (Temporal Schedules): create, list, pause, ..."
+    )
+    actions = schedule.add_subparsers(dest="schedule_command", required=True)
+    create = actions.add_parser(
+        "create",
+        help="start a run of TASK at each time --cron or --every says (run id: NAME and the"
+        " scheduled time; task family: --family, default NAME)",
+    )
+    create.add_argument("name")
+    create.add_argument("task")
+    add_run_input_options(create)
+    create.add_argument(
+        "--cron",
+        action="append",
+        default=[],
+        metavar="EXPR",
+        help='a cron expression, UTC ("0 7 * * *": 07:00 each day; repeatable)',
+    )
+    create.add_argument(
+        "--every", type=duration, metavar="DURATION", help="an interval: 90s, 15m, 1h, 1d"
+    )
+    create.add_argument(
+        "--overlap",
+        choices=list(OVERLAPS),
+        default="skip",
+        help="a firing while the schedule's last run still runs: skip it (default), buffer"
+        " it, cancel or terminate the running one, or allow both",
+    )
+    create.add_argument(
+        "--catchup-window",
+        type=duration,
+        default=DEFAULT_CATCHUP_WINDOW,
+        metavar="DURATION",
+        help="a firing missed while Temporal was down still starts within this (default 1h)",
+    )
+    create.add_argument("--paused", action="store_true", help="create it paused")
+    create.add_argument("--note", default="", help="why it exists or is paused")
+    add_json_flag(create, "print the schedule as a JSON object")
+    lister = actions.add_parser("list", help="the schedules of agentloop runs")
+    add_json_flag(lister)
+    for name, text in (
+        ("pause", "start no run until resumed (runs already started go on)"),
+        ("resume", "start runs again"),
+        ("trigger", "fire once now (the overlap policy applies)"),
+        ("delete", "no more firings (its runs stay)"),
+    ):
+        action = actions.add_parser(name, help=text)
+        action.add_argument("name")
+        if name in ("pause", "resume"):
+            action.add_argument("--note", default="")
+
+
+def duration(text: str) -> timedelta:
+    """`90s`, `15m`, `1h`, `1d` or plain seconds (argparse names the option when it is not)."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    number, unit = (text[:-1], text[-1]) if text[-1:] in units else (text, "s")
+    try:
+        seconds = float(number) * units[unit]
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration: give e.g. 90s, 15m, 1h")
+    return timedelta(seconds=seconds)
 
 
 def run_parser(

@@ -8,7 +8,7 @@ import sys
 
 from temporalio.client import Client
 
-from agentloop.cli.output import ExitCode, print_json
+from agentloop.cli.output import CommandError, ExitCode, print_json
 from agentloop.client import FamilyUnindexed, family_stats, limits_from
 from agentloop.contract import AgentRunInput, Limits
 from agentloop.task_families import Distribution, FamilyStats, GroupStats
@@ -30,9 +30,14 @@ async def show_stats(client: Client, args: argparse.Namespace) -> int:
 async def with_learned_limits(
     client: Client, args: argparse.Namespace, run_input: AgentRunInput
 ) -> AgentRunInput:
-    """`run_input` with the limits its family suggests; limits given on the command line
-    still win. Raises ValueError (said to the user) when there is nothing to learn from."""
-    learned, source = await limits_from(client, args.limits_from)
+    """`run_input` with the limits `--limits-from` FAMILY suggests (unchanged without it);
+    limits given on the command line still win. Exit 2 when there is nothing to learn from."""
+    if not args.limits_from:
+        return run_input
+    try:
+        learned, source = await limits_from(client, args.limits_from)
+    except ValueError as exc:
+        raise CommandError(f"--limits-from: {exc}", ExitCode.USAGE) from None
     given = run_input.limits.model_dump(exclude_unset=True)
     limits = Limits.model_validate({**learned.model_dump(), **given})
     return run_input.model_copy(update={"limits": limits, "limits_source": source})

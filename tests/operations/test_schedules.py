@@ -4,19 +4,26 @@ worker restart), found by the schedule's name and its task family; paused, it st
 
 from __future__ import annotations
 
+import asyncio
+import json
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
-from temporalio.client import Client, ScheduleHandle
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from temporalio.client import Client, ScheduleHandle, ScheduleOverlapPolicy
 
-from agentloop import schedules
 from agentloop.contract import AgentRunInput, Principal
+from agentloop.operations import schedules
 from agentloop.run_client import RunClient
 from agentloop.runtime.config import Settings
+from agentloop.runtime.signing import public_key_text
 from agentloop.search import family_query
 from agentloop.worker import running_worker
-from tests.live import Servers, agent_input, scripted
+from tests.cli.test_cli import Finished, process_env
+from tests.cli.test_cli import agentloop as agentloop_cli
+from tests.live import Live, Servers, agent_input, scripted
 from tests.support import eventually
 
 
@@ -120,3 +127,60 @@ def test_a_signed_input_or_an_unsearchable_name_is_refused() -> None:
         schedules.scheduled_input("it's", plain)
     fired = schedules.scheduled_input("nightly", plain)
     assert fired.task_family == "nightly"
+
+
+async def test_the_cli_creates_lists_triggers_pauses_and_deletes_a_schedule(
+    live: Live, tmp_path: Path
+) -> None:
+    name = f"morning-{uuid.uuid4().hex[:8]}"
+    live.provider.register(scripted(name, "Reconciled."))
+    env = process_env(
+        TEMPORAL_ADDRESS=live.client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=live.worker.task_queue,
+    )
+
+    async def cli(*args: str, **extra: str) -> Finished:
+        return await agentloop_cli("schedule", *args, env={**env, **extra}, cwd=tmp_path)
+
+    created = await cli(
+        "create", name, "Reconcile yesterday's refunds.", "--model", name,
+        "--cron", "0 7 * * *", "--overlap", "buffer_one", "--catchup-window", "10m", "--json",
+    )  # fmt: skip
+    assert created.returncode == 0, created.explain()
+    assert json.loads(created.stdout)["when"] == ["0 7 * * *"]
+    try:
+        public = f"front={public_key_text(Ed25519PrivateKey.generate())}"
+        triggered, signed_only = await asyncio.gather(
+            cli("trigger", name),
+            cli("create", "signed", "T", "--model", name, "--every", "1h",
+                AGENTLOOP_STARTER_KEYS=public),
+        )  # fmt: skip
+        assert triggered.returncode == 0, triggered.explain()
+        assert signed_only.returncode == 2 and "cannot be signed" in signed_only.stderr
+        await eventually(lambda: _completed(live.client, name, 1), "the triggered run")
+        (run,) = await completed_runs(live.client, name)
+        started = await RunClient(live.client, run).start_input()
+        assert started is not None and started.task_family == name and started.model == name
+        policies = (await live.client.get_schedule_handle(name).describe()).schedule.policy
+        assert policies.catchup_window == timedelta(minutes=10)
+        assert policies.overlap == ScheduleOverlapPolicy.BUFFER_ONE
+        assert (await cli("pause", name, "--note", "holiday")).returncode == 0
+
+        async def listed_paused() -> bool:  # the list is read from visibility: it may lag
+            listed = json.loads((await cli("list", "--json")).stdout)
+            mine = [(s["paused"], s["note"], s["recent_runs"]) for s in listed if s["name"] == name]
+            return mine == [(True, "holiday", [run])]
+
+        await eventually(listed_paused, "the schedule listed paused, with its run")
+        resumed, taken = await asyncio.gather(
+            cli("resume", name), cli("create", name, "Again.", "--model", name, "--every", "1h")
+        )
+        assert resumed.returncode == 0, resumed.explain()
+        assert not (await schedules.describe_schedule(live.client, name)).paused
+        assert taken.returncode == 2 and "exists already" in taken.stderr, taken.explain()
+    finally:
+        deleted = await cli("delete", name)
+    assert deleted.returncode == 0, deleted.explain()
+    gone = await cli("pause", name)
+    assert gone.returncode == 1 and f"schedule {name!r} not found" in gone.stderr, gone.explain()
+    assert "Traceback" not in signed_only.stderr + gone.stderr + taken.stderr

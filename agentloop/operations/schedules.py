@@ -19,15 +19,16 @@ start, so `agentloop schedule create` refuses to create one under such a configu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 from temporalio.client import (
     Client,
     Schedule,
     ScheduleActionExecutionStartWorkflow,
+    ScheduleActionResult,
     ScheduleActionStartWorkflow,
     ScheduleHandle,
     ScheduleIntervalSpec,
@@ -59,6 +60,9 @@ OVERLAPS: dict[str, ScheduleOverlapPolicy] = {
 DEFAULT_CATCHUP_WINDOW = timedelta(hours=1)
 """A firing missed while the Temporal server was down still starts when the server is back
 within this (Temporal's own default is a year: a year of missed firings at once)."""
+WHEN_MEMO = "agentloop_when"
+"""The schedule's memo key holding its cron expressions and interval as given."""
+MAX_WHEN = 20
 SCHEDULED_BY = "TemporalScheduledById"
 """The search attribute Temporal sets on each run a schedule starts: the schedule's id."""
 
@@ -114,7 +118,7 @@ async def create_schedule(
     `cron` (Temporal cron: 5 fields, or 7 with seconds first and year last) or `every` says.
     `indexed=False` starts its runs without agentloop's search attributes (a namespace without
     them; they are still found by schedule). Raises ValueError for bad arguments, and
-    `temporalio.service.RPCError` (ALREADY_EXISTS) for a name taken."""
+    `temporalio.client.ScheduleAlreadyRunningError` for a name taken."""
     if not cron and every is None:
         raise ValueError("a schedule needs --cron or --every: when to start its runs")
     fired = scheduled_input(name, run_input)
@@ -133,20 +137,36 @@ async def create_schedule(
     policy = SchedulePolicy(overlap=OVERLAPS[overlap], catchup_window=catchup_window)
     state = ScheduleState(paused=paused, note=note or None)
     schedule = Schedule(action=action, spec=spec, policy=policy, state=state)
-    return await client.create_schedule(name, schedule)
+    when = [*cron, *([f"every {every}"] if every is not None else [])]
+    return await client.create_schedule(name, schedule, memo={WHEN_MEMO: when})
 
 
 async def list_schedules(client: Client) -> list[ScheduleSummary]:
     """The namespace's schedules that start agentloop runs."""
     found: list[ScheduleSummary] = []
     async for listed in await client.list_schedules():
-        summary = _summary(listed)
+        summary = await _listed(listed)
         if summary is not None:
             found.append(summary)
     return found
 
 
-def _summary(listed: ScheduleListDescription) -> ScheduleSummary | None:
+async def describe_schedule(client: Client, name: str) -> ScheduleSummary:
+    """Schedule `name` now (read from it, not from visibility: right after its creation too).
+    Raises `temporalio.service.RPCError` NOT_FOUND for no such schedule."""
+    described = await client.get_schedule_handle(name).describe()
+    state, info = described.schedule.state, described.info
+    return ScheduleSummary(
+        name=name,
+        paused=state.paused,
+        note=state.note or "",
+        when=_when(await described.memo()),
+        next_times=[t.isoformat() for t in info.next_action_times],
+        recent_runs=_run_ids(info.recent_actions),
+    )
+
+
+async def _listed(listed: ScheduleListDescription) -> ScheduleSummary | None:
     """None: not a schedule of agentloop runs (or a server listing without the details)."""
     schedule, info = listed.schedule, listed.info
     if schedule is None or info is None:
@@ -154,19 +174,29 @@ def _summary(listed: ScheduleListDescription) -> ScheduleSummary | None:
     action = schedule.action
     if not isinstance(action, ScheduleListActionStartWorkflow) or action.workflow != WORKFLOW_NAME:
         return None
-    spec = schedule.spec
     return ScheduleSummary(
         name=listed.id,
         paused=schedule.state.paused,
         note=schedule.state.note or "",
-        when=[*spec.cron_expressions, *(f"every {i.every}" for i in spec.intervals)],
+        when=_when(await listed.memo()),
         next_times=[t.isoformat() for t in info.next_action_times],
-        recent_runs=[
-            a.action.workflow_id
-            for a in info.recent_actions
-            if isinstance(a.action, ScheduleActionExecutionStartWorkflow)
-        ],
+        recent_runs=_run_ids(info.recent_actions),
     )
+
+
+def _when(memo: Mapping[str, Any]) -> list[str]:
+    """What the schedule was created with (the server keeps a cron expression only as the
+    calendar it parsed it into): read from its memo, and only strings."""
+    given = memo.get(WHEN_MEMO)
+    return [str(w) for w in given[:MAX_WHEN]] if isinstance(given, list) else []
+
+
+def _run_ids(recent: Sequence[ScheduleActionResult]) -> list[str]:
+    return [
+        a.action.workflow_id
+        for a in recent
+        if isinstance(a.action, ScheduleActionExecutionStartWorkflow)
+    ]
 
 
 async def pause_schedule(client: Client, name: str, note: str = "") -> None:
