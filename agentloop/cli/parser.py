@@ -410,6 +410,7 @@ def add_schedule_commands(
         action.add_argument("name")
         if name in ("pause", "resume"):
             action.add_argument("--note", default="")
+        add_json_flag(action, "print what was done as a JSON object")
 
 
 def duration(text: str) -> timedelta:

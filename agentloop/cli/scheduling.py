@@ -109,5 +109,8 @@ async def act(client: Client, args: argparse.Namespace) -> int:
         assert command == "delete", command
         await schedules.delete_schedule(client, args.name)
     done = {"pause": "paused", "resume": "resumed", "trigger": "triggered", "delete": "deleted"}
-    print(f"schedule {args.name} {done[command]}")
+    if args.json:
+        print_json({"schedule": args.name, "done": done[command]})
+    else:
+        print(f"schedule {args.name} {done[command]}")
     return ExitCode.OK

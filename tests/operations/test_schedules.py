@@ -164,7 +164,8 @@ async def test_the_cli_creates_lists_triggers_pauses_and_deletes_a_schedule(
         policies = (await live.client.get_schedule_handle(name).describe()).schedule.policy
         assert policies.catchup_window == timedelta(minutes=10)
         assert policies.overlap == ScheduleOverlapPolicy.BUFFER_ONE
-        assert (await cli("pause", name, "--note", "holiday")).returncode == 0
+        paused = await cli("pause", name, "--note", "holiday", "--json")
+        assert json.loads(paused.stdout) == {"schedule": name, "done": "paused"}
 
         async def listed_paused() -> bool:  # the list is read from visibility: it may lag
             listed = json.loads((await cli("list", "--json")).stdout)
