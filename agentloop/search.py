@@ -36,6 +36,9 @@ ALL = (AGENT_PHASE, AGENT_STATUS, AGENT_PROVIDER, AGENT_TENANT)
 AGENT_TASK_FAMILY = SearchAttributeKey.for_keyword("AgentTaskFamily")
 """A run's `task_family`, for `agentloop stats`: indexed where registered, and only for runs
 that name one (a namespace without it indexes runs by `ALL` as before)."""
+SCHEDULED_BY = SearchAttributeKey.for_keyword("TemporalScheduledById")
+"""Temporal's own attribute on each run a schedule starts: the schedule's name (nothing to
+register)."""
 REGISTERED = (*ALL, AGENT_TASK_FAMILY)
 """What `agentloop dev` and `agentloop.testing` register."""
 
@@ -137,3 +140,9 @@ def list_query(
         if value is not None:
             clauses.append(f"{key.name} = {quoted(field, value)}")
     return " AND ".join(clauses)
+
+
+def schedule_clause(schedule: str) -> str:
+    """A visibility query's clause for the runs schedule `schedule` started. Raises
+    `Unsearchable`."""
+    return f"{SCHEDULED_BY.name} = {quoted('schedule', schedule)}"

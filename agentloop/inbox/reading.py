@@ -395,15 +395,21 @@ class RecentRun:
     phase: str
     tenant: str
     started: datetime | None
+    schedule: str
+    """The schedule that started it ("" for none)."""
 
 
 ENDED_WITHOUT_RESULT = ("FAILED", "TERMINATED", "TIMED_OUT", "CANCELED")
 
 
 async def recent_runs(
-    client: Client, tenants: Sequence[str] | None, limit: int = 50
+    client: Client, tenants: Sequence[str] | None, schedule: str = "", limit: int = 50
 ) -> list[RecentRun]:
+    """The newest runs of `tenants` (None: every tenant), of `schedule` only when one is
+    given. Raises `search.Unsearchable` for a schedule no query can name."""
     query = f"WorkflowType = {search.quoted('type', WORKFLOW_NAME)}" + tenant_clause(tenants)
+    if schedule:
+        query += f" AND {search.schedule_clause(schedule)}"
     runs = []
     async for execution in client.list_workflows(query, limit=limit):
         attributes = execution.typed_search_attributes
@@ -418,6 +424,7 @@ async def recent_runs(
                 phase=attributes.get(search.AGENT_PHASE) or "",
                 tenant=attributes.get(search.AGENT_TENANT) or "",
                 started=execution.start_time,
+                schedule=attributes.get(search.SCHEDULED_BY) or "",
             )
         )
     return runs

@@ -29,6 +29,7 @@ from agentloop.inbox.pages import FILTERS, Viewer, error_page, render, rows_cont
 from agentloop.inbox.reading import Waiting, recent_runs, tenant_of, waiting_items
 from agentloop.run_client import RunClient
 from agentloop.runtime.signing import APPROVER_NAME
+from agentloop.search import Unsearchable
 
 
 def filters_of(request: Request) -> dict[str, str]:
@@ -66,8 +67,12 @@ async def inbox_rows(request: Request, viewer: Viewer) -> Response:
 
 async def runs_page(request: Request, viewer: Viewer) -> Response:
     inbox = inbox_of(request)
-    runs = await recent_runs(inbox.client, viewer.tenants)
-    return render(request, "runs.html", "Runs", viewer, runs=runs)
+    schedule = request.query_params.get("schedule", "")
+    try:
+        runs = await recent_runs(inbox.client, viewer.tenants, schedule)
+    except Unsearchable as exc:
+        raise Refused(400, str(exc)) from None
+    return render(request, "runs.html", "Runs", viewer, runs=runs, schedule=schedule)
 
 
 async def run_page(request: Request, viewer: Viewer) -> Response:

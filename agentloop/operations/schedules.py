@@ -6,9 +6,9 @@ The Temporal server fires it, durably (no worker or client needs to be up), and 
 starts a normal `AgentRun` whose workflow id is NAME followed by the scheduled time (Temporal
 appends it: `refunds-nightly-2026-12-08T07:00:00Z`), so one firing never starts two runs,
 whatever restarts. Temporal marks each such run with the `TemporalScheduledById` search
-attribute (the schedule's name: `runs_query`); agentloop indexes it like any run, with the
-schedule's task family (the run input's, or NAME when it names none), so `agentloop stats
-NAME` reads what the schedule's runs used.
+attribute (`search.SCHEDULED_BY`, the schedule's name: `runs_query`, the inbox's runs page
+filter); agentloop indexes it like any run, with the schedule's task family (the run input's,
+or NAME when it names none), so `agentloop stats NAME` reads what the schedule's runs used.
 
 Signed starts cannot be scheduled: a start signature is for one workflow id, once, within
 ten minutes (`agentloop.runtime.start_signing`), and a firing is made by the Temporal server,
@@ -63,8 +63,6 @@ within this (Temporal's own default is a year: a year of missed firings at once)
 WHEN_MEMO = "agentloop_when"
 """The schedule's memo key holding its cron expressions and interval as given."""
 MAX_WHEN = 20
-SCHEDULED_BY = "TemporalScheduledById"
-"""The search attribute Temporal sets on each run a schedule starts: the schedule's id."""
 
 
 class ScheduleSummary(BaseModel):
@@ -220,5 +218,4 @@ async def delete_schedule(client: Client, name: str) -> None:
 
 def runs_query(name: str) -> str:
     """A visibility query for the runs schedule `name` started. Raises `search.Unsearchable`."""
-    scheduled_by = f"{SCHEDULED_BY} = {search.quoted('schedule', name)}"
-    return f"WorkflowType = '{WORKFLOW_NAME}' AND {scheduled_by}"
+    return f"WorkflowType = '{WORKFLOW_NAME}' AND {search.schedule_clause(name)}"

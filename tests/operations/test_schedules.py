@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from datetime import timedelta
 from pathlib import Path
 
+import aiohttp
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import Client, ScheduleHandle, ScheduleOverlapPolicy
 
 from agentloop.contract import AgentRunInput, Principal
+from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.operations import schedules
 from agentloop.run_client import RunClient
 from agentloop.runtime.config import Settings
@@ -54,6 +57,25 @@ async def every_second(servers: Servers, name: str, settings: Settings) -> Sched
         task_queue=settings.task_queue,
         overlap="allow_all",  # the runs a stopped worker leaves waiting do not skip firings
     )
+
+
+async def runs_page_rows(client: Client, schedule: str) -> list[str]:
+    """The runs the inbox's runs page lists for `schedule` (a viewer of tenant default)."""
+    options = InboxOptions(auth_header="X-User", tenants={"ops": ["default"]})
+    async with (
+        InboxServer(client, options, "127.0.0.1", 0) as inbox,
+        aiohttp.ClientSession() as http,
+    ):
+        headers = {"X-User": "ops"}
+        async with http.get(
+            f"{inbox.url}/runs", params={"schedule": "it's"}, headers=headers
+        ) as bad:
+            assert bad.status == 400
+        async with http.get(
+            f"{inbox.url}/runs", params={"schedule": schedule}, headers=headers
+        ) as page:
+            assert page.status == 200
+            return re.findall(r'<tr><td><a href="[^"]*">([^<]*)</a>', await page.text())
 
 
 async def firings(handle: ScheduleHandle) -> int:
@@ -161,6 +183,7 @@ async def test_the_cli_creates_lists_triggers_pauses_and_deletes_a_schedule(
         (run,) = await completed_runs(live.client, name)
         started = await RunClient(live.client, run).start_input()
         assert started is not None and started.task_family == name and started.model == name
+        assert await runs_page_rows(live.client, name) == [run]  # the inbox filters by it
         policies = (await live.client.get_schedule_handle(name).describe()).schedule.policy
         assert policies.catchup_window == timedelta(minutes=10)
         assert policies.overlap == ScheduleOverlapPolicy.BUFFER_ONE
