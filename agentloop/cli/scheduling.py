@@ -44,6 +44,8 @@ async def schedule_command(
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             raise CommandError(f"schedule {args.name!r} not found", ExitCode.FAILED) from None
+        if exc.status == RPCStatusCode.INVALID_ARGUMENT:  # a cron expression Temporal refused
+            raise CommandError(f"agentloop schedule: {exc.message}", ExitCode.USAGE) from None
         raise
     except ScheduleAlreadyRunningError:
         raise CommandError(

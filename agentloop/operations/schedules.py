@@ -118,7 +118,7 @@ async def create_schedule(
     them; they are still found by schedule). Raises ValueError for bad arguments, and
     `temporalio.client.ScheduleAlreadyRunningError` for a name taken."""
     if not cron and every is None:
-        raise ValueError("a schedule needs --cron or --every: when to start its runs")
+        raise ValueError("a schedule needs a cron expression or an interval (--cron, --every)")
     fired = scheduled_input(name, run_input)
     action = ScheduleActionStartWorkflow(
         WORKFLOW_NAME,
