@@ -29,17 +29,6 @@ if TYPE_CHECKING:
         RunStatusView,
         UserMessage,
     )
-    from agentloop.run_client import RunClient, watch
-    from agentloop.run_events import RunEvent
-    from agentloop.run_results import read_result
-    from agentloop.runtime.config import Settings
-    from agentloop.runtime.signing import (
-        load_private_key,
-        sign_decision,
-        sign_resolution,
-        sign_word,
-    )
-    from agentloop.runtime.start_signing import sign_start
     from agentloop.operations.schedules import (
         create_schedule,
         delete_schedule,
@@ -52,7 +41,12 @@ if TYPE_CHECKING:
     from agentloop.run_events import RunEvent
     from agentloop.run_results import read_result
     from agentloop.runtime.config import Settings
-    from agentloop.runtime.signing import load_private_key, sign_decision, sign_resolution
+    from agentloop.runtime.signing import (
+        load_private_key,
+        sign_decision,
+        sign_resolution,
+        sign_word,
+    )
     from agentloop.runtime.start_signing import sign_start
     from agentloop.store import open_store
     from agentloop.tool_spec import Outcome
