@@ -302,6 +302,8 @@ class CheckApprovalInput(BaseModel):
     workflow_id: str
     run: str
     """The run chain's first run id: what a signed decision is bound to."""
+    waited_since: datetime | None = None
+    """When the call's approval was asked for (workflow time): the approval latency metric."""
 
 
 class CheckResolutionInput(BaseModel):

@@ -19,6 +19,7 @@ from temporalio.client import (
     WorkflowHandle,
 )
 from temporalio.converter import DataConverter
+from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentloop import search
@@ -49,11 +50,13 @@ def data_converter(settings: Settings) -> DataConverter:
     return encrypting_data_converter(EncryptionCodec.from_ring(ring), converter.data_converter)
 
 
-async def connect(settings: Settings) -> Client:
+async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
     """A client for `settings`; the worker, the CLI and the tests all connect here, so all of
     them read and write payloads the same way (encrypted when keys are configured) and trace
     the same way (`agentloop.runtime.tracing`: a worker built on this client inherits its
-    interceptors, so they are never given to the worker a second time)."""
+    interceptors, so they are never given to the worker a second time). `runtime`: Temporal's
+    runtime for the client and its workers (`agentloop.runtime.metrics.metrics_runtime` for
+    one serving metrics); unset, the process's default."""
     return await Client.connect(
         settings.temporal_address,
         namespace=settings.temporal_namespace,
@@ -61,6 +64,7 @@ async def connect(settings: Settings) -> Client:
         api_key=settings.temporal_api_key,
         tls=settings.tls_config(),
         interceptors=tracing.interceptors(settings),
+        runtime=runtime,
     )
 
 
@@ -77,12 +81,14 @@ class TemporalUnreachable(StartupError):
 
 
 async def connect_checked(
-    settings: Settings, timeout_seconds: float = CONNECT_TIMEOUT_SECONDS
+    settings: Settings,
+    timeout_seconds: float = CONNECT_TIMEOUT_SECONDS,
+    runtime: Runtime | None = None,
 ) -> Client:
     """`connect`, given `timeout_seconds` to answer: what the CLI and `agentloop worker`
     connect with. Raises `TemporalUnreachable` naming the address and how to fix it."""
     try:
-        return await asyncio.wait_for(connect(settings), timeout_seconds)
+        return await asyncio.wait_for(connect(settings, runtime), timeout_seconds)
     except (RuntimeError, TimeoutError) as exc:
         reason = str(exc) or f"no answer within {timeout_seconds:g} s"
         raise TemporalUnreachable(

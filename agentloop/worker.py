@@ -6,6 +6,7 @@ your own; `running_worker` is that worker; `serve` runs one until a signal."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import signal
@@ -20,8 +21,10 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.bridge.proto.workflow_activation import WorkflowActivation, WorkflowActivationJob
 from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.client import Client
+from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import (
+    Interceptor,
     UnsandboxedWorkflowRunner,
     Worker,
     WorkflowInstance,
@@ -57,6 +60,7 @@ from agentloop.runtime.config import VARIABLES, ConfigError, Settings
 from agentloop.runtime.config_checks import SandboxMode
 from agentloop.runtime.indexing import Registration
 from agentloop.runtime.mcp_config import McpServerConfig
+from agentloop.runtime.metrics import MetricsInterceptor, metrics_runtime, watch_waiting
 from agentloop.runtime.notice_routes import notice_timers
 from agentloop.store import UNUSABLE, Store, open_store, why_unusable
 from agentloop.tools.plugins import PluginError, Toolbox, load_toolbox
@@ -166,6 +170,8 @@ class WorkerParts:
     sticky_timeout_seconds: float = 10.0
     max_concurrent_activities: int | None = None
     max_concurrent_workflow_tasks: int | None = None
+    interceptors: tuple[Interceptor, ...] = (MetricsInterceptor(),)
+    """agentloop's metrics, on the client's runtime meter (`agentloop.runtime.metrics`)."""
 
     def worker_kwargs(self) -> dict[str, Any]:
         """The slot counts only when set: unset, Temporal's defaults apply, and a `tuner` of
@@ -179,6 +185,7 @@ class WorkerParts:
             "activities": self.activities,
             "workflow_runner": self.workflow_runner,
             "max_cached_workflows": self.max_cached_workflows,
+            "interceptors": list(self.interceptors),
             "sticky_queue_schedule_to_start_timeout": timedelta(
                 seconds=self.sticky_timeout_seconds
             ),
@@ -337,9 +344,27 @@ async def running_worker(
         worker = Worker(
             client, task_queue=settings.task_queue, identity=named, **parts.worker_kwargs()
         )
-        async with worker:
+        async with worker, _waiting_watched(client, settings):
             await queue_peers.warn_of_other_tool_sets(client, settings.task_queue, named)
             yield worker
+
+
+@asynccontextmanager
+async def _waiting_watched(client: Client, settings: Settings) -> AsyncIterator[None]:
+    """With metrics on, the runs waiting for people counted for as long as the worker runs."""
+    if settings.metrics_port is None:
+        yield
+        return
+    runtime = client.service_client.config.runtime or Runtime.default()
+    watch = asyncio.create_task(
+        watch_waiting(client, runtime.metric_meter, settings.metrics_poll_seconds)
+    )
+    try:
+        yield
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
 
 
 async def check_store(settings: Settings) -> None:
@@ -387,7 +412,8 @@ async def serve(settings: Settings, toolbox: Toolbox) -> None:
         redact_fields=DEFAULT_REDACT_FIELDS,
     )
     await check_store(settings)
-    client = await connect_checked(settings)
+    runtime = None if settings.metrics_port is None else metrics_runtime(settings.metrics_port)
+    client = await connect_checked(settings, runtime=runtime)
     await check_namespace(client, settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -399,13 +425,21 @@ async def serve(settings: Settings, toolbox: Toolbox) -> None:
             print(
                 f"agentloop worker polling task queue {settings.task_queue!r} "
                 f"on {settings.temporal_address}"
-                f"{PRODUCTION_BANNER if settings.env == 'production' else ''}; tools:\n"
+                f"{PRODUCTION_BANNER if settings.env == 'production' else ''}"
+                f"{metrics_banner(settings)}; tools:\n"
                 + "\n".join(f"  {line}" for line in effects),
                 flush=True,
             )
             await stop.wait()
     finally:
         tracing.flush(settings)
+
+
+def metrics_banner(settings: Settings) -> str:
+    """What a ready line says of the metrics endpoint, when there is one."""
+    if settings.metrics_port is None:
+        return ""
+    return f"; metrics on http://127.0.0.1:{settings.metrics_port}/metrics"
 
 
 def main() -> None:

@@ -132,6 +132,13 @@ class Settings(BaseModel):
     codec_keys: str | None = Field(default=None, repr=False)
     """`ID:BASE64KEY[,ID:BASE64KEY...]`, the first active: with it every payload in workflow
     history is encrypted (AES-256-GCM, `agentloop.runtime.codec`); the others still decrypt."""
+    metrics_port: int | None = None
+    """The port a worker serves Prometheus metrics on (`/metrics`: Temporal's worker metrics
+    and agentloop's, `agentloop.runtime.metrics`); unset: none are served (`agentloop dev`
+    serves them on a port of its own and prints the address)."""
+    metrics_poll_seconds: float = 15.0
+    """How often a worker serving metrics counts the runs waiting for people (from Temporal's
+    visibility: one count per waiting phase)."""
     otel: OtelMode = "off"
     """OpenTelemetry tracing of runs through Temporal's TracingInterceptor
     (`agentloop.runtime.tracing`)."""

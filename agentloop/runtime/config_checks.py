@@ -135,6 +135,7 @@ def whole_number_check(minimum: int, example: int) -> Check:
 check_count = whole_number_check(0, 1000)
 check_slots = whole_number_check(1, 100)
 """A worker's slots for one kind of task: 0 would never run any, so at least 1."""
+check_port = whole_number_check(1, 9464)
 
 
 def check_pricing_file(value: str) -> str | None:

@@ -22,6 +22,7 @@ from agentloop.runtime.config_checks import (
     check_operators,
     check_otel,
     check_pem_file,
+    check_port,
     check_positive_number,
     check_pricing_file,
     check_principal_signing,
@@ -91,6 +92,8 @@ VARIABLES: dict[str, Variable] = {
     "codec_keys": Variable(
         "AGENTLOOP_CODEC_KEYS", check_codec_keys, secret=True, mask=mask_key_ring
     ),
+    "metrics_port": Variable("AGENTLOOP_METRICS_PORT", check_port),
+    "metrics_poll_seconds": Variable("AGENTLOOP_METRICS_POLL_SECONDS", check_positive_number),
     "otel": Variable("AGENTLOOP_OTEL", check_otel),
     "stream_key": Variable("AGENTLOOP_STREAM_KEY", secret=True),
     "publish_events": Variable("AGENTLOOP_PUBLISH_EVENTS", check_publish_mode),
@@ -134,6 +137,8 @@ NUMBER_FIELDS = frozenset(
         "max_concurrent_activities",
         "max_concurrent_workflow_tasks",
         "inbox_wait_seconds",
+        "metrics_port",
+        "metrics_poll_seconds",
     }
 )
 LIST_FIELDS = frozenset(

@@ -9,7 +9,7 @@ verdict the activity recorded, so replay needs neither keys nor crypto.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -71,6 +71,12 @@ async def check_approvals(state: LoopState, step: CheckApprovals) -> dict[int, A
     return verdicts
 
 
+def _requested_at(state: LoopState, call_id: str) -> datetime | None:
+    """When the call's approval was asked for (none: not one the batch asks about)."""
+    pending = state.batch.approvals.get(call_id) if state.batch else None
+    return pending.requested_at if pending else None
+
+
 async def _check(state: LoopState, held: DecisionToCheck) -> ApprovalCheck:
     info = workflow.info()
     run = state.run_chain[0] if state.run_chain else info.run_id
@@ -91,7 +97,12 @@ async def _check(state: LoopState, held: DecisionToCheck) -> ApprovalCheck:
         asking = CheckWordInput(word=word, workflow_id=info.workflow_id, run=run)
     else:
         activity, summary = CHECK_APPROVAL, f"check approval of {asked.call_id} by {asked.approver}"
-        asking = CheckApprovalInput(decision=asked, workflow_id=info.workflow_id, run=run)
+        asking = CheckApprovalInput(
+            decision=asked,
+            workflow_id=info.workflow_id,
+            run=run,
+            waited_since=_requested_at(state, asked.call_id),
+        )
     try:
         check: ApprovalCheck = await workflow.execute_activity(
             activity,

@@ -1,0 +1,152 @@
+"""The workers' Prometheus endpoint, scraped over HTTP after a real run: a write approved, its
+answer lost, its lookup inconclusive, so it waits for an operator (the unknown-write gauge up)
+until resolved (down again), with the Temporal SDK's own worker metrics on the same endpoint.
+
+Temporal's runtime is per client: this test's worker has a client on a runtime of its own that
+serves metrics, on a task queue of its own, beside the session's worker.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import uuid
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from temporalio.client import Client
+
+from agentloop.client import connect
+from agentloop.contract import ResolveRequest
+from agentloop.demo.services import ExampleService
+from agentloop.runtime.config import Settings
+from agentloop.runtime.metrics import METRICS, metrics_runtime
+from agentloop.scripted_provider import ScriptedProvider
+from agentloop.worker import running_worker
+from agentloop.workflows.steps import LOOKUP_RETRY
+from tests.crash.test_exactly_once import (
+    CALL_ID,
+    LOOKUP_OUTAGE,
+    REPLY,
+    start_and_approve,
+    write_script,
+)
+from tests.support import eventually, result_of, wait_for_phase
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
+
+Samples = dict[str, dict[frozenset[tuple[str, str]], float]]
+SAMPLE = re.compile(r"^(\w+)(?:\{(.*)\})? (\S+)$")
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse(text: str) -> Samples:
+    samples: Samples = {}
+    for line in text.splitlines():
+        found = SAMPLE.match(line)
+        if found:
+            name, labels, value = found.groups()
+            key = frozenset(LABEL.findall(labels or ""))
+            samples.setdefault(name, {})[key] = float(value)
+    return samples
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of `name` over the series carrying `labels`."""
+    wanted = set(labels.items())
+    return sum(v for key, v in samples.get(name, {}).items() if wanted <= key)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+async def metered(client: Client, worker_settings: Settings) -> AsyncIterator[Settings]:
+    port = free_port()
+    settings = worker_settings.model_copy(
+        update={
+            "task_queue": f"metrics-{uuid.uuid4().hex[:8]}",
+            "temporal_address": client.service_client.config.target_host,
+            "metrics_port": port,
+            "metrics_poll_seconds": 0.2,
+        }
+    )
+    metered_client = await connect(settings, metrics_runtime(port, host="127.0.0.1"))
+    async with running_worker(metered_client, settings):
+        yield settings
+
+
+async def scrape(settings: Settings) -> Samples:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{settings.metrics_port}/metrics") as response,
+    ):
+        assert response.status == 200
+        return parse(await response.text())
+
+
+async def test_a_run_shows_on_the_workers_metrics_endpoint(
+    client: Client,
+    metered: Settings,
+    scripted_provider: ScriptedProvider,
+    example_service: ExampleService,
+    run_id: str,
+) -> None:
+    case = REPLY
+    scripted_provider.register(write_script(run_id, case, "ops says applied"))
+    example_service.inject_fault(case.write_endpoint, "commit_then_drop")
+    example_service.inject_fault(case.lookup_endpoint, "unavailable", count=LOOKUP_OUTAGE)
+
+    handle = await start_and_approve(client, metered, example_service, run_id, case)
+    await wait_for_phase(handle, "awaiting_reconciliation")
+
+    async def unknown_open(count: float) -> bool:
+        return value(await scrape(metered), "agentloop_unknown_writes_open") == count
+
+    await eventually(lambda: unknown_open(1), "the unknown write in its gauge")
+    samples = await scrape(metered)
+    assert value(samples, "agentloop_runs_waiting", kind="unknown_write") == 1
+    assert value(samples, "agentloop_runs_waiting", kind="approval") == 0
+
+    await handle.signal(
+        "resolve", ResolveRequest(call_id=CALL_ID, outcome="applied", operator="ops")
+    )
+    result = await result_of(handle)
+    assert result.status == "completed", result.stop_reason
+    await eventually(lambda: unknown_open(0), "the resolved write out of its gauge")
+
+    samples = await scrape(metered)
+    tenant = {"tenant": "default"}
+    assert value(samples, "agentloop_runs_started_total", **tenant) == 1
+    assert value(samples, "agentloop_runs_ended_total", outcome="completed", **tenant) == 1
+    assert value(samples, "agentloop_runs_ended_total", outcome="failed") == 0
+    assert value(samples, "agentloop_approval_latency_seconds_count", outcome="counted") == 1
+    assert value(samples, "agentloop_approval_latency_seconds_sum") > 0
+    tool = {"tool": case.tool, **tenant}
+    assert value(samples, "agentloop_tool_calls_total", outcome="unknown", **tool) == 1
+    assert value(samples, "agentloop_tool_calls_total", outcome="succeeded", **tool) == 0
+    # Every attempt of the lookup failed (the service was unavailable).
+    attempts = LOOKUP_RETRY.maximum_attempts
+    assert value(samples, "agentloop_tool_lookups_total", outcome="failed", **tool) == attempts
+    model = {"provider": "openai-chat", "model": run_id}
+    assert value(samples, "agentloop_model_calls_total", outcome="ok", **model) == 2
+    usage = result.usage
+    assert value(samples, "agentloop_model_tokens_total", direction="input", **model) == (
+        usage.input_tokens
+    )
+    assert value(samples, "agentloop_model_tokens_total", direction="output", **model) == (
+        usage.output_tokens
+    )
+    assert usage.input_tokens > 0
+    # Temporal's own worker metrics, on the same endpoint.
+    assert value(samples, "temporal_worker_task_slots_available", task_queue=metered.task_queue)
+    assert any(name.startswith("temporal_activity_execution_latency") for name in samples)
+    # Every metric of ours the run touched is one `METRICS` names.
+    ours = {name for name in samples if name.startswith("agentloop_")}
+    exported = {m.exported for m in METRICS.values()}
+    assert {re.sub(r"_(bucket|sum|count)$", "", name) for name in ours} <= exported
