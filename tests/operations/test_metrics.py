@@ -32,6 +32,7 @@ from tests.crash.test_exactly_once import (
     start_and_approve,
     write_script,
 )
+from tests.operations.test_metrics_deploy import dashboard_temporal_metrics
 from tests.support import eventually, result_of, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -146,6 +147,8 @@ async def test_a_run_shows_on_the_workers_metrics_endpoint(
     # Temporal's own worker metrics, on the same endpoint.
     assert value(samples, "temporal_worker_task_slots_available", task_queue=metered.task_queue)
     assert any(name.startswith("temporal_activity_execution_latency") for name in samples)
+    shown = {re.sub(r"_(bucket|sum|count)$", "", name) for name in samples}
+    assert dashboard_temporal_metrics() <= shown  # what the dashboard shows of Temporal's
     # Every metric of ours the run touched is one `METRICS` names.
     ours = {name for name in samples if name.startswith("agentloop_")}
     exported = {m.exported for m in METRICS.values()}
