@@ -402,7 +402,9 @@ async def dev(args: argparse.Namespace, settings: Settings) -> int:
         secrets=settings_secrets(settings),
         redact_fields=DEFAULT_REDACT_FIELDS,
     )
-    ports = DevStackPorts(args.port, args.ui_port, args.example_port, args.provider_port)
+    ports = DevStackPorts(
+        args.port, args.ui_port, args.example_port, args.provider_port, args.metrics_port
+    )
     ensure_port_free(args.inbox_port, "the inbox", "--inbox-port")  # before anything starts
     inbox_url = f"http://127.0.0.1:{args.inbox_port}"
     # No key: the inbox checks with its own process's worker's (`InboxOptions.memo_key`).

@@ -27,6 +27,7 @@ from agentloop.runtime.dev_server import (
     free_port,
     temporal_binary,
 )
+from agentloop.runtime.metrics import metrics_runtime
 from agentloop.scripted_provider import ScriptedProvider
 from agentloop.scripted_provider.scripts import ScriptFolder
 from agentloop.tools.plugins import Toolbox, load_toolbox
@@ -45,10 +46,12 @@ class DevStackPorts:
     ui: int = 8233
     example_service: int = 8787
     scripted_provider: int = 8788
+    metrics: int = 9464
+    """The worker's Prometheus metrics (`agentloop.runtime.metrics`)."""
 
     @classmethod
     def free(cls) -> DevStackPorts:
-        return cls(free_port(), free_port(), free_port(), free_port())
+        return cls(free_port(), free_port(), free_port(), free_port(), free_port())
 
 
 class DevStack:
@@ -125,6 +128,7 @@ class DevStack:
             else "in memory: gone at Ctrl-C (--persist keeps it)"
         )
         return [
+            f"metrics      http://127.0.0.1:{self.ports.metrics}/metrics",
             f"scripts      {scripts}",
             f"store        {self.settings.store_url}",
             f"history      {history}",
@@ -168,6 +172,7 @@ class DevStack:
             (ports.temporal, "the Temporal frontend", "--port"),
             (ports.ui, "the Temporal UI", "--ui-port"),
             (ports.example_service, "the example service", "--example-port"),
+            (ports.metrics, "the worker's metrics", "--metrics-port"),
         ):
             ensure_port_free(port, what, flag)
         try:
@@ -194,6 +199,7 @@ class DevStack:
                 "tools": ",".join(dict.fromkeys(self._modules)),
                 "env": "development",
                 "scripts_dir": str(self._scripts_dir) if self._scripts_dir else None,
+                "metrics_port": ports.metrics,
             }
         )
         await self._exit.enter_async_context(
@@ -263,12 +269,14 @@ class DevStack:
                 "temporal_tls_ca": None,
             }
         )
+        # The dev worker's client: Temporal's runtime serving the metrics endpoint.
+        runtime = metrics_runtime(self.ports.metrics, host="127.0.0.1")
         while True:
             assert self._server is not None
             if self._server.poll() is not None:
                 raise DevStackError(f"temporal server exited with code {self._server.returncode}")
             try:
-                return await connect(settings)
+                return await connect(settings, runtime)
             except RuntimeError:
                 if loop.time() > deadline:
                     raise DevStackError("the Temporal dev server did not start in time") from None

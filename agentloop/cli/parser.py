@@ -31,6 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--example-port", type=port_number, default=8787)
     dev.add_argument("--provider-port", type=port_number, default=8788)
     dev.add_argument(
+        "--metrics-port",
+        type=port_number,
+        default=9464,
+        help="the worker's Prometheus metrics (/metrics; printed as the stack starts)",
+    )
+    dev.add_argument(
         "--inbox-port",
         type=port_number,
         default=8300,

@@ -199,7 +199,9 @@ async def dev_process(
 
 
 async def test_agentloop_dev_serves_runs_and_stops_on_ctrl_c(tmp_path: Path) -> None:
-    port, ui_port, example_port, provider_port, inbox_port = (free_port() for _ in range(5))
+    port, ui_port, example_port, provider_port, inbox_port, metrics_port = (
+        free_port() for _ in range(6)
+    )
     argv = [
         str(CONSOLE_SCRIPT) if CONSOLE_SCRIPT.exists() else sys.executable,
         *([] if CONSOLE_SCRIPT.exists() else ["-m", "agentloop.cli"]),
@@ -214,6 +216,8 @@ async def test_agentloop_dev_serves_runs_and_stops_on_ctrl_c(tmp_path: Path) -> 
         str(provider_port),
         "--inbox-port",
         str(inbox_port),
+        "--metrics-port",
+        str(metrics_port),
         "--state-dir",
         str(tmp_path / "state"),
     ]
@@ -229,10 +233,14 @@ async def test_agentloop_dev_serves_runs_and_stops_on_ctrl_c(tmp_path: Path) -> 
         assert "(scripted provider)" in dev.output  # no provider key in its environment
         inbox = f"http://127.0.0.1:{inbox_port}"
         assert f"inbox        {inbox} (local mode" in dev.output, dev.output
+        metrics = f"http://127.0.0.1:{metrics_port}/metrics"
+        assert f"metrics      {metrics}" in dev.output, dev.output
 
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
             async with http.get(f"http://127.0.0.1:{ui_port}/") as response:
                 assert response.status == 200
+            async with http.get(metrics) as response:  # the dev worker's, Temporal's included
+                assert "temporal_worker_task_slots_available" in await response.text()
             # The inbox in local mode: a new browser is asked its name first.
             async with http.get(inbox + "/", allow_redirects=False) as response:
                 assert (response.status, response.headers["location"]) == (303, "/whoami")
@@ -317,13 +325,15 @@ async def test_agentloop_dev_serves_runs_and_stops_on_ctrl_c(tmp_path: Path) -> 
 def dev_argv(state_dir: Path, *extra: str) -> tuple[list[str], int]:
     """`agentloop dev` on free ports, its state in `state_dir`, and `extra` arguments; and the
     port of its Temporal frontend."""
-    port, ui_port, example_port, provider_port, inbox_port = (free_port() for _ in range(5))
+    port, ui_port, example_port, provider_port, inbox_port, metrics_port = (
+        free_port() for _ in range(6)
+    )
     argv = [
         str(CONSOLE_SCRIPT),
         "dev",
         *("--port", str(port), "--ui-port", str(ui_port)),
         *("--example-port", str(example_port), "--provider-port", str(provider_port)),
-        *("--inbox-port", str(inbox_port)),
+        *("--inbox-port", str(inbox_port), "--metrics-port", str(metrics_port)),
         *("--state-dir", str(state_dir)),
         *extra,
     ]
