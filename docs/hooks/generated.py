@@ -143,11 +143,22 @@ def contract_markdown() -> str:
     return "\n".join(parts)
 
 
+def metrics_markdown() -> str:
+    from agentloop.runtime.metrics import METRICS
+
+    rows = ["| metric | type | labels | what it counts |", "|---|---|---|---|"]
+    for metric in METRICS.values():
+        labels = ", ".join(f"`{label}`" for label in metric.labels) or "none"
+        rows.append(f"| `{metric.exported}` | {metric.kind} | {labels} | {cell(metric.help)} |")
+    return "\n".join(rows) + "\n"
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "<!-- agentloop:cli -->": cli_markdown,
     "<!-- agentloop:settings -->": settings_markdown,
     "<!-- agentloop:api -->": api_markdown,
     "<!-- agentloop:contract -->": contract_markdown,
+    "<!-- agentloop:metrics -->": metrics_markdown,
 }
 
 
