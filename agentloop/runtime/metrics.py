@@ -95,7 +95,8 @@ METRICS: dict[str, Metric] = {
             "agentloop_tool_calls",
             "counter",
             ("tenant", "tool", "outcome"),
-            "Tool executions, by the result's status (succeeded, failed, unknown, ...).",
+            "Tool executions (each attempt), by the result's status (succeeded, failed, unknown, "
+            "...) or `error` when the attempt raised (retried by Temporal).",
         ),
         Metric(
             "agentloop_tool_lookups",
@@ -191,77 +192,50 @@ def _field(value: Any, *path: str) -> Any:
 class _ActivityMetrics(ActivityInboundInterceptor):
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         kind = activity.info().activity_type
+        request = input.args[0] if input.args else None
         try:
             result = await self.next.execute_activity(input)
         except Exception:
-            _failed(kind, input.args)
+            _recorded(kind, request, None, failed=True)
             raise
-        try:
-            _answered(kind, input.args, result)
-        except Exception:  # a metric is never worth an activity's failure
-            log.exception("metrics of %s not recorded", kind)
+        _recorded(kind, request, result, failed=False)
         return result
 
 
-def _answered(kind: str, args: Any, result: Any) -> None:
-    meter = activity.metric_meter()
-    request = args[0] if args else None
-    tenant = _field(request, "principal", "tenant")
+def _recorded(kind: str, request: Any, result: Any, *, failed: bool) -> None:
+    try:
+        _observe(activity.metric_meter(), kind, request, result, failed)
+    except Exception:  # a metric is never worth an activity's failure
+        log.exception("metrics of %s not recorded", kind)
+
+
+def _observe(meter: MetricMeter, kind: str, request: Any, result: Any, failed: bool) -> None:
+    """What one activity attempt says (`failed`: it raised, and `result` is None)."""
+    call = {"tenant": _field(request, "principal", "tenant"), "tool": _field(request, "tool")}
+    model = {"provider": _field(request, "provider"), "model": _field(request, "model")}
     if kind == io.RUN_TOOL:
-        record(
-            meter,
-            "agentloop_tool_calls",
-            1,
-            tenant=tenant,
-            tool=_field(request, "tool"),
-            outcome=_field(result, "status"),
-        )
+        outcome = "error" if failed else _field(result, "status")
+        record(meter, "agentloop_tool_calls", 1, outcome=outcome, **call)
     elif kind == io.LOOKUP_OUTCOME:
-        record(
-            meter,
-            "agentloop_tool_lookups",
-            1,
-            tenant=tenant,
-            tool=_field(request, "tool"),
-            outcome=_field(result, "state"),
-        )
-    elif kind in (io.MODEL_CALL, io.MODEL_CALL_BY_REF):
-        where = {"provider": _field(request, "provider"), "model": _field(request, "model")}
-        record(meter, "agentloop_model_calls", 1, outcome="ok", **where)
+        outcome = "failed" if failed else _field(result, "state")
+        record(meter, "agentloop_tool_lookups", 1, outcome=outcome, **call)
+    elif kind in io.MODEL_CALLS:
+        record(meter, "agentloop_model_calls", 1, outcome="failed" if failed else "ok", **model)
         usage = _field(result, "output", "usage")
         for direction in ("input", "output"):
             tokens = _field(usage, f"{direction}_tokens") or 0
-            record(meter, "agentloop_model_tokens", tokens, direction=direction, **where)
+            record(meter, "agentloop_model_tokens", tokens, direction=direction, **model)
         cost = _field(result, "cost_usd") or 0.0
-        record(meter, "agentloop_model_cost_usd", round(cost * 1e6), **where)
-    elif kind == io.CHECK_APPROVAL:
+        record(meter, "agentloop_model_cost_usd", round(cost * 1e6), **model)
+    elif kind == io.CHECK_APPROVAL and not failed:
         since = _field(request, "waited_since")
         if isinstance(since, datetime):
             outcome = "refused" if _field(result, "problem") else "counted"
             waited = (datetime.now(UTC) - since).total_seconds()
             record(meter, "agentloop_approval_latency_seconds", max(waited, 0.0), outcome=outcome)
     elif kind == io.NOTIFY_WAITING:
-        record(meter, "agentloop_notices", 1, kind=_field(request, "kind"), outcome="sent")
-
-
-def _failed(kind: str, args: Any) -> None:
-    meter = activity.metric_meter()
-    request = args[0] if args else None
-    if kind in (io.MODEL_CALL, io.MODEL_CALL_BY_REF):
-        record(
-            meter,
-            "agentloop_model_calls",
-            1,
-            provider=_field(request, "provider"),
-            model=_field(request, "model"),
-            outcome="failed",
-        )
-    elif kind == io.LOOKUP_OUTCOME:
-        tenant = _field(request, "principal", "tenant")
-        tool = _field(request, "tool")
-        record(meter, "agentloop_tool_lookups", 1, tenant=tenant, tool=tool, outcome="failed")
-    elif kind == io.NOTIFY_WAITING:
-        record(meter, "agentloop_notices", 1, kind=_field(request, "kind"), outcome="failed")
+        outcome = "failed" if failed else "sent"
+        record(meter, "agentloop_notices", 1, kind=_field(request, "kind"), outcome=outcome)
 
 
 class _RunMetrics(WorkflowInboundInterceptor):
