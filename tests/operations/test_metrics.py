@@ -33,7 +33,10 @@ from tests.crash.test_exactly_once import (
     write_script,
 )
 from tests.operations.test_metrics_deploy import dashboard_temporal_metrics
+from tests.people.test_inbox_notices import Webhook, webhooks
 from tests.support import eventually, result_of, wait_for_phase
+
+__all__ = ["webhooks"]  # the fixture, used here
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -67,7 +70,9 @@ def free_port() -> int:
 
 
 @pytest.fixture
-async def metered(client: Client, worker_settings: Settings) -> AsyncIterator[Settings]:
+async def metered(
+    client: Client, worker_settings: Settings, webhooks: tuple[Webhook, Webhook]
+) -> AsyncIterator[Settings]:
     port = free_port()
     settings = worker_settings.model_copy(
         update={
@@ -75,6 +80,8 @@ async def metered(client: Client, worker_settings: Settings) -> AsyncIterator[Se
             "temporal_address": client.service_client.config.target_host,
             "metrics_port": port,
             "metrics_poll_seconds": 0.2,
+            "notify_webhooks": webhooks[0].url,
+            "notify_secret": "metrics-test",
         }
     )
     metered_client = await connect(settings, metrics_runtime(port, host="127.0.0.1"))
@@ -93,6 +100,7 @@ async def scrape(settings: Settings) -> Samples:
 
 async def test_a_run_shows_on_the_workers_metrics_endpoint(
     client: Client,
+    webhooks: tuple[Webhook, Webhook],
     metered: Settings,
     scripted_provider: ScriptedProvider,
     example_service: ExampleService,
@@ -144,6 +152,11 @@ async def test_a_run_shows_on_the_workers_metrics_endpoint(
         usage.output_tokens
     )
     assert usage.input_tokens > 0
+    # One notice, when the call began waiting for its approval (a call is noticed once: not
+    # again when its write turned unknown), and the webhook got it.
+    assert value(samples, "agentloop_notices_total", kind="approval", outcome="sent") == 1
+    assert value(samples, "agentloop_notices_total", outcome="sent") == len(webhooks[0].received)
+    assert value(samples, "agentloop_notices_total", outcome="failed") == 0
     # Temporal's own worker metrics, on the same endpoint.
     assert value(samples, "temporal_worker_task_slots_available", task_queue=metered.task_queue)
     assert any(name.startswith("temporal_activity_execution_latency") for name in samples)
