@@ -40,6 +40,7 @@ from temporalio.worker import (
 from temporalio.workflow import ContinueAsNewError
 
 from agentloop import activity_io as io
+from agentloop.contract import Limits
 from agentloop.search import AGENT_PHASE
 from agentloop.waiting import WAITING_PHASES
 
@@ -70,6 +71,14 @@ METRICS: dict[str, Metric] = {
             "counter",
             ("tenant", "outcome"),
             "Runs ended, by their status (`continued`: continued as new).",
+        ),
+        Metric(
+            "agentloop_budget_refusals",
+            "counter",
+            ("tenant", "cap"),
+            "Runs stopped because their next step would pass a cap of their limits "
+            "(`max_model_calls`, `max_tool_calls`, `max_total_tokens`, `max_cost_usd`, "
+            "`per_tool`) or their deadline (`deadline`).",
         ),
         Metric(
             "agentloop_runs_waiting",
@@ -131,6 +140,10 @@ METRICS: dict[str, Metric] = {
         ),
     )
 }
+
+CAPS = frozenset({*Limits.model_fields, "per_tool", "deadline"})
+"""What a run stopped by its limits names first in its `stop_reason` (`CAP: DETAIL`, the
+field of `Limits`, `agentloop.policies.budgets.Cap`)."""
 
 MAX_LABEL_VALUES = 50
 """Distinct values a label takes in one process before the rest count as `other`: tenants,
@@ -253,6 +266,10 @@ class _RunMetrics(WorkflowInboundInterceptor):
             record(meter, "agentloop_runs_ended", 1, tenant=tenant, outcome="failed")
             raise
         record(meter, "agentloop_runs_ended", 1, tenant=tenant, outcome=_field(result, "status"))
+        if _field(result, "stop_cause") in ("budget", "deadline"):
+            cap = str(_field(result, "stop_reason") or "").split(":", 1)[0]
+            cap = cap if cap in CAPS else "other"
+            record(meter, "agentloop_budget_refusals", 1, tenant=tenant, cap=cap)
         return result
 
 

@@ -18,11 +18,12 @@ import pytest
 from temporalio.client import Client
 
 from agentloop.client import connect
-from agentloop.contract import ResolveRequest
+from agentloop.contract import Limits, Principal, ResolveRequest
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.runtime.metrics import METRICS, metrics_runtime
 from agentloop.scripted_provider import ScriptedProvider
+from agentloop.testing.turns import call as scripted_call
 from agentloop.worker import running_worker
 from agentloop.workflows.steps import LOOKUP_RETRY
 from tests.crash.test_exactly_once import (
@@ -32,9 +33,10 @@ from tests.crash.test_exactly_once import (
     start_and_approve,
     write_script,
 )
+from tests.live import agent_input, scripted
 from tests.operations.test_metrics_deploy import dashboard_temporal_metrics
 from tests.people.test_inbox_notices import Webhook, webhooks
-from tests.support import eventually, result_of, wait_for_phase
+from tests.support import eventually, result_of, start_run, wait_for_phase
 
 __all__ = ["webhooks"]  # the fixture, used here
 
@@ -166,3 +168,28 @@ async def test_a_run_shows_on_the_workers_metrics_endpoint(
     ours = {name for name in samples if name.startswith("agentloop_")}
     exported = {m.exported for m in METRICS.values()}
     assert {re.sub(r"_(bucket|sum|count)$", "", name) for name in ours} <= exported
+
+
+async def test_a_run_stopped_by_a_cap_counts_as_a_budget_refusal(
+    client: Client, metered: Settings, scripted_provider: ScriptedProvider, run_id: str
+) -> None:
+    weather = scripted_call("get_weather", "c_weather", city="Paris", date="2026-12-01")
+    scripted_provider.register(scripted(run_id, [weather], "Sunny."))
+    run_input = agent_input(
+        run_id,
+        "openai-chat",
+        "Weather in Paris?",
+        ["get_weather"],
+        limits=Limits(max_model_calls=1),
+        principal=Principal(subject="p-alice", tenant="acme"),
+    )
+    result = await result_of(await start_run(client, metered, run_id, run_input))
+    assert (result.status, result.stop_cause) == ("limit_reached", "budget"), result.stop_reason
+
+    samples = await scrape(metered)
+    acme = {"tenant": "acme"}
+    assert value(samples, "agentloop_budget_refusals_total", cap="max_model_calls", **acme) == 1
+    assert value(samples, "agentloop_runs_ended_total", outcome="limit_reached", **acme) == 1
+    assert (
+        value(samples, "agentloop_tool_calls_total", tool="get_weather", outcome="succeeded") == 1
+    )
