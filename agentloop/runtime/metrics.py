@@ -28,6 +28,7 @@ from typing import Any, Literal
 from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.common import MetricMeter
+from temporalio.exceptions import FailureError
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import (
     ActivityInboundInterceptor,
@@ -262,8 +263,11 @@ class _RunMetrics(WorkflowInboundInterceptor):
         except ContinueAsNewError:
             record(meter, "agentloop_runs_ended", 1, tenant=tenant, outcome="continued")
             raise
-        except BaseException:
+        except FailureError:  # fails the workflow (any other exception fails only its task)
             record(meter, "agentloop_runs_ended", 1, tenant=tenant, outcome="failed")
+            raise
+        except asyncio.CancelledError:
+            record(meter, "agentloop_runs_ended", 1, tenant=tenant, outcome="cancelled")
             raise
         record(meter, "agentloop_runs_ended", 1, tenant=tenant, outcome=_field(result, "status"))
         if _field(result, "stop_cause") in ("budget", "deadline"):

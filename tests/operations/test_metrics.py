@@ -170,7 +170,7 @@ async def test_a_run_shows_on_the_workers_metrics_endpoint(
     assert {re.sub(r"_(bucket|sum|count)$", "", name) for name in ours} <= exported
 
 
-async def test_a_run_stopped_by_a_cap_counts_as_a_budget_refusal(
+async def test_runs_stopped_by_a_cap_or_failed_count_by_outcome(
     client: Client, metered: Settings, scripted_provider: ScriptedProvider, run_id: str
 ) -> None:
     weather = scripted_call("get_weather", "c_weather", city="Paris", date="2026-12-01")
@@ -186,7 +186,14 @@ async def test_a_run_stopped_by_a_cap_counts_as_a_budget_refusal(
     result = await result_of(await start_run(client, metered, run_id, run_input))
     assert (result.status, result.stop_cause) == ("limit_reached", "budget"), result.stop_reason
 
+    # A model the provider does not know: the run fails (its workflow too, by default).
+    unknown = agent_input(f"{run_id}-unscripted", "openai-chat", "Hello?", [])
+    failed = await result_of(await start_run(client, metered, f"{run_id}-failed", unknown))
+    assert failed.status == "failed", failed.stop_reason
+
     samples = await scrape(metered)
+    assert value(samples, "agentloop_runs_ended_total", outcome="failed", tenant="default") == 1
+    assert value(samples, "agentloop_model_calls_total", outcome="failed") >= 1
     acme = {"tenant": "acme"}
     assert value(samples, "agentloop_budget_refusals_total", cap="max_model_calls", **acme) == 1
     assert value(samples, "agentloop_runs_ended_total", outcome="limit_reached", **acme) == 1
