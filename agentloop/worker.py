@@ -412,8 +412,7 @@ async def serve(settings: Settings, toolbox: Toolbox) -> None:
         redact_fields=DEFAULT_REDACT_FIELDS,
     )
     await check_store(settings)
-    runtime = None if settings.metrics_port is None else metrics_runtime(settings.metrics_port)
-    client = await connect_checked(settings, runtime=runtime)
+    client = await connect_checked(settings, runtime=serving_metrics(settings))
     await check_namespace(client, settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -433,6 +432,18 @@ async def serve(settings: Settings, toolbox: Toolbox) -> None:
             await stop.wait()
     finally:
         tracing.flush(settings)
+
+
+def serving_metrics(settings: Settings) -> Runtime | None:
+    """The Temporal runtime serving the worker's metrics on `AGENTLOOP_METRICS_PORT` (None:
+    unset); raises `StartupError` naming the setting when the port cannot be bound."""
+    if settings.metrics_port is None:
+        return None
+    try:
+        return metrics_runtime(settings.metrics_port)
+    except ValueError as exc:  # what the SDK raises when its exporter cannot listen
+        name = VARIABLES["metrics_port"].name
+        raise StartupError(f"{name}={settings.metrics_port}: {exc}") from None
 
 
 def metrics_banner(settings: Settings) -> str:

@@ -542,6 +542,8 @@ async def test_the_worker_starts_as_compose_runs_it_in_production(
         AGENT_LOOP_TASK_QUEUE=f"compose-worker-{tmp_path.name}",
         AGENTLOOP_STORE_URL=f"sqlite:///{tmp_path / 'store.db'}",
         AGENTLOOP_EXAMPLE_SERVICE_URL=servers.service.base_url,
+        # A free port for the metrics compose serves on 9464: tests may run side by side.
+        AGENTLOOP_METRICS_PORT=str(free_port()),
     )
     async with worker_process(env, (*AGENTLOOP, *command[1:]), PRODUCTION_BANNER) as process:
         process.send_signal(signal.SIGTERM)

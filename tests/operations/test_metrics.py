@@ -17,14 +17,14 @@ import aiohttp
 import pytest
 from temporalio.client import Client
 
-from agentloop.client import connect
+from agentloop.client import StartupError, connect
 from agentloop.contract import Limits, Principal, ResolveRequest
 from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.runtime.metrics import METRICS, metrics_runtime
 from agentloop.scripted_provider import ScriptedProvider
 from agentloop.testing.turns import call as scripted_call
-from agentloop.worker import running_worker
+from agentloop.worker import running_worker, serving_metrics
 from agentloop.workflows.steps import LOOKUP_RETRY
 from tests.crash.test_exactly_once import (
     CALL_ID,
@@ -200,3 +200,15 @@ async def test_runs_stopped_by_a_cap_or_failed_count_by_outcome(
     assert (
         value(samples, "agentloop_tool_calls_total", tool="get_weather", outcome="succeeded") == 1
     )
+
+
+def test_a_metrics_port_in_use_stops_the_worker_naming_the_setting() -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(StartupError) as caught:
+            serving_metrics(Settings(metrics_port=port))
+    assert f"AGENTLOOP_METRICS_PORT={port}" in str(caught.value)
+    assert "in use" in str(caught.value)
+    assert serving_metrics(Settings()) is None
