@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from agentloop.cli.output import ApproverKey, ExitCode, print_json
+from agentloop.cli.output import ApproverKey, ExitCode, InboxKey, print_json
 from agentloop.runtime.config import ConfigError, load_config
 from agentloop.runtime.config_variables import VARIABLES, present
 from agentloop.runtime.signing import (
@@ -29,7 +29,7 @@ from agentloop.waiting import memo_key
 
 def approver_keys(args: argparse.Namespace) -> int:
     if args.keys_command == "inbox":
-        return _inbox_key()
+        return _inbox_key(as_json=args.json)
     if not APPROVER_NAME.fullmatch(args.approver):
         print(
             f"agentloop keys: {args.approver!r} is not an approver name "
@@ -76,7 +76,7 @@ def _new(approver: str, folder: Path, as_json: bool) -> int:
     return ExitCode.OK
 
 
-def _inbox_key() -> int:
+def _inbox_key(as_json: bool) -> int:
     """The inbox's key, from the stream key this command's configuration holds."""
     try:
         stream_key = load_config(skip=set(VARIABLES) - {"stream_key"}).settings.stream_key
@@ -93,5 +93,8 @@ def _inbox_key() -> int:
     assert stream_key is not None
     key = memo_key(derived_key(stream_key))
     assert key is not None
-    print(key.hex())
+    if as_json:
+        print_json(InboxKey(inbox_key=key.hex()))
+    else:
+        print(key.hex())
     return ExitCode.OK

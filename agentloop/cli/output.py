@@ -207,6 +207,13 @@ class ListedRun(BaseModel):
     `task_failure` says nothing)."""
 
 
+class InboxKey(BaseModel):
+    """`keys inbox`: the inbox's key, as `AGENTLOOP_INBOX_KEY` takes it."""
+
+    inbox_key: str
+    """64 hex digits."""
+
+
 class ApproverKey(BaseModel):
     """`keys new` / `keys public`: an approver's public key, as the workers take it."""
 

@@ -202,11 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
     show_key.add_argument("approver")
     show_key.add_argument("key_file")
     add_json_flag(show_key, "print the public key as a JSON object")
-    keys_commands.add_parser(
+    inbox_key = keys_commands.add_parser(
         "inbox",
         help="the inbox's AGENTLOOP_INBOX_KEY, derived from the workers' AGENTLOOP_STREAM_KEY "
         "(it checks which runs a worker vouches for, and seals nothing on a run's stream)",
     )
+    add_json_flag(inbox_key, "print the key as a JSON object")
 
     cont = run_parser(
         commands,

@@ -9,6 +9,7 @@ them). The page's timing with and without the fakes is `make bench` section 14's
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from datetime import timedelta
 from typing import Any
@@ -190,6 +191,10 @@ async def test_a_production_inbox_needs_its_key_and_keys_inbox_derives_it() -> N
     assert printed.returncode == 0, printed.explain()
     key = memo_key(derived_key("s3cret"))
     assert key is not None and printed.stdout.strip() == key.hex()
+    as_json = await agentloop(
+        "keys", "inbox", "--json", env=process_env(AGENTLOOP_STREAM_KEY="s3cret")
+    )
+    assert json.loads(as_json.stdout) == {"inbox_key": key.hex()}, as_json.explain()
     refused = await agentloop("inbox", env=process_env(AGENTLOOP_ENV="production"))
     assert refused.returncode == 2 and "AGENTLOOP_INBOX_KEY" in refused.stderr, refused.explain()
 
