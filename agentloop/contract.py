@@ -40,6 +40,9 @@ from agentloop.ledger import (
     CompensationLine as CompensationLine,
 )
 from agentloop.ledger import (
+    ModelSwitch as ModelSwitch,
+)
+from agentloop.ledger import (
     NoticeSent as NoticeSent,
 )
 from agentloop.ledger import (
@@ -187,7 +190,6 @@ def describe_validation_error(exc: ValidationError, names: Mapping[str, str] = {
     return "; ".join(parts)
 
 
-
 CompensatePolicy = Literal["never", "ask", "always"]
 """What a run that ends without delivering does with the writes it made that declared an
 undo (docs/concepts/compensation.md): leave them as they are, offer each undo for a
@@ -209,6 +211,16 @@ class Limits(StrictInput):
     per_tool: dict[Name, Annotated[int, Field(ge=0)]] = Field(
         default_factory=dict, max_length=MAX_LIST_ITEMS
     )
+
+
+class FallbackModel(_Strict):
+    """A model a run falls back to when the one serving it is unavailable."""
+
+    provider: Provider
+    model: Name
+
+
+MAX_FALLBACKS = 4
 
 
 MAX_STOP_SEQUENCES = 16
@@ -245,6 +257,12 @@ class AgentRunInput(StrictInput):
     instructions: str = Field(default="", max_length=MAX_TEXT_CHARS)
     provider: Provider
     model: Name
+    fallbacks: list[FallbackModel] = Field(default_factory=list, max_length=MAX_FALLBACKS)
+    """The models to go on with, in order, when a model call fails as unavailable after its
+    own retries (a 5xx, a rate limit, a lost connection, a timeout; never a refusal or a
+    request the provider refused): the call goes to the next one with the same transcript, in
+    its protocol, and the run stays on it (`RunStatusView.model_switches`). `model_settings`
+    must suit each one's provider."""
     tools: list[Name] = Field(default_factory=list, max_length=MAX_LIST_ITEMS)
     principal: Principal = Field(default_factory=lambda: Principal(subject="anonymous"))
     principal_signature: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
@@ -417,6 +435,8 @@ class AgentRunResult(BaseModel):
     compensation: list[CompensationLine] = Field(default_factory=list)
     """For a run that ended without delivering: each write it made, newest first, and what
     became of it (undone by which call, not undone and why, or left as is)."""
+    model_switches: list[ModelSwitch] = Field(default_factory=list)
+    """Each time the run went on with its next model (`AgentRunInput.fallbacks`)."""
 
 
 class PreviousRun(BaseModel):
@@ -482,6 +502,9 @@ class RunStatusView(BaseModel):
     wait_until: AwareDatetime | None = None
     """While it waits for people: when the wait times out (`approval_timeout`,
     `input_timeout`, `unresolved`)."""
+    model_switches: list[ModelSwitch] = Field(default_factory=list)
+    """Each time the run went on with its next model (`AgentRunInput.fallbacks`): the last
+    one names the model serving it now."""
     notice_failures: list[str] = Field(default_factory=list)
     """Notices of this run waiting for a person that could not be delivered to the webhooks
     (`AGENTLOOP_NOTIFY_WEBHOOKS`, `AGENTLOOP_NOTIFY_ROUTES`), each saying of what, which

@@ -279,3 +279,29 @@ class UnresolvedWrite(BaseModel):
     idempotency_key: str
     workflow_id: str
     """The run that sent it."""
+
+
+class ModelSwitch(BaseModel):
+    """A model call that went to the run's next model (`AgentRunInput.fallbacks`) because the
+    one serving it was unavailable after its own retries: from then on the run is served by
+    the new one (its tokens, cost and budget are that model's)."""
+
+    turn: int
+    from_provider: str
+    from_model: str
+    to_provider: str
+    to_model: str
+    error_class: str
+    """Why: the class of the failure (`transient`, `timeout`; `policies.fallback`)."""
+    reason: str = ""
+    """The failure as the last attempt said it (masked like any model failure)."""
+    requests: int = 0
+    """Requests the unavailable model was sent for this call, its retries included."""
+    at: AwareDatetime
+
+    def said(self) -> str:
+        """The switch in words (the stream's item and the stop report say it so)."""
+        return (
+            f"turn {self.turn}: {self.from_provider} {self.from_model} unavailable "
+            f"({self.error_class}), now {self.to_provider} {self.to_model}"
+        )

@@ -28,7 +28,16 @@ FOREIGN_TOPIC = "agentloop.foreign"
 """What anyone else published to the run's stream, as they sent it (never read as the run's)."""
 
 EventKind = Literal[
-    "text", "call", "result", "waiting", "resumed", "retry", "continued", "done", "truncated"
+    "text",
+    "call",
+    "result",
+    "waiting",
+    "resumed",
+    "retry",
+    "fallback",
+    "continued",
+    "done",
+    "truncated",
 ]
 """`truncated` is never published: a reader says so when the items it asked for are gone."""
 ACTIVITY_KINDS = frozenset({"text", "retry"})
@@ -92,6 +101,10 @@ class RunEvent(BaseModel):
     call_ids: list[str] | None = None
     """`waiting` / `resumed`: the calls the run waits on (or waited on)."""
     stop_reason: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    """`fallback`: the model the run goes on with (the turn's call went to it), after the one
+    serving it was unavailable for the reason `stop_reason` says (`ModelSwitch`)."""
 
     def published(self) -> dict[str, Any]:
         """The item as it travels: only the fields its kind uses."""

@@ -80,6 +80,8 @@ def describe(event: RunEvent) -> str:
                 f"~~ turn {event.turn}: the model call is retried (attempt {event.attempt});"
                 " its text so far is replaced"
             )
+        case "fallback":
+            return f"~~ {event.stop_reason}"
         case "continued":
             return "~~ continued as new"
         case "truncated":

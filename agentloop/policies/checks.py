@@ -86,6 +86,10 @@ def input_problem(run_input: AgentRunInput) -> str | None:
     problem = model_settings_problem(run_input.provider, run_input.model_settings)
     if problem:
         return problem
+    for n, fallback in enumerate(run_input.fallbacks):
+        problem = model_settings_problem(fallback.provider, run_input.model_settings)
+        if problem:
+            return f"fallbacks.{n} ({fallback.provider}): {problem}"
     schema = run_input.output_schema
     if schema is not None:
         if value_depth(schema) > MAX_DEPTH:

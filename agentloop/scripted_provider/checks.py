@@ -8,7 +8,9 @@ output read back by its own parser, so an echo is compared in the protocol's ter
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TypeVar
 
 from agentloop.scripted_provider.conversation import (
@@ -31,13 +33,16 @@ _P = TypeVar("_P", Text, Call, Reasoning)
 _QUOTE_CHARS = 200
 
 
-def check_conversation(conversation: Conversation, script: Script, sent: SentParts) -> list[str]:
-    """Every violation in a request playing `script`, protocol-specific problems first."""
+def check_conversation(
+    conversation: Conversation, script: Script, sent: SentParts, protocol: str = ""
+) -> list[str]:
+    """Every violation in a request playing `script` over `protocol`, protocol-specific
+    problems first."""
     turn = conversation.turn_index
     return [
         *conversation.problems,
         *[v for model_turn in conversation.turns for v in _check_results(model_turn)],
-        *_check_echoes(conversation.turns, script, sent),
+        *_check_echoes(conversation.turns, script, sent, protocol),
         *_check_pending(conversation.pending, turn, script, sent),
         *_check_expected_results(conversation.result_texts(), script, turn),
         *_check_tools_declared(conversation.declared_tools, script, turn),
@@ -70,13 +75,34 @@ def _check_results(turn: ModelTurn) -> list[str]:
     return violations
 
 
-def _check_echoes(turns: list[ModelTurn], script: Script, sent: SentParts) -> list[str]:
-    """Each model turn in the request must be what the provider sent at that turn."""
+def _check_echoes(
+    turns: list[ModelTurn], script: Script, sent: SentParts, protocol: str
+) -> list[str]:
+    """Each model turn in the request must be what the provider sent at that turn, or, for a
+    turn another protocol served (`ScriptTurn.served_by`), that turn translated."""
     violations: list[str] = []
     for index, turn in enumerate(turns[: len(script.turns)]):
         where = f"{turn.where} (turn {index})"
-        violations += _compare_parts(turn.parts, sent(index, "whole"), where)
+        served_by = script.turns[index].served_by
+        if served_by is None or served_by == protocol:
+            violations += _compare_parts(turn.parts, sent(index, "whole"), where)
+            continue
+        expected = [_translated(p) for p in sent(index, "whole") if not isinstance(p, Reasoning)]
+        violations += _compare_parts([_translated(p) for p in turn.parts], expected, where)
     return violations
+
+
+def _translated(part: Part) -> Part:
+    """A part as any protocol may carry over another's turn: a call without the serving
+    protocol's item id, its arguments compared as JSON values (each protocol writes them its
+    own way)."""
+    if not isinstance(part, Call):
+        return part
+    try:
+        arguments = json.dumps(json.loads(part.arguments), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        arguments = part.arguments
+    return replace(part, arguments=arguments, item_id=None)
 
 
 def _check_pending(

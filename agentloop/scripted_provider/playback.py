@@ -191,7 +191,7 @@ class Playback:
             played, _ = _fill(script.turns[index], results)
             return protocol.sent_parts(TurnOutput(script.name, index, played, phase))
 
-        violations = check_conversation(conversation, script, sent)
+        violations = check_conversation(conversation, script, sent, protocol.name)
         if violations:
             self._record(protocol, script.name, turn, violations)
             message = "Protocol violation: " + "; ".join(violations)

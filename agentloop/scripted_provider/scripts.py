@@ -115,6 +115,12 @@ class ScriptTurn(_Strict):
     undeclared_tools: list[str] = Field(default_factory=list)
     """Tools this turn calls although the request does not offer them: a model that
     hallucinates a tool name, which the runner must refuse."""
+    served_by: Literal["openai-chat", "openai-responses", "anthropic"] | None = None
+    """The protocol another model played this turn over, in a conversation that moved to this
+    script's model afterwards (a fallback). Echoed over another protocol, the turn must come
+    back translated: the same call ids, names, argument values and text, and nothing that
+    only the serving protocol issues (item ids, reasoning, signatures); over its own protocol
+    it is checked as usual."""
 
     @model_validator(mode="after")
     def _expectations_name_own_calls(self) -> ScriptTurn:

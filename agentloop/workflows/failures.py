@@ -29,6 +29,22 @@ def never_started(exc: ActivityError) -> bool:
     return isinstance(cause, ActivityTimeout) and cause.type == TimeoutType.SCHEDULE_TO_START
 
 
+PROVIDER_ERROR_PREFIX = "Provider:"
+"""How the model activity types a provider's classified failure (`activities.model`)."""
+
+
+def model_failure_class(exc: ActivityError) -> str:
+    """The class of a model call's failure, as `policies.fallback` reads it: the provider's
+    (`policies.errors`), `timeout` when its attempts ran out of time, else the failure's
+    type (an unclassified exception, the store)."""
+    cause = _cause(exc)
+    if isinstance(cause, ActivityTimeout):
+        return "timeout"
+    if isinstance(cause, ApplicationError):
+        return (cause.type or "").removeprefix(PROVIDER_ERROR_PREFIX)
+    return type(cause).__name__
+
+
 REMOTE_ERROR_TYPES: dict[str, ErrorClass] = {
     "InvalidArguments": "invalid_arguments",
     "BusinessRefusal": "business",

@@ -42,6 +42,7 @@ from agentloop.workflows.deadline import RunDeadline
 from agentloop.workflows.failures import (
     attempts_made,
     describe_failure,
+    model_failure_class,
     run_failed,
 )
 from agentloop.workflows.inbound import Inflow
@@ -88,24 +89,28 @@ async def call_model(state: LoopState, step: CallModel, deadline: RunDeadline) -
         return
     turn = loop.start_model_call(state, step)
     visibility.waiting(state)
-    answer = await _model_call(state, step, turn.request, deadline)
-    if _over_budget(answer):
-        # The bound on the input (a token a byte) refused the call: the provider's own count
-        # may fit. The call is asked again with it, and the activity reserves it instead.
-        counted = await _input_counted(state, step, turn.request, deadline)
-        if counted is None:
+    answer = await _answer(state, step, turn.request, deadline)
+    # A model unavailable after its retries hands the same call to the run's next model
+    # (`policies.fallback`), once per fallback at most.
+    while isinstance(answer, ActivityError) and not _over_budget(answer):
+        failure = loop.ModelFailure(
+            model_failure_class(answer),
+            describe_failure(answer),
+            attempts_made(answer, MODEL_RETRY.maximum_attempts),
+        )
+        request = loop.record_model_failure(state, turn.request, failure, workflow.now())
+        if request is None:
             return
-        if counted.budget.input_tokens is not None:
-            answer = await _model_call(state, step, counted, deadline)
+        audit(
+            "model.fallback", **state.model_switches[-1].model_dump(mode="json", exclude={"reason"})
+        )
+        turn = loop.ModelTurn(request, turn.sent)
+        answer = await _answer(state, step, request, deadline)
     if answer is None:
         return
     if isinstance(answer, ActivityError):
-        cause = answer.cause
-        if isinstance(cause, ApplicationError) and cause.type == OVER_BUDGET:
-            loop.record_over_budget(state, cause.message)
-        else:
-            requests = attempts_made(answer, MODEL_RETRY.maximum_attempts)
-            loop.record_model_failure(state, f"model_error: {describe_failure(answer)}", requests)
+        assert isinstance(answer.cause, ApplicationError)  # `_over_budget`
+        loop.record_over_budget(state, answer.cause.message)
         return
     result = answer
     diverged = turn.transcript_problem(result)
@@ -119,12 +124,28 @@ async def call_model(state: LoopState, step: CallModel, deadline: RunDeadline) -
     _audit_model_call(state, step, result)
 
 
+async def _answer(
+    state: LoopState, step: CallModel, request: CallModelInput, deadline: RunDeadline
+) -> CallModelResult | ActivityError | None:
+    """`_model_call`; a call the bound on its input (a token a byte) refused as over the
+    budget is asked again with the provider's own count of its input, which may fit (the
+    activity then reserves that)."""
+    answer = await _model_call(state, step, request, deadline)
+    if not _over_budget(answer):
+        return answer
+    counted = await _input_counted(state, step, request, deadline)
+    if counted is None:
+        return None
+    if counted.budget.input_tokens is None:
+        return answer
+    return await _model_call(state, step, counted, deadline)
+
+
 async def _model_call(
     state: LoopState, step: CallModel, request: CallModelInput, deadline: RunDeadline
 ) -> CallModelResult | ActivityError | None:
     """The model call's result, or how it failed; None when a cancel or the deadline came
     first."""
-    run_input = state.run_input
     # The specs go inline until a call has stored them (the reference comes back in its
     # result).
     handle = workflow.start_activity(
@@ -134,7 +155,7 @@ async def _model_call(
         start_to_close_timeout=MODEL_START_TO_CLOSE,
         heartbeat_timeout=MODEL_HEARTBEAT,
         retry_policy=MODEL_RETRY,
-        summary=f"{run_input.provider} {run_input.model} · turn {step.turn}",
+        summary=f"{request.provider} {request.model} · turn {step.turn}",
     )
     if not await deadline.wait_for([handle]):
         return None
@@ -166,7 +187,7 @@ async def _input_counted(
         start_to_close_timeout=COUNT_TIMEOUT,
         heartbeat_timeout=MODEL_HEARTBEAT,
         retry_policy=COUNT_RETRY,
-        summary=f"count {state.run_input.provider} {state.run_input.model} · turn {step.turn}",
+        summary=f"count {request.provider} {request.model} · turn {step.turn}",
     )
     if not await deadline.wait_for([handle]):
         return None

@@ -92,6 +92,9 @@ function showEvent(log, texts, event) {
     case "resumed":
       entry(log, "resumed", `resumed (${event.reason})`);
       break;
+    case "fallback":
+      entry(log, "fallback", `${turn}: ${event.stop_reason}`);
+      break;
     case "continued":
       entry(log, "continued", "continued as new");
       break;

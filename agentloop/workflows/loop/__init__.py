@@ -10,6 +10,7 @@ from agentloop.workflows.loop.compensation import start_compensation
 from agentloop.workflows.loop.decide import decide
 from agentloop.workflows.loop.exchange import (
     ChildOutcome,
+    ModelFailure,
     ModelTurn,
     ToolFailure,
     ToolOutcome,
@@ -107,6 +108,7 @@ __all__ = [
     "Finish",
     "LookupOutcome",
     "LoopState",
+    "ModelFailure",
     "ModelTurn",
     "NextStep",
     "RunTools",

@@ -38,6 +38,17 @@ class ModelTurn:
 
 
 @dataclass(frozen=True)
+class ModelFailure:
+    """A model call that failed for good (its retries used up, or not retryable)."""
+
+    error_class: str
+    """`policies.errors`' class of the provider's failure, `timeout`, or the failure's type."""
+    reason: str
+    requests: int
+    """Requests it sent the provider, Temporal's retries included."""
+
+
+@dataclass(frozen=True)
 class ToolsToRun:
     """A tool step about to start: its calls are reserved in the budget."""
 

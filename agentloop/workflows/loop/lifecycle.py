@@ -92,6 +92,7 @@ def record_finish(state: LoopState, step: Finish) -> AgentRunResult:
         chain_usage=state.chain_usage(),
         task_state=state.task_state,
         compensation=compensation_lines(state, step.status),
+        model_switches=state.model_switches,
     )
     state.compensation_at_stop = result.compensation
     result.report = stop_report(result, state.workflow_id)

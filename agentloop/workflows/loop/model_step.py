@@ -14,11 +14,12 @@ from typing import Any
 
 from agentloop.activity_io import CallModelInput, CallModelResult, ModelCallBudget
 from agentloop.context import chars_per_token
-from agentloop.contract import CallRecord, ModelSettings
+from agentloop.contract import CallRecord, ModelSettings, ModelSwitch
 from agentloop.events import ModelOutput, StateUpdate
+from agentloop.policies.fallback import fallback_after
 from agentloop.tool_spec import GIVE_UP
 from agentloop.transcript import by_reference
-from agentloop.workflows.loop.exchange import ModelTurn
+from agentloop.workflows.loop.exchange import ModelFailure, ModelTurn
 from agentloop.workflows.loop.lifecycle import record_failure
 from agentloop.workflows.loop.next_step import CallModel
 from agentloop.workflows.loop.plan import OverBudget, ProtocolViolation, plan_batch
@@ -37,11 +38,12 @@ def start_model_call(state: LoopState, step: CallModel) -> ModelTurn:
     state.phase = "calling_model"
     state.usage.model_calls += 1
     run_input = state.run_input
+    provider, model = state.serving_model()
     request = CallModelInput(
         run_id=state.workflow_id,
         turn=step.turn,
-        provider=run_input.provider,
-        model=run_input.model,
+        provider=provider,
+        model=model,
         head=state.head,
         new_events=[by_reference(event) for event in sent],
         tools=[] if state.tools_ref is not None else list(state.tools.values()),
@@ -234,7 +236,37 @@ def record_verdict(state: LoopState, passed: bool, reason: str) -> None:
     )
 
 
-def record_model_failure(state: LoopState, reason: str, requests: int) -> None:
-    """The model call failed for good after `requests` requests to the provider."""
-    state.usage.model_requests += requests
-    record_failure(state, reason, "model_error")
+MAX_SWITCH_REASON_CHARS = 500
+
+
+def record_model_failure(
+    state: LoopState,
+    request: CallModelInput,
+    failure: ModelFailure,
+    now: datetime,
+) -> CallModelInput | None:
+    """The model call `request` failed for good after its requests to the provider: it goes
+    to the run's next model when `policies.fallback` says so (the switch recorded, the same
+    call addressed to that model returned, counted as the same model call); else the run
+    stops on the failure."""
+    state.usage.model_requests += failure.requests
+    to = fallback_after(failure.error_class, state.serving, len(state.run_input.fallbacks))
+    if to is None:
+        record_failure(state, f"model_error: {failure.reason}", "model_error")
+        return None
+    state.serving = to
+    provider, model = state.serving_model()
+    state.model_switches.append(
+        ModelSwitch(
+            turn=request.turn,
+            from_provider=request.provider,
+            from_model=request.model,
+            to_provider=provider,
+            to_model=model,
+            error_class=failure.error_class,
+            reason=failure.reason[:MAX_SWITCH_REASON_CHARS],
+            requests=failure.requests,
+            at=now,
+        )
+    )
+    return request.model_copy(update={"provider": provider, "model": model})

@@ -23,9 +23,11 @@ from agentloop.contract import (
     CancelRequest,
     CompensationLine,
     Limits,
+    ModelSwitch,
     NoticeSent,
     PendingApproval,
     Phase,
+    Provider,
     Reconciliation,
     RefusedDecision,
     ResolveRequest,
@@ -245,6 +247,11 @@ class LoopState(BaseModel):
     last_output: ModelOutput | None = None
     """The model output not yet acted on; None when the next step is a model call."""
     usage: Usage = Field(default_factory=Usage)
+    serving: int = 0
+    """Which of the run's models its model calls go to: 0 its `model`, n its n-th fallback
+    (`policies.fallback`)."""
+    model_switches: list[ModelSwitch] = Field(default_factory=list)
+    """Each move to the next model, at most one per fallback."""
     calls: dict[str, CallRecord] = Field(default_factory=dict)
     argument_bytes: int = 0
     """The size of the arguments `calls` holds."""
@@ -351,6 +358,13 @@ class LoopState(BaseModel):
     """What the model's `roll_back` calls did to the run's writes, newest first."""
     compensation_at_stop: list[CompensationLine] = Field(default_factory=list)
     """What became of each write, as the run's result says it (`status` shows it after)."""
+
+    def serving_model(self) -> tuple[Provider, str]:
+        """The provider and model the run's model calls go to now."""
+        if self.serving == 0:
+            return self.run_input.provider, self.run_input.model
+        fallback = self.run_input.fallbacks[self.serving - 1]
+        return fallback.provider, fallback.model
 
     @classmethod
     def start(

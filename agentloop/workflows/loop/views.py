@@ -324,6 +324,7 @@ def status_view(state: LoopState | None, now: datetime) -> RunStatusView:
         notice_failures=state.notice_failures,
         notices_sent=state.notices_sent,
         compensation=state.compensation_at_stop or compensation_lines(state),
+        model_switches=state.model_switches,
     )
 
 

@@ -33,12 +33,17 @@ class Told:
     statuses: dict[str, str] = field(default_factory=dict)
     """Call id -> the last status published for it ("" once its `call` item went out)."""
     waiting: tuple[WaitReason, tuple[str, ...]] | None = None
+    switches: int = 0
+    """How many of the run's `model_switches` were published."""
 
     @classmethod
     def of(cls, state: LoopState) -> Told:
         """Everything `state` already holds counts as told: a run continued as new does not
         publish its predecessor's calls again."""
-        return cls(statuses={call_id: call.status for call_id, call in state.calls.items()})
+        return cls(
+            statuses={call_id: call.status for call_id, call in state.calls.items()},
+            switches=len(state.model_switches),
+        )
 
 
 def streaming(state: LoopState) -> bool:
@@ -48,9 +53,21 @@ def streaming(state: LoopState) -> bool:
 
 def changes(state: LoopState, step: NextStep | None, told: Told, now: datetime) -> list[RunEvent]:
     """The items for what changed since `told` (which it updates): new calls, new outcomes,
-    a wait beginning or ending, the end. `step` None (the run continues as new): the calls
+    a wait beginning or ending, a move to the next model (first: it served the calls), the
+    end. `step` None (the run continues as new): the calls
     and outcomes only, a wait going on in the next run."""
-    events: list[RunEvent] = []
+    events = [
+        RunEvent(
+            kind="fallback",
+            turn=switch.turn,
+            at=now,
+            provider=switch.to_provider,
+            model=switch.to_model,
+            stop_reason=switch.said(),
+        )
+        for switch in state.model_switches[told.switches :]
+    ]
+    told.switches = len(state.model_switches)
     for call_id, call in state.calls.items():
         if call_id not in told.statuses:
             told.statuses[call_id] = ""
