@@ -289,6 +289,8 @@ class DescribeToolsInput(BaseModel):
     priced_model: str | None = None
     """`describe_run`: the run's model, when its `max_cost_usd` needs the worker to have a
     price for it."""
+    priced_fallbacks: list[str] = Field(default_factory=list)
+    """`describe_run`: the run's fallback models, priced as `priced_model` is."""
     principal: CheckPrincipalInput | None = None
     """`describe_run`: the run's principal, for the worker to say whether it may be taken
    ."""

@@ -99,7 +99,8 @@ class RunDescriptions:
             problem = await asyncio.to_thread(output_schema_cost_problem, request.output_schema)
         unpriced = None
         if request.priced_model is not None:
-            unpriced = self._prices.unpriced_problem(request.priced_model)
+            priced = [request.priced_model, *request.priced_fallbacks]
+            unpriced = next(filter(None, map(self._prices.unpriced_problem, priced)), None)
         return RunDescription(
             tools=tools,
             indexable=indexable,

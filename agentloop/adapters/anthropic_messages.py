@@ -9,6 +9,8 @@ helper, which raises `ValueError` on tool input that is not valid JSON.
 from __future__ import annotations
 
 import copy
+import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any, assert_never, cast
 
@@ -152,8 +154,22 @@ def _text(text: str) -> list[Block]:
     return [{"type": "text", "text": text}] if text else []
 
 
+_TOOL_USE_ID = re.compile(r"[a-zA-Z0-9_-]+")
+"""The call ids this API takes (`^[a-zA-Z0-9_-]+$`); its own are always such."""
+
+
+def _wire_id(call_id: str) -> str:
+    """A call id as this API takes it. Another provider's id (a run that fell back to this
+    one carries its calls) with other characters is rewritten, the same for its `tool_use` and
+    its `tool_result`, a digest of the whole keeping two rewritten ids apart."""
+    if _TOOL_USE_ID.fullmatch(call_id):
+        return call_id
+    digest = hashlib.sha256(call_id.encode("utf-8")).hexdigest()[:12]
+    return f"{re.sub(r'[^a-zA-Z0-9_-]', '_', call_id)}_{digest}"
+
+
 def _map_tool_result(result: ToolResult) -> Block:
-    block: Block = {"type": "tool_result", "tool_use_id": result.call_id}
+    block: Block = {"type": "tool_result", "tool_use_id": _wire_id(result.call_id)}
     if result.content:  # an empty string is not valid content: leave it out
         block["content"] = enveloped(result)
     if result.status not in _SUCCEEDED:
@@ -193,7 +209,12 @@ def _echo(block: Block) -> Block:
 
 
 def _map_tool_call(call: ToolCall) -> Block:
-    return {"type": "tool_use", "id": call.call_id, "name": call.name, "input": call.arguments}
+    return {
+        "type": "tool_use",
+        "id": _wire_id(call.call_id),
+        "name": call.name,
+        "input": call.arguments,
+    }
 
 
 # -------------------------------------------------------------------------- response

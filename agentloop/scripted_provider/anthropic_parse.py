@@ -11,6 +11,7 @@ trailing one: that can only be a paused turn sent back to be continued (`pending
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +30,9 @@ from agentloop.scripted_provider.conversation import (
 )
 
 ROLES = ("user", "assistant")
+_TOOL_USE_ID = re.compile(r"[a-zA-Z0-9_-]+")
+"""The ids the Messages API takes for `tool_use` blocks (`^[a-zA-Z0-9_-]+$`): another
+provider's call ids, carried over by a fallback, must be written so."""
 _COMPARED = frozenset({"text", "tool_use", "thinking", "redacted_thinking"})
 
 
@@ -83,8 +87,13 @@ def content_parts(content: Any, where: str) -> tuple[list[Part], list[str]]:
         part = _part(block) if isinstance(block, dict) else None
         if part is None:
             problems.append(f"{where}.content[{k}] is not a well-formed content block")
-        else:
-            parts.append(part)
+            continue
+        if isinstance(part, Call) and not _TOOL_USE_ID.fullmatch(part.call_id):
+            problems.append(
+                f"{where}.content[{k}] (tool_use) has id {part.call_id!r}, which does not match"
+                " ^[a-zA-Z0-9_-]+$"
+            )
+        parts.append(part)
     return parts, problems
 
 

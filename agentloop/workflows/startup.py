@@ -165,6 +165,7 @@ async def _describe_run(run_input: AgentRunInput, names: list[str]) -> RunDescri
         indexing=not visibility.indexed(),
         output_schema=run_input.output_schema,
         priced_model=run_input.model if priced else None,
+        priced_fallbacks=[f.model for f in run_input.fallbacks] if priced else [],
         principal=_principal_to_check(run_input),
         task_family=run_input.task_family,
     )

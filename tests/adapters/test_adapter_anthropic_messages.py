@@ -10,6 +10,7 @@ No network: the `complete` tests drive the real `AsyncAnthropic` client over an
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -251,6 +252,23 @@ def test_assistant_rebuilt_without_anthropic_raw_items() -> None:
         "role": "assistant",
         "content": [text("Checking."), tool_use("c1", "f", b=1, a="é")],
     }
+
+
+def test_another_providers_call_ids_are_written_as_this_api_takes_them() -> None:
+    """A run that fell back here carries another provider's calls: an id this API would
+    refuse (`^[a-zA-Z0-9_-]+$`) is rewritten, the same for its call and its result, and two
+    such ids stay apart; an id it takes is sent as it is."""
+    odd = ["functions.get_weather:0", "functions.get_weather:1"]
+    output = ModelOutput(
+        tool_calls=[ToolCall(call_id=c, name="get_weather", arguments={}) for c in [*odd, "c_2"]],
+        stop="tool_calls",
+        provider_ref=ProviderRef(provider="openai-chat"),
+    )
+    sent = messages(UserInput(text="q"), output, *(result(c) for c in [*odd, "c_2"]))
+    used = [block["id"] for block in sent[1]["content"]]
+    answered = [block["tool_use_id"] for block in sent[2]["content"]]
+    assert used == answered and used[2] == "c_2" and len(set(used)) == 3
+    assert all(re.fullmatch(r"[a-zA-Z0-9_-]+", call_id) for call_id in used)
 
 
 def test_calls_of_a_truncated_output_are_not_sent_and_empty_turns_vanish() -> None:

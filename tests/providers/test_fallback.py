@@ -12,8 +12,11 @@ milliseconds."""
 from __future__ import annotations
 
 import pytest
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 
-from agentloop.contract import AgentRunResult, FallbackModel, Provider
+from agentloop.contract import AgentRunInput, AgentRunResult, FallbackModel, Limits, Provider
+from agentloop.policies.checks import input_problem
 from agentloop.policies.fallback import UNAVAILABLE, fallback_after
 from agentloop.run_client import watch
 from agentloop.run_events import RunEvent
@@ -172,3 +175,35 @@ def test_unavailable_moves_down_the_chain_until_it_ends(error_class: str) -> Non
 )
 def test_other_failures_never_fall_back(error_class: str) -> None:
     assert fallback_after(error_class, 0, 3) is None
+
+
+async def test_a_cost_cap_needs_a_price_for_every_fallback(live: Live, run_id: str) -> None:
+    """Else the cap could never bind on the fallback: the run fails at its start, naming it."""
+    priced, unpriced = f"priced-{run_id}", f"unpriced-{run_id}"
+    run_input = agent_input(
+        priced,
+        "openai-chat",
+        "Hello",
+        [],
+        limits=Limits(max_cost_usd=1.0),
+        fallbacks=[FallbackModel(provider="anthropic", model=unpriced)],
+    )
+    with pytest.raises(WorkflowFailureError) as failure:
+        await result_of(await start_run(live.client, live.worker, run_id, run_input))
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
+    assert f"model {unpriced!r} has no price" in cause.message
+    assert live.provider.requests == []
+
+
+def test_model_settings_must_suit_every_fallback() -> None:
+    run_input = AgentRunInput(
+        task="Hello",
+        provider="openai-chat",
+        model="m",
+        model_settings={"reasoning_effort": "low"},
+        fallbacks=[FallbackModel(provider="anthropic", model="n")],
+    )
+    problem = input_problem(run_input) or ""
+    assert problem.startswith("fallbacks.0 (anthropic): model_settings.reasoning_effort")
+    assert input_problem(run_input.model_copy(update={"fallbacks": []})) is None

@@ -300,9 +300,24 @@ def _input_changed(history: list[Msg]) -> list[Msg]:
     )
 
 
+def _id_anthropic_refuses(history: list[Msg]) -> list[Msg]:
+    # Another provider's call id, carried over unchanged by a fallback.
+    return _edit_blocks(
+        history,
+        lambda blocks: [
+            {**b, "id": "functions.get_weather:0"} if b.get("id") == "call_weather" else b
+            for b in blocks
+        ],
+    )
+
+
 @pytest.mark.parametrize(
     ("build", "expected"),
     [
+        (
+            _id_anthropic_refuses,
+            "(tool_use) has id 'functions.get_weather:0', which does not match ^[a-zA-Z0-9_-]+$",
+        ),
         (
             _system_role,
             "messages[0] has role 'system': system instructions go only in the top-level",
