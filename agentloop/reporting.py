@@ -75,6 +75,7 @@ def stop_report(result: AgentRunResult, workflow_id: str) -> str:
             f" tool calls, {chain.input_tokens + chain.output_tokens} tokens,"
             f" ${chain.cost_usd:.4f}"
         )
+    lines += [f"Fell back: {switch.said()}" for switch in result.model_switches]
     decided = decisions(result.calls)
     if decided:
         lines.append("Decisions:")

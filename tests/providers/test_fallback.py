@@ -99,6 +99,7 @@ async def test_unavailable_model_falls_back_in_its_protocol(
     assert (switch.turn, switch.from_provider, switch.from_model) == (2, first, down)
     assert (switch.to_provider, switch.to_model) == (fallback, backup)
     assert (switch.error_class, switch.requests) == ("transient", ATTEMPTS)
+    assert f"Fell back: {switch.said()}" in result.report
     status = await handle.query("status")
     assert [s["to_model"] for s in status["model_switches"]] == [backup]
 
