@@ -109,6 +109,10 @@ def status_lines(
         [_phase_line(view)],
         _text_lines(text),
         _usage_lines(view.usage, view.limits_left, paused=view.phase in PAUSED_PHASES),
+        [
+            Line(f"fallback:{n}", f"fell back: {s.said()}")
+            for n, s in enumerate(view.model_switches)
+        ],
         _call_lines(view.calls, recent_calls),
         _wait_lines(view, now),
         _reminder_lines(view),

@@ -33,10 +33,12 @@ from agentloop.cli.progress import (
     status_lines,
 )
 from agentloop.cli.transcript import format_transcript
+from agentloop.cli.watching import describe
 from agentloop.contract import (
     AgentRunResult,
     CallRecord,
     LimitsLeft,
+    ModelSwitch,
     PendingApproval,
     Phase,
     RunStatus,
@@ -344,6 +346,26 @@ def test_a_wait_shows_the_time_waited_and_the_timeout_counting_down() -> None:
     assert "waiting 1 min 45 s; approval timeout in 58 min 15 s" in later["wait"].text
     assert not lines["deadline"].ticking and "deadline paused" in lines["deadline"].text
     assert "wait" not in {line.key for line in status_lines("run-1", waiting)}  # no clock
+
+
+def test_status_and_watch_say_each_move_to_a_fallback_model() -> None:
+    switch = ModelSwitch(
+        turn=2,
+        from_provider="openai-chat",
+        from_model="gpt-x",
+        to_provider="anthropic",
+        to_model="claude-y",
+        error_class="transient",
+        at=datetime(2026, 12, 3, 20, 0, tzinfo=UTC),
+    )
+    view = RunStatusView(phase="calling_model", turn=2, model_switches=[switch])
+    lines = {line.key: line.text for line in status_lines("run-1", view)}
+    said = "turn 2: openai-chat gpt-x unavailable (transient), now anthropic claude-y"
+    assert lines["fallback:0"] == f"fell back: {said}"
+    item = RunEvent(
+        kind="fallback", turn=2, provider="anthropic", model="claude-y", stop_reason=said
+    )
+    assert describe(item) == f"~~ {said}"
 
 
 def streamed_text(*events: RunEvent) -> StreamedText:
