@@ -52,6 +52,7 @@ from agentloop.workflows.loop import (
     Finish,
     LookupOutcome,
     LoopState,
+    ModelTurn,
     Verify,
 )
 from agentloop.workflows.startup import (
@@ -93,24 +94,16 @@ async def call_model(state: LoopState, step: CallModel, deadline: RunDeadline) -
     # A model unavailable after its retries hands the same call to the run's next model
     # (`policies.fallback`), once per fallback at most.
     while isinstance(answer, ActivityError) and not _over_budget(answer):
-        failure = loop.ModelFailure(
-            model_failure_class(answer),
-            describe_failure(answer),
-            attempts_made(answer, MODEL_RETRY.maximum_attempts),
-        )
-        request = loop.record_model_failure(state, turn.request, failure, workflow.now())
-        if request is None:
+        moved = _to_next_model(state, turn, answer)
+        if moved is None:
             return
-        audit(
-            "model.fallback", **state.model_switches[-1].model_dump(mode="json", exclude={"reason"})
-        )
-        turn = loop.ModelTurn(request, turn.sent)
-        answer = await _answer(state, step, request, deadline)
+        turn = moved
+        answer = await _answer(state, step, turn.request, deadline)
     if answer is None:
         return
-    if isinstance(answer, ActivityError):
-        assert isinstance(answer.cause, ApplicationError)  # `_over_budget`
-        loop.record_over_budget(state, answer.cause.message)
+    if isinstance(answer, ActivityError):  # over the budget: `_over_budget`
+        cause = answer.cause
+        loop.record_over_budget(state, cause.message if isinstance(cause, ApplicationError) else "")
         return
     result = answer
     diverged = turn.transcript_problem(result)
@@ -122,6 +115,22 @@ async def call_model(state: LoopState, step: CallModel, deadline: RunDeadline) -
         )
     loop.record_model_output(state, result, workflow.now(), sent=len(turn.sent))
     _audit_model_call(state, step, result)
+
+
+def _to_next_model(state: LoopState, turn: ModelTurn, failed: ActivityError) -> ModelTurn | None:
+    """The failed call addressed to the run's next model; None: the run stops on the failure
+    (either is recorded)."""
+    failure = loop.ModelFailure(
+        model_failure_class(failed),
+        describe_failure(failed),
+        attempts_made(failed, MODEL_RETRY.maximum_attempts),
+    )
+    request = loop.record_model_failure(state, turn.request, failure, workflow.now())
+    if request is None:
+        return None
+    switch = state.model_switches[-1]
+    audit("model.fallback", **switch.model_dump(mode="json", exclude={"reason"}))
+    return ModelTurn(request, turn.sent)
 
 
 async def _answer(
