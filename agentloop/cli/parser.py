@@ -328,6 +328,15 @@ def add_run_input_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tool", action="append", default=[], dest="tools", help="allow this tool (repeat)"
     )
+    parser.add_argument(
+        "--fallback",
+        action="append",
+        default=[],
+        dest="fallbacks",
+        metavar="PROVIDER:MODEL",
+        help="a model to go on with when the model is unavailable after its retries, in order"
+        " (repeat), e.g. anthropic:claude-sonnet-4-5",
+    )
     parser.add_argument("--instructions", default="")
     parser.add_argument("--subject", default="cli-user")
     parser.add_argument("--tenant", default="default", help="the principal's tenant")

@@ -78,6 +78,7 @@ def build_run_input(args: argparse.Namespace, settings: Settings) -> AgentRunInp
         instructions=args.instructions,
         provider=args.provider,
         model=run_model(args, settings),
+        fallbacks=[_fallback(given) for given in args.fallbacks],
         tools=args.tools,
         principal=Principal(subject=args.subject, tenant=args.tenant, scopes=args.scopes),
         limits=Limits.model_validate(limits),
@@ -91,6 +92,18 @@ def build_run_input(args: argparse.Namespace, settings: Settings) -> AgentRunInp
     if problem:
         raise CommandError(f"invalid run input: {problem}", ExitCode.USAGE)
     return run_input
+
+
+def _fallback(given: str) -> dict[str, str]:
+    """`--fallback PROVIDER:MODEL` as `AgentRunInput.fallbacks` takes it (the provider is
+    checked there, naming the field)."""
+    provider, colon, model = given.partition(":")
+    if not colon or not provider or not model:
+        raise CommandError(
+            f"--fallback {given!r}: expected PROVIDER:MODEL, e.g. anthropic:claude-sonnet-4-5",
+            ExitCode.USAGE,
+        )
+    return {"provider": provider, "model": model}
 
 
 def for_people(args: argparse.Namespace) -> TextIO:

@@ -12,14 +12,19 @@ milliseconds."""
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
+from agentloop.cli.output import CommandError
+from agentloop.cli.parser import build_parser
+from agentloop.cli.starting import build_run_input
 from agentloop.contract import AgentRunInput, AgentRunResult, FallbackModel, Limits, Provider
 from agentloop.policies.checks import input_problem
 from agentloop.policies.fallback import UNAVAILABLE, fallback_after
 from agentloop.run_client import watch
 from agentloop.run_events import RunEvent
+from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedToolCall, ScriptTurn
 from agentloop.scripted_provider.scripts import ScriptedError, ScriptUsage
 from agentloop.workflows.steps import MODEL_RETRY
@@ -208,3 +213,20 @@ def test_model_settings_must_suit_every_fallback() -> None:
     problem = input_problem(run_input) or ""
     assert problem.startswith("fallbacks.0 (anthropic): model_settings.reasoning_effort")
     assert input_problem(run_input.model_copy(update={"fallbacks": []})) is None
+
+
+def test_agentloop_run_takes_fallbacks_in_order(worker_settings: Settings) -> None:
+    def built(*flags: str) -> AgentRunInput:
+        args = build_parser().parse_args(["run", "Hi", "--model", "travel", *flags])
+        return build_run_input(args, worker_settings)
+
+    given = built("--fallback", "anthropic:claude-x", "--fallback", "openai-responses:gpt:y")
+    assert [(f.provider, f.model) for f in given.fallbacks] == [
+        ("anthropic", "claude-x"),
+        ("openai-responses", "gpt:y"),
+    ]
+    assert built().fallbacks == []
+    with pytest.raises(CommandError, match="expected PROVIDER:MODEL"):
+        built("--fallback", "anthropic")
+    with pytest.raises(ValidationError, match=r"fallbacks\.0\.provider"):
+        built("--fallback", "gemini:pro")
