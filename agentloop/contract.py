@@ -213,7 +213,7 @@ class Limits(StrictInput):
     )
 
 
-class FallbackModel(_Strict):
+class FallbackModel(StrictInput):
     """A model a run falls back to when the one serving it is unavailable."""
 
     provider: Provider
