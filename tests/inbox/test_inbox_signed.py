@@ -19,7 +19,8 @@ from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.run_client import RunClient
 from agentloop.runtime.config import Settings
 from agentloop.runtime.signing import new_private_key_pem
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import Script, ScriptedProvider, ScriptTurn
+from agentloop.testing.turns import call as scripted_call
 from agentloop.worker import running_worker
 from tests.inbox.test_inbox_browser import (  # noqa: F401  (the browser fixture)
     APPROVER,
@@ -29,6 +30,7 @@ from tests.inbox.test_inbox_browser import (  # noqa: F401  (the browser fixture
     browser,
     unknown_write_waiting_approval,
 )
+from tests.live import Servers
 from tests.loop.test_hardening import refusals
 from tests.support import result_of, start_run, wait_for_phase
 
@@ -92,22 +94,23 @@ async def post_unsigned(
 
 
 async def test_a_question_is_answered_signed_in_the_browser_and_an_unsigned_answer_is_refused(
-    client: Client,
+    servers: Servers,
     signed_worker: Settings,
-    scripted_provider: ScriptedProvider,
     inbox: InboxServer,
     page: Watched,
     approver_key: tuple[Path, str],
     run_id: str,
 ) -> None:
     expect = playwright_api.expect
-    ask = ScriptedToolCall(id="c_ask", name="ask_user", arguments={"question": "Which seat row?"})
+    ask = scripted_call("ask_user", "c_ask", question="Which seat row?")
     turns = [
         ScriptTurn(tool_calls=[ask], expect_tool_results={"c_ask": "row 7 please"}),
         ScriptTurn(text="Row 7 it is."),
     ]
-    scripted_provider.register(Script(name=run_id, turns=turns))
-    handle = await start_run(client, signed_worker, run_id, booking_input(run_id, "Pick a row."))
+    servers.provider.register(Script(name=run_id, turns=turns))
+    handle = await start_run(
+        servers.client, signed_worker, run_id, booking_input(run_id, "Pick a row.")
+    )
     view = await wait_for_phase(handle, "awaiting_input")
     assert view.approval_signing == "signed"
     await page.page.goto(f"{inbox.url}/runs/{run_id}")

@@ -36,13 +36,13 @@ from agentloop.inbox.reading import (
     waiting_query,
 )
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import ScriptedProvider
 from agentloop.stream_seals import derived_key
 from agentloop.waiting import WAITING_MEMO, WaitingMemo, memo_key, sealed_memo, vouched
 from agentloop.worker import running_worker
 from bench import inbox as bench_inbox
 from tests.cli.test_cli import agentloop, process_env
 from tests.inbox.test_inbox_memo import booking
+from tests.live import Live
 from tests.support import eventually, start_run, wait_for_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -107,22 +107,24 @@ async def delete_fakes(client: Client, prefix: str, tenant: str) -> None:
 
 
 async def test_two_thousand_fake_waiting_runs_are_neither_listed_nor_asked(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     tenant = f"vouched-{run_id[-8:]}"
     real_id, prefix = f"{run_id}-real", f"{run_id}-fake"
-    real = await start_run(client, worker, real_id, booking(scripted_provider, real_id, tenant))
+    real = await start_run(
+        live.client, live.worker, real_id, booking(live.provider, real_id, tenant)
+    )
     await wait_for_phase(real, "awaiting_approval")
     copied = await (await real.describe()).memo_value(WAITING_MEMO)
     assert copied["seal"]  # the real run's memo, sealed by its worker
     counted = Asked()
-    keyless = counting(client, counted)
+    keyless = counting(live.client, counted)
     await bench_inbox.start_fakes(keyless, prefix, tenant, FAKES, copied)
     try:
         everyone = waiting_query([tenant])
 
         async def all_listed() -> bool:
-            return (await client.count_workflows(everyone)).count == FAKES + 1
+            return (await live.client.count_workflows(everyone)).count == FAKES + 1
 
         await eventually(all_listed, "the fakes in visibility")
         options = InboxOptions(auth_header=USER_HEADER, tenants={"lead": [tenant]}, wait=WAIT)
@@ -145,22 +147,24 @@ async def test_two_thousand_fake_waiting_runs_are_neither_listed_nor_asked(
         assert story.view is None and (story.failure or "").startswith("status unreadable")
         assert counted.query_timeouts == [WAIT]
     finally:
-        await delete_fakes(client, prefix, tenant)
+        await delete_fakes(live.client, prefix, tenant)
         await real.terminate("test over")
 
 
 async def test_a_vouched_run_is_asked_its_status_only_within_the_inbox_wait(
-    client: Client, worker: Settings, scripted_provider: ScriptedProvider, run_id: str
+    live: Live, run_id: str
 ) -> None:
     """A run whose memo left calls out is asked its `status` within the inbox's wait; with
     nobody to answer for it, it is not asked longer (and `waiting_items` shows it from its
     memo, naming it as not answering)."""
     tenant = f"silent-{run_id[-8:]}"
-    settings = worker.model_copy(update={"task_queue": f"silent-{run_id[-8:]}"})
+    settings = live.worker.model_copy(update={"task_queue": f"silent-{run_id[-8:]}"})
     counted = Asked()
-    asking = counting(client, counted)
-    async with running_worker(client, settings):
-        real = await start_run(client, settings, run_id, booking(scripted_provider, run_id, tenant))
+    asking = counting(live.client, counted)
+    async with running_worker(live.client, settings):
+        real = await start_run(
+            live.client, settings, run_id, booking(live.provider, run_id, tenant)
+        )
         await wait_for_phase(real, "awaiting_approval")
         memo = WaitingMemo.model_validate(await (await real.describe()).memo_value(WAITING_MEMO))
         assert await asked_items(asking, [(run_id, memo)], WAIT) != {}  # served: it answers

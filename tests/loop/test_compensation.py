@@ -14,21 +14,21 @@ from typing import Any
 import aiohttp
 import pytest
 from temporalio import activity
-from temporalio.client import Client
 from temporalio.worker import Worker
 
 import agentloop
 from agentloop.contract import AgentRunInput, AgentRunResult, Principal
-from agentloop.demo.services import ExampleService
 from agentloop.demo.tools.travel import BookingArgs, BookTrainArgs
 from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import Script, ScriptedToolCall, ScriptTurn
+from agentloop.testing.turns import call as scripted_call
 from agentloop.tools.plugins import Plugin, Toolset, build_toolbox
 from agentloop.worker import running_worker
 from tests.cli.test_cli import agentloop as agentloop_cli
 from tests.cli.test_cli import process_env
 from tests.inbox.test_inbox import USER_HEADER, as_user, csrf_token, decide
+from tests.live import Live, Servers, scripted
 from tests.support import result_of, start_run, wait_for_phase, write_key
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -40,21 +40,11 @@ DECLINED = "the card was declined, and it will be declined again"
 def book_then_pay(name: str) -> Script:
     """Book, pay that booking with a card that is declined for good, then give up."""
     pay = {"booking_id": "{{call_book.booking_id}}", "payment_token": "pm-declined"}
-    return Script(
-        name=name,
-        turns=[
-            ScriptTurn(
-                tool_calls=[ScriptedToolCall(id="call_book", name="book_train", arguments=BOOK)]
-            ),
-            ScriptTurn(
-                tool_calls=[ScriptedToolCall(id="call_pay", name="pay_booking", arguments=pay)]
-            ),
-            ScriptTurn(
-                tool_calls=[
-                    ScriptedToolCall(id="call_g", name="give_up", arguments={"reason": DECLINED})
-                ]
-            ),
-        ],
+    return scripted(
+        name,
+        [scripted_call("book_train", "call_book", **BOOK)],
+        [ScriptedToolCall(id="call_pay", name="pay_booking", arguments=pay)],
+        [scripted_call("give_up", "call_g", reason=DECLINED)],
     )
 
 
@@ -71,18 +61,16 @@ def run_input(model: str, **fields: Any) -> AgentRunInput:
     )
 
 
-async def started(
-    client: Client, worker: Settings, model: ScriptedProvider, run_id: str, **fields: Any
-) -> Any:
-    model.register(book_then_pay(run_id))
-    return await start_run(client, worker, run_id, run_input(run_id, **fields))
+async def started(live: Live, run_id: str, **fields: Any) -> Any:
+    live.provider.register(book_then_pay(run_id))
+    return await start_run(live.client, live.worker, run_id, run_input(run_id, **fields))
 
 
-def cli_env(client: Client, worker: Settings) -> dict[str, str]:
+def cli_env(live: Live) -> dict[str, str]:
     """The environment `agentloop` commands reach this session's server and queue with."""
     return process_env(
-        TEMPORAL_ADDRESS=client.service_client.config.target_host,
-        AGENT_LOOP_TASK_QUEUE=worker.task_queue,
+        TEMPORAL_ADDRESS=live.client.service_client.config.target_host,
+        AGENT_LOOP_TASK_QUEUE=live.worker.task_queue,
     )
 
 
@@ -99,23 +87,20 @@ def assert_stopped_blocked(result: AgentRunResult) -> None:
 
 
 async def test_ask_waits_for_a_person_and_the_approved_undo_cancels_the_booking_once(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-    tmp_path: Path,
+    live: Live, run_id: str, tmp_path: Path
 ) -> None:
-    handle = await started(client, worker, scripted_provider, run_id)  # `ask` by default
+    handle = await started(live, run_id)  # `ask` by default
 
     view = await wait_for_phase(handle, "awaiting_approval")
     [pending] = view.pending_approvals
     assert (pending.call_id, pending.tool) == ("undo-call_book", "cancel_booking")
-    booked = example_service.records()
+    booked = live.service.records()
     assert (booked["bookings"], booked["bookings_cancelled"]) == (1, 0)
     assert [line.outcome for line in view.compensation] == ["not_undone"]
 
-    env = cli_env(client, worker)
+    env = cli_env(
+        live,
+    )
     approved = await agentloop_cli(
         "approve", run_id, "undo-call_book", "--approver", "ops", env=env, cwd=tmp_path
     )
@@ -139,25 +124,19 @@ async def test_ask_waits_for_a_person_and_the_approved_undo_cancels_the_booking_
     assert "book_train call_book: undone by cancel_booking undo-call_book" in result.report
     assert "approved by ops" in result.report
     # The service saw one cancel, and the booking is cancelled.
-    assert example_service.stats()["counts"]["travel.cancel"] == 1
-    assert example_service.records()["bookings_cancelled"] == 1
+    assert live.service.stats()["counts"]["travel.cancel"] == 1
+    assert live.service.records()["bookings_cancelled"] == 1
     assert result.usage.human_waits == 1
     # The undo's result went to no model: the model saw three turns, and no undo call.
-    assert len(scripted_provider.requests) == 3
-    assert "undo-call_book" not in str(scripted_provider.requests[-1]["body"])
+    assert len(live.provider.requests) == 3
+    assert "undo-call_book" not in str(live.provider.requests[-1]["body"])
 
 
 async def test_always_asks_nobody_and_a_tool_can_say_it_over_the_run(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
     handle = await started(
-        client,
-        worker,
-        scripted_provider,
+        live,
         run_id,
         compensate="never",
         compensate_per_tool={"book_train": "always"},
@@ -174,25 +153,20 @@ async def test_always_asks_nobody_and_a_tool_can_say_it_over_the_run(
     assert result.usage.human_waits == 0
     [line] = result.compensation
     assert (line.outcome, line.why) == ("undone", "compensate: always")
-    assert example_service.stats()["counts"]["travel.cancel"] == 1
-    assert example_service.records()["bookings_cancelled"] == 1
+    assert live.service.stats()["counts"]["travel.cancel"] == 1
+    assert live.service.records()["bookings_cancelled"] == 1
 
 
-async def test_never_leaves_the_booking_as_is(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-    tmp_path: Path,
-) -> None:
+async def test_never_leaves_the_booking_as_is(live: Live, run_id: str, tmp_path: Path) -> None:
     # Started from the command line, playing the built-in script `travel_booking`.
-    env = cli_env(client, worker)
+    env = cli_env(
+        live,
+    )
     argv = ["--model", "travel_booking", "--tool", "book_train", "--tool", "pay_booking"]
     argv += ["--scope", "travel:write", "--compensate", "never", "--id", run_id]
     started_run = await agentloop_cli("run", "Book and pay.", *argv, env=env, cwd=tmp_path)
     assert started_run.returncode == 0, started_run.explain()
-    handle = client.get_workflow_handle(run_id, result_type=AgentRunResult)
+    handle = live.client.get_workflow_handle(run_id, result_type=AgentRunResult)
     result = await result_of(handle)
 
     assert_stopped_blocked(result)
@@ -205,21 +179,17 @@ async def test_never_leaves_the_booking_as_is(
     )
     assert "book_train call_book: left as is — compensate: never" in result.report
     assert (await wait_for_phase(handle, "finished")).compensation == result.compensation
-    assert example_service.stats()["counts"]["travel.cancel"] == 0
-    records = example_service.records()
+    assert live.service.stats()["counts"]["travel.cancel"] == 0
+    records = live.service.records()
     assert (records["bookings"], records["bookings_cancelled"]) == (1, 0)
 
 
 async def test_an_undo_whose_answer_is_lost_is_looked_up_by_its_key(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
     # The cancel commits, and its answer never reaches the tool: outcome unknown.
-    example_service.inject_fault("travel.cancel", "commit_then_drop")
-    handle = await started(client, worker, scripted_provider, run_id, compensate="always")
+    live.service.inject_fault("travel.cancel", "commit_then_drop")
+    handle = await started(live, run_id, compensate="always")
     result = await result_of(handle)
 
     assert_stopped_blocked(result)
@@ -227,29 +197,23 @@ async def test_an_undo_whose_answer_is_lost_is_looked_up_by_its_key(
     assert (undo.status, undo.attempts) == ("confirmed_after_query", 1)
     key = write_key(handle, "undo-call_book")
     lookups = [
-        r["path"]
-        for r in example_service.stats()["requests"]
-        if r["endpoint"] == "travel.operation"
+        r["path"] for r in live.service.stats()["requests"] if r["endpoint"] == "travel.operation"
     ]
     assert lookups == [f"/travel/operations/{key}"]
-    assert example_service.stats()["counts"]["travel.cancel"] == 1  # never sent again
-    assert example_service.records()["bookings_cancelled"] == 1
+    assert live.service.stats()["counts"]["travel.cancel"] == 1  # never sent again
+    assert live.service.records()["bookings_cancelled"] == 1
     [line] = result.compensation
     assert (line.outcome, line.undo_status) == ("undone", "confirmed_after_query")
 
 
 async def test_the_inbox_shows_the_undo_with_what_it_undoes_and_approving_there_undoes_it(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
-    handle = await started(client, worker, scripted_provider, run_id)
+    handle = await started(live, run_id)
     [pending] = (await wait_for_phase(handle, "awaiting_approval")).pending_approvals
     options = InboxOptions(auth_header=USER_HEADER, tenants={"ops": ["default"]})
     async with (
-        InboxServer(client, options, "127.0.0.1", 0) as inbox,
+        InboxServer(live.client, options, "127.0.0.1", 0) as inbox,
         aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http,
     ):
         page_url = f"{inbox.url}/runs/{run_id}"
@@ -280,7 +244,7 @@ async def test_the_inbox_shows_the_undo_with_what_it_undoes_and_approving_there_
         '<table id="compensation">' in shown
         and "cancel_booking undo-call_book (succeeded)" in shown
     )
-    assert example_service.records()["bookings_cancelled"] == 1
+    assert live.service.records()["bookings_cancelled"] == 1
 
 
 class TeamTravel:
@@ -318,12 +282,7 @@ class TeamTravel:
 
 
 async def test_an_activity_tools_undo_is_a_temporal_activity_on_the_teams_queue(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-    tmp_path: Path,
+    servers: Servers, worker_settings: Settings, run_id: str, tmp_path: Path
 ) -> None:
     team_queue = f"team-travel-{run_id[-8:]}"
     book = agentloop.activity_tool(
@@ -350,28 +309,20 @@ async def test_an_activity_tools_undo_is_a_temporal_activity_on_the_teams_queue(
             "store_url": f"sqlite:///{tmp_path / 'store.db'}",
         }
     )
-    team = TeamTravel(example_service.base_url)
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[ScriptedToolCall(id="call_book", name="team_book", arguments=BOOK)]
-                ),
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(id="call_g", name="give_up", arguments={"reason": "no"})
-                    ]
-                ),
-            ],
+    team = TeamTravel(servers.service.base_url)
+    servers.provider.register(
+        scripted(
+            run_id,
+            [scripted_call("team_book", "call_book", **BOOK)],
+            [scripted_call("give_up", "call_g", reason="no")],
         )
     )
     started_input = run_input(run_id, tools=["team_book"], compensate="always")
     async with (
-        Worker(client, task_queue=team_queue, activities=[team.book, team.cancel]),
-        running_worker(client, settings, toolbox),
+        Worker(servers.client, task_queue=team_queue, activities=[team.book, team.cancel]),
+        running_worker(servers.client, settings, toolbox),
     ):
-        handle = await start_run(client, settings, run_id, started_input)
+        handle = await start_run(servers.client, settings, run_id, started_input)
         result = await result_of(handle)
 
     assert (result.status, result.stop_cause) == ("blocked", "give_up"), result.stop_reason
@@ -388,62 +339,44 @@ async def test_an_activity_tools_undo_is_a_temporal_activity_on_the_teams_queue(
     assert ("team_cancel_booking", team_queue) in [
         (s.activity_type.name, s.task_queue.name) for s in scheduled
     ]
-    assert example_service.records()["bookings_cancelled"] == 1
+    assert servers.service.records()["bookings_cancelled"] == 1
 
 
 async def test_a_run_out_of_budget_undoes_its_booking_past_its_limits(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    live: Live, run_id: str
 ) -> None:
     # Two model calls: the booking, the declined payment; the third is over the budget.
     limits = {"max_model_calls": 2, "max_tool_calls": 2}
-    handle = await started(
-        client, worker, scripted_provider, run_id, compensate="always", limits=limits
-    )
+    handle = await started(live, run_id, compensate="always", limits=limits)
     result = await result_of(handle)
 
     assert (result.status, result.stop_cause) == ("limit_reached", "budget"), result.stop_reason
     assert result.usage.tool_calls == 3  # the undo is counted, and no limit refused it
     [line] = result.compensation
     assert (line.outcome, line.undo_status) == ("undone", "succeeded")
-    assert example_service.records()["bookings_cancelled"] == 1
+    assert live.service.records()["bookings_cancelled"] == 1
 
 
-async def test_the_model_rolls_back_its_booking_and_goes_on(
-    client: Client,
-    worker: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
-) -> None:
+async def test_the_model_rolls_back_its_booking_and_goes_on(live: Live, run_id: str) -> None:
     again = {**BOOK, "date": "2026-12-02"}
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[ScriptedToolCall(id="c1", name="book_train", arguments=BOOK)]
-                ),
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(
-                            id="c2", name="roll_back", arguments={"reason": "wrong date"}
-                        ),
-                        ScriptedToolCall(id="c3", name="book_train", arguments=again),
-                    ],
-                    expect_tool_results={"c2": '"outcome": "undone"', "c3": "not_run"},
-                ),
-                ScriptTurn(
-                    tool_calls=[ScriptedToolCall(id="c4", name="book_train", arguments=again)]
-                ),
-                ScriptTurn(text="Booked on the 2nd: {{c4.booking_id}}."),
-            ],
+    live.provider.register(
+        scripted(
+            run_id,
+            [scripted_call("book_train", "c1", **BOOK)],
+            ScriptTurn(
+                tool_calls=[
+                    scripted_call("roll_back", "c2", reason="wrong date"),
+                    ScriptedToolCall(id="c3", name="book_train", arguments=again),
+                ],
+                expect_tool_results={"c2": '"outcome": "undone"', "c3": "not_run"},
+            ),
+            [ScriptedToolCall(id="c4", name="book_train", arguments=again)],
+            "Booked on the 2nd: {{c4.booking_id}}.",
         )
     )
-    handle = await start_run(client, worker, run_id, run_input(run_id, compensate="always"))
+    handle = await start_run(
+        live.client, live.worker, run_id, run_input(run_id, compensate="always")
+    )
     result = await result_of(handle)
 
     assert result.status == "completed", result.stop_reason
@@ -453,10 +386,10 @@ async def test_the_model_rolls_back_its_booking_and_goes_on(
     assert "undo-c4" not in calls  # a delivered run keeps its writes
     # The model was offered roll_back, and its result said what was undone; the undo's own
     # result went to no model.
-    offered = [t["function"]["name"] for t in scripted_provider.requests[0]["body"]["tools"]]
+    offered = [t["function"]["name"] for t in live.provider.requests[0]["body"]["tools"]]
     assert "roll_back" in offered and "cancel_booking" not in offered
-    assert "undo-c1" not in str(scripted_provider.requests[-1]["body"])
+    assert "undo-c1" not in str(live.provider.requests[-1]["body"])
     [line] = result.compensation
     assert (line.call_id, line.outcome, line.undo_call_id) == ("c1", "undone", "undo-c1")
-    records = example_service.records()
+    records = live.service.records()
     assert (records["bookings"], records["bookings_cancelled"]) == (2, 1)

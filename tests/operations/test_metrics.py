@@ -19,10 +19,8 @@ from temporalio.client import Client
 
 from agentloop.client import StartupError, connect
 from agentloop.contract import Limits, Principal, ResolveRequest
-from agentloop.demo.services import ExampleService
 from agentloop.runtime.config import Settings
 from agentloop.runtime.metrics import METRICS, metrics_runtime
-from agentloop.scripted_provider import ScriptedProvider
 from agentloop.testing.turns import call as scripted_call
 from agentloop.worker import running_worker, serving_metrics
 from agentloop.workflows.steps import LOOKUP_RETRY
@@ -33,7 +31,7 @@ from tests.crash.test_exactly_once import (
     start_and_approve,
     write_script,
 )
-from tests.live import agent_input, scripted
+from tests.live import Servers, agent_input, scripted
 from tests.operations.test_metrics_deploy import dashboard_temporal_metrics
 from tests.people.test_inbox_notices import Webhook, webhooks
 from tests.support import eventually, result_of, start_run, wait_for_phase
@@ -101,19 +99,14 @@ async def scrape(settings: Settings) -> Samples:
 
 
 async def test_a_run_shows_on_the_workers_metrics_endpoint(
-    client: Client,
-    webhooks: tuple[Webhook, Webhook],
-    metered: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    servers: Servers, webhooks: tuple[Webhook, Webhook], metered: Settings, run_id: str
 ) -> None:
     case = REPLY
-    scripted_provider.register(write_script(run_id, case, "ops says applied"))
-    example_service.inject_fault(case.write_endpoint, "commit_then_drop")
-    example_service.inject_fault(case.lookup_endpoint, "unavailable", count=LOOKUP_OUTAGE)
+    servers.provider.register(write_script(run_id, case, "ops says applied"))
+    servers.service.inject_fault(case.write_endpoint, "commit_then_drop")
+    servers.service.inject_fault(case.lookup_endpoint, "unavailable", count=LOOKUP_OUTAGE)
 
-    handle = await start_and_approve(client, metered, example_service, run_id, case)
+    handle = await start_and_approve(servers.client, metered, servers.service, run_id, case)
     await wait_for_phase(handle, "awaiting_reconciliation")
 
     async def unknown_open(count: float) -> bool:
@@ -171,10 +164,10 @@ async def test_a_run_shows_on_the_workers_metrics_endpoint(
 
 
 async def test_runs_stopped_by_a_cap_or_failed_count_by_outcome(
-    client: Client, metered: Settings, scripted_provider: ScriptedProvider, run_id: str
+    servers: Servers, metered: Settings, run_id: str
 ) -> None:
     weather = scripted_call("get_weather", "c_weather", city="Paris", date="2026-12-01")
-    scripted_provider.register(scripted(run_id, [weather], "Sunny."))
+    servers.provider.register(scripted(run_id, [weather], "Sunny."))
     run_input = agent_input(
         run_id,
         "openai-chat",
@@ -183,12 +176,12 @@ async def test_runs_stopped_by_a_cap_or_failed_count_by_outcome(
         limits=Limits(max_model_calls=1),
         principal=Principal(subject="p-alice", tenant="acme"),
     )
-    result = await result_of(await start_run(client, metered, run_id, run_input))
+    result = await result_of(await start_run(servers.client, metered, run_id, run_input))
     assert (result.status, result.stop_cause) == ("limit_reached", "budget"), result.stop_reason
 
     # A model the provider does not know: the run fails (its workflow too, by default).
     unknown = agent_input(f"{run_id}-unscripted", "openai-chat", "Hello?", [])
-    failed = await result_of(await start_run(client, metered, f"{run_id}-failed", unknown))
+    failed = await result_of(await start_run(servers.client, metered, f"{run_id}-failed", unknown))
     assert failed.status == "failed", failed.stop_reason
 
     samples = await scrape(metered)

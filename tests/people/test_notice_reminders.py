@@ -10,14 +10,14 @@ from typing import Any
 
 import aiohttp
 import pytest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import WorkflowHandle
 
 from agentloop.cli.progress import status_lines
 from agentloop.contract import AgentRunResult
 from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import ScriptedProvider
 from agentloop.worker import running_worker
+from tests.live import Servers
 from tests.people import test_notice_delivery
 from tests.people.test_inbox_notices import approved_to_completion, booking, notifying
 from tests.people.test_notice_delivery import Receivers, wait_for_notice_end
@@ -66,15 +66,13 @@ async def notify_activities(handle: WorkflowHandle[Any, AgentRunResult]) -> list
 
 
 async def test_an_unanswered_call_is_reminded_then_escalated_each_once(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    receivers: Receivers,
-    run_id: str,
+    servers: Servers, worker_settings: Settings, receivers: Receivers, run_id: str
 ) -> None:
     settings = routed(worker_settings, receivers, run_id, remind=2, escalate=4)
-    async with running_worker(client, settings):
-        handle = await start_run(client, settings, run_id, booking(scripted_provider, run_id))
+    async with running_worker(servers.client, settings):
+        handle = await start_run(
+            servers.client, settings, run_id, booking(servers.provider, run_id)
+        )
         await wait_for_phase(handle, "awaiting_approval")
         await wait_until(lambda: receivers.count("ok/leads") == 1, "the escalation", seconds=60)
         view = await wait_for_status(
@@ -94,7 +92,7 @@ async def test_an_unanswered_call_is_reminded_then_escalated_each_once(
         assert "escalated to leads of c_res at" in shown, shown
         options = InboxOptions(auth_header="X-User", tenants={"lead": ["default"]})
         async with (
-            InboxServer(client, options, "127.0.0.1", 0) as inbox,
+            InboxServer(servers.client, options, "127.0.0.1", 0) as inbox,
             aiohttp.ClientSession() as http,
             http.get(f"{inbox.url}/runs/{run_id}", headers={"X-User": "lead"}) as page,
         ):
@@ -120,16 +118,14 @@ async def test_an_unanswered_call_is_reminded_then_escalated_each_once(
 
 
 async def test_an_answer_before_the_reminder_cancels_the_rest(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    receivers: Receivers,
-    run_id: str,
+    servers: Servers, worker_settings: Settings, receivers: Receivers, run_id: str
 ) -> None:
     # Timers far longer than the test: the answer comes first on any machine.
     settings = routed(worker_settings, receivers, run_id, remind=600, escalate=1200)
-    async with running_worker(client, settings):
-        handle = await start_run(client, settings, run_id, booking(scripted_provider, run_id))
+    async with running_worker(servers.client, settings):
+        handle = await start_run(
+            servers.client, settings, run_id, booking(servers.provider, run_id)
+        )
         view = await wait_for_phase(handle, "awaiting_approval")
         await wait_until(lambda: receivers.count("ok/desk") == 1, "the first notice")
         await approved_to_completion(handle, view)
@@ -152,11 +148,7 @@ async def test_an_answer_before_the_reminder_cancels_the_rest(
 
 
 async def test_an_approval_timeout_may_reject_block_or_escalate_then_end(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    receivers: Receivers,
-    run_id: str,
+    servers: Servers, worker_settings: Settings, receivers: Receivers, run_id: str
 ) -> None:
     # No timers of its own: `desk` escalates only when the approval timeout does.
     settings = routed(worker_settings, receivers, run_id, remind=600, escalate=1200)
@@ -164,13 +156,13 @@ async def test_an_approval_timeout_may_reject_block_or_escalate_then_end(
     del routes["desk"]["remind_after_seconds"], routes["desk"]["escalate_after_seconds"]
     settings = settings.model_copy(update={"notify_routes": json.dumps(routes)})
     results = {}
-    async with running_worker(client, settings):
+    async with running_worker(servers.client, settings):
         for action in ("reject", "blocked", "escalate"):
             name = f"{run_id}-{action}"
-            run_input = booking(scripted_provider, name).model_copy(
+            run_input = booking(servers.provider, name).model_copy(
                 update={"approval_timeout_seconds": 1, "on_approval_timeout": action}
             )
-            handle = await start_run(client, settings, name, run_input)
+            handle = await start_run(servers.client, settings, name, run_input)
             results[action] = await result_of(handle)
         summaries = await notify_activities(handle)
     rejected = results["reject"]

@@ -25,7 +25,6 @@ from agentloop.contract import (
     ResolveRequest,
     UserMessage,
 )
-from agentloop.demo.services import ExampleService
 from agentloop.run_client import RunClient
 from agentloop.runtime.config import ConfigError, Settings
 from agentloop.runtime.signing import ApproverKeys, sign_word, word_bytes
@@ -41,6 +40,7 @@ from tests.crash.test_exactly_once import (
     the_call,
     write_script,
 )
+from tests.live import Servers, agent_input
 from tests.loop.test_hardening import assert_never_wedged, refusals
 from tests.people.test_signed_approvals import (  # noqa: F401  (the fixture)
     INTRUDER,
@@ -153,11 +153,11 @@ def asking(name: str) -> tuple[AgentRunInput, Script]:
         )
 
     turns = [ask("c_q1"), ask("c_q2"), ScriptTurn(text="Refunded.")]
-    return AgentRunInput(
-        task="Refund the customer if the lead says so.",
-        provider="openai-chat",
-        model=name,
-        tools=[],
+    return agent_input(
+        name,
+        "openai-chat",
+        "Refund the customer if the lead says so.",
+        [],
         principal=Principal(subject="p-alice"),
     ), Script(name=name, turns=turns)
 
@@ -242,24 +242,20 @@ def test_the_operators_role_is_a_list_of_names() -> None:
 @pytest.mark.integration
 @pytest.mark.usefixtures("clean_fakes")
 async def test_only_the_tools_approvers_and_the_operators_settle_an_unknown_write_unsigned_too(
-    client: Client,
-    worker_settings: Settings,
-    scripted_provider: ScriptedProvider,
-    example_service: ExampleService,
-    run_id: str,
+    servers: Servers, worker_settings: Settings, run_id: str
 ) -> None:
     """Without keys a name counts as given, but only a name allowed to settle the write: the
     tool's approvers, and the workers' operators (`AGENTLOOP_OPERATORS`)."""
     settings = worker_settings.model_copy(
         update={"operators": "night-ops", "task_queue": f"operators-{run_id[-8:]}"}
     )
-    async with running_worker(client, settings):
-        scripted_provider.register(write_script(run_id, RESERVE, "night-ops says applied"))
-        example_service.inject_fault(RESERVE.write_endpoint, "commit_then_drop")
-        example_service.inject_fault(RESERVE.lookup_endpoint, "unavailable", count=LOOKUP_OUTAGE)
-        handle = await start_run(client, settings, run_id, run_input(run_id, RESERVE))
+    async with running_worker(servers.client, settings):
+        servers.provider.register(write_script(run_id, RESERVE, "night-ops says applied"))
+        servers.service.inject_fault(RESERVE.write_endpoint, "commit_then_drop")
+        servers.service.inject_fault(RESERVE.lookup_endpoint, "unavailable", count=LOOKUP_OUTAGE)
+        handle = await start_run(servers.client, settings, run_id, run_input(run_id, RESERVE))
         await wait_for_phase(handle, "awaiting_approval")
-        run = RunClient(client, run_id)
+        run = RunClient(servers.client, run_id)
         pending = (await run.status()).pending_approvals[0]
         decision = ApprovalDecision(
             call_id=CALL_ID, args_digest=pending.args_digest, approved=True, approver="x"
@@ -285,4 +281,4 @@ async def test_only_the_tools_approvers_and_the_operators_settle_an_unknown_writ
     call = the_call(result.calls)
     assert call.status == "confirmed_after_query" and call.resolution is not None
     assert call.resolution.operator == "night-ops"
-    assert int(example_service.records()["reservations"]) == 1
+    assert int(servers.service.records()["reservations"]) == 1

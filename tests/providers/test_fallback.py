@@ -25,10 +25,11 @@ from agentloop.policies.fallback import UNAVAILABLE, fallback_after
 from agentloop.run_client import watch
 from agentloop.run_events import RunEvent
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import Script, ScriptTurn
 from agentloop.scripted_provider.scripts import ScriptedError, ScriptUsage
+from agentloop.testing.turns import call as scripted_call
 from agentloop.workflows.steps import MODEL_RETRY
-from tests.live import Live, agent_input
+from tests.live import Live, agent_input, scripted
 from tests.support import result_of, start_run, waited_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -49,7 +50,7 @@ def turns(
     as that model said it, translated to the fallback's protocol."""
     return [
         ScriptTurn(
-            tool_calls=[ScriptedToolCall(id="call_t", name="get_train_status", arguments=TRAIN)],
+            tool_calls=[scripted_call("get_train_status", "call_t", **TRAIN)],
             expect_tool_results={"call_t": "G1234"},
             served_by=first_served_by,
         ),
@@ -138,8 +139,8 @@ async def test_refusal_or_refused_request_does_not_fall_back(
     live: Live, run_id: str, second_turn: ScriptTurn, status: str, stop: str
 ) -> None:
     first, backup = f"first-{run_id}", f"backup-{run_id}"
-    live.provider.register(Script(name=first, turns=[second_turn]))
-    live.provider.register(Script(name=backup, turns=[ScriptTurn(text="should not be asked")]))
+    live.provider.register(scripted(first, second_turn))
+    live.provider.register(scripted(backup, "should not be asked"))
     run_input = agent_input(
         first,
         "openai-chat",

@@ -12,14 +12,16 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from agentloop.contract import AgentRunInput, AgentRunResult
+from agentloop.contract import AgentRunResult
 from agentloop.envelope import CLOSE, ENVELOPE_NOTE, OPEN
 from agentloop.runtime.config import Settings
-from agentloop.scripted_provider import Script, ScriptedProvider, ScriptedToolCall, ScriptTurn
+from agentloop.scripted_provider import ScriptedProvider, ScriptedToolCall
 from agentloop.store import load_transcript, open_store
 from agentloop.store.originals import NotAReader, read_original
+from agentloop.testing.turns import call as scripted_call
 from agentloop.worker import running_worker
 from tests import untrusted_tools
+from tests.live import Servers, agent_input, scripted
 from tests.support import result_of, start_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
@@ -69,40 +71,30 @@ def system_texts(protocol: str, body: dict[str, Any]) -> list[str]:
 
 @pytest.mark.parametrize("protocol", ["openai-chat", "openai-responses", "anthropic"])
 async def test_an_injection_reaches_the_model_inside_its_envelope_with_the_forgery_neutralised(
-    client: Client,
-    untrusted: Settings,
-    scripted_provider: ScriptedProvider,
-    run_id: str,
-    protocol: str,
+    servers: Servers, untrusted: Settings, run_id: str, protocol: str
 ) -> None:
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(
-                            id="call_page", name="fetch_page", arguments={"url": "https://x"}
-                        ),
-                        ScriptedToolCall(id="call_config", name="read_own_config", arguments={}),
-                    ]
-                ),
-                ScriptTurn(text="Open 9 to 5."),
+    servers.provider.register(
+        scripted(
+            run_id,
+            [
+                scripted_call("fetch_page", "call_page", url="https://x"),
+                scripted_call("read_own_config", "call_config"),
             ],
+            "Open 9 to 5.",
         )
     )
-    run_input = AgentRunInput(
-        task="When is it open?",
+    run_input = agent_input(
+        run_id,
+        protocol,
+        "When is it open?",
+        ["fetch_page", "read_own_config", "wire_transfer"],
         instructions="Answer briefly.",
-        provider=protocol,
-        model=run_id,
-        tools=["fetch_page", "read_own_config", "wire_transfer"],
     )
-    result = await result_of(await start_run(client, untrusted, run_id, run_input))
+    result = await result_of(await start_run(servers.client, untrusted, run_id, run_input))
     assert result.status == "completed", result.stop_reason
     assert [c.tool for c in result.calls] == ["fetch_page", "read_own_config"]
 
-    first, second = sent_requests(scripted_provider, run_id)
+    first, second = sent_requests(servers.provider, run_id)
     # Said once, after the run's own instructions, in every request that offers tools.
     for body in (first, second):
         assert system_texts(protocol, body) == ["Answer briefly.", ENVELOPE_NOTE]
@@ -127,48 +119,34 @@ async def test_an_injection_reaches_the_model_inside_its_envelope_with_the_forge
 
 
 async def test_card_numbers_and_api_keys_reach_neither_the_model_nor_the_transcript(
-    client: Client, untrusted: Settings, scripted_provider: ScriptedProvider, run_id: str
+    servers: Servers, untrusted: Settings, run_id: str
 ) -> None:
     account = {"account": "acc-1"}
-    scripted_provider.register(
-        Script(
-            name=run_id,
-            turns=[
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(id="call_kept", name="read_statement", arguments=account),
-                        ScriptedToolCall(
-                            id="call_unkept", name="read_statement_unkept", arguments=account
-                        ),
-                        ScriptedToolCall(id="call_check", name="check_card", arguments=account),
-                    ]
-                ),
-                # The model copies what it was shown into a write.
-                ScriptTurn(
-                    tool_calls=[
-                        ScriptedToolCall(
-                            id="call_pay",
-                            name="wire_transfer",
-                            arguments={"card": "[redacted:card_number]", "amount": 5},
-                        )
-                    ],
-                ),
-                ScriptTurn(text="I need the card number from you."),
+    servers.provider.register(
+        scripted(
+            run_id,
+            [
+                ScriptedToolCall(id="call_kept", name="read_statement", arguments=account),
+                ScriptedToolCall(id="call_unkept", name="read_statement_unkept", arguments=account),
+                ScriptedToolCall(id="call_check", name="check_card", arguments=account),
             ],
+            # The model copies what it was shown into a write.
+            [scripted_call("wire_transfer", "call_pay", card="[redacted:card_number]", amount=5)],
+            "I need the card number from you.",
         )
     )
-    run_input = AgentRunInput(
-        task="Pay with the card on my statement.",
-        provider="openai-responses",
-        model=run_id,
-        tools=["read_statement", "read_statement_unkept", "check_card", "wire_transfer"],
+    run_input = agent_input(
+        run_id,
+        "openai-responses",
+        "Pay with the card on my statement.",
+        ["read_statement", "read_statement_unkept", "check_card", "wire_transfer"],
     )
-    handle = await start_run(client, untrusted, run_id, run_input)
+    handle = await start_run(servers.client, untrusted, run_id, run_input)
     result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     card, key = untrusted_tools.CARD, untrusted_tools.API_KEY
 
-    requests = json.dumps(sent_requests(scripted_provider, run_id), ensure_ascii=False)
+    requests = json.dumps(sent_requests(servers.provider, run_id), ensure_ascii=False)
     assert card not in requests and key not in requests
     assert "[redacted:card_number]" in requests and "[redacted:api_key]" in requests
     history = json.dumps((await handle.fetch_history()).to_json_dict())
@@ -183,7 +161,7 @@ async def test_card_numbers_and_api_keys_reach_neither_the_model_nor_the_transcr
         {"card_number": 1},
     )
     # The team's redactor ran in the worker, on the one tool that names it.
-    told = results_sent("openai-responses", sent_requests(scripted_provider, run_id)[-1])
+    told = results_sent("openai-responses", sent_requests(servers.provider, run_id)[-1])
     assert (
         untrusted_tools.HOLDER not in told["call_kept"] and "[redacted:holder]" in told["call_kept"]
     )
