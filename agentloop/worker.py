@@ -64,6 +64,7 @@ from agentloop.runtime.metrics import MetricsInterceptor, metrics_runtime, watch
 from agentloop.runtime.notice_routes import notice_timers
 from agentloop.store import UNUSABLE, Store, open_store, why_unusable
 from agentloop.tools.plugins import PluginError, Toolbox, load_toolbox
+from agentloop.waiting import memo_key
 from agentloop.workflows.agent_run import AgentRun
 
 log = logging.getLogger(__name__)
@@ -357,7 +358,12 @@ async def _waiting_watched(client: Client, settings: Settings) -> AsyncIterator[
         return
     runtime = client.service_client.config.runtime or Runtime.default()
     watch = asyncio.create_task(
-        watch_waiting(client, runtime.metric_meter, settings.metrics_poll_seconds)
+        watch_waiting(
+            client,
+            runtime.metric_meter,
+            settings.metrics_poll_seconds,
+            memo_key(stream_seals.worker_key()),
+        )
     )
     try:
         yield

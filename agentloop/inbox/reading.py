@@ -6,14 +6,11 @@ story, and the recent runs. Nothing here changes a run."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pydantic import ValidationError
-from temporalio.api.workflow.v1 import WorkflowExecutionInfo
-from temporalio.api.workflowservice.v1 import ListWorkflowExecutionsRequest
 from temporalio.client import Client, WorkflowFailureError, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
@@ -28,15 +25,12 @@ from agentloop.contract import (
 )
 from agentloop.inbox.wedged import wedged_text
 from agentloop.run_client import RunClient
+from agentloop.runtime.waiting_memos import memo_of, tenant_clause, waiting_runs
 from agentloop.tool_spec import ASK_USER
 from agentloop.waiting import (
-    MAX_WAITING_MEMO_BYTES,
-    WAITING_MEMO,
-    WAITING_PHASES,
     WaitingCall,
     WaitingKind,
     WaitingMemo,
-    vouched,
 )
 
 KIND_NAMES: dict[WaitingKind, str] = {
@@ -45,11 +39,6 @@ KIND_NAMES: dict[WaitingKind, str] = {
     "unknown_write": "unknown write",
 }
 CONCURRENT_QUERIES = 16
-PAGE_SIZE = 1_000
-"""Visibility records read per request (every page is read)."""
-MAX_MEMO_READ_BYTES = 4 * MAX_WAITING_MEMO_BYTES
-"""A memo under `WAITING_MEMO` larger than this was not written by a run (runs write at most
-`MAX_WAITING_MEMO_BYTES`, a codec may add to it): it is not read, the run not listed."""
 
 
 @dataclass(frozen=True)
@@ -108,30 +97,6 @@ def duration(seconds: float) -> str:
     if seconds < 86400:
         return f"{seconds // 3600} h {seconds % 3600 // 60} min"
     return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
-
-
-def any_of(key: str, field: str, values: Sequence[str]) -> str:
-    return "(" + " OR ".join(f"{key} = {search.quoted(field, v)}" for v in values) + ")"
-
-
-def tenant_clause(tenants: Sequence[str] | None) -> str:
-    """`tenants` None: every tenant; none searchable: a clause no run matches (a run is
-    started only with a tenant it can be found by, `search.run_input_problem`)."""
-    if tenants is None:
-        return ""
-    searchable = [t for t in tenants if search.unsearchable("tenant", t) is None]
-    if not searchable:
-        return " AND WorkflowId = ''"
-    return " AND " + any_of(search.AGENT_TENANT.name, "tenant", searchable)
-
-
-def waiting_query(tenants: Sequence[str] | None) -> str:
-    return (
-        f"WorkflowType = {search.quoted('type', WORKFLOW_NAME)} AND ExecutionStatus = 'Running'"
-        + " AND "
-        + any_of(search.AGENT_PHASE.name, "phase", list(WAITING_PHASES))
-        + tenant_clause(tenants)
-    )
 
 
 @dataclass
@@ -234,50 +199,6 @@ async def asked_items(
             answered[workflow_id] = task.result()  # raises anything else
     await asyncio.gather(*tasks.values(), return_exceptions=True)
     return answered
-
-
-async def waiting_runs(
-    client: Client, tenants: Sequence[str] | None
-) -> AsyncIterator[WorkflowExecutionInfo]:
-    """The visibility records of the waiting runs, page by page to the last, as Temporal
-    sends them: `Client.list_workflows` would decode every search attribute of every run,
-    which costs more than the list itself for a thousand runs, and the inbox reads only the
-    memo."""
-    token = b""
-    while True:
-        page = await client.workflow_service.list_workflow_executions(
-            ListWorkflowExecutionsRequest(
-                namespace=client.namespace,
-                query=waiting_query(tenants),
-                page_size=PAGE_SIZE,
-                next_page_token=token,
-            ),
-            retry=True,
-        )
-        for info in page.executions:
-            yield info
-        token = page.next_page_token
-        if not token:
-            return
-
-
-async def memo_of(
-    client: Client, key: bytes | None, info: WorkflowExecutionInfo
-) -> WaitingMemo | None:
-    """What the run's memo says it waits for, when a worker sealed it under `key` for this
-    workflow (`waiting.vouched`) and it names this run; else None."""
-    raw = info.memo.fields.get(WAITING_MEMO)
-    if key is None or raw is None or raw.ByteSize() > MAX_MEMO_READ_BYTES:
-        return None
-    try:
-        [value] = await client.data_converter.decode([raw])
-        if not vouched(key, info.execution.workflow_id, value):
-            return None
-        memo = WaitingMemo.model_validate(value)
-    # Whatever a memo holds that does not decode (a starter may set any) is as good as none.
-    except (ValidationError, ValueError, TypeError, KeyError, RuntimeError):
-        return None
-    return memo if memo.run_id == info.execution.run_id else None
 
 
 def items_of(

@@ -10,7 +10,8 @@ same `/metrics`, with no dependency of our own. They are recorded by worker code
   nothing while a run is replayed (so a run moved to another worker is not counted twice);
 - `watch_waiting` counts the runs waiting for people, by kind, from Temporal's visibility, so
   the figure is the namespace's whole and goes down when a wait is answered, on whichever
-  worker that happens.
+  worker that happens; and, from the same runs' waiting memos, how long the oldest wait of
+  each kind has lasted.
 
 `METRICS` names every metric we export: the reference page is generated from it and the
 dashboard and alert rules in deploy/ are checked against it.
@@ -42,6 +43,7 @@ from temporalio.workflow import ContinueAsNewError
 
 from agentloop import activity_io as io
 from agentloop.contract import Limits
+from agentloop.runtime.waiting_memos import memo_of, waiting_runs
 from agentloop.search import AGENT_PHASE
 from agentloop.waiting import WAITING_PHASES
 
@@ -94,6 +96,14 @@ METRICS: dict[str, Metric] = {
             (),
             "Runs paused on a write whose outcome is unknown until an operator resolves it "
             "(the namespace's figure, as `agentloop_runs_waiting`).",
+        ),
+        Metric(
+            "agentloop_oldest_wait_seconds",
+            "gauge",
+            ("kind",),
+            "How long the run waiting longest for people, by kind, has waited (0: none waits), "
+            "from the waiting runs' memos that a worker sealed (the namespace's figure, as "
+            "`agentloop_runs_waiting`).",
         ),
         Metric(
             "agentloop_approval_latency_seconds",
@@ -183,7 +193,7 @@ def record(meter: MetricMeter, name: str, value: float, **labels: object) -> Non
     elif metric.kind == "histogram":
         meter.create_histogram_float(name, metric.help, "s").record(value, attributes)
     else:
-        meter.create_gauge(name, metric.help).set(int(value), attributes)
+        meter.create_gauge_float(name, metric.help).set(value, attributes)
 
 
 def metrics_runtime(port: int, host: str = "0.0.0.0") -> Runtime:
@@ -298,16 +308,36 @@ async def count_waiting(client: Client) -> dict[str, int]:
     return counts
 
 
-async def watch_waiting(client: Client, meter: MetricMeter, every_seconds: float) -> None:
-    """Keep `agentloop_runs_waiting` and `agentloop_unknown_writes_open` current until
-    cancelled (a failed count keeps the last figures and is tried again)."""
+async def oldest_waits(client: Client, key: bytes | None, now: datetime) -> dict[str, float]:
+    """Seconds since the oldest wait of each kind began, by the waiting runs' memos (0: no
+    run waits of that kind). Only a memo a worker sealed under `key` counts (anyone may start
+    a run with a memo claiming an old wait); one without room for all its calls
+    (`WaitingMemo.left_out`) counts by those it holds."""
+    ages: dict[str, float] = dict.fromkeys(WAITING_PHASES.values(), 0.0)
+    async for info in waiting_runs(client, None):
+        memo = await memo_of(client, key, info)
+        for call in memo.calls if memo else []:
+            if call.since is not None:
+                ages[call.kind] = max(ages[call.kind], (now - call.since).total_seconds())
+    return ages
+
+
+async def watch_waiting(
+    client: Client, meter: MetricMeter, every_seconds: float, memo_key: bytes | None
+) -> None:
+    """Keep `agentloop_runs_waiting`, `agentloop_unknown_writes_open` and
+    `agentloop_oldest_wait_seconds` (by memos sealed under `memo_key`) current until
+    cancelled (a failed poll keeps the last figures and is tried again)."""
     while True:
         try:
             counts = await count_waiting(client)
+            ages = await oldest_waits(client, memo_key, datetime.now(UTC))
         except Exception as exc:  # visibility may be briefly unavailable
             log.warning("counting waiting runs failed: %s", exc)
         else:
             for kind, count in counts.items():
                 record(meter, "agentloop_runs_waiting", count, kind=kind)
             record(meter, "agentloop_unknown_writes_open", counts.get("unknown_write", 0))
+            for kind, age in ages.items():
+                record(meter, "agentloop_oldest_wait_seconds", age, kind=kind)
         await asyncio.sleep(every_seconds)

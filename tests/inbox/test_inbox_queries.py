@@ -3,7 +3,7 @@ value no query can say as written is never searched for as another."""
 
 from __future__ import annotations
 
-from agentloop.inbox.reading import tenant_clause, waiting_query
+from agentloop.runtime.waiting_memos import tenant_clause, waiting_query
 
 
 def test_a_tenant_no_query_can_name_is_not_searched_for_as_another() -> None:

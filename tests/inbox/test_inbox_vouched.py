@@ -33,9 +33,9 @@ from agentloop.inbox.reading import (
     Waiting,
     asked_items,
     read_story,
-    waiting_query,
 )
 from agentloop.runtime.config import Settings
+from agentloop.runtime.waiting_memos import waiting_query
 from agentloop.stream_seals import derived_key
 from agentloop.waiting import WAITING_MEMO, WaitingMemo, memo_key, sealed_memo, vouched
 from agentloop.worker import running_worker

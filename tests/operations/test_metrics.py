@@ -116,6 +116,9 @@ async def test_a_run_shows_on_the_workers_metrics_endpoint(
     samples = await scrape(metered)
     assert value(samples, "agentloop_runs_waiting", kind="unknown_write") == 1
     assert value(samples, "agentloop_runs_waiting", kind="approval") == 0
+    # How long it has waited, from its sealed memo; no approval waits.
+    assert value(samples, "agentloop_oldest_wait_seconds", kind="unknown_write") > 0
+    assert value(samples, "agentloop_oldest_wait_seconds", kind="approval") == 0
 
     await handle.signal(
         "resolve", ResolveRequest(call_id=CALL_ID, outcome="applied", operator="ops")
@@ -125,6 +128,7 @@ async def test_a_run_shows_on_the_workers_metrics_endpoint(
     await eventually(lambda: unknown_open(0), "the resolved write out of its gauge")
 
     samples = await scrape(metered)
+    assert value(samples, "agentloop_oldest_wait_seconds", kind="unknown_write") == 0
     tenant = {"tenant": "default"}
     assert value(samples, "agentloop_runs_started_total", **tenant) == 1
     assert value(samples, "agentloop_runs_ended_total", outcome="completed", **tenant) == 1

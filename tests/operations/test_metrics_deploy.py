@@ -77,6 +77,8 @@ def test_every_alert_rule_has_an_expression_a_duration_and_labels() -> None:
         assert named_metrics([rule["expr"]]) <= exported, rule["alert"]
     [unknown] = [r for r in rules if r["alert"] == "AgentloopUnknownWriteOpen"]
     assert "agentloop_unknown_writes_open" in unknown["expr"] and unknown["for"] == "1h"
+    [approvals] = [r for r in rules if r["alert"] == "AgentloopApprovalsWaiting"]
+    assert 'agentloop_oldest_wait_seconds{kind="approval"}' in approvals["expr"]
 
 
 def test_prometheus_scrapes_the_workers_port_and_loads_the_rules() -> None:
