@@ -60,7 +60,12 @@ from agentloop.runtime.config import VARIABLES, ConfigError, Settings
 from agentloop.runtime.config_checks import SandboxMode
 from agentloop.runtime.indexing import Registration
 from agentloop.runtime.mcp_config import McpServerConfig
-from agentloop.runtime.metrics import MetricsInterceptor, metrics_runtime, watch_waiting
+from agentloop.runtime.metrics import (
+    MetricsInterceptor,
+    metrics_runtime,
+    otlp_telemetry,
+    watch_waiting,
+)
 from agentloop.runtime.notice_routes import notice_timers
 from agentloop.store import UNUSABLE, Store, open_store, why_unusable
 from agentloop.tools.plugins import PluginError, Toolbox, load_toolbox
@@ -353,7 +358,7 @@ async def running_worker(
 @asynccontextmanager
 async def _waiting_watched(client: Client, settings: Settings) -> AsyncIterator[None]:
     """With metrics on, the runs waiting for people counted for as long as the worker runs."""
-    if settings.metrics_port is None:
+    if settings.metrics_port is None and settings.metrics_otlp_url is None:
         yield
         return
     runtime = client.service_client.config.runtime or Runtime.default()
@@ -441,19 +446,29 @@ async def serve(settings: Settings, toolbox: Toolbox) -> None:
 
 
 def serving_metrics(settings: Settings) -> Runtime | None:
-    """The Temporal runtime serving the worker's metrics on `AGENTLOOP_METRICS_PORT` (None:
-    unset); raises `StartupError` naming the setting when the port cannot be bound."""
+    """The Temporal runtime exporting the worker's metrics: serving them on
+    `AGENTLOOP_METRICS_PORT`, or pushing them to `AGENTLOOP_METRICS_OTLP_URL` (None: neither
+    is set). Raises `ConfigError` when both are (one exporter per runtime), `StartupError`
+    naming the setting when the port cannot be bound."""
+    port, otlp = VARIABLES["metrics_port"].name, VARIABLES["metrics_otlp_url"].name
+    if settings.metrics_port is not None and settings.metrics_otlp_url is not None:
+        raise ConfigError(
+            [f"{port} and {otlp} are both set: the metrics go to one exporter, unset one"]
+        )
+    if settings.metrics_otlp_url is not None:
+        return Runtime(telemetry=otlp_telemetry(settings.metrics_otlp_url))
     if settings.metrics_port is None:
         return None
     try:
         return metrics_runtime(settings.metrics_port)
     except ValueError as exc:  # what the SDK raises when its exporter cannot listen
-        name = VARIABLES["metrics_port"].name
-        raise StartupError(f"{name}={settings.metrics_port}: {exc}") from None
+        raise StartupError(f"{port}={settings.metrics_port}: {exc}") from None
 
 
 def metrics_banner(settings: Settings) -> str:
     """What a ready line says of the metrics endpoint, when there is one."""
+    if settings.metrics_otlp_url is not None:
+        return f"; metrics pushed to {mask_url(settings.metrics_otlp_url)}"
     if settings.metrics_port is None:
         return ""
     return f"; metrics on http://127.0.0.1:{settings.metrics_port}/metrics"

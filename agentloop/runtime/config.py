@@ -139,6 +139,8 @@ class Settings(BaseModel):
     metrics_poll_seconds: float = 15.0
     """How often a worker serving metrics counts the runs waiting for people (from Temporal's
     visibility: one count per waiting phase)."""
+    metrics_otlp_url: str | None = None
+    """An OTLP/gRPC collector the worker pushes its metrics to instead (`metrics_port` unset)."""
     otel: OtelMode = "off"
     """OpenTelemetry tracing of runs through Temporal's TracingInterceptor
     (`agentloop.runtime.tracing`)."""

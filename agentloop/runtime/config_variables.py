@@ -94,6 +94,9 @@ VARIABLES: dict[str, Variable] = {
     ),
     "metrics_port": Variable("AGENTLOOP_METRICS_PORT", check_port),
     "metrics_poll_seconds": Variable("AGENTLOOP_METRICS_POLL_SECONDS", check_positive_number),
+    "metrics_otlp_url": Variable(
+        "AGENTLOOP_METRICS_OTLP_URL", http_url_check("http://otel-collector:4317"), is_url=True
+    ),
     "otel": Variable("AGENTLOOP_OTEL", check_otel),
     "stream_key": Variable("AGENTLOOP_STREAM_KEY", secret=True),
     "publish_events": Variable("AGENTLOOP_PUBLISH_EVENTS", check_publish_mode),

@@ -30,7 +30,7 @@ from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.common import MetricMeter
 from temporalio.exceptions import FailureError
-from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.runtime import OpenTelemetryConfig, PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import (
     ActivityInboundInterceptor,
     ExecuteActivityInput,
@@ -203,6 +203,13 @@ def metrics_runtime(port: int, host: str = "0.0.0.0") -> Runtime:
         bind_address=f"{host}:{port}", counters_total_suffix=True, durations_as_seconds=True
     )
     return Runtime(telemetry=TelemetryConfig(metrics=config))
+
+
+def otlp_telemetry(url: str) -> TelemetryConfig:
+    """Telemetry pushing the same metrics to an OpenTelemetry collector over OTLP/gRPC at
+    `url` (the SDK exports every minute, cumulative; durations in seconds, as on
+    Prometheus)."""
+    return TelemetryConfig(metrics=OpenTelemetryConfig(url=url, durations_as_seconds=True))
 
 
 def _field(value: Any, *path: str) -> Any:

@@ -16,13 +16,14 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 from temporalio.client import Client
+from temporalio.runtime import OpenTelemetryConfig
 
 from agentloop.client import StartupError, connect
 from agentloop.contract import Limits, Principal, ResolveRequest
-from agentloop.runtime.config import Settings
-from agentloop.runtime.metrics import METRICS, metrics_runtime
+from agentloop.runtime.config import ConfigError, Settings
+from agentloop.runtime.metrics import METRICS, metrics_runtime, otlp_telemetry
 from agentloop.testing.turns import call as scripted_call
-from agentloop.worker import running_worker, serving_metrics
+from agentloop.worker import metrics_banner, running_worker, serving_metrics
 from agentloop.workflows.steps import LOOKUP_RETRY
 from tests.crash.test_exactly_once import (
     CALL_ID,
@@ -209,3 +210,19 @@ def test_a_metrics_port_in_use_stops_the_worker_naming_the_setting() -> None:
     assert f"AGENTLOOP_METRICS_PORT={port}" in str(caught.value)
     assert "in use" in str(caught.value)
     assert serving_metrics(Settings()) is None
+
+
+def test_metrics_go_to_prometheus_or_to_an_otlp_collector_never_both() -> None:
+    """The configuration only: no OTLP collector runs here, so delivery is not tested."""
+    url = "http://127.0.0.1:4317"
+    telemetry = otlp_telemetry(url)
+    assert isinstance(telemetry.metrics, OpenTelemetryConfig)
+    assert (telemetry.metrics.url, telemetry.metrics.durations_as_seconds) == (url, True)
+    otlp = Settings(metrics_otlp_url=url)
+    assert serving_metrics(otlp) is not None  # the SDK takes it (it exports in the background)
+    assert metrics_banner(otlp) == f"; metrics pushed to {url}"
+    with pytest.raises(ConfigError) as caught:
+        serving_metrics(Settings(metrics_port=free_port(), metrics_otlp_url=url))
+    assert "AGENTLOOP_METRICS_PORT and AGENTLOOP_METRICS_OTLP_URL are both set" in str(caught.value)
+    with pytest.raises(ConfigError, match="AGENTLOOP_METRICS_OTLP_URL='collector:4317'"):
+        Settings.load({"AGENTLOOP_METRICS_OTLP_URL": "collector:4317"})
