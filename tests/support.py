@@ -151,6 +151,11 @@ async def wait_until(
         await asyncio.sleep(0.05)
 
 
+INBOX_REFRESH = timedelta(seconds=0.25)
+"""How often an inbox under test lists the waiting runs again (`InboxOptions.refresh`): a run
+waiting shows in it well within a page's poll."""
+
+
 async def eventually(
     check: Callable[[], Awaitable[bool]], what: str, seconds: float = CEILING_SECONDS
 ) -> None:

@@ -338,6 +338,7 @@ async def inbox(args: argparse.Namespace, settings: Settings) -> int:
         tenants=settings.inbox_tenant_map(),
         key=settings.inbox_memo_key(),
         wait=timedelta(seconds=settings.inbox_wait_seconds),
+        refresh=timedelta(seconds=settings.inbox_refresh_seconds),
     )
     check_exposure(args.host, options)
     client = await connect_checked(settings)
@@ -409,7 +410,9 @@ async def dev(args: argparse.Namespace, settings: Settings) -> int:
     inbox_url = f"http://127.0.0.1:{args.inbox_port}"
     # No key: the inbox checks with its own process's worker's (`InboxOptions.memo_key`).
     options = InboxOptions(
-        tenants=settings.inbox_tenant_map(), wait=timedelta(seconds=settings.inbox_wait_seconds)
+        tenants=settings.inbox_tenant_map(),
+        wait=timedelta(seconds=settings.inbox_wait_seconds),
+        refresh=timedelta(seconds=settings.inbox_refresh_seconds),
     )
     settings = settings.model_copy(update={"inbox_url": inbox_url})
     stop = asyncio.Event()

@@ -25,6 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentloop import stream_seals
 from agentloop.inbox.guards import MAX_BODY_BYTES, MAX_FORM_FIELDS
+from agentloop.inbox.listed import WaitingList
 from agentloop.inbox.live import LiveRuns
 from agentloop.inbox.pages import Viewer, error_page
 from agentloop.inbox.reading import RunInputs, RunStory, read_story
@@ -51,6 +52,9 @@ class InboxOptions:
     one of the worker in this process (`agentloop dev`), if any (else no run is listed)."""
     wait: timedelta = timedelta(seconds=2)
     """How long a view waits, in all, for runs to answer (`inbox_wait_seconds`)."""
+    refresh: timedelta = timedelta(seconds=2)
+    """How long after one listing of the waiting runs the next begins
+    (`inbox_refresh_seconds`)."""
 
     def memo_key(self) -> bytes | None:
         return self.key if self.key is not None else memo_key(stream_seals.worker_key())
@@ -75,13 +79,19 @@ class Refused(Exception):
 @dataclass
 class Inbox:
     """One inbox process's state, as `app.state.inbox`: its Temporal client, its options, the
-    key its CSRF tokens are made with, the run inputs it read, and the live feeds."""
+    key its CSRF tokens are made with, the run inputs it read, the live feeds, and the list of
+    waiting runs it keeps (to be closed with the feeds)."""
 
     client: Client
     options: InboxOptions
     live: LiveRuns
     inputs: RunInputs = field(default_factory=RunInputs)
     secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    waiting: WaitingList = field(init=False)
+
+    def __post_init__(self) -> None:
+        options = self.options
+        self.waiting = WaitingList(self.client, options.memo_key, options.wait, options.refresh)
 
     def csrf_of(self, session: str) -> str:
         return hmac.new(self.secret, session.encode(), hashlib.sha256).hexdigest()

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
-from agentloop.inbox.reading import KIND_NAMES, Waiting, WaitingItem
+from agentloop.inbox.reading import KIND_NAMES, Waiting, WaitingItem, duration
 from agentloop.waiting import WAITING_PHASES, run_path
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -98,10 +98,14 @@ def filtered(items: list[WaitingItem], filters: dict[str, str]) -> list[WaitingI
     ]
 
 
-def counts_text(items: list[WaitingItem], waiting: Waiting) -> str:
+def counts_text(items: list[WaitingItem], waiting: Waiting, now: datetime) -> str:
+    """What the rows show and leave out, and how old the listing they come from is."""
+    if waiting.listed_at is None:
+        return "the waiting runs are still being listed: they show here in a moment"
+    age = duration((now - waiting.listed_at).total_seconds())
     counts = {k: sum(1 for i in items if i.kind == k) for k in KIND_NAMES}
     parts = [f"{n} {KIND_NAMES[k]}{'s' if n != 1 else ''}" for k, n in counts.items()]
-    text = f"{len(items)} waiting: " + ", ".join(parts)
+    text = f"listed {age} ago: {len(items)} waiting: " + ", ".join(parts)
     if waiting.silent:
         runs = ", ".join(waiting.silent[:MAX_SILENT_NAMED])
         more = len(waiting.silent) - MAX_SILENT_NAMED
@@ -124,4 +128,4 @@ MAX_SILENT_NAMED = 5
 def rows_context(waiting: Waiting, filters: dict[str, str], now: datetime) -> dict[str, Any]:
     """What the inbox's rows (inbox_rows.html) are rendered from, on the page and when polled."""
     shown = filtered(waiting.items, filters)
-    return {"items": shown, "counts": counts_text(shown, waiting), "now": now}
+    return {"items": shown, "counts": counts_text(shown, waiting, now), "now": now}

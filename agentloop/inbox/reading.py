@@ -6,12 +6,14 @@ story, and the recent runs. Nothing here changes a run."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowQueryFailedError
+from temporalio.converter import PayloadConverter
 from temporalio.service import RPCError
 
 from agentloop import search
@@ -139,37 +141,86 @@ class Waiting:
     `status` in time: listed with the calls their memo holds."""
     keyless: bool = False
     """The inbox had no key to check seals with: no run was listed."""
+    listed_at: datetime | None = None
+    """When the listing this was read from was complete (None: none is yet)."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One complete read of the waiting runs (of every tenant it was asked for), as each
+    viewer's `Waiting` is cut from it."""
+
+    items: list[WaitingItem]
+    unvouched: Counter[str]
+    """Runs no worker vouches for, by the tenant their search attribute names."""
+    silent: dict[str, str]
+    """Workflow id -> tenant of the vouched runs that did not answer in time."""
+    keyless: bool
+    listed_at: datetime
+
+    def seen_by(self, tenants: Sequence[str] | None) -> Waiting:
+        """What a viewer of `tenants` (None: every one) sees of it."""
+
+        def sees(tenant: str) -> bool:
+            return tenants is None or tenant in tenants
+
+        return Waiting(
+            items=[i for i in self.items if sees(i.tenant)],
+            unvouched=sum(n for t, n in self.unvouched.items() if sees(t)),
+            silent=[w for w, t in self.silent.items() if sees(t)],
+            keyless=self.keyless,
+            listed_at=self.listed_at,
+        )
 
 
 async def waiting_items(
     client: Client, key: bytes | None, tenants: Sequence[str] | None, wait: timedelta
 ) -> Waiting:
-    """Everything waiting for a person in the runs of `tenants` (None: all), oldest first:
-    every page of one visibility list, each run as the memo its worker sealed under `key`
-    (`waiting.vouched`) says; a run whose memo is not sealed is counted, never asked. A
-    vouched run whose memo left calls out is asked its `status`, at most `CONCURRENT_QUERIES`
-    at a time, all of them within `wait`."""
-    found = Waiting(keyless=key is None)
+    """Everything waiting for a person in the runs of `tenants` (None: all), oldest first
+    (`listing`, read now)."""
+    return (await listing(client, key, tenants, wait)).seen_by(tenants)
+
+
+async def listing(
+    client: Client, key: bytes | None, tenants: Sequence[str] | None, wait: timedelta
+) -> Listing:
+    """Every page of one visibility list of the runs of `tenants` (None: all) said to wait,
+    each run as the memo its worker sealed under `key` (`waiting.vouched`) says; a run whose
+    memo is not sealed is counted, never asked. A vouched run whose memo left calls out is
+    asked its `status`, at most `CONCURRENT_QUERIES` at a time, all of them within `wait`."""
+    items: list[WaitingItem] = []
+    unvouched: Counter[str] = Counter()
+    silent: dict[str, str] = {}
     partial: list[tuple[str, WaitingMemo]] = []
     async for info in waiting_runs(client, tenants):
         workflow_id = info.execution.workflow_id
         memo = await memo_of(client, key, info)
         if memo is None:
-            found.unvouched += 1
+            unvouched[indexed_tenant(info)] += 1
         elif tenants is None or memo.tenant in tenants:  # the run's own word over the index
             if memo.left_out:
                 partial.append((workflow_id, memo))
             else:
-                found.items += items_of(workflow_id, memo.tenant, memo.task, memo.until, memo.calls)
+                items += items_of(workflow_id, memo.tenant, memo.task, memo.until, memo.calls)
     answered = await asked_items(client, partial, wait)
     for workflow_id, memo in partial:
         if workflow_id in answered:
-            found.items += answered[workflow_id]
+            items += answered[workflow_id]
         else:
-            found.items += items_of(workflow_id, memo.tenant, memo.task, memo.until, memo.calls)
-            found.silent.append(workflow_id)
-    found.items.sort(key=lambda i: i.since or datetime.max.replace(tzinfo=UTC))
-    return found
+            items += items_of(workflow_id, memo.tenant, memo.task, memo.until, memo.calls)
+            silent[workflow_id] = memo.tenant
+    items.sort(key=lambda i: i.since or datetime.max.replace(tzinfo=UTC))
+    return Listing(items, unvouched, silent, key is None, datetime.now(UTC))
+
+
+def indexed_tenant(info: WorkflowExecutionInfo) -> str:
+    """The tenant a run's search attribute names (whoever set it), "" for none readable."""
+    raw = info.search_attributes.indexed_fields.get(search.AGENT_TENANT.name)
+    try:
+        value = PayloadConverter.default.from_payload(raw) if raw is not None else ""
+    except (ValueError, TypeError, RuntimeError):
+        return ""
+    return value if isinstance(value, str) else ""
 
 
 async def asked_items(

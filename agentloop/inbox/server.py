@@ -10,6 +10,7 @@ from temporalio.client import Client
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from agentloop.inbox.app import LOCAL_HOSTS, InboxOptions, inbox_app
+from agentloop.inbox.listed import WaitingList
 from agentloop.inbox.live import LiveRuns
 
 GRACEFUL_SHUTDOWN_SECONDS = 5
@@ -51,6 +52,8 @@ class InboxServer:
         app = inbox_app(client, options)
         self.live: LiveRuns = app.state.live
         """The run pages' live feeds (one subscription per watched run)."""
+        self.waiting: WaitingList = app.state.inbox.waiting
+        """The list of waiting runs the views answer from."""
         config = uvicorn.Config(
             app,
             host=host,
@@ -86,6 +89,7 @@ class InboxServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.live.close()  # else each open run page would hold the shutdown
+        await self.waiting.close()
         self.server.should_exit = True
         if self._serving is not None:
             with contextlib.suppress(asyncio.CancelledError):

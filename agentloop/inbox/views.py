@@ -26,7 +26,7 @@ from agentloop.inbox.access import (
 from agentloop.inbox.guards import BadHeader
 from agentloop.inbox.live import MEDIA_TYPE, Busy, end_frame, last_event_id
 from agentloop.inbox.pages import FILTERS, Viewer, error_page, render, rows_context, templates
-from agentloop.inbox.reading import Waiting, recent_runs, tenant_of, waiting_items
+from agentloop.inbox.reading import Waiting, recent_runs, tenant_of
 from agentloop.run_client import RunClient
 from agentloop.runtime.signing import APPROVER_NAME
 from agentloop.search import Unsearchable
@@ -37,9 +37,8 @@ def filters_of(request: Request) -> dict[str, str]:
 
 
 async def waiting_of(request: Request, viewer: Viewer) -> Waiting:
-    inbox = inbox_of(request)
-    options = inbox.options
-    return await waiting_items(inbox.client, options.memo_key(), viewer.tenants, options.wait)
+    """From the inbox's last listing (`listed.WaitingList`): a view never lists itself."""
+    return await inbox_of(request).waiting.seen_by(viewer.tenants)
 
 
 async def inbox_page(request: Request, viewer: Viewer) -> Response:

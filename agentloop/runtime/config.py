@@ -238,6 +238,10 @@ class Settings(BaseModel):
     inbox_wait_seconds: float = 2.0
     """How long an inbox view waits, in all, for runs to answer its `status` queries: a run
     that does not answer by then (no worker polls its task queue) is shown as such."""
+    inbox_refresh_seconds: float = 2.0
+    """How long after one listing of the waiting runs the inbox begins the next (in the
+    background: a view answers from the last complete listing at once, and says how old it
+    is)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

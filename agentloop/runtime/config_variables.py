@@ -126,6 +126,7 @@ VARIABLES: dict[str, Variable] = {
     "require_verification": Variable("AGENTLOOP_REQUIRE_VERIFICATION", check_verification_rule),
     "inbox_key": Variable("AGENTLOOP_INBOX_KEY", check_inbox_key, secret=True),
     "inbox_wait_seconds": Variable("AGENTLOOP_INBOX_WAIT_SECONDS", check_positive_number),
+    "inbox_refresh_seconds": Variable("AGENTLOOP_INBOX_REFRESH_SECONDS", check_positive_number),
 }
 """Settings field -> its environment variable (and file key: the field name)."""
 FILE_SUFFIX = "_FILE"
@@ -140,6 +141,7 @@ NUMBER_FIELDS = frozenset(
         "max_concurrent_activities",
         "max_concurrent_workflow_tasks",
         "inbox_wait_seconds",
+        "inbox_refresh_seconds",
         "metrics_port",
         "metrics_poll_seconds",
     }

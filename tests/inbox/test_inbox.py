@@ -29,7 +29,14 @@ from agentloop.testing.turns import call as scripted_call
 from tests.cli.test_cli import AGENTLOOP, process_env
 from tests.live import Live, agent_input, scripted
 from tests.loop.test_continue_as_new import booking_input, booking_script
-from tests.support import banner_process, result_of, start_run, wait_for_phase
+from tests.support import (
+    INBOX_REFRESH,
+    banner_process,
+    eventually,
+    result_of,
+    start_run,
+    wait_for_phase,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -45,7 +52,7 @@ TENANTS = {
 
 @pytest.fixture(scope="module")
 async def inbox(client: Client, worker: Settings) -> AsyncIterator[InboxServer]:
-    options = InboxOptions(auth_header=USER_HEADER, tenants=TENANTS)
+    options = InboxOptions(auth_header=USER_HEADER, tenants=TENANTS, refresh=INBOX_REFRESH)
     async with InboxServer(client, options, "127.0.0.1", 0) as server:
         yield server
 
@@ -115,7 +122,11 @@ async def test_a_user_sees_and_acts_on_their_tenants_runs_only(
     live: Live, inbox: InboxServer, http: aiohttp.ClientSession, run_id: str
 ) -> None:
     handle = await waiting_booking(live, run_id)
-    assert run_id in await inbox_items(http, inbox, "bea")
+
+    async def listed() -> bool:  # once the inbox's next listing is complete
+        return run_id in await inbox_items(http, inbox, "bea")
+
+    await eventually(listed, "the run in bea's inbox")
     assert run_id not in await inbox_items(http, inbox, "ann")
     assert run_id not in await inbox_items(http, inbox, "zoe")  # unmapped behind a proxy: none
 

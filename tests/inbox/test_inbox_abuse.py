@@ -37,7 +37,7 @@ from tests.inbox.test_inbox_browser import (
     playwright_api,
     waiting_booking,
 )
-from tests.support import result_of, wait_for_phase, wait_until
+from tests.support import INBOX_REFRESH, result_of, wait_for_phase, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_fakes")]
 
@@ -48,7 +48,9 @@ MB = 1024 * 1024
 @pytest.fixture(scope="module")
 async def inbox(client: Client, worker: Settings) -> AsyncIterator[InboxServer]:
     options = InboxOptions(
-        auth_header=USER_HEADER, tenants={APPROVER: ["default"], HOG: ["default"]}
+        auth_header=USER_HEADER,
+        tenants={APPROVER: ["default"], HOG: ["default"]},
+        refresh=INBOX_REFRESH,
     )
     async with InboxServer(client, options, "127.0.0.1", 0) as server:
         yield server

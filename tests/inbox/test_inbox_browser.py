@@ -29,7 +29,7 @@ from agentloop.testing.turns import call as scripted_call
 from agentloop.waiting import MAX_MEMO_TEXT_CHARS
 from agentloop.worker import running_worker
 from tests.live import Live, Servers, agent_input, scripted
-from tests.support import result_of, start_run, wait_for_phase, wait_until
+from tests.support import INBOX_REFRESH, result_of, start_run, wait_for_phase, wait_until
 
 playwright_api = pytest.importorskip("playwright.async_api")
 
@@ -54,7 +54,9 @@ PRINCIPAL = Principal(subject="p-alice", scopes=["workshops:read", "workshops:wr
 
 @pytest.fixture(scope="module")
 async def inbox(client: Client, worker: Settings) -> AsyncIterator[InboxServer]:
-    options = InboxOptions(auth_header=USER_HEADER, tenants={APPROVER: ["default"]})
+    options = InboxOptions(
+        auth_header=USER_HEADER, tenants={APPROVER: ["default"]}, refresh=INBOX_REFRESH
+    )
     async with InboxServer(client, options, "127.0.0.1", 0) as server:
         yield server
 

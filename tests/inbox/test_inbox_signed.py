@@ -32,7 +32,7 @@ from tests.inbox.test_inbox_browser import (  # noqa: F401  (the browser fixture
 )
 from tests.live import Servers
 from tests.loop.test_hardening import refusals
-from tests.support import result_of, start_run, wait_for_phase
+from tests.support import INBOX_REFRESH, result_of, start_run, wait_for_phase
 
 playwright_api = pytest.importorskip("playwright.async_api")
 
@@ -65,7 +65,7 @@ async def signed_worker(
 @pytest.fixture(scope="module")
 async def inbox(client: Client) -> AsyncIterator[InboxServer]:
     tenants = {APPROVER: ["default"], OUTSIDER: ["default"]}
-    options = InboxOptions(auth_header=USER_HEADER, tenants=tenants)
+    options = InboxOptions(auth_header=USER_HEADER, tenants=tenants, refresh=INBOX_REFRESH)
     async with InboxServer(client, options, "127.0.0.1", 0) as server:
         yield server
 

@@ -10,8 +10,10 @@ them). The page's timing with and without the fakes is `make bench` section 14's
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
-from datetime import timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
@@ -29,8 +31,10 @@ from temporalio.client import (
 from agentloop.inbox import InboxOptions, InboxServer
 from agentloop.inbox.pages import counts_text
 from agentloop.inbox.reading import (
+    Listing,
     RunInputs,
     Waiting,
+    WaitingItem,
     asked_items,
     read_story,
 )
@@ -127,17 +131,32 @@ async def test_two_thousand_fake_waiting_runs_are_neither_listed_nor_asked(
             return (await live.client.count_workflows(everyone)).count == FAKES + 1
 
         await eventually(all_listed, "the fakes in visibility")
-        options = InboxOptions(auth_header=USER_HEADER, tenants={"lead": [tenant]}, wait=WAIT)
+        # Listed once only (the next listing an hour later): every view reads that one.
+        options = InboxOptions(
+            auth_header=USER_HEADER,
+            tenants={"lead": [tenant]},
+            wait=WAIT,
+            refresh=timedelta(hours=1),
+        )
         async with (
             InboxServer(keyless, options, "127.0.0.1", 0) as inbox,
             aiohttp.ClientSession(headers={USER_HEADER: "lead"}) as http,
         ):
-            for path in ("/", "/api/inbox"):  # the page, and what its 2 s poll reads
+            async with http.get(inbox.url + "/api/inbox") as response:  # starts the listing
+                assert response.status == 200
+
+            async def listed() -> bool:
+                return inbox.waiting.listings == 1
+
+            await eventually(listed, "the inbox's first listing")
+            for path in ("/", "/api/inbox", "/"):  # the page, and what its 2 s poll reads
                 async with http.get(inbox.url + path) as response:
                     body = await response.text()
                     assert response.status == 200, body[:300]
                 assert body.count('<tr class="item') == 1 and f">{real_id}</a>" in body
                 assert f"{FAKES:,} runs said to wait that no worker vouches for" in body
+                assert re.search(r'id="counts">listed \d+ s ago: 1 waiting', body), body[:300]
+            assert inbox.waiting.listings == 1  # no view listed visibility itself
             assert not any(k.startswith(prefix) for k in counted.asked), counted.asked
 
         # A fake opened by its address is read as any run, and shown as not answering,
@@ -207,12 +226,39 @@ def test_the_counts_say_what_was_left_out_and_why() -> None:
     """Runs not vouched for are counted (and, with no key to check, the page says so); runs
     that did not answer are named."""
     silent = [f"run-{n}" for n in range(7)]
-    text = counts_text([], Waiting(unvouched=1, silent=silent))
+    listed_at = datetime(2026, 1, 1, tzinfo=UTC)
+    now = listed_at + timedelta(seconds=3)
+    text = counts_text([], Waiting(unvouched=1, silent=silent, listed_at=listed_at), now)
+    assert text.startswith("listed 3 s ago: 0 waiting: ")
     assert "not answering, shown from what they last wrote: run-0, run-1" in text
     assert "run-4 and 2 more" in text and "run-5" not in text
     assert text.endswith("; 1 run said to wait that no worker vouches for (not listed)")
-    keyless = counts_text([], Waiting(unvouched=2_000, keyless=True))
+    keyless = counts_text([], Waiting(unvouched=2_000, keyless=True, listed_at=listed_at), now)
     assert keyless.endswith(
         "2,000 runs said to wait that no worker vouches for (not listed): this inbox has no"
         " AGENTLOOP_INBOX_KEY to check them with"
+    )
+
+
+def test_a_listing_is_cut_to_each_viewers_tenants() -> None:
+    """One listing of every tenant serves every viewer: each sees the items, the runs not
+    vouched for (by the tenant their search attribute names) and the silent runs of their
+    own tenants only; before the first listing, the page says it is still listing."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    item = WaitingItem("wf-a", "approval", "acme", "Book.", "reserve", "c1", [], at)
+    listing = Listing(
+        items=[item, replace(item, workflow_id="wf-g", tenant="globex")],
+        unvouched=Counter({"acme": 3, "globex": 5, "": 1}),
+        silent={"wf-a": "acme", "wf-g": "globex"},
+        keyless=False,
+        listed_at=at,
+    )
+    acme = listing.seen_by(["acme"])
+    assert [i.workflow_id for i in acme.items] == ["wf-a"]
+    assert acme.unvouched == 3 and acme.silent == ["wf-a"] and acme.listed_at == at
+    assert listing.seen_by([]) == Waiting(listed_at=at)
+    everyone = listing.seen_by(None)
+    assert len(everyone.items) == 2 and everyone.unvouched == 9 and len(everyone.silent) == 2
+    assert counts_text([], Waiting(), at) == (
+        "the waiting runs are still being listed: they show here in a moment"
     )
