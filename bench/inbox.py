@@ -7,16 +7,21 @@ which asked each run its `status` (measured in the same run, on the same runs, b
 server, each memo taken as if it left calls out). Then the same page with 2,000 fake
 waiting runs beside them (issue 44: `AgentRun`s a keyless client started on a task queue
 nobody polls, said by their search attributes to wait for approval in the same tenant, every
-other one carrying a real run's sealed memo), against none. The runs wait on one worker
-process; the inbox, its client and the Temporal dev server share this machine."""
+other one carrying a real run's sealed memo), against none. Views answer from the listing the
+inbox keeps (issue 44: listed in the background, `listed.WaitingList`): each way is an inbox
+of its own, its first listing timed from the first view, then the views that read it. The
+runs wait on one worker process; the inbox, its client and the Temporal dev server share this
+machine."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import statistics
 import time
 import uuid
 from contextlib import AbstractContextManager, nullcontext
+from datetime import timedelta
 from pathlib import Path
 from unittest import mock
 
@@ -81,41 +86,46 @@ async def measure(
         )
         await _all_waiting(client, tenant, runs)
         waiting = time.perf_counter() - started
-        async with (
-            InboxServer(client, options, "127.0.0.1", 0) as inbox,
-            aiohttp.ClientSession(headers={USER_HEADER: USER}) as http,
-        ):
-            url = f"{inbox.url}/"
-            memo = await _views(http, url, nullcontext())
-            rendered = await _rendered(url, nullcontext())
-            # The inbox before the memo: every run is asked (as if its memo left calls out).
-            no_memo = mock.patch.object(reading, "memo_of", _partial_memo)
-            asked = await _views(http, url, no_memo)
-            rendered_asking = await _rendered(url, no_memo)
-            copied = await client.get_workflow_handle(f"{queue}-0").describe()
-            prefix = f"{queue}-fake"
-            await start_fakes(client, prefix, tenant, fakes, await copied.memo_value(WAITING_MEMO))
-            faked = await _views(http, url, nullcontext())
+        memo, rendered = await _listed_views(client, options, nullcontext())
+        # The inbox before the memo: every run is asked (as if its memo left calls out).
+        no_memo = mock.patch.object(reading, "memo_of", _partial_memo)
+        asked, rendered_asking = await _listed_views(client, options, no_memo)
+        copied = await client.get_workflow_handle(f"{queue}-0").describe()
+        prefix = f"{queue}-fake"
+        await start_fakes(client, prefix, tenant, fakes, await copied.memo_value(WAITING_MEMO))
+        faked, _ = await _listed_views(client, options, nullcontext(), render=False)
         await delete_fakes(client, prefix, fakes)
         await _terminate(client, queue, runs, gate)
     section.add(
         Figure("runs listed (from memos)", memo.rows, runs, ratio(memo.rows, runs)),
         Figure("runs listed (asking each)", asked.rows, runs, ratio(asked.rows, runs)),
+        Figure(
+            "the inbox's listing, in the background (ms)",
+            memo.listing * 1e3,
+            asked.listing * 1e3,
+            ratio(memo.listing, asked.listing),
+        ),
         *_compared("first view", memo.first, asked.first),
         *_compared(f"median of {VIEWS} views", memo.median, asked.median),
         Figure("page bytes", memo.size, asked.size, ratio(memo.size, asked.size)),
         Figure("seconds to start the runs until all wait", round(waiting, 1)),
     )
-    per_fake = (faked.median[1] - memo.median[1]) / fakes
+    per_fake = (faked.listing - memo.listing) / fakes
     section.add(
         Figure(f"runs listed with {fakes:,} fakes", faked.rows, runs, ratio(faked.rows, runs)),
+        Figure(
+            f"the inbox's listing with {fakes:,} fakes (ms; baseline: none)",
+            faked.listing * 1e3,
+            memo.listing * 1e3,
+            ratio(faked.listing, memo.listing),
+        ),
         Figure(
             f"median of {VIEWS} views with {fakes:,} fakes (ms; baseline: none)",
             faked.median[1] * 1e3,
             memo.median[1] * 1e3,
             ratio(faked.median[1], memo.median[1]),
         ),
-        Figure("time a fake adds to a view (ms)", per_fake * 1e3),
+        Figure("time a fake adds to the listing, none to a view (ms)", per_fake * 1e3),
     )
     if rendered is not None and rendered_asking is not None:
         section.add(
@@ -130,10 +140,36 @@ async def measure(
         section.skipped.append(f"render in a browser: no Chromium at {CHROMIUM}")
     if memo.median[1] >= 1.0:
         section.add(Figure("goal", "missed", note="lists the runs in under a second"))
+    if faked.median[1] >= 2.0:
+        section.add(Figure("goal", "missed", note=f"the page within 2 s with {fakes:,} fakes"))
     return section
 
 
-async def _rendered(url: str, way: AbstractContextManager[object]) -> float | None:
+async def _listed_views(
+    client: Client, options: InboxOptions, way: AbstractContextManager[object], render: bool = True
+) -> tuple[Views, float | None]:
+    """An inbox started `way`, listing once (`listed.WaitingList`): the time from the first
+    view to its first listing complete, then the views that answer from it (and the page in
+    Chromium)."""
+    once = dataclasses.replace(options, refresh=timedelta(hours=1))
+    with way:
+        async with (
+            InboxServer(client, once, "127.0.0.1", 0) as inbox,
+            aiohttp.ClientSession(headers={USER_HEADER: USER}) as http,
+        ):
+            url = f"{inbox.url}/"
+            sent = time.perf_counter()
+            async with http.get(url) as response:  # starts the listing, waits for it a while
+                await response.read()
+            while inbox.waiting.listings == 0:
+                await asyncio.sleep(0.01)  # a bench's poll: the listing's time, to 10 ms
+            listing = time.perf_counter() - sent
+            views = await _views(http, url, listing)
+            rendered = await _rendered(url) if render else None
+    return views, rendered
+
+
+async def _rendered(url: str) -> float | None:
     """Seconds from asking headless Chromium for the page to its `load` event (every row
     laid out: the page is server-rendered), after one view to warm the browser; None
     without Chromium."""
@@ -141,17 +177,16 @@ async def _rendered(url: str, way: AbstractContextManager[object]) -> float | No
         return None
     from playwright.async_api import async_playwright
 
-    with way:
-        async with async_playwright() as playwright:
-            browser = await playwright.chromium.launch(
-                executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"]
-            )
-            page = await browser.new_page(extra_http_headers={USER_HEADER: USER})
-            await page.goto(url, wait_until="load")
-            sent = time.perf_counter()
-            await page.goto(url, wait_until="load")
-            seconds = time.perf_counter() - sent
-            await browser.close()
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"]
+        )
+        page = await browser.new_page(extra_http_headers={USER_HEADER: USER})
+        await page.goto(url, wait_until="load")
+        sent = time.perf_counter()
+        await page.goto(url, wait_until="load")
+        seconds = time.perf_counter() - sent
+        await browser.close()
     return seconds
 
 
@@ -167,7 +202,11 @@ def _compared(what: str, memo: tuple[float, float], asked: tuple[float, float]) 
 
 
 class Views:
-    def __init__(self, timings: list[tuple[float, float]], rows: int, size: int) -> None:
+    def __init__(
+        self, timings: list[tuple[float, float]], rows: int, size: int, listing: float
+    ) -> None:
+        self.listing = listing
+        """Seconds from the first view to the inbox's first listing complete."""
         self.first = timings[0]
         later = timings[1:]
         self.median = (
@@ -178,23 +217,20 @@ class Views:
         self.size = size
 
 
-async def _views(
-    http: aiohttp.ClientSession, url: str, way: AbstractContextManager[object]
-) -> Views:
+async def _views(http: aiohttp.ClientSession, url: str, listing: float) -> Views:
     """The page viewed `VIEWS + 1` times: (seconds to the first byte, to the last) each."""
     timings = []
     page = b""
-    with way:
-        for _ in range(VIEWS + 1):
-            sent = time.perf_counter()
-            async with http.get(url) as response:
-                first = await response.content.readany()
-                first_byte = time.perf_counter() - sent
-                page = first + await response.read()
-                whole = time.perf_counter() - sent
-                assert response.status == 200, page[:300]
-            timings.append((first_byte, whole))
-    return Views(timings, page.count(ROW.encode()), len(page))
+    for _ in range(VIEWS + 1):
+        sent = time.perf_counter()
+        async with http.get(url) as response:
+            first = await response.content.readany()
+            first_byte = time.perf_counter() - sent
+            page = first + await response.read()
+            whole = time.perf_counter() - sent
+            assert response.status == 200, page[:300]
+        timings.append((first_byte, whole))
+    return Views(timings, page.count(ROW.encode()), len(page), listing)
 
 
 _vouched_memo = reading.memo_of
