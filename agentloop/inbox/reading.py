@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from temporalio.api.workflow.v1 import WorkflowExecutionInfo
 from temporalio.client import Client, WorkflowFailureError, WorkflowQueryFailedError
 from temporalio.converter import PayloadConverter
 from temporalio.service import RPCError
