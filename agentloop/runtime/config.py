@@ -230,18 +230,15 @@ class Settings(BaseModel):
         return "all" in names or (family is not None and family in names)
 
     inbox_key: str | None = Field(default=None, repr=False)
-    """The key `agentloop inbox` checks that a worker vouches for each run it lists with (64
-    hex digits, `agentloop keys inbox` derives them from the workers' `stream_key`: it checks
-    the runs' memo seals and can seal nothing on a stream). Unset: the inbox lists no run but
-    those of a worker in its own process (`agentloop dev`); a production inbox refuses to
-    start without it."""
+    """The inbox's key for the runs' memo seals (`agentloop keys inbox` derives it from the
+    workers' `stream_key`; it seals nothing). Unset: only the runs of a worker in the inbox's
+    own process are listed (`agentloop dev`); a production inbox refuses to start."""
     inbox_wait_seconds: float = 2.0
     """How long an inbox view waits, in all, for runs to answer its `status` queries: a run
     that does not answer by then (no worker polls its task queue) is shown as such."""
     inbox_refresh_seconds: float = 2.0
-    """How long after one listing of the waiting runs the inbox begins the next (in the
-    background: a view answers from the last complete listing at once, and says how old it
-    is)."""
+    """How long after one listing of the waiting runs the inbox starts the next, in the
+    background (a view answers from the last complete one at once, saying how old it is)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
