@@ -234,8 +234,7 @@ class Settings(BaseModel):
     workers' `stream_key`; it seals nothing). Unset: only the runs of a worker in the inbox's
     own process are listed (`agentloop dev`); a production inbox refuses to start."""
     inbox_wait_seconds: float = 2.0
-    """How long an inbox view waits, in all, for runs to answer its `status` queries: a run
-    that does not answer by then (no worker polls its task queue) is shown as such."""
+    """How long an inbox view waits in all for runs' `status` answers (then: "not answering")."""
     inbox_refresh_seconds: float = 2.0
     """How long after one listing of the waiting runs the inbox starts the next, in the
     background (a view answers from the last complete one at once, saying how old it is)."""
