@@ -31,4 +31,6 @@ def test_equal_specs_decoded_apart_become_one_object_and_the_order_is_kept() -> 
 async def test_a_cached_run_holds_no_copy_of_its_tools_specs() -> None:
     state = await run_state.measure(load_history(TRAVEL))
     assert state.by_field.get("tools", 0) < 1024, state.by_field  # the dict, not the specs
-    assert state.total_bytes < 24 * 1024, state.total_bytes  # 31 KiB with a copy of its own
+    # About 24 KiB (the state of compensation, reminders and fallbacks included); with a copy
+    # of its specs of its own, 7 KiB more.
+    assert state.total_bytes < 27 * 1024, state.total_bytes
