@@ -29,9 +29,16 @@ class ApprovalRecord(BaseModel):
     reason: str = ""
     signed: bool = False
     """Signed, and the signature checked by the worker against its approver keys."""
+    proposed_arguments: dict[str, Any] | None = None
+    """The arguments the model proposed, when the approver approved the call with edited ones
+    (the call's `arguments` and `args_digest` are then the edited ones); None: as proposed."""
+    proposed_digest: str = ""
+    """The args digest of `proposed_arguments` (empty: not edited)."""
 
     def said(self) -> str:
         """The decision in words (what the ledger's `decision` reads)."""
+        if self.proposed_arguments is not None:
+            return f"approved with edited arguments by {self.approver}"
         return f"{'approved' if self.approved else 'rejected'} by {self.approver}"
 
     def described(self) -> str:

@@ -15,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 
+from agentloop.digests import canonical_json, sha256_hex
 from agentloop.input_limits import (
     MAX_MESSAGE_CHARS,
     MAX_NAME_CHARS,
@@ -69,6 +70,21 @@ class ApprovalDecision(StrictInput):
     signature: str = Field(default="", max_length=MAX_SIGNATURE_CHARS)
     """The approver's Ed25519 signature (base64) of the decision, for a worker configured with
     approver keys; empty for unsigned approvals."""
+    edited_arguments: dict[str, Any] | None = None
+    """An approval of the call with these arguments instead of the proposed ones (None: as
+    proposed). The edited call is validated again like a model's (schema, scope, rejected
+    actions, the tool's precondition) and refused with the reason when it fails; signed, the
+    signature binds `edited_digest`. Ignored on a rejection."""
+    response: str = Field(default="", max_length=MAX_NOTE_CHARS)
+    """Respond instead: with `approved` false, the call does not run and the model gets these
+    words as its result; the run goes on (whatever the tool's `on_reject`). Empty: a plain
+    rejection (or an approval). Signed, the signature binds it."""
+
+    def edited_digest(self) -> str | None:
+        """The digest of `edited_arguments` a signed edit is bound to (None: no edit)."""
+        if self.edited_arguments is None:
+            return None
+        return "sha256:" + sha256_hex(canonical_json(self.edited_arguments))
 
 
 class ResolveRequest(StrictInput, _SignedWord):

@@ -8,11 +8,12 @@ import json
 import os
 import sys
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentloop.argument_edits import EditError, edited_arguments
 from agentloop.cli.output import (
     CommandError,
     Decision,
@@ -60,13 +61,14 @@ async def decide(run: RunClient, args: argparse.Namespace, request: ApprovalDeci
     approved = request.approved
     digest = args.digest
     key = private_key(args, "AGENTLOOP_APPROVER_KEY")
+    editing = bool(getattr(args, "set", None) or getattr(args, "patch", None))
     view = None
-    if digest is None or key is not None:
+    if digest is None or key is not None or editing:
         found = await read_snapshot(run)
         if found.status is None:
             raise run_ended(found, "decision")
         view = found.status
-    if digest is None:
+    if digest is None or editing:
         assert view is not None
         shown = next((p for p in view.pending_approvals if p.call_id == args.call_id), None)
         if shown is None:
@@ -79,10 +81,15 @@ async def decide(run: RunClient, args: argparse.Namespace, request: ApprovalDeci
                 reason=reason,
             )
             return report_decision(unknown, as_json=args.json)
-        digest = shown.args_digest
+        digest = digest or shown.args_digest
         if not args.json:
             print(f"{shown.tool} {json.dumps(shown.arguments)}  [{digest}]")
         request = request.model_copy(update={"args_digest": digest})
+    if editing:
+        assert shown is not None
+        request = request.model_copy(update={"edited_arguments": _edited(args, shown)})
+        if not args.json:
+            print(f"approving with {json.dumps(request.edited_arguments)}")
     if key is not None:
         assert view is not None
         first = view.run_chain[0] if view.run_chain else ""
@@ -97,8 +104,16 @@ async def decide(run: RunClient, args: argparse.Namespace, request: ApprovalDeci
         args_digest=digest,
         tool=shown.tool if shown else None,
         arguments=shown.arguments if shown else None,
+        edited_arguments=request.edited_arguments,
     )
     return report_decision(decision, as_json=args.json)
+
+
+def _edited(args: argparse.Namespace, shown: PendingApproval) -> dict[str, Any]:
+    try:
+        return edited_arguments(shown.arguments, args.set, args.patch)
+    except EditError as exc:
+        raise CommandError(f"agentloop {args.command}: {exc}", ExitCode.USAGE) from None
 
 
 async def send_word(

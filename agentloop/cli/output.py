@@ -169,6 +169,8 @@ class Decision(BaseModel):
     arguments: dict[str, Any] | None = None
     """The call as the run showed it (only when no `--digest` was given: the command read
     it from `status` before deciding)."""
+    edited_arguments: dict[str, Any] | None = None
+    """The arguments the call was approved with (`--set`, `--patch`); None: as proposed."""
 
 
 class SignalSent(BaseModel):

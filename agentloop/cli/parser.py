@@ -185,6 +185,22 @@ def build_parser() -> argparse.ArgumentParser:
             "keys new`; default: $AGENTLOOP_APPROVER_KEY): needed when the workers have "
             "AGENTLOOP_APPROVER_KEYS",
         )
+        if name == "approve":
+            sub.add_argument(
+                "--set",
+                action="append",
+                default=[],
+                metavar="NAME=VALUE",
+                help="approve the call with this argument changed (repeatable; a VALUE that "
+                'reads as JSON is that value: 450, true, "450"); the run checks the edited '
+                "call again like the model's",
+            )
+            sub.add_argument(
+                "--patch",
+                metavar="JSON",
+                help="approve the call with its arguments changed by this JSON merge patch "
+                '(RFC 7386: {"amount": 450, "note": null}), applied before --set',
+            )
         add_json_flag(sub)
 
     keys = commands.add_parser(

@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from agentloop.argument_edits import EditError, json_object
 from agentloop.contract import (
     ApprovalDecision,
     CancelRequest,
@@ -72,6 +73,8 @@ def action(act: Act) -> Handler:
                 notice = await act(Acting(viewer, story, form, run))
             except ValidationError as exc:
                 notice = Notice(False, f"not sent: {describe_validation_error(exc)}")
+            except EditError as exc:
+                notice = Notice(False, f"not sent: {exc}")
             except WorkflowUpdateFailedError as exc:
                 notice = Notice(False, f"refused by the run: {exc.cause or exc}")
             except RPCError as exc:
@@ -107,14 +110,21 @@ def check_settler(viewer: Viewer, story: RunStory, call_id: str) -> None:
 
 
 def decision_of(viewer: Viewer, form: Mapping[str, Any]) -> ApprovalDecision:
-    """The decision a form describes, by the viewer; raises ValidationError."""
+    """The decision a form describes, by the viewer (`approve_edited`: approved with the
+    arguments of its `edited_arguments` field); raises ValidationError, or EditError for
+    edited arguments that are not a JSON object."""
+    verdict = form.get("verdict")
+    edited = None
+    if verdict == "approve_edited":
+        edited = json_object(str(form.get("edited_arguments", "")))
     return ApprovalDecision(
         call_id=str(form.get("call_id", "")),
         args_digest=str(form.get("args_digest", "")),
-        approved=form.get("verdict") == "approve",
+        approved=verdict in ("approve", "approve_edited"),
         approver=viewer.user,
         reason=str(form.get("reason", "")),
         **signed_fields(form),
+        edited_arguments=edited,
     )
 
 
@@ -184,6 +194,8 @@ async def signing_message(request: Request, viewer: Viewer) -> Response:
         message = _signed(kind, viewer, story, {**form, "expires_at": expires.isoformat()})
     except ValidationError as exc:
         raise Refused(400, describe_validation_error(exc)) from None
+    except EditError as exc:
+        raise Refused(400, str(exc)) from None
     return JSONResponse(
         {"message": base64.b64encode(message).decode(), "expires_at": expires.isoformat()}
     )
@@ -197,6 +209,8 @@ async def decide(acting: Acting) -> Notice:
     if not verdict.accepted:
         return Notice(False, f"decision refused: {verdict.reason}")
     word = "approved" if decision.approved else "rejected"
+    if decision.edited_arguments is not None:
+        word = "approved with edited arguments"
     return Notice(True, f"{word} {call_id} as {viewer.user}")
 
 

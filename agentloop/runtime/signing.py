@@ -13,6 +13,8 @@ What is signed (`signed_bytes`) is a fixed prefix and the canonical JSON of
 
 where `run` is the first run id of the run chain (`status.run_chain[0]`): a decision signed
 for one run never counts for another run reusing its workflow id.
+An approval that edits the call's arguments (`edited_arguments`) adds `"edited_digest"`
+(`ApprovalDecision.edited_digest`): the signature binds the arguments the call will run with.
 
 An operator's `resolve` (their word on a write whose outcome stayed unknown) decides as much
 as an approval: when the tool names approvers, only one of them may settle its write (keys or
@@ -96,6 +98,10 @@ def signed_bytes(decision: ApprovalDecision, *, workflow_id: str, run: str) -> b
         "run": run,
         "workflow_id": workflow_id,
     }
+    edited = decision.edited_digest()
+    if edited is not None:
+        # An approval with edited arguments binds them; one without signs the bytes it always did.
+        fields["edited_digest"] = edited
     return SIGNED_PREFIX + _canonical(fields)
 
 
@@ -238,7 +244,7 @@ class ApproverKeys:
             decision.expires_at,
             signed_bytes(decision, workflow_id=workflow_id, run=run),
             now,
-            what=("decision", "approvals", "call, arguments, verdict or reason"),
+            what=("decision", "approvals", "call, arguments, edit, verdict or reason"),
             command="agentloop approve --key",
         )
 

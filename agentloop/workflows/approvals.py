@@ -18,12 +18,14 @@ from temporalio.exceptions import ActivityError
 import agentloop.workflows.loop as loop
 from agentloop.activity_io import (
     CHECK_APPROVAL,
+    CHECK_PRECONDITION,
     CHECK_RESOLUTION,
     CHECK_WORD,
     ApprovalCheck,
     CheckApprovalInput,
     CheckResolutionInput,
     CheckWordInput,
+    PreconditionResult,
 )
 from agentloop.contract import (
     ApprovalDecision,
@@ -35,6 +37,8 @@ from agentloop.contract import (
 from agentloop.signed_words import word_of
 from agentloop.workflows.failures import describe_failure
 from agentloop.workflows.loop import CheckApprovals, DecisionToCheck, LoopState
+from agentloop.workflows.loop.edits import edited_call
+from agentloop.workflows.tool_activities import TOOL_HEARTBEAT, tool_input
 from agentloop.workflows.visibility import audit
 
 CHECK_TIMEOUT = timedelta(seconds=10)
@@ -112,10 +116,35 @@ async def _check(state: LoopState, held: DecisionToCheck) -> ApprovalCheck:
             retry_policy=CHECK_RETRY,
             summary=summary,
         )
+        if not check.problem and isinstance(asked, ApprovalDecision):
+            check.problem = await _edit_precondition_problem(state, asked) or ""
     except ActivityError as exc:
         # A decision nobody could check does not count; the approver may send it again.
         return ApprovalCheck(problem=f"the worker could not check it: {describe_failure(exc)}")
     return check
+
+
+async def _edit_precondition_problem(state: LoopState, decision: ApprovalDecision) -> str | None:
+    """An approval with edited arguments: the tool's precondition (team code, so the worker's)
+    checked on them before the decision counts; why it fails, or None."""
+    call = edited_call(state, decision)
+    if call is None or call.name not in state.tools:
+        return None
+    spec = state.tools[call.name]
+    if not spec.has_precondition:
+        return None
+    result = await workflow.execute_activity(
+        CHECK_PRECONDITION,
+        tool_input(call, state.run_input.principal),
+        result_type=PreconditionResult,
+        start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
+        heartbeat_timeout=TOOL_HEARTBEAT,
+        retry_policy=CHECK_RETRY,
+        summary=f"precondition of the edited {call.name} · {call.call_id}",
+    )
+    if result.problem is None:
+        return None
+    return f"the edited call is refused: precondition failed: {result.problem}"
 
 
 def audit_decision(

@@ -23,6 +23,7 @@ from agentloop.contract import (
 from agentloop.events import ToolResult, UserInput
 from agentloop.policies import approval
 from agentloop.workflows.loop import results
+from agentloop.workflows.loop.edits import apply_edit, edit_problem
 from agentloop.workflows.loop.next_step import TimeOutApprovals
 from agentloop.workflows.loop.plan import action_digest
 from agentloop.workflows.loop.settle import close_if_answered, settle
@@ -69,7 +70,7 @@ def receive_decision(
 ) -> ApprovalVerdict | DecisionToCheck:
     """A human's decision as it arrives: refused with the reason if it cannot count, applied
     held for the worker's check, which `record_checked_decision` then applies."""
-    refused = _judged(state, decision)
+    refused = _judged(state, decision) or edit_problem(state, decision)
     if refused is not None:
         return _refused_decision(state, decision, refused, now)
     held = _held_for_check(state, decision)
@@ -116,7 +117,7 @@ def record_checked_decision(
         batch.to_check.remove(held)
     if signing:
         state.approval_signing = signing
-    refused = problem or _judged(state, decision)
+    refused = problem or _judged(state, decision) or edit_problem(state, decision)
     if refused:
         return _refused_decision(state, decision, refused, now)
     return _apply_decision(state, decision, now)
@@ -213,6 +214,7 @@ def _apply_decision(state: LoopState, decision: ApprovalDecision, now: datetime)
         # A signature counts only where the worker checks them (it did, before this).
         signed=bool(decision.signature) and state.approval_signing == "signed",
     )
+    apply_edit(state, decision, record.approval)
     record.decision = record.approval.said()
     if not decision.approved:
         call, spec = state.with_specs([decision.call_id])[0]

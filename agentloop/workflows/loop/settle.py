@@ -9,6 +9,7 @@ import json
 from agentloop.events import StateUpdate, ToolResult
 from agentloop.policies import progress, task_state
 from agentloop.policies.compensation import undo_arguments
+from agentloop.workflows.loop.edits import edit_notes
 from agentloop.workflows.loop.state import SUMMARY_CHARS, Batch, Compensation, LoopState, Undo
 from agentloop.workflows.loop.stops import stopping_rejection
 from agentloop.workflows.loop.views import compensation_lines
@@ -61,6 +62,7 @@ def close_if_answered(state: LoopState) -> None:
     if stopping_rejection(state, batch) is not None:
         return  # the run stops `rejected`; nothing more goes to the model
     state.outbox.extend(batch.results[call_id] for call_id in batch.order)
+    state.outbox.extend(edit_notes(state, batch))
     _check_progress(state, batch)
     state.batch = None
     state.last_output = None
