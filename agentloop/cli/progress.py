@@ -30,6 +30,7 @@ from agentloop.contract import (
     Usage,
     WriteAwaitingOperator,
 )
+from agentloop.moments import clock_of
 from agentloop.operations.failing_tasks import FailingTask
 from agentloop.reporting import counted
 from agentloop.run_events import RunEvent
@@ -317,8 +318,8 @@ def _wait_lines(view: RunStatusView, now: datetime | None) -> list[Line]:
     text = f"waiting {_duration((now - view.waiting_since).total_seconds())}"
     if view.wait_until is not None:
         left = max((view.wait_until - now).total_seconds(), 0)
-        until = view.wait_until.astimezone().strftime("%H:%M:%S")
-        text += f"; {_TIMEOUTS[view.phase]} timeout in {_duration(left)} (at {until})"
+        until = clock_of(view.wait_until, now)
+        text += f"; {_TIMEOUTS[view.phase]} timeout in {_duration(left)} ({until})"
     return [Line("wait", text, "yellow", ticking=True)]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
-from agentloop.inbox.reading import KIND_NAMES, Waiting, WaitingItem, duration
+from agentloop.inbox.reading import KIND_NAMES, Waiting, WaitingItem, duration, from_now
 from agentloop.waiting import WAITING_PHASES, run_path
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -38,6 +38,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters["run_path"] = run_path
     env.filters["pretty"] = pretty
+    env.filters["from_now"] = lambda moment: from_now(moment, datetime.now(UTC))
     env.globals["kind_names"] = KIND_NAMES
     env.globals["waiting_phases"] = WAITING_PHASES
     return env

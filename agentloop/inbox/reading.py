@@ -26,7 +26,9 @@ from agentloop.contract import (
     CallRecord,
     RunStatusView,
 )
+from agentloop.digests import sha256_hex
 from agentloop.inbox.wedged import wedged_text
+from agentloop.moments import clock_of
 from agentloop.run_client import RunClient
 from agentloop.runtime.waiting_memos import memo_of, tenant_clause, waiting_runs
 from agentloop.tool_spec import ASK_USER
@@ -69,9 +71,7 @@ class WaitingItem:
     def times_out(self, now: datetime) -> str:
         if self.until is None:
             return "unknown"
-        if self.until <= now:
-            return "now"
-        return "in " + duration((self.until - now).total_seconds())
+        return from_now(self.until, now)
 
     def as_json(self, now: datetime) -> dict[str, Any]:
         return {
@@ -89,6 +89,13 @@ class WaitingItem:
             "until": self.until.isoformat() if self.until else None,
             "times_out": self.times_out(now),
         }
+
+
+def from_now(moment: datetime, now: datetime) -> str:
+    """`in 3 h 5 min (18:40)`; farther than a day, with the date; `now` once passed."""
+    if moment <= now:
+        return "now"
+    return f"in {duration((moment - now).total_seconds())} ({clock_of(moment, now)})"
 
 
 def duration(seconds: float) -> str:
@@ -332,6 +339,19 @@ class RunStory:
     @property
     def tenant(self) -> str | None:
         return tenant_of(self.run_input)
+
+    def state_key(self) -> str:
+        """What the page's state parts show, in short: the script puts in a part again only
+        when this changed (a wait began or ended, a call settled, the run ended)."""
+        view, result = self.view, self.result
+        parts = [self.execution, self.failure or "", result.status if result else ""]
+        if view is not None:
+            parts += [view.phase, str(view.turn), view.question or ""]
+            parts += [p.call_id for p in view.pending_approvals]
+            parts += [u.call_id for u in view.unresolved]
+            parts += [f"{c.call_id}:{c.status}:{c.decision}" for c in view.calls]
+            parts.append(str(len(view.refused_decisions)))
+        return sha256_hex("\n".join(parts))[:16]
 
 
 async def read_story(

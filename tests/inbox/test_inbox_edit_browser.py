@@ -8,6 +8,7 @@ Fixtures from `test_inbox_browser` (Chromium, the user header of a stand-in prox
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -131,3 +132,30 @@ async def test_a_user_who_may_not_decide_the_call_cannot_edit_it(
     view = await wait_for_phase(handle, "awaiting_approval")
     assert view.pending_approvals == [pending] and view.refused_decisions == []
     assert live.service.stats()["counts"]["workshops.reserve"] == 0
+
+
+async def test_after_approve_the_run_page_shows_the_new_state_without_a_reload(
+    live: Live, inbox: InboxServer, page: Watched, run_id: str
+) -> None:
+    expect = playwright_api.expect
+    handle = await waiting_booking(live.client, live.worker, live.provider, run_id)
+    await page.page.goto(f"{inbox.url}/runs/{run_id}")
+    # A wait within a day says how long is left and the clock time, no date.
+    await expect(page.page.locator("#phase")).to_contain_text(
+        re.compile(r"times out in \d+ h \d+ min \(\d\d:\d\d\)")
+    )
+    await page.page.locator(".approval").get_by_role("button", name="Approve").click()
+    await expect(page.page.locator("#notice.ok")).to_have_text(f"approved c_res as {APPROVER}")
+    await page.page.evaluate("() => { window.__same_page = true; }")  # gone on any reload
+
+    result = await result_of(handle)
+    assert result.status == "completed", result.stop_reason
+    # The header, the ledger and the live section all say the run ended, with no reload.
+    await expect(page.page.locator("#outcome")).to_contain_text("completed")
+    await expect(page.page.locator(".facts")).to_contain_text("COMPLETED")
+    await expect(page.page.locator("#phase")).to_have_count(0)
+    await expect(page.page.locator(".approval")).to_have_count(0)
+    await expect(page.page.locator("#calls .decision")).to_contain_text(f"approved by {APPROVER}")
+    await expect(page.page.locator("#live-status")).to_have_text("the run has ended")
+    assert await page.page.evaluate("() => window.__same_page") is True
+    assert page.errors == [] and page.dialogs == []

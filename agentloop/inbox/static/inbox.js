@@ -36,14 +36,6 @@ function entry(log, kind, text) {
   return item;
 }
 
-function reloadLink(item, text) {
-  // This page's own path: the server renders what the run waits on from its status.
-  const link = document.createElement("a");
-  link.href = window.location.pathname;
-  link.textContent = text;
-  item.append(" ", link);
-}
-
 function preview(item, text) {
   const shown = document.createElement("pre");
   shown.textContent = text;
@@ -85,8 +77,7 @@ function showEvent(log, texts, event) {
     }
     case "waiting": {
       const calls = (event.call_ids || []).join(", ");
-      const item = entry(log, "waiting", `waiting for a person: ${event.reason} ${calls}`);
-      reloadLink(item, "show what it waits for");
+      entry(log, "waiting", `waiting for a person: ${event.reason} ${calls}`);
       break;
     }
     case "resumed":
@@ -99,8 +90,7 @@ function showEvent(log, texts, event) {
       entry(log, "continued", "continued as new");
       break;
     case "done": {
-      const item = entry(log, "done", `ended: ${event.status} (${event.stop_reason})`);
-      reloadLink(item, "show the outcome");
+      entry(log, "done", `ended: ${event.status} (${event.stop_reason})`);
       break;
     }
     case "truncated":
@@ -109,6 +99,53 @@ function showEvent(log, texts, event) {
     default:
       break; // a kind this page does not know: display only, so nothing is lost
   }
+}
+
+// What the run's state says (the header, what it waits for, the ledger, the outcome) is
+// rendered by the server from `status`; when the stream says that state changed, this page is
+// fetched again and both parts put in as rendered, so the header and the live section agree
+// without a reload. Parts whose state reads the same (`data-state`: execution, phase, turn,
+// what waits, the ledger's statuses) are left alone: a form being filled stays.
+const STATE_PARTS = ["run-head", "run-body"];
+const STATE_CHANGES = new Set(["waiting", "resumed", "continued", "done"]);
+let refreshing = false;
+let again = false;
+
+async function refreshState(page) {
+  const response = await fetch(page, {credentials: "same-origin"});
+  if (!response.ok) {
+    return;
+  }
+  const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+  for (const id of STATE_PARTS) {
+    const shown = document.getElementById(id);
+    const now = fresh.getElementById(id);
+    if (shown && now && shown.dataset.state !== now.dataset.state) {
+      shown.replaceChildren(...now.childNodes);
+      shown.dataset.state = now.dataset.state;
+    }
+  }
+  if (document.getElementById("key-file")) {
+    showKey().catch((error) => problem(`no key store in this browser: ${error}`));
+  }
+}
+
+async function stateChanged(page) {
+  // A burst of changes is one fetch, and one more if any came during it.
+  if (refreshing) {
+    again = true;
+    return;
+  }
+  refreshing = true;
+  do {
+    again = false;
+    try {
+      await refreshState(page);
+    } catch (error) {
+      // the inbox is restarting or the network is down: the next change fetches again
+    }
+  } while (again);
+  refreshing = false;
 }
 
 function follow(section) {
@@ -134,6 +171,9 @@ function follow(section) {
       return;
     }
     showEvent(log, texts, event);
+    if (STATE_CHANGES.has(event.kind)) {
+      stateChanged(section.dataset.page);
+    }
   };
   source.addEventListener("end", (message) => {
     source.close();
@@ -144,6 +184,7 @@ function follow(section) {
       // keep the plain words
     }
     status.textContent = said;
+    stateChanged(section.dataset.page);
   });
 }
 
@@ -266,11 +307,14 @@ document.addEventListener("DOMContentLoaded", () => {
   if (live) {
     follow(live);
   }
-  const keyFile = document.getElementById("key-file");
-  if (keyFile) {
-    keyFile.addEventListener("change", () => {
-      importKey(keyFile).catch((error) => problem(`the key was not imported: ${error}`));
-    });
+  if (document.getElementById("key-file")) {
     showKey().catch((error) => problem(`no key store in this browser: ${error}`));
+  }
+});
+
+// On the document, so a key field the page put in again (`refreshState`) works the same.
+document.addEventListener("change", (event) => {
+  if (event.target.id === "key-file") {
+    importKey(event.target).catch((error) => problem(`the key was not imported: ${error}`));
   }
 });
