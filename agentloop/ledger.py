@@ -34,11 +34,15 @@ class ApprovalRecord(BaseModel):
     (the call's `arguments` and `args_digest` are then the edited ones); None: as proposed."""
     proposed_digest: str = ""
     """The args digest of `proposed_arguments` (empty: not edited)."""
+    response: str = ""
+    """What the approver answered the model instead of letting the call run (empty: none)."""
 
     def said(self) -> str:
         """The decision in words (what the ledger's `decision` reads)."""
         if self.proposed_arguments is not None:
             return f"approved with edited arguments by {self.approver}"
+        if self.response:
+            return f"answered instead by {self.approver}"
         return f"{'approved' if self.approved else 'rejected'} by {self.approver}"
 
     def described(self) -> str:

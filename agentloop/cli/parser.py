@@ -185,6 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
             "keys new`; default: $AGENTLOOP_APPROVER_KEY): needed when the workers have "
             "AGENTLOOP_APPROVER_KEYS",
         )
+        if name == "reject":
+            sub.add_argument(
+                "--respond",
+                default="",
+                metavar="TEXT",
+                help="respond instead: the call does not run, the model gets TEXT as its "
+                "result and the run goes on (whatever the tool's on_reject)",
+            )
         if name == "approve":
             sub.add_argument(
                 "--set",

@@ -48,6 +48,7 @@ def build_request(args: argparse.Namespace) -> Request | None:
             approved=args.command == "approve",
             approver=args.approver,
             reason=args.reason,
+            response=getattr(args, "respond", ""),
         )
     if args.command == "resolve":
         return ResolveRequest(

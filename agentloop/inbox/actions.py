@@ -111,7 +111,8 @@ def check_settler(viewer: Viewer, story: RunStory, call_id: str) -> None:
 
 def decision_of(viewer: Viewer, form: Mapping[str, Any]) -> ApprovalDecision:
     """The decision a form describes, by the viewer (`approve_edited`: approved with the
-    arguments of its `edited_arguments` field); raises ValidationError, or EditError for
+    arguments of its `edited_arguments` field; `respond`: not run, its `response` answers the
+    model instead); raises ValidationError, or EditError for
     edited arguments that are not a JSON object."""
     verdict = form.get("verdict")
     edited = None
@@ -125,6 +126,7 @@ def decision_of(viewer: Viewer, form: Mapping[str, Any]) -> ApprovalDecision:
         reason=str(form.get("reason", "")),
         **signed_fields(form),
         edited_arguments=edited,
+        response=str(form.get("response", "")) if verdict == "respond" else "",
     )
 
 
@@ -211,6 +213,8 @@ async def decide(acting: Acting) -> Notice:
     word = "approved" if decision.approved else "rejected"
     if decision.edited_arguments is not None:
         word = "approved with edited arguments"
+    elif decision.response:
+        word = "answered instead of"
     return Notice(True, f"{word} {call_id} as {viewer.user}")
 
 

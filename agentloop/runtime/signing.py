@@ -102,6 +102,8 @@ def signed_bytes(decision: ApprovalDecision, *, workflow_id: str, run: str) -> b
     if edited is not None:
         # An approval with edited arguments binds them; one without signs the bytes it always did.
         fields["edited_digest"] = edited
+    if decision.response:
+        fields["response"] = decision.response
     return SIGNED_PREFIX + _canonical(fields)
 
 

@@ -288,11 +288,14 @@ class Harness:
         approver: str = "approver",
         reason: str = "",
         timeout: float = CEILING_SECONDS,
+        arguments: dict[str, Any] | None = None,
     ) -> PendingApproval:
         """Approve `call_id` once it waits, bound to the arguments shown (their digest from
-        `status`); returns what was shown. Fails when the run does not count the decision
-        (an approver the tool does not accept, a worker requiring signed decisions)."""
-        return await self._decide(run, call_id, True, approver, reason, timeout)
+        `status`); returns what was shown. `arguments`: approve it with these instead (edit,
+        then approve; the run checks them again like the model's). Fails when the run does
+        not count the decision (an approver the tool does not accept, a worker requiring
+        signed decisions, edited arguments the run refuses)."""
+        return await self._decide(run, call_id, True, approver, reason, timeout, arguments)
 
     async def reject(
         self,
@@ -307,7 +310,14 @@ class Harness:
         return await self._decide(run, call_id, False, approver, reason, timeout)
 
     async def _decide(
-        self, run: Run, call_id: str, approved: bool, approver: str, reason: str, timeout: float
+        self,
+        run: Run,
+        call_id: str,
+        approved: bool,
+        approver: str,
+        reason: str,
+        timeout: float,
+        arguments: dict[str, Any] | None = None,
     ) -> PendingApproval:
         shown = await self.pending_approval(run, call_id, timeout=timeout)
         decision = ApprovalDecision(
@@ -316,6 +326,7 @@ class Harness:
             approved=approved,
             approver=approver,
             reason=reason,
+            edited_arguments=arguments,
         )
         verdict = await self.run_client(run).decide(decision)
         if not verdict.accepted:

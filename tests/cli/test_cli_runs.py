@@ -398,6 +398,7 @@ async def test_follow_shows_the_pending_approval_and_its_command_which_approves_
             "args_digest": digest,
             "tool": None,
             "arguments": None,
+            "edited_arguments": None,
         }
 
         assert following.stdout is not None

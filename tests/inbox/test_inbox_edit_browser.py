@@ -159,3 +159,24 @@ async def test_after_approve_the_run_page_shows_the_new_state_without_a_reload(
     await expect(page.page.locator("#live-status")).to_have_text("the run has ended")
     assert await page.page.evaluate("() => window.__same_page") is True
     assert page.errors == [] and page.dialogs == []
+
+
+async def test_respond_instead_answers_the_model_and_the_call_never_runs(
+    live: Live, inbox: InboxServer, page: Watched, run_id: str
+) -> None:
+    expect = playwright_api.expect
+    handle = await waiting_booking(live.client, live.worker, live.provider, run_id)
+    await page.page.goto(f"{inbox.url}/runs/{run_id}")
+    approval = page.page.locator(".approval")
+    await approval.locator("summary", has_text="Respond instead").click()
+    await approval.get_by_label("answer to the model").fill("Ask Carol which date first.")
+    await approval.get_by_role("button", name="Send instead of the call").click()
+    await expect(page.page.locator("#notice.ok")).to_have_text(
+        f"answered instead of c_res as {APPROVER}"
+    )
+    result = await result_of(handle)
+    assert result.status == "completed", result.stop_reason
+    assert live.service.stats()["counts"]["workshops.reserve"] == 0
+    [record] = result.calls
+    assert record.decision == f"answered instead by {APPROVER}"
+    assert "Ask Carol which date first." in record.result_summary

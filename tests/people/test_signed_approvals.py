@@ -38,6 +38,7 @@ from agentloop.runtime.signing import (
     public_key_text,
     sign_decision,
     sign_resolution,
+    signed_bytes,
 )
 from agentloop.worker import running_worker
 from tests.cli.test_cli import agentloop, assert_no_traceback, process_env
@@ -99,11 +100,27 @@ def test_a_decision_signed_by_the_approvers_key_counts() -> None:
         {"args_digest": "sha256:other"},
         {"call_id": "c_other"},
         {"reason": "added later"},
+        {"edited_arguments": {"amount": 450}},
+        {"approved": False, "response": "added later"},
     ],
 )
 def test_any_field_changed_after_signing_breaks_the_signature(change: dict[str, Any]) -> None:
     tampered = signed().model_copy(update=change)
     assert "the signature is not workshop-lead's" in (problem(tampered) or "")
+
+
+def test_a_signed_edit_binds_the_edited_arguments_and_a_response_its_words() -> None:
+    edit = signed(edited_arguments={"amount": 450})
+    assert problem(edit) is None
+    other = edit.model_copy(update={"edited_arguments": {"amount": 4500}})
+    assert "the signature is not workshop-lead's" in (problem(other) or "")
+    answered = signed(approved=False, response="book ws-101 instead")
+    assert problem(answered) is None
+    # Without an edit or a response, the bytes signed are those signed before either existed.
+    assert signed_bytes(decision(), workflow_id="w", run="r") == signed_bytes(
+        decision(edited_arguments=None, response=""), workflow_id="w", run="r"
+    )
+    assert b"edited_digest" not in signed_bytes(decision(), workflow_id="w", run="r")
 
 
 def test_a_signature_for_another_run_or_workflow_does_not_count() -> None:

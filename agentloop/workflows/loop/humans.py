@@ -213,6 +213,7 @@ def _apply_decision(state: LoopState, decision: ApprovalDecision, now: datetime)
         reason=decision.reason,
         # A signature counts only where the worker checks them (it did, before this).
         signed=bool(decision.signature) and state.approval_signing == "signed",
+        response="" if decision.approved else decision.response,
     )
     apply_edit(state, decision, record.approval)
     record.decision = record.approval.said()
@@ -221,6 +222,8 @@ def _apply_decision(state: LoopState, decision: ApprovalDecision, now: datetime)
         state.rejected_actions.append(action_digest(spec, call.arguments))
         batch.writes.remove(decision.call_id)
         message = record.approval.said() + (f": {decision.reason}" if decision.reason else "")
+        if record.approval.response:
+            message = f"not run: {record.approval.said()}: {record.approval.response}"
         settle(state, batch, results.refusal(call, "rejected_action", message))
         close_if_answered(state)
     return ApprovalVerdict(accepted=True)

@@ -47,11 +47,13 @@ def empty_answer(output: ModelOutput) -> bool:
 
 def stopping_rejection(state: LoopState, batch: Batch) -> tuple[str, ApprovalDecision] | None:
     """The first rejection in `batch` that stops the run (its tool's `on_reject` is `stop`),
-    with its call id; None when every rejection so far is only told to the model. A run
-    undoing its writes is already stopping: a rejected undo leaves only its write as is."""
+    with its call id; None when every rejection so far is only told to the model (as is an
+    approver's answer instead of the call: `response`). A run undoing its writes is already
+    stopping: a rejected undo leaves only its write as is."""
     if state.compensation is not None:
         return None
     for call_id, decision in batch.decisions.items():
-        if not decision.approved and state.spec_of(call_id).on_reject == "stop":
+        stops = state.spec_of(call_id).on_reject == "stop" and not decision.response
+        if not decision.approved and stops:
             return call_id, decision
     return None
