@@ -154,6 +154,15 @@ async def unknown_write_waiting_approval(
     return handle
 
 
+async def waiting_page(
+    live: Live, inbox: InboxServer, page: Watched, run_id: str
+) -> WorkflowHandle[Any, AgentRunResult]:
+    """A booking run waiting for the approval of its reservation, its page open."""
+    handle = await waiting_booking(live.client, live.worker, live.provider, run_id)
+    await page.page.goto(f"{inbox.url}/runs/{run_id}")
+    return handle
+
+
 async def approve_on_page(page: Watched) -> None:
     """Approves the call the run page shows, and sees the inbox say so."""
     await page.page.locator(".approval").get_by_role("button", name="Approve").click()
@@ -201,8 +210,7 @@ async def test_reject_with_a_reason_and_a_stale_digest_is_refused_saying_why(
     live: Live, inbox: InboxServer, page: Watched, run_id: str
 ) -> None:
     expect = playwright_api.expect
-    handle = await waiting_booking(live.client, live.worker, live.provider, run_id)
-    await page.page.goto(f"{inbox.url}/runs/{run_id}")
+    handle = await waiting_page(live, inbox, page, run_id)
     approval = page.page.locator(".approval")
 
     # The arguments the page showed are not the pending call's any more: the run refuses.

@@ -26,6 +26,7 @@ from tests.inbox.test_inbox_browser import (
     page,
     playwright_api,
     waiting_booking,
+    waiting_page,
 )
 from tests.live import Live
 from tests.support import result_of, wait_for_phase
@@ -61,8 +62,7 @@ async def test_an_approver_edits_the_call_and_it_runs_once_with_the_edited_argum
     live: Live, inbox: InboxServer, page: Watched, run_id: str
 ) -> None:
     expect = playwright_api.expect
-    handle = await waiting_booking(live.client, live.worker, live.provider, run_id)
-    await page.page.goto(f"{inbox.url}/runs/{run_id}")
+    handle = await waiting_page(live, inbox, page, run_id)
 
     # Broken schema: refused by the run with the reason; the call still waits.
     notice = await approve_edited(page, {**RESERVE, "workshop_id": "workshop one"})
@@ -138,8 +138,7 @@ async def test_after_approve_the_run_page_shows_the_new_state_without_a_reload(
     live: Live, inbox: InboxServer, page: Watched, run_id: str
 ) -> None:
     expect = playwright_api.expect
-    handle = await waiting_booking(live.client, live.worker, live.provider, run_id)
-    await page.page.goto(f"{inbox.url}/runs/{run_id}")
+    handle = await waiting_page(live, inbox, page, run_id)
     # A wait within a day says how long is left and the clock time, no date.
     await expect(page.page.locator("#phase")).to_contain_text(
         re.compile(r"times out in \d+ h \d+ min \(\d\d:\d\d\)")
@@ -165,8 +164,7 @@ async def test_respond_instead_answers_the_model_and_the_call_never_runs(
     live: Live, inbox: InboxServer, page: Watched, run_id: str
 ) -> None:
     expect = playwright_api.expect
-    handle = await waiting_booking(live.client, live.worker, live.provider, run_id)
-    await page.page.goto(f"{inbox.url}/runs/{run_id}")
+    handle = await waiting_page(live, inbox, page, run_id)
     approval = page.page.locator(".approval")
     await approval.locator("summary", has_text="Respond instead").click()
     await approval.get_by_label("answer to the model").fill("Ask Carol which date first.")
