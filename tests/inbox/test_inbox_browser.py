@@ -401,13 +401,20 @@ async def test_signed_mode_the_browser_signs_with_a_key_the_inbox_never_holds(
         extractable = await page.page.evaluate(KEY_EXTRACTABLE, APPROVER)
         assert extractable is False
 
-        await approval.get_by_role("button", name="Approve").click()
-        await expect(page.page.locator("#notice.ok")).to_have_text(f"approved c_res as {APPROVER}")
+        # Edited, then approved: the browser signs the edit too (its digest is in the bytes).
+        edited = {**RESERVE, "participant_id": "p-erin"}
+        await approval.locator("summary", has_text="Edit, then approve").click()
+        await approval.get_by_label("arguments (JSON)").fill(json.dumps(edited))
+        await approval.get_by_role("button", name="Approve with these arguments").click()
+        await expect(page.page.locator("#notice.ok")).to_have_text(
+            f"approved with edited arguments c_res as {APPROVER}"
+        )
         result = await result_of(handle)
     assert result.status == "completed", result.stop_reason
     assert servers.service.stats()["counts"]["workshops.reserve"] == 1
     [record] = [c for c in result.calls if c.call_id == "c_res"]
-    assert record.decision.startswith(f"approved by {APPROVER}")
+    assert record.decision == f"approved with edited arguments by {APPROVER}"
+    assert record.arguments == edited and record.approval and record.approval.signed
     assert page.errors == []
 
 
