@@ -105,7 +105,8 @@ function showEvent(log, texts, event) {
 // rendered by the server from `status`; when the stream says that state changed, this page is
 // fetched again and both parts put in as rendered, so the header and the live section agree
 // without a reload. Parts whose state reads the same (`data-state`: execution, phase, turn,
-// what waits, the ledger's statuses) are left alone: a form being filled stays.
+// what waits, the ledger's statuses) are left alone; a part put in again keeps what a person
+// was writing for a call that still waits (`typedIn`).
 const STATE_PARTS = ["run-head", "run-body"];
 const STATE_CHANGES = new Set(["waiting", "resumed", "continued", "done"]);
 let refreshing = false;
@@ -121,12 +122,40 @@ async function refreshState(page) {
     const shown = document.getElementById(id);
     const now = fresh.getElementById(id);
     if (shown && now && shown.dataset.state !== now.dataset.state) {
+      const typed = typedIn(shown);
       shown.replaceChildren(...now.childNodes);
       shown.dataset.state = now.dataset.state;
+      typeBackIn(shown, typed);
     }
   }
-  if (document.getElementById("key-file")) {
-    showKey().catch((error) => problem(`no key store in this browser: ${error}`));
+}
+
+// What a person is writing for a call that still waits survives the page's refresh: the
+// fields they typed in and the parts they opened (an edit, a response), by call and name.
+function typedIn(part) {
+  const typed = new Map();
+  for (const box of part.querySelectorAll("[data-call]")) {
+    for (const opened of box.querySelectorAll("details[open]")) {
+      typed.set(`${box.dataset.call} details.${opened.className}`, true);
+    }
+    for (const field of box.querySelectorAll("textarea, input:not([type=hidden]):not([type=file])")) {
+      typed.set(`${box.dataset.call} ${field.name}`, field.value);
+    }
+  }
+  return typed;
+}
+
+function typeBackIn(part, typed) {
+  for (const box of part.querySelectorAll("[data-call]")) {
+    for (const details of box.querySelectorAll("details")) {
+      details.open = typed.has(`${box.dataset.call} details.${details.className}`) || details.open;
+    }
+    for (const field of box.querySelectorAll("textarea, input:not([type=hidden]):not([type=file])")) {
+      const value = typed.get(`${box.dataset.call} ${field.name}`);
+      if (value !== undefined) {
+        field.value = value;
+      }
+    }
   }
 }
 
@@ -307,14 +336,12 @@ document.addEventListener("DOMContentLoaded", () => {
   if (live) {
     follow(live);
   }
-  if (document.getElementById("key-file")) {
+  const keyFile = document.getElementById("key-file");
+  if (keyFile) {
+    keyFile.addEventListener("change", () => {
+      importKey(keyFile).catch((error) => problem(`the key was not imported: ${error}`));
+    });
     showKey().catch((error) => problem(`no key store in this browser: ${error}`));
   }
 });
 
-// On the document, so a key field the page put in again (`refreshState`) works the same.
-document.addEventListener("change", (event) => {
-  if (event.target.id === "key-file") {
-    importKey(event.target).catch((error) => problem(`the key was not imported: ${error}`));
-  }
-});
