@@ -118,6 +118,9 @@ async function refreshState(page) {
     return;
   }
   const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+  if (signing) {
+    return; // the form being signed goes as it is; the page it brings back is fresh
+  }
   for (const id of STATE_PARTS) {
     const shown = document.getElementById(id);
     const now = fresh.getElementById(id);
@@ -291,7 +294,18 @@ function hidden(form, name, value) {
   form.appendChild(input);
 }
 
+let signing = false; // a form being signed is not put in again under the script (`refreshState`)
+
 async function signAndSend(form, submitter) {
+  signing = true;
+  try {
+    await signAndSubmit(form, submitter);
+  } finally {
+    signing = false;
+  }
+}
+
+async function signAndSubmit(form, submitter) {
   const key = await showKey();
   if (!key) {
     problem("load your key file first: in signed mode only what is signed counts");
