@@ -34,12 +34,14 @@ from tests.loop.test_workflow_determinism import PACKAGE_DIR, imported_modules
 VOCABULARY = frozenset(
     {
         "activity_io",
+        "argument_edits",
         "context",
         "contract",
         "digests",
         "input_limits",
         "envelope",
         "ledger",
+        "moments",
         "notice_timers",
         "events",
         "people_messages",
