@@ -183,7 +183,11 @@ LABELS = BoundedLabels()
 
 
 def record(meter: MetricMeter, name: str, value: float, **labels: object) -> None:
-    """Add `value` to counter `name` or observe it on histogram `name` (its labels bounded)."""
+    """Add `value` to counter `name` or observe it on histogram `name` (its labels bounded).
+    Nothing on a worker that exports no metrics: its values would take label slots (the
+    first `MAX_LABEL_VALUES` of the process) from a worker beside it that does."""
+    if meter is MetricMeter.noop:
+        return
     metric = METRICS[name]
     attributes: Mapping[str, str | int | float | bool] = {
         label: LABELS.value(label, labels.get(label)) for label in metric.labels

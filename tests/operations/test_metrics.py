@@ -16,12 +16,20 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 from temporalio.client import Client
+from temporalio.common import MetricMeter
 from temporalio.runtime import OpenTelemetryConfig
 
 from agentloop.client import StartupError, connect
 from agentloop.contract import Limits, Principal, ResolveRequest
 from agentloop.runtime.config import ConfigError, Settings
-from agentloop.runtime.metrics import METRICS, metrics_runtime, otlp_telemetry
+from agentloop.runtime.metrics import (
+    LABELS,
+    MAX_LABEL_VALUES,
+    METRICS,
+    metrics_runtime,
+    otlp_telemetry,
+    record,
+)
 from agentloop.testing.turns import call as scripted_call
 from agentloop.worker import metrics_banner, running_worker, serving_metrics
 from agentloop.workflows.steps import LOOKUP_RETRY
@@ -226,3 +234,11 @@ def test_metrics_go_to_prometheus_or_to_an_otlp_collector_never_both() -> None:
     assert "AGENTLOOP_METRICS_PORT and AGENTLOOP_METRICS_OTLP_URL are both set" in str(caught.value)
     with pytest.raises(ConfigError, match="AGENTLOOP_METRICS_OTLP_URL='collector:4317'"):
         Settings.load({"AGENTLOOP_METRICS_OTLP_URL": "collector:4317"})
+
+
+def test_a_worker_that_exports_no_metrics_takes_no_label_slots() -> None:
+    """Workers without an exporter (the suite's own, say) record nothing: a metrics worker
+    beside them in the process still names its models rather than `other`."""
+    for n in range(MAX_LABEL_VALUES + 1):
+        record(MetricMeter.noop, "agentloop_model_calls", 1, outcome="ok", provider="p", model=n)
+    assert LABELS.value("model", "a-model-named-late") == "a-model-named-late"
