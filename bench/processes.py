@@ -48,9 +48,11 @@ def settings_env(settings: Settings) -> dict[str, str]:
 
 def worker_env(settings: Settings, task_queue: str, store_path: Path) -> dict[str, str]:
     """A worker like the stack's, on its own task queue and store. Its audit records go to its
-    log file (they are emitted whatever the level; other logs from WARNING up)."""
+    log file (they are emitted whatever the level; other logs from WARNING up). It serves no
+    metrics: the stack's metrics port is one process's, and a benchmark runs several."""
+    shared = settings_env(settings.model_copy(update={"metrics_port": None}))
     return {
-        **settings_env(settings),
+        **shared,
         "AGENT_LOOP_TASK_QUEUE": task_queue,
         "AGENTLOOP_STORE_URL": f"sqlite:///{store_path}",
         "AGENTLOOP_LOG_LEVEL": "WARNING",
