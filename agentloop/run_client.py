@@ -224,6 +224,16 @@ def _own_event(offset: int, data: Any) -> RunEvent | None:
 
 STREAM_POLL = "__temporal_workflow_stream_poll"
 """The run's Workflow Stream read as a query: what it holds from an offset, at once."""
+BUSY_QUERY = frozenset(
+    {
+        RPCStatusCode.CANCELLED,
+        RPCStatusCode.DEADLINE_EXCEEDED,
+        RPCStatusCode.RESOURCE_EXHAUSTED,
+        RPCStatusCode.UNAVAILABLE,
+    }
+)
+"""How a stream poll fails when the worker answering it (or the server) is busy: the
+watch asks again rather than ending (a closed run is read by its worker replaying it)."""
 IDLE_POLLS_PER_DESCRIBE = 8
 """A watcher that read nothing this many times asks Temporal whether the run has closed (a run
 that ended without `done`, terminated say, publishes nothing more)."""
@@ -244,9 +254,15 @@ async def _stream_items(
     payloads = client.data_converter.payload_converter
     offset, idle = from_offset, 0
     while True:
-        result = await handle.query(
-            STREAM_POLL, PollInput(topics=[], from_offset=offset), result_type=PollResult
-        )
+        try:
+            result = await handle.query(
+                STREAM_POLL, PollInput(topics=[], from_offset=offset), result_type=PollResult
+            )
+        except RPCError as exc:
+            if exc.status not in BUSY_QUERY:
+                raise
+            await asyncio.sleep(TEXT_BATCH_SECONDS)  # a busy worker or server: ask again
+            continue
         for item in result.items:
             own = item.topic == TOPIC
             yield item.offset, payloads.from_payload(wire_payload(item.data)) if own else None
