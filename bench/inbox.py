@@ -36,6 +36,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from agentloop import search
 from agentloop.contract import WORKFLOW_NAME, AgentRunInput, AgentRunResult, Principal
 from agentloop.inbox import InboxOptions, InboxServer, reading
+from agentloop.runtime import waiting_memos
 from agentloop.runtime.config import Settings
 from agentloop.scripted_provider import Script, ScriptedToolCall, ScriptTurn
 from agentloop.scripted_provider.server import ScriptedProvider
@@ -329,7 +330,7 @@ async def _start(
 
 
 async def _all_waiting(client: Client, tenant: str, runs: int) -> None:
-    query = reading.waiting_query([tenant])
+    query = waiting_memos.waiting_query([tenant])
     deadline = time.monotonic() + WAIT_SECONDS
     while (count := (await client.count_workflows(query)).count) < runs:
         if time.monotonic() > deadline:
