@@ -224,16 +224,20 @@ def _own_event(offset: int, data: Any) -> RunEvent | None:
 
 STREAM_POLL = "__temporal_workflow_stream_poll"
 """The run's Workflow Stream read as a query: what it holds from an offset, at once."""
-BUSY_QUERY = frozenset(
+NOT_ANSWERED = frozenset(
     {
         RPCStatusCode.CANCELLED,
         RPCStatusCode.DEADLINE_EXCEEDED,
-        RPCStatusCode.RESOURCE_EXHAUSTED,
         RPCStatusCode.UNAVAILABLE,
+        RPCStatusCode.FAILED_PRECONDITION,
+        RPCStatusCode.RESOURCE_EXHAUSTED,
     }
 )
-"""How a stream poll fails when the worker answering it (or the server) is busy: the
-watch asks again rather than ending (a closed run is read by its worker replaying it)."""
+"""How the server says a query was not answered this time (what the dev server calls "Timeout
+expired" is CANCELLED): a worker too busy to answer in the server's time (a closed run is read
+by its worker replaying it), a sticky worker that died and whose replacement has not taken the
+run over yet, a first workflow task not done, a run's query buffer full (a run read hard by
+others). A watch asks again; so do the tests' waits (`agentloop.testing.patience`)."""
 IDLE_POLLS_PER_DESCRIBE = 8
 """A watcher that read nothing this many times asks Temporal whether the run has closed (a run
 that ended without `done`, terminated say, publishes nothing more)."""
@@ -259,7 +263,7 @@ async def _stream_items(
                 STREAM_POLL, PollInput(topics=[], from_offset=offset), result_type=PollResult
             )
         except RPCError as exc:
-            if exc.status not in BUSY_QUERY:
+            if exc.status not in NOT_ANSWERED:
                 raise
             await asyncio.sleep(TEXT_BATCH_SECONDS)  # a busy worker or server: ask again
             continue

@@ -15,10 +15,10 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import WorkflowHandle
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from agentloop.contract import RunStatusView
-from agentloop.run_client import RunClient
+from agentloop.run_client import NOT_ANSWERED, RunClient
 
 PATIENCE_VARIABLE = "AGENTLOOP_TEST_PATIENCE"
 BASE_CEILING_SECONDS = 120.0
@@ -52,21 +52,6 @@ processes on two cores."""
 QUERY_SECONDS = 15.0
 """How long one `status` query may take before it is asked again (the server gives up on a
 query sooner, and says so: `NOT_ANSWERED`)."""
-NOT_ANSWERED = frozenset(
-    {
-        RPCStatusCode.CANCELLED,
-        RPCStatusCode.DEADLINE_EXCEEDED,
-        RPCStatusCode.UNAVAILABLE,
-        RPCStatusCode.FAILED_PRECONDITION,
-        RPCStatusCode.RESOURCE_EXHAUSTED,
-    }
-)
-"""How the server says a query was not answered this time (what the dev server calls "Timeout
-expired" is CANCELLED): a worker too busy to answer in the server's time, a sticky worker that
-died and whose replacement has not taken the run over yet, a first workflow task not done, a
-run's query buffer full (a run read hard by others)."""
-
-
 async def status_or_why_not(handle: WorkflowHandle[Any, Any]) -> RunStatusView | str:
     """The run's `status` query, or why it was not answered this time (`NOT_ANSWERED`, or no
     answer within `QUERY_SECONDS`): a wait asks again. Any other refusal (no such run, a query
